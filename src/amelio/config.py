@@ -1,0 +1,217 @@
+"""One settings table: ``AMELIO_*`` environment variables over ``amelio.toml``.
+
+Every setting is a field of :class:`Settings` with its default and help text, so
+``amelio config show`` and the docs are generated from this one place. Settings
+are read once and frozen: code that wants another value builds another object
+instead of mutating a shared one.
+
+Precedence, highest first: explicit keyword overrides (tests, CLI flags), the
+environment, the workspace's ``amelio.toml``, the defaults below.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from amelio.errors import ConfigError, WorkspaceNotFound
+
+__all__ = [
+    "CONFIG_FILE",
+    "DATA_DIR",
+    "SettingRow",
+    "Settings",
+    "find_workspace",
+    "load_settings",
+]
+
+CONFIG_FILE = "amelio.toml"
+DATA_DIR = ".amelio"
+ENV_PREFIX = "AMELIO_"
+
+LLMProvider = Literal["anthropic", "openai", "claude-cli", "none"]
+SearchBackend = Literal["embedded", "vespa"]
+
+
+class Settings(BaseSettings):
+    """Amelio's settings. Field descriptions are the user-facing help text."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        extra="forbid",
+        frozen=True,
+        validate_default=True,
+    )
+
+    workspace: Path = Field(
+        default=Path("."),
+        description="Workspace folder (amelio.toml, skills/, .amelio/). "
+        "Found from --workspace, AMELIO_WORKSPACE or the nearest amelio.toml above cwd.",
+    )
+    database_url: str = Field(
+        default="",
+        description="SQLAlchemy URL. Empty means sqlite:///<workspace>/.amelio/amelio.db; "
+        "postgresql+psycopg://user@host/db switches to PostgreSQL.",
+    )
+    llm_provider: LLMProvider = Field(
+        default="none", description="LLM provider: anthropic, openai, claude-cli or none."
+    )
+    llm_model: str = Field(default="", description="Model name passed to the provider.")
+    llm_base_url: str = Field(
+        default="", description="Base URL of an OpenAI-compatible server (vLLM, Ollama, ...)."
+    )
+    llm_api_key: SecretStr = Field(
+        default=SecretStr(""),
+        description="API key; falls back to ANTHROPIC_API_KEY or OPENAI_API_KEY.",
+    )
+    search_backend: SearchBackend = Field(
+        default="embedded", description="Search backend: embedded (in-process) or vespa."
+    )
+    vespa_url: str = Field(default="", description="Vespa endpoint when search_backend=vespa.")
+    host: str = Field(default="127.0.0.1", description="Address `amelio serve` binds to.")
+    port: int = Field(default=8000, ge=1, le=65535, description="Port `amelio serve` binds to.")
+    max_text_chars: int = Field(
+        default=1_000_000,
+        ge=1,
+        description="Largest text (answer, message) the eval engine and API accept, in chars.",
+    )
+    max_request_bytes: int = Field(
+        default=2_000_000, ge=1024, description="Largest HTTP request body the service accepts."
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml_file = init_settings.init_kwargs.get("workspace")  # type: ignore[attr-defined]
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if toml_file is not None:
+            path = Path(toml_file) / CONFIG_FILE
+            if path.is_file():
+                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+        return tuple(sources)
+
+    # -- derived values -------------------------------------------------------------
+
+    @property
+    def data_dir(self) -> Path:
+        return self.workspace / DATA_DIR
+
+    @property
+    def effective_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'amelio.db').resolve()}"
+
+    @property
+    def effective_llm_api_key(self) -> str:
+        key = self.llm_api_key.get_secret_value()
+        if key:
+            return key
+        fallback = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
+        env = fallback.get(self.llm_provider)
+        return os.environ.get(env, "") if env else ""
+
+    def rows(self) -> Iterator[SettingRow]:
+        """The effective settings, secrets masked, each with where its value came from."""
+        toml = _read_toml(self.workspace / CONFIG_FILE)
+        for name, field in type(self).model_fields.items():
+            value: Any = getattr(self, name)
+            env_name = ENV_PREFIX + name.upper()
+            if env_name in os.environ:
+                source = "env"
+            elif name in toml:
+                source = CONFIG_FILE
+            elif name == "workspace":
+                source = "discovered"
+            else:
+                source = "default"
+            if isinstance(value, SecretStr):
+                value = _mask(value.get_secret_value())
+            elif name == "database_url":
+                value = _mask_url(self.effective_database_url)
+            yield SettingRow(name, env_name, str(value), source, field.description or "")
+
+
+@dataclass(frozen=True)
+class SettingRow:
+    name: str
+    env: str
+    value: str
+    source: str
+    help: str
+
+
+def _mask(secret: str) -> str:
+    if not secret:
+        return ""
+    return secret[:4] + "…" + "*" * 4 if len(secret) > 8 else "****"
+
+
+def _mask_url(url: str) -> str:
+    """Hide a password in a database URL, keep the rest readable."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}", file=str(path)) from exc
+
+
+def find_workspace(explicit: str | os.PathLike[str] | None = None, *, cwd: Path | None = None
+                   ) -> Path:
+    """The workspace: ``explicit``, else ``AMELIO_WORKSPACE``, else the nearest
+    ``amelio.toml`` at or above ``cwd`` (as git finds ``.git``)."""
+    if explicit is not None:
+        return Path(explicit).resolve()
+    env = os.environ.get(ENV_PREFIX + "WORKSPACE")
+    if env:
+        return Path(env).resolve()
+    here = (cwd or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / CONFIG_FILE).is_file():
+            return folder
+    raise WorkspaceNotFound(
+        f"No Amelio workspace here: no {CONFIG_FILE} in {here} or above. "
+        "Create one with `amelio init DIR`, or pass --workspace DIR / set AMELIO_WORKSPACE."
+    )
+
+
+def load_settings(workspace: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:
+    """Settings for a workspace (found as :func:`find_workspace` does)."""
+    ws = find_workspace(workspace)
+    _read_toml(ws / CONFIG_FILE)  # a broken amelio.toml is reported with its path
+    try:
+        return Settings(workspace=ws, **overrides)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"Invalid settings ({ws / CONFIG_FILE} or AMELIO_*): {problems}"
+                          ) from exc

@@ -1,0 +1,136 @@
+"""Engines and migrations: SQLite (WAL, foreign keys) by default, PostgreSQL by URL.
+
+The schema is only ever changed by Alembic migrations (forward-only, named
+``NNNN_what``). :func:`connect` refuses a database whose schema is behind the
+code, so a service never runs against tables it does not understand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from amelio.errors import DatabaseError, NotMigrated
+
+__all__ = [
+    "check_migrated",
+    "connect",
+    "create_engine",
+    "current_revision",
+    "head_revision",
+    "transaction",
+    "upgrade",
+]
+
+_MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    # WAL lets readers run beside the one writer; busy_timeout makes a second
+    # writer wait instead of failing at once; foreign keys are off by default.
+    # pysqlite's own BEGIN handling is turned off so _sqlite_begin decides.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=5000")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def _sqlite_begin(conn: sa.Connection) -> None:
+    # A write transaction that starts DEFERRED reads, then fails with "database
+    # is locked" (no waiting) when another writer committed meanwhile. IMMEDIATE
+    # takes the write lock up front, so writers queue on busy_timeout instead.
+    immediate = conn.get_execution_options().get("amelio_write", False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+@contextmanager
+def transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """A read-write transaction; on SQLite it holds the write lock from the start."""
+    with engine.connect() as conn:
+        conn.execution_options(amelio_write=True)
+        with conn.begin():
+            yield conn
+
+
+def create_engine(url: str, **kwargs: Any) -> sa.Engine:
+    """An engine for ``url`` with Amelio's connection settings applied."""
+    parsed = sa.engine.make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(parsed, **kwargs)
+        sa.event.listen(engine, "connect", _sqlite_pragmas)
+        sa.event.listen(engine, "begin", _sqlite_begin)
+        return engine
+    kwargs.setdefault("pool_pre_ping", True)
+    return sa.create_engine(parsed, **kwargs)
+
+
+def _alembic_config(engine: sa.Engine) -> AlembicConfig:
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    cfg.attributes["engine"] = engine
+    return cfg
+
+
+def head_revision() -> str:
+    """The newest migration this code ships."""
+    head = ScriptDirectory.from_config(_alembic_config(sa.create_engine("sqlite://"))).get_current_head()
+    assert head is not None
+    return head
+
+
+def current_revision(engine: sa.Engine) -> str | None:
+    """The migration the database is at (None when it was never migrated)."""
+    try:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+    except sa.exc.OperationalError as exc:
+        raise DatabaseError(
+            f"Cannot reach the database at "
+            f"{engine.url.render_as_string(hide_password=True)}: {exc.orig}"
+        ) from exc
+
+
+def upgrade(engine: sa.Engine, revision: str = "head") -> tuple[str | None, str]:
+    """Apply migrations up to ``revision``; returns (before, after)."""
+    before = current_revision(engine)
+    command.upgrade(_alembic_config(engine), revision)
+    after = current_revision(engine)
+    assert after is not None
+    return before, after
+
+
+def check_migrated(engine: sa.Engine) -> str:
+    """Raise :class:`NotMigrated` unless the database is at the code's head."""
+    current, head = current_revision(engine), head_revision()
+    if current != head:
+        state = "has no Amelio tables" if current is None else f"is at migration {current}"
+        raise NotMigrated(
+            f"The database {state}; this version of Amelio needs {head}. "
+            "Run `amelio db upgrade` (with the same --workspace / AMELIO_DATABASE_URL).",
+            current=current,
+            head=head,
+        )
+    return current
+
+
+def connect(url: str, *, migrate: bool = False) -> sa.Engine:
+    """An engine on a database at the head migration (applying it when ``migrate``)."""
+    engine = create_engine(url)
+    if migrate:
+        upgrade(engine)
+    else:
+        check_migrated(engine)
+    return engine

@@ -1,0 +1,104 @@
+"""The tables, as SQLAlchemy Core.
+
+Migrations under ``migrations/versions`` create exactly these (a test compares
+them); this module is what the code queries against. Each domain module owns the
+reads and writes of its own tables.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+
+__all__ = ["api_keys", "metadata", "projects", "skill_versions", "skills", "utcnow"]
+
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(column_0_label)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+Timestamp = sa.DateTime(timezone=True)
+
+projects = sa.Table(
+    "projects",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("name", sa.String(100), nullable=False, unique=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+)
+
+# A skill row is the *current* state of one skill in one scope: global
+# (project_id NULL) or a project's fork. Its history lives in skill_versions.
+skills = sa.Table(
+    "skills",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("name", sa.String(100), nullable=False),
+    sa.Column(
+        "project_id", sa.Integer, sa.ForeignKey("projects.id", ondelete="CASCADE"), nullable=True
+    ),
+    sa.Column("description", sa.Text, nullable=False),
+    sa.Column("triggers", sa.JSON, nullable=False),
+    sa.Column("keywords", sa.JSON, nullable=False),
+    sa.Column("extra", sa.JSON, nullable=False),
+    sa.Column("content", sa.Text, nullable=False),
+    sa.Column("evals", sa.JSON, nullable=True),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("content_hash", sa.String(64), nullable=False),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    sa.UniqueConstraint("project_id", "name", name="uq_skills_project_name"),
+    sa.Index(
+        "uq_skills_global_name",
+        "name",
+        unique=True,
+        sqlite_where=sa.text("project_id IS NULL"),
+        postgresql_where=sa.text("project_id IS NULL"),
+    ),
+)
+
+skill_versions = sa.Table(
+    "skill_versions",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column(
+        "skill_id", sa.Integer, sa.ForeignKey("skills.id", ondelete="CASCADE"), nullable=False
+    ),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("description", sa.Text, nullable=False),
+    sa.Column("triggers", sa.JSON, nullable=False),
+    sa.Column("keywords", sa.JSON, nullable=False),
+    sa.Column("extra", sa.JSON, nullable=False),
+    sa.Column("content", sa.Text, nullable=False),
+    sa.Column("evals", sa.JSON, nullable=True),
+    sa.Column("content_hash", sa.String(64), nullable=False),
+    sa.Column("author", sa.String(200), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.UniqueConstraint("skill_id", "version", name="uq_skill_versions_skill_version"),
+)
+
+api_keys = sa.Table(
+    "api_keys",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("role", sa.String(20), nullable=False),
+    sa.Column("key_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("prefix", sa.String(16), nullable=False),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("last_used_at", Timestamp, nullable=True),
+    sa.Column("revoked_at", Timestamp, nullable=True),
+    sa.CheckConstraint("role IN ('admin', 'bot', 'client')", name="role"),
+)

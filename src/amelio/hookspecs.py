@@ -1,0 +1,26 @@
+"""The extension contract: every hook a plugin may implement.
+
+A plugin is any module or object with functions named after these specs and
+decorated with :data:`hookimpl`. Amelio's own built-ins (eval rule types, LLM
+providers, router scorers, notifiers) register through these same hooks, so a
+third-party package has exactly the powers the core has.
+
+Each hook receives a ``register`` callable and calls it once per thing it adds;
+what ``register`` accepts is documented on the hook. Hooks take only the
+arguments they declare, so new arguments can be added without breaking plugins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("amelio")
+hookimpl = pluggy.HookimplMarker("amelio")
+
+
+@hookspec
+def register_rule_types(register: Callable[..., Any]) -> None:
+    """Add eval rule types: ``register(rule_type)`` with an :class:`amelio.evals.RuleType`."""

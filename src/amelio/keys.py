@@ -1,0 +1,110 @@
+"""API keys with roles. Only a SHA-256 of each key is stored; the key is shown once.
+
+Keys are 256-bit random tokens, so a fast hash is enough (nothing to brute
+force), and lookup by hash keeps authentication one indexed query.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal, get_args
+
+import sqlalchemy as sa
+
+from amelio import db
+
+from amelio.db.schema import api_keys, utcnow
+from amelio.errors import InvalidInput, NotFound
+
+__all__ = ["ROLES", "ApiKey", "Role", "authenticate", "create_key", "list_keys", "revoke_key"]
+
+Role = Literal["admin", "bot", "client"]
+ROLES: tuple[str, ...] = get_args(Role)
+_PREFIX = "amk_"
+
+
+@dataclass(frozen=True)
+class ApiKey:
+    id: int
+    name: str
+    role: Role
+    prefix: str
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+def _aware(moment: datetime) -> datetime:
+    """SQLite hands timestamps back without a zone; they were written in UTC."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def _row_to_key(row: sa.Row[tuple[object, ...]]) -> ApiKey:
+    m = row._mapping
+    return ApiKey(m["id"], m["name"], m["role"], m["prefix"], m["created_at"],
+                  m["last_used_at"], m["revoked_at"])
+
+
+def create_key(engine: sa.Engine, *, name: str, role: str) -> tuple[ApiKey, str]:
+    """A new key; returns it with the plaintext token, which is never stored."""
+    if role not in ROLES:
+        raise InvalidInput(f"Unknown role {role!r}: use one of {', '.join(ROLES)}.", field="role")
+    if not name.strip():
+        raise InvalidInput("A key needs a name (who or what uses it).", field="name")
+    token = _PREFIX + secrets.token_urlsafe(32)
+    with db.transaction(engine) as conn:
+        result = conn.execute(
+            api_keys.insert().values(
+                name=name.strip(), role=role, key_hash=_hash(token), prefix=token[:12],
+                created_at=utcnow(),
+            )
+        )
+        assert result.inserted_primary_key is not None
+        row = conn.execute(
+            sa.select(api_keys).where(api_keys.c.id == result.inserted_primary_key[0])
+        ).one()
+    return _row_to_key(row), token
+
+
+def authenticate(engine: sa.Engine, token: str) -> ApiKey | None:
+    """The live key matching ``token``, or None."""
+    if not token.startswith(_PREFIX) or len(token) > 200:
+        return None
+    with db.transaction(engine) as conn:
+        row = conn.execute(
+            sa.select(api_keys).where(
+                api_keys.c.key_hash == _hash(token), api_keys.c.revoked_at.is_(None)
+            )
+        ).first()
+        if row is None:
+            return None
+        now = utcnow()
+        last = row.last_used_at
+        # One write a minute at most: a write per request would serialize readers on SQLite.
+        if last is None or (now - _aware(last)).total_seconds() > 60:
+            conn.execute(api_keys.update().where(api_keys.c.id == row.id).values(last_used_at=now))
+    return _row_to_key(row)
+
+
+def list_keys(engine: sa.Engine) -> list[ApiKey]:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(api_keys).order_by(api_keys.c.id)).all()
+    return [_row_to_key(r) for r in rows]
+
+
+def revoke_key(engine: sa.Engine, key_id: int) -> None:
+    with db.transaction(engine) as conn:
+        result = conn.execute(
+            api_keys.update()
+            .where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))
+            .values(revoked_at=utcnow())
+        )
+    if result.rowcount == 0:
+        raise NotFound(f"No live API key with id {key_id}.", key_id=key_id)

@@ -1,0 +1,41 @@
+"""The plugin manager: built-ins first, then entry points, loaded once per process.
+
+Entry-point groups: ``amelio.plugins`` for any plugin, and ``amelio.evals`` for
+packages that only add eval rule types (both are loaded as pluggy plugins, so the
+object an entry point names must implement hooks from :mod:`amelio.hookspecs`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import pluggy
+
+from amelio import hookspecs
+
+__all__ = ["ENTRY_POINT_GROUPS", "get_plugin_manager"]
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUPS = ("amelio.plugins", "amelio.evals")
+
+#: Modules that hold Amelio's own hook implementations.
+_BUILTIN_PLUGINS: tuple[str, ...] = ("amelio.evals",)
+
+
+@functools.cache
+def get_plugin_manager() -> pluggy.PluginManager:
+    """The process-wide plugin manager; built-ins register before entry points."""
+    pm = pluggy.PluginManager("amelio")
+    pm.add_hookspecs(hookspecs)
+    import importlib
+
+    for name in _BUILTIN_PLUGINS:
+        pm.register(importlib.import_module(name), name=name)
+    for group in ENTRY_POINT_GROUPS:
+        try:
+            pm.load_setuptools_entrypoints(group)
+        except Exception:  # a broken third-party plugin must not take Amelio down
+            log.exception("could not load plugins from entry-point group %s", group)
+    return pm

@@ -1,0 +1,79 @@
+"""Projects (tenants) inside one workspace; ``default`` always exists."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from amelio import db
+
+from amelio.db.schema import projects, utcnow
+from amelio.errors import InvalidInput, ProjectNotFound
+
+__all__ = [
+    "DEFAULT_PROJECT",
+    "Project",
+    "create_project",
+    "ensure_project",
+    "list_projects",
+    "project_id",
+    "validate_name",
+]
+
+DEFAULT_PROJECT = "default"
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
+
+
+@dataclass(frozen=True)
+class Project:
+    id: int
+    name: str
+    created_at: datetime
+
+
+def validate_name(name: str, *, what: str = "project") -> str:
+    """Names end up in paths and URLs, so they are kept to a safe alphabet."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InvalidInput(
+            f"Invalid {what} name {name!r}: use 1-100 lowercase letters, digits, '-' or '_', "
+            "starting with a letter or digit.",
+            field=what,
+        )
+    return name
+
+
+def project_id(conn: sa.Connection, name: str) -> int:
+    row = conn.execute(sa.select(projects.c.id).where(projects.c.name == name)).first()
+    if row is None:
+        raise ProjectNotFound(
+            f"No project named {name!r}. Create it with `amelio projects create {name}`.",
+            project=name,
+        )
+    return int(row.id)
+
+
+def ensure_project(conn: sa.Connection, name: str) -> int:
+    """The id of project ``name``, creating it inside the caller's transaction."""
+    validate_name(name)
+    row = conn.execute(sa.select(projects.c.id).where(projects.c.name == name)).first()
+    if row is not None:
+        return int(row.id)
+    result = conn.execute(projects.insert().values(name=name, created_at=utcnow()))
+    assert result.inserted_primary_key is not None
+    return int(result.inserted_primary_key[0])
+
+
+def create_project(engine: sa.Engine, name: str) -> Project:
+    with db.transaction(engine) as conn:
+        pid = ensure_project(conn, name)
+        row = conn.execute(sa.select(projects).where(projects.c.id == pid)).one()
+    return Project(row.id, row.name, row.created_at)
+
+
+def list_projects(engine: sa.Engine) -> list[Project]:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(projects).order_by(projects.c.name)).all()
+    return [Project(r.id, r.name, r.created_at) for r in rows]

@@ -1,0 +1,53 @@
+"""Every error leaves the service as ``{"error": {"code", "message", "details"}}``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from amelio.errors import AmelioError
+
+__all__ = ["error_response", "install_error_handlers"]
+
+log = logging.getLogger("amelio.server")
+
+
+def error_response(status: int, code: str, message: str, details: Any = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"code": code, "message": message, "details": details or {}}},
+        status_code=status,
+        headers=headers,
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(AmelioError)
+    async def amelio_error(_: Request, exc: AmelioError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
+        return error_response(exc.http_status, exc.code, exc.message, exc.details, headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed", 413: "input_too_large"}.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [
+            {"field": ".".join(str(p) for p in err["loc"] if p != "body"), "message": err["msg"]}
+            for err in exc.errors()
+        ]
+        summary = "; ".join(f"{p['field'] or 'body'}: {p['message']}" for p in problems)
+        return error_response(422, "invalid_input", f"Invalid request: {summary}",
+                              {"errors": problems})
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", exc_info=exc)
+        return error_response(500, "internal_error", "Internal error; see the server log.")

@@ -1,0 +1,1 @@
+"""One router per area; each route parses, calls one library function, serializes."""

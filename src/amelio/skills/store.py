@@ -1,0 +1,325 @@
+"""Skills in the database, the source of truth once imported.
+
+Every change goes through :func:`_write_version`, which bumps the skill's
+version with a compare-and-set and appends the full state to
+``skill_versions`` in the same transaction: history can't skip or fork, and two
+concurrent writers can't both win.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from amelio import db, evals
+from amelio.db.schema import skill_versions, skills, utcnow
+from amelio.errors import Conflict, SkillNotFound
+from amelio.projects import DEFAULT_PROJECT, ensure_project, project_id
+from amelio.skills import files
+from amelio.skills.model import Skill, SkillSpec, SkillVersion
+
+__all__ = [
+    "ImportReport",
+    "export_skills",
+    "fork_skill",
+    "get_skill",
+    "import_skills",
+    "list_skills",
+    "list_versions",
+    "rollback_skill",
+    "save_skills",
+    "update_skill",
+]
+
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    created: tuple[str, ...] = ()
+    updated: tuple[str, ...] = ()
+    unchanged: tuple[str, ...] = ()
+    project: str | None = None
+    details: Mapping[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "project": self.project,
+            "created": list(self.created),
+            "updated": list(self.updated),
+            "unchanged": list(self.unchanged),
+            "versions": dict(self.details),
+        }
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _spec_from_row(m: Mapping[str, Any], name: str) -> SkillSpec:
+    ev = m["evals"]
+    return SkillSpec(
+        name=name,
+        description=m["description"],
+        triggers=tuple(m["triggers"]),
+        keywords=tuple(m["keywords"]),
+        content=m["content"],
+        evals=None if ev is None else tuple(ev),
+        extra=dict(m["extra"]),
+    )
+
+
+def _skill_from_row(row: sa.Row[Any], project: str | None) -> Skill:
+    m = row._mapping
+    return Skill(
+        id=m["id"],
+        spec=_spec_from_row(m, m["name"]),
+        project=project,
+        version=m["version"],
+        created_at=_aware(m["created_at"]),
+        updated_at=_aware(m["updated_at"]),
+    )
+
+
+def _columns(spec: SkillSpec) -> dict[str, Any]:
+    return {
+        "description": spec.description,
+        "triggers": list(spec.triggers),
+        "keywords": list(spec.keywords),
+        "extra": dict(spec.extra),
+        "content": spec.content,
+        "evals": None if spec.evals is None else [dict(r) for r in spec.evals],
+        "content_hash": spec.content_hash(),
+    }
+
+
+def _scope_clause(pid: int | None) -> sa.ColumnElement[bool]:
+    return skills.c.project_id.is_(None) if pid is None else skills.c.project_id == pid
+
+
+def _find(conn: sa.Connection, name: str, pid: int | None) -> sa.Row[Any] | None:
+    return conn.execute(
+        sa.select(skills).where(skills.c.name == name, _scope_clause(pid))
+    ).first()
+
+
+def _write_version(
+    conn: sa.Connection, spec: SkillSpec, pid: int | None, *, author: str, reason: str,
+    expected_version: int | None = None,
+) -> int:
+    """Create or advance one skill and record the new version; returns it."""
+    now = utcnow()
+    row = _find(conn, spec.name, pid)
+    if row is None:
+        result = conn.execute(
+            skills.insert().values(
+                name=spec.name, project_id=pid, version=1, created_at=now, updated_at=now,
+                **_columns(spec),
+            )
+        )
+        assert result.inserted_primary_key is not None
+        skill_id, version = int(result.inserted_primary_key[0]), 1
+    else:
+        current = int(row.version)
+        if expected_version is not None and expected_version != current:
+            raise Conflict(
+                f"Skill {spec.name!r} is at version {current}, not {expected_version}: "
+                "someone changed it meanwhile. Reload it and try again.",
+                skill=spec.name, version=current,
+            )
+        skill_id, version = int(row.id), current + 1
+        result = conn.execute(
+            skills.update()
+            .where(skills.c.id == skill_id, skills.c.version == current)
+            .values(version=version, updated_at=now, **_columns(spec))
+        )
+        if result.rowcount != 1:
+            raise Conflict(f"Skill {spec.name!r} changed while it was being saved; try again.",
+                           skill=spec.name)
+    conn.execute(
+        skill_versions.insert().values(
+            skill_id=skill_id, version=version, author=author, reason=reason, created_at=now,
+            **_columns(spec),
+        )
+    )
+    return version
+
+
+def _pid(conn: sa.Connection, project: str | None, *, create: bool = False) -> int | None:
+    """The id of a fork scope; None (global) for no project."""
+    if project is None:
+        return None
+    return ensure_project(conn, project) if create else project_id(conn, project)
+
+
+def save_skills(
+    engine: sa.Engine, specs: Sequence[SkillSpec], *, project: str | None = None,
+    author: str = "import", reason: str = "imported",
+) -> ImportReport:
+    """Store specs in one transaction: new ones at v1, changed ones at v+1."""
+    created: list[str] = []
+    updated: list[str] = []
+    unchanged: list[str] = []
+    versions: dict[str, int] = {}
+    with db.transaction(engine) as conn:
+        pid = _pid(conn, project, create=True)
+        for spec in specs:
+            row = _find(conn, spec.name, pid)
+            if row is not None and row.content_hash == spec.content_hash():
+                unchanged.append(spec.name)
+                versions[spec.name] = int(row.version)
+                continue
+            versions[spec.name] = _write_version(conn, spec, pid, author=author, reason=reason)
+            (created if row is None else updated).append(spec.name)
+    return ImportReport(tuple(created), tuple(updated), tuple(unchanged), project, versions)
+
+
+def import_skills(
+    engine: sa.Engine, path: str | Path, *, project: str | None = None, author: str = "import",
+) -> ImportReport:
+    """Read every skill under ``path`` and store them all, or none on any error."""
+    specs = files.read_skills(path)
+    return save_skills(engine, specs, project=project, author=author,
+                       reason=f"imported from {Path(path).resolve()}")
+
+
+def list_skills(engine: sa.Engine, project: str | None = None) -> list[Skill]:
+    """The skills a project sees: its forks, then the globals it did not fork, by name.
+
+    ``project=None`` lists the global skills only.
+    """
+    with engine.connect() as conn:
+        pid = _pid(conn, project)
+        global_rows = conn.execute(
+            sa.select(skills).where(skills.c.project_id.is_(None))
+        ).all()
+        by_name = {r.name: _skill_from_row(r, None) for r in global_rows}
+        if pid is not None:
+            for r in conn.execute(sa.select(skills).where(skills.c.project_id == pid)).all():
+                by_name[r.name] = _skill_from_row(r, project)
+    return [by_name[n] for n in sorted(by_name)]
+
+
+def _resolve(conn: sa.Connection, name: str, project: str | None) -> tuple[sa.Row[Any], str | None]:
+    pid = _pid(conn, project)
+    if pid is not None:
+        row = _find(conn, name, pid)
+        if row is not None:
+            return row, project
+    row = _find(conn, name, None)
+    if row is None:
+        where = f" for project {project!r}" if project and project != DEFAULT_PROJECT else ""
+        raise SkillNotFound(
+            f"No skill named {name!r}{where}. `amelio skills list` shows the skills there are.",
+            skill=name, project=project,
+        )
+    return row, None
+
+
+def get_skill(engine: sa.Engine, name: str, project: str | None = None) -> Skill:
+    """The skill ``name`` as ``project`` sees it: its fork, else the global one."""
+    with engine.connect() as conn:
+        row, scope = _resolve(conn, name, project)
+    return _skill_from_row(row, scope)
+
+
+def list_versions(engine: sa.Engine, name: str, project: str | None = None) -> list[SkillVersion]:
+    """The full history of the skill ``project`` sees, oldest first."""
+    with engine.connect() as conn:
+        row, _ = _resolve(conn, name, project)
+        rows = conn.execute(
+            sa.select(skill_versions)
+            .where(skill_versions.c.skill_id == row.id)
+            .order_by(skill_versions.c.version)
+        ).all()
+    return [
+        SkillVersion(
+            version=r.version, spec=_spec_from_row(r._mapping, name), author=r.author,
+            reason=r.reason, created_at=_aware(r.created_at),
+        )
+        for r in rows
+    ]
+
+
+def update_skill(
+    engine: sa.Engine, name: str, *, project: str | None = None, author: str, reason: str,
+    content: str = _UNSET, description: str = _UNSET, triggers: Sequence[str] = _UNSET,
+    keywords: Sequence[str] = _UNSET, rules: Sequence[Mapping[str, Any]] | None = _UNSET,
+    expected_version: int | None = None,
+) -> Skill:
+    """Change a skill in its own scope, as a new version (rules are validated first).
+
+    ``expected_version`` turns on optimistic locking: the change fails with
+    :class:`Conflict` when someone else saved a version since it was read.
+    """
+    changes: dict[str, Any] = {}
+    if content is not _UNSET:
+        changes["content"] = content.strip("\n") + "\n" if content.strip() else ""
+    if description is not _UNSET:
+        changes["description"] = description
+    if triggers is not _UNSET:
+        changes["triggers"] = tuple(triggers)
+    if keywords is not _UNSET:
+        changes["keywords"] = tuple(keywords)
+    if rules is not _UNSET:
+        changes["evals"] = (
+            None if rules is None else tuple(r.to_dict() for r in evals.parse_rules(list(rules)))
+        )
+    with db.transaction(engine) as conn:
+        row, scope = _resolve(conn, name, project)
+        spec = replace(_spec_from_row(row._mapping, name), **changes)
+        pid = row.project_id
+        _write_version(conn, spec, pid, author=author, reason=reason,
+                       expected_version=expected_version)
+        new = _find(conn, name, pid)
+        assert new is not None
+    return _skill_from_row(new, scope)
+
+
+def fork_skill(engine: sa.Engine, name: str, project: str, *, author: str) -> Skill:
+    """Copy a global skill into ``project`` so it can change there alone."""
+    with db.transaction(engine) as conn:
+        pid = _pid(conn, project, create=True)
+        if _find(conn, name, pid) is not None:
+            raise Conflict(f"Project {project!r} already has its own {name!r}.", skill=name)
+        row = _find(conn, name, None)
+        if row is None:
+            raise SkillNotFound(f"No global skill named {name!r} to fork.", skill=name)
+        _write_version(conn, _spec_from_row(row._mapping, name), pid, author=author,
+                       reason=f"forked from global v{row.version}")
+        new = _find(conn, name, pid)
+        assert new is not None
+    return _skill_from_row(new, project)
+
+
+def rollback_skill(
+    engine: sa.Engine, name: str, version: int, *, project: str | None = None, author: str,
+) -> Skill:
+    """Make an old version current again, as a new version (history only grows)."""
+    history = {v.version: v for v in list_versions(engine, name, project)}
+    if version not in history:
+        raise SkillNotFound(f"Skill {name!r} has no version {version}.", skill=name,
+                            version=version)
+    old = history[version].spec
+    return update_skill(
+        engine, name, project=project, author=author, reason=f"rollback to v{version}",
+        content=old.content, description=old.description, triggers=old.triggers,
+        keywords=old.keywords, rules=None if old.evals is None else list(old.evals),
+    )
+
+
+def export_skills(engine: sa.Engine, dest: str | Path, *, project: str | None = None
+                  ) -> list[Path]:
+    """Write one scope's skills (global, or a project's forks) as files."""
+    with engine.connect() as conn:
+        pid = _pid(conn, project)
+        rows = conn.execute(
+            sa.select(skills).where(_scope_clause(pid)).order_by(skills.c.name)
+        ).all()
+    return files.write_skills([_spec_from_row(r._mapping, r.name) for r in rows], dest)
+
