@@ -56,9 +56,13 @@ def test_examples_import_with_evals_and_history(workspace: Workspace, examples: 
     listed = skills.list_skills(workspace.engine, "default")
     assert [s.name for s in listed] == sorted(report.created)
     review = skills.get_skill(workspace.engine, "code-review")
-    assert review.version == 1 and review.scope == "global"
-    assert review.spec.triggers and review.spec.keywords and review.spec.content.startswith("#")
-    assert review.spec.evals and all(r["severity"] in ("warning", "info")
+    assert review.version == 1
+    assert review.scope == "global"
+    assert review.spec.triggers
+    assert review.spec.keywords
+    assert review.spec.content.startswith("#")
+    assert review.spec.evals
+    assert all(r["severity"] in ("warning", "info")
                                      for r in review.spec.evals)
     history = skills.list_versions(workspace.engine, "code-review")
     assert [(v.version, v.author) for v in history] == [(1, "import")]
@@ -72,16 +76,19 @@ def test_reimport_is_a_noop_and_a_change_is_a_new_version(workspace: Workspace,
     write_skill(src, "beta")
     skills.import_skills(workspace.engine, src)
     again = skills.import_skills(workspace.engine, src)
-    assert again.created == () and again.updated == ()
+    assert again.created == ()
+    assert again.updated == ()
     assert sorted(again.unchanged) == ["alpha", "beta"]
     assert counts(workspace) == (2, 2)
 
     (src / "alpha" / "SKILL.md").write_text(GOOD.format(name="alpha") + "2. Be kind.\n")
     third = skills.import_skills(workspace.engine, src)
-    assert third.updated == ("alpha",) and third.details["alpha"] == 2
+    assert third.updated == ("alpha",)
+    assert third.details["alpha"] == 2
     history = skills.list_versions(workspace.engine, "alpha")
     assert [v.version for v in history] == [1, 2]
-    assert "Be kind" not in history[0].spec.content and "Be kind" in history[1].spec.content
+    assert "Be kind" not in history[0].spec.content
+    assert "Be kind" in history[1].spec.content
 
 
 def test_round_trip_import_export_import_changes_nothing(workspace: Workspace, examples: Path,
@@ -93,7 +100,8 @@ def test_round_trip_import_export_import_changes_nothing(workspace: Workspace, e
     assert (out / "code-review" / "SKILL.md") in written
     assert (out / "code-review" / "code-review.evals.json") in written
     report = skills.import_skills(workspace.engine, out)
-    assert report.created == () and report.updated == ()
+    assert report.created == ()
+    assert report.updated == ()
     assert {s.name: s.spec for s in skills.list_skills(workspace.engine)} == before
     # And the exported files read back equal to what was stored.
     assert {s.name: s for s in skills.read_skills(out)} == before
@@ -154,7 +162,8 @@ def test_eval_error_names_rule_id(tmp_path: Path) -> None:
          "severity": "warning"}]})
     with pytest.raises(EvalRuleError) as info:
         skills.read_skills(tmp_path)
-    assert info.value.rule_id == "bad-007" and info.value.field == "pattern"
+    assert info.value.rule_id == "bad-007"
+    assert info.value.field == "pattern"
     assert "bad.evals.json" in str(info.value)
 
 
@@ -199,13 +208,15 @@ def test_project_fork_wins_over_global(workspace: Workspace, tmp_path: Path) -> 
     skills.import_skills(workspace.engine, tmp_path / "acme", project="acme")
 
     acme = {s.name: s for s in skills.list_skills(workspace.engine, "acme")}
-    assert acme["alpha"].scope == "project" and "French" in acme["alpha"].spec.content
+    assert acme["alpha"].scope == "project"
+    assert "French" in acme["alpha"].spec.content
     assert acme["beta"].scope == "global"
     assert "French" not in skills.get_skill(workspace.engine, "alpha", "default").spec.content
     assert "French" in skills.get_skill(workspace.engine, "alpha", "acme").spec.content
 
     fork = skills.fork_skill(workspace.engine, "beta", "acme", author="t")
-    assert fork.project == "acme" and fork.version == 1
+    assert fork.project == "acme"
+    assert fork.version == 1
     with pytest.raises(Conflict):
         skills.fork_skill(workspace.engine, "beta", "acme", author="t")
 
@@ -215,12 +226,14 @@ def test_update_rollback_and_optimistic_lock(workspace: Workspace, tmp_path: Pat
     skills.import_skills(workspace.engine, tmp_path)
     v2 = skills.update_skill(workspace.engine, "alpha", content="New body", author="ana",
                              reason="clearer", expected_version=1)
-    assert v2.version == 2 and v2.spec.content == "New body\n"
+    assert v2.version == 2
+    assert v2.spec.content == "New body\n"
     with pytest.raises(Conflict, match="version 2, not 1"):
         skills.update_skill(workspace.engine, "alpha", content="Lost update", author="bob",
                             reason="stale", expected_version=1)
     v3 = skills.rollback_skill(workspace.engine, "alpha", 1, author="ana")
-    assert v3.version == 3 and "Be precise" in v3.spec.content
+    assert v3.version == 3
+    assert "Be precise" in v3.spec.content
     assert [(v.version, v.reason) for v in skills.list_versions(workspace.engine, "alpha")] == [
         (1, f"imported from {tmp_path.resolve()}"), (2, "clearer"), (3, "rollback to v1")]
     with pytest.raises(SkillNotFound):

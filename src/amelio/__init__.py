@@ -1,9 +1,106 @@
-"""Amelio: assistants and search that improve from their own use."""
+"""Amelio: assistants and search that improve from their own use.
 
-from __future__ import annotations
+This module is the public API; everything not listed in ``__all__`` is private
+and may change between releases.
+"""
 
-from amelio.errors import AmelioError
+from amelio.config import Settings, find_workspace, load_settings
+from amelio.errors import (
+    AmelioError,
+    AuthError,
+    ConfigError,
+    Conflict,
+    DatabaseError,
+    EvalRuleError,
+    Forbidden,
+    InputTooLarge,
+    InvalidInput,
+    NotFound,
+    NotMigrated,
+    ProjectNotFound,
+    SkillFileError,
+    SkillNotFound,
+    WorkspaceNotFound,
+)
+from amelio.evals import (
+    EvalReport,
+    EvalResult,
+    EvalRule,
+    EvalSpec,
+    RuleType,
+    Verdict,
+    append_footnotes,
+    evaluate,
+    parse_eval_file,
+    parse_rules,
+    render_footnotes,
+)
+from amelio.hookspecs import hookimpl
+from amelio.skills import (
+    ImportReport,
+    Skill,
+    SkillSpec,
+    SkillVersion,
+    export_skills,
+    fork_skill,
+    get_skill,
+    import_skills,
+    list_skills,
+    list_versions,
+    read_skills,
+    rollback_skill,
+    update_skill,
+)
+from amelio.workspace import Workspace, init_workspace, open_workspace
 
 __version__ = "0.1.0"
 
-__all__ = ["AmelioError", "__version__"]
+__all__ = [
+    "AmelioError",
+    "AuthError",
+    "ConfigError",
+    "Conflict",
+    "DatabaseError",
+    "EvalReport",
+    "EvalResult",
+    "EvalRule",
+    "EvalRuleError",
+    "EvalSpec",
+    "Forbidden",
+    "ImportReport",
+    "InputTooLarge",
+    "InvalidInput",
+    "NotFound",
+    "NotMigrated",
+    "ProjectNotFound",
+    "RuleType",
+    "Settings",
+    "Skill",
+    "SkillFileError",
+    "SkillNotFound",
+    "SkillSpec",
+    "SkillVersion",
+    "Verdict",
+    "Workspace",
+    "WorkspaceNotFound",
+    "__version__",
+    "append_footnotes",
+    "evaluate",
+    "export_skills",
+    "find_workspace",
+    "fork_skill",
+    "get_skill",
+    "hookimpl",
+    "import_skills",
+    "init_workspace",
+    "list_skills",
+    "list_versions",
+    "load_settings",
+    "open_workspace",
+    "parse_eval_file",
+    "parse_rules",
+    "read_skills",
+    "render_footnotes",
+    "rollback_skill",
+    "update_skill",
+]

@@ -15,7 +15,6 @@ from typing import Literal, get_args
 import sqlalchemy as sa
 
 from amelio import db
-
 from amelio.db.schema import api_keys, utcnow
 from amelio.errors import InvalidInput, NotFound
 

@@ -9,7 +9,6 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from amelio import db
-
 from amelio.db.schema import projects, utcnow
 from amelio.errors import InvalidInput, ProjectNotFound
 

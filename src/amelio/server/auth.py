@@ -37,7 +37,8 @@ def require(*roles: str) -> Callable[..., ApiKey]:
             raise AuthError("Invalid or revoked API key.")
         if key.role not in allowed:
             raise Forbidden(
-                f"A {key.role!r} key cannot do this; it needs one of: {', '.join(sorted(allowed))}.",
+                f"A {key.role!r} key cannot do this; it needs one of: "
+                f"{', '.join(sorted(allowed))}.",
                 role=key.role,
             )
         return key

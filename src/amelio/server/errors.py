@@ -16,6 +16,8 @@ __all__ = ["error_response", "install_error_handlers"]
 
 log = logging.getLogger("amelio.server")
 
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "input_too_large"}
+
 
 def error_response(status: int, code: str, message: str, details: Any = None,
                    headers: dict[str, str] | None = None) -> JSONResponse:
@@ -34,7 +36,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed", 413: "input_too_large"}.get(exc.status_code, "http_error")
+        code = _HTTP_CODES.get(exc.status_code, "http_error")
         return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)

@@ -1,0 +1,5 @@
+"""``python -m amelio`` is the ``amelio`` command."""
+
+from amelio.cli import main
+
+main()

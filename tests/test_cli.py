@@ -1,0 +1,173 @@
+"""The `amelio` command as a new user would run it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from amelio import keys
+from amelio.cli import main
+from amelio.workspace import open_workspace
+
+
+def run(*args: str, input: str | None = None) -> Result:
+    return CliRunner().invoke(main, list(args), input=input, catch_exceptions=False)
+
+
+@pytest.fixture
+def ws(tmp_path: Path, examples: Path) -> Path:
+    path = tmp_path / "ws"
+    assert run("init", str(path)).exit_code == 0
+    assert run("-w", str(path), "skills", "import", str(examples)).exit_code == 0
+    return path
+
+
+def test_init_creates_a_migrated_workspace_and_keeps_an_existing_one(tmp_path: Path) -> None:
+    path = tmp_path / "new"
+    result = run("init", str(path))
+    assert result.exit_code == 0
+    assert "Created workspace" in result.output
+    assert (path / "amelio.toml").is_file()
+    assert (path / "skills").is_dir()
+    (path / "amelio.toml").write_text('port = 9100\n')
+    again = run("init", str(path))
+    assert "Updated existing" in again.output
+    assert (path / "amelio.toml").read_text() == "port = 9100\n"
+    status = json.loads(run("-w", str(path), "db", "status", "--json").output)
+    assert status["upToDate"] is True
+
+
+def test_skills_list_show_export(ws: Path, tmp_path: Path) -> None:
+    listed = run("-w", str(ws), "skills", "list")
+    assert listed.exit_code == 0
+    assert "code-review" in listed.output
+    data = json.loads(run("-w", str(ws), "skills", "list", "--json").output)
+    assert {"code-review", "git-help"} <= {s["name"] for s in data}
+    shown = run("-w", str(ws), "skills", "show", "git-help")
+    assert shown.exit_code == 0
+    assert "triggers:" in shown.output
+    assert "history:" in shown.output
+    detail = json.loads(run("-w", str(ws), "skills", "show", "git-help", "--json").output)
+    assert detail["version"] == 1
+    assert detail["versions"][0]["author"] == "import"
+    out = tmp_path / "out"
+    exported = run("-w", str(ws), "skills", "export", str(out))
+    assert exported.exit_code == 0
+    assert (out / "git-help" / "SKILL.md").is_file()
+    reimport = run("-w", str(ws), "skills", "import", str(out), "--json")
+    assert json.loads(reimport.output)["created"] == []
+    assert json.loads(reimport.output)["updated"] == []
+
+
+def test_workspace_found_from_cwd_and_env(ws: Path, monkeypatch: pytest.MonkeyPatch,
+                                          tmp_path: Path) -> None:
+    monkeypatch.chdir(ws / "skills")
+    assert "code-review" in run("skills", "list").output
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AMELIO_WORKSPACE", str(ws))
+    assert "code-review" in run("skills", "list").output
+
+
+def test_project_fork_import_and_show(ws: Path, examples: Path, tmp_path: Path) -> None:
+    result = run("-w", str(ws), "skills", "import", str(examples / "git-help"),
+                 "--project", "acme")
+    assert result.exit_code == 0
+    assert "project acme" in result.output
+    data = json.loads(run("-w", str(ws), "skills", "list", "--project", "acme", "--json").output)
+    scopes = {s["name"]: s["scope"] for s in data}
+    assert scopes["git-help"] == "project"
+    assert scopes["code-review"] == "global"
+    assert "acme" in run("-w", str(ws), "projects", "list").output
+
+
+def test_errors_exit_1_with_a_clear_message(ws: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad" / "broken"
+    bad.mkdir(parents=True)
+    (bad / "SKILL.md").write_text("---\nname: broken\ntriggers: [unclosed\n---\n")
+    result = CliRunner().invoke(main, ["-w", str(ws), "skills", "import", str(bad.parent)])
+    assert result.exit_code == 1
+    assert "Error:" in result.output
+    assert "SKILL.md" in result.output
+    assert "front matter" in result.output
+    missing = CliRunner().invoke(main, ["-w", str(ws), "skills", "show", "nope"])
+    assert missing.exit_code == 1
+    assert "No skill named 'nope'" in missing.output
+    nows = CliRunner().invoke(main, ["skills", "list"])
+    assert nows.exit_code == 1
+    assert "amelio init" in nows.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["no-such-command"],
+        ["skills", "import"],
+        ["skills", "show", "x", "--version", "0"],
+        ["keys", "create", "--role", "root", "--name", "n"],
+        ["keys", "create", "--role", "admin"],
+        ["serve", "--port", "70000"],
+    ],
+)
+def test_usage_errors_exit_2(ws: Path, args: list[str]) -> None:
+    result = CliRunner().invoke(main, ["-w", str(ws), *args])
+    assert result.exit_code == 2, result.output
+
+
+def test_every_command_has_help() -> None:
+    def walk(group: object, path: list[str]) -> list[list[str]]:
+        import click
+
+        found = [path]
+        if isinstance(group, click.Group):
+            for name, cmd in group.commands.items():
+                found += walk(cmd, [*path, name])
+        return found
+
+    for path in walk(main, []):
+        result = run(*path, "--help")
+        assert result.exit_code == 0, path
+        assert "Usage:" in result.output, path
+
+
+def test_keys_create_prints_once_and_stores_hash(ws: Path) -> None:
+    result = CliRunner().invoke(main, ["-w", str(ws), "keys", "create", "--role", "bot",
+                                       "--name", "telegram"])
+    assert result.exit_code == 0
+    token = result.stdout.strip()
+    assert token.startswith("amk_")
+    workspace = open_workspace(ws)
+    try:
+        assert keys.authenticate(workspace.engine, token) is not None
+        db_dump = "\n".join(
+            str(row) for row in workspace.engine.connect().exec_driver_sql(
+                "SELECT * FROM api_keys").all())
+        assert token not in db_dump
+    finally:
+        workspace.dispose()
+    listed = run("-w", str(ws), "keys", "list")
+    assert "telegram" in listed.output
+    assert token not in listed.output
+
+
+def test_config_show_masks_secrets(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AMELIO_LLM_API_KEY", "sk-supersecretvalue")
+    result = run("-w", str(ws), "config", "show")
+    assert result.exit_code == 0
+    assert "supersecret" not in result.output
+    assert "llm_provider" in result.output
+    data = json.loads(run("-w", str(ws), "config", "show", "--json").output)
+    assert data["llm_api_key"]["source"] == "env"
+
+
+def test_demo_prepares_a_workspace_and_reuses_its_key(tmp_path: Path) -> None:
+    first = run("demo", "--dir", str(tmp_path / "d"), "--no-serve")
+    assert first.exit_code == 0
+    assert "Admin API key:" in first.output
+    second = run("demo", "--dir", str(tmp_path / "d"), "--no-serve")
+    key = [ln for ln in first.output.splitlines() if ln.startswith("Admin API key:")]
+    assert key
+    assert key[0] in second.output
+    assert "code-review" in run("-w", str(tmp_path / "d"), "skills", "list").output

@@ -1,0 +1,57 @@
+"""The public API, settings, hooks and commands are all documented."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+import amelio
+from amelio import hookspecs
+from amelio.cli import main
+from amelio.config import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+
+
+def test_public_api_is_curated() -> None:
+    assert sorted(amelio.__all__) == amelio.__all__, "keep __all__ sorted"
+    for name in amelio.__all__:
+        assert hasattr(amelio, name), name
+    public = {n for n in dir(amelio) if not n.startswith("_")}
+    modules = {n for n in public if type(getattr(amelio, n)).__name__ == "module"}
+    assert public - modules == set(amelio.__all__) - {"__version__"}
+
+
+def test_every_setting_is_documented() -> None:
+    text = (DOCS / "configuration.md").read_text()
+    for name in Settings.model_fields:
+        assert f"`{name}`" in text, name
+        assert f"`AMELIO_{name.upper()}`" in text, name
+
+
+def test_every_hook_is_documented() -> None:
+    text = (DOCS / "plugins.md").read_text()
+    hooks = [n for n in dir(hookspecs) if n.startswith("register_")]
+    assert hooks
+    for name in hooks:
+        assert f"`{name}(" in text, name
+
+
+def test_every_command_is_documented() -> None:
+    text = (DOCS / "cli.md").read_text()
+
+    def walk(cmd: click.Command, path: list[str]) -> list[str]:
+        if isinstance(cmd, click.Group):
+            return [p for name, sub in cmd.commands.items() for p in walk(sub, [*path, name])]
+        return [" ".join(path)]
+
+    for command in walk(main, []):
+        assert f"amelio {command}" in text, command
+
+
+def test_readme_shows_the_two_commands() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert "make demo" in text
+    assert "make test" in text
