@@ -7,7 +7,7 @@ from fastapi import FastAPI
 import amelio
 from amelio.server.errors import install_error_handlers
 from amelio.server.limits import BodySizeLimit
-from amelio.server.routes import health, skills
+from amelio.server.routes import evals, health, skills
 from amelio.workspace import Workspace
 
 __all__ = ["create_app"]
@@ -28,4 +28,5 @@ def create_app(workspace: Workspace) -> FastAPI:
     app.add_middleware(BodySizeLimit, limit=workspace.settings.max_request_bytes)
     app.include_router(health.router)
     app.include_router(skills.router)
+    app.include_router(evals.router)
     return app

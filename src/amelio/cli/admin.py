@@ -1,0 +1,231 @@
+"""Workspace, settings, database, projects, keys and the service."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+import amelio
+from amelio import db, keys, projects
+from amelio.cli._common import (
+    handle_errors,
+    json_option,
+    main,
+    print_json,
+    table,
+    workspace,
+)
+from amelio.config import load_settings
+from amelio.workspace import Workspace, init_workspace
+
+# -- init, config, db -------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@handle_errors
+def init(directory: Path) -> None:
+    """Create a workspace in DIRECTORY (amelio.toml, skills/, migrated database)."""
+    ws, created = init_workspace(directory)
+    ws.dispose()
+    verb = "Created" if created else "Updated existing"
+    click.echo(f"{verb} workspace {ws.root}")
+    click.echo(f"  database: {ws.settings.effective_database_url}")
+    click.echo(f"Next: amelio -w {directory} skills import PATH/TO/skills")
+
+
+@main.group()
+def config() -> None:
+    """Inspect settings."""
+
+
+@config.command("show")
+@json_option
+@click.pass_context
+@handle_errors
+def config_show(ctx: click.Context, as_json: bool) -> None:
+    """Print the effective settings (secrets masked) and where each came from."""
+    settings = load_settings(ctx.obj.get("workspace"))
+    rows = list(settings.rows())
+    if as_json:
+        print_json({r.name: {"value": r.value, "source": r.source, "env": r.env} for r in rows})
+        return
+    table(["setting", "value", "source", "env"], [(r.name, r.value, r.source, r.env)
+                                                    for r in rows])
+
+
+@main.group("db")
+def db_group() -> None:
+    """Database migrations."""
+
+
+@db_group.command("upgrade")
+@click.pass_context
+@handle_errors
+def db_upgrade(ctx: click.Context) -> None:
+    """Apply pending migrations to the workspace's database."""
+    settings = load_settings(ctx.obj.get("workspace"))
+    engine = db.create_engine(settings.effective_database_url)
+    try:
+        before, after = db.upgrade(engine)
+    finally:
+        engine.dispose()
+    if before == after:
+        click.echo(f"Database already at {after}.")
+    else:
+        click.echo(f"Database upgraded: {before or '(empty)'} -> {after}.")
+
+
+@db_group.command("status")
+@json_option
+@click.pass_context
+@handle_errors
+def db_status(ctx: click.Context, as_json: bool) -> None:
+    """Show the database's migration and the code's."""
+    settings = load_settings(ctx.obj.get("workspace"))
+    engine = db.create_engine(settings.effective_database_url)
+    try:
+        current, head = db.current_revision(engine), db.head_revision()
+    finally:
+        engine.dispose()
+    if as_json:
+        print_json({"current": current, "head": head, "upToDate": current == head})
+    else:
+        click.echo(f"current: {current or '(not migrated)'}\nhead:    {head}")
+        if current != head:
+            click.echo("Run `amelio db upgrade`.")
+
+
+# -- projects ---------------------------------------------------------------------------
+
+
+@main.group("projects")
+def projects_group() -> None:
+    """Projects (tenants) of the workspace."""
+
+
+@projects_group.command("list")
+@json_option
+@click.pass_context
+@handle_errors
+def projects_list(ctx: click.Context, as_json: bool) -> None:
+    """List projects."""
+    found = projects.list_projects(workspace(ctx).engine)
+    if as_json:
+        print_json([{"name": p.name, "createdAt": p.created_at.isoformat()} for p in found])
+    else:
+        table(["project", "created"], [(p.name, p.created_at) for p in found])
+
+
+@projects_group.command("create")
+@click.argument("name")
+@click.pass_context
+@handle_errors
+def projects_create(ctx: click.Context, name: str) -> None:
+    """Create project NAME (no-op when it exists)."""
+    project = projects.create_project(workspace(ctx).engine, name)
+    click.echo(f"Project {project.name} ready.")
+
+
+# -- keys -------------------------------------------------------------------------------
+
+
+@main.group("keys")
+def keys_group() -> None:
+    """API keys for the service."""
+
+
+@keys_group.command("create")
+@click.option("--role", type=click.Choice(keys.ROLES), required=True,
+              help="admin: everything; bot: chat and feedback; client: feedback events only.")
+@click.option("--name", required=True, help="Who or what uses the key.")
+@json_option
+@click.pass_context
+@handle_errors
+def keys_create(ctx: click.Context, role: str, name: str, as_json: bool) -> None:
+    """Create an API key and print it once (only its hash is stored)."""
+    key, token = keys.create_key(workspace(ctx).engine, name=name, role=role)
+    if as_json:
+        print_json({"id": key.id, "name": key.name, "role": key.role, "key": token})
+        return
+    click.echo(token)
+    click.echo(f"Key {key.id} ({key.role}, {key.name}). Store it now: it is not shown again.",
+               err=True)
+
+
+@keys_group.command("list")
+@json_option
+@click.pass_context
+@handle_errors
+def keys_list(ctx: click.Context, as_json: bool) -> None:
+    """List API keys (never the keys themselves)."""
+    found = keys.list_keys(workspace(ctx).engine)
+    if as_json:
+        print_json([{"id": k.id, "name": k.name, "role": k.role, "prefix": k.prefix,
+                      "revoked": k.revoked_at is not None} for k in found])
+        return
+    table(["id", "name", "role", "prefix", "last used", "revoked"],
+           [(k.id, k.name, k.role, k.prefix + "…", k.last_used_at or "-",
+             "yes" if k.revoked_at else "") for k in found])
+
+
+@keys_group.command("revoke")
+@click.argument("key_id", type=int)
+@click.pass_context
+@handle_errors
+def keys_revoke(ctx: click.Context, key_id: int) -> None:
+    """Revoke key KEY_ID at once."""
+    keys.revoke_key(workspace(ctx).engine, key_id)
+    click.echo(f"Key {key_id} revoked.")
+
+
+# -- serve, demo ------------------------------------------------------------------------
+
+
+def _serve(ws: Workspace, host: str | None, port: int | None) -> None:
+    import uvicorn
+
+    from amelio.server import create_app
+
+    host = host or ws.settings.host
+    port = port or ws.settings.port
+    click.echo(f"Amelio {amelio.__version__} serving {ws.root} at http://{host}:{port}/ "
+               f"(API docs: http://{host}:{port}/docs)")
+    uvicorn.run(create_app(ws), host=host, port=port, log_level="info")
+
+
+@main.command()
+@click.option("--host", default=None, help="Bind address (default: setting `host`).")
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="Port (default: setting `port`).")
+@click.pass_context
+@handle_errors
+def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
+    """Run the API service on the workspace (its database must be migrated)."""
+    _serve(workspace(ctx), host, port)
+
+
+@main.command()
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("demo-workspace"), show_default=True, help="Demo workspace folder.")
+@click.option("--skills", "skills_path", type=click.Path(exists=True, path_type=Path),
+              default=None, help="Skills to import (default: the example skills).")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
+@click.option("--no-serve", is_flag=True, help="Prepare the workspace and stop.")
+@handle_errors
+def demo(directory: Path, skills_path: Path | None, host: str, port: int, no_serve: bool
+         ) -> None:
+    """Create (or reuse) a demo workspace with the example skills and serve it."""
+    from amelio.demo import prepare_demo
+
+    ws, admin_key = prepare_demo(directory, skills_path)
+    click.echo(f"Demo workspace: {ws.root}")
+    click.echo(f"Admin API key:  {admin_key}")
+    click.echo(f"Try: curl -H 'Authorization: Bearer {admin_key}' http://{host}:{port}/v1/skills")
+    if no_serve:
+        ws.dispose()
+        return
+    _serve(ws, host, port)
+

@@ -1,0 +1,190 @@
+"""``amelio eval`` (a CI gate) and ``amelio evals`` (rule management)."""
+
+from __future__ import annotations
+
+import json
+import os
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import IO, Any
+
+import click
+
+from amelio import evals, projects, skills
+from amelio.cli._common import handle_errors, main, print_json, project_option, table, workspace
+from amelio.config import Settings
+from amelio.errors import EvalRuleError, InputTooLarge, SkillFileError
+from amelio.promptfoo import import_promptfoo
+
+
+def _read_limited(stream: IO[str], limit: int, name: str) -> str:
+    """Read at most ``limit`` chars: a huge input is refused without loading it whole."""
+    text = stream.read(limit + 1)
+    if len(text) > limit:
+        raise InputTooLarge(f"{name} is over the {limit:,}-character limit "
+                            "(AMELIO_MAX_TEXT_CHARS).", limit=limit)
+    return text
+
+
+def _rules_from_file(path: Path) -> tuple[evals.EvalRule, ...]:
+    """A seed-format evals file, or a bare JSON list of rules."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SkillFileError(f"cannot read: {exc}", file=str(path)) from exc
+    if text.lstrip().startswith("["):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise EvalRuleError(f"invalid JSON at line {exc.lineno}, column {exc.colno}: "
+                                f"{exc.msg}", file=str(path)) from exc
+        return evals.parse_rules(data, source=str(path))
+    return evals.parse_eval_file(text, source=str(path)).rules
+
+
+def _junit(report: evals.EvalReport, suite: str) -> str:
+    """JUnit XML: failed warnings are failures, unchecked rules errors, failed infos
+    pass with a note, so a CI dashboard matches the exit code."""
+    failures = sum(1 for r in report.failed if r.severity == "warning" and not r.error)
+    errors = sum(1 for r in report.failed if r.error)
+    root = ET.Element("testsuite", name=suite, tests=str(len(report.results)),
+                      failures=str(failures), errors=str(errors))
+    for r in report.results:
+        case = ET.SubElement(root, "testcase", classname=suite, name=f"{r.rule_id}: {r.name}")
+        if r.passed:
+            continue
+        if r.error:
+            ET.SubElement(case, "error", message=r.detail, type=r.type)
+        elif r.severity == "warning":
+            ET.SubElement(case, "failure", message=r.detail, type=r.type)
+        else:
+            ET.SubElement(case, "system-out").text = f"info rule failed: {r.detail}"
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True)
+
+
+def _print_report(report: evals.EvalReport) -> None:
+    def status(r: evals.EvalResult) -> str:
+        return "ERROR" if r.error else ("pass" if r.passed else "FAIL")
+
+    table(["result", "severity", "rule", "type", "name", "detail"],
+          [(status(r), r.severity, r.rule_id, r.type, r.name, r.detail)
+           for r in report.results])
+    failed_warnings = sum(1 for r in report.failed if r.severity == "warning")
+    click.echo("")
+    click.echo(f"{len(report.results)} rules: {report.passed_count} passed, "
+               f"{len(report.failed)} failed ({failed_warnings} warning). "
+               f"{'Success.' if report.success else 'Failure: a warning rule failed.'}")
+    for note in evals.render_footnotes(report):
+        click.echo(note)
+
+
+@main.command("eval")
+@click.argument("file", type=click.File("r", encoding="utf-8"), default="-")
+@click.option("--skill", default=None,
+              help="Check against this skill's rules (needs a workspace).")
+@click.option("--rules", "rules_path", default=None,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Check against a rules file; no workspace needed.")
+@project_option
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "junit"]), default="table",
+              show_default=True)
+@click.pass_context
+@handle_errors
+def eval_command(ctx: click.Context, file: IO[str], skill: str | None, rules_path: Path | None,
+                 project: str | None, fmt: str) -> None:
+    """Check the text in FILE (default: stdin) against eval rules.
+
+    Exit code 1 when a warning rule fails, 0 otherwise, so it can gate CI.
+    """
+    if (skill is None) == (rules_path is None):
+        raise click.UsageError("Give exactly one of --skill NAME or --rules RULES.json.")
+    if rules_path is not None:
+        limit = Settings.model_fields["max_text_chars"].default
+        rules, suite = _rules_from_file(rules_path), rules_path.stem
+    else:
+        assert skill is not None
+        ws = workspace(ctx)
+        limit = ws.settings.max_text_chars
+        found = skills.get_skill(ws.engine, skill, project or projects.DEFAULT_PROJECT)
+        rules, suite = evals.parse_rules(list(found.spec.evals or ())), skill
+        if not rules:
+            click.echo(f"Skill {skill!r} has no eval rules; nothing to check.", err=True)
+    report = evals.evaluate(_read_limited(file, limit, file.name), rules, max_chars=limit)
+    if fmt == "json":
+        print_json(report.to_dict())
+    elif fmt == "junit":
+        click.echo(_junit(report, suite))
+    else:
+        _print_report(report)
+    ctx.exit(0 if report.success else 1)
+
+
+@main.group("evals")
+def evals_group() -> None:
+    """Manage eval rules."""
+
+
+def _merge(existing: tuple[evals.EvalRule, ...], new: tuple[evals.EvalRule, ...]
+           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Existing rules plus the new ones that check something not checked yet, with
+    ids renumbered past any clash; returns (all rules, added rules)."""
+    def key(rule: evals.EvalRule) -> str:
+        return json.dumps([rule.type, dict(rule.params)], sort_keys=True, default=str)
+
+    merged = [r.to_dict() for r in existing]
+    ids = {r.id for r in existing}
+    known = {key(r) for r in existing}
+    added: list[dict[str, Any]] = []
+    counter = 1
+    for rule in new:
+        if key(rule) in known:
+            continue
+        data = rule.to_dict()
+        while data["id"] in ids:
+            data["id"] = f"pf-{counter:03d}"
+            counter += 1
+        ids.add(data["id"])
+        known.add(key(rule))
+        merged.append(data)
+        added.append(data)
+    return merged, added
+
+
+@evals_group.command("import-promptfoo")
+@click.argument("config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--skill", required=True, help="Skill whose rules receive the assertions.")
+@project_option
+@click.option("--dry-run", is_flag=True, help="Show what would be imported; change nothing.")
+@click.pass_context
+@handle_errors
+def import_promptfoo_command(ctx: click.Context, config_file: Path, skill: str,
+                             project: str | None, dry_run: bool) -> None:
+    """Map a promptfoo config's deterministic assertions into a skill's rules.
+
+    Assertions without an equivalent (llm-rubric, similar, javascript, …) are
+    listed, one line each, and left out.
+    """
+    result = import_promptfoo(config_file.read_text(encoding="utf-8"), source=str(config_file))
+    ws = workspace(ctx)
+    current = skills.get_skill(ws.engine, skill, project or projects.DEFAULT_PROJECT)
+    existing = evals.parse_rules(list(current.spec.evals or ()))
+    merged, added = _merge(existing, result.rules)
+    for rule in added:
+        click.echo(f"  + {rule['id']:8} {rule['type']:20} {rule['name']}")
+    for line in result.unmapped:
+        click.echo(f"  not mapped: {line}")
+    if not added:
+        click.echo(f"No new rules for {skill}.")
+        return
+    if dry_run:
+        click.echo(f"Dry run: {len(added)} rules would be added to {skill}.")
+        return
+    updated = skills.update_skill(
+        ws.engine, skill, project=current.project, rules=merged,
+        author=os.environ.get("USER", "cli"),
+        reason=f"imported {len(added)} rules from {config_file.name}",
+        expected_version=current.version,
+    )
+    click.echo(f"Added {len(added)} rules to {skill} (now v{updated.version}); "
+               f"{len(result.unmapped)} assertions not mapped.")

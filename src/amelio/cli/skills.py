@@ -1,0 +1,141 @@
+"""Import, list, show, export and roll back skills."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from amelio import projects, skills
+from amelio.cli._common import (
+    handle_errors,
+    json_option,
+    main,
+    print_json,
+    project_option,
+    short,
+    table,
+    workspace,
+)
+
+# -- skills -----------------------------------------------------------------------------
+
+
+@main.group("skills")
+def skills_group() -> None:
+    """Import, list, show and export skills."""
+
+
+@skills_group.command("import")
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@project_option
+@json_option
+@click.pass_context
+@handle_errors
+def skills_import(ctx: click.Context, path: Path, project: str | None, as_json: bool) -> None:
+    """Import skills from PATH (a skills folder, one skill folder or a SKILL.md).
+
+    All or nothing: one malformed file aborts the import and stores nothing.
+    With --project the skills become that project's forks.
+    """
+    report = skills.import_skills(workspace(ctx).engine, path, project=project)
+    if as_json:
+        print_json(report.to_dict())
+        return
+    scope = f"project {project}" if project else "global"
+    click.echo(f"Imported into {scope}: {len(report.created)} new, {len(report.updated)} "
+               f"updated, {len(report.unchanged)} unchanged.")
+    for label, names in (("new", report.created), ("updated", report.updated)):
+        for name in names:
+            click.echo(f"  {label:8} {name} (v{report.details[name]})")
+
+
+@skills_group.command("list")
+@project_option
+@json_option
+@click.pass_context
+@handle_errors
+def skills_list(ctx: click.Context, project: str | None, as_json: bool) -> None:
+    """List the skills a project sees (its forks first, then global skills)."""
+    found = skills.list_skills(workspace(ctx).engine, project or projects.DEFAULT_PROJECT)
+    if as_json:
+        print_json([s.to_dict(with_content=False) for s in found])
+        return
+    table(
+        ["name", "scope", "version", "rules", "description"],
+        [(s.name, s.scope, s.version, len(s.spec.evals or ()), short(s.spec.description))
+         for s in found],
+    )
+
+
+@skills_group.command("show")
+@click.argument("name")
+@click.option("--version", "version", type=click.IntRange(min=1), default=None,
+              help="Show an older version.")
+@project_option
+@json_option
+@click.pass_context
+@handle_errors
+def skills_show(ctx: click.Context, name: str, version: int | None, project: str | None,
+                as_json: bool) -> None:
+    """Show skill NAME: metadata, content, eval rules and history."""
+    engine = workspace(ctx).engine
+    skill = skills.get_skill(engine, name, project or projects.DEFAULT_PROJECT)
+    history = skills.list_versions(engine, name, project or projects.DEFAULT_PROJECT)
+    spec = skill.spec
+    if version is not None:
+        match = [v for v in history if v.version == version]
+        if not match:
+            raise click.BadParameter(f"{name} has versions 1 to {skill.version}",
+                                     param_hint="--version")
+        spec = match[0].spec
+    if as_json:
+        data = skill.to_dict()
+        data |= {"version": version or skill.version, "content": spec.content,
+                 "evals": None if spec.evals is None else [dict(r) for r in spec.evals],
+                 "versions": [v.to_dict() for v in history]}
+        print_json(data)
+        return
+    click.echo(f"{spec.name}  v{version or skill.version} of {skill.version}  ({skill.scope}"
+               f"{' ' + skill.project if skill.project else ''})")
+    click.echo(f"description: {spec.description}")
+    click.echo(f"triggers:    {', '.join(spec.triggers) or '-'}")
+    click.echo(f"keywords:    {', '.join(spec.keywords) or '-'}")
+    click.echo("")
+    click.echo(spec.content.rstrip())
+    click.echo("")
+    if spec.evals:
+        click.echo("eval rules:")
+        for rule in spec.evals:
+            click.echo(f"  {rule['id']:10} {rule.get('severity', 'warning'):8} "
+                       f"{rule['type']:20} {rule.get('name', '')}")
+    click.echo("history:")
+    for v in history:
+        click.echo(f"  v{v.version}  {v.created_at:%Y-%m-%d %H:%M}  {v.author}: {v.reason}")
+
+
+@skills_group.command("export")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@project_option
+@click.pass_context
+@handle_errors
+def skills_export(ctx: click.Context, directory: Path, project: str | None) -> None:
+    """Write skills back as files (global ones, or --project's forks)."""
+    written = skills.export_skills(workspace(ctx).engine, directory, project=project)
+    click.echo(f"Wrote {len(written)} files to {directory}.")
+
+
+@skills_group.command("rollback")
+@click.argument("name")
+@click.argument("version", type=click.IntRange(min=1))
+@project_option
+@click.pass_context
+@handle_errors
+def skills_rollback(ctx: click.Context, name: str, version: int, project: str | None) -> None:
+    """Make VERSION of skill NAME current again (recorded as a new version)."""
+    skill = skills.rollback_skill(workspace(ctx).engine, name, version, project=project,
+                                  author=os.environ.get("USER", "cli"))
+    click.echo(f"{name} is now v{skill.version} (content of v{version}).")
+
+

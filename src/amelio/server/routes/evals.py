@@ -1,0 +1,91 @@
+"""Eval rules of a skill, and checking a text against rules."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from amelio import evals, skills
+from amelio.errors import InvalidInput
+from amelio.keys import ApiKey
+from amelio.projects import DEFAULT_PROJECT
+from amelio.server.auth import require
+
+router = APIRouter(tags=["evals"])
+
+Reader = Annotated[ApiKey, Depends(require("bot"))]
+Admin = Annotated[ApiKey, Depends(require())]
+ProjectParam = Annotated[str, Query(description="Project whose view of the skill to use.")]
+
+
+class RulesUpdate(BaseModel):
+    """A seed-format evals document; ``version`` and ``skill`` are optional."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    rules: list[dict[str, Any]] = Field(description="Rules in the seed's format.")
+    version: int | None = Field(default=None, description="Format version; only 1 exists.")
+    skill: str | None = Field(default=None, description="Must match the path when given.")
+    reason: str = Field(default="eval rules edited", max_length=2000)
+    expected_version: int | None = Field(
+        default=None, alias="expectedVersion",
+        description="Skill version the edit is based on; 409 if someone saved since.",
+    )
+
+
+class CheckRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(description="The answer to check.")
+    skill: str | None = Field(default=None, description="Use this skill's rules …")
+    project: str = Field(default=DEFAULT_PROJECT, description="… as this project sees it.")
+    rules: list[dict[str, Any]] | None = Field(default=None, description="… or these rules.")
+
+
+def _rules_body(skill: skills.Skill) -> dict[str, Any]:
+    return {
+        "skill": skill.name,
+        "project": skill.project,
+        "version": skill.version,
+        "rules": [dict(r) for r in skill.spec.evals or ()],
+    }
+
+
+@router.get("/v1/skills/{name}/evals", summary="A skill's eval rules")
+def get_rules(request: Request, name: str, _: Reader,
+              project: ProjectParam = DEFAULT_PROJECT) -> dict[str, Any]:
+    return _rules_body(skills.get_skill(request.app.state.workspace.engine, name, project))
+
+
+@router.put("/v1/skills/{name}/evals", summary="Replace a skill's eval rules (new version)")
+def put_rules(request: Request, name: str, body: RulesUpdate, key: Admin,
+              project: ProjectParam = DEFAULT_PROJECT) -> dict[str, Any]:
+    if body.version not in (None, 1):
+        raise InvalidInput(f"Unsupported evals format version {body.version}; use 1.",
+                           field="version")
+    if body.skill not in (None, name):
+        raise InvalidInput(f"Body is for skill {body.skill!r}, path is {name!r}.", field="skill")
+    engine = request.app.state.workspace.engine
+    current = skills.get_skill(engine, name, project)
+    updated = skills.update_skill(
+        engine, name, project=current.project, rules=body.rules,
+        author=f"key:{key.name}", reason=body.reason, expected_version=body.expected_version,
+    )
+    return _rules_body(updated)
+
+
+@router.post("/v1/evals/check", summary="Check a text against a skill's rules or given rules")
+def check(request: Request, body: CheckRequest, _: Reader) -> dict[str, Any]:
+    if (body.skill is None) == (body.rules is None):
+        raise InvalidInput("Give exactly one of `skill` or `rules`.", field="skill")
+    if body.rules is not None:
+        rules = evals.parse_rules(body.rules, source="request")
+    else:
+        assert body.skill is not None
+        skill = skills.get_skill(request.app.state.workspace.engine, body.skill, body.project)
+        rules = evals.parse_rules(list(skill.spec.evals or ()))
+    report = evals.evaluate(body.text, rules,
+                            max_chars=request.app.state.settings.max_text_chars)
+    return report.to_dict() | {"footnotes": evals.render_footnotes(report)}
