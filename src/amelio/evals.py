@@ -14,6 +14,12 @@ third-party package would.
 
 Regexes run on RE2 (linear time, bounded memory), so no pattern, however hostile,
 can hang the process; that includes ``pattern`` inside a ``json_schema`` rule.
+
+Every rule has ``id``, ``name`` (defaults to the id), ``type``, ``severity``
+(defaults to ``warning``), an optional ``negate: true`` that inverts any type, and
+its type's own parameters; anything else is an error. Lengths count characters,
+not bytes; ``equals`` and ``starts_with`` ignore the whitespace around an answer;
+``is_json``/``json_schema`` accept an answer that is one ```json fenced block.
 """
 
 from __future__ import annotations
@@ -22,16 +28,12 @@ import copy
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-import jsonschema  # type: ignore[import-untyped]
-import re2  # type: ignore[import-untyped]
-
 from amelio.errors import EvalRuleError, InputTooLarge
-from amelio.hookspecs import hookimpl
 from amelio.plugins import get_plugin_manager
 
 __all__ = [
@@ -196,7 +198,7 @@ def evaluate(text: str, rules: Sequence[EvalRule], *, max_chars: int = 1_000_000
             passed, detail = rule.check(text)
         except Exception as exc:
             log.warning("eval rule %r could not be checked: %r", rule.id, exc)
-            append(EvalResult(rule.id, rule.name, rule.type, rule.severity, True,
+            append(EvalResult(rule.id, rule.name, rule.type, rule.severity, False,
                               f"could not be checked: {type(exc).__name__}: {exc}", True))
             continue
         passed = bool(passed)
@@ -234,13 +236,13 @@ def rule_types() -> dict[str, RuleType]:
     """Every registered rule type by name. Built-ins claim their names first; a
     plugin that reuses a name, registers something else or raises is logged and
     skipped, because a broken third-party package must not disable evals."""
-    this = sys.modules[__name__]
+    builtins = sys.modules.get("amelio.eval_types")
     impls = [
         impl
         for impl in get_plugin_manager().hook.register_rule_types.get_hookimpls()
         if not (impl.hookwrapper or impl.wrapper)
     ]
-    impls.sort(key=lambda impl: impl.plugin is not this)  # stable: built-ins first
+    impls.sort(key=lambda impl: impl.plugin is not builtins)  # stable: built-ins first
     found: dict[str, RuleType] = {}
     for impl in impls:
 
@@ -378,9 +380,6 @@ def _negated(check: Check, type_name: str) -> Check:
     return negated
 
 
-# --------------------------------------------------------------------------- parameters
-
-
 def _kind(value: Any) -> str:
     """A JSON-flavoured name for a value's type, for error messages users can act on."""
     kinds = ((bool, "a boolean"), (int | float, "a number"), (str, "a string"),
@@ -388,380 +387,3 @@ def _kind(value: Any) -> str:
     if value is None:
         return "null"
     return next((name for cls, name in kinds if isinstance(value, cls)), type(value).__name__)
-
-
-def _clip(value: str, limit: int = 60) -> str:
-    return value if len(value) <= limit else value[: limit - 1] + "…"
-
-
-def _show(value: str) -> str:
-    return repr(_clip(value))
-
-
-def _show_all(values: Sequence[str], limit: int = 5) -> str:
-    shown = ", ".join(_show(v) for v in values[:limit])
-    return shown + (f" and {len(values) - limit} more" if len(values) > limit else "")
-
-
-def _text(params: Mapping[str, Any], name: str, *, allow_empty: bool = False) -> str:
-    value = params[name]
-    if not isinstance(value, str):
-        raise RuleParamError(name, f"must be a string, not {_kind(value)}")
-    if not value and not allow_empty:
-        raise RuleParamError(name, "must not be empty (an empty string is in every answer)")
-    return value
-
-
-def _texts(params: Mapping[str, Any], name: str) -> tuple[str, ...]:
-    values = params[name]
-    if not isinstance(values, list | tuple) or not values:
-        raise RuleParamError(name, f"must be a non-empty array of strings, not {_kind(values)}")
-    for i, value in enumerate(values):
-        if not isinstance(value, str) or not value:
-            raise RuleParamError(name, f"item {i} must be a non-empty string, not {_kind(value)}")
-    return tuple(values)
-
-
-def _count(params: Mapping[str, Any], name: str) -> int:
-    value = params[name]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise RuleParamError(name, f"must be a whole number like 2000, not {_kind(value)}")
-    if value < 0:
-        raise RuleParamError(name, f"must be 0 or more, not {value}")
-    return value
-
-
-def _flag(params: Mapping[str, Any], name: str, default: bool) -> bool:
-    value = params.get(name, default)
-    if not isinstance(value, bool):
-        raise RuleParamError(name, f"must be true or false, not {_kind(value)}")
-    return value
-
-
-# --------------------------------------------------------------------------- built-in types
-
-
-def _contains(params: Mapping[str, Any]) -> Check:
-    value = _text(params, "value")
-    yes = Verdict(True, f"answer contains {_show(value)}")
-    no = Verdict(False, f"answer does not contain {_show(value)}")
-    return lambda text: yes if value in text else no
-
-
-def _not_contains(params: Mapping[str, Any]) -> Check:
-    value = _text(params, "value")
-    ok = Verdict(True, f"answer does not contain {_show(value)}")
-
-    def check(text: str) -> Verdict:
-        at = text.find(value)
-        return ok if at < 0 else Verdict(False, f"answer contains {_show(value)} "
-                                                f"at character {at + 1:,}")
-    return check
-
-
-def _icontains(params: Mapping[str, Any]) -> Check:
-    value = _text(params, "value")
-    needle = value.casefold()
-    yes = Verdict(True, f"answer contains {_show(value)} (ignoring case)")
-    no = Verdict(False, f"answer does not contain {_show(value)}, even ignoring case")
-    return lambda text: yes if needle in text.casefold() else no
-
-
-def _contains_any(params: Mapping[str, Any]) -> Check:
-    values = _texts(params, "values")
-    exact = _flag(params, "case_sensitive", True)
-    pairs = [(v if exact else v.casefold(), Verdict(True, f"answer contains {_show(v)}"))
-             for v in values]
-    no = Verdict(False, f"answer contains none of {_show_all(values)}")
-
-    def check(text: str) -> Verdict:
-        haystack = text if exact else text.casefold()
-        for needle, yes in pairs:
-            if needle in haystack:
-                return yes
-        return no
-    return check
-
-
-def _contains_all(params: Mapping[str, Any]) -> Check:
-    values = _texts(params, "values")
-    exact = _flag(params, "case_sensitive", True)
-    needles = [(v if exact else v.casefold(), v) for v in values]
-    yes = Verdict(True, f"answer contains all of {_show_all(values)}")
-
-    def check(text: str) -> Verdict:
-        haystack = text if exact else text.casefold()
-        missing = [shown for needle, shown in needles if needle not in haystack]
-        return Verdict(False, f"answer is missing {_show_all(missing)}") if missing else yes
-    return check
-
-
-def _starts_with(params: Mapping[str, Any]) -> Check:
-    value = _text(params, "value")
-    yes = Verdict(True, f"answer starts with {_show(value)}")
-
-    def check(text: str) -> Verdict:
-        body = text.lstrip()
-        if body.startswith(value):
-            return yes
-        return Verdict(False, f"answer starts with {_show(body[:len(value)])}, "
-                              f"not {_show(value)}")
-    return check
-
-
-def _equals(params: Mapping[str, Any]) -> Check:
-    expected = _text(params, "value", allow_empty=True).strip()
-    yes = Verdict(True, "answer equals the expected text")
-
-    def check(text: str) -> Verdict:
-        actual = text.strip()
-        if actual == expected:
-            return yes
-        same = next((i for i, (a, b) in enumerate(zip(actual, expected, strict=False)) if a != b),
-                    min(len(actual), len(expected)))
-        return Verdict(False, f"answer ({len(actual):,} chars) differs from the expected text "
-                              f"({len(expected):,} chars) from character {same + 1:,}")
-    return check
-
-
-def _length(longest: bool) -> Callable[[Mapping[str, Any]], Check]:
-    """max_length and min_length: length in characters (code points), as people count."""
-    over, bound = ("over", "maximum") if longest else ("under", "minimum")
-
-    def compile_length(params: Mapping[str, Any]) -> Check:
-        limit = _count(params, "value")
-
-        def check(text: str) -> Verdict:
-            size = len(text)
-            ok = size <= limit if longest else size >= limit
-            return Verdict(ok, f"answer is {size:,} chars, {'within' if ok else over} "
-                               f"the {bound} of {limit:,}")
-        return check
-    return compile_length
-
-
-def _word_count(params: Mapping[str, Any]) -> Check:
-    low = _count(params, "min") if "min" in params else None
-    high = _count(params, "max") if "max" in params else None
-    if low is None and high is None:
-        raise RuleParamError("min", "a word_count rule needs min, max or both")
-    if low is not None and high is not None and low > high:
-        raise RuleParamError("max", f"must be at least min ({low}), not {high}")
-
-    def check(text: str) -> Verdict:
-        words = len(text.split())
-        if low is not None and words < low:
-            return Verdict(False, f"answer has {words:,} words, under the minimum of {low:,}")
-        if high is not None and words > high:
-            return Verdict(False, f"answer has {words:,} words, over the maximum of {high:,}")
-        return Verdict(True, f"answer has {words:,} words, within bounds")
-    return check
-
-
-def _not_empty(params: Mapping[str, Any]) -> Check:
-    yes = Verdict(True, "answer is not empty")
-    no = Verdict(False, "answer is empty or only whitespace")
-    return lambda text: no if not text or text.isspace() else yes
-
-
-# -- regex
-
-
-def _compile_pattern(params: Mapping[str, Any]) -> tuple[Any, str]:
-    pattern = _text(params, "pattern")
-    flags = params.get("flags", "")
-    if not isinstance(flags, str) or set(flags) - set("ims") or len(set(flags)) != len(flags):
-        raise RuleParamError("flags", f"must be letters among i, m, s (each once), not {flags!r}")
-    if len(pattern) > REGEX_MAX_PATTERN_CHARS:
-        raise RuleParamError("pattern", f"is {len(pattern):,} chars, over the limit of "
-                                        f"{REGEX_MAX_PATTERN_CHARS:,}")
-    try:
-        return _re2(f"(?{flags}){pattern}" if flags else pattern), pattern
-    except ValueError as exc:
-        raise RuleParamError("pattern", str(exc)) from None
-
-
-def _re2(pattern: str) -> Any:
-    """Compile for RE2 under a memory cap. Patterns are compiled as UTF-8 bytes and
-    answers encoded once per check: that keeps RE2's UTF-8 semantics (``.`` is one
-    character) without the wrapper's per-match offset bookkeeping."""
-    options = re2.Options()
-    options.max_mem = REGEX_MAX_MEM
-    options.log_errors = False
-    try:
-        return re2.compile(pattern.encode("utf-8"), options)
-    except UnicodeEncodeError:
-        raise ValueError("is not valid Unicode text") from None
-    except re2.error as exc:
-        reason = exc.args[0] if exc.args else ""
-        reason = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
-        if "too large" in reason:
-            raise ValueError(f"is too large for the regex engine's {REGEX_MAX_MEM >> 20} MiB "
-                             "budget; simplify it") from None
-        raise ValueError(f"RE2 cannot compile it ({reason}); patterns use RE2 syntax: no "
-                         "backreferences like \\1 and no lookaround like (?=…) or (?<!…)") from None
-
-
-def _encode(text: str) -> bytes:
-    return text.encode("utf-8", "surrogatepass")
-
-
-def _regex_match(params: Mapping[str, Any]) -> Check:
-    regex, pattern = _compile_pattern(params)
-    yes = Verdict(True, f"answer matches /{_clip(pattern)}/")
-    no = Verdict(False, f"answer does not match /{_clip(pattern)}/")
-    return lambda text: no if regex.search(_encode(text)) is None else yes
-
-
-def _regex_not_match(params: Mapping[str, Any]) -> Check:
-    regex, pattern = _compile_pattern(params)
-    ok = Verdict(True, f"answer does not match /{_clip(pattern)}/")
-
-    def check(text: str) -> Verdict:
-        data = _encode(text)
-        found = regex.search(data)
-        if found is None:
-            return ok
-        # The matched text is not echoed: these rules often guard against leaked secrets.
-        at = len(data[: found.start()].decode("utf-8", "surrogatepass"))
-        return Verdict(False, f"answer matches /{_clip(pattern)}/ at character {at + 1:,}")
-    return check
-
-
-# -- JSON
-
-
-def _json_payload(text: str) -> str:
-    """The answer, or the inside of the single fenced block it consists of: models
-    asked for JSON often wrap it in ```json … ```, and that is still a JSON answer."""
-    body = text.strip()
-    if len(body) >= 6 and body.startswith("```") and body.endswith("```"):
-        newline = body.find("\n")
-        if newline > 0 and body[3:newline].strip().lower() in ("", "json"):
-            return body[newline + 1 : -3]
-    return body
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _load_json(text: str) -> tuple[Any, str | None]:
-    try:
-        return json.loads(_json_payload(text), parse_constant=_reject_constant), None
-    except json.JSONDecodeError as exc:
-        return None, f"answer is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
-    except (ValueError, RecursionError) as exc:
-        return None, f"answer is not valid JSON: {exc}"
-
-
-def _is_json(params: Mapping[str, Any]) -> Check:
-    yes = Verdict(True, "answer is valid JSON")
-
-    def check(text: str) -> Verdict:
-        problem = _load_json(text)[1]
-        return yes if problem is None else Verdict(False, problem)
-    return check
-
-
-def _re2_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
-    """JSON Schema's ``pattern`` keyword on RE2 instead of Python's backtracking ``re``."""
-    if validator.is_type(instance, "string") and _re2(pattern).search(_encode(instance)) is None:
-        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
-
-
-_RE2_VALIDATORS: dict[Any, Any] = {}
-
-
-def _schema_patterns(node: Any, path: str = "schema") -> Iterator[tuple[str, str]]:
-    """Every ``pattern`` in a schema, so RE2 can reject bad ones at load time. Refuses
-    ``patternProperties``: jsonschema would match it with Python's ``re``, which a
-    hostile answer could make backtrack for hours."""
-    if isinstance(node, Mapping):
-        for key, value in node.items():
-            if key in ("const", "enum", "examples", "default"):
-                continue
-            if key == "patternProperties":
-                raise RuleParamError("schema", f"{path}.patternProperties is not supported "
-                                               "(it would run on a backtracking regex engine)")
-            if key == "pattern" and isinstance(value, str):
-                yield f"{path}.pattern", value
-            else:
-                yield from _schema_patterns(value, f"{path}.{key}")
-    elif isinstance(node, list):
-        for i, item in enumerate(node):
-            yield from _schema_patterns(item, f"{path}[{i}]")
-
-
-def _json_schema(params: Mapping[str, Any]) -> Check:
-    schema = params["schema"]
-    if not isinstance(schema, Mapping):
-        raise RuleParamError("schema", f"must be a JSON Schema object, not {_kind(schema)}")
-    latest = jsonschema.Draft202012Validator
-    if "$schema" in schema and jsonschema.validators.validator_for(schema, default=None) is None:
-        raise RuleParamError("schema", f"unknown $schema {schema['$schema']!r}; use a JSON "
-                                       "Schema draft jsonschema knows, or leave $schema out")
-    base = jsonschema.validators.validator_for(schema, default=latest)
-    try:
-        base.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        where = "/".join(str(p) for p in exc.path)
-        raise RuleParamError("schema", f"is not a valid JSON Schema at '{where}': "
-                                       f"{exc.message}") from None
-    for where, pattern in _schema_patterns(schema):
-        try:
-            _re2(pattern)
-        except ValueError as exc:
-            raise RuleParamError("schema", f"{where} {exc}") from None
-    if base not in _RE2_VALIDATORS:
-        _RE2_VALIDATORS[base] = jsonschema.validators.extend(base, {"pattern": _re2_pattern})
-    validator = _RE2_VALIDATORS[base](dict(schema))
-    yes = Verdict(True, "answer JSON matches the schema")
-
-    def check(text: str) -> Verdict:
-        data, problem = _load_json(text)
-        if problem is not None:
-            return Verdict(False, problem)
-        error = jsonschema.exceptions.best_match(validator.iter_errors(data))
-        if error is None:
-            return yes
-        return Verdict(False, f"answer JSON does not match the schema at {error.json_path}: "
-                              f"{error.message[:200]}")
-    return check
-
-
-_BUILTIN_TYPES = (
-    RuleType("string_contains", _contains, ("value",), description="contains a literal string"),
-    RuleType("string_not_contains", _not_contains, ("value",),
-             description="does not contain a literal string"),
-    RuleType("icontains", _icontains, ("value",), description="contains a string, any case"),
-    RuleType("contains_any", _contains_any, ("values",), ("case_sensitive",),
-             description="contains at least one of the strings"),
-    RuleType("contains_all", _contains_all, ("values",), ("case_sensitive",),
-             description="contains every one of the strings"),
-    RuleType("starts_with", _starts_with, ("value",),
-             description="starts with a string, leading whitespace ignored"),
-    RuleType("equals", _equals, ("value",),
-             description="equals a string, surrounding whitespace ignored"),
-    RuleType("regex_match", _regex_match, ("pattern",), ("flags",),
-             description="matches an RE2 regex somewhere"),
-    RuleType("regex_not_match", _regex_not_match, ("pattern",), ("flags",),
-             description="matches an RE2 regex nowhere"),
-    RuleType("max_length", _length(longest=True), ("value",),
-             description="at most N characters (code points, not bytes)"),
-    RuleType("min_length", _length(longest=False), ("value",),
-             description="at least N characters (code points, not bytes)"),
-    RuleType("word_count", _word_count, (), ("min", "max"),
-             description="whitespace-separated word count within min and/or max"),
-    RuleType("not_empty", _not_empty, description="has something besides whitespace"),
-    RuleType("is_json", _is_json, description="is JSON, or a single ```json fenced block of it"),
-    RuleType("json_schema", _json_schema, ("schema",),
-             description="its JSON satisfies a JSON Schema"),
-)
-
-
-@hookimpl
-def register_rule_types(register: Callable[..., Any]) -> None:
-    """The built-ins go through the same hook as any plugin, so plugins are first-class."""
-    for rule_type in _BUILTIN_TYPES:
-        register(rule_type)

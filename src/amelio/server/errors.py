@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -20,7 +21,7 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "input_too_larg
 
 
 def error_response(status: int, code: str, message: str, details: Any = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+                   headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse(
         {"error": {"code": code, "message": message, "details": details or {}}},
         status_code=status,

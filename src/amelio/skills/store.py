@@ -61,7 +61,7 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def _spec_from_row(m: Mapping[str, Any], name: str) -> SkillSpec:
+def _spec_from_row(m: sa.RowMapping, name: str) -> SkillSpec:
     ev = m["evals"]
     return SkillSpec(
         name=name,
