@@ -24,3 +24,8 @@ hookimpl = pluggy.HookimplMarker("amelio")
 @hookspec
 def register_rule_types(register: Callable[..., Any]) -> None:
     """Add eval rule types: ``register(rule_type)`` with an :class:`amelio.evals.RuleType`."""
+
+
+@hookspec
+def register_router_scorers(register: Callable[..., Any]) -> None:
+    """Add context-router scorers: ``register(scorer)`` with an :class:`amelio.router.Scorer`."""

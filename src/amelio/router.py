@@ -1,0 +1,302 @@
+"""The context router: which skills fit a message (seed pillar 2).
+
+The router is advisory. It ranks skills and renders the ``SKILLS_HINT`` block
+(names and descriptions, never bodies) so the model focuses on a few; it never
+hides a skill from the model.
+
+Scorers are pluggable through the ``register_router_scorers`` hook. A scorer is
+a factory that indexes a skill set once and returns a function from a message's
+tokens to scored hits, so routing a message is a dictionary walk, not a pass
+over every skill's text. Built-ins:
+
+``keywords``
+    The seed's rule: +2 per trigger found, +1 per keyword found, on whole words
+    and phrases of normalized text.
+``bm25``
+    Okapi BM25 over name, description, triggers and keywords.
+``hybrid`` (default)
+    ``keywords`` plus BM25 as a share of the best score the message could get,
+    in [0, 1]: the seed's score decides, BM25 breaks its ties and finds skills
+    no trigger names. It won on data (``benchmarks/router_accuracy.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from amelio.errors import InvalidInput
+from amelio.hookspecs import hookimpl
+from amelio.plugins import get_plugin_manager
+from amelio.skills.model import Skill, SkillSpec
+from amelio.text import tokens
+
+__all__ = [
+    "DEFAULT_LIMIT",
+    "DEFAULT_SCORER",
+    "Route",
+    "RouteHit",
+    "Router",
+    "Scorer",
+    "hint_block",
+    "router_for",
+    "scorers",
+]
+
+#: ``hybrid`` beats the seed's ``keywords`` on CLINC150 (top-1 74% vs 67%, the same
+#: out-of-scope rejection); see benchmarks/router_accuracy.py.
+DEFAULT_SCORER = "hybrid"
+DEFAULT_LIMIT = 5
+TRIGGER_WEIGHT = 2.0
+KEYWORD_WEIGHT = 1.0
+HINT_HEADER = "SKILLS_HINT (skills most relevant to this message, best first):"
+
+
+#: A scorer's index: message tokens -> {skill index: (score, matched terms)}.
+ScoreFn = Callable[[tuple[str, ...]], dict[int, tuple[float, list[str]]]]
+
+
+@dataclass(frozen=True)
+class Scorer:
+    """A routing strategy: ``build`` indexes skills once and returns the scoring function."""
+
+    name: str
+    build: Callable[[Sequence[SkillSpec]], ScoreFn]
+    description: str = ""
+    #: Scores at or under this are not a match (the out-of-scope threshold).
+    min_score: float = 0.0
+
+
+@dataclass(frozen=True)
+class RouteHit:
+    name: str
+    description: str
+    score: float
+    matched: tuple[str, ...]
+    project: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description,
+                "score": round(self.score, 4), "matched": list(self.matched),
+                "scope": "global" if self.project is None else "project"}
+
+
+@dataclass(frozen=True)
+class Route:
+    message: str
+    scorer: str
+    hits: tuple[RouteHit, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(h.name for h in self.hits)
+
+    @property
+    def top(self) -> RouteHit | None:
+        return self.hits[0] if self.hits else None
+
+    def hint_block(self) -> str:
+        return hint_block(self.hits)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scorer": self.scorer, "skills": [h.to_dict() for h in self.hits],
+                "hint": self.hint_block()}
+
+
+def hint_block(hits: Iterable[RouteHit]) -> str:
+    """The seed's ``SKILLS_HINT`` block; empty when nothing matched."""
+    lines = [f"- {h.name}: {h.description}" if h.description else f"- {h.name}" for h in hits]
+    return "\n".join([HINT_HEADER, *lines]) if lines else ""
+
+
+# -- scorers ----------------------------------------------------------------------------
+
+
+def _terms(spec: SkillSpec) -> Iterable[tuple[tuple[str, ...], float, str]]:
+    for term in spec.triggers:
+        yield tokens(term), TRIGGER_WEIGHT, term
+    for term in spec.keywords:
+        yield tokens(term), KEYWORD_WEIGHT, term
+
+
+def _keywords(skills: Sequence[SkillSpec]) -> ScoreFn:
+    """Index every trigger and keyword by its first token; a message is scored by
+    looking up each of its tokens and comparing the phrase that starts there."""
+    by_first: dict[str, list[tuple[tuple[str, ...], int, float, str]]] = defaultdict(list)
+    for i, spec in enumerate(skills):
+        seen: set[tuple[tuple[str, ...], float]] = set()
+        for toks, weight, term in _terms(spec):
+            if toks and (toks, weight) not in seen:
+                seen.add((toks, weight))
+                by_first[toks[0]].append((toks, i, weight, term))
+    index = dict(by_first)
+
+    def score(message: tuple[str, ...]) -> dict[int, tuple[float, list[str]]]:
+        found: dict[int, tuple[float, list[str]]] = {}
+        counted: set[tuple[int, tuple[str, ...], float]] = set()
+        for pos, tok in enumerate(message):
+            for toks, i, weight, term in index.get(tok, ()):
+                if (len(toks) == 1 or message[pos:pos + len(toks)] == toks) and \
+                        (i, toks, weight) not in counted:
+                    counted.add((i, toks, weight))
+                    total, matched = found.get(i, (0.0, []))
+                    matched.append(term)
+                    found[i] = (total + weight, matched)
+        return found
+
+    return score
+
+
+def _bm25_index(skills: Sequence[SkillSpec], k1: float = 1.2, b: float = 0.75
+                ) -> tuple[dict[str, list[tuple[int, float]]], dict[str, float], float]:
+    """Okapi BM25 postings with each term's weight per skill precomputed, the idf of
+    each term, and the idf of a term no skill has (the rarest possible)."""
+    docs = [
+        [*tokens(spec.name.replace("-", " ")), *tokens(spec.description),
+         *(t for term in spec.triggers for t in tokens(term)),
+         *(t for term in spec.keywords for t in tokens(term))]
+        for spec in skills
+    ]
+    n = len(docs)
+    avgdl = (sum(len(d) for d in docs) / n) if n else 0.0
+    postings: dict[str, list[tuple[int, float]]] = defaultdict(list)
+    for i, doc in enumerate(docs):
+        tf: dict[str, int] = defaultdict(int)
+        for tok in doc:
+            tf[tok] += 1
+        norm = k1 * (1 - b + b * len(doc) / avgdl) if avgdl else k1
+        for tok, f in tf.items():
+            postings[tok].append((i, f * (k1 + 1) / (f + norm)))
+    index: dict[str, list[tuple[int, float]]] = {}
+    idf: dict[str, float] = {}
+    for tok, plist in postings.items():
+        idf[tok] = math.log(1 + (n - len(plist) + 0.5) / (len(plist) + 0.5))
+        index[tok] = [(i, idf[tok] * w) for i, w in plist]
+    return index, idf, math.log(1 + (n + 0.5) / 0.5) * (k1 + 1)
+
+
+def _bm25(skills: Sequence[SkillSpec]) -> ScoreFn:
+    """A message costs one dictionary lookup per distinct token."""
+    index, _, _ = _bm25_index(skills)
+
+    def score(message: tuple[str, ...]) -> dict[int, tuple[float, list[str]]]:
+        found: dict[int, tuple[float, list[str]]] = {}
+        for tok in dict.fromkeys(message):
+            for i, w in index.get(tok, ()):
+                total, matched = found.get(i, (0.0, []))
+                matched.append(tok)
+                found[i] = (total + w, matched)
+        return found
+
+    return score
+
+
+def _hybrid(skills: Sequence[SkillSpec], k1: float = 1.2) -> ScoreFn:
+    """BM25 divided by the most any skill could score for this message (every token
+    matched at its idf, unknown tokens at the rarest idf), so the bonus is in
+    [0, 1] and a match on a common word alone stays near 0."""
+    keyword_score, bm25_score = _keywords(skills), _bm25(skills)
+    _, idf, unknown = _bm25_index(skills, k1=k1)
+
+    def score(message: tuple[str, ...]) -> dict[int, tuple[float, list[str]]]:
+        seed = keyword_score(message)
+        lexical = bm25_score(message)
+        ceiling = sum(idf[t] * (k1 + 1) if t in idf else unknown for t in dict.fromkeys(message))
+        found: dict[int, tuple[float, list[str]]] = {}
+        for i in seed.keys() | lexical.keys():
+            s, matched = seed.get(i, (0.0, []))
+            extra = lexical[i][0] / ceiling if i in lexical and ceiling > 0 else 0.0
+            found[i] = (s + extra, matched or lexical[i][1])
+        return found
+
+    return score
+
+
+_BUILTIN_SCORERS = (
+    Scorer("keywords", _keywords, "seed rule: +2 per trigger, +1 per keyword (whole words)"),
+    Scorer("bm25", _bm25, "Okapi BM25 over name, description, triggers and keywords"),
+    # 0.5: a BM25-only hit must carry half of what the message could score, which
+    # rejects out-of-scope messages as well as the seed rule does (benchmarks/).
+    Scorer("hybrid", _hybrid, "keywords + BM25 as a share of the best possible score, in [0, 1]",
+           min_score=0.5),
+)
+
+
+@hookimpl
+def register_router_scorers(register: Callable[[Scorer], None]) -> None:
+    for scorer in _BUILTIN_SCORERS:
+        register(scorer)
+
+
+def scorers() -> dict[str, Scorer]:
+    """Every registered scorer by name (first registration of a name wins)."""
+    found: dict[str, Scorer] = {}
+
+    def register(scorer: Scorer) -> None:
+        if isinstance(scorer, Scorer):
+            found.setdefault(scorer.name, scorer)
+
+    get_plugin_manager().hook.register_router_scorers(register=register)
+    return found
+
+
+# -- the router -------------------------------------------------------------------------
+
+
+class Router:
+    """A skill set indexed for one scorer. Build once per skill set, route many messages."""
+
+    def __init__(self, skills: Sequence[Skill | SkillSpec], scorer: str = DEFAULT_SCORER
+                 ) -> None:
+        available = scorers()
+        if scorer not in available:
+            raise InvalidInput(f"Unknown router scorer {scorer!r}; use one of: "
+                               f"{', '.join(sorted(available))}.", field="scorer")
+        self.scorer = scorer
+        self._skills = [s.spec if isinstance(s, Skill) else s for s in skills]
+        self._projects = [s.project if isinstance(s, Skill) else None for s in skills]
+        self._score = available[scorer].build(self._skills)
+        self.min_score = available[scorer].min_score
+
+    def __len__(self) -> int:
+        return len(self._skills)
+
+    def route(self, message: str, *, limit: int = DEFAULT_LIMIT,
+              min_score: float | None = None) -> Route:
+        """The top ``limit`` skills scoring above ``min_score`` (default: the scorer's
+        threshold), ties broken by name."""
+        if min_score is None:
+            min_score = self.min_score
+        found = self._score(tokens(message))
+        ranked = sorted(
+            ((s, i, m) for i, (s, m) in found.items() if s > min_score),
+            key=lambda x: (-x[0], self._skills[x[1]].name),
+        )[:limit]
+        hits = tuple(
+            RouteHit(self._skills[i].name, self._skills[i].description, s, tuple(m),
+                     self._projects[i])
+            for s, i, m in ranked
+        )
+        return Route(message, self.scorer, hits)
+
+
+_cache: dict[tuple[object, ...], Router] = {}
+_cache_lock = threading.Lock()
+
+
+def router_for(skills: Sequence[Skill], scorer: str = DEFAULT_SCORER) -> Router:
+    """A router for this exact skill set, reused while no skill changes."""
+    key = (scorer, *((s.id, s.version) for s in skills))
+    with _cache_lock:
+        router = _cache.get(key)
+    if router is None:
+        router = Router(skills, scorer)
+        with _cache_lock:
+            if len(_cache) > 64:
+                _cache.clear()
+            _cache[key] = router
+    return router

@@ -1,0 +1,39 @@
+"""Text normalization shared by routing, learnings and (later) search.
+
+One definition of "the same words" for the whole product: casefolded, accents
+folded (``déployer`` == ``deployer``), split into word tokens on Unicode word
+boundaries. Matching on token sequences is what makes ``review`` miss
+``preview`` and lets multi-word triggers such as ``code review`` match as
+phrases.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from functools import lru_cache
+
+__all__ = ["fold", "normalize", "tokens"]
+
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+_APOSTROPHES = str.maketrans({"’": "'", "‘": "'"})
+
+
+def fold(text: str) -> str:
+    """Casefold and strip accents: the comparison form of a text."""
+    decomposed = unicodedata.normalize("NFKD", text.casefold())
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch)).translate(
+        _APOSTROPHES
+    )
+
+
+def tokens(text: str) -> tuple[str, ...]:
+    """The folded word tokens of ``text`` (letters and digits; apostrophes inside words)."""
+    return tuple(_WORD.findall(fold(text)))
+
+
+@lru_cache(maxsize=4096)
+def normalize(text: str) -> str:
+    """Folded tokens joined by single spaces: equal for texts that differ only in
+    case, accents, punctuation or spacing."""
+    return " ".join(tokens(text))
