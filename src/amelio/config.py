@@ -87,6 +87,34 @@ class Settings(BaseSettings):
         ge=1,
         description="Largest text (answer, message) the eval engine and API accept, in chars.",
     )
+    system_prompt: str = Field(
+        default="You are a helpful assistant. Follow the skills and learnings below.",
+        description="Base system prompt that SKILLS_HINT and LEARNINGS are added to.",
+    )
+    router_scorer: str = Field(
+        default="hybrid", description="Context-router scorer: hybrid, keywords (the seed's), "
+        "bm25 or one a plugin adds."
+    )
+    router_limit: int = Field(default=5, ge=1, le=50,
+                              description="How many skills the SKILLS_HINT block lists.")
+    learnings_budget: int = Field(
+        default=2000, ge=0, description="Characters of learnings the prompt block may hold."
+    )
+    learnings_ordering: Literal["newest", "helpful"] = Field(
+        default="newest", description="Which learnings fill the budget first: the newest "
+        "(the seed's) or those with the best helpful-minus-harmful record."
+    )
+    learnings_header: str = Field(
+        default="en", description="Header of the LEARNINGS block: 'en', 'fr' or your own text."
+    )
+    learnings_retire_min_harmful: int = Field(
+        default=2, ge=1, description="A learning is retired when its harmful count passes "
+        "its helpful count and is at least this."
+    )
+    learnings_merge_similarity: float = Field(
+        default=0.8, gt=0, le=1, description="Word-overlap (Jaccard) at or above which a new "
+        "learning is merged into an existing one instead of stored twice."
+    )
     max_request_bytes: int = Field(
         default=2_000_000, ge=1024, description="Largest HTTP request body the service accepts."
     )

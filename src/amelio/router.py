@@ -32,8 +32,11 @@ from typing import Any
 from amelio.errors import InvalidInput
 from amelio.hookspecs import hookimpl
 from amelio.plugins import get_plugin_manager
+from amelio.projects import DEFAULT_PROJECT
 from amelio.skills.model import Skill, SkillSpec
-from amelio.text import tokens
+from amelio.skills.store import list_skills
+from amelio.text import BREAK, tokens
+from amelio.workspace import Workspace
 
 __all__ = [
     "DEFAULT_LIMIT",
@@ -43,6 +46,7 @@ __all__ = [
     "Router",
     "Scorer",
     "hint_block",
+    "route_message",
     "router_for",
     "scorers",
 ]
@@ -56,7 +60,8 @@ KEYWORD_WEIGHT = 1.0
 HINT_HEADER = "SKILLS_HINT (skills most relevant to this message, best first):"
 
 
-#: A scorer's index: message tokens -> {skill index: (score, matched terms)}.
+#: A scorer's index: message tokens (with ``amelio.text.BREAK`` where punctuation
+#: separates words) -> {skill index: (score, matched terms)}.
 ScoreFn = Callable[[tuple[str, ...]], dict[int, tuple[float, list[str]]]]
 
 
@@ -179,9 +184,8 @@ def _bm25_index(skills: Sequence[SkillSpec], k1: float = 1.2, b: float = 0.75
     return index, idf, math.log(1 + (n + 0.5) / 0.5) * (k1 + 1)
 
 
-def _bm25(skills: Sequence[SkillSpec]) -> ScoreFn:
+def _bm25_scorer(index: dict[str, list[tuple[int, float]]]) -> ScoreFn:
     """A message costs one dictionary lookup per distinct token."""
-    index, _, _ = _bm25_index(skills)
 
     def score(message: tuple[str, ...]) -> dict[int, tuple[float, list[str]]]:
         found: dict[int, tuple[float, list[str]]] = {}
@@ -195,17 +199,22 @@ def _bm25(skills: Sequence[SkillSpec]) -> ScoreFn:
     return score
 
 
+def _bm25(skills: Sequence[SkillSpec]) -> ScoreFn:
+    return _bm25_scorer(_bm25_index(skills)[0])
+
+
 def _hybrid(skills: Sequence[SkillSpec], k1: float = 1.2) -> ScoreFn:
     """BM25 divided by the most any skill could score for this message (every token
     matched at its idf, unknown tokens at the rarest idf), so the bonus is in
     [0, 1] and a match on a common word alone stays near 0."""
-    keyword_score, bm25_score = _keywords(skills), _bm25(skills)
-    _, idf, unknown = _bm25_index(skills, k1=k1)
+    index, idf, unknown = _bm25_index(skills, k1=k1)
+    keyword_score, bm25_score = _keywords(skills), _bm25_scorer(index)
 
     def score(message: tuple[str, ...]) -> dict[int, tuple[float, list[str]]]:
         seed = keyword_score(message)
         lexical = bm25_score(message)
-        ceiling = sum(idf[t] * (k1 + 1) if t in idf else unknown for t in dict.fromkeys(message))
+        ceiling = sum(idf[t] * (k1 + 1) if t in idf else unknown
+                      for t in dict.fromkeys(message) if t != BREAK)
         found: dict[int, tuple[float, list[str]]] = {}
         for i in seed.keys() | lexical.keys():
             s, matched = seed.get(i, (0.0, []))
@@ -271,7 +280,7 @@ class Router:
         threshold), ties broken by name."""
         if min_score is None:
             min_score = self.min_score
-        found = self._score(tokens(message))
+        found = self._score(tokens(message, breaks=True))
         ranked = sorted(
             ((s, i, m) for i, (s, m) in found.items() if s > min_score),
             key=lambda x: (-x[0], self._skills[x[1]].name),
@@ -300,3 +309,11 @@ def router_for(skills: Sequence[Skill], scorer: str = DEFAULT_SCORER) -> Router:
                 _cache.clear()
             _cache[key] = router
     return router
+
+
+def route_message(ws: Workspace, message: str, *, project: str = DEFAULT_PROJECT,
+                  scorer: str | None = None, limit: int | None = None) -> Route:
+    """Route ``message`` over every skill ``project`` sees, with the workspace's settings."""
+    visible = list_skills(ws.engine, project)
+    router = router_for(visible, scorer or ws.settings.router_scorer)
+    return router.route(message, limit=limit or ws.settings.router_limit)

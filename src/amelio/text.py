@@ -13,9 +13,12 @@ import re
 import unicodedata
 from functools import lru_cache
 
-__all__ = ["fold", "normalize", "tokens"]
+__all__ = ["BREAK", "fold", "normalize", "tokens"]
 
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+_WORD_OR_BREAK = re.compile(r"[^\W_]+(?:['’][^\W_]+)*|[.,;:!?()\[\]{}\"\n]+")
+#: Stands between words that punctuation separates, so a phrase cannot span it.
+BREAK = "|"
 _APOSTROPHES = str.maketrans({"’": "'", "‘": "'"})
 
 
@@ -27,9 +30,17 @@ def fold(text: str) -> str:
     )
 
 
-def tokens(text: str) -> tuple[str, ...]:
-    """The folded word tokens of ``text`` (letters and digits; apostrophes inside words)."""
-    return tuple(_WORD.findall(fold(text)))
+def tokens(text: str, *, breaks: bool = False) -> tuple[str, ...]:
+    """The folded word tokens of ``text`` (letters and digits; apostrophes inside words).
+
+    With ``breaks``, punctuation between words becomes a :data:`BREAK` token, so
+    ``code, review`` is not the phrase ``code review`` (``pull-request`` still is
+    ``pull request``).
+    """
+    if not breaks:
+        return tuple(_WORD.findall(fold(text)))
+    return tuple(BREAK if not t[0].isalnum() else t
+                 for t in _WORD_OR_BREAK.findall(fold(text)))
 
 
 @lru_cache(maxsize=4096)

@@ -11,7 +11,16 @@ from datetime import UTC, datetime
 
 import sqlalchemy as sa
 
-__all__ = ["api_keys", "metadata", "projects", "skill_versions", "skills", "utcnow"]
+__all__ = [
+    "api_keys",
+    "learning_files",
+    "learnings",
+    "metadata",
+    "projects",
+    "skill_versions",
+    "skills",
+    "utcnow",
+]
 
 metadata = sa.MetaData(
     naming_convention={
@@ -101,4 +110,45 @@ api_keys = sa.Table(
     sa.Column("last_used_at", Timestamp, nullable=True),
     sa.Column("revoked_at", Timestamp, nullable=True),
     sa.CheckConstraint("role IN ('admin', 'bot', 'client')", name="role"),
+)
+
+# One row per rule the reflect loop learned. Rules are never rewritten
+# wholesale: each is added, retired or edited on its own, and a retired rule
+# stays for the record.
+learnings = sa.Table(
+    "learnings",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column(
+        "project_id", sa.Integer, sa.ForeignKey("projects.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("skill", sa.String(100), nullable=True),
+    sa.Column("rule", sa.Text, nullable=False),
+    sa.Column("rule_key", sa.String(64), nullable=False),
+    sa.Column("source", sa.String(20), nullable=False),
+    sa.Column("status", sa.String(10), nullable=False),
+    sa.Column("helpful", sa.Integer, nullable=False),
+    sa.Column("harmful", sa.Integer, nullable=False),
+    sa.Column("occurrences", sa.Integer, nullable=False),
+    sa.Column("retired_reason", sa.Text, nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("last_seen_at", Timestamp, nullable=False),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    sa.UniqueConstraint("project_id", "rule_key", name="uq_learnings_project_rule"),
+    sa.CheckConstraint("source IN ('fixit', 'negative', 'manual', 'sage')", name="source"),
+    sa.CheckConstraint("status IN ('active', 'retired')", name="status"),
+)
+
+# What Amelio last wrote to each project's learnings.md, so a hand edit is
+# noticed (the file's hash differs) and read back before the next prompt.
+learning_files = sa.Table(
+    "learning_files",
+    metadata,
+    sa.Column(
+        "project_id", sa.Integer, sa.ForeignKey("projects.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("content_hash", sa.String(64), nullable=False),
+    sa.Column("written_at", Timestamp, nullable=False),
 )
