@@ -84,7 +84,6 @@ def test_api_key_falls_back_to_provider_variable(tmp_path: Path,
     [
         ("port = [", "invalid TOML"),
         ('port = "not a number"', "port"),
-        ('llm_provider = "skynet"', "llm_provider"),
         ('no_such_setting = 1', "no_such_setting"),
     ],
 )

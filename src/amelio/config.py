@@ -41,7 +41,6 @@ CONFIG_FILE = "amelio.toml"
 DATA_DIR = ".amelio"
 ENV_PREFIX = "AMELIO_"
 
-LLMProvider = Literal["anthropic", "openai", "claude-cli", "none"]
 SearchBackend = Literal["embedded", "vespa"]
 
 
@@ -65,8 +64,9 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL. Empty means sqlite:///<workspace>/.amelio/amelio.db; "
         "postgresql+psycopg://user@host/db switches to PostgreSQL.",
     )
-    llm_provider: LLMProvider = Field(
-        default="none", description="LLM provider: anthropic, openai, claude-cli or none."
+    llm_provider: str = Field(
+        default="none", description="LLM provider: anthropic, openai, claude-cli, none, or "
+        "one a plugin registers."
     )
     llm_model: str = Field(default="", description="Model name passed to the provider.")
     llm_base_url: str = Field(
@@ -75,6 +75,32 @@ class Settings(BaseSettings):
     llm_api_key: SecretStr = Field(
         default=SecretStr(""),
         description="API key; falls back to ANTHROPIC_API_KEY or OPENAI_API_KEY.",
+    )
+    llm_timeout: float = Field(default=30.0, gt=0, description="Seconds before an LLM call "
+                               "is abandoned (each try).")
+    llm_max_retries: int = Field(default=2, ge=0, le=10, description="Retries, with backoff, "
+                                 "on 429, 5xx and connection errors.")
+    llm_max_tokens: int = Field(default=1024, ge=1, description="Most tokens an answer may use.")
+    llm_price_input_per_mtok: float = Field(
+        default=0.0, ge=0, description="USD per million input tokens, to record costs (0: unknown)."
+    )
+    llm_price_output_per_mtok: float = Field(
+        default=0.0, ge=0, description="USD per million output tokens (0: unknown)."
+    )
+    claude_cli_path: str = Field(default="claude", description="The Claude CLI executable "
+                                 "for llm_provider=claude-cli.")
+    apply_skill: Literal["top", "none"] = Field(
+        default="top", description="Whose eval rules check an answer: the top routed skill's, "
+        "or none."
+    )
+    distill_learnings: bool = Field(
+        default=False, description="With an LLM configured, turn a 👎 or Fix It comment into "
+        "one concrete rule before storing it as a learning."
+    )
+    secret_key: SecretStr = Field(
+        default=SecretStr(""), description="Key for hashing user ids and signing tokens. Empty: "
+        "a random key kept in .amelio/secret_key (set it explicitly when several servers "
+        "share a database)."
     )
     search_backend: SearchBackend = Field(
         default="embedded", description="Search backend: embedded (in-process) or vespa."

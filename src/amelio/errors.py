@@ -12,6 +12,9 @@ AmelioError                      base; ``code`` is the stable machine name
 ├── InvalidInput                 input was read but is not acceptable (HTTP 422)
 │   ├── SkillFileError           a skill file is malformed (names file and field)
 │   └── EvalRuleError            an eval rule is malformed (names file, rule id and field)
+├── LLMError                     the LLM could not answer (HTTP 502)
+│   ├── LLMNotConfigured         no provider, key or model: says which setting to set (HTTP 503)
+│   └── LLMUnavailable           unreachable, timed out or out of retries (HTTP 503)
 ├── Conflict                     a concurrent change won; reload and retry (HTTP 409)
 ├── InputTooLarge                a payload is over a configured limit (HTTP 413)
 └── AuthError                    no valid API key (HTTP 401)
@@ -38,6 +41,9 @@ __all__ = [
     "Forbidden",
     "InputTooLarge",
     "InvalidInput",
+    "LLMError",
+    "LLMNotConfigured",
+    "LLMUnavailable",
     "NotFound",
     "NotMigrated",
     "ProjectNotFound",
@@ -143,6 +149,21 @@ class EvalRuleError(InvalidInput):
         self.file = file
         self.rule_id = rule_id
         self.field = field
+
+
+class LLMError(AmelioError):
+    code = "llm_error"
+    http_status = 502
+
+
+class LLMNotConfigured(LLMError):
+    code = "llm_not_configured"
+    http_status = 503
+
+
+class LLMUnavailable(LLMError):
+    code = "llm_unavailable"
+    http_status = 503
 
 
 class Conflict(AmelioError):

@@ -29,3 +29,8 @@ def register_rule_types(register: Callable[..., Any]) -> None:
 @hookspec
 def register_router_scorers(register: Callable[..., Any]) -> None:
     """Add context-router scorers: ``register(scorer)`` with an :class:`amelio.router.Scorer`."""
+
+
+@hookspec
+def register_llm_providers(register: Callable[..., Any]) -> None:
+    """Add LLM providers: ``register(provider_type)`` with an :class:`amelio.llm.ProviderType`."""

@@ -21,7 +21,13 @@ log = logging.getLogger(__name__)
 ENTRY_POINT_GROUPS = ("amelio.plugins", "amelio.evals")
 
 #: Modules that hold Amelio's own hook implementations.
-_BUILTIN_PLUGINS: tuple[str, ...] = ("amelio.eval_types", "amelio.router")
+_BUILTIN_PLUGINS: tuple[str, ...] = (
+    "amelio.eval_types",
+    "amelio.router",
+    "amelio.llm.anthropic",
+    "amelio.llm.openai",
+    "amelio.llm.claude_cli",
+)
 
 
 @functools.cache

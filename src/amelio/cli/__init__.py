@@ -5,7 +5,13 @@ errors exit 2 (click's convention). Commands that print data take ``--json``.
 Each area's commands live in their own module and attach to :data:`main`.
 """
 
-from amelio.cli import admin, context, evals, skills  # noqa: F401  (they register commands)
+from amelio.cli import (  # noqa: F401  (they register commands)
+    admin,
+    assistant,
+    context,
+    evals,
+    skills,
+)
 from amelio.cli._common import main
 
 __all__ = ["main"]

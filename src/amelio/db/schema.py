@@ -13,6 +13,9 @@ import sqlalchemy as sa
 
 __all__ = [
     "api_keys",
+    "eval_results",
+    "feedback",
+    "interactions",
     "learning_files",
     "learnings",
     "metadata",
@@ -151,4 +154,71 @@ learning_files = sa.Table(
     ),
     sa.Column("content_hash", sa.String(64), nullable=False),
     sa.Column("written_at", Timestamp, nullable=False),
+)
+
+# One row per answer the assistant gave: enough to rebuild every quality metric
+# and to show a person exactly what the model saw (prompt hash, hint, learnings).
+interactions = sa.Table(
+    "interactions",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column(
+        "project_id", sa.Integer, sa.ForeignKey("projects.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("user_ref", sa.String(64), nullable=True),
+    sa.Column("message", sa.Text, nullable=False),
+    sa.Column("hinted", sa.JSON, nullable=False),
+    sa.Column("applied_skill", sa.String(100), nullable=True),
+    sa.Column("skill_version", sa.Integer, nullable=True),
+    sa.Column("prompt_hash", sa.String(64), nullable=False),
+    sa.Column("learning_ids", sa.JSON, nullable=False),
+    sa.Column("answer", sa.Text, nullable=False),
+    sa.Column("success", sa.Boolean, nullable=False),
+    sa.Column("provider", sa.String(50), nullable=False),
+    sa.Column("model", sa.String(200), nullable=False),
+    sa.Column("llm_ms", sa.Float, nullable=False),
+    sa.Column("total_ms", sa.Float, nullable=False),
+    sa.Column("input_tokens", sa.Integer, nullable=True),
+    sa.Column("output_tokens", sa.Integer, nullable=True),
+    sa.Column("cost_usd", sa.Float, nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Index("ix_interactions_project_skill", "project_id", "applied_skill"),
+)
+
+eval_results = sa.Table(
+    "eval_results",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column(
+        "interaction_id", sa.Integer, sa.ForeignKey("interactions.id", ondelete="CASCADE"),
+        nullable=False, index=True,
+    ),
+    sa.Column("rule_id", sa.String(200), nullable=False),
+    sa.Column("rule_name", sa.Text, nullable=False),
+    sa.Column("rule_type", sa.String(100), nullable=False),
+    sa.Column("severity", sa.String(10), nullable=False),
+    sa.Column("passed", sa.Boolean, nullable=False),
+    sa.Column("detail", sa.Text, nullable=False),
+)
+
+# A person's reaction to an answer. One row per (interaction, user, channel):
+# a user's repeated 👍/👎 replaces their earlier vote, Fix It is its own channel.
+feedback = sa.Table(
+    "feedback",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column(
+        "interaction_id", sa.Integer, sa.ForeignKey("interactions.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("user_ref", sa.String(64), nullable=False),
+    sa.Column("channel", sa.String(10), nullable=False),
+    sa.Column("kind", sa.String(10), nullable=False),
+    sa.Column("comment", sa.Text, nullable=True),
+    sa.Column("learning_id", sa.Integer, nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    sa.UniqueConstraint("interaction_id", "user_ref", "channel", name="uq_feedback_vote"),
+    sa.CheckConstraint("kind IN ('up', 'down', 'fixit')", name="kind"),
 )

@@ -1,0 +1,87 @@
+"""Chat, feedback and quality: ``amelio chat``, ``amelio feedback``, ``amelio quality``."""
+
+from __future__ import annotations
+
+import click
+
+from amelio.assistant import Reply, respond_stream
+from amelio.cli._common import handle_errors, json_option, main, print_json, table, workspace
+from amelio.llm import TextDelta
+from amelio.projects import DEFAULT_PROJECT
+from amelio.quality import KINDS, give_feedback, quality_metrics
+
+
+@main.command("chat")
+@click.argument("message")
+@click.option("--project", "-p", default=DEFAULT_PROJECT, show_default=True)
+@click.option("--user", default=None, help="Who is asking (stored only as a keyed hash).")
+@json_option
+@click.pass_context
+@handle_errors
+def chat(ctx: click.Context, message: str, project: str, user: str | None,
+         as_json: bool) -> None:
+    """Ask the assistant; the answer streams, then its eval footnotes."""
+    reply: Reply | None = None
+    for event in respond_stream(workspace(ctx), message, project=project, user=user):
+        if isinstance(event, TextDelta):
+            if not as_json:
+                click.echo(event.text, nl=False)
+        else:
+            reply = event
+    assert reply is not None
+    if as_json:
+        print_json(reply.to_dict())
+        return
+    click.echo("")
+    if reply.footnotes:
+        click.echo("")
+        for note in reply.footnotes:
+            click.echo(note)
+    skill = f", skill {reply.applied_skill}" if reply.applied_skill else ""
+    click.echo(f"[interaction {reply.interaction_id}{skill}; feedback: "
+               f"amelio feedback {reply.interaction_id} up|down|fixit]", err=True)
+
+
+@main.command("feedback")
+@click.argument("interaction_id", type=int)
+@click.argument("kind", type=click.Choice(KINDS))
+@click.option("--comment", "-m", default=None, help="What was wrong / the rule to learn.")
+@click.option("--user", default=None, help="Who is voting (a user's last vote stands).")
+@json_option
+@click.pass_context
+@handle_errors
+def feedback_command(ctx: click.Context, interaction_id: int, kind: str, comment: str | None,
+                     user: str | None, as_json: bool) -> None:
+    """Record 👍 (up), 👎 (down) or 🛠️ Fix It (fixit) on an interaction."""
+    result = give_feedback(workspace(ctx), interaction_id, kind, comment=comment, user=user)
+    if as_json:
+        print_json(result.to_dict())
+        return
+    verb = f"replaced {result.replaced}" if result.replaced else "recorded"
+    click.echo(f"Feedback {kind} {verb} on interaction {interaction_id}.")
+    if result.learning:
+        click.echo(f"Learning {result.learning.id}: {result.learning.rule}")
+    for lid in result.retired_learning_ids:
+        click.echo(f"Learning {lid} retired (more harmful than helpful).")
+
+
+@main.command("quality")
+@click.option("--project", "-p", default=None, help="One project (default: all).")
+@json_option
+@click.pass_context
+@handle_errors
+def quality_command(ctx: click.Context, project: str | None, as_json: bool) -> None:
+    """Quality metrics per skill: use, success rate, feedback, failing rules."""
+    metrics = quality_metrics(workspace(ctx), project)
+    if as_json:
+        print_json([m.to_dict() for m in metrics])
+        return
+    if not metrics:
+        click.echo("No interactions yet.")
+        return
+    table(["project", "skill", "applied", "success", "👍", "👎", "top failing rule", "last used"],
+          [(m.project, m.skill, m.applied_count, f"{m.success_rate:.0%}", m.feedback_positive,
+            m.feedback_negative,
+            max(m.rule_failures.items(), key=lambda x: x[1])[0] if m.rule_failures else "-",
+            f"{m.last_used:%Y-%m-%d %H:%M}" if m.last_used else "-")
+           for m in metrics])

@@ -1,0 +1,54 @@
+"""Pseudonymous user references and the workspace's secret key.
+
+Raw user ids never reach storage: they are stored as an HMAC under the
+workspace's secret, so the same person is recognized across their votes while
+the database alone cannot tell who they are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+from functools import cache
+from pathlib import Path
+
+from amelio.config import Settings
+
+__all__ = ["ANONYMOUS", "secret_key", "user_ref"]
+
+ANONYMOUS = "anonymous"
+_KEY_FILE = "secret_key"
+
+
+@cache
+def _file_key(path: Path) -> bytes:
+    if path.is_file():
+        return path.read_text(encoding="utf-8").strip().encode("utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    # O_EXCL: two processes starting at once agree on the first key written.
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text(encoding="utf-8").strip().encode("utf-8")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(token + "\n")
+    return token.encode("utf-8")
+
+
+def secret_key(settings: Settings) -> bytes:
+    """``secret_key`` from the settings, else the workspace's generated one."""
+    configured = settings.secret_key.get_secret_value()
+    if configured:
+        return configured.encode("utf-8")
+    return _file_key((settings.data_dir / _KEY_FILE).resolve())
+
+
+def user_ref(settings: Settings, user: str | None) -> str:
+    """A stable pseudonym for ``user`` (``anonymous`` when there is none)."""
+    if not user:
+        return ANONYMOUS
+    digest = hmac.new(secret_key(settings), user.encode("utf-8"), hashlib.sha256)
+    return digest.hexdigest()[:32]

@@ -1,0 +1,238 @@
+"""Feedback on answers and the quality metrics derived from what was stored.
+
+Feedback is the seed's three buttons: 👍 (``up``), 👎 (``down``) and 🛠️ Fix It
+(``fixit``). 👎 and Fix It become learnings (``Negative feedback on: …``,
+``Fix requested for: …``, or the person's comment as the rule). 👍 bumps the
+helpful counter of every learning the answer's prompt used; 👎 bumps the
+harmful counter of those scoped to the skill that answered (a general rule is
+in every prompt, so blaming it for any bad answer would retire it at random).
+A user's repeated vote on one interaction counts once: the last one stands.
+
+Metrics are never stored: they are aggregates over interactions, eval results
+and feedback, so they can always be rebuilt and never drift from the data.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import sqlalchemy as sa
+
+from amelio import db, learnings
+from amelio.db.schema import eval_results, feedback, interactions, projects, utcnow
+from amelio.errors import AmelioError, InvalidInput, NotFound
+from amelio.identity import user_ref
+from amelio.llm import LLMRequest, get_provider
+from amelio.projects import project_id
+from amelio.workspace import Workspace
+
+__all__ = [
+    "KINDS",
+    "MAX_COMMENT_CHARS",
+    "FeedbackResult",
+    "SkillMetrics",
+    "give_feedback",
+    "quality_metrics",
+]
+
+log = logging.getLogger(__name__)
+
+Kind = Literal["up", "down", "fixit"]
+KINDS = ("up", "down", "fixit")
+EXCERPT_CHARS = 80
+MAX_COMMENT_CHARS = 2000
+
+_DISTILL_SYSTEM = (
+    "You turn a user's correction of an AI assistant's answer into ONE concrete, general "
+    "rule the assistant must follow from now on. Answer with the rule only: one sentence, "
+    "imperative mood, no preamble, no quotes."
+)
+
+
+@dataclass(frozen=True)
+class FeedbackResult:
+    feedback_id: int
+    interaction_id: int
+    kind: str
+    replaced: str | None
+    learning: learnings.Learning | None
+    retired_learning_ids: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "feedbackId": self.feedback_id, "interactionId": self.interaction_id,
+            "kind": self.kind, "replaced": self.replaced,
+            "learning": self.learning.to_dict() if self.learning else None,
+            "retiredLearningIds": list(self.retired_learning_ids),
+        }
+
+
+@dataclass(frozen=True)
+class SkillMetrics:
+    project: str
+    skill: str
+    applied_count: int
+    success_count: int
+    feedback_positive: int
+    feedback_negative: int
+    last_used: datetime | None
+    rule_failures: dict[str, int] = field(default_factory=dict)
+    rule_names: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def success_rate(self) -> float:
+        return self.success_count / self.applied_count if self.applied_count else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "project": self.project, "skill": self.skill, "appliedCount": self.applied_count,
+            "successCount": self.success_count, "successRate": round(self.success_rate, 4),
+            "feedbackPositive": self.feedback_positive,
+            "feedbackNegative": self.feedback_negative,
+            "lastUsed": self.last_used.isoformat() if self.last_used else None,
+            "ruleFailures": [
+                {"ruleId": rid, "name": self.rule_names.get(rid, rid), "count": n}
+                for rid, n in sorted(self.rule_failures.items(), key=lambda x: (-x[1], x[0]))
+            ],
+        }
+
+
+def _context(skill: str | None, message: str) -> str:
+    excerpt = " ".join(message.split())
+    if len(excerpt) > EXCERPT_CHARS:
+        excerpt = excerpt[: EXCERPT_CHARS - 1] + "…"
+    return f"{skill}: {excerpt}" if skill else excerpt
+
+
+def _distill(ws: Workspace, kind: str, message: str, answer: str, comment: str) -> str | None:
+    """One concrete rule from a correction, or None (the caller falls back)."""
+    try:
+        provider = get_provider(ws.settings, purpose="Distilling learnings")
+        user = (f"User message:\n{message[:2000]}\n\nAssistant answer:\n{answer[:4000]}\n\n"
+                f"User's {'fix request' if kind == 'fixit' else 'complaint'}:\n{comment}")
+        rule = provider.complete(LLMRequest.single(_DISTILL_SYSTEM, user, max_tokens=200)).text
+    except AmelioError as exc:
+        log.warning("could not distill a learning, storing the comment as is: %s", exc.message)
+        return None
+    rule = " ".join(rule.strip().strip('"').split())
+    return rule if 0 < len(rule) <= learnings.MAX_RULE_CHARS else None
+
+
+def give_feedback(ws: Workspace, interaction_id: int, kind: str, *, comment: str | None = None,
+                  user: str | None = None) -> FeedbackResult:
+    """Record 👍, 👎 or Fix It on an interaction, and learn from it."""
+    if kind not in KINDS:
+        raise InvalidInput(f"Unknown feedback kind {kind!r}: use up, down or fixit.",
+                           field="kind")
+    comment = " ".join((comment or "").split()) or None
+    if comment and len(comment) > MAX_COMMENT_CHARS:
+        raise InvalidInput(f"A comment is at most {MAX_COMMENT_CHARS:,} characters.",
+                           field="comment")
+    ref = user_ref(ws.settings, user)
+    channel = "fixit" if kind == "fixit" else "vote"
+    now = utcnow()
+    with db.transaction(ws.engine) as conn:
+        row = conn.execute(
+            sa.select(interactions, projects.c.name.label("project"))
+            .join(projects, projects.c.id == interactions.c.project_id)
+            .where(interactions.c.id == interaction_id)
+        ).first()
+        if row is None:
+            raise NotFound(f"No interaction {interaction_id}.", interaction_id=interaction_id)
+        where = sa.and_(feedback.c.interaction_id == interaction_id, feedback.c.user_ref == ref,
+                        feedback.c.channel == channel)
+        previous = conn.execute(sa.select(feedback).where(where)).first()
+        if previous is None:
+            result = conn.execute(feedback.insert().values(
+                interaction_id=interaction_id, user_ref=ref, channel=channel, kind=kind,
+                comment=comment, created_at=now, updated_at=now))
+            assert result.inserted_primary_key is not None
+            feedback_id = int(result.inserted_primary_key[0])
+        else:
+            feedback_id = int(previous.id)
+            conn.execute(feedback.update().where(feedback.c.id == feedback_id)
+                         .values(kind=kind, comment=comment, updated_at=now))
+    project = str(row.project)
+    changed = previous is None or previous.kind != kind or previous.comment != comment
+
+    learning = None
+    if kind in ("down", "fixit") and changed:
+        rule = comment
+        if comment and ws.settings.distill_learnings and ws.settings.llm_provider != "none":
+            rule = _distill(ws, kind, row.message, row.answer, comment) or comment
+        if rule is None:
+            prefix = "Fix requested for" if kind == "fixit" else "Negative feedback on"
+            rule = f"{prefix}: {_context(row.applied_skill, row.message)}"
+        learning, _ = learnings.add_learning(
+            ws, rule, source="fixit" if kind == "fixit" else "negative", project=project,
+            skill=row.applied_skill)
+        with db.transaction(ws.engine) as conn:
+            conn.execute(feedback.update().where(feedback.c.id == feedback_id)
+                         .values(learning_id=learning.id))
+
+    retired: list[int] = []
+    if channel == "vote" and (previous is None or previous.kind != kind):
+        used = [i for i in row.learning_ids if learning is None or i != learning.id]
+        if kind == "down":
+            # A 👎 blames only the learnings written for the skill that answered: a
+            # general rule in every prompt would otherwise be retired by any bad answer.
+            used = [item.id for item in learnings.list_learnings(ws, project=project)
+                    if item.id in used and item.skill is not None
+                    and item.skill == row.applied_skill]
+        retired = learnings.record_outcome(ws, used, helpful=kind == "up", project=project)
+    return FeedbackResult(feedback_id, interaction_id, kind,
+                          previous.kind if previous is not None else None, learning,
+                          tuple(retired))
+
+
+def quality_metrics(ws: Workspace, project: str | None = None) -> list[SkillMetrics]:
+    """Per (project, skill) metrics over every stored interaction; all projects when
+    ``project`` is None."""
+    i, f, e, p = interactions, feedback, eval_results, projects
+    scope = [p.c.name == project] if project is not None else []
+    if project is not None:
+        with ws.engine.connect() as conn:
+            project_id(conn, project)  # an unknown project is an error, not "no data"
+    key = (p.c.name.label("project"), i.c.applied_skill)
+    base = (sa.select(*key, sa.func.count().label("n"),
+                      sa.func.sum(sa.case((i.c.success, 1), else_=0)).label("ok"),
+                      sa.func.max(i.c.created_at).label("last"))
+            .join(p, p.c.id == i.c.project_id)
+            .where(i.c.applied_skill.is_not(None), *scope)
+            .group_by(p.c.name, i.c.applied_skill))
+    votes = (sa.select(*key, f.c.kind, sa.func.count().label("n"))
+             .select_from(f.join(i, i.c.id == f.c.interaction_id)
+                          .join(p, p.c.id == i.c.project_id))
+             .where(f.c.channel == "vote", i.c.applied_skill.is_not(None), *scope)
+             .group_by(p.c.name, i.c.applied_skill, f.c.kind))
+    failures = (sa.select(*key, e.c.rule_id, sa.func.max(e.c.rule_name).label("rule_name"),
+                          sa.func.count().label("n"))
+                .select_from(e.join(i, i.c.id == e.c.interaction_id)
+                             .join(p, p.c.id == i.c.project_id))
+                .where(sa.not_(e.c.passed), i.c.applied_skill.is_not(None), *scope)
+                .group_by(p.c.name, i.c.applied_skill, e.c.rule_id))
+    with ws.engine.connect() as conn:
+        rows = conn.execute(base).all()
+        vote_rows = conn.execute(votes).all()
+        failure_rows = conn.execute(failures).all()
+    counts: dict[tuple[str, str], dict[str, int]] = {}
+    for r in vote_rows:
+        counts.setdefault((r.project, r.applied_skill), {})[r.kind] = int(r.n)
+    fails: dict[tuple[str, str], dict[str, int]] = {}
+    names: dict[tuple[str, str], dict[str, str]] = {}
+    for r in failure_rows:
+        fails.setdefault((r.project, r.applied_skill), {})[r.rule_id] = int(r.n)
+        names.setdefault((r.project, r.applied_skill), {})[r.rule_id] = r.rule_name
+    out = []
+    for r in rows:
+        k = (r.project, r.applied_skill)
+        last = r.last if r.last is None or r.last.tzinfo else r.last.replace(tzinfo=UTC)
+        out.append(SkillMetrics(
+            project=r.project, skill=r.applied_skill, applied_count=int(r.n),
+            success_count=int(r.ok or 0), feedback_positive=counts.get(k, {}).get("up", 0),
+            feedback_negative=counts.get(k, {}).get("down", 0), last_used=last,
+            rule_failures=fails.get(k, {}), rule_names=names.get(k, {})))
+    return sorted(out, key=lambda m: (m.project, m.skill))
