@@ -89,8 +89,9 @@ def _prepare(ws: Workspace, message: str, project: str, scorer: str | None
              ) -> tuple[Prompt, Skill | None, LLMRequest]:
     prompt = build_prompt(ws, message, project=project, scorer=scorer)
     applied: Skill | None = None
-    if ws.settings.apply_skill == "top" and prompt.route and prompt.route.top:
-        applied = get_skill(ws.engine, prompt.route.top.name, project)
+    top = prompt.route.top if prompt.route else None
+    if ws.settings.apply_skill == "top" and top is not None:
+        applied = top.skill or get_skill(ws.engine, top.name, project)
     request = LLMRequest.single(prompt.system, message, max_tokens=ws.settings.llm_max_tokens)
     return prompt, applied, request
 

@@ -74,6 +74,8 @@ MAX_RULE_CHARS = 2000
 _LINE = re.compile(r"^-\s+\[(?P<ts>[^\]]+)\]\s+\[(?P<source>[^\]]+)\]\s+(?P<rule>\S.*)$")
 _SKILL_HEADING = re.compile(r"^##\s+Skill:\s*(?P<skill>\S+)\s*$", re.IGNORECASE)
 _UNREADABLE_HEADING = "## Unreadable lines"
+#: learnings.md files this process knows to match the database: path -> (mtime_ns, size).
+_in_sync: dict[Path, tuple[int, int]] = {}
 
 
 @dataclass(frozen=True)
@@ -298,12 +300,15 @@ def record_outcome(ws: Workspace, learning_ids: Iterable[int], *, helpful: bool,
 
 def list_learnings(
     ws: Workspace, *, project: str = DEFAULT_PROJECT, skill: str | None = None,
-    include_retired: bool = False, sync: bool = True,
+    include_retired: bool = False, sync: bool = True, conn: sa.Connection | None = None,
 ) -> list[Learning]:
-    """A project's learnings, newest first (``skill`` keeps that skill's and global ones)."""
+    """A project's learnings, newest first (``skill`` keeps that skill's and global ones).
+
+    ``conn``: read on this connection (one request can share one connection).
+    """
     if sync:
         sync_file(ws, project)
-    with ws.engine.connect() as conn:
+    with db.reading(conn or ws.engine) as conn:
         pid = project_id(conn, project)
         query = sa.select(learnings).where(learnings.c.project_id == pid)
         if not include_retired:
@@ -321,7 +326,7 @@ def _header(setting: str) -> str:
 
 def prompt_block(
     ws: Workspace, *, project: str = DEFAULT_PROJECT, skills: Sequence[str] = (),
-    budget: int | None = None, ordering: str | None = None,
+    budget: int | None = None, ordering: str | None = None, conn: sa.Connection | None = None,
 ) -> LearningsBlock:
     """The seed's ``formatForPrompt``: the learnings that fit ``budget`` characters.
 
@@ -333,7 +338,7 @@ def prompt_block(
     budget = settings.learnings_budget if budget is None else budget
     ordering = ordering or settings.learnings_ordering
     hinted = set(skills)
-    items = [item for item in list_learnings(ws, project=project)
+    items = [item for item in list_learnings(ws, project=project, conn=conn)
              if item.skill is None or item.skill in hinted]
     if ordering == "helpful":
         items.sort(key=lambda x: (-(x.helpful - x.harmful), -x.last_seen_at.timestamp(), -x.id))
@@ -446,6 +451,8 @@ def _write_file(ws: Workspace, project: str, unreadable: Sequence[str] = ()) -> 
         conn.execute(learning_files.delete().where(learning_files.c.project_id == pid))
         conn.execute(learning_files.insert().values(project_id=pid, content_hash=_hash(text),
                                                     written_at=utcnow()))
+    stat = path.stat()
+    _in_sync[path] = (stat.st_mtime_ns, stat.st_size)
 
 
 def sync_file(ws: Workspace, project: str = DEFAULT_PROJECT) -> SyncReport:
@@ -456,7 +463,14 @@ def sync_file(ws: Workspace, project: str = DEFAULT_PROJECT) -> SyncReport:
     the file is rewritten in canonical form with any unreadable lines kept.
     """
     path = learnings_path(ws, project)
-    if not path.is_file():
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return SyncReport()
+    # This process already saw the file in this exact state and in sync: skip the
+    # read and the query (learnings are read on every prompt).
+    signature = (stat.st_mtime_ns, stat.st_size)
+    if _in_sync.get(path) == signature:
         return SyncReport()
     text = path.read_text(encoding="utf-8", errors="replace")
     with ws.engine.connect() as conn:
@@ -464,6 +478,7 @@ def sync_file(ws: Workspace, project: str = DEFAULT_PROJECT) -> SyncReport:
         known = conn.scalar(sa.select(learning_files.c.content_hash)
                             .where(learning_files.c.project_id == pid))
     if known == _hash(text):
+        _in_sync[path] = signature
         return SyncReport()
     entries, errors = parse_learnings_md(text)
     added = 0

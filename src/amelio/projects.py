@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass
 from datetime import datetime
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from amelio import db
 from amelio.db.schema import projects, utcnow
@@ -44,25 +47,43 @@ def validate_name(name: str, *, what: str = "project") -> str:
     return name
 
 
+# Projects are never renamed or deleted, so a name's id can be remembered per
+# engine: it saves a query on every request.
+_ids: weakref.WeakKeyDictionary[sa.Engine, dict[str, int]] = weakref.WeakKeyDictionary()
+
+
 def project_id(conn: sa.Connection, name: str) -> int:
+    cache = _ids.setdefault(conn.engine, {})
+    if name in cache:
+        return cache[name]
+    validate_name(name)
     row = conn.execute(sa.select(projects.c.id).where(projects.c.name == name)).first()
     if row is None:
         raise ProjectNotFound(
             f"No project named {name!r}. Create it with `amelio projects create {name}`.",
             project=name,
         )
-    return int(row.id)
+    cache[name] = int(row.id)
+    return cache[name]
 
 
 def ensure_project(conn: sa.Connection, name: str) -> int:
-    """The id of project ``name``, creating it inside the caller's transaction."""
+    """The id of project ``name``, creating it if needed (safe under concurrency:
+    a second creator's insert is a no-op, not a unique-constraint error)."""
     validate_name(name)
-    row = conn.execute(sa.select(projects.c.id).where(projects.c.name == name)).first()
-    if row is not None:
-        return int(row.id)
-    result = conn.execute(projects.insert().values(name=name, created_at=utcnow()))
-    assert result.inserted_primary_key is not None
-    return int(result.inserted_primary_key[0])
+    try:
+        return project_id(conn, name)
+    except ProjectNotFound:
+        pass
+    values = {"name": name, "created_at": utcnow()}
+    if conn.dialect.name == "postgresql":
+        conn.execute(pg_insert(projects).values(values).on_conflict_do_nothing(
+            index_elements=["name"]))
+    else:
+        conn.execute(sqlite_insert(projects).values(values).on_conflict_do_nothing(
+            index_elements=["name"]))
+    row = conn.execute(sa.select(projects.c.id).where(projects.c.name == name)).one()
+    return int(row.id)
 
 
 def create_project(engine: sa.Engine, name: str) -> Project:

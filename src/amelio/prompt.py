@@ -11,6 +11,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+from amelio import db
 from amelio.learnings import LearningsBlock, prompt_block
 from amelio.projects import DEFAULT_PROJECT
 from amelio.router import Route, route_message
@@ -58,7 +59,8 @@ def assemble(system_prompt: str, hint: str, learnings: str) -> str:
 def build_prompt(ws: Workspace, message: str, *, project: str = DEFAULT_PROJECT,
                  scorer: str | None = None) -> Prompt:
     """Route the message, pick the learnings for the hinted skills, assemble."""
-    route = route_message(ws, message, project=project, scorer=scorer)
-    block = prompt_block(ws, project=project, skills=route.names)
+    with db.reading(ws.engine) as conn:
+        route = route_message(ws, message, project=project, scorer=scorer, conn=conn)
+        block = prompt_block(ws, project=project, skills=route.names, conn=conn)
     system = assemble(ws.settings.system_prompt, route.hint_block(), block.text)
     return Prompt(system, message, route, block)

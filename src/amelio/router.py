@@ -26,8 +26,10 @@ import math
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import sqlalchemy as sa
 
 from amelio.errors import InvalidInput
 from amelio.hookspecs import hookimpl
@@ -83,6 +85,8 @@ class RouteHit:
     score: float
     matched: tuple[str, ...]
     project: str | None = None
+    #: The routed skill itself, when the router was built from stored skills.
+    skill: Skill | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description,
@@ -267,6 +271,7 @@ class Router:
                                f"{', '.join(sorted(available))}.", field="scorer")
         self.scorer = scorer
         self._skills = [s.spec if isinstance(s, Skill) else s for s in skills]
+        self._stored = [s if isinstance(s, Skill) else None for s in skills]
         self._projects = [s.project if isinstance(s, Skill) else None for s in skills]
         self._score = available[scorer].build(self._skills)
         self.min_score = available[scorer].min_score
@@ -287,7 +292,7 @@ class Router:
         )[:limit]
         hits = tuple(
             RouteHit(self._skills[i].name, self._skills[i].description, s, tuple(m),
-                     self._projects[i])
+                     self._projects[i], self._stored[i])
             for s, i, m in ranked
         )
         return Route(message, self.scorer, hits)
@@ -312,8 +317,9 @@ def router_for(skills: Sequence[Skill], scorer: str = DEFAULT_SCORER) -> Router:
 
 
 def route_message(ws: Workspace, message: str, *, project: str = DEFAULT_PROJECT,
-                  scorer: str | None = None, limit: int | None = None) -> Route:
+                  scorer: str | None = None, limit: int | None = None,
+                  conn: sa.Connection | None = None) -> Route:
     """Route ``message`` over every skill ``project`` sees, with the workspace's settings."""
-    visible = list_skills(ws.engine, project)
+    visible = list_skills(conn or ws.engine, project)
     router = router_for(visible, scorer or ws.settings.router_scorer)
     return router.route(message, limit=limit or ws.settings.router_limit)

@@ -6,9 +6,10 @@ from amelio.db.engine import (
     create_engine,
     current_revision,
     head_revision,
+    reading,
     transaction,
     upgrade,
 )
 
 __all__ = ["check_migrated", "connect", "create_engine", "current_revision", "head_revision",
-           "transaction", "upgrade"]
+           "reading", "transaction", "upgrade"]

@@ -26,6 +26,7 @@ __all__ = [
     "create_engine",
     "current_revision",
     "head_revision",
+    "reading",
     "transaction",
     "upgrade",
 ]
@@ -61,6 +62,20 @@ def transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
         conn.execution_options(amelio_write=True)
         with conn.begin():
             yield conn
+
+
+@contextmanager
+def reading(bind: sa.Engine | sa.Connection) -> Iterator[sa.Connection]:
+    """A connection for reads: ``bind`` itself when the caller already holds one
+    (so one request can share a single connection), else a new one."""
+    if isinstance(bind, sa.Connection):
+        yield bind
+        return
+    with bind.connect() as conn:
+        if conn.dialect.name == "postgresql":
+            # Reads need no transaction: skip the BEGIN and ROLLBACK round trips.
+            conn.execution_options(isolation_level="AUTOCOMMIT")
+        yield conn
 
 
 def create_engine(url: str, **kwargs: Any) -> sa.Engine:

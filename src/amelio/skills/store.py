@@ -188,20 +188,21 @@ def import_skills(
                        reason=f"imported from {Path(path).resolve()}")
 
 
-def list_skills(engine: sa.Engine, project: str | None = None) -> list[Skill]:
+def list_skills(engine: sa.Engine | sa.Connection, project: str | None = None) -> list[Skill]:
     """The skills a project sees: its forks, then the globals it did not fork, by name.
 
     ``project=None`` lists the global skills only.
     """
-    with engine.connect() as conn:
+    with db.reading(engine) as conn:
         pid = _pid(conn, project)
-        global_rows = conn.execute(
-            sa.select(skills).where(skills.c.project_id.is_(None))
-        ).all()
-        by_name = {r.name: _skill_from_row(r, None) for r in global_rows}
+        scope: sa.ColumnElement[bool] = skills.c.project_id.is_(None)
         if pid is not None:
-            for r in conn.execute(sa.select(skills).where(skills.c.project_id == pid)).all():
-                by_name[r.name] = _skill_from_row(r, project)
+            scope = sa.or_(scope, skills.c.project_id == pid)
+        # Globals first, so a project's fork of the same name replaces its global.
+        rows = conn.execute(sa.select(skills).where(scope).order_by(
+            skills.c.project_id.is_not(None))).all()
+    by_name = {r.name: _skill_from_row(r, None if r.project_id is None else project)
+               for r in rows}
     return [by_name[n] for n in sorted(by_name)]
 
 

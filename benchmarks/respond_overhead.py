@@ -1,0 +1,112 @@
+"""What Amelio adds around the LLM call: routing, prompt, evals, storage.
+
+Runs respond() with an in-process provider that answers instantly, so the time
+measured is Amelio's own, on SQLite and (when reachable) PostgreSQL, and prints
+p50/p95/p99 per message. Target: p95 under 5 ms.
+
+    python benchmarks/respond_overhead.py [--messages 400] [--postgres URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from amelio import learnings, skills
+from amelio.assistant import respond
+from amelio.llm.fake import ScriptedProvider
+from amelio.workspace import init_workspace
+
+ROOT = Path(__file__).resolve().parent.parent
+MESSAGES = [
+    "please review this pull request before I merge it",
+    "git push rejected after rebase, what now",
+    "deploy the api to production tonight",
+    "the server is slow: audit disk, RAM and CPU",
+    "draft release notes for version 2.4.0",
+    "what is the capital of Australia",
+]
+ANSWER = ('{"verdict": "approve"} Run git pull --rebase then git push --force-with-lease. '
+          "Rollback: redeploy the previous tag. Verify with a smoke test. " * 8)
+
+
+def run(url: str, n: int) -> list[float]:
+    os.environ["AMELIO_DATABASE_URL"] = url
+    with tempfile.TemporaryDirectory() as tmp:
+        ws, _ = init_workspace(Path(tmp) / "ws")
+        try:
+            skills.import_skills(ws.engine, ROOT / "examples" / "skills")
+            for i in range(20):
+                learnings.add_learning(ws, f"Learned rule number {i} about the answers",
+                                       skill=None if i % 2 else "git-help")
+            provider = ScriptedProvider(default=ANSWER)
+            for m in MESSAGES:  # warm caches (router index, compiled rules)
+                respond(ws, m, provider=provider)
+            samples = []
+            for i in range(n):
+                start = time.perf_counter()
+                reply = respond(ws, MESSAGES[i % len(MESSAGES)], provider=provider, user="u")
+                samples.append((time.perf_counter() - start) * 1000
+                               - reply.completion.latency_ms)
+            return sorted(samples)
+        finally:
+            ws.dispose()
+
+
+def pct(samples: list[float], q: float) -> float:
+    return samples[min(len(samples) - 1, int(len(samples) * q))]
+
+
+def fresh_pg(admin_url: str) -> tuple[str, sa.Engine, str] | None:
+    try:
+        admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+        name = f"amelio_bench_{uuid.uuid4().hex[:8]}"
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:
+        print(f"PostgreSQL not reachable ({exc.__class__.__name__}); skipped", file=sys.stderr)
+        return None
+    return admin.url.set(database=name).render_as_string(hide_password=False), admin, name
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=400)
+    parser.add_argument("--postgres", default=os.environ.get(
+        "AMELIO_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"))
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        rows.append(("sqlite", run(f"sqlite:///{tmp}/bench.db", args.messages)))
+    pg = fresh_pg(args.postgres)
+    if pg is not None:
+        url, admin, name = pg
+        try:
+            rows.append(("postgresql", run(url, args.messages)))
+        finally:
+            with admin.connect() as conn:
+                conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    print(f"respond() overhead per message, {args.messages} messages, 13 skills, "
+          "20 learnings, instant provider")
+    print(f"{'database':12} {'mean ms':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8}")
+    print("-" * 48)
+    ok = True
+    for name, samples in rows:
+        p95 = pct(samples, 0.95)
+        ok &= p95 < 5.0
+        print(f"{name:12} {statistics.fmean(samples):8.2f} {pct(samples, 0.5):8.2f} "
+              f"{p95:8.2f} {pct(samples, 0.99):8.2f}")
+    print(f"target p95 < 5 ms: {'met' if ok else 'MISSED'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
