@@ -7,16 +7,22 @@ that :func:`amelio.evals.evaluate` calls on every answer.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jsonschema  # type: ignore[import-untyped]
 import re2  # type: ignore[import-untyped]
+import referencing
+import referencing.exceptions
+import referencing.jsonschema
 
 from amelio.evals import (
     REGEX_MAX_MEM,
     REGEX_MAX_PATTERN_CHARS,
+    REGEX_MAX_PROGRAM,
+    REGEX_MAX_WORK,
     Check,
     RuleParamError,
     RuleType,
@@ -215,11 +221,29 @@ def _compile_pattern(params: Mapping[str, Any]) -> tuple[Any, str]:
         raise RuleParamError("pattern", f"is {len(pattern):,} chars, over the limit of "
                                         f"{REGEX_MAX_PATTERN_CHARS:,}")
     try:
-        return _re2(f"(?{flags}){pattern}" if flags else pattern), pattern
+        regex = _re2(f"(?{flags}){pattern}" if flags else pattern)
     except ValueError as exc:
         raise RuleParamError("pattern", str(exc)) from None
+    if regex.programsize > REGEX_MAX_PROGRAM:
+        raise RuleParamError("pattern", f"is too complex for the regex engine (program size "
+                                        f"{regex.programsize:,}, limit {REGEX_MAX_PROGRAM:,}); "
+                                        "use smaller repetition counts like {1,50}")
+    return regex, pattern
 
 
+class RegexTooCostly(Exception):
+    """A regex check refused because this text would make it slow; recorded as an
+    errored (failed) result, never a hang."""
+
+
+def _search(regex: Any, data: bytes) -> Any:
+    if regex.programsize * len(data) > REGEX_MAX_WORK:
+        raise RegexTooCostly(f"pattern too complex for a text of {len(data):,} bytes (program "
+                             f"size {regex.programsize:,}); simplify it or shorten the text")
+    return regex.search(data)
+
+
+@functools.lru_cache(maxsize=512)
 def _re2(pattern: str) -> Any:
     """Compile for RE2 under a memory cap. Patterns are compiled as UTF-8 bytes and
     answers encoded once per check: that keeps RE2's UTF-8 semantics (``.`` is one
@@ -249,7 +273,7 @@ def _regex_match(params: Mapping[str, Any]) -> Check:
     regex, pattern = _compile_pattern(params)
     yes = Verdict(True, f"answer matches /{_clip(pattern)}/")
     no = Verdict(False, f"answer does not match /{_clip(pattern)}/")
-    return lambda text: no if regex.search(_encode(text)) is None else yes
+    return lambda text: no if _search(regex, _encode(text)) is None else yes
 
 
 def _regex_not_match(params: Mapping[str, Any]) -> Check:
@@ -258,7 +282,7 @@ def _regex_not_match(params: Mapping[str, Any]) -> Check:
 
     def check(text: str) -> Verdict:
         data = _encode(text)
-        found = regex.search(data)
+        found = _search(regex, data)
         if found is None:
             return ok
         # The matched text is not echoed: these rules often guard against leaked secrets.
@@ -305,8 +329,36 @@ def _is_json(params: Mapping[str, Any]) -> Check:
 
 def _re2_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
     """JSON Schema's ``pattern`` keyword on RE2 instead of Python's backtracking ``re``."""
-    if validator.is_type(instance, "string") and _re2(pattern).search(_encode(instance)) is None:
+    if validator.is_type(instance, "string") and \
+            _search(_re2(pattern), _encode(instance)) is None:
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _canonical(value: Any) -> Any:
+    """JSON Schema equality: 1 and 1.0 are equal, true and 1 are not."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    return value
+
+
+def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    """``uniqueItems`` in linear time: jsonschema compares every pair, which a long
+    answer turns into minutes."""
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen: set[str] = set()
+    for item in instance:
+        key = json.dumps(_canonical(item), sort_keys=True)
+        if key in seen:
+            yield jsonschema.ValidationError(f"array has non-unique elements ({key[:60]})")
+            return
+        seen.add(key)
 
 
 _RE2_VALIDATORS: dict[Any, Any] = {}
@@ -332,6 +384,40 @@ def _schema_patterns(node: Any, path: str = "schema") -> Iterator[tuple[str, str
             yield from _schema_patterns(item, f"{path}[{i}]")
 
 
+def _refs(node: Any, path: str = "schema") -> Iterator[tuple[str, str]]:
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            if key in ("const", "enum", "examples", "default"):
+                continue
+            if key == "$ref" and isinstance(value, str):
+                yield path, value
+            else:
+                yield from _refs(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            yield from _refs(item, f"{path}[{i}]")
+
+
+def _check_refs(schema: Mapping[str, Any], base: Any) -> None:
+    """Every ``$ref`` must resolve inside the schema now: nothing is fetched over the
+    network, and a dangling reference would otherwise fail every later check."""
+    refs = list(_refs(schema))
+    if not refs:
+        return
+    dialect = schema.get("$schema") or base.META_SCHEMA.get("$schema") \
+        or base.META_SCHEMA.get("$id")
+    spec = referencing.jsonschema.specification_with(
+        dialect, default=referencing.jsonschema.DRAFT202012)
+    resolver = referencing.Registry().with_resource(
+        "urn:amelio:schema", spec.create_resource(dict(schema))).resolver("urn:amelio:schema")
+    for where, ref in refs:
+        try:
+            resolver.lookup(ref)
+        except referencing.exceptions.Unresolvable:
+            raise RuleParamError("schema", f"{where}.$ref {ref!r} does not resolve inside the "
+                                           "schema (remote references are not fetched)") from None
+
+
 def _json_schema(params: Mapping[str, Any]) -> Check:
     schema = params["schema"]
     if not isinstance(schema, Mapping):
@@ -349,11 +435,15 @@ def _json_schema(params: Mapping[str, Any]) -> Check:
                                        f"{exc.message}") from None
     for where, pattern in _schema_patterns(schema):
         try:
-            _re2(pattern)
+            compiled = _re2(pattern)
         except ValueError as exc:
             raise RuleParamError("schema", f"{where} {exc}") from None
+        if compiled.programsize > REGEX_MAX_PROGRAM:
+            raise RuleParamError("schema", f"{where} is too complex for the regex engine")
+    _check_refs(schema, base)
     if base not in _RE2_VALIDATORS:
-        _RE2_VALIDATORS[base] = jsonschema.validators.extend(base, {"pattern": _re2_pattern})
+        _RE2_VALIDATORS[base] = jsonschema.validators.extend(
+            base, {"pattern": _re2_pattern, "uniqueItems": _unique_items})
     validator = _RE2_VALIDATORS[base](dict(schema))
     yes = Verdict(True, "answer JSON matches the schema")
 
