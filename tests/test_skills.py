@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from amelio import skills
 from amelio.db.schema import skill_versions
 from amelio.db.schema import skills as skills_table
-from amelio.errors import Conflict, EvalRuleError, SkillFileError, SkillNotFound
+from amelio.errors import Conflict, EvalRuleError, InvalidInput, SkillFileError, SkillNotFound
 from amelio.workspace import Workspace
 
 GOOD = """---
@@ -126,6 +126,10 @@ def test_extra_front_matter_survives_round_trip(tmp_path: Path) -> None:
         ("# no front matter at all\n", None, "missing front matter", "name"),
         ("---\nname: other\n---\nbody\n", None, "does not match its folder", "name"),
         ("---\nname: bad\ntriggers: review\n---\nbody\n", None, "list of strings", "triggers"),
+        ("---\nname: bad\nx: &a [1, 2]\ny: [*a, *a]\n---\n", None, "aliases", "front matter"),
+        ("---\nname: bad\nname: bad\n---\n", None, "duplicate key", "front matter"),
+        ("---\nname: bad\ntags: !!set {a, b}\n---\n", None, "not supported", "tags"),
+        ("---\nname: bad\n---\nnul \x00 byte\n", None, "NUL", None),
         ("---\nname: bad\n---\n", "{not json", "invalid JSON", None),
         ("---\nname: bad\n---\n",
          {"version": 1, "skill": "bad", "rules": [
@@ -167,7 +171,7 @@ def test_eval_error_names_rule_id(tmp_path: Path) -> None:
     assert "bad.evals.json" in str(info.value)
 
 
-def test_duplicate_names_fail(tmp_path: Path) -> None:
+def test_name_must_match_folder_so_names_are_unique(tmp_path: Path) -> None:
     write_skill(tmp_path, "one")
     write_skill(tmp_path, "two", GOOD.format(name="one"))
     with pytest.raises(SkillFileError, match="does not match its folder"):
@@ -260,7 +264,7 @@ def test_concurrent_updates_never_fork_history(workspace: Workspace, tmp_path: P
             skills.update_skill(workspace.engine, "alpha", content=f"body {i}", author=f"w{i}",
                                 reason="race", expected_version=1)
             outcomes.append("won")
-        except (Conflict, sa.exc.OperationalError, sa.exc.IntegrityError):
+        except Conflict:
             outcomes.append("lost")
 
     threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
@@ -290,3 +294,35 @@ def test_single_skill_folder_and_file_import(workspace: Workspace, examples: Pat
         "git-help"]
     with pytest.raises(SkillFileError, match="no such file"):
         skills.read_skills(tmp_path / "missing")
+
+
+def test_concurrent_imports_into_a_new_project(workspace: Workspace, examples: Path) -> None:
+    errors: list[BaseException] = []
+
+    def importer() -> None:
+        try:
+            skills.import_skills(workspace.engine, examples, project="newproj")
+        except Conflict:
+            pass  # lost the race for a new skill: a clean, retryable error
+        except BaseException as exc:  # anything else is a bug
+            errors.append(exc)
+
+    threads = [threading.Thread(target=importer) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert skills.import_skills(workspace.engine, examples, project="newproj").created == ()
+    assert len(skills.list_skills(workspace.engine, "newproj")) >= 10
+
+
+def test_same_content_is_not_a_new_version(workspace: Workspace, tmp_path: Path) -> None:
+    write_skill(tmp_path, "alpha")
+    skills.import_skills(workspace.engine, tmp_path)
+    same = skills.get_skill(workspace.engine, "alpha").spec.content
+    assert skills.update_skill(workspace.engine, "alpha", content=same, author="a",
+                               reason="noop").version == 1
+    with pytest.raises(InvalidInput, match="NUL"):
+        skills.update_skill(workspace.engine, "alpha", content="a\x00b", author="a",
+                            reason="r")

@@ -57,6 +57,8 @@ def create_key(engine: sa.Engine, *, name: str, role: str) -> tuple[ApiKey, str]
         raise InvalidInput(f"Unknown role {role!r}: use one of {', '.join(ROLES)}.", field="role")
     if not name.strip():
         raise InvalidInput("A key needs a name (who or what uses it).", field="name")
+    if len(name.strip()) > 100 or "\x00" in name:
+        raise InvalidInput("A key name is at most 100 characters of text.", field="name")
     token = _PREFIX + secrets.token_urlsafe(32)
     with db.transaction(engine) as conn:
         result = conn.execute(

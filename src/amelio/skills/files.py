@@ -46,12 +46,12 @@ _MAX_FILE_BYTES = 1_000_000
 
 def _read_text(path: Path) -> str:
     try:
-        if path.stat().st_size > _MAX_FILE_BYTES:
-            raise SkillFileError(
-                f"file is {path.stat().st_size:,} bytes, over the {_MAX_FILE_BYTES:,} limit",
-                file=str(path),
-            )
-        return path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            data = f.read(_MAX_FILE_BYTES + 1)
+        if len(data) > _MAX_FILE_BYTES:
+            raise SkillFileError(f"file is over the {_MAX_FILE_BYTES:,}-byte limit",
+                                 file=str(path))
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SkillFileError(f"not UTF-8 text ({exc.reason} at byte {exc.start})",
                              file=str(path)) from exc
@@ -71,6 +71,57 @@ def _string_list(value: Any, *, file: str, field: str) -> tuple[str, ...]:
     return tuple(seen)
 
 
+class _FrontMatterLoader(yaml.SafeLoader):
+    """Safe YAML, stricter: no aliases (a 1 KB alias chain expands to gigabytes),
+    no duplicate keys (the last would silently win), and dates stay strings (the
+    front matter is stored as JSON)."""
+
+    yaml_implicit_resolvers = {  # noqa: RUF012 (PyYAML reads it from the class)
+        first: [(tag, regexp) for tag, regexp in resolvers
+                if tag != "tag:yaml.org,2002:timestamp"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.events.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(
+                None, None, "aliases (*name) are not allowed", event.start_mark)
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+_MAX_EXTRA_CHARS = 65_536
+
+
+def _check_json(value: Any, *, file: str, field: str) -> None:
+    """Extra front matter is stored as JSON: only JSON values may come through."""
+    if value is None or isinstance(value, str | bool | int | float):
+        return
+    if isinstance(value, list):
+        for item in value:
+            _check_json(item, file=file, field=field)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise SkillFileError(f"mapping keys must be strings, not {key!r}", file=file,
+                                     field=field)
+            _check_json(item, file=file, field=field)
+        return
+    raise SkillFileError(f"{type(value).__name__} values are not supported here; use "
+                         "strings, numbers, booleans, lists and mappings", file=file, field=field)
+
+
 def _split_front_matter(text: str, *, file: str) -> tuple[dict[str, Any] | None, str]:
     text = text.removeprefix("\ufeff").replace("\r\n", "\n")
     if not text.startswith("---\n"):
@@ -83,7 +134,7 @@ def _split_front_matter(text: str, *, file: str) -> tuple[dict[str, Any] | None,
                              file=file, field="front matter")
     raw, body = text[4:end], text[end + 5 :]
     try:
-        data = yaml.safe_load(raw) if raw.strip() else {}
+        data = yaml.load(raw, Loader=_FrontMatterLoader) if raw.strip() else {}  # noqa: S506
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 2}" if mark is not None else ""
@@ -105,6 +156,8 @@ def parse_skill_md(
     A legacy file without front matter is accepted when the registry names it:
     its name comes from the folder and its routing hints from the registry.
     """
+    if "\x00" in text:
+        raise SkillFileError("contains a NUL character; skill files are text", file=source)
     meta, body = _split_front_matter(text, file=source)
     if meta is None:
         if registry_entry is None:
@@ -131,6 +184,14 @@ def parse_skill_md(
     keywords = _string_list(meta.get("keywords", entry.get("keywords")), file=source,
                             field="keywords")
     extra = {k: v for k, v in meta.items() if k not in _KNOWN_KEYS}
+    for key, value in extra.items():
+        if not isinstance(key, str):
+            raise SkillFileError(f"front matter keys must be strings, not {key!r}", file=source,
+                                 field=str(key))
+        _check_json(value, file=source, field=key)
+    if len(json.dumps(extra, ensure_ascii=False)) > _MAX_EXTRA_CHARS:
+        raise SkillFileError(f"extra front matter is over {_MAX_EXTRA_CHARS:,} characters",
+                             file=source, field="front matter")
     return SkillSpec(
         name=name,
         description=" ".join(description.split()),
@@ -216,17 +277,13 @@ def read_skills(path: str | Path) -> list[SkillSpec]:
         return [_read_one(root, None)]
     registry_path = root / REGISTRY_FILE
     registry = _read_registry(registry_path) if registry_path.is_file() else {}
+    # A skill's name must equal its folder's, so two skills can never share a name.
     specs: list[SkillSpec] = []
-    seen: dict[str, str] = {}
     for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         if _skill_file(folder) is None:
             continue
-        spec = _read_one(folder, registry.get(folder.name))
-        if spec.name in seen:
-            raise SkillFileError(f"duplicate skill name {spec.name!r} (also in {seen[spec.name]})",
-                                 file=spec.source, field="name")
-        seen[spec.name] = spec.source or str(folder)
-        specs.append(spec)
+        specs.append(_read_one(folder, registry.get(folder.name)))
+    seen = {spec.name for spec in specs}
     for name in registry:
         if name not in seen:
             raise SkillFileError(f"lists skill {name!r} but there is no {name}/{SKILL_FILE}",

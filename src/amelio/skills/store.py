@@ -8,7 +8,8 @@ concurrent writers can't both win.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,7 +19,7 @@ import sqlalchemy as sa
 
 from amelio import db, evals
 from amelio.db.schema import skill_versions, skills, utcnow
-from amelio.errors import Conflict, SkillNotFound
+from amelio.errors import Conflict, InvalidInput, SkillNotFound
 from amelio.projects import DEFAULT_PROJECT, ensure_project, project_id
 from amelio.skills import files
 from amelio.skills.model import Skill, SkillSpec, SkillVersion
@@ -102,10 +103,23 @@ def _scope_clause(pid: int | None) -> sa.ColumnElement[bool]:
     return skills.c.project_id.is_(None) if pid is None else skills.c.project_id == pid
 
 
-def _find(conn: sa.Connection, name: str, pid: int | None) -> sa.Row[Any] | None:
-    return conn.execute(
-        sa.select(skills).where(skills.c.name == name, _scope_clause(pid))
-    ).first()
+def _find(conn: sa.Connection, name: str, pid: int | None, *, lock: bool = False
+          ) -> sa.Row[Any] | None:
+    """The skill row in one scope; ``lock`` holds it for the rest of a write
+    transaction (PostgreSQL), so concurrent writers queue instead of colliding."""
+    query = sa.select(skills).where(skills.c.name == name, _scope_clause(pid))
+    return conn.execute(query.with_for_update() if lock else query).first()
+
+
+@contextmanager
+def _writing(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """A write transaction where losing a race is a :class:`Conflict`, not a crash."""
+    try:
+        with db.transaction(engine) as conn:
+            yield conn
+    except sa.exc.IntegrityError as exc:
+        raise Conflict("A concurrent change to the same skill won; reload and try again.",
+                       reason=str(exc.orig)[:200]) from exc
 
 
 def _write_version(
@@ -114,7 +128,8 @@ def _write_version(
 ) -> int:
     """Create or advance one skill and record the new version; returns it."""
     now = utcnow()
-    row = _find(conn, spec.name, pid)
+    author, reason = author[:200], reason[:10_000]
+    row = _find(conn, spec.name, pid, lock=True)
     if row is None:
         result = conn.execute(
             skills.insert().values(
@@ -166,10 +181,10 @@ def save_skills(
     updated: list[str] = []
     unchanged: list[str] = []
     versions: dict[str, int] = {}
-    with db.transaction(engine) as conn:
+    with _writing(engine) as conn:
         pid = _pid(conn, project, create=True)
         for spec in specs:
-            row = _find(conn, spec.name, pid)
+            row = _find(conn, spec.name, pid, lock=True)
             if row is not None and row.content_hash == spec.content_hash():
                 unchanged.append(spec.name)
                 versions[spec.name] = int(row.version)
@@ -259,6 +274,9 @@ def update_skill(
     :class:`Conflict` when someone else saved a version since it was read.
     """
     changes: dict[str, Any] = {}
+    for field_name, value in (("content", content), ("description", description)):
+        if value is not _UNSET and "\x00" in value:
+            raise InvalidInput(f"The {field_name} contains a NUL character.", field=field_name)
     if content is not _UNSET:
         changes["content"] = content.strip("\n") + "\n" if content.strip() else ""
     if description is not _UNSET:
@@ -271,12 +289,18 @@ def update_skill(
         changes["evals"] = (
             None if rules is None else tuple(r.to_dict() for r in evals.parse_rules(list(rules)))
         )
-    with db.transaction(engine) as conn:
+    with _writing(engine) as conn:
         row, scope = _resolve(conn, name, project)
         spec = replace(_spec_from_row(row._mapping, name), **changes)
         pid = row.project_id
-        _write_version(conn, spec, pid, author=author, reason=reason,
-                       expected_version=expected_version)
+        if expected_version is not None and expected_version != row.version:
+            raise Conflict(
+                f"Skill {name!r} is at version {row.version}, not {expected_version}: "
+                "someone changed it meanwhile. Reload it and try again.",
+                skill=name, version=row.version)
+        if spec.content_hash() != row.content_hash:  # the same content is not a new version
+            _write_version(conn, spec, pid, author=author, reason=reason,
+                           expected_version=expected_version)
         new = _find(conn, name, pid)
         assert new is not None
     return _skill_from_row(new, scope)
@@ -284,7 +308,7 @@ def update_skill(
 
 def fork_skill(engine: sa.Engine, name: str, project: str, *, author: str) -> Skill:
     """Copy a global skill into ``project`` so it can change there alone."""
-    with db.transaction(engine) as conn:
+    with _writing(engine) as conn:
         pid = _pid(conn, project, create=True)
         if _find(conn, name, pid) is not None:
             raise Conflict(f"Project {project!r} already has its own {name!r}.", skill=name)
