@@ -171,3 +171,39 @@ def test_demo_prepares_a_workspace_and_reuses_its_key(tmp_path: Path) -> None:
     assert key
     assert key[0] in second.output
     assert "code-review" in run("-w", str(tmp_path / "d"), "skills", "list").output
+
+
+def test_mistyped_workspace_is_not_created(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    result = CliRunner().invoke(main, ["-w", str(tmp_path / "typo"), "skills", "list"])
+    assert result.exit_code == 1 and "is not an Amelio workspace" in result.output
+    assert not (tmp_path / "typo").exists()
+    monkeypatch.setenv("AMELIO_WORKSPACE", str(tmp_path / "typo"))
+    result = CliRunner().invoke(main, ["db", "upgrade"])
+    assert result.exit_code == 1 and "AMELIO_WORKSPACE" in result.output
+    assert not (tmp_path / "typo").exists()
+
+
+@pytest.mark.parametrize(("env", "needle"), [
+    ("garbage", "is not a database URL"),
+    ("mysql://u@h/db", "SQLite or PostgreSQL"),
+])
+def test_bad_database_url_is_a_clear_error(ws: Path, monkeypatch: pytest.MonkeyPatch,
+                                           env: str, needle: str) -> None:
+    monkeypatch.setenv("AMELIO_DATABASE_URL", env)
+    result = CliRunner().invoke(main, ["-w", str(ws), "skills", "list"])
+    assert result.exit_code == 1 and needle in result.output
+    assert "Traceback" not in result.output
+
+
+def test_unreadable_inputs_are_errors_not_tracebacks(ws: Path, tmp_path: Path) -> None:
+    latin1 = tmp_path / "promptfoo.yaml"
+    latin1.write_bytes("assert: caf\xe9".encode("latin-1"))
+    result = CliRunner().invoke(main, ["-w", str(ws), "evals", "import-promptfoo", str(latin1),
+                                       "--skill", "git-help"])
+    assert result.exit_code == 1 and "not UTF-8" in result.output
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = CliRunner().invoke(main, ["-w", str(ws), "skills", "export",
+                                       str(blocker / "sub")])
+    assert result.exit_code == 1 and result.output.startswith("Error: cannot use")

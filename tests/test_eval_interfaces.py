@@ -68,7 +68,7 @@ def test_eval_usage_and_input_errors(rules_file: Path, tmp_path: Path) -> None:
     bad.write_text('{"version": 1, "rules": [{"id": "b1", "type": "max_length", '
                    '"value": -3, "severity": "warning"}]}')
     code, out = cli("eval", "--rules", str(bad), input="x")
-    assert code == 1 and "b1" in out and "value" in out
+    assert code == 2 and "b1" in out and "value" in out  # 2: the check could not run
 
 
 def test_eval_refuses_input_over_the_limit(tmp_path: Path, examples: Path,
@@ -77,7 +77,9 @@ def test_eval_refuses_input_over_the_limit(tmp_path: Path, examples: Path,
     assert cli("-w", str(tmp_path / "ws"), "skills", "import", str(examples))[0] == 0
     monkeypatch.setenv("AMELIO_MAX_TEXT_CHARS", "100")
     code, out = cli("-w", str(tmp_path / "ws"), "eval", "--skill", "git-help", input="a" * 101)
-    assert code == 1 and "100-character limit" in out
+    assert code == 2 and "100-character limit" in out
+    code, out = cli("-w", str(tmp_path / "ws"), "eval", "--skill", "nope", input="text")
+    assert code == 2 and "No skill named" in out
     code, out = cli("-w", str(tmp_path / "ws"), "eval", "--skill", "git-help",
                     input="Run git push --force now")
     assert code == 1 and "--force" in out
@@ -143,14 +145,15 @@ def api(workspace: Workspace, examples: Path) -> Iterator[tuple[TestClient, dict
 def test_get_and_put_rules(api: tuple[TestClient, dict[str, str]], workspace: Workspace) -> None:
     client, h = api
     got = client.get("/v1/skills/git-help/evals", headers=h["bot"]).json()
-    assert got["version"] == 1 and got["rules"][0]["id"] == "gh-001"
+    assert got["version"] == 1 and got["skillVersion"] == 1
+    assert got["rules"][0]["id"] == "gh-001"
     new_rules = [*got["rules"], {"id": "gh-9", "name": "Short", "type": "max_length",
                                  "value": 900, "severity": "info"}]
     assert client.put("/v1/skills/git-help/evals", headers=h["bot"],
                       json={"rules": new_rules}).status_code == 403
     r = client.put("/v1/skills/git-help/evals", headers=h["admin"],
                    json={"rules": new_rules, "reason": "cap length", "expectedVersion": 1})
-    assert r.status_code == 200 and r.json()["version"] == 2
+    assert r.status_code == 200 and r.json()["skillVersion"] == 2
     history = skills.list_versions(workspace.engine, "git-help")
     assert history[-1].reason == "cap length" and history[-1].author == "key:admin"
     stale = client.put("/v1/skills/git-help/evals", headers=h["admin"],
@@ -209,3 +212,23 @@ def test_check_refuses_text_over_the_limit(workspace: Workspace, tmp_path: Path,
                         json={"rules": RULES["rules"], "text": "x" * 51})
     ws.dispose()
     assert r.status_code == 413 and r.json()["error"]["code"] == "input_too_large"
+
+
+def test_get_edit_put_round_trip_and_project_forks(
+        api: tuple[TestClient, dict[str, str]], workspace: Workspace) -> None:
+    client, h = api
+    for _ in range(2):  # what GET returns, PUT takes back, at any version
+        doc = client.get("/v1/skills/git-help/evals", headers=h["bot"]).json()
+        doc["rules"] = doc["rules"][:-1]
+        r = client.put("/v1/skills/git-help/evals", headers=h["admin"], json=doc)
+        assert r.status_code == 200, r.json()
+    assert skills.get_skill(workspace.engine, "git-help").version == 3
+    same = client.get("/v1/skills/git-help/evals", headers=h["bot"]).json()
+    assert client.put("/v1/skills/git-help/evals", headers=h["admin"],
+                      json=same).json()["skillVersion"] == 3  # no change, no new version
+    # ?project= changes that project's fork only, forking the global skill first.
+    r = client.put("/v1/skills/git-help/evals?project=acme", headers=h["admin"],
+                   json={"rules": [], "skillVersion": 3})
+    assert r.status_code == 200 and r.json()["project"] == "acme" and r.json()["rules"] == []
+    assert skills.get_skill(workspace.engine, "git-help").spec.evals
+    assert skills.get_skill(workspace.engine, "git-help", "acme").spec.evals == ()

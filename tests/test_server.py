@@ -106,6 +106,10 @@ def test_validation_errors_and_oversized_bodies_are_json(client: TestClient,
     r = client.post("/v1/skills", content=big, headers=auth(tokens["admin"]))
     assert r.status_code == 413
     assert r.json()["error"]["code"] == "input_too_large"
+    r = client.post("/v1/evals/check", content=b'{"text": "x",', headers={
+        **auth(tokens["bot"]), "content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_json"
+    assert "not valid JSON" in r.json()["error"]["message"]
     r = client.get("/v1/nothing-here")
     assert r.status_code == 404
     assert r.json()["error"]["code"] == "not_found"

@@ -201,6 +201,8 @@ class Settings(BaseSettings):
                 value = _mask(value.get_secret_value())
             elif name == "database_url":
                 value = _mask_url(self.effective_database_url)
+            elif name in ("llm_base_url", "vespa_url") and value:
+                value = _mask_url(value)
             yield SettingRow(name, env_name, str(value), source, field.description or "")
 
 
@@ -242,11 +244,15 @@ def find_workspace(explicit: str | os.PathLike[str] | None = None, *, cwd: Path 
                    ) -> Path:
     """The workspace: ``explicit``, else ``AMELIO_WORKSPACE``, else the nearest
     ``amelio.toml`` at or above ``cwd`` (as git finds ``.git``)."""
-    if explicit is not None:
-        return Path(explicit).resolve()
-    env = os.environ.get(ENV_PREFIX + "WORKSPACE")
-    if env:
-        return Path(env).resolve()
+    chosen = explicit if explicit is not None else os.environ.get(ENV_PREFIX + "WORKSPACE")
+    if chosen:
+        path = Path(chosen).resolve()
+        if not (path / CONFIG_FILE).is_file():
+            via = "--workspace" if explicit is not None else "AMELIO_WORKSPACE"
+            raise WorkspaceNotFound(
+                f"{path} (from {via}) is not an Amelio workspace: it has no {CONFIG_FILE}. "
+                f"Create one with `amelio init {chosen}`, or fix the path.")
+        return path
     here = (cwd or Path.cwd()).resolve()
     for folder in (here, *here.parents):
         if (folder / CONFIG_FILE).is_file():

@@ -37,8 +37,10 @@ def _admin_key(ws: Workspace) -> str:
         if keys.authenticate(ws.engine, token) is not None:
             return token
     _, token = keys.create_key(ws.engine, name="demo admin", role="admin")
-    path.write_text(token + "\n", encoding="utf-8")
-    os.chmod(path, 0o600)
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # never world-readable
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(token + "\n")
     return token
 
 

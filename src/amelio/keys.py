@@ -47,8 +47,11 @@ def _hash(token: str) -> str:
 
 def _row_to_key(row: sa.Row[tuple[object, ...]]) -> ApiKey:
     m = row._mapping
-    return ApiKey(m["id"], m["name"], m["role"], m["prefix"], m["created_at"],
-                  m["last_used_at"], m["revoked_at"])
+    def aware(moment: datetime | None) -> datetime | None:
+        return None if moment is None else _aware(moment)
+
+    return ApiKey(m["id"], m["name"], m["role"], m["prefix"], _aware(m["created_at"]),
+                  aware(m["last_used_at"]), aware(m["revoked_at"]))
 
 
 def create_key(engine: sa.Engine, *, name: str, role: str) -> tuple[ApiKey, str]:
@@ -78,18 +81,20 @@ def authenticate(engine: sa.Engine, token: str) -> ApiKey | None:
     """The live key matching ``token``, or None."""
     if not token.startswith(_PREFIX) or len(token) > 200:
         return None
-    with db.transaction(engine) as conn:
+    with db.reading(engine) as conn:
         row = conn.execute(
             sa.select(api_keys).where(
                 api_keys.c.key_hash == _hash(token), api_keys.c.revoked_at.is_(None)
             )
         ).first()
-        if row is None:
-            return None
-        now = utcnow()
-        last = row.last_used_at
-        # One write a minute at most: a write per request would serialize readers on SQLite.
-        if last is None or (now - _aware(last)).total_seconds() > 60:
+    if row is None:
+        return None
+    now = utcnow()
+    last = row.last_used_at
+    # A write a minute at most, and only then a write transaction: on SQLite a
+    # write per request would queue every request behind the one writer.
+    if last is None or (now - _aware(last)).total_seconds() > 60:
+        with db.transaction(engine) as conn:
             conn.execute(api_keys.update().where(api_keys.c.id == row.id).values(last_used_at=now))
     return _row_to_key(row)
 

@@ -8,6 +8,8 @@ object an entry point names must implement hooks from :mod:`amelio.hookspecs`).
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.metadata
 import logging
 
 import pluggy
@@ -35,13 +37,15 @@ def get_plugin_manager() -> pluggy.PluginManager:
     """The process-wide plugin manager; built-ins register before entry points."""
     pm = pluggy.PluginManager("amelio")
     pm.add_hookspecs(hookspecs)
-    import importlib
 
     for name in _BUILTIN_PLUGINS:
         pm.register(importlib.import_module(name), name=name)
     for group in ENTRY_POINT_GROUPS:
-        try:
-            pm.load_setuptools_entrypoints(group)
-        except Exception:  # a broken third-party plugin must not take Amelio down
-            log.exception("could not load plugins from entry-point group %s", group)
+        for entry_point in importlib.metadata.entry_points(group=group):
+            if pm.get_plugin(entry_point.name) is not None or pm.is_blocked(entry_point.name):
+                continue
+            try:
+                pm.register(entry_point.load(), name=entry_point.name)
+            except Exception:  # one broken plugin must not take Amelio, or the others, down
+                log.exception("could not load plugin %s from %s", entry_point.name, group)
     return pm

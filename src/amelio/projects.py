@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import weakref
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -34,6 +34,11 @@ class Project:
     id: int
     name: str
     created_at: datetime
+
+
+def _aware(moment: datetime) -> datetime:
+    """SQLite hands timestamps back without a zone; they were written in UTC."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def validate_name(name: str, *, what: str = "project") -> str:
@@ -90,10 +95,10 @@ def create_project(engine: sa.Engine, name: str) -> Project:
     with db.transaction(engine) as conn:
         pid = ensure_project(conn, name)
         row = conn.execute(sa.select(projects).where(projects.c.id == pid)).one()
-    return Project(row.id, row.name, row.created_at)
+    return Project(row.id, row.name, _aware(row.created_at))
 
 
 def list_projects(engine: sa.Engine) -> list[Project]:
     with engine.connect() as conn:
         rows = conn.execute(sa.select(projects).order_by(projects.c.name)).all()
-    return [Project(r.id, r.name, r.created_at) for r in rows]
+    return [Project(r.id, r.name, _aware(r.created_at)) for r in rows]

@@ -29,6 +29,14 @@ def handle_errors(func: F) -> F:
         except AmelioError as exc:
             click.echo(f"Error: {exc.message}", err=True)
             sys.exit(1)
+        except UnicodeDecodeError as exc:
+            click.echo(f"Error: the input is not UTF-8 text ({exc.reason} at byte "
+                       f"{exc.start}).", err=True)
+            sys.exit(1)
+        except OSError as exc:
+            where = f" {exc.filename}" if exc.filename else ""
+            click.echo(f"Error: cannot use{where}: {exc.strerror or exc}.", err=True)
+            sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
 

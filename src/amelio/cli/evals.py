@@ -12,8 +12,14 @@ import click
 
 from amelio import evals, projects, skills
 from amelio.cli._common import handle_errors, main, print_json, project_option, table, workspace
-from amelio.config import Settings
-from amelio.errors import EvalRuleError, InputTooLarge, SkillFileError
+from amelio.config import Settings, load_settings
+from amelio.errors import (
+    AmelioError,
+    EvalRuleError,
+    InputTooLarge,
+    SkillFileError,
+    WorkspaceNotFound,
+)
 from amelio.promptfoo import import_promptfoo
 
 
@@ -46,19 +52,19 @@ def _junit(report: evals.EvalReport, suite: str) -> str:
     """JUnit XML: failed warnings are failures, unchecked rules errors, failed infos
     pass with a note, so a CI dashboard matches the exit code."""
     failures = sum(1 for r in report.failed if r.severity == "warning" and not r.error)
-    errors = sum(1 for r in report.failed if r.error)
+    errors = sum(1 for r in report.failed if r.severity == "warning" and r.error)
     root = ET.Element("testsuite", name=suite, tests=str(len(report.results)),
                       failures=str(failures), errors=str(errors))
     for r in report.results:
         case = ET.SubElement(root, "testcase", classname=suite, name=f"{r.rule_id}: {r.name}")
         if r.passed:
             continue
-        if r.error:
-            ET.SubElement(case, "error", message=r.detail, type=r.type)
-        elif r.severity == "warning":
-            ET.SubElement(case, "failure", message=r.detail, type=r.type)
-        else:
+        if r.severity != "warning":
             ET.SubElement(case, "system-out").text = f"info rule failed: {r.detail}"
+        elif r.error:
+            ET.SubElement(case, "error", message=r.detail, type=r.type)
+        else:
+            ET.SubElement(case, "failure", message=r.detail, type=r.type)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True)
 
@@ -79,6 +85,25 @@ def _print_report(report: evals.EvalReport) -> None:
         click.echo(note)
 
 
+def _check(ctx: click.Context, file: IO[str], skill: str | None, rules_path: Path | None,
+           project: str | None) -> tuple[evals.EvalReport, str]:
+    if rules_path is not None:
+        try:
+            limit = load_settings(ctx.obj.get("workspace")).max_text_chars
+        except WorkspaceNotFound:
+            limit = Settings().max_text_chars  # no workspace: the environment and defaults
+        rules, suite = _rules_from_file(rules_path), rules_path.stem
+    else:
+        assert skill is not None
+        ws = workspace(ctx)
+        limit = ws.settings.max_text_chars
+        found = skills.get_skill(ws.engine, skill, project or projects.DEFAULT_PROJECT)
+        rules, suite = evals.parse_rules(list(found.spec.evals or ())), skill
+        if not rules:
+            click.echo(f"Skill {skill!r} has no eval rules; nothing to check.", err=True)
+    return evals.evaluate(_read_limited(file, limit, file.name), rules, max_chars=limit), suite
+
+
 @main.command("eval")
 @click.argument("file", type=click.File("r", encoding="utf-8"), default="-")
 @click.option("--skill", default=None,
@@ -90,29 +115,23 @@ def _print_report(report: evals.EvalReport) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "junit"]), default="table",
               show_default=True)
 @click.pass_context
-@handle_errors
 def eval_command(ctx: click.Context, file: IO[str], skill: str | None, rules_path: Path | None,
                  project: str | None, fmt: str) -> None:
     """Check the text in FILE (default: stdin) against eval rules.
 
-    Exit code 1 when a warning rule fails, 0 otherwise, so it can gate CI.
+    Exit code 0 when no warning rule fails, 1 when one does, 2 when the check
+    cannot run (bad rules, unknown skill, unreadable input), so it can gate CI.
     """
     if (skill is None) == (rules_path is None):
         raise click.UsageError("Give exactly one of --skill NAME or --rules RULES.json.")
-    if rules_path is not None:
-        limit = Settings.model_fields["max_text_chars"].default
-        rules, suite = _rules_from_file(rules_path), rules_path.stem
-    else:
-        assert skill is not None
-        ws = workspace(ctx)
-        limit = ws.settings.max_text_chars
-        found = skills.get_skill(ws.engine, skill, project or projects.DEFAULT_PROJECT)
-        rules, suite = evals.parse_rules(list(found.spec.evals or ())), skill
-        if not rules:
-            click.echo(f"Skill {skill!r} has no eval rules; nothing to check.", err=True)
-    report = evals.evaluate(_read_limited(file, limit, file.name), rules, max_chars=limit)
+    try:
+        report, suite = _check(ctx, file, skill, rules_path, project)
+    except (AmelioError, OSError, UnicodeDecodeError) as exc:
+        message = exc.message if isinstance(exc, AmelioError) else str(exc)
+        click.echo(f"Error: {message}", err=True)
+        ctx.exit(2)
     if fmt == "json":
-        print_json(report.to_dict())
+        print_json(report.to_dict() | {"footnotes": evals.render_footnotes(report)})
     elif fmt == "junit":
         click.echo(_junit(report, suite))
     else:
@@ -168,6 +187,10 @@ def import_promptfoo_command(ctx: click.Context, config_file: Path, skill: str,
     result = import_promptfoo(config_file.read_text(encoding="utf-8"), source=str(config_file))
     ws = workspace(ctx)
     current = skills.get_skill(ws.engine, skill, project or projects.DEFAULT_PROJECT)
+    if project is not None and current.project != project and not dry_run:
+        # --project changes that project's own version, never the global skill.
+        current = skills.fork_skill(ws.engine, skill, project,
+                                    author=os.environ.get("USER", "cli"))
     existing = evals.parse_rules(list(current.spec.evals or ()))
     merged, added = _merge(existing, result.rules)
     for rule in added:

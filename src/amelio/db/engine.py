@@ -18,7 +18,7 @@ from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from amelio.errors import DatabaseError, NotMigrated
+from amelio.errors import ConfigError, DatabaseError, NotMigrated
 
 __all__ = [
     "check_migrated",
@@ -80,7 +80,15 @@ def reading(bind: sa.Engine | sa.Connection) -> Iterator[sa.Connection]:
 
 def create_engine(url: str, **kwargs: Any) -> sa.Engine:
     """An engine for ``url`` with Amelio's connection settings applied."""
-    parsed = sa.engine.make_url(url)
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError as exc:
+        raise ConfigError(f"AMELIO_DATABASE_URL {url!r} is not a database URL; use "
+                          "sqlite:///path/amelio.db or postgresql+psycopg://user@host/db"
+                          ) from exc
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise ConfigError(f"Amelio runs on SQLite or PostgreSQL, not "
+                          f"{parsed.get_backend_name()!r} (AMELIO_DATABASE_URL).")
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
@@ -89,7 +97,11 @@ def create_engine(url: str, **kwargs: Any) -> sa.Engine:
         sa.event.listen(engine, "begin", _sqlite_begin)
         return engine
     kwargs.setdefault("pool_pre_ping", True)
-    return sa.create_engine(parsed, **kwargs)
+    try:
+        return sa.create_engine(parsed, **kwargs)
+    except ModuleNotFoundError as exc:
+        raise ConfigError(f"The database driver for {parsed.drivername} is not installed: "
+                          "pip install 'amelio[postgres]'.") from exc
 
 
 def _alembic_config(engine: sa.Engine) -> AlembicConfig:

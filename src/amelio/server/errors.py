@@ -42,6 +42,12 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        bad_json = [e for e in exc.errors() if e.get("type") == "json_invalid"]
+        if bad_json:
+            where = bad_json[0]["loc"][-1]
+            reason = bad_json[0].get("ctx", {}).get("error", "invalid JSON")
+            return error_response(422, "invalid_json", f"The request body is not valid JSON: "
+                                  f"{reason} at character {where}.", {"position": where})
         problems = [
             {"field": ".".join(str(p) for p in err["loc"] if p != "body"), "message": err["msg"]}
             for err in exc.errors()

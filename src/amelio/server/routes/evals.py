@@ -8,9 +8,9 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from amelio import evals, skills
-from amelio.errors import InvalidInput
+from amelio.errors import Conflict, InvalidInput
 from amelio.keys import ApiKey
-from amelio.projects import DEFAULT_PROJECT
+from amelio.projects import DEFAULT_PROJECT, create_project
 from amelio.server.auth import require
 
 router = APIRouter(tags=["evals"])
@@ -21,18 +21,22 @@ ProjectParam = Annotated[str, Query(description="Project whose view of the skill
 
 
 class RulesUpdate(BaseModel):
-    """A seed-format evals document; ``version`` and ``skill`` are optional."""
+    """A seed-format evals document, or what ``GET`` returned, edited."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     rules: list[dict[str, Any]] = Field(description="Rules in the seed's format.")
     version: int | None = Field(default=None, description="Format version; only 1 exists.")
     skill: str | None = Field(default=None, description="Must match the path when given.")
+    project: str | None = Field(default=None, description="As returned by GET; ignored.")
     reason: str = Field(default="eval rules edited", max_length=2000)
-    expected_version: int | None = Field(
-        default=None, alias="expectedVersion",
-        description="Skill version the edit is based on; 409 if someone saved since.",
+    skill_version: int | None = Field(
+        default=None, alias="skillVersion",
+        description="Skill version the edit is based on (as GET returned it); 409 if "
+                    "someone saved a newer one since.",
     )
+    expected_version: int | None = Field(
+        default=None, alias="expectedVersion", description="Same as skillVersion.")
 
 
 class CheckRequest(BaseModel):
@@ -45,10 +49,12 @@ class CheckRequest(BaseModel):
 
 
 def _rules_body(skill: skills.Skill) -> dict[str, Any]:
+    """The seed's evals file plus where it lives; PUT accepts it back as is."""
     return {
+        "version": 1,
         "skill": skill.name,
         "project": skill.project,
-        "version": skill.version,
+        "skillVersion": skill.version,
         "rules": [dict(r) for r in skill.spec.evals or ()],
     }
 
@@ -60,18 +66,33 @@ def get_rules(request: Request, name: str, _: Reader,
 
 
 @router.put("/v1/skills/{name}/evals", summary="Replace a skill's eval rules (new version)")
-def put_rules(request: Request, name: str, body: RulesUpdate, key: Admin,
-              project: ProjectParam = DEFAULT_PROJECT) -> dict[str, Any]:
+def put_rules(
+    request: Request, name: str, body: RulesUpdate, key: Admin,
+    project: Annotated[str | None, Query(
+        description="Change this project's fork, forking the global skill first if needed. "
+                    "Without it, the skill is changed where the default project sees it.")]
+    = None,
+) -> dict[str, Any]:
     if body.version not in (None, 1):
         raise InvalidInput(f"Unsupported evals format version {body.version}; use 1.",
                            field="version")
     if body.skill not in (None, name):
         raise InvalidInput(f"Body is for skill {body.skill!r}, path is {name!r}.", field="skill")
     engine = request.app.state.workspace.engine
-    current = skills.get_skill(engine, name, project)
+    author = f"key:{key.name}"
+    expected = body.expected_version or body.skill_version
+    if project is not None:
+        create_project(engine, project)  # as `skills import --project` does
+    current = skills.get_skill(engine, name, project or DEFAULT_PROJECT)
+    if project is not None and current.project != project:
+        if expected is not None and expected != current.version:
+            raise Conflict(f"Skill {name!r} is at version {current.version}, not {expected}.",
+                           skill=name, version=current.version)
+        current = skills.fork_skill(engine, name, project, author=author)
+        expected = current.version
     updated = skills.update_skill(
-        engine, name, project=current.project, rules=body.rules,
-        author=f"key:{key.name}", reason=body.reason, expected_version=body.expected_version,
+        engine, name, project=current.project, rules=body.rules, author=author,
+        reason=body.reason, expected_version=expected,
     )
     return _rules_body(updated)
 
