@@ -61,3 +61,13 @@ def test_too_many_rules() -> None:
     many = [rule(id=f"r{i}", type="not_empty") for i in range(MAX_RULES + 1)]
     with pytest.raises(EvalRuleError, match=f"over the limit of {MAX_RULES}"):
         parse_rules(many)
+
+
+def test_duplicate_json_keys_are_refused() -> None:
+    from amelio.evals import parse_eval_file
+
+    text = ('{"version": 1, "rules": [{"id": "a", "type": "max_length", "value": 5, '
+            '"value": 500}]}')
+    with pytest.raises(EvalRuleError, match="duplicate key 'value'") as info:
+        parse_eval_file(text, source="x.evals.json")
+    assert info.value.field == "value"

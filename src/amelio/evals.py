@@ -294,10 +294,26 @@ def parse_rules(data: Any, *, source: str | None = None) -> tuple[EvalRule, ...]
     return tuple(rules)
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise _DuplicateKey(key)
+        data[key] = value
+    return data
+
+
 def parse_eval_file(text: str, *, source: str) -> EvalSpec:
     """Read a whole eval file in the seed's format (``{"version": 1, "skill", "rules"}``)."""
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
+    except _DuplicateKey as exc:
+        raise EvalRuleError(f"duplicate key {exc.args[0]!r} in one object (the last would "
+                            "silently win)", file=source, field=exc.args[0]) from None
     except json.JSONDecodeError as exc:
         raise EvalRuleError(
             f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
