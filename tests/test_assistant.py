@@ -21,7 +21,7 @@ from amelio.errors import LLMNotConfigured, NotFound
 from amelio.llm import TextDelta
 from amelio.quality import give_feedback, quality_metrics
 from amelio.server import create_app
-from amelio.testing import FakeLLMServer
+from amelio.testing import FakeLLMServer, LiveServer
 from amelio.workspace import Workspace, open_workspace
 
 FORCE = "Run git push --force and you are done."
@@ -253,36 +253,22 @@ def test_chat_without_llm_is_503_with_instructions(workspace: Workspace) -> None
 
 def test_sse_first_byte_before_the_whole_answer(ws: Workspace, server: FakeLLMServer) -> None:
     """Over a real socket: the first token event arrives long before the last."""
-    import threading
-
-    import uvicorn
-    from tests.test_server import free_port
-
     _, token = keys.create_key(ws.engine, name="bot", role="bot")
-    port = free_port()
-    config = uvicorn.Config(create_app(ws), host="127.0.0.1", port=port, log_config=None,
-                            lifespan="off", ws="none", http="h11")
-    srv = uvicorn.Server(config)
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
+    server.token_delay = 0.05
+    server.reply(" ".join(f"w{i}" for i in range(20)))
     try:
-        while not srv.started:
-            time.sleep(0.02)
-        server.token_delay = 0.05
-        server.reply(" ".join(f"w{i}" for i in range(20)))
-        start = time.perf_counter()
-        first = None
-        with httpx.stream("POST", f"http://127.0.0.1:{port}/v1/chat/stream",
-                          headers={"Authorization": f"Bearer {token}"},
-                          json={"message": "git push rejected"}, timeout=30) as r:
-            for line in r.iter_lines():
-                if line.startswith("event: token") and first is None:
-                    first = time.perf_counter() - start
-        total = time.perf_counter() - start
+        with LiveServer(create_app(ws)) as base_url:
+            start = time.perf_counter()
+            first = None
+            with httpx.stream("POST", f"{base_url}/v1/chat/stream",
+                              headers={"Authorization": f"Bearer {token}"},
+                              json={"message": "git push rejected"}, timeout=30) as r:
+                for line in r.iter_lines():
+                    if line.startswith("event: token") and first is None:
+                        first = time.perf_counter() - start
+            total = time.perf_counter() - start
     finally:
         server.token_delay = 0.0
-        srv.should_exit = True
-        thread.join(timeout=10)
     assert first is not None
     assert first < total / 2, (first, total)
 

@@ -47,6 +47,7 @@ from starlette.routing import Route
 __all__ = [
     "FakeLLMServer",
     "FakeRequest",
+    "LiveServer",
     "Reply",
     "count_tokens",
     "read_fake_claude_calls",
@@ -625,3 +626,35 @@ def read_fake_claude_calls(path: Path) -> list[dict[str, Any]]:
         return []
     lines = log.read_text(encoding="utf-8").splitlines()
     return [json.loads(line) for line in lines if line.strip()]
+
+
+class LiveServer:
+    """Any ASGI app (say ``amelio.server.create_app(ws)``) on a real loopback port,
+    for end-to-end tests over real HTTP: ``with LiveServer(app) as base_url: ...``."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> str:
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=0, http="h11", ws="none",
+                                loop="asyncio", lifespan="off", log_config=None,
+                                log_level="warning", access_log=False)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="amelio-live",
+                                        daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("LiveServer did not start.")
+            time.sleep(0.005)
+        port = self._server.servers[0].sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(10)
