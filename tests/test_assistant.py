@@ -291,3 +291,30 @@ def test_cli_chat_feedback_quality(ws: Workspace, server: FakeLLMServer) -> None
     data = json.loads(runner.invoke(main, ["-w", str(ws.root), "quality", "--json"]).stdout)
     assert data[0]["feedbackNegative"] == 1
     assert runner.invoke(main, ["-w", str(ws.root), "feedback", "1", "meh"]).exit_code == 2
+
+
+def test_distill_learnings_turns_a_comment_into_one_rule(ws: Workspace, server: FakeLLMServer,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    server.reply(FORCE)
+    reply = respond(ws, "git push rejected")
+    monkeypatch.setenv("AMELIO_DISTILL_LEARNINGS", "true")
+    monkeypatch.setenv("AMELIO_LLM_MAX_RETRIES", "0")
+    distilling = open_workspace(ws.root)
+    try:
+        server.reply('"Never recommend a plain force push; use --force-with-lease."')
+        result = give_feedback(distilling, reply.interaction_id, "fixit",
+                               comment="dont tell ppl to force push!!")
+        assert result.learning is not None
+        assert result.learning.rule == \
+            "Never recommend a plain force push; use --force-with-lease."
+        asked = server.requests[-1]
+        assert "dont tell ppl to force push!!" in asked.prompt and FORCE in asked.prompt
+        # The LLM failing never loses the correction: the comment is stored as is.
+        server.fail(500, times=5)
+        result = give_feedback(distilling, reply.interaction_id, "down",
+                               comment="Too terse, explain the risk")
+        assert result.learning is not None
+        assert result.learning.rule == "Too terse, explain the risk"
+    finally:
+        distilling.dispose()
