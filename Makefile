@@ -35,6 +35,8 @@ typecheck: dev
 
 bench: install
 	$(BIN)/python benchmarks/evals_throughput.py
+	$(BIN)/python benchmarks/router_accuracy.py
+	$(BIN)/python benchmarks/respond_overhead.py
 
 clean:
 	rm -rf $(VENV) demo-workspace .pytest_cache .ruff_cache .mypy_cache
