@@ -355,7 +355,7 @@ texts = st.text(max_size=200)
 needles = st.text(min_size=1, max_size=5)
 
 
-@settings(max_examples=200, database=None)
+@settings(max_examples=200, deadline=None, database=None)
 @given(text=texts, value=needles)
 def test_contains_property(text: str, value: str) -> None:
     rules = parse_rules([
@@ -369,7 +369,7 @@ def test_contains_property(text: str, value: str) -> None:
     assert folded.passed is (value.casefold() in text.casefold())
 
 
-@settings(max_examples=200, database=None)
+@settings(max_examples=200, deadline=None, database=None)
 @given(text=texts, limit=st.integers(min_value=0, max_value=250))
 def test_length_property(text: str, limit: int) -> None:
     rules = parse_rules([
@@ -382,7 +382,7 @@ def test_length_property(text: str, limit: int) -> None:
     assert (longest.detail == "") is longest.passed
 
 
-@settings(max_examples=200, database=None)
+@settings(max_examples=200, deadline=None, database=None)
 @given(words=st.lists(st.text(alphabet="abcé😀", min_size=1), max_size=30),
        sep=st.sampled_from([" ", "\n", "\t ", "  "]), low=st.integers(0, 30),
        span=st.integers(0, 10))
@@ -392,7 +392,7 @@ def test_word_count_property(words: list[str], sep: str, low: int, span: int) ->
     assert evaluate(text, [rule]).results[0].passed is (low <= len(text.split()) <= low + span)
 
 
-@settings(max_examples=100, database=None)
+@settings(max_examples=100, deadline=None, database=None)
 @given(text=texts, values=st.lists(needles, min_size=1, max_size=4))
 def test_contains_any_all_property(text: str, values: list[str]) -> None:
     rules = parse_rules([
@@ -404,7 +404,7 @@ def test_contains_any_all_property(text: str, values: list[str]) -> None:
     assert every.passed is all(v in text for v in values)
 
 
-@settings(max_examples=100, database=None)
+@settings(max_examples=100, deadline=None, database=None)
 @given(value=st.text(max_size=30), pad=st.text(alphabet=" \n\t", max_size=3))
 def test_equals_property(value: str, pad: str) -> None:
     assert passes(pad + value + pad, type="equals", value=value)

@@ -102,6 +102,29 @@ class Settings(BaseSettings):
         "a random key kept in .amelio/secret_key (set it explicitly when several servers "
         "share a database)."
     )
+    underperform_min_applied: int = Field(
+        default=3, ge=1, description="Uses a skill needs before it can be judged underperforming."
+    )
+    underperform_min_success_rate: float = Field(
+        default=0.8, ge=0, le=1, description="Success rate under which a skill underperforms."
+    )
+    underperform_mode: Literal["seed", "wilson"] = Field(
+        default="seed", description="seed: the observed rate decides; wilson: only when the "
+        "Wilson bound shows the rate is below the threshold with `underperform_confidence`."
+    )
+    underperform_confidence: float = Field(
+        default=0.95, gt=0.5, lt=1, description="Confidence of the wilson mode's bound."
+    )
+    notify_webhook_url: str = Field(
+        default="", description="Where `amelio improve` POSTs its report (JSON); empty: off."
+    )
+    notify_webhook_secret: SecretStr = Field(
+        default=SecretStr(""), description="HMAC-SHA256 key for the webhook's "
+        "X-Amelio-Signature header."
+    )
+    public_url: str = Field(
+        default="", description="The service's public address, for links in notifications."
+    )
     search_backend: SearchBackend = Field(
         default="embedded", description="Search backend: embedded (in-process) or vespa."
     )
@@ -201,7 +224,7 @@ class Settings(BaseSettings):
                 value = _mask(value.get_secret_value())
             elif name == "database_url":
                 value = _mask_url(self.effective_database_url)
-            elif name in ("llm_base_url", "vespa_url") and value:
+            elif name in ("llm_base_url", "vespa_url", "notify_webhook_url") and value:
                 value = _mask_url(value)
             yield SettingRow(name, env_name, str(value), source, field.description or "")
 

@@ -6,28 +6,61 @@ versions if the examples changed) and the saved admin key keeps working.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
+import sqlalchemy as sa
+
 import amelio
 from amelio import keys, skills
+from amelio.assistant import respond
+from amelio.db.schema import interactions
 from amelio.errors import ConfigError
+from amelio.improve.nightly import run_improve
+from amelio.llm.fake import ScriptedProvider
+from amelio.quality import give_feedback
 from amelio.workspace import Workspace, init_workspace
 
-__all__ = ["example_skills_path", "prepare_demo"]
+__all__ = ["example_skills_path", "load_recorded_interactions", "prepare_demo"]
 
 _KEY_FILE = "demo-admin-key"
 
 
-def example_skills_path() -> Path:
-    """The example skills: shipped in the wheel, or in the source checkout."""
+def _example(name: str) -> Path:
+    """An example folder: shipped in the wheel, or in the source checkout."""
     package = Path(amelio.__file__).parent
-    for candidate in (package / "_examples" / "skills",
-                      package.parent.parent / "examples" / "skills"):
-        if candidate.is_dir():
+    for candidate in (package / "_examples" / name, package.parent.parent / "examples" / name):
+        if candidate.exists():
             return candidate
-    raise ConfigError("The example skills are missing from this installation; "
+    raise ConfigError(f"The example {name} are missing from this installation; "
                       "pass --skills PATH.")
+
+
+def example_skills_path() -> Path:
+    return _example("skills")
+
+
+def load_recorded_interactions(ws: Workspace, path: Path | None = None) -> int:
+    """Replay recorded messages, answers and feedback through the real pipeline (the
+    recorded answer stands in for the LLM); returns how many were loaded. Does
+    nothing when the workspace already has interactions, so a re-run adds none."""
+    with ws.engine.connect() as conn:
+        if conn.scalar(sa.select(sa.func.count()).select_from(interactions)):
+            return 0
+    path = path or _example("demo") / "interactions.jsonl"
+    count = 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        reply = respond(ws, record["message"], project=record.get("project", "default"),
+                        provider=ScriptedProvider(default=record["answer"], model="recorded"))
+        for vote in record.get("feedback", ()):
+            give_feedback(ws, reply.interaction_id, vote["kind"], comment=vote.get("comment"),
+                          user=vote.get("user"))
+        count += 1
+    return count
 
 
 def _admin_key(ws: Workspace) -> str:
@@ -45,7 +78,13 @@ def _admin_key(ws: Workspace) -> str:
 
 
 def prepare_demo(directory: Path, skills_path: Path | None = None) -> tuple[Workspace, str]:
-    """Make the demo workspace ready to serve; returns it and an admin key."""
+    """Make the demo workspace ready to serve; returns it and an admin key.
+
+    The first time, it also loads the recorded interactions and runs the nightly
+    loop, so metrics, underperformers and proposals are there at once.
+    """
     ws, _ = init_workspace(directory)
     skills.import_skills(ws.engine, skills_path or example_skills_path(), author="demo")
+    if skills_path is None and load_recorded_interactions(ws):
+        run_improve(ws, notify=False)
     return ws, _admin_key(ws)

@@ -34,3 +34,8 @@ def register_router_scorers(register: Callable[..., Any]) -> None:
 @hookspec
 def register_llm_providers(register: Callable[..., Any]) -> None:
     """Add LLM providers: ``register(provider_type)`` with an :class:`amelio.llm.ProviderType`."""
+
+
+@hookspec
+def register_notifiers(register: Callable[..., Any]) -> None:
+    """Add notifiers: ``register(notifier_type)`` with an :class:`amelio.notifiers.NotifierType`."""

@@ -15,9 +15,11 @@ and feedback, so they can always be rebuilt and never drift from the data.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from statistics import NormalDist
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -33,14 +35,16 @@ __all__ = [
     "KINDS",
     "MAX_COMMENT_CHARS",
     "FeedbackResult",
+    "Finding",
     "SkillMetrics",
+    "find_underperformers",
     "give_feedback",
     "quality_metrics",
+    "wilson_interval",
 ]
 
 log = logging.getLogger(__name__)
 
-Kind = Literal["up", "down", "fixit"]
 KINDS = ("up", "down", "fixit")
 EXCERPT_CHARS = 80
 MAX_COMMENT_CHARS = 2000
@@ -236,3 +240,102 @@ def quality_metrics(ws: Workspace, project: str | None = None) -> list[SkillMetr
             feedback_negative=counts.get(k, {}).get("down", 0), last_used=last,
             rule_failures=fails.get(k, {}), rule_names=names.get(k, {})))
     return sorted(out, key=lambda m: (m.project, m.skill))
+
+
+# -- underperformers ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Finding:
+    """An underperforming skill and the evidence that says so."""
+
+    metrics: SkillMetrics
+    reasons: tuple[str, ...]
+    success_bounds: tuple[float, float]
+    learnings: tuple[learnings.Learning, ...] = ()
+    failed_answers: tuple[tuple[str, str], ...] = ()  # (rule id, answer excerpt)
+
+    @property
+    def skill(self) -> str:
+        return self.metrics.skill
+
+    @property
+    def project(self) -> str:
+        return self.metrics.project
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.metrics.to_dict() | {
+            "reasons": list(self.reasons),
+            "successBounds": [round(b, 4) for b in self.success_bounds],
+            "learnings": [{"id": i.id, "rule": i.rule, "source": i.source}
+                          for i in self.learnings],
+        }
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval of a success rate: honest at small n, where the
+    observed rate (2 of 3 = 67 %) says little."""
+    if n <= 0:
+        return 0.0, 1.0
+    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
+    p = successes / n
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    margin = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    return max(0.0, centre - margin), min(1.0, centre + margin)
+
+
+def find_underperformers(
+    ws: Workspace, project: str | None = None, *, min_applied: int | None = None,
+    min_success_rate: float | None = None, mode: str | None = None,
+    confidence: float | None = None,
+) -> list[Finding]:
+    """The seed's rule: ``applied >= min_applied`` and (``success_rate < min_success_rate``
+    or more 👎 than 👍). In ``wilson`` mode the success rate must be below the
+    threshold with ``confidence`` (the upper Wilson bound is under it), so a few
+    unlucky answers do not make a skill "underperforming"."""
+    settings = ws.settings
+    min_applied = settings.underperform_min_applied if min_applied is None else min_applied
+    threshold = (settings.underperform_min_success_rate if min_success_rate is None
+                 else min_success_rate)
+    mode = mode or settings.underperform_mode
+    confidence = confidence or settings.underperform_confidence
+    if mode not in ("seed", "wilson"):
+        raise InvalidInput(f"Unknown underperformance mode {mode!r}: use seed or wilson.",
+                           field="mode")
+    findings = []
+    for m in quality_metrics(ws, project):
+        if m.applied_count < min_applied:
+            continue
+        bounds = wilson_interval(m.success_count, m.applied_count, confidence)
+        reasons = []
+        low_rate = m.success_rate < threshold if mode == "seed" else bounds[1] < threshold
+        if low_rate:
+            reasons.append(
+                f"success rate {m.success_rate:.0%} ({m.success_count} of {m.applied_count}) "
+                f"is under {threshold:.0%}"
+                + (f" with {confidence:.0%} confidence (Wilson upper bound {bounds[1]:.0%})"
+                   if mode == "wilson" else ""))
+        if m.feedback_negative > m.feedback_positive:
+            reasons.append(f"more 👎 ({m.feedback_negative}) than 👍 ({m.feedback_positive})")
+        if not reasons:
+            continue
+        linked = tuple(item for item in learnings.list_learnings(ws, project=m.project)
+                       if item.skill == m.skill)
+        findings.append(Finding(m, tuple(reasons), bounds, linked,
+                                _failed_answers(ws, m.project, m.skill)))
+    return findings
+
+
+def _failed_answers(ws: Workspace, project: str, skill: str, limit: int = 5
+                    ) -> tuple[tuple[str, str], ...]:
+    """Recent answers that failed a warning rule: the failure text a rewrite learns from."""
+    i, e, p = interactions, eval_results, projects
+    query = (sa.select(e.c.rule_id, i.c.answer)
+             .select_from(e.join(i, i.c.id == e.c.interaction_id)
+                          .join(p, p.c.id == i.c.project_id))
+             .where(p.c.name == project, i.c.applied_skill == skill, sa.not_(e.c.passed),
+                    e.c.severity == "warning")
+             .order_by(i.c.id.desc()).limit(limit))
+    with ws.engine.connect() as conn:
+        return tuple((r.rule_id, r.answer[:1000]) for r in conn.execute(query))

@@ -10,6 +10,7 @@ from amelio.cli import (  # noqa: F401  (they register commands)
     assistant,
     context,
     evals,
+    improve,
     skills,
 )
 from amelio.cli._common import main

@@ -128,14 +128,33 @@ def skills_export(ctx: click.Context, directory: Path, project: str | None) -> N
 
 @skills_group.command("rollback")
 @click.argument("name")
-@click.argument("version", type=click.IntRange(min=1))
+@click.option("--to", "version", type=click.IntRange(min=1), required=True,
+              help="The version to restore.")
 @project_option
 @click.pass_context
 @handle_errors
 def skills_rollback(ctx: click.Context, name: str, version: int, project: str | None) -> None:
-    """Make VERSION of skill NAME current again (recorded as a new version)."""
+    """Restore version --to of skill NAME, as a new version (history only grows)."""
     skill = skills.rollback_skill(workspace(ctx).engine, name, version, project=project,
                                   author=os.environ.get("USER", "cli"))
     click.echo(f"{name} is now v{skill.version} (content of v{version}).")
 
 
+
+
+@skills_group.command("log")
+@click.argument("name")
+@project_option
+@json_option
+@click.pass_context
+@handle_errors
+def skills_log(ctx: click.Context, name: str, project: str | None, as_json: bool) -> None:
+    """The evolution log of skill NAME: every change and decision, who, when and why."""
+    events = skills.skill_log(workspace(ctx).engine, name, project or projects.DEFAULT_PROJECT)
+    if as_json:
+        print_json([e.to_dict() for e in events])
+        return
+    table(["when", "what", "version", "proposal", "who", "why"],
+          [(f"{e.created_at:%Y-%m-%d %H:%M}", e.kind, e.version or "-",
+            f"#{e.proposal_id}" if e.proposal_id else "-", e.actor, short(e.reason, 60))
+           for e in events])

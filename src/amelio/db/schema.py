@@ -15,11 +15,14 @@ __all__ = [
     "api_keys",
     "eval_results",
     "feedback",
+    "improve_runs",
     "interactions",
     "learning_files",
     "learnings",
     "metadata",
     "projects",
+    "proposals",
+    "skill_events",
     "skill_versions",
     "skills",
     "utcnow",
@@ -221,4 +224,71 @@ feedback = sa.Table(
     sa.Column("updated_at", Timestamp, nullable=False),
     sa.UniqueConstraint("interaction_id", "user_ref", "channel", name="uq_feedback_vote"),
     sa.CheckConstraint("kind IN ('up', 'down', 'fixit')", name="kind"),
+)
+
+
+# A proposed new content for one skill (its row: global or a project's fork),
+# waiting for a person. base_version is the skill's version it was written
+# against: approving it after the skill moved on would overwrite that change.
+proposals = sa.Table(
+    "proposals",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column(
+        "skill_id", sa.Integer, sa.ForeignKey("skills.id", ondelete="CASCADE"), nullable=False,
+        index=True,
+    ),
+    sa.Column("skill_name", sa.String(100), nullable=False),
+    sa.Column(
+        "project_id", sa.Integer, sa.ForeignKey("projects.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("base_version", sa.Integer, nullable=False),
+    sa.Column("current_content", sa.Text, nullable=False),
+    sa.Column("proposed_content", sa.Text, nullable=False),
+    sa.Column("rationale", sa.Text, nullable=False),
+    sa.Column("evidence", sa.JSON, nullable=False),
+    sa.Column("status", sa.String(12), nullable=False),
+    sa.Column("proposed_by", sa.String(12), nullable=False),
+    sa.Column("author", sa.String(200), nullable=False),
+    sa.Column("decided_by", sa.String(200), nullable=True),
+    sa.Column("decision_reason", sa.Text, nullable=True),
+    sa.Column("decided_at", Timestamp, nullable=True),
+    sa.Column("result_version", sa.Integer, nullable=True),
+    sa.Column("run_id", sa.Integer, nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.CheckConstraint("status IN ('pending', 'approved', 'rejected', 'superseded')",
+                       name="status"),
+    sa.CheckConstraint("proposed_by IN ('template', 'sage', 'generator', 'human')",
+                       name="proposed_by"),
+)
+
+# The evolution log: every change to a skill, and every decision about one,
+# with who, when, why and the proposal it came from.
+skill_events = sa.Table(
+    "skill_events",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column(
+        "skill_id", sa.Integer, sa.ForeignKey("skills.id", ondelete="CASCADE"), nullable=False,
+        index=True,
+    ),
+    sa.Column("kind", sa.String(20), nullable=False),
+    sa.Column("version", sa.Integer, nullable=True),
+    sa.Column("proposal_id", sa.Integer, nullable=True),
+    sa.Column("actor", sa.String(200), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("created_at", Timestamp, nullable=False),
+)
+
+# One row per `amelio improve` run: its report, so the last nightly summary is
+# always at hand (the dashboard shows it).
+improve_runs = sa.Table(
+    "improve_runs",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("started_at", Timestamp, nullable=False),
+    sa.Column("finished_at", Timestamp, nullable=False),
+    sa.Column("mode", sa.String(12), nullable=False),
+    sa.Column("report", sa.JSON, nullable=False),
 )

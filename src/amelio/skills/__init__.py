@@ -12,6 +12,7 @@ from amelio.skills.store import (
     list_versions,
     rollback_skill,
     save_skills,
+    skill_log,
     update_skill,
 )
 
@@ -31,6 +32,7 @@ __all__ = [
     "render_skill_md",
     "rollback_skill",
     "save_skills",
+    "skill_log",
     "update_skill",
     "write_skills",
 ]

@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from amelio import db, evals
-from amelio.db.schema import skill_versions, skills, utcnow
+from amelio.db.schema import skill_events, skill_versions, skills, utcnow
 from amelio.errors import Conflict, InvalidInput, SkillNotFound
 from amelio.projects import DEFAULT_PROJECT, ensure_project, project_id
 from amelio.skills import files
@@ -26,14 +26,17 @@ from amelio.skills.model import Skill, SkillSpec, SkillVersion
 
 __all__ = [
     "ImportReport",
+    "SkillEvent",
     "export_skills",
     "fork_skill",
     "get_skill",
     "import_skills",
     "list_skills",
     "list_versions",
+    "record_event",
     "rollback_skill",
     "save_skills",
+    "skill_log",
     "update_skill",
 ]
 
@@ -122,11 +125,19 @@ def _writing(engine: sa.Engine) -> Iterator[sa.Connection]:
                        reason=str(exc.orig)[:200]) from exc
 
 
+def record_event(conn: sa.Connection, skill_id: int, kind: str, *, actor: str, reason: str,
+                 version: int | None = None, proposal_id: int | None = None) -> None:
+    """Append to a skill's evolution log (inside the caller's transaction)."""
+    conn.execute(skill_events.insert().values(
+        skill_id=skill_id, kind=kind, version=version, proposal_id=proposal_id,
+        actor=actor[:200], reason=reason[:10_000], created_at=utcnow()))
+
+
 def _write_version(
     conn: sa.Connection, spec: SkillSpec, pid: int | None, *, author: str, reason: str,
-    expected_version: int | None = None,
+    expected_version: int | None = None, kind: str = "edit", proposal_id: int | None = None,
 ) -> int:
-    """Create or advance one skill and record the new version; returns it."""
+    """Create or advance one skill, record the new version and log the change."""
     now = utcnow()
     author, reason = author[:200], reason[:10_000]
     row = _find(conn, spec.name, pid, lock=True)
@@ -162,6 +173,8 @@ def _write_version(
             **_columns(spec),
         )
     )
+    record_event(conn, skill_id, "import" if kind == "import" and version == 1 else kind,
+                 actor=author, reason=reason, version=version, proposal_id=proposal_id)
     return version
 
 
@@ -189,7 +202,8 @@ def save_skills(
                 unchanged.append(spec.name)
                 versions[spec.name] = int(row.version)
                 continue
-            versions[spec.name] = _write_version(conn, spec, pid, author=author, reason=reason)
+            versions[spec.name] = _write_version(conn, spec, pid, author=author, reason=reason,
+                                                 kind="import")
             (created if row is None else updated).append(spec.name)
     return ImportReport(tuple(created), tuple(updated), tuple(unchanged), project, versions)
 
@@ -266,7 +280,7 @@ def update_skill(
     engine: sa.Engine, name: str, *, project: str | None = None, author: str, reason: str,
     content: str = _UNSET, description: str = _UNSET, triggers: Sequence[str] = _UNSET,
     keywords: Sequence[str] = _UNSET, rules: Sequence[Mapping[str, Any]] | None = _UNSET,
-    expected_version: int | None = None,
+    expected_version: int | None = None, kind: str = "edit", proposal_id: int | None = None,
 ) -> Skill:
     """Change a skill in its own scope, as a new version (rules are validated first).
 
@@ -300,7 +314,8 @@ def update_skill(
                 skill=name, version=row.version)
         if spec.content_hash() != row.content_hash:  # the same content is not a new version
             _write_version(conn, spec, pid, author=author, reason=reason,
-                           expected_version=expected_version)
+                           expected_version=expected_version, kind=kind,
+                           proposal_id=proposal_id)
         new = _find(conn, name, pid)
         assert new is not None
     return _skill_from_row(new, scope)
@@ -316,7 +331,7 @@ def fork_skill(engine: sa.Engine, name: str, project: str, *, author: str) -> Sk
         if row is None:
             raise SkillNotFound(f"No global skill named {name!r} to fork.", skill=name)
         _write_version(conn, _spec_from_row(row._mapping, name), pid, author=author,
-                       reason=f"forked from global v{row.version}")
+                       reason=f"forked from global v{row.version}", kind="fork")
         new = _find(conn, name, pid)
         assert new is not None
     return _skill_from_row(new, project)
@@ -335,6 +350,7 @@ def rollback_skill(
         engine, name, project=project, author=author, reason=f"rollback to v{version}",
         content=old.content, description=old.description, triggers=old.triggers,
         keywords=old.keywords, rules=None if old.evals is None else list(old.evals),
+        kind="rollback",
     )
 
 
@@ -348,3 +364,28 @@ def export_skills(engine: sa.Engine, dest: str | Path, *, project: str | None = 
         ).all()
     return files.write_skills([_spec_from_row(r._mapping, r.name) for r in rows], dest)
 
+
+
+@dataclass(frozen=True)
+class SkillEvent:
+    kind: str
+    version: int | None
+    proposal_id: int | None
+    actor: str
+    reason: str
+    created_at: datetime
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "version": self.version, "proposalId": self.proposal_id,
+                "actor": self.actor, "reason": self.reason,
+                "createdAt": self.created_at.isoformat()}
+
+
+def skill_log(engine: sa.Engine, name: str, project: str | None = None) -> list[SkillEvent]:
+    """The evolution log of the skill ``project`` sees, oldest first."""
+    with engine.connect() as conn:
+        row, _ = _resolve(conn, name, project)
+        rows = conn.execute(sa.select(skill_events).where(skill_events.c.skill_id == row.id)
+                            .order_by(skill_events.c.id)).all()
+    return [SkillEvent(r.kind, r.version, r.proposal_id, r.actor, r.reason,
+                       _aware(r.created_at)) for r in rows]

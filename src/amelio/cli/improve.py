@@ -1,0 +1,138 @@
+"""The nightly loop and proposals: ``amelio improve``, ``amelio proposals``."""
+
+from __future__ import annotations
+
+import getpass
+from typing import IO
+
+import click
+
+from amelio.cli._common import handle_errors, json_option, main, print_json, short, table, workspace
+from amelio.improve import proposals as props
+from amelio.improve.nightly import run_improve
+from amelio.projects import DEFAULT_PROJECT
+
+
+def _actor() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in some containers
+        return "cli"
+
+
+@main.command("improve")
+@click.option("--project", "-p", "project", default=None, help="One project.")
+@click.option("--all", "all_projects", is_flag=True, help="Every project (the default).")
+@click.option("--dry-run", is_flag=True, help="Report what would be proposed; write nothing.")
+@click.option("--no-notify", is_flag=True, help="Do not send the report to the notifiers.")
+@json_option
+@click.pass_context
+@handle_errors
+def improve(ctx: click.Context, project: str | None, all_projects: bool, dry_run: bool,
+            no_notify: bool, as_json: bool) -> None:
+    """Find underperforming skills and propose improvements (run it nightly)."""
+    if project and all_projects:
+        raise click.UsageError("Give --project P or --all, not both.")
+    report = run_improve(workspace(ctx), projects=[project] if project else None,
+                         dry_run=dry_run, notify=not no_notify)
+    if as_json:
+        print_json(report.to_dict() | {"files": report.files})
+        return
+    click.echo(report.markdown().rstrip())
+    for path in report.files:
+        click.echo(f"Report: {path}", err=True)
+    for d in report.deliveries:
+        state = "sent" if d["ok"] else f"FAILED ({d['error']})"
+        click.echo(f"Notifier {d['notifier']}: {state}", err=True)
+
+
+@main.group("proposals")
+def proposals_group() -> None:
+    """Review proposed skill changes: list, show, diff, approve, reject."""
+
+
+@proposals_group.command("list")
+@click.option("--status", type=click.Choice(props.STATUSES), default=None)
+@click.option("--skill", default=None)
+@click.option("--project", "-p", default=None)
+@json_option
+@click.pass_context
+@handle_errors
+def proposals_list(ctx: click.Context, status: str | None, skill: str | None,
+                   project: str | None, as_json: bool) -> None:
+    """Proposals, newest first."""
+    found = props.list_proposals(workspace(ctx), status=status, skill=skill, project=project)
+    if as_json:
+        print_json([p.to_dict() for p in found])
+        return
+    table(["id", "skill", "project", "status", "by", "base", "rationale"],
+          [(p.id, p.skill, p.project, p.status, p.proposed_by, f"v{p.base_version}",
+            short(p.rationale, 60)) for p in found])
+
+
+@proposals_group.command("show")
+@click.argument("proposal_id", type=int)
+@json_option
+@click.pass_context
+@handle_errors
+def proposals_show(ctx: click.Context, proposal_id: int, as_json: bool) -> None:
+    """A proposal: rationale, evidence and the proposed content."""
+    p = props.get_proposal(workspace(ctx), proposal_id)
+    if as_json:
+        print_json(p.to_dict(with_content=True))
+        return
+    click.echo(f"Proposal #{p.id} for {p.skill} ({p.scope}, project {p.project}) — {p.status}")
+    click.echo(f"by {p.proposed_by} ({p.author}) on v{p.base_version}, {p.created_at:%Y-%m-%d}")
+    if p.decided_by:
+        click.echo(f"decided by {p.decided_by}: {p.decision_reason or '-'}")
+    click.echo(f"\n{p.rationale}\n")
+    click.echo(p.proposed_content.rstrip())
+
+
+@proposals_group.command("diff")
+@click.argument("proposal_id", type=int)
+@click.pass_context
+@handle_errors
+def proposals_diff(ctx: click.Context, proposal_id: int) -> None:
+    """The unified diff a proposal would apply."""
+    click.echo(props.get_proposal(workspace(ctx), proposal_id).diff().rstrip())
+
+
+@proposals_group.command("approve")
+@click.argument("proposal_id", type=int)
+@click.option("--reason", "-m", default=None)
+@click.pass_context
+@handle_errors
+def proposals_approve(ctx: click.Context, proposal_id: int, reason: str | None) -> None:
+    """Make a proposal the skill's new version."""
+    p = props.approve_proposal(workspace(ctx), proposal_id, actor=_actor(), reason=reason)
+    click.echo(f"Approved #{p.id}: {p.skill} is now v{p.result_version}.")
+
+
+@proposals_group.command("reject")
+@click.argument("proposal_id", type=int)
+@click.option("--reason", "-m", default=None)
+@click.pass_context
+@handle_errors
+def proposals_reject(ctx: click.Context, proposal_id: int, reason: str | None) -> None:
+    """Reject a proposal (kept on record)."""
+    p = props.reject_proposal(workspace(ctx), proposal_id, actor=_actor(), reason=reason)
+    click.echo(f"Rejected #{p.id} ({p.skill}).")
+
+
+@proposals_group.command("create")
+@click.argument("skill")
+@click.argument("content_file", type=click.File("r", encoding="utf-8"))
+@click.option("--rationale", "-m", required=True, help="Why this change.")
+@click.option("--project", "-p", default=DEFAULT_PROJECT, show_default=True)
+@click.pass_context
+@handle_errors
+def proposals_create(ctx: click.Context, skill: str, content_file: IO[str],
+                     rationale: str, project: str) -> None:
+    """Propose CONTENT_FILE (the new skill body) for SKILL, as a person."""
+    p = props.create_proposal(workspace(ctx), skill, proposed_content=content_file.read(),
+                              rationale=rationale, proposed_by="human", author=_actor(),
+                              project=project)
+    click.echo(f"Proposal #{p.id} created for {p.skill}.")
+
+

@@ -1,0 +1,1 @@
+"""Improving skills from their own use: proposals, approval and writing the new version."""

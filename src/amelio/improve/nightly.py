@@ -1,0 +1,201 @@
+"""`amelio improve`: the seed's nightly loop (pillar 4, the "Karpathy loop").
+
+For every project: supersede proposals whose skill moved on, find the
+underperforming skills, skip those that already have a pending proposal, and
+propose a change (by template, or by a pluggable proposer such as Sage). The
+run leaves a versioned report (Markdown and JSON in ``<workspace>/reports/``
+and a row in ``improve_runs``) and sends it through the configured notifiers.
+A failure on one skill is recorded in the report and the run goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from amelio import db
+from amelio.db.schema import improve_runs, utcnow
+from amelio.errors import AmelioError
+from amelio.improve.proposals import create_proposal, pending_for, supersede_stale
+from amelio.improve.templates import template_proposal
+from amelio.notifiers import Notification, NotificationAction, notify_all
+from amelio.projects import list_projects
+from amelio.quality import Finding, find_underperformers
+from amelio.skills.store import _resolve, get_skill
+from amelio.workspace import Workspace
+
+__all__ = ["REPORT_VERSION", "ImproveReport", "Proposer", "last_report", "run_improve"]
+
+log = logging.getLogger(__name__)
+REPORT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Drafted:
+    """What a proposer returns: the new content and why."""
+
+    content: str
+    rationale: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+#: A proposer turns a finding into a draft, or None with nothing to propose.
+Proposer = Callable[[Workspace, Finding], Drafted | None]
+
+
+def template_proposer(ws: Workspace, finding: Finding) -> Drafted | None:
+    skill = get_skill(ws.engine, finding.skill, finding.project)
+    draft = template_proposal(skill.spec, finding)
+    if draft is None:
+        return None
+    return Drafted(draft.content, draft.rationale, dict(draft.evidence))
+
+
+@dataclass
+class ImproveReport:
+    started_at: str
+    mode: str
+    dry_run: bool
+    projects: list[dict[str, Any]] = field(default_factory=list)
+    superseded: list[int] = field(default_factory=list)
+    deliveries: list[dict[str, Any]] = field(default_factory=list)
+    finished_at: str = ""
+    run_id: int | None = None
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def proposals(self) -> list[dict[str, Any]]:
+        return [p for project in self.projects for p in project["proposals"]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "reportVersion": REPORT_VERSION, "runId": self.run_id, "mode": self.mode,
+            "dryRun": self.dry_run, "startedAt": self.started_at,
+            "finishedAt": self.finished_at, "projects": self.projects,
+            "superseded": self.superseded, "deliveries": self.deliveries,
+        }
+
+    def markdown(self) -> str:
+        lines = [f"# Amelio improve report — {self.started_at}", "",
+                 f"Mode: {self.mode}{' (dry run: nothing written)' if self.dry_run else ''}."]
+        if self.superseded:
+            lines.append(f"Superseded stale proposals: {', '.join(map(str, self.superseded))}.")
+        for project in self.projects:
+            lines += ["", f"## Project {project['project']}", ""]
+            if not project["underperformers"]:
+                lines.append("No underperforming skill.")
+            for finding in project["underperformers"]:
+                lines.append(f"- **{finding['skill']}**: {'; '.join(finding['reasons'])}.")
+            for p in project["proposals"]:
+                lines.append(f"  - proposal #{p['id']} for {p['skill']} ({p['proposedBy']}): "
+                             f"{p['rationale']}")
+            for s in project["skipped"]:
+                lines.append(f"  - skipped {s['skill']}: {s['reason']}")
+        return "\n".join(lines) + "\n"
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _improve_project(ws: Workspace, project: str, proposer: Proposer, mode: str,
+                     dry_run: bool) -> dict[str, Any]:
+    findings = find_underperformers(ws, project)
+    out: dict[str, Any] = {"project": project,
+                           "underperformers": [f.to_dict() for f in findings],
+                           "proposals": [], "skipped": []}
+    for finding in findings:
+        with ws.engine.connect() as conn:
+            row, _ = _resolve(conn, finding.skill, project)
+            pending = pending_for(conn, row.id)
+        if pending is not None:
+            out["skipped"].append({"skill": finding.skill,
+                                   "reason": f"proposal #{pending} is pending"})
+            continue
+        try:
+            draft = proposer(ws, finding)
+            if draft is None:
+                out["skipped"].append({"skill": finding.skill, "reason": "nothing concrete "
+                                       "to propose from the evidence"})
+                continue
+            if dry_run:
+                out["proposals"].append({"id": None, "skill": finding.skill,
+                                         "proposedBy": mode, "rationale": draft.rationale})
+                continue
+            proposal = create_proposal(
+                ws, finding.skill, project=project, proposed_content=draft.content,
+                rationale=draft.rationale, evidence=draft.evidence, proposed_by=mode,
+                author=f"amelio improve ({mode})")
+            out["proposals"].append(proposal.to_dict())
+        except AmelioError as exc:  # one skill's failure is data, not the run's end
+            log.warning("improve: %s/%s failed: %s", project, finding.skill, exc.message)
+            out["skipped"].append({"skill": finding.skill, "reason": f"error: {exc.message}"})
+    return out
+
+
+def run_improve(ws: Workspace, *, projects: Sequence[str] | None = None, dry_run: bool = False,
+                proposer: Proposer | None = None, mode: str = "template",
+                notify: bool = True) -> ImproveReport:
+    """One pass of the nightly loop over ``projects`` (default: all of them)."""
+    proposer = proposer or template_proposer
+    report = ImproveReport(started_at=utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"), mode=mode,
+                           dry_run=dry_run)
+    if not dry_run:
+        report.superseded = supersede_stale(ws)
+    names = list(projects) if projects else [p.name for p in list_projects(ws.engine)]
+    for name in names:
+        report.projects.append(_improve_project(ws, name, proposer, mode, dry_run))
+    report.finished_at = utcnow().strftime("%Y-%m-%dT%H:%M:%SZ")
+    if dry_run:
+        return report
+    with db.transaction(ws.engine) as conn:
+        result = conn.execute(improve_runs.insert().values(
+            started_at=utcnow(), finished_at=utcnow(), mode=mode, report=report.to_dict()))
+        assert result.inserted_primary_key is not None
+        report.run_id = int(result.inserted_primary_key[0])
+    if notify:
+        report.deliveries = [d.__dict__ for d in notify_all(ws.settings, _notification(ws, report))]
+    stem = ws.root / "reports" / f"improve-{report.started_at.replace(':', '')}"
+    _atomic_write(stem.with_suffix(".json"), json.dumps(report.to_dict(), indent=2,
+                                                         ensure_ascii=False) + "\n")
+    _atomic_write(stem.with_suffix(".md"), report.markdown())
+    report.files = [str(stem.with_suffix(".json")), str(stem.with_suffix(".md"))]
+    with db.transaction(ws.engine) as conn:
+        conn.execute(improve_runs.update().where(improve_runs.c.id == report.run_id)
+                     .values(report=report.to_dict()))
+    return report
+
+
+def _notification(ws: Workspace, report: ImproveReport) -> Notification:
+    base = ws.settings.public_url.rstrip("/")
+    actions = []
+    for p in report.proposals:
+        for action in ("approve", "reject"):
+            url = f"{base}/v1/proposals/{p['id']}/{action}" if base else None
+            actions.append(NotificationAction(label=f"{action.title()} #{p['id']} {p['skill']}",
+                                              url=url, proposal_id=p["id"], action=action))
+    count = len(report.proposals)
+    return Notification(kind="improve.report",
+                        title=f"Amelio improve: {count} new proposal{'s' * (count != 1)}",
+                        text=report.markdown(), payload=report.to_dict(),
+                        actions=tuple(actions))
+
+
+def last_report(ws: Workspace) -> dict[str, Any] | None:
+    """The newest run's report, or None before the first run."""
+    with ws.engine.connect() as conn:
+        row = conn.execute(sa.select(improve_runs.c.report)
+                           .order_by(improve_runs.c.id.desc()).limit(1)).first()
+    return dict(row.report) if row else None

@@ -1,0 +1,314 @@
+"""Proposals: a new content for one skill, waiting for a person's decision.
+
+``pending → approved | rejected | superseded``. Approval writes the new skill
+version in the same transaction that marks the proposal approved, with a
+compare-and-set on the status, so two people approving at once cannot both win
+(the second gets :class:`Conflict`). A proposal written against a version the
+skill has since moved past is stale: approving it would silently undo that
+change, so it is refused with :class:`Conflict` and `amelio improve` supersedes it.
+
+For a file-backed skill (a global skill whose folder is in the workspace's
+``skills/``), approval also rotates ``SKILL.md → SKILL.v1.md → … → SKILL.v3.md``
+crash-safely (:mod:`amelio.improve.rotation`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from amelio import db
+from amelio.db.schema import projects, proposals, skills, utcnow
+from amelio.errors import Conflict, InvalidInput, NotFound
+from amelio.improve import rotation
+from amelio.projects import DEFAULT_PROJECT, project_id
+from amelio.skills import files
+from amelio.skills.store import _find, _resolve, _spec_from_row, _write_version, record_event
+from amelio.workspace import Workspace
+
+__all__ = [
+    "PROPOSERS",
+    "STATUSES",
+    "Proposal",
+    "approve_proposal",
+    "create_proposal",
+    "get_proposal",
+    "list_proposals",
+    "pending_for",
+    "recover_files",
+    "reject_proposal",
+    "supersede_stale",
+]
+
+log = logging.getLogger(__name__)
+
+STATUSES = ("pending", "approved", "rejected", "superseded")
+PROPOSERS = ("template", "sage", "generator", "human")
+
+
+@dataclass(frozen=True)
+class Proposal:
+    id: int
+    skill: str
+    project: str
+    scope: str  # "global" or "project": which row approval changes
+    base_version: int
+    current_content: str
+    proposed_content: str
+    rationale: str
+    evidence: dict[str, Any]
+    status: str
+    proposed_by: str
+    author: str
+    created_at: datetime
+    decided_by: str | None = None
+    decision_reason: str | None = None
+    decided_at: datetime | None = None
+    result_version: int | None = None
+
+    def diff(self) -> str:
+        """A unified diff from the content it was written against to the proposal."""
+        return "".join(difflib.unified_diff(
+            self.current_content.splitlines(keepends=True),
+            self.proposed_content.splitlines(keepends=True),
+            fromfile=f"{self.skill} v{self.base_version}", tofile=f"{self.skill} proposal "
+            f"#{self.id}"))
+
+    def to_dict(self, *, with_content: bool = False) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "id": self.id, "skill": self.skill, "project": self.project, "scope": self.scope,
+            "baseVersion": self.base_version, "status": self.status,
+            "proposedBy": self.proposed_by, "author": self.author, "rationale": self.rationale,
+            "evidence": self.evidence, "createdAt": self.created_at.isoformat(),
+            "decidedBy": self.decided_by, "decisionReason": self.decision_reason,
+            "decidedAt": self.decided_at.isoformat() if self.decided_at else None,
+            "resultVersion": self.result_version,
+        }
+        if with_content:
+            data |= {"currentContent": self.current_content,
+                     "proposedContent": self.proposed_content, "diff": self.diff()}
+        return data
+
+
+def _aware(moment: datetime | None) -> datetime | None:
+    if moment is None:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _select() -> sa.Select[Any]:
+    return (sa.select(proposals, projects.c.name.label("project_name"),
+                      skills.c.project_id.label("skill_project_id"))
+            .join(projects, projects.c.id == proposals.c.project_id)
+            .join(skills, skills.c.id == proposals.c.skill_id))
+
+
+def _from_row(row: sa.Row[Any]) -> Proposal:
+    m = row._mapping
+    created = _aware(m["created_at"])
+    assert created is not None
+    return Proposal(
+        id=m["id"], skill=m["skill_name"], project=m["project_name"],
+        scope="global" if m["skill_project_id"] is None else "project",
+        base_version=m["base_version"], current_content=m["current_content"],
+        proposed_content=m["proposed_content"], rationale=m["rationale"],
+        evidence=dict(m["evidence"]), status=m["status"], proposed_by=m["proposed_by"],
+        author=m["author"], created_at=created, decided_by=m["decided_by"],
+        decision_reason=m["decision_reason"], decided_at=_aware(m["decided_at"]),
+        result_version=m["result_version"],
+    )
+
+
+def get_proposal(ws: Workspace, proposal_id: int) -> Proposal:
+    with ws.engine.connect() as conn:
+        row = conn.execute(_select().where(proposals.c.id == proposal_id)).first()
+    if row is None:
+        raise NotFound(f"No proposal {proposal_id}.", proposal_id=proposal_id)
+    return _from_row(row)
+
+
+def list_proposals(ws: Workspace, *, status: str | None = None, skill: str | None = None,
+                   project: str | None = None) -> list[Proposal]:
+    """Proposals, newest first, optionally filtered."""
+    if status is not None and status not in STATUSES:
+        raise InvalidInput(f"Unknown status {status!r}: use {', '.join(STATUSES)}.",
+                           field="status")
+    query = _select().order_by(proposals.c.id.desc())
+    if status:
+        query = query.where(proposals.c.status == status)
+    if skill:
+        query = query.where(proposals.c.skill_name == skill)
+    if project:
+        query = query.where(projects.c.name == project)
+    with ws.engine.connect() as conn:
+        return [_from_row(r) for r in conn.execute(query)]
+
+
+def pending_for(conn: sa.Connection, skill_id: int) -> int | None:
+    """The pending proposal on a skill row, if any."""
+    return conn.scalar(sa.select(proposals.c.id).where(
+        proposals.c.skill_id == skill_id, proposals.c.status == "pending"))
+
+
+def create_proposal(
+    ws: Workspace, skill: str, *, proposed_content: str, rationale: str,
+    proposed_by: str = "human", author: str, project: str = DEFAULT_PROJECT,
+    evidence: dict[str, Any] | None = None, run_id: int | None = None,
+) -> Proposal:
+    """Propose new content for the skill ``project`` sees (one pending proposal per skill)."""
+    if proposed_by not in PROPOSERS:
+        raise InvalidInput(f"Unknown proposer {proposed_by!r}: use {', '.join(PROPOSERS)}.",
+                           field="proposedBy")
+    content = proposed_content.strip("\n") + "\n" if proposed_content.strip() else ""
+    if not content or "\x00" in content:
+        raise InvalidInput("A proposal needs non-empty text content.", field="proposedContent")
+    with db.transaction(ws.engine) as conn:
+        row, _ = _resolve(conn, skill, project)
+        if content == row.content:
+            raise InvalidInput(f"The proposal is identical to {skill} v{row.version}.",
+                               field="proposedContent")
+        pending = pending_for(conn, row.id)
+        if pending is not None:
+            raise Conflict(f"Proposal #{pending} for {skill} is still pending: approve or "
+                           "reject it first.", proposal_id=pending)
+        result = conn.execute(proposals.insert().values(
+            skill_id=row.id, skill_name=skill, project_id=project_id(conn, project),
+            base_version=row.version, current_content=row.content, proposed_content=content,
+            rationale=rationale, evidence=json.loads(json.dumps(evidence or {}, default=str)),
+            status="pending", proposed_by=proposed_by, author=author[:200], run_id=run_id,
+            created_at=utcnow()))
+        assert result.inserted_primary_key is not None
+        new_id = int(result.inserted_primary_key[0])
+        record_event(conn, row.id, "proposal", actor=author, reason=rationale[:500],
+                     proposal_id=new_id)
+    return get_proposal(ws, new_id)
+
+
+def _skill_folder(ws: Workspace, skill_row: sa.Row[Any]) -> Path | None:
+    """The folder of a file-backed skill: global, with a SKILL.md in the workspace."""
+    if skill_row.project_id is not None:
+        return None
+    folder = ws.skills_dir / skill_row.name
+    return folder if (folder / files.SKILL_FILE).is_file() else None
+
+
+def recover_files(ws: Workspace, skill: str) -> str | None:
+    """Finish or undo a rotation a crash interrupted, by what the database holds."""
+    folder = ws.skills_dir / skill
+    if not folder.is_dir():
+        return None
+
+    def committed(version: int) -> bool:
+        with ws.engine.connect() as conn:
+            row = _find(conn, skill, None)
+        return row is not None and row.version >= version
+
+    return rotation.recover(folder, committed)
+
+
+def approve_proposal(ws: Workspace, proposal_id: int, *, actor: str,
+                     reason: str | None = None) -> Proposal:
+    """Make the proposal the skill's new version, atomically; rotate its files."""
+    staged: list[rotation.Rotation] = []
+    try:
+        _approve(ws, proposal_id, actor, reason, staged)
+    except BaseException:
+        for pending in staged:  # the commit failed: the files stay as they were
+            pending.abort()
+        raise
+    for pending in staged:
+        pending.apply()
+    return get_proposal(ws, proposal_id)
+
+
+def _approve(ws: Workspace, proposal_id: int, actor: str, reason: str | None,
+             staged: list[rotation.Rotation]) -> None:
+    with db.transaction(ws.engine) as conn:
+        row = conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)
+                           .with_for_update()).first()
+        if row is None:
+            raise NotFound(f"No proposal {proposal_id}.", proposal_id=proposal_id)
+        if row.status != "pending":
+            raise Conflict(f"Proposal #{proposal_id} is already {row.status}.",
+                           proposal_id=proposal_id, status=row.status)
+        skill_row = conn.execute(sa.select(skills).where(skills.c.id == row.skill_id)
+                                 .with_for_update()).one()
+        if skill_row.version != row.base_version:
+            raise Conflict(
+                f"Proposal #{proposal_id} is stale: it was written for {row.skill_name} "
+                f"v{row.base_version}, which is now v{skill_row.version}. Reject it, or run "
+                "`amelio improve` to supersede it with a fresh proposal.",
+                proposal_id=proposal_id, base_version=row.base_version,
+                current_version=skill_row.version)
+        spec = replace(_spec_from_row(skill_row._mapping, skill_row.name),
+                       content=row.proposed_content)
+        why = f"approved proposal #{proposal_id}" + (f": {reason}" if reason else "")
+        version = _write_version(conn, spec, skill_row.project_id, author=actor, reason=why,
+                                 expected_version=row.base_version, kind="approval",
+                                 proposal_id=proposal_id)
+        updated = conn.execute(
+            proposals.update()
+            .where(proposals.c.id == proposal_id, proposals.c.status == "pending")
+            .values(status="approved", decided_by=actor[:200], decision_reason=reason,
+                    decided_at=utcnow(), result_version=version))
+        if updated.rowcount != 1:
+            raise Conflict(f"Proposal #{proposal_id} was decided meanwhile.",
+                           proposal_id=proposal_id)
+        folder = _skill_folder(ws, skill_row)
+        if folder is not None:
+            recover_files(ws, skill_row.name)
+            evals = None if spec.evals is None else json.dumps(
+                {"version": 1, "skill": spec.name, "rules": [dict(r) for r in spec.evals]},
+                indent=2, ensure_ascii=False) + "\n"
+            # Staged inside the transaction: if the commit fails, abort() undoes it; if
+            # the process dies, recover() decides by the version the database holds.
+            staged.append(rotation.stage_rotation(
+                folder, skill_md=files.render_skill_md(spec), evals_json=evals,
+                evals_name=f"{spec.name}.evals.json", target_version=version))
+
+
+def reject_proposal(ws: Workspace, proposal_id: int, *, actor: str,
+                    reason: str | None = None) -> Proposal:
+    with db.transaction(ws.engine) as conn:
+        row = conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)
+                           .with_for_update()).first()
+        if row is None:
+            raise NotFound(f"No proposal {proposal_id}.", proposal_id=proposal_id)
+        updated = conn.execute(
+            proposals.update()
+            .where(proposals.c.id == proposal_id, proposals.c.status == "pending")
+            .values(status="rejected", decided_by=actor[:200], decision_reason=reason,
+                    decided_at=utcnow()))
+        if updated.rowcount != 1:
+            raise Conflict(f"Proposal #{proposal_id} is already {row.status}.",
+                           proposal_id=proposal_id, status=row.status)
+        record_event(conn, row.skill_id, "rejection", actor=actor,
+                     reason=f"rejected proposal #{proposal_id}" + (f": {reason}" if reason
+                                                                   else ""),
+                     proposal_id=proposal_id)
+    return get_proposal(ws, proposal_id)
+
+
+def supersede_stale(ws: Workspace) -> list[int]:
+    """Mark pending proposals whose skill moved on as superseded; returns their ids."""
+    with db.transaction(ws.engine) as conn:
+        stale = conn.execute(
+            sa.select(proposals.c.id, proposals.c.skill_id)
+            .join(skills, skills.c.id == proposals.c.skill_id)
+            .where(proposals.c.status == "pending",
+                   skills.c.version != proposals.c.base_version)).all()
+        for pid, skill_id in stale:
+            conn.execute(proposals.update().where(proposals.c.id == pid).values(
+                status="superseded", decided_by="amelio", decided_at=utcnow(),
+                decision_reason="the skill changed since the proposal was made"))
+            record_event(conn, skill_id, "superseded", actor="amelio",
+                         reason=f"proposal #{pid} superseded: the skill changed",
+                         proposal_id=pid)
+    return [int(pid) for pid, _ in stale]

@@ -1,0 +1,103 @@
+"""Template proposals: a deterministic rewrite from the evidence, with no LLM.
+
+The seed's nightly job proposes by template so that a skill improves even with
+no model configured, and so a person can read exactly why each line is there.
+The proposal is the current content plus one clearly delimited section of
+instructions, one per failing eval rule (most failed first) and one per linked
+learning; the rationale cites the numbers. The same evidence always gives the
+same text: no dates, no randomness, stable ordering. A later proposal replaces
+the section instead of stacking another one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from amelio.quality import Finding
+from amelio.skills.model import SkillSpec
+
+__all__ = ["SECTION_END", "SECTION_START", "TemplateProposal", "template_proposal"]
+
+SECTION_START = "<!-- amelio:improvements (generated from use; edit freely) -->"
+SECTION_END = "<!-- /amelio:improvements -->"
+HEADING = "## Corrections from recent use"
+MAX_LEARNINGS = 10
+
+
+@dataclass(frozen=True)
+class TemplateProposal:
+    content: str
+    rationale: str
+    evidence: Mapping[str, Any]
+
+
+def _instruction(rule: Mapping[str, Any]) -> str:
+    """What a failing rule asks of the answer, as an instruction to the model."""
+    kind, name = rule.get("type"), str(rule.get("name") or rule.get("id"))
+    negate = bool(rule.get("negate"))
+    value: Any = rule.get("value")
+    if kind == "string_contains" and not negate:
+        return f"Always include `{value}` in the answer."
+    if kind == "string_not_contains" or (kind == "string_contains" and negate):
+        return f"Never include `{value}` in the answer."
+    if kind == "icontains" and not negate:
+        return f"Always mention {value!r} (in any case)."
+    if kind == "max_length":
+        return f"Keep the whole answer under {int(value):,} characters."
+    if kind == "min_length":
+        return f"Give a substantial answer: at least {int(value):,} characters."
+    if kind == "regex_not_match" or (kind == "regex_match" and negate):
+        return f"Avoid this: {name}."
+    if kind == "starts_with" and not negate:
+        return f"Start the answer with `{value}`."
+    if kind in ("is_json", "json_schema"):
+        return f"Return valid JSON as the rule requires: {name}."
+    return f"Make sure of this: {name}."
+
+
+def _strip_section(content: str) -> str:
+    start = content.find(SECTION_START)
+    end = content.find(SECTION_END)
+    if start == -1 or end == -1 or end < start:
+        return content.rstrip("\n")
+    return (content[:start] + content[end + len(SECTION_END):]).rstrip("\n")
+
+
+def template_proposal(spec: SkillSpec, finding: Finding) -> TemplateProposal | None:
+    """A proposal for ``spec`` from ``finding``, or None when the evidence holds
+    nothing concrete to write (only feedback counts: that needs Sage or a person)."""
+    rules = {str(r.get("id")): r for r in spec.evals or ()}
+    m = finding.metrics
+    failing = sorted(m.rule_failures.items(), key=lambda x: (-x[1], x[0]))
+    lines: list[str] = []
+    cited: list[str] = []
+    for rule_id, count in failing:
+        rule = rules.get(rule_id)
+        if rule is None:  # a rule since removed: its failures no longer guide anything
+            continue
+        lines.append(f"- {_instruction(rule)} (Rule {rule_id} failed in {count} of "
+                     f"{m.applied_count} answers.)")
+        cited.append(f"{rule_id} “{rule.get('name', rule_id)}” failed {count}×")
+    taught = sorted(finding.learnings, key=lambda x: x.id)[:MAX_LEARNINGS]
+    for item in taught:
+        lines.append(f"- {item.rule} (Learned from {item.source} feedback.)")
+    if not lines:
+        return None
+    section = "\n".join([SECTION_START, HEADING, "",
+                         "Follow these rules; they come from answers that fell short.", "",
+                         *lines, SECTION_END])
+    content = f"{_strip_section(spec.content)}\n\n{section}\n"
+    rationale = (
+        f"{spec.name} underperforms in project {m.project}: {'; '.join(finding.reasons)}. "
+        + (f"Failing rules: {', '.join(cited)}. " if cited else "")
+        + (f"Learnings: {len(taught)} linked correction(s). " if taught else "")
+        + "The proposal adds one instruction per failing rule and per learning.")
+    evidence = {
+        "appliedCount": m.applied_count, "successCount": m.success_count,
+        "successRate": round(m.success_rate, 4), "feedbackPositive": m.feedback_positive,
+        "feedbackNegative": m.feedback_negative, "reasons": list(finding.reasons),
+        "ruleFailures": dict(failing), "learningIds": [i.id for i in taught],
+    }
+    return TemplateProposal(content, rationale, evidence)

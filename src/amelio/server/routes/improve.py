@@ -1,0 +1,106 @@
+"""Proposals, their decisions, the nightly run and skill evolution."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from amelio import skills
+from amelio.improve import proposals as props
+from amelio.improve.nightly import last_report, run_improve
+from amelio.keys import ApiKey
+from amelio.projects import DEFAULT_PROJECT
+from amelio.server.auth import require
+
+router = APIRouter(tags=["improve"])
+
+Reader = Annotated[ApiKey, Depends(require("bot"))]
+Admin = Annotated[ApiKey, Depends(require())]
+
+
+class Decision(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str | None = Field(default=None, max_length=2000)
+
+
+class NewProposal(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    skill: str
+    project: str = DEFAULT_PROJECT
+    proposed_content: str = Field(alias="proposedContent", min_length=1, max_length=200_000)
+    rationale: str = Field(min_length=1, max_length=10_000)
+
+
+class ImproveRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    project: str | None = None
+    dry_run: bool = Field(default=False, alias="dryRun")
+
+
+@router.get("/v1/proposals", summary="Proposals, newest first")
+def list_proposals(
+    request: Request, _: Reader,
+    status: Annotated[str | None, Query(description="pending, approved, rejected, superseded")]
+    = None,
+    skill: str | None = None, project: str | None = None,
+) -> dict[str, Any]:
+    found = props.list_proposals(request.app.state.workspace, status=status, skill=skill,
+                                 project=project)
+    return {"proposals": [p.to_dict() for p in found]}
+
+
+@router.get("/v1/proposals/{proposal_id}", summary="A proposal with its unified diff")
+def get_proposal(request: Request, proposal_id: int, _: Reader) -> dict[str, Any]:
+    return props.get_proposal(request.app.state.workspace, proposal_id).to_dict(
+        with_content=True)
+
+
+@router.post("/v1/proposals", status_code=201, summary="Propose a change, as a person")
+def create_proposal(request: Request, body: NewProposal, key: Admin) -> dict[str, Any]:
+    proposal = props.create_proposal(
+        request.app.state.workspace, body.skill, project=body.project,
+        proposed_content=body.proposed_content, rationale=body.rationale,
+        proposed_by="human", author=f"key:{key.name}")
+    return proposal.to_dict(with_content=True)
+
+
+@router.post("/v1/proposals/{proposal_id}/approve", summary="Approve: a new skill version")
+def approve(request: Request, proposal_id: int, key: Admin,
+            body: Decision | None = None) -> dict[str, Any]:
+    return props.approve_proposal(request.app.state.workspace, proposal_id,
+                                  actor=f"key:{key.name}",
+                                  reason=body.reason if body else None).to_dict()
+
+
+@router.post("/v1/proposals/{proposal_id}/reject", summary="Reject a proposal")
+def reject(request: Request, proposal_id: int, key: Admin,
+           body: Decision | None = None) -> dict[str, Any]:
+    return props.reject_proposal(request.app.state.workspace, proposal_id,
+                                 actor=f"key:{key.name}",
+                                 reason=body.reason if body else None).to_dict()
+
+
+@router.get("/v1/skills/{name}/evolution", summary="Every change and decision on a skill")
+def evolution(request: Request, name: str, _: Reader,
+              project: str = DEFAULT_PROJECT) -> dict[str, Any]:
+    events = skills.skill_log(request.app.state.workspace.engine, name, project)
+    return {"skill": name, "project": project, "events": [e.to_dict() for e in events]}
+
+
+@router.post("/v1/improve", summary="Run the nightly improvement loop now")
+def improve(request: Request, _: Admin, body: ImproveRequest | None = None) -> dict[str, Any]:
+    body = body or ImproveRequest()
+    report = run_improve(request.app.state.workspace,
+                         projects=[body.project] if body.project else None,
+                         dry_run=body.dry_run)
+    return report.to_dict()
+
+
+@router.get("/v1/improve/last", summary="The last improve run's report")
+def last(request: Request, _: Reader) -> dict[str, Any]:
+    return {"report": last_report(request.app.state.workspace)}
