@@ -13,12 +13,15 @@ import sqlalchemy as sa
 
 __all__ = [
     "api_keys",
+    "benchmark_runs",
+    "benchmark_scenarios",
     "eval_results",
     "feedback",
     "improve_runs",
     "interactions",
     "learning_files",
     "learnings",
+    "llm_cache",
     "metadata",
     "projects",
     "proposals",
@@ -291,4 +294,49 @@ improve_runs = sa.Table(
     sa.Column("finished_at", Timestamp, nullable=False),
     sa.Column("mode", sa.String(12), nullable=False),
     sa.Column("report", sa.JSON, nullable=False),
+)
+
+
+# One A/B benchmark of a proposal: old and new skill content through the same
+# pipeline, scored by eval rules and an LLM judge.
+benchmark_runs = sa.Table(
+    "benchmark_runs",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column(
+        "proposal_id", sa.Integer, sa.ForeignKey("proposals.id", ondelete="CASCADE"),
+        nullable=False, index=True,
+    ),
+    sa.Column("status", sa.String(10), nullable=False),
+    sa.Column("verdict", sa.String(10), nullable=True),
+    sa.Column("improvement_pct", sa.Float, nullable=True),
+    sa.Column("summary", sa.JSON, nullable=False),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("finished_at", Timestamp, nullable=True),
+)
+
+benchmark_scenarios = sa.Table(
+    "benchmark_scenarios",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column(
+        "run_id", sa.Integer, sa.ForeignKey("benchmark_runs.id", ondelete="CASCADE"),
+        nullable=False, index=True,
+    ),
+    sa.Column("position", sa.Integer, nullable=False),
+    sa.Column("source", sa.String(10), nullable=False),
+    sa.Column("message", sa.Text, nullable=False),
+    sa.Column("old_output", sa.Text, nullable=False),
+    sa.Column("new_output", sa.Text, nullable=False),
+    sa.Column("result", sa.JSON, nullable=False),
+)
+
+# Identical LLM calls answer from here: a re-run benchmark costs nothing.
+llm_cache = sa.Table(
+    "llm_cache",
+    metadata,
+    sa.Column("key", sa.String(64), primary_key=True),
+    sa.Column("response", sa.JSON, nullable=False),
+    sa.Column("created_at", Timestamp, nullable=False),
 )
