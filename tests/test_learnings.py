@@ -209,7 +209,10 @@ def test_build_prompt_is_deterministic_and_complete(workspace: Workspace,
     add_learning(workspace, "Reply in the user's language", at=at(1))
     prompt = build_prompt(workspace, "deploy the api to production")
     text = prompt.text
-    assert text.index("SKILLS_HINT") < text.index("LEARNINGS") < text.index("USER MESSAGE:")
+    assert text.index("SKILLS_HINT") < text.index("ACTIVE SKILL: deployment") < \
+        text.index("LEARNINGS") < text.index("USER MESSAGE:")
+    body = skills.get_skill(workspace.engine, "deployment").spec.content.strip()
+    assert body in text  # the model gets the rulebook of the skill that will be judged
     assert text.startswith(workspace.settings.system_prompt)
     assert "- deployment:" in text and "Avoid sudo" in text and "user's language" in text
     assert text.endswith("USER MESSAGE:\ndeploy the api to production")
@@ -217,4 +220,5 @@ def test_build_prompt_is_deterministic_and_complete(workspace: Workspace,
     assert again.hash == prompt.hash and again.text == text
     unrelated = build_prompt(workspace, "what's for lunch?")
     assert "SKILLS_HINT" not in unrelated.text and "Avoid sudo" not in unrelated.text
+    assert "ACTIVE SKILL" not in unrelated.text
     assert "user's language" in unrelated.text

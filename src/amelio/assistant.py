@@ -25,10 +25,9 @@ from amelio.projects import DEFAULT_PROJECT, project_id
 from amelio.prompt import Prompt, build_prompt
 from amelio.router import RouteHit
 from amelio.skills.model import Skill
-from amelio.skills.store import get_skill
 from amelio.workspace import Workspace
 
-__all__ = ["Reply", "respond", "respond_stream"]
+__all__ = ["Reply", "answer_with", "get_interaction", "respond", "respond_stream"]
 
 
 @dataclass(frozen=True)
@@ -88,12 +87,8 @@ def _rules(skill: Skill) -> tuple[evals.EvalRule, ...]:
 def _prepare(ws: Workspace, message: str, project: str, scorer: str | None
              ) -> tuple[Prompt, Skill | None, LLMRequest]:
     prompt = build_prompt(ws, message, project=project, scorer=scorer)
-    applied: Skill | None = None
-    top = prompt.route.top if prompt.route else None
-    if ws.settings.apply_skill == "top" and top is not None:
-        applied = top.skill or get_skill(ws.engine, top.name, project)
     request = LLMRequest.single(prompt.system, message, max_tokens=ws.settings.llm_max_tokens)
-    return prompt, applied, request
+    return prompt, prompt.applied, request
 
 
 def _finish(ws: Workspace, *, prompt: Prompt, applied: Skill | None, completion: Completion,
@@ -212,3 +207,16 @@ def get_interaction(ws: Workspace, interaction_id: int) -> dict[str, Any]:
                    "severity": r.severity, "passed": r.passed, "detail": r.detail}
                   for r in rules],
     }
+
+
+def answer_with(ws: Workspace, message: str, *, skill: str, content: str, provider: Provider,
+                project: str = DEFAULT_PROJECT) -> tuple[Completion, evals.EvalReport]:
+    """The pipeline respond() runs, with ``skill`` applied at ``content`` and nothing
+    stored: how a benchmark compares an old and a new version of a skill."""
+    prompt = build_prompt(ws, message, project=project, skill=skill, content=content)
+    request = LLMRequest.single(prompt.system, message, max_tokens=ws.settings.llm_max_tokens)
+    completion = provider.complete(request)
+    assert prompt.applied is not None
+    report = evals.evaluate(completion.text, _rules(prompt.applied),
+                            max_chars=ws.settings.max_text_chars)
+    return completion, report

@@ -93,6 +93,10 @@ class Settings(BaseSettings):
         default="top", description="Whose eval rules check an answer: the top routed skill's, "
         "or none."
     )
+    prompt_skill_body: Literal["top", "none"] = Field(
+        default="top", description="Put the applied skill's rulebook in the prompt (top), or "
+        "leave skill bodies to the client, as Claude CLI does with CLAUDE.md (none)."
+    )
     distill_learnings: bool = Field(
         default=False, description="With an LLM configured, turn a 👎 or Fix It comment into "
         "one concrete rule before storing it as a learning."

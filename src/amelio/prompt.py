@@ -8,18 +8,21 @@ so an interaction's ``promptHash`` identifies exactly what the model saw.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from amelio import db
 from amelio.learnings import LearningsBlock, prompt_block
 from amelio.projects import DEFAULT_PROJECT
 from amelio.router import Route, route_message
+from amelio.skills.model import Skill
+from amelio.skills.store import get_skill
 from amelio.workspace import Workspace
 
-__all__ = ["Prompt", "assemble", "build_prompt"]
+__all__ = ["Prompt", "assemble", "build_prompt", "skill_block"]
 
 MESSAGE_HEADER = "USER MESSAGE:"
+SKILL_HEADER = "ACTIVE SKILL:"
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,8 @@ class Prompt:
     message: str
     route: Route | None = None
     learnings: LearningsBlock | None = None
+    #: The skill whose rulebook is in the prompt and whose rules check the answer.
+    applied: Skill | None = None
 
     @property
     def text(self) -> str:
@@ -51,16 +56,41 @@ class Prompt:
         }
 
 
-def assemble(system_prompt: str, hint: str, learnings: str) -> str:
+def skill_block(name: str, content: str) -> str:
+    """The applied skill's rulebook, so the model follows its current version."""
+    return f"{SKILL_HEADER} {name}\n\n{content.strip()}" if content.strip() else ""
+
+
+def assemble(system_prompt: str, hint: str, learnings: str, skill: str = "") -> str:
     """The system part: non-empty blocks in a fixed order, separated by blank lines."""
-    return "\n\n".join(part.strip() for part in (system_prompt, hint, learnings) if part.strip())
+    parts = (system_prompt, hint, skill, learnings)
+    return "\n\n".join(part.strip() for part in parts if part.strip())
 
 
 def build_prompt(ws: Workspace, message: str, *, project: str = DEFAULT_PROJECT,
-                 scorer: str | None = None) -> Prompt:
-    """Route the message, pick the learnings for the hinted skills, assemble."""
+                 scorer: str | None = None, skill: str | None = None,
+                 content: str | None = None) -> Prompt:
+    """Route the message, pick the learnings for the hinted skills, add the applied
+    skill's rulebook, assemble.
+
+    ``skill`` forces the applied skill (benchmarks run one skill on any message);
+    ``content`` replaces its rulebook (the old and new versions of a proposal).
+    """
+    settings = ws.settings
     with db.reading(ws.engine) as conn:
         route = route_message(ws, message, project=project, scorer=scorer, conn=conn)
-        block = prompt_block(ws, project=project, skills=route.names, conn=conn)
-    system = assemble(ws.settings.system_prompt, route.hint_block(), block.text)
-    return Prompt(system, message, route, block)
+        hinted = list(route.names)
+        applied: Skill | None = None
+        if skill is not None:
+            applied = get_skill(conn, skill, project)
+            hinted.append(skill)
+        elif settings.apply_skill == "top" and route.top is not None:
+            applied = route.top.skill or get_skill(conn, route.top.name, project)
+        block = prompt_block(ws, project=project, skills=hinted, conn=conn)
+    if applied is not None and content is not None:
+        applied = replace(applied, spec=replace(applied.spec, content=content))
+    body = ""
+    if applied is not None and settings.prompt_skill_body == "top":
+        body = skill_block(applied.name, applied.spec.content)
+    system = assemble(settings.system_prompt, route.hint_block(), block.text, body)
+    return Prompt(system, message, route, block, applied)

@@ -251,9 +251,10 @@ def _resolve(conn: sa.Connection, name: str, project: str | None) -> tuple[sa.Ro
     return row, None
 
 
-def get_skill(engine: sa.Engine, name: str, project: str | None = None) -> Skill:
+def get_skill(engine: sa.Engine | sa.Connection, name: str, project: str | None = None
+              ) -> Skill:
     """The skill ``name`` as ``project`` sees it: its fork, else the global one."""
-    with engine.connect() as conn:
+    with db.reading(engine) as conn:
         row, scope = _resolve(conn, name, project)
     return _skill_from_row(row, scope)
 
