@@ -11,6 +11,7 @@ from amelio.cli import (  # noqa: F401  (they register commands)
     context,
     evals,
     improve,
+    sage,
     skills,
 )
 from amelio.cli._common import main

@@ -25,16 +25,26 @@ def _actor() -> str:
 @click.option("--all", "all_projects", is_flag=True, help="Every project (the default).")
 @click.option("--dry-run", is_flag=True, help="Report what would be proposed; write nothing.")
 @click.option("--no-notify", is_flag=True, help="Do not send the report to the notifiers.")
+@click.option("--sage", "use_sage", is_flag=True,
+              help="Sage (the LLM) writes the proposals instead of templates; each is "
+                   "benchmarked.")
 @json_option
 @click.pass_context
 @handle_errors
 def improve(ctx: click.Context, project: str | None, all_projects: bool, dry_run: bool,
-            no_notify: bool, as_json: bool) -> None:
+            no_notify: bool, use_sage: bool, as_json: bool) -> None:
     """Find underperforming skills and propose improvements (run it nightly)."""
     if project and all_projects:
         raise click.UsageError("Give --project P or --all, not both.")
-    report = run_improve(workspace(ctx), projects=[project] if project else None,
-                         dry_run=dry_run, notify=not no_notify)
+    ws = workspace(ctx)
+    if use_sage:
+        from amelio.sage import improve_with_sage
+
+        report = improve_with_sage(ws, projects=[project] if project else None,
+                                   dry_run=dry_run, notify=not no_notify)
+    else:
+        report = run_improve(ws, projects=[project] if project else None,
+                             dry_run=dry_run, notify=not no_notify)
     if as_json:
         print_json(report.to_dict() | {"files": report.files})
         return

@@ -1,0 +1,87 @@
+"""Sage and benchmarks: ``amelio sage analyze``, ``amelio bench``."""
+
+from __future__ import annotations
+
+import click
+
+from amelio.bench import BenchmarkReport, run_benchmark
+from amelio.cli._common import handle_errors, json_option, main, print_json, short, table, workspace
+from amelio.projects import DEFAULT_PROJECT
+from amelio.sage import analyze
+
+
+def print_report(report: BenchmarkReport) -> None:
+    s = report.summary
+    improvement = "n/a" if report.improvement_pct is None else f"{report.improvement_pct:+.1f}%"
+    click.echo(f"Benchmark {report.run_id} of proposal #{report.proposal_id}: {report.verdict} "
+               f"({improvement}); wins {s['wins']}, losses {s['losses']}, ties {s['ties']}"
+               + (f", errors {s['errors']}" if s["errors"] else ""))
+    click.echo(f"mean difference {s['meanDiff']:+.2f} (CI {s['ci'][0]:+.2f} to {s['ci'][1]:+.2f},"
+               f" p = {s['pValue']:.3g}); old {s['oldAvg']}, new {s['newAvg']} out of 10"
+               + ("; judge only: the skill has no eval rules" if s["judgeOnly"] else ""))
+    if s["positionConsistency"] is not None:
+        click.echo(f"judge position consistency {s['positionConsistency']:.0%}")
+    click.echo(f"{s['llmCalls']} LLM calls ({s['cachedCalls']} cached), "
+               f"{s['inputTokens']} + {s['outputTokens']} tokens, ${s['costUsd']}")
+    click.echo("")
+    table(["#", "source", "winner", "old", "new", "message", "judge's reason"],
+          [(r["position"] + 1, r["source"],
+            "★ new" if r.get("winner") == "new" else "★ old" if r.get("winner") == "old"
+            else r.get("winner") or "error", r.get("oldScore", "-"), r.get("newScore", "-"),
+            short(r["message"], 40), short(r.get("reason") or r.get("error", ""), 60))
+           for r in report.scenarios])
+
+
+@main.command("bench")
+@click.argument("proposal_id", type=int)
+@click.option("--scenarios", default=None,
+              help="N, generated:N, replay:N or both:N (default: settings).")
+@click.option("--no-swap", is_flag=True, help="The seed's single random A/B order.")
+@click.option("--seed", type=int, default=None, help="Seed of the A/B order (reproducible).")
+@json_option
+@click.pass_context
+@handle_errors
+def bench(ctx: click.Context, proposal_id: int, scenarios: str | None, no_swap: bool,
+          seed: int | None, as_json: bool) -> None:
+    """A/B benchmark of a proposal: old vs new skill, eval rules and an LLM judge."""
+    report = run_benchmark(workspace(ctx), proposal_id, scenarios=scenarios,
+                           swap=False if no_swap else None, seed=seed)
+    if as_json:
+        print_json(report.to_dict())
+    else:
+        print_report(report)
+
+
+@main.group("sage")
+def sage_group() -> None:
+    """Sage: LLM-written skill updates from the evidence."""
+
+
+@sage_group.command("analyze")
+@click.option("--project", "-p", default=DEFAULT_PROJECT, show_default=True)
+@click.option("--skill", "skills", multiple=True, help="Only these skills (repeatable).")
+@click.option("--no-bench", is_flag=True, help="Do not benchmark the proposals.")
+@json_option
+@click.pass_context
+@handle_errors
+def sage_analyze(ctx: click.Context, project: str, skills: tuple[str, ...], no_bench: bool,
+                 as_json: bool) -> None:
+    """Rewrite the weakest skills (underperformers first) as benchmarked proposals."""
+    results = analyze(workspace(ctx), project=project, skills=skills or None,
+                      benchmark=not no_bench)
+    if as_json:
+        print_json([r.to_dict() for r in results])
+        return
+    if not results:
+        click.echo("Nothing to analyze: no skill has been used yet.")
+    for r in results:
+        line = f"{r.skill}: {r.outcome}"
+        if r.proposal_id:
+            line += f" → proposal #{r.proposal_id}"
+        if r.benchmark:
+            line += (f", benchmark {r.benchmark.get('verdict')}"
+                     f" ({r.benchmark.get('improvementPct')}%)" if "verdict" in r.benchmark
+                     else f", benchmark failed: {r.benchmark.get('error')}")
+        click.echo(line)
+        if r.outcome in ("rejected", "error", "skipped"):
+            click.echo(f"  {r.reason}")

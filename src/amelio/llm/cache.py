@@ -1,0 +1,77 @@
+"""A provider wrapper that answers identical calls from the database.
+
+A benchmark re-run (or a Sage analysis repeated on the same evidence) sends the
+same requests again; with the cache they cost nothing and return the same text,
+which also makes re-runs reproducible. The key covers everything that changes
+the answer: provider, model, parameters and messages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from amelio import db
+from amelio.db.schema import llm_cache, utcnow
+from amelio.llm.base import Completion, LLMRequest, Provider, StreamEvent, TextDelta
+
+__all__ = ["CachedProvider", "cache_key"]
+
+
+def cache_key(provider: Provider, request: LLMRequest) -> str:
+    blob = json.dumps({
+        "provider": provider.name, "model": provider.model, "system": request.system,
+        "messages": [[m.role, m.content] for m in request.messages],
+        "max_tokens": request.max_tokens, "temperature": request.temperature,
+    }, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class CachedProvider:
+    """``provider`` with its completions cached in ``llm_cache``.
+
+    ``hits`` and ``misses`` count this wrapper's calls; a hit reports zero
+    latency and no cost, so summed costs are what was actually spent.
+    """
+
+    def __init__(self, provider: Provider, engine: sa.Engine) -> None:
+        self.inner = provider
+        self.engine = engine
+        self.name = provider.name
+        self.model = provider.model
+        self.hits = 0
+        self.misses = 0
+
+    def complete(self, request: LLMRequest) -> Completion:
+        key = cache_key(self.inner, request)
+        with db.reading(self.engine) as conn:
+            cached = conn.scalar(sa.select(llm_cache.c.response).where(llm_cache.c.key == key))
+        if cached is not None:
+            self.hits += 1
+            data: dict[str, Any] = dict(cached)
+            return Completion(data["text"], data["model"], data["provider"],
+                              data.get("input_tokens"), data.get("output_tokens"), 0.0, None,
+                              raw={"cached": True})
+        completion = self.inner.complete(request)
+        self.misses += 1
+        response = {"text": completion.text, "model": completion.model,
+                    "provider": completion.provider, "input_tokens": completion.input_tokens,
+                    "output_tokens": completion.output_tokens, "cost_usd": completion.cost_usd}
+        insert = pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
+        with db.transaction(self.engine) as conn:
+            conn.execute(insert(llm_cache).values(key=key, response=response,
+                                                  created_at=utcnow())
+                         .on_conflict_do_nothing(index_elements=["key"]))
+        return completion
+
+    def stream(self, request: LLMRequest) -> Iterator[StreamEvent]:
+        completion = self.complete(request)
+        if completion.text:
+            yield TextDelta(completion.text)
+        yield completion

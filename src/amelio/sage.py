@@ -1,0 +1,255 @@
+"""Sage: an LLM rewrites underperforming skills from their failures (seed pillar 6).
+
+Sage reads a skill with its evidence (metrics, the rules that fail *with the
+texts of answers that failed them*, the judge's reasons from earlier
+benchmarks, the learnings people taught) and writes the whole new rulebook,
+or ``NO_CHANGE``. Reflective rewriting works from failure text, not from a
+score: "success rate 40 %" tells a model nothing about what to change, the
+failed answer does.
+
+The answer becomes a proposal (``proposed_by: sage``) only if it is a whole
+skill: an empty answer, a diff or a fragment ("rest unchanged…") is rejected
+with a logged reason, never stored. Each proposal is then benchmarked.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from amelio.bench import run_benchmark
+from amelio.db.schema import benchmark_runs, benchmark_scenarios, proposals
+from amelio.errors import AmelioError, InvalidInput
+from amelio.improve.nightly import Drafted, Proposer, run_improve
+from amelio.improve.proposals import create_proposal, pending_for
+from amelio.learnings import list_learnings
+from amelio.llm import LLMRequest, Provider, get_provider
+from amelio.projects import DEFAULT_PROJECT
+from amelio.quality import Finding, _failed_answers, find_underperformers, quality_metrics
+from amelio.skills.model import Skill
+from amelio.skills.store import _resolve, get_skill, list_skills
+from amelio.workspace import Workspace
+
+__all__ = ["SageResult", "analyze", "improve_with_sage", "parse_sage_answer", "sage_proposer"]
+
+log = logging.getLogger(__name__)
+
+NO_CHANGE = "NO_CHANGE"
+SAGE_SYSTEM = (
+    "You are Sage, an expert editor of the skills (Markdown rulebooks) an AI assistant "
+    "follows. You get one skill and evidence of how it performed: metrics, the eval rules its "
+    "answers failed with the failing answers, a judge's comments and corrections people "
+    "gave. Rewrite the skill so future answers avoid those failures: keep what works, keep "
+    "its structure and headings, make instructions concrete and checkable. Reply with the "
+    "COMPLETE new skill body in Markdown (no YAML front matter, no commentary, no diff), or "
+    f"exactly {NO_CHANGE} if the skill needs no change."
+)
+_PLACEHOLDER = re.compile(
+    r"\((?:the )?(?:rest|remainder|remaining|everything else)[^)]{0,40}(?:unchanged|same|as "
+    r"before)\)|\[\s*\.\.\.\s*\]|^\s*\.\.\.\s*$|\brest of the skill (?:is )?unchanged\b",
+    re.IGNORECASE | re.MULTILINE)
+
+
+class SageRejected(ValueError):
+    """Sage's answer is not a whole skill; the message says why."""
+
+
+@dataclass(frozen=True)
+class SageResult:
+    skill: str
+    project: str
+    outcome: str  # proposed | no_change | skipped | rejected | error
+    reason: str = ""
+    proposal_id: int | None = None
+    benchmark: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"skill": self.skill, "project": self.project, "outcome": self.outcome,
+                "reason": self.reason, "proposalId": self.proposal_id,
+                "benchmark": self.benchmark}
+
+
+def parse_sage_answer(text: str, current: str) -> str | None:
+    """The new content, None for ``NO_CHANGE``; :class:`SageRejected` otherwise."""
+    answer = text.strip()
+    if answer.upper().strip(".` ") == NO_CHANGE or answer.splitlines()[:1] == [NO_CHANGE]:
+        return None
+    fence = re.match(r"^```[\w-]*\n(.*?)\n?```\s*$", answer, re.DOTALL)
+    if fence:
+        answer = fence.group(1).strip()
+    if not answer:
+        raise SageRejected("the answer is empty")
+    lines = answer.splitlines()
+    if any(line.startswith("@@ ") for line in lines) or (
+            any(line.startswith("--- ") for line in lines)
+            and any(line.startswith("+++ ") for line in lines)):
+        raise SageRejected("the answer is a diff, not the whole skill")
+    if _PLACEHOLDER.search(answer):
+        raise SageRejected("the answer elides part of the skill (a placeholder such as "
+                           "'rest unchanged')")
+    if len(answer) < 0.5 * len(current.strip()):
+        raise SageRejected(f"the answer looks like a fragment ({len(answer)} characters for a "
+                           f"skill of {len(current.strip())})")
+    if answer.strip() == current.strip():
+        return None
+    return answer + "\n"
+
+
+def _judge_reasons(ws: Workspace, skill_id: int, limit: int = 6) -> list[str]:
+    query = (sa.select(benchmark_scenarios.c.result)
+             .join(benchmark_runs, benchmark_runs.c.id == benchmark_scenarios.c.run_id)
+             .join(proposals, proposals.c.id == benchmark_runs.c.proposal_id)
+             .where(proposals.c.skill_id == skill_id)
+             .order_by(benchmark_scenarios.c.id.desc()).limit(limit))
+    with ws.engine.connect() as conn:
+        return [str(r.get("reason")) for r in conn.execute(query).scalars() if r.get("reason")]
+
+
+def _prompt(ws: Workspace, skill: Skill, project: str, finding: Finding | None) -> str:
+    metrics = next((m for m in quality_metrics(ws, project) if m.skill == skill.name), None)
+    parts = [f"SKILL: {skill.name}", f"DESCRIPTION: {skill.spec.description}", "",
+             "CURRENT CONTENT:", skill.spec.content.strip(), ""]
+    if metrics is not None:
+        parts.append(f"METRICS: used {metrics.applied_count} times, success rate "
+                     f"{metrics.success_rate:.0%}, {metrics.feedback_positive} 👍 / "
+                     f"{metrics.feedback_negative} 👎.")
+        if finding is not None:
+            parts.append("WHY IT IS FLAGGED: " + "; ".join(finding.reasons) + ".")
+        rules = {str(r.get("id")): r for r in skill.spec.evals or ()}
+        for rule_id, count in sorted(metrics.rule_failures.items(), key=lambda x: -x[1]):
+            name = rules.get(rule_id, {}).get("name", rule_id)
+            parts.append(f"- rule {rule_id} “{name}” failed {count} times")
+    failed = finding.failed_answers if finding else _failed_answers(ws, project, skill.name)
+    if failed:
+        parts += ["", "ANSWERS THAT FAILED A RULE:"]
+        parts += [f"[{rule_id}] {text}" for rule_id, text in failed]
+    with ws.engine.connect() as conn:
+        row, _ = _resolve(conn, skill.name, project)
+    reasons = _judge_reasons(ws, int(row.id))
+    if reasons:
+        parts += ["", "JUDGE COMMENTS FROM EARLIER BENCHMARKS:", *(f"- {r}" for r in reasons)]
+    taught = [i.rule for i in list_learnings(ws, project=project) if i.skill == skill.name]
+    if taught:
+        parts += ["", "CORRECTIONS PEOPLE GAVE:", *(f"- {r}" for r in taught)]
+    return "\n".join(parts)
+
+
+def _sage_provider(ws: Workspace) -> Provider:
+    settings = ws.settings
+    update: dict[str, Any] = {"llm_timeout": settings.sage_timeout}
+    if settings.sage_model:
+        update["llm_model"] = settings.sage_model
+    return get_provider(settings.model_copy(update=update), purpose="Sage")
+
+
+def _draft(ws: Workspace, provider: Provider, skill: Skill, project: str,
+           finding: Finding | None) -> Drafted | None:
+    completion = provider.complete(LLMRequest.single(
+        SAGE_SYSTEM, _prompt(ws, skill, project, finding), max_tokens=4000))
+    content = parse_sage_answer(completion.text, skill.spec.content)
+    if content is None:
+        return None
+    reasons = "; ".join(finding.reasons) if finding else "asked to review it"
+    return Drafted(content, f"Sage ({completion.model}) rewrote {skill.name}: {reasons}.",
+                   {"model": completion.model, "inputTokens": completion.input_tokens,
+                    "outputTokens": completion.output_tokens, "costUsd": completion.cost_usd})
+
+
+def sage_proposer(provider: Provider) -> Proposer:
+    """A proposer for :func:`amelio.improve.nightly.run_improve` that asks Sage."""
+    def propose(ws: Workspace, finding: Finding) -> Drafted | None:
+        skill = get_skill(ws.engine, finding.skill, finding.project)
+        try:
+            return _draft(ws, provider, skill, finding.project, finding)
+        except SageRejected as exc:
+            raise InvalidInput(f"Sage's answer was rejected: {exc}") from exc
+    return propose
+
+
+def _targets(ws: Workspace, project: str, names: Sequence[str] | None
+             ) -> list[tuple[str, Finding | None]]:
+    findings = {f.skill: f for f in find_underperformers(ws, project)}
+    if names:
+        visible = {s.name for s in list_skills(ws.engine, project)}
+        unknown = [n for n in names if n not in visible]
+        if unknown:
+            raise InvalidInput(f"Unknown skill(s) for project {project!r}: "
+                               f"{', '.join(unknown)}.", field="skills")
+        return [(n, findings.get(n)) for n in dict.fromkeys(names)]
+    used = sorted((m for m in quality_metrics(ws, project) if m.skill not in findings),
+                  key=lambda m: (m.success_rate, -m.feedback_negative, m.skill))
+    order: list[tuple[str, Finding | None]] = [(f.skill, f) for f in findings.values()]
+    order += [(m.skill, None) for m in used]
+    return order[: ws.settings.sage_max_skills]
+
+
+def analyze(ws: Workspace, *, project: str = DEFAULT_PROJECT, skills: Sequence[str] | None = None,
+            provider: Provider | None = None, benchmark: bool = True,
+            on_proposal: Callable[[int], None] | None = None) -> list[SageResult]:
+    """Ask Sage to rewrite the weakest skills; each rewrite becomes a benchmarked proposal.
+
+    ``on_proposal`` replaces the inline benchmark (the server runs it in the background).
+    """
+    provider = provider or _sage_provider(ws)
+    results: list[SageResult] = []
+    for name, finding in _targets(ws, project, skills):
+        with ws.engine.connect() as conn:
+            row, _ = _resolve(conn, name, project)
+            pending = pending_for(conn, row.id)
+        if pending is not None:
+            results.append(SageResult(name, project, "skipped", f"proposal #{pending} is pending"))
+            continue
+        skill = get_skill(ws.engine, name, project)
+        try:
+            draft = _draft(ws, provider, skill, project, finding)
+        except SageRejected as exc:
+            log.warning("sage: answer for %s rejected: %s", name, exc)
+            results.append(SageResult(name, project, "rejected", str(exc)))
+            continue
+        except AmelioError as exc:
+            results.append(SageResult(name, project, "error", exc.message))
+            continue
+        if draft is None:
+            results.append(SageResult(name, project, "no_change", "Sage answered NO_CHANGE"))
+            continue
+        proposal = create_proposal(ws, name, project=project, proposed_content=draft.content,
+                                   rationale=draft.rationale, evidence=draft.evidence,
+                                   proposed_by="sage", author="sage")
+        verdict = None
+        if on_proposal is not None:
+            on_proposal(proposal.id)
+        elif benchmark:
+            try:
+                report = run_benchmark(ws, proposal.id, provider=provider)
+                verdict = {"runId": report.run_id, "verdict": report.verdict,
+                           "improvementPct": report.improvement_pct}
+            except AmelioError as exc:
+                verdict = {"error": exc.message}
+        results.append(SageResult(name, project, "proposed", draft.rationale, proposal.id,
+                                  verdict))
+    return results
+
+
+def improve_with_sage(ws: Workspace, *, projects: Sequence[str] | None = None,
+                      dry_run: bool = False, notify: bool = True,
+                      provider: Provider | None = None) -> Any:
+    """``amelio improve --sage``: the nightly loop with Sage writing the proposals,
+    each then benchmarked."""
+    provider = provider or _sage_provider(ws)
+    report = run_improve(ws, projects=projects, dry_run=dry_run, proposer=sage_proposer(provider),
+                         mode="sage", notify=notify)
+    for made in report.proposals:
+        if made.get("id") is None:
+            continue
+        try:
+            bench = run_benchmark(ws, made["id"], provider=provider)
+            made["benchmark"] = {"verdict": bench.verdict, "improvementPct":
+                                 bench.improvement_pct}
+        except AmelioError as exc:
+            made["benchmark"] = {"error": exc.message}
+    return report

@@ -1,0 +1,77 @@
+"""Sage analysis and proposal benchmarks."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any
+
+from fastapi import APIRouter, BackgroundTasks, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from amelio.bench import list_benchmarks, run_benchmark
+from amelio.errors import AmelioError
+from amelio.improve.proposals import get_proposal
+from amelio.keys import ApiKey
+from amelio.projects import DEFAULT_PROJECT
+from amelio.sage import analyze
+from amelio.server.auth import require
+from amelio.workspace import Workspace
+
+router = APIRouter(tags=["sage"])
+log = logging.getLogger("amelio.server")
+
+Reader = Annotated[ApiKey, Depends(require("bot"))]
+Admin = Annotated[ApiKey, Depends(require())]
+
+
+class AnalyzeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    project: str = DEFAULT_PROJECT
+    skills: list[str] | None = Field(default=None, description="Only these skills.")
+    benchmark: bool = Field(default=True, description="Benchmark each proposal (in the "
+                                                      "background).")
+
+
+class BenchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scenarios: str | None = Field(default=None, description="N, generated:N, replay:N, both:N")
+    swap: bool | None = Field(default=None, description="Judge both A/B orders (default: on).")
+    seed: int | None = None
+
+
+def _bench_in_background(ws: Workspace, proposal_id: int, **options: Any) -> None:
+    try:
+        run_benchmark(ws, proposal_id, **options)
+    except AmelioError as exc:  # stored on the run as its error; nothing to answer to
+        log.warning("benchmark of proposal %s failed: %s", proposal_id, exc.message)
+
+
+@router.post("/v1/sage/analyze", summary="Sage rewrites the weakest skills as proposals")
+def sage_analyze(request: Request, body: AnalyzeRequest, tasks: BackgroundTasks, _: Admin
+                 ) -> dict[str, Any]:
+    ws = request.app.state.workspace
+    results = analyze(ws, project=body.project, skills=body.skills,
+                      on_proposal=(lambda pid: tasks.add_task(_bench_in_background, ws, pid))
+                      if body.benchmark else None, benchmark=body.benchmark)
+    return {"project": body.project, "results": [r.to_dict() for r in results],
+            "benchmarks": "started" if body.benchmark else "off"}
+
+
+@router.get("/v1/proposals/{proposal_id}/benchmarks", summary="A proposal's benchmark runs")
+def benchmarks(request: Request, proposal_id: int, _: Reader) -> dict[str, Any]:
+    return {"proposalId": proposal_id,
+            "runs": list_benchmarks(request.app.state.workspace, proposal_id)}
+
+
+@router.post("/v1/proposals/{proposal_id}/benchmarks", status_code=202,
+             summary="Start a benchmark run of a proposal")
+def start_benchmark(request: Request, proposal_id: int, tasks: BackgroundTasks, _: Admin,
+                    body: BenchRequest | None = None) -> dict[str, Any]:
+    ws = request.app.state.workspace
+    get_proposal(ws, proposal_id)  # 404 before accepting
+    body = body or BenchRequest()
+    tasks.add_task(_bench_in_background, ws, proposal_id, scenarios=body.scenarios,
+                   swap=body.swap, seed=body.seed)
+    return {"proposalId": proposal_id, "status": "started"}
