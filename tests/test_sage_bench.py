@@ -243,6 +243,8 @@ def test_api_sage_and_benchmarks(ws: Workspace, brain_server: tuple[FakeLLMServe
         pid = result["proposalId"]
         runs = client.get(f"/v1/proposals/{pid}/benchmarks", headers=h).json()["runs"]
         assert runs and runs[0]["verdict"] == "PASSED"  # ran in the background
+        badge = client.get(f"/v1/proposals/{pid}", headers=h).json()["benchmark"]
+        assert badge["verdict"] == "PASSED" and badge["improvementPct"] > 0
         r = client.post(f"/v1/proposals/{pid}/benchmarks", headers=h,
                         json={"scenarios": "replay:1", "swap": False, "seed": 3})
         assert r.status_code == 202

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from amelio import skills
+from amelio.bench import latest_verdict
 from amelio.improve import proposals as props
 from amelio.improve.nightly import last_report, run_improve
 from amelio.keys import ApiKey
@@ -49,15 +50,17 @@ def list_proposals(
     = None,
     skill: str | None = None, project: str | None = None,
 ) -> dict[str, Any]:
-    found = props.list_proposals(request.app.state.workspace, status=status, skill=skill,
-                                 project=project)
-    return {"proposals": [p.to_dict() for p in found]}
+    ws = request.app.state.workspace
+    found = props.list_proposals(ws, status=status, skill=skill, project=project)
+    return {"proposals": [p.to_dict() | {"benchmark": latest_verdict(ws, p.id)}
+                          for p in found]}
 
 
 @router.get("/v1/proposals/{proposal_id}", summary="A proposal with its unified diff")
 def get_proposal(request: Request, proposal_id: int, _: Reader) -> dict[str, Any]:
-    return props.get_proposal(request.app.state.workspace, proposal_id).to_dict(
-        with_content=True)
+    ws = request.app.state.workspace
+    return props.get_proposal(ws, proposal_id).to_dict(with_content=True) | {
+        "benchmark": latest_verdict(ws, proposal_id)}
 
 
 @router.post("/v1/proposals", status_code=201, summary="Propose a change, as a person")
