@@ -147,6 +147,37 @@ class Settings(BaseSettings):
                                     "combined scores differ by at most this is a tie.")
     bench_confidence: float = Field(default=0.95, gt=0.5, lt=1, description="Confidence a "
                                     "PASSED or FAILED verdict needs.")
+    feedback_max_events: int = Field(
+        default=500, ge=1, le=100_000, description="Most feedback events one request may carry "
+        "(413 beyond)."
+    )
+    feedback_max_bytes: int = Field(
+        default=1_000_000, ge=1024, description="Largest feedback request body in bytes (413 "
+        "beyond; max_request_bytes still caps every request)."
+    )
+    feedback_retention_days: int = Field(
+        default=180, ge=1, description="Feedback events older than this are refused, and "
+        "`amelio feedback purge` removes them by default."
+    )
+    feedback_token_ttl: int = Field(
+        default=86_400, ge=1, description="Seconds a search response's feedbackToken stays "
+        "valid."
+    )
+    feedback_rate_key: float = Field(
+        default=5000.0, ge=0, description="Feedback events per second one API key may send "
+        "(token bucket refill; 0: unlimited)."
+    )
+    feedback_burst_key: int = Field(
+        default=20_000, ge=1, description="Feedback events one API key may send at once "
+        "(token bucket size)."
+    )
+    feedback_rate_session: float = Field(
+        default=20.0, ge=0, description="Feedback events per second one session may send "
+        "(0: unlimited)."
+    )
+    feedback_burst_session: int = Field(
+        default=600, ge=1, description="Feedback events one session may send at once."
+    )
     search_backend: SearchBackend = Field(
         default="embedded", description="Search backend: embedded (in-process) or vespa."
     )

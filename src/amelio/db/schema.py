@@ -17,6 +17,9 @@ __all__ = [
     "benchmark_scenarios",
     "eval_results",
     "feedback",
+    "feedback_chain",
+    "feedback_events",
+    "feedback_tombstones",
     "improve_runs",
     "interactions",
     "learning_files",
@@ -339,4 +342,59 @@ llm_cache = sa.Table(
     sa.Column("key", sa.String(64), primary_key=True),
     sa.Column("response", sa.JSON, nullable=False),
     sa.Column("created_at", Timestamp, nullable=False),
+)
+
+# Feedback events (MartyFeedbackEventV1), append-only. ``seq`` is the position in
+# the HMAC chain (assigned under the chain head's lock, never reused); the
+# indexed columns are copies of payload fields for aggregation, and ``payload``
+# is the stored event's canonical JSON, exactly what the signature covers.
+# Times are Unix milliseconds: exact, comparable on every database, and a
+# natural range key for partitioning on PostgreSQL.
+feedback_events = sa.Table(
+    "feedback_events",
+    metadata,
+    sa.Column("seq", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("event_id", sa.String(26), nullable=False, unique=True),
+    sa.Column("event_type", sa.String(32), nullable=False),
+    sa.Column("event_time_ms", sa.BigInteger, nullable=False),
+    sa.Column("received_ms", sa.BigInteger, nullable=False),
+    sa.Column("session_hash", sa.String(8), nullable=False),
+    sa.Column("user_hash", sa.String(8), nullable=True),
+    sa.Column("query_id", sa.String(128), nullable=True),
+    sa.Column("request_id", sa.String(128), nullable=True),
+    sa.Column("doc_id", sa.String(256), nullable=True),
+    sa.Column("rank_shown", sa.Integer, nullable=True),
+    sa.Column("payload", sa.Text, nullable=False),
+    sa.Column("signature", sa.String(64), nullable=False),
+    sa.Index("ix_feedback_events_query", "query_id", "event_type"),
+    sa.Index("ix_feedback_events_doc", "doc_id", "event_type"),
+    sa.Index("ix_feedback_events_type_time", "event_type", "event_time_ms"),
+    sa.Index("ix_feedback_events_time", "event_time_ms"),
+)
+
+# The head of the feedback chain: one row, MAC-signed, so deleting the newest
+# events (or rewinding the head) shows. ``anchor_*`` is where the chain starts
+# after purges.
+feedback_chain = sa.Table(
+    "feedback_chain",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("last_seq", sa.BigInteger, nullable=False),
+    sa.Column("last_signature", sa.String(64), nullable=False),
+    sa.Column("anchor_seq", sa.BigInteger, nullable=False),
+    sa.Column("anchor_signature", sa.String(64), nullable=False),
+    sa.Column("mac", sa.String(64), nullable=False),
+    sa.Column("updated_ms", sa.BigInteger, nullable=False),
+    sa.CheckConstraint("id = 1", name="single_row"),
+)
+
+# Events purged out of the middle of the chain (an old event that arrived late):
+# their signature, MAC-signed, so the chain still verifies across the gap.
+feedback_tombstones = sa.Table(
+    "feedback_tombstones",
+    metadata,
+    sa.Column("seq", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("signature", sa.String(64), nullable=False),
+    sa.Column("mac", sa.String(64), nullable=False),
+    sa.Column("purged_ms", sa.BigInteger, nullable=False),
 )
