@@ -11,12 +11,14 @@ AmelioError                      base; ``code`` is the stable machine name
 │   └── ProjectNotFound
 ├── InvalidInput                 input was read but is not acceptable (HTTP 422)
 │   ├── SkillFileError           a skill file is malformed (names file and field)
-│   └── EvalRuleError            an eval rule is malformed (names file, rule id and field)
+│   ├── EvalRuleError            an eval rule is malformed (names file, rule id and field)
+│   └── InvalidToken             a feedbackToken is forged, expired or for another query
 ├── LLMError                     the LLM could not answer (HTTP 502)
 │   ├── LLMNotConfigured         no provider, key or model: says which setting to set (HTTP 503)
 │   └── LLMUnavailable           unreachable, timed out or out of retries (HTTP 503)
 ├── Conflict                     a concurrent change won; reload and retry (HTTP 409)
 ├── InputTooLarge                a payload is over a configured limit (HTTP 413)
+├── RateLimited                  too many requests: retry after ``retry_after`` s (HTTP 429)
 └── AuthError                    no valid API key (HTTP 401)
     └── Forbidden                a valid key without the needed role (HTTP 403)
 ```
@@ -41,12 +43,14 @@ __all__ = [
     "Forbidden",
     "InputTooLarge",
     "InvalidInput",
+    "InvalidToken",
     "LLMError",
     "LLMNotConfigured",
     "LLMUnavailable",
     "NotFound",
     "NotMigrated",
     "ProjectNotFound",
+    "RateLimited",
     "SkillFileError",
     "SkillNotFound",
     "WorkspaceNotFound",
@@ -174,6 +178,23 @@ class Conflict(AmelioError):
 class InputTooLarge(AmelioError):
     code = "input_too_large"
     http_status = 413
+
+
+class InvalidToken(InvalidInput):
+    """A feedbackToken that is malformed, forged, for another query, or expired."""
+
+    code = "invalid_feedback_token"
+
+
+class RateLimited(AmelioError):
+    """Over a rate limit; ``retry_after`` is the whole seconds until it would pass."""
+
+    code = "rate_limited"
+    http_status = 429
+
+    def __init__(self, message: str, *, retry_after: int, **details: Any) -> None:
+        super().__init__(message, retryAfter=retry_after, **details)
+        self.retry_after = retry_after
 
 
 class AuthError(AmelioError):

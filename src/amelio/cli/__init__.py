@@ -10,6 +10,7 @@ from amelio.cli import (  # noqa: F401  (they register commands)
     assistant,
     context,
     evals,
+    feedback,
     improve,
     sage,
     skills,

@@ -1,4 +1,5 @@
-"""Chat, feedback and quality: ``amelio chat``, ``amelio feedback``, ``amelio quality``."""
+"""Chat and quality: ``amelio chat``, ``amelio quality`` (``amelio feedback`` is in
+:mod:`amelio.cli.feedback`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from amelio.assistant import Reply, respond_stream
 from amelio.cli._common import handle_errors, json_option, main, print_json, table, workspace
 from amelio.llm import TextDelta
 from amelio.projects import DEFAULT_PROJECT
-from amelio.quality import KINDS, give_feedback, quality_metrics
+from amelio.quality import quality_metrics
 
 
 @main.command("chat")
@@ -40,29 +41,6 @@ def chat(ctx: click.Context, message: str, project: str, user: str | None,
     skill = f", skill {reply.applied_skill}" if reply.applied_skill else ""
     click.echo(f"[interaction {reply.interaction_id}{skill}; feedback: "
                f"amelio feedback {reply.interaction_id} up|down|fixit]", err=True)
-
-
-@main.command("feedback")
-@click.argument("interaction_id", type=int)
-@click.argument("kind", type=click.Choice(KINDS))
-@click.option("--comment", "-m", default=None, help="What was wrong / the rule to learn.")
-@click.option("--user", default=None, help="Who is voting (a user's last vote stands).")
-@json_option
-@click.pass_context
-@handle_errors
-def feedback_command(ctx: click.Context, interaction_id: int, kind: str, comment: str | None,
-                     user: str | None, as_json: bool) -> None:
-    """Record 👍 (up), 👎 (down) or 🛠️ Fix It (fixit) on an interaction."""
-    result = give_feedback(workspace(ctx), interaction_id, kind, comment=comment, user=user)
-    if as_json:
-        print_json(result.to_dict())
-        return
-    verb = f"replaced {result.replaced}" if result.replaced else "recorded"
-    click.echo(f"Feedback {kind} {verb} on interaction {interaction_id}.")
-    if result.learning:
-        click.echo(f"Learning {result.learning.id}: {result.learning.rule}")
-    for lid in result.retired_learning_ids:
-        click.echo(f"Learning {lid} retired (more harmful than helpful).")
 
 
 @main.command("quality")

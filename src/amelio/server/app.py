@@ -7,7 +7,7 @@ from fastapi import FastAPI
 import amelio
 from amelio.server.errors import install_error_handlers
 from amelio.server.limits import BodySizeLimit
-from amelio.server.routes import assistant, context, evals, health, improve, sage, skills
+from amelio.server.routes import assistant, context, evals, feedback, health, improve, sage, skills
 from amelio.workspace import Workspace
 
 __all__ = ["create_app"]
@@ -33,4 +33,5 @@ def create_app(workspace: Workspace) -> FastAPI:
     app.include_router(assistant.router)
     app.include_router(improve.router)
     app.include_router(sage.router)
+    app.include_router(feedback.router)
     return app

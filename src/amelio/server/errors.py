@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from amelio.errors import AmelioError
+from amelio.errors import AmelioError, RateLimited
 
 __all__ = ["error_response", "install_error_handlers"]
 
@@ -33,6 +33,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(AmelioError)
     async def amelio_error(_: Request, exc: AmelioError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
+        if isinstance(exc, RateLimited):
+            headers = {"Retry-After": str(exc.retry_after)}
         return error_response(exc.http_status, exc.code, exc.message, exc.details, headers)
 
     @app.exception_handler(StarletteHTTPException)
