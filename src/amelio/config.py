@@ -178,6 +178,10 @@ class Settings(BaseSettings):
     feedback_burst_session: int = Field(
         default=600, ge=1, description="Feedback events one session may send at once."
     )
+    ui_language: Literal["auto", "en", "fr"] = Field(
+        default="auto", description="Dashboard language: en, fr, or auto (the browser's "
+        "Accept-Language)."
+    )
     search_backend: SearchBackend = Field(
         default="embedded", description="Search backend: embedded (in-process) or vespa."
     )

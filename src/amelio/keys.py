@@ -18,7 +18,8 @@ from amelio import db
 from amelio.db.schema import api_keys, utcnow
 from amelio.errors import InvalidInput, NotFound
 
-__all__ = ["ROLES", "ApiKey", "Role", "authenticate", "create_key", "list_keys", "revoke_key"]
+__all__ = ["ROLES", "ApiKey", "Role", "authenticate", "create_key", "get_key", "list_keys",
+           "revoke_key"]
 
 Role = Literal["admin", "bot", "client"]
 ROLES: tuple[str, ...] = get_args(Role)
@@ -97,6 +98,14 @@ def authenticate(engine: sa.Engine, token: str) -> ApiKey | None:
         with db.transaction(engine) as conn:
             conn.execute(api_keys.update().where(api_keys.c.id == row.id).values(last_used_at=now))
     return _row_to_key(row)
+
+
+def get_key(engine: sa.Engine, key_id: int) -> ApiKey | None:
+    """A live key by id (None when unknown or revoked): sessions re-check it per request."""
+    with db.reading(engine) as conn:
+        row = conn.execute(sa.select(api_keys).where(
+            api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))).first()
+    return None if row is None else _row_to_key(row)
 
 
 def list_keys(engine: sa.Engine) -> list[ApiKey]:

@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from urllib.parse import quote
+
+from fastapi import FastAPI, Request
+from fastapi.responses import RedirectResponse
+from fastapi.staticfiles import StaticFiles
 
 import amelio
 from amelio.server.errors import install_error_handlers
 from amelio.server.limits import BodySizeLimit
-from amelio.server.routes import assistant, context, evals, feedback, health, improve, sage, skills
+from amelio.server.routes import (
+    assistant,
+    context,
+    evals,
+    feedback,
+    health,
+    improve,
+    sage,
+    skills,
+    web,
+)
 from amelio.workspace import Workspace
 
 __all__ = ["create_app"]
@@ -34,4 +48,16 @@ def create_app(workspace: Workspace) -> FastAPI:
     app.include_router(improve.router)
     app.include_router(sage.router)
     app.include_router(feedback.router)
+    _add_dashboard(app)
     return app
+
+
+def _add_dashboard(app: FastAPI) -> None:
+    """The web dashboard at /, its static files, and its login redirect."""
+    app.mount("/static", StaticFiles(directory=web.STATIC_DIR), name="static")
+    app.include_router(web.router)
+
+    @app.exception_handler(web.LoginRequired)
+    async def login_required(request: Request, _: Exception) -> RedirectResponse:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse(f"/login?next={quote(target)}", status_code=303)

@@ -1,0 +1,306 @@
+"""The dashboard: server-rendered pages over the same library calls as the API.
+
+Pages need a session (log in with an API key); every form POST carries a CSRF
+token; only an ``admin`` session sees, and may use, the approve, reject,
+benchmark, rollback, Sage and learning-editing controls.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, BackgroundTasks, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+from markdown_it import MarkdownIt
+
+from amelio import keys, learnings, skills
+from amelio.bench import latest_verdict, list_benchmarks, run_benchmark
+from amelio.errors import AmelioError, Forbidden
+from amelio.improve import proposals as props
+from amelio.improve.nightly import last_report
+from amelio.projects import DEFAULT_PROJECT, list_projects
+from amelio.quality import find_underperformers, quality_metrics
+from amelio.sage import analyze
+from amelio.web import data
+from amelio.web.charts import line_chart
+from amelio.web.i18n import pick_language, strings
+from amelio.web.session import COOKIE, Session, csrf_token, dump_session, load_session, valid_csrf
+from amelio.workspace import Workspace
+
+router = APIRouter(include_in_schema=False)
+log = logging.getLogger("amelio.server")
+
+_WEB = Path(__file__).resolve().parent.parent.parent / "web"
+templates = Jinja2Templates(directory=str(_WEB / "templates"))
+_markdown = MarkdownIt("commonmark", {"html": False}).enable("table")
+templates.env.filters["markdown"] = _markdown.render
+templates.env.globals["line_chart"] = line_chart
+STATIC_DIR = _WEB / "static"
+TABS = ("content", "evals", "evolution", "prs")
+
+
+class LoginRequired(Exception):
+    """Raised by pages without a session; the app turns it into a redirect to /login."""
+
+
+def _ws(request: Request) -> Workspace:
+    ws: Workspace = request.app.state.workspace
+    return ws
+
+
+def _session(request: Request) -> Session | None:
+    ws = _ws(request)
+    session = load_session(ws.settings, request.cookies.get(COOKIE))
+    if session is None or keys.get_key(ws.engine, session.key_id) is None:
+        return None  # revoking a key ends its sessions at once
+    return session
+
+
+def _require(request: Request, *, admin: bool = False, csrf: str | None = None,
+             check_csrf: bool = False) -> Session:
+    session = _session(request)
+    if session is None:
+        raise LoginRequired
+    if check_csrf and not valid_csrf(_ws(request).settings, session, csrf):
+        raise Forbidden("The form's CSRF token is missing or wrong: reload the page.")
+    if admin and session.role != "admin":
+        raise Forbidden("Only an admin can do this.")
+    return session
+
+
+def _render(request: Request, template: str, session: Session | None, **context: Any
+            ) -> HTMLResponse:
+    ws = _ws(request)
+    lang = pick_language(ws.settings.ui_language, request.headers.get("accept-language"))
+    project = request.query_params.get("project") or DEFAULT_PROJECT
+    base = {"request": request, "t": strings(lang), "lang": lang, "session": session,
+            "is_admin": session is not None and session.role == "admin",
+            "csrf": csrf_token(ws.settings, session) if session else "",
+            "projects": [p.name for p in list_projects(ws.engine)] if session else [],
+            "project": project, "message": request.query_params.get("msg")}
+    response = templates.TemplateResponse(request, template, base | context)
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _back(path: str, message: str | None = None) -> RedirectResponse:
+    sep = "&" if "?" in path else "?"
+    target = f"{path}{sep}msg={quote(message)}" if message else path
+    return RedirectResponse(target, status_code=303)
+
+
+# -- login --------------------------------------------------------------------------------
+
+
+@router.get("/login")
+def login_page(request: Request) -> HTMLResponse:
+    return _render(request, "login.html", None, next=request.query_params.get("next", "/"),
+                   error=None)
+
+
+@router.post("/login")
+def login(request: Request, api_key: Annotated[str, Form()], next: Annotated[str, Form()] = "/"
+          ) -> Response:
+    ws = _ws(request)
+    key = keys.authenticate(ws.engine, api_key.strip())
+    if key is None:
+        page = _render(request, "login.html", None, next=next, error=True)
+        page.status_code = 401
+        return page
+    target = next if next.startswith("/") and not next.startswith("//") else "/"
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(COOKIE, dump_session(ws.settings, key_id=key.id, role=key.role,
+                                             name=key.name),
+                        httponly=True, samesite="lax", max_age=12 * 3600,
+                        secure=request.url.scheme == "https")
+    return response
+
+
+@router.post("/logout")
+def logout(request: Request, csrf: Annotated[str, Form()] = "") -> Response:
+    _require(request, csrf=csrf, check_csrf=True)
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(COOKIE)
+    return response
+
+
+# -- skills -------------------------------------------------------------------------------
+
+
+def _explorer(ws: Workspace, project: str, query: str) -> list[dict[str, Any]]:
+    under = {f.skill for f in find_underperformers(ws, project)}
+    pending = {p.skill for p in props.list_proposals(ws, status="pending", project=project)}
+    return [{"name": s.name, "description": s.spec.description, "version": s.version,
+             "scope": s.scope, "underperforming": s.name in under,
+             "pending": s.name in pending}
+            for s in skills.list_skills(ws.engine, project)
+            if query.lower() in s.name.lower() or query.lower() in s.spec.description.lower()]
+
+
+@router.get("/")
+def home() -> RedirectResponse:
+    return RedirectResponse("/skills", status_code=303)
+
+
+@router.get("/skills")
+def skills_page(request: Request, project: str = DEFAULT_PROJECT, q: str = "") -> HTMLResponse:
+    session = _require(request)
+    return _render(request, "skills.html", session, explorer=_explorer(_ws(request), project, q),
+                   q=q, skill=None)
+
+
+@router.get("/skills/{name}")
+def skill_page(request: Request, name: str, project: str = DEFAULT_PROJECT, q: str = "",
+               tab: str = "content", version: int | None = None) -> HTMLResponse:
+    session = _require(request)
+    ws = _ws(request)
+    skill = skills.get_skill(ws.engine, name, project)
+    tab = tab if tab in TABS else "content"
+    context: dict[str, Any] = {"explorer": _explorer(ws, project, q), "q": q, "skill": skill,
+                               "tab": tab}
+    if tab == "content":
+        history = skills.list_versions(ws.engine, name, project)
+        shown = next((v for v in history if v.version == version), None)
+        context |= {"versions": [v.version for v in history],
+                    "shown_version": shown.version if shown else skill.version,
+                    "body": shown.spec.content if shown else skill.spec.content}
+    elif tab == "evals":
+        context |= {"rules": skill.spec.evals or (),
+                    "stats": data.rule_stats(ws, project, name)}
+    elif tab == "evolution":
+        context |= {"history": data.version_history(ws, name, project),
+                    "events": skills.skill_log(ws.engine, name, project)}
+    else:
+        found = props.list_proposals(ws, skill=name, project=project)
+        context |= {"proposals": [(p, latest_verdict(ws, p.id)) for p in found]}
+    return _render(request, "skills.html", session, **context)
+
+
+@router.get("/proposals/{proposal_id}/report")
+def proposal_report(request: Request, proposal_id: int) -> HTMLResponse:
+    """The BenchmarkReport of a proposal, loaded when its row is expanded."""
+    session = _require(request)
+    ws = _ws(request)
+    runs = list_benchmarks(ws, proposal_id)
+    return _render(request, "report.html", session, proposal=props.get_proposal(ws, proposal_id),
+                   run=runs[0] if runs else None)
+
+
+def _proposal_path(ws: Workspace, proposal_id: int) -> str:
+    p = props.get_proposal(ws, proposal_id)
+    return f"/skills/{quote(p.skill)}?project={quote(p.project)}&tab=prs"
+
+
+@router.post("/proposals/{proposal_id}/{action}")
+def proposal_action(request: Request, proposal_id: int, action: str, tasks: BackgroundTasks,
+                    csrf: Annotated[str, Form()] = "", reason: Annotated[str, Form()] = ""
+                    ) -> Response:
+    session = _require(request, admin=True, csrf=csrf, check_csrf=True)
+    ws = _ws(request)
+    back = _proposal_path(ws, proposal_id)
+    actor = f"key:{session.name}"
+    try:
+        if action == "approve":
+            p = props.approve_proposal(ws, proposal_id, actor=actor, reason=reason or None)
+            return _back(back, f"#{p.id} → v{p.result_version}")
+        if action == "reject":
+            props.reject_proposal(ws, proposal_id, actor=actor, reason=reason or None)
+            return _back(back, f"#{proposal_id} rejected")
+        if action == "benchmark":
+            tasks.add_task(_quietly, run_benchmark, ws, proposal_id)
+            return _back(back, "benchmark started")
+    except AmelioError as exc:
+        return _back(back, exc.message)
+    return _back(back, f"unknown action {action}")
+
+
+def _quietly(func: Any, *args: Any) -> None:
+    try:
+        func(*args)
+    except AmelioError as exc:  # recorded on the run; the page shows it
+        log.warning("dashboard background task failed: %s", exc.message)
+
+
+@router.post("/skills/{name}/rollback")
+def rollback(request: Request, name: str, version: Annotated[int, Form()],
+             csrf: Annotated[str, Form()] = "", project: Annotated[str, Form()] = DEFAULT_PROJECT
+             ) -> Response:
+    session = _require(request, admin=True, csrf=csrf, check_csrf=True)
+    skill = skills.rollback_skill(_ws(request).engine, name, version, project=project,
+                                  author=f"key:{session.name}")
+    return _back(f"/skills/{quote(name)}?project={quote(project)}&tab=evolution",
+                 f"v{version} → v{skill.version}")
+
+
+@router.post("/sage/analyze")
+def sage_analyze(request: Request, tasks: BackgroundTasks, csrf: Annotated[str, Form()] = "",
+                 project: Annotated[str, Form()] = DEFAULT_PROJECT) -> Response:
+    _require(request, admin=True, csrf=csrf, check_csrf=True)
+    tasks.add_task(_quietly, lambda: analyze(_ws(request), project=project))
+    return _back(f"/skills?project={quote(project)}", "Sage started")
+
+
+# -- quality, learnings, interactions ----------------------------------------------------
+
+
+@router.get("/quality")
+def quality_page(request: Request, project: str = DEFAULT_PROJECT) -> HTMLResponse:
+    session = _require(request)
+    ws = _ws(request)
+    t = strings(pick_language(ws.settings.ui_language, request.headers.get("accept-language")))
+    charts = {}
+    for skill, points in data.daily_metrics(ws, project).items():
+        rate = [(p["day"], p["successRate"]) for p in points if p["successRate"] is not None]
+        net, votes = 0.0, []
+        for p in points:  # cumulative 👍 − 👎: the trend a person reads at a glance
+            net += p["up"] - p["down"]
+            votes.append((p["day"], net))
+        top = max([1.0, *(abs(v) for _, v in votes)])
+        charts[skill] = (line_chart(rate, label=f"{skill}: {t['success_rate']}")
+                         + line_chart(votes, max_value=top, min_value=-top, percent=False,
+                                      label=f"{skill}: {t['feedback']} (👍 − 👎)"))
+    return _render(request, "quality.html", session,
+                   metrics=quality_metrics(ws, project),
+                   underperforming={f.skill for f in find_underperformers(ws, project)},
+                   charts=charts, report=last_report(ws))
+
+
+@router.get("/learnings")
+def learnings_page(request: Request, project: str = DEFAULT_PROJECT, skill: str = ""
+                   ) -> HTMLResponse:
+    session = _require(request)
+    items = learnings.list_learnings(_ws(request), project=project, skill=skill or None)
+    return _render(request, "learnings.html", session, items=items, skill=skill)
+
+
+@router.post("/learnings")
+def add_learning(request: Request, rule: Annotated[str, Form()], csrf: Annotated[str, Form()] = "",
+                 project: Annotated[str, Form()] = DEFAULT_PROJECT,
+                 skill: Annotated[str, Form()] = "") -> Response:
+    _require(request, admin=True, csrf=csrf, check_csrf=True)
+    try:
+        item, outcome = learnings.add_learning(_ws(request), rule, project=project,
+                                               skill=skill or None)
+        message = f"#{item.id} {outcome}"
+    except AmelioError as exc:
+        message = exc.message
+    return _back(f"/learnings?project={quote(project)}", message)
+
+
+@router.post("/learnings/{learning_id}/retire")
+def retire_learning(request: Request, learning_id: int, csrf: Annotated[str, Form()] = "",
+                    project: Annotated[str, Form()] = DEFAULT_PROJECT) -> Response:
+    _require(request, admin=True, csrf=csrf, check_csrf=True)
+    learnings.delete_learning(_ws(request), learning_id, project=project)
+    return _back(f"/learnings?project={quote(project)}", f"#{learning_id} retired")
+
+
+@router.get("/interactions")
+def interactions_page(request: Request, project: str = DEFAULT_PROJECT) -> HTMLResponse:
+    session = _require(request)
+    return _render(request, "interactions.html", session,
+                   items=data.recent_interactions(_ws(request), project))

@@ -1,0 +1,1 @@
+"""The web dashboard: server-rendered pages, no build step, nothing from a CDN."""

@@ -1,0 +1,157 @@
+"""What the dashboard pages show, read from the same tables the API uses."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+from collections import defaultdict
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from amelio.db.schema import eval_results, feedback, interactions, learnings, projects
+from amelio.errors import SkillNotFound
+from amelio.learnings import HEADERS
+from amelio.prompt import MESSAGE_HEADER, assemble, skill_block
+from amelio.router import RouteHit, hint_block
+from amelio.skills.store import list_skills, list_versions
+from amelio.workspace import Workspace
+
+__all__ = ["daily_metrics", "recent_interactions", "rule_stats", "version_history"]
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def rule_stats(ws: Workspace, project: str, skill: str, failures: int = 3
+               ) -> dict[str, dict[str, Any]]:
+    """Per rule id: answers checked, passed, and the latest failing answers."""
+    i, e, p = interactions, eval_results, projects
+    scope = (e.join(i, i.c.id == e.c.interaction_id).join(p, p.c.id == i.c.project_id))
+    where = (p.c.name == project, i.c.applied_skill == skill)
+    with ws.engine.connect() as conn:
+        totals = conn.execute(
+            sa.select(e.c.rule_id, sa.func.count().label("n"),
+                      sa.func.sum(sa.case((e.c.passed, 1), else_=0)).label("ok"))
+            .select_from(scope).where(*where).group_by(e.c.rule_id)).all()
+        failing = conn.execute(
+            sa.select(e.c.rule_id, e.c.detail, i.c.id, i.c.answer, i.c.created_at)
+            .select_from(scope).where(*where, sa.not_(e.c.passed))
+            .order_by(i.c.id.desc()).limit(200)).all()
+    stats: dict[str, dict[str, Any]] = {
+        r.rule_id: {"total": int(r.n), "passed": int(r.ok or 0), "failures": []}
+        for r in totals}
+    for r in failing:
+        bucket = stats[r.rule_id]["failures"]
+        if len(bucket) < failures:
+            bucket.append({"interactionId": r.id, "detail": r.detail,
+                           "answer": r.answer[:300], "at": _aware(r.created_at)})
+    return stats
+
+
+def daily_metrics(ws: Workspace, project: str | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Per skill, one point a day: success rate, 👍 and 👎 (for the quality charts)."""
+    i, f, p = interactions, feedback, projects
+    scope = [p.c.name == project] if project else []
+    with ws.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(i.c.applied_skill, i.c.created_at, i.c.success)
+            .join(p, p.c.id == i.c.project_id)
+            .where(i.c.applied_skill.is_not(None), *scope)).all()
+        votes = conn.execute(
+            sa.select(i.c.applied_skill, f.c.updated_at, f.c.kind)
+            .select_from(f.join(i, i.c.id == f.c.interaction_id)
+                         .join(p, p.c.id == i.c.project_id))
+            .where(f.c.channel == "vote", i.c.applied_skill.is_not(None), *scope)).all()
+    days: dict[str, dict[str, dict[str, int]]] = defaultdict(lambda: defaultdict(
+        lambda: {"n": 0, "ok": 0, "up": 0, "down": 0}))
+    for skill, at, success in rows:
+        day = _aware(at).strftime("%Y-%m-%d")
+        days[skill][day]["n"] += 1
+        days[skill][day]["ok"] += int(bool(success))
+    for skill, at, kind in votes:
+        days[skill][_aware(at).strftime("%Y-%m-%d")][kind] += 1
+    return {
+        skill: [{"day": day, "successRate": (c["ok"] / c["n"]) if c["n"] else None,
+                 "up": c["up"], "down": c["down"], "uses": c["n"]}
+                for day, c in sorted(per_day.items())]
+        for skill, per_day in days.items()
+    }
+
+
+def version_history(ws: Workspace, skill: str, project: str) -> list[dict[str, Any]]:
+    """Versions newest first, each with the diff from the one before it."""
+    versions = list_versions(ws.engine, skill, project)
+    out = []
+    previous = ""
+    for v in versions:
+        diff = "".join(difflib.unified_diff(
+            previous.splitlines(keepends=True), v.spec.content.splitlines(keepends=True),
+            fromfile=f"v{v.version - 1}" if v.version > 1 else "(none)",
+            tofile=f"v{v.version}"))
+        out.append({"version": v.version, "author": v.author, "reason": v.reason,
+                    "at": v.created_at, "diff": diff})
+        previous = v.spec.content
+    return list(reversed(out))
+
+
+def _prompt(ws: Workspace, row: Any, rules: dict[int, str], project: str) -> tuple[str, bool]:
+    """The interaction's prompt rebuilt from what was stored, and whether it hashes to
+    the recorded promptHash (it does unless settings or descriptions changed since)."""
+    described = {s.name: s.spec.description for s in list_skills(ws.engine, project)}
+    hits = [RouteHit(h["name"], described.get(h["name"], ""), h["score"], ())
+            for h in row.hinted]
+    lines = [f"- {rules[i]}" for i in row.learning_ids if i in rules]
+    block = "\n".join([HEADERS.get(ws.settings.learnings_header,
+                                   ws.settings.learnings_header), *lines]) if lines else ""
+    body = ""
+    if row.applied_skill and row.skill_version and ws.settings.prompt_skill_body == "top":
+        try:
+            versions = list_versions(ws.engine, row.applied_skill, project)
+            match = [v for v in versions if v.version == row.skill_version]
+            if match:
+                body = skill_block(row.applied_skill, match[0].spec.content)
+        except SkillNotFound:
+            body = ""
+    system = assemble(ws.settings.system_prompt, hint_block(hits), block, body)
+    text = f"{system}\n\n{MESSAGE_HEADER}\n{row.message}"
+    return text, hashlib.sha256(text.encode("utf-8")).hexdigest() == row.prompt_hash
+
+
+def recent_interactions(ws: Workspace, project: str, limit: int = 30) -> list[dict[str, Any]]:
+    """The newest interactions with their prompt, evals and feedback."""
+    i, p = interactions, projects
+    with ws.engine.connect() as conn:
+        rows = conn.execute(sa.select(i).join(p, p.c.id == i.c.project_id)
+                            .where(p.c.name == project).order_by(i.c.id.desc())
+                            .limit(limit)).all()
+        ids = [r.id for r in rows]
+        checks = conn.execute(sa.select(eval_results).where(
+            eval_results.c.interaction_id.in_(ids)).order_by(eval_results.c.id)).all()
+        votes = conn.execute(sa.select(feedback).where(
+            feedback.c.interaction_id.in_(ids))).all()
+        used = {lid for r in rows for lid in r.learning_ids}
+        rules = dict(conn.execute(sa.select(learnings.c.id, learnings.c.rule).where(
+            learnings.c.id.in_(used))).all()) if used else {}
+    by_interaction: dict[int, list[Any]] = defaultdict(list)
+    for c in checks:
+        by_interaction[c.interaction_id].append(c)
+    fb: dict[int, list[Any]] = defaultdict(list)
+    for v in votes:
+        fb[v.interaction_id].append(v)
+    out = []
+    for r in rows:
+        prompt, verified = _prompt(ws, r, rules, project)
+        failed = [c for c in by_interaction[r.id] if not c.passed]
+        out.append({
+            "id": r.id, "at": _aware(r.created_at), "message": r.message, "answer": r.answer,
+            "skill": r.applied_skill, "version": r.skill_version, "success": r.success,
+            "model": r.model, "prompt": prompt, "promptVerified": verified,
+            "evals": by_interaction[r.id],
+            "footnotes": [("⚠️ " if c.severity == "warning" else "ℹ️ ") + c.rule_name
+                          for c in failed],
+            "feedback": [{"kind": v.kind, "comment": v.comment} for v in fb[r.id]],
+        })
+    return out

@@ -1,0 +1,83 @@
+"""The dashboard's strings in English and French (the seeds are French).
+
+The language comes from the ``ui_language`` setting, or the browser's
+``Accept-Language`` when the setting is ``auto``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["LANGUAGES", "pick_language", "strings"]
+
+LANGUAGES = ("en", "fr")
+
+_EN = {
+    "app": "Amelio", "skills": "Skills", "quality": "Quality", "learnings": "Learnings",
+    "interactions": "Interactions", "login": "Log in", "logout": "Log out",
+    "api_key": "API key", "login_help": "Paste an API key (amelio keys create).",
+    "bad_key": "This key is not valid.", "filter": "Filter skills", "project": "Project",
+    "underperforming": "underperforming", "pending": "pending proposal",
+    "content": "Content", "evals": "Evals", "evolution": "Evolution", "prs": "PRs",
+    "rendered": "Rendered", "raw": "Raw", "version": "Version", "rule": "Rule",
+    "severity": "Severity", "pass_rate": "Pass rate", "recent_failures": "Recent failures",
+    "no_rules": "This skill has no eval rules.", "rollback": "Roll back to this version",
+    "approve": "Approve", "reject": "Reject", "run_benchmark": "Run benchmark",
+    "sage_analyze": "Sage analyze", "no_proposals": "No proposals.",
+    "benchmark": "Benchmark", "wins": "wins", "losses": "losses", "ties": "ties",
+    "verdict": "Verdict", "improvement": "Improvement", "confidence": "Confidence",
+    "old": "Old", "new": "New", "reason": "Judge's reason", "no_benchmark":
+    "No benchmark yet.", "show_report": "Show benchmark report", "rationale": "Rationale",
+    "diff": "Diff", "success_rate": "Success rate", "feedback": "Feedback",
+    "applied": "Uses", "last_report": "Last nightly report", "no_report": "No run yet.",
+    "add": "Add", "retire": "Retire", "rule_text": "Rule", "skill": "Skill",
+    "source": "Source", "message": "Message", "answer": "Answer", "prompt": "Prompt",
+    "footnotes": "Footnotes", "none": "none", "started": "Started: refresh in a moment.",
+    "saved": "Saved.", "all_projects": "all projects", "status": "Status",
+    "select_skill": "Select a skill to see its content, rules, history and proposals.",
+    "admin_only": "Only an admin can do this.", "when": "When", "who": "Who",
+    "what": "What", "why": "Why", "changes": "changes",
+}
+_FR = {
+    "skills": "Compétences", "quality": "Qualité", "learnings": "Apprentissages",
+    "interactions": "Interactions", "login": "Se connecter", "logout": "Se déconnecter",
+    "api_key": "Clé d'API", "login_help": "Collez une clé d'API (amelio keys create).",
+    "bad_key": "Cette clé n'est pas valide.", "filter": "Filtrer les compétences",
+    "project": "Projet", "underperforming": "sous-performante",
+    "pending": "proposition en attente", "content": "Contenu", "evals": "Évaluations",
+    "evolution": "Évolution", "prs": "Propositions", "rendered": "Rendu", "raw": "Brut",
+    "version": "Version", "rule": "Règle", "severity": "Sévérité",
+    "pass_rate": "Taux de réussite", "recent_failures": "Échecs récents",
+    "no_rules": "Cette compétence n'a pas de règle d'évaluation.",
+    "rollback": "Revenir à cette version", "approve": "Approuver", "reject": "Rejeter",
+    "run_benchmark": "Lancer le benchmark", "sage_analyze": "Analyse Sage",
+    "no_proposals": "Aucune proposition.", "benchmark": "Benchmark",
+    "wins": "victoires", "losses": "défaites", "ties": "égalités", "verdict": "Verdict",
+    "improvement": "Amélioration", "confidence": "Confiance", "old": "Ancien",
+    "new": "Nouveau", "reason": "Raison du juge", "no_benchmark": "Pas encore de benchmark.",
+    "show_report": "Voir le rapport de benchmark", "rationale": "Justification",
+    "diff": "Différences", "success_rate": "Taux de succès", "feedback": "Retours",
+    "applied": "Utilisations", "last_report": "Dernier rapport nocturne",
+    "no_report": "Pas encore d'exécution.", "add": "Ajouter", "retire": "Retirer",
+    "rule_text": "Règle", "skill": "Compétence", "source": "Source", "message": "Message",
+    "answer": "Réponse", "prompt": "Prompt", "footnotes": "Notes", "none": "aucune",
+    "started": "Lancé : actualisez dans un instant.", "saved": "Enregistré.",
+    "all_projects": "tous les projets", "status": "Statut",
+    "select_skill": "Choisissez une compétence pour voir son contenu, ses règles, son "
+                    "historique et ses propositions.",
+    "admin_only": "Réservé aux administrateurs.", "when": "Quand", "who": "Qui",
+    "what": "Quoi", "why": "Pourquoi", "changes": "modifications",
+}
+
+
+def pick_language(setting: str, accept_language: str | None) -> str:
+    if setting in LANGUAGES:
+        return setting
+    for part in (accept_language or "").split(","):
+        code = part.split(";")[0].strip().lower()[:2]
+        if code in LANGUAGES:
+            return code
+    return "en"
+
+
+def strings(language: str) -> dict[str, str]:
+    """Every string in ``language``, falling back to English for any missing one."""
+    return _EN | (_FR if language == "fr" else {})

@@ -1,0 +1,211 @@
+"""The dashboard in a real browser (Debian's Chromium driven by Playwright), over real HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from amelio import keys, skills
+from amelio.demo import load_recorded_interactions
+from amelio.improve.nightly import run_improve
+from amelio.server import create_app
+from amelio.testing import FakeLLMServer, FakeRequest, LiveServer
+from amelio.web.session import COOKIE, dump_session
+from amelio.workspace import init_workspace, open_workspace
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ROOT = Path(__file__).resolve().parent.parent
+SHOTS = ROOT / "docs" / "screenshots"
+
+
+def _need_browser() -> str:
+    if CHROMIUM is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI needs Chromium for the dashboard tests: apt-get install chromium")
+        pytest.skip("Chromium is not installed (apt-get install chromium)")
+    return CHROMIUM
+
+
+def brain(request: FakeRequest) -> str:
+    """Answers like each role: the scenario writer, the judge, the assistant."""
+    if "realistic test messages" in request.system:
+        return json.dumps(["git push rejected after a rebase", "how do I undo a push"])
+    if "judge" in request.system:
+        a, b = request.prompt.split("ANSWER A:\n", 1)[1].split("\n\nANSWER B:\n", 1)
+        return json.dumps({"score_a": 9 if "lease" in a else 3,
+                           "score_b": 9 if "lease" in b else 3,
+                           "reason": "the answer with --force-with-lease is safe"})
+    if "amelio:improvements" in request.system:
+        return "Run `git pull --rebase`, then git push --force-with-lease."
+    return "Run git push --force."
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    if CHROMIUM is None:
+        yield {}
+        return
+    root = tmp_path_factory.mktemp("dash")
+    llm = FakeLLMServer(default=brain).start()
+    env = {"AMELIO_LLM_PROVIDER": "openai", "AMELIO_LLM_BASE_URL": llm.openai_base_url,
+           "AMELIO_LLM_MODEL": "fake", "AMELIO_LLM_MAX_RETRIES": "0",
+           "AMELIO_UI_LANGUAGE": "en"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    ws, _ = init_workspace(root / "ws")
+    for skill in (ROOT / "examples" / "skills").iterdir():
+        shutil.copytree(skill, ws.skills_dir / skill.name)
+    skills.import_skills(ws.engine, ws.skills_dir)
+    load_recorded_interactions(ws)
+    run_improve(ws, notify=False)
+    ws.dispose()
+    ws = open_workspace(root / "ws")
+    tokens = {role: keys.create_key(ws.engine, name=f"{role}-user", role=role)[1]
+              for role in ("admin", "bot")}
+    with LiveServer(create_app(ws)) as base:
+        yield {"base": base, "tokens": tokens, "ws": ws}
+    ws.dispose()
+    llm.stop()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture
+def page(site: dict[str, Any]) -> Iterator[Any]:
+    executable = _need_browser()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update",
+            "--disable-sync"])
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        yield page
+        browser.close()
+
+
+def login(page: Any, site: dict[str, Any], role: str) -> None:
+    page.goto(f"{site['base']}/skills")
+    assert "/login" in page.url
+    page.get_by_label("API key").fill(site["tokens"][role])
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(re.compile(r".*/skills.*"))
+
+
+def shot(page: Any, name: str, tmp_path: Path) -> None:
+    page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=True)
+    if os.environ.get("UPDATE_SCREENSHOTS"):
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+def test_review_cycle_in_the_browser(page: Any, site: dict[str, Any], tmp_path: Path) -> None:
+    login(page, site, "admin")
+    explorer = page.locator(".skill-list")
+    assert explorer.get_by_text("git-help").count() == 1
+    row = page.locator(".skill-list li", has_text="git-help")
+    assert row.locator(".badge.warn").count() == 1  # underperforming
+    assert row.locator(".badge.info").count() == 1  # pending proposal
+    shot(page, "skills", tmp_path)
+
+    row.locator("a").click()
+    page.wait_for_url(re.compile(r".*/skills/git-help.*"))
+    assert page.locator("article.markdown h1").count() >= 1
+    page.get_by_role("link", name="Evals").click()
+    assert "gh-001" in page.locator("table").inner_text()
+    page.get_by_role("link", name="Evolution").click()
+    assert "v1" in page.locator(".timeline").inner_text()
+
+    page.get_by_role("link", name="PRs").click()
+    proposal = page.locator("article.proposal").first
+    proposal.get_by_role("button", name="Run benchmark").click()
+    assert "benchmark started" in page.locator(".flash").inner_text()
+    for _ in range(60):  # the benchmark runs in the background; the page shows it when done
+        page.reload()
+        proposal = page.locator("article.proposal").first
+        if proposal.get_by_test_id("benchmark-badge").count():
+            break
+        page.wait_for_timeout(250)
+    assert "PASSED" in proposal.get_by_test_id("benchmark-badge").inner_text()
+    proposal.locator("details[data-lazy] summary").click()
+    report = proposal.get_by_test_id("benchmark-report")
+    report.wait_for()
+    assert "wins" in report.inner_text() and "★" in report.inner_text()
+    assert "--force-with-lease is safe" in report.inner_text()
+    shot(page, "battle", tmp_path)
+
+    proposal.get_by_role("button", name="Approve").click()
+    assert "→ v2" in page.locator(".flash").inner_text()
+    folder = site["ws"].skills_dir / "git-help"
+    assert (folder / "SKILL.v1.md").is_file()
+    assert "amelio:improvements" in (folder / "SKILL.md").read_text()
+    page.get_by_role("link", name="Content", exact=True).click()
+    assert page.locator("#version option").count() == 2
+
+    for path, name in (("/quality", "quality"), ("/learnings", "learnings"),
+                       ("/interactions", "interactions")):
+        page.goto(site["base"] + path)
+        assert page.locator("h1").count() == 1
+        shot(page, name, tmp_path)
+    page.goto(site["base"] + "/quality")
+    assert page.locator("tr.underperforming").count() >= 1
+    assert page.locator("svg.chart").count() >= 1
+    page.set_viewport_size({"width": 390, "height": 844})  # a phone
+    page.goto(site["base"] + "/skills/git-help?tab=prs")
+    assert page.locator("article.proposal").first.is_visible()
+
+
+def test_non_admin_sees_no_controls_and_forged_posts_fail(page: Any, site: dict[str, Any]
+                                                          ) -> None:
+    login(page, site, "bot")
+    page.goto(f"{site['base']}/skills/deployment?tab=prs")
+    assert page.locator("article.proposal").count() >= 1
+    assert page.get_by_role("button", name="Approve").count() == 0
+    assert page.get_by_role("button", name="Sage analyze").count() == 0
+    cookies = {c["name"]: c["value"] for c in page.context.cookies()}
+    pending = httpx.get(f"{site['base']}/v1/proposals?status=pending", headers={
+        "Authorization": f"Bearer {site['tokens']['bot']}"}).json()["proposals"]
+    pid = pending[0]["id"]
+    # A bot session: refused even with its own valid CSRF token.
+    csrf = page.locator("input[name=csrf]").first.get_attribute("value")
+    r = httpx.post(f"{site['base']}/proposals/{pid}/approve", cookies=cookies,
+                   data={"csrf": csrf})
+    assert r.status_code == 403
+    # An admin session without the form's CSRF token (a forged cross-site POST).
+    ws = site["ws"]
+    admin_key = next(k for k in keys.list_keys(ws.engine) if k.role == "admin")
+    forged = {COOKIE: dump_session(ws.settings, key_id=admin_key.id, role="admin",
+                                   name=admin_key.name)}
+    r = httpx.post(f"{site['base']}/proposals/{pid}/approve", cookies=forged,
+                   data={"csrf": "x"})
+    assert r.status_code == 403
+    # A cookie signed with another key is no session at all.
+    r = httpx.get(f"{site['base']}/skills", cookies={COOKIE: "e30.deadbeef"},
+                  follow_redirects=False)
+    assert r.status_code == 303 and "/login" in r.headers["location"]
+    assert httpx.get(f"{site['base']}/v1/proposals/{pid}", headers={
+        "Authorization": f"Bearer {site['tokens']['bot']}"}).json()["status"] == "pending"
+
+
+def test_language_choice() -> None:
+    from amelio.web.i18n import pick_language, strings
+
+    assert pick_language("auto", "fr-FR,fr;q=0.9,en;q=0.8") == "fr"
+    assert pick_language("auto", "de-DE,en;q=0.5") == "en"
+    assert pick_language("en", "fr-FR") == "en"
+    assert strings("fr")["login"] == "Se connecter"
+    assert set(strings("fr")) == set(strings("en"))  # nothing untranslated falls through
