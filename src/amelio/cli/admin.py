@@ -223,6 +223,7 @@ def demo(directory: Path, skills_path: Path | None, host: str, port: int, no_ser
     ws, admin_key = prepare_demo(directory, skills_path)
     click.echo(f"Demo workspace: {ws.root}")
     click.echo(f"Admin API key:  {admin_key}")
+    click.echo(f"Dashboard:      http://{host}:{port}/  (log in with the admin key)")
     click.echo(f"Try: curl -H 'Authorization: Bearer {admin_key}' http://{host}:{port}/v1/skills")
     if no_serve:
         ws.dispose()
