@@ -37,6 +37,7 @@ bench: install
 	$(BIN)/python benchmarks/evals_throughput.py
 	$(BIN)/python benchmarks/router_accuracy.py
 	$(BIN)/python benchmarks/respond_overhead.py
+	$(BIN)/python benchmarks/feedback_ingest.py
 
 clean:
 	rm -rf $(VENV) demo-workspace .pytest_cache .ruff_cache .mypy_cache

@@ -355,6 +355,8 @@ def test_rate_limit_refuses_the_whole_request(workspace: Workspace) -> None:
     assert info.value.details["scope"] == "key"
     assert c.ingest([event(c, session_id=f"t{i}") for i in range(3)], api_key="other"
                     ).count("accepted") == 3
+    with pytest.raises(RateLimited):  # rejected events cost the key too: 8 - 3 - 6 < 0
+        c.ingest([{"junk": i} for i in range(6)], api_key="other")
 
 
 def test_batches_over_the_limits_are_413(sqlite_workspace: Workspace) -> None:
@@ -386,6 +388,9 @@ def test_ndjson_and_arrays_with_bad_items(workspace: Workspace) -> None:
     assert [s.status for s in c.ingest_body(array).statuses] == ["accepted", "rejected",
                                                                  "dropped"]
     assert len(stored(workspace)) == 4
+    two_on_a_line = (json.dumps(event(c)) + "," + json.dumps(event(c))).encode()
+    result = c.ingest_body(two_on_a_line + b"\n" + json.dumps(event(c)).encode())
+    assert [s.status for s in result.statuses] == ["rejected", "accepted"]
 
 
 # -- the chain ------------------------------------------------------------------------

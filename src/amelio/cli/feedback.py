@@ -92,7 +92,7 @@ def ingest_command(ctx: click.Context, file: Path, as_json: bool) -> None:
         return
     click.echo(", ".join(f"{n} {name}" for name, n in counts.items()))
     for status in rejected[:_SHOWN_REJECTIONS]:
-        click.echo(f"line {status.index}: {status.field or 'event'}: {status.reason}")
+        click.echo(f"line {status.position}: {status.field or 'event'}: {status.reason}")
     if len(rejected) > _SHOWN_REJECTIONS:
         click.echo(f"… and {len(rejected) - _SHOWN_REJECTIONS} more rejections (--json "
                    "lists them all).")

@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, NamedTuple, cast
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import to_json
@@ -69,18 +69,18 @@ _TEXT_TYPES = frozenset({"vote_up", "vote_down", "result_hidden", "report_proble
 _BATCH: TypeAdapter[list[FeedbackEvent]] = TypeAdapter(list[MartyFeedbackEventV1])
 
 
-@dataclass(frozen=True, slots=True)
-class EventStatus:
-    """What became of one event; ``index`` is its position in the batch (or file line)."""
+class EventStatus(NamedTuple):
+    """What became of one event; ``position`` is its index in the batch (or its file
+    line), ``index`` in JSON."""
 
-    index: int
+    position: int
     status: Status
     event_id: str | None = None
     field: str | None = None
     reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"index": self.index, "eventId": self.event_id,
+        out: dict[str, Any] = {"index": self.position, "eventId": self.event_id,
                                "status": self.status}
         if self.status == "rejected":
             out |= {"field": self.field, "reason": self.reason}
@@ -150,17 +150,18 @@ def _too_big(limit: int) -> InputTooLarge:
                          "(AMELIO_FEEDBACK_MAX_BYTES).", limit=limit)
 
 
-def _as_array(body: bytes, max_bytes: int, max_events: int) -> bytes | None:
-    """``body`` as one JSON array (NDJSON lines joined), or None when it cannot be."""
+def _as_array(body: bytes, max_bytes: int, max_events: int) -> tuple[bytes, int | None]:
+    """``body`` as one JSON array (NDJSON lines joined) and how many events it must
+    hold (None: whatever the array holds)."""
     if len(body) > max_bytes:
         raise _too_big(max_bytes)
     text = body.strip()
     if text.startswith(b"["):
-        return text
+        return text, None
     lines = [line for line in text.splitlines() if line.strip()]
     if len(lines) > max_events:
         raise _too_many(len(lines), max_events)
-    return b"[" + b",".join(lines) + b"]" if lines else None
+    return b"[" + b",".join(lines) + b"]", len(lines)
 
 
 def _rejection(index: int, event_id: str | None, exc: ValidationError) -> EventStatus:
@@ -172,8 +173,6 @@ def _rejection(index: int, event_id: str | None, exc: ValidationError) -> EventS
     if loc and loc[0] in EVENT_TYPES:  # the union's tag is not part of the event's path
         loc = loc[1:]
     return EventStatus(index, "rejected", event_id, ".".join(loc), error["msg"])
-
-
 
 
 class Collector:
@@ -204,19 +203,19 @@ class Collector:
     def ingest_body(self, body: bytes, *, api_key: str | None = None) -> IngestResult:
         """A request body (JSON array or NDJSON) within the batch limits."""
         limit = self.settings.feedback_max_events
-        joined = _as_array(body, self.settings.feedback_max_bytes, limit)
-        if joined is not None:
-            # The common case, a batch without a bad event, validates in one call;
-            # any error falls back to event-by-event for per-event statuses.
-            try:
-                events = _BATCH.validate_json(joined)
-            except ValidationError:
-                pass
-            else:
-                if len(events) > limit:
-                    raise _too_many(len(events), limit)
-                if events:
-                    return self._ingest(events, validated=True, api_key=api_key)
+        joined, lines = _as_array(body, self.settings.feedback_max_bytes, limit)
+        # The common case, a batch without a bad event, validates in one call; any
+        # error (or a line holding two events) falls back to event by event, which
+        # gives each event its own status.
+        try:
+            events = _BATCH.validate_json(joined)
+        except ValidationError:
+            pass
+        else:
+            if len(events) > limit:
+                raise _too_many(len(events), limit)
+            if events and lines in (None, len(events)):
+                return self._ingest(events, validated=True, api_key=api_key)
         items = parse_batch(body, max_events=limit, max_bytes=self.settings.feedback_max_bytes)
         return self._ingest(items, api_key=api_key)
 
@@ -255,7 +254,8 @@ class Collector:
                 ready.append((offset, outcome))
         if rate_limit:
             sessions = Counter(event.session_hash for _, event in ready)
-            refusal = self.limiter.try_acquire(api_key, sessions)
+            # The key pays for every event it sent, rejected ones too: they cost work.
+            refusal = self.limiter.try_acquire(api_key, sessions, key_cost=len(items))
             if refusal is not None:
                 wait = RateLimiter.retry_after(refusal)
                 raise RateLimited(f"Too many feedback events for this {refusal.scope}; "

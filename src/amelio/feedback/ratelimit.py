@@ -81,9 +81,11 @@ class RateLimiter:
         self._lock = threading.Lock()
         self._since_sweep = 0
 
-    def try_acquire(self, key: str | None, sessions: Mapping[str, int]) -> Refusal | None:
-        """Charge ``key`` for every event and each session for its events, or refuse."""
-        total = sum(sessions.values())
+    def try_acquire(self, key: str | None, sessions: Mapping[str, int], *,
+                    key_cost: int | None = None) -> Refusal | None:
+        """Charge ``key`` for the request (``key_cost`` events, by default those of the
+        sessions) and each session for its events, or refuse and charge nothing."""
+        total = sum(sessions.values()) if key_cost is None else key_cost
         with self._lock:
             now = self._clock()
             waits: list[Refusal] = []

@@ -280,46 +280,64 @@ class _WithOutcome(_Event, total=False):
     outcome: Outcome
 
 
+# The shapes events share; each type below adds its eventType (and payload).
+
+
+@_ok
+class _AboutAnswer(_WithOutcome, total=False):
+    request: Required[AnswerRequest]
+    result: Result
+
+
+@_ok
+class _AboutQuery(_WithOutcome, total=False):
+    request: Required[QueryRequest]
+    result: Result
+
+
+@_ok
+class _AboutShownResult(_WithOutcome, total=False):
+    request: Required[QueryRequest]
+    result: Required[RankedResult]
+
+
+@_ok
+class _VoteEvent(_WithOutcome, total=False):
+    request: Required[VoteRequest]
+    result: Result
+    vote: Required[Vote]
+
+
 # -- explicit signals (§3.1.1) --------------------------------------------------------
 
 
 @_ok
-class VoteUp(_WithOutcome, total=False):
+class VoteUp(_VoteEvent, total=False):
     """👍 on an answer."""
 
     eventType: Required[Literal["vote_up"]]
-    request: Required[VoteRequest]
-    result: Result
-    vote: Required[Vote]
 
 
 @_ok
-class VoteDown(_WithOutcome, total=False):
+class VoteDown(_VoteEvent, total=False):
     """👎 on an answer."""
 
     eventType: Required[Literal["vote_down"]]
-    request: Required[VoteRequest]
-    result: Result
-    vote: Required[Vote]
 
 
 @_ok
-class ClarificationChosen(_WithOutcome, total=False):
+class ClarificationChosen(_AboutAnswer, total=False):
     """A clarification chip was clicked."""
 
     eventType: Required[Literal["clarification_chosen"]]
-    request: Required[AnswerRequest]
-    result: Result
     clarification: Required[Clarification]
 
 
 @_ok
-class ResultPinned(_WithOutcome, total=False):
+class ResultPinned(_AboutShownResult, total=False):
     """A result was pinned as relevant."""
 
     eventType: Required[Literal["result_pinned"]]
-    request: Required[QueryRequest]
-    result: Required[RankedResult]
 
 
 @_ok
@@ -333,22 +351,18 @@ class ResultHidden(_WithOutcome, total=False):
 
 
 @_ok
-class ReportProblem(_WithOutcome, total=False):
+class ReportProblem(_AboutAnswer, total=False):
     """A problem was reported (free-text modal)."""
 
     eventType: Required[Literal["report_problem"]]
-    request: Required[AnswerRequest]
-    result: Result
     problem: Required[Problem]
 
 
 @_ok
-class CorrectionInline(_WithOutcome, total=False):
+class CorrectionInline(_AboutAnswer, total=False):
     """A recognized entity (place, date) was corrected inline."""
 
     eventType: Required[Literal["correction_inline"]]
-    request: Required[AnswerRequest]
-    result: Result
     correction: Required[Correction]
 
 
@@ -356,12 +370,10 @@ class CorrectionInline(_WithOutcome, total=False):
 
 
 @_ok
-class ResultClicked(_WithOutcome, total=False):
+class ResultClicked(_AboutShownResult, total=False):
     """A result was clicked (CTR per query, doc and rank)."""
 
     eventType: Required[Literal["result_clicked"]]
-    request: Required[QueryRequest]
-    result: Required[RankedResult]
 
 
 @_ok
@@ -375,48 +387,38 @@ class ResultDwellTime(_Event, total=False):
 
 
 @_ok
-class QueryReformulated(_WithOutcome, total=False):
+class QueryReformulated(_AboutQuery, total=False):
     """A new query within 30 s, similar to the last (a sign of dissatisfaction)."""
 
     eventType: Required[Literal["query_reformulated"]]
-    request: Required[QueryRequest]
-    result: Result
 
 
 @_ok
-class QueryAbandoned(_WithOutcome, total=False):
+class QueryAbandoned(_AboutQuery, total=False):
     """Results opened then closed without interaction."""
 
     eventType: Required[Literal["query_abandoned"]]
-    request: Required[QueryRequest]
-    result: Result
 
 
 @_ok
-class ActionExecuted(_WithOutcome, total=False):
+class ActionExecuted(_AboutAnswer, total=False):
     """A proposed action was confirmed and succeeded."""
 
     eventType: Required[Literal["action_executed"]]
-    request: Required[AnswerRequest]
-    result: Result
 
 
 @_ok
-class ActionCancelled(_WithOutcome, total=False):
+class ActionCancelled(_AboutAnswer, total=False):
     """A proposed action's dialog was closed without confirming."""
 
     eventType: Required[Literal["action_cancelled"]]
-    request: Required[AnswerRequest]
-    result: Result
 
 
 @_ok
-class MartyResponseReplaced(_WithOutcome, total=False):
+class MartyResponseReplaced(_AboutAnswer, total=False):
     """A speculative answer was replaced by the authoritative one."""
 
     eventType: Required[Literal["marty_response_replaced"]]
-    request: Required[AnswerRequest]
-    result: Result
 
 
 FeedbackEvent = (VoteUp | VoteDown | ClarificationChosen | ResultPinned | ResultHidden
