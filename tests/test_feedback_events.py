@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from typing import Any
 
@@ -391,6 +392,19 @@ def test_ndjson_and_arrays_with_bad_items(workspace: Workspace) -> None:
     two_on_a_line = (json.dumps(event(c)) + "," + json.dumps(event(c))).encode()
     result = c.ingest_body(two_on_a_line + b"\n" + json.dumps(event(c)).encode())
     assert [s.status for s in result.statuses] == ["rejected", "accepted"]
+
+
+def test_concurrent_writers_keep_one_chain(workspace: Workspace) -> None:
+    c = collector(workspace)
+    shared = event(c)
+    batches = [[shared] + [event(c, session_id=f"w{w}-{i}") for i in range(20)]
+               for w in range(4)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(c.ingest, batches))
+    assert sum(r.count("accepted") for r in results) == 81  # the shared event once
+    assert sum(r.count("duplicate") for r in results) == 3
+    report = verify_events(workspace)
+    assert report.ok and report.checked == 81 and report.last_seq == 81
 
 
 # -- the chain ------------------------------------------------------------------------
