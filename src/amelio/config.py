@@ -182,6 +182,40 @@ class Settings(BaseSettings):
         default="auto", description="Dashboard language: en, fr, or auto (the browser's "
         "Accept-Language)."
     )
+    knowledge_worker: bool = Field(
+        default=True, description="`amelio serve` runs the knowledge sync worker in the "
+        "background (false: drain the queue with `amelio knowledge drain`)."
+    )
+    knowledge_sync_tries: int = Field(
+        default=3, ge=1, le=20, description="Tries a queued knowledge source gets before it "
+        "becomes a dead letter."
+    )
+    knowledge_sync_backoff: float = Field(
+        default=2.0, ge=0, le=3600, description="Seconds before a failed source's second try; "
+        "each later try waits twice as long."
+    )
+    knowledge_poll_interval: float = Field(
+        default=1.0, gt=0, le=3600, description="Seconds the sync worker sleeps when the queue "
+        "has nothing due (a sync request wakes it at once)."
+    )
+    knowledge_chunk_chars: int = Field(
+        default=1200, ge=200, le=20_000, description="Largest chunk a knowledge source is cut "
+        "into, in characters (paragraphs and sentences are kept whole when they fit)."
+    )
+    knowledge_top_k: int = Field(
+        default=5, ge=1, le=50, description="Passages a knowledge query retrieves and cites."
+    )
+    knowledge_answer_timeout: float = Field(
+        default=15.0, gt=0, description="Seconds a knowledge query waits for the LLM before "
+        "answering extractively."
+    )
+    knowledge_generate_timeout: float = Field(
+        default=30.0, gt=0, description="Seconds the skill generator waits for the LLM."
+    )
+    knowledge_embedding_model: str = Field(
+        default="", description="sentence-transformers model for semantic retrieval (needs "
+        "amelio[embeddings]); empty: lexical (BM25) only."
+    )
     search_backend: SearchBackend = Field(
         default="embedded", description="Search backend: embedded (in-process) or vespa."
     )

@@ -22,6 +22,11 @@ __all__ = [
     "feedback_tombstones",
     "improve_runs",
     "interactions",
+    "knowledge_chunks",
+    "knowledge_notebooks",
+    "knowledge_postings",
+    "knowledge_queue",
+    "knowledge_sources",
     "learning_files",
     "learnings",
     "llm_cache",
@@ -236,12 +241,14 @@ feedback = sa.Table(
 # A proposed new content for one skill (its row: global or a project's fork),
 # waiting for a person. base_version is the skill's version it was written
 # against: approving it after the skill moved on would overwrite that change.
+# A proposal for a skill that does not exist yet (the knowledge generator's)
+# has no skill_id, base_version 0, and its front matter in new_skill.
 proposals = sa.Table(
     "proposals",
     metadata,
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column(
-        "skill_id", sa.Integer, sa.ForeignKey("skills.id", ondelete="CASCADE"), nullable=False,
+        "skill_id", sa.Integer, sa.ForeignKey("skills.id", ondelete="CASCADE"), nullable=True,
         index=True,
     ),
     sa.Column("skill_name", sa.String(100), nullable=False),
@@ -263,6 +270,7 @@ proposals = sa.Table(
     sa.Column("result_version", sa.Integer, nullable=True),
     sa.Column("run_id", sa.Integer, nullable=True),
     sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("new_skill", sa.JSON(none_as_null=True), nullable=True),
     sa.CheckConstraint("status IN ('pending', 'approved', 'rejected', 'superseded')",
                        name="status"),
     sa.CheckConstraint("proposed_by IN ('template', 'sage', 'generator', 'human')",
@@ -397,4 +405,104 @@ feedback_tombstones = sa.Table(
     sa.Column("signature", sa.String(64), nullable=False),
     sa.Column("mac", sa.String(64), nullable=False),
     sa.Column("purged_ms", sa.BigInteger, nullable=False),
+)
+
+
+# The knowledge loop (seed pillar 5). A notebook belongs to a project and holds
+# sources (a ticket, a wiki page, a file), each cut into chunks; the lexical
+# index is the postings table, so it survives restarts and is shared by every
+# process on the database. ``updated_at`` on a source is the source's own
+# updatedAt: an equal one re-sent is a no-op, a newer one replaces it.
+knowledge_notebooks = sa.Table(
+    "knowledge_notebooks",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column(
+        "project_id", sa.Integer, sa.ForeignKey("projects.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("name", sa.String(100), nullable=False),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.UniqueConstraint("project_id", "name", name="uq_knowledge_notebooks_project_name"),
+)
+
+knowledge_sources = sa.Table(
+    "knowledge_sources",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column(
+        "notebook_id", sa.Integer, sa.ForeignKey("knowledge_notebooks.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("source_id", sa.String(256), nullable=False),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("title", sa.Text, nullable=False),
+    sa.Column("url", sa.Text, nullable=True),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("content_hash", sa.String(64), nullable=False),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    sa.Column("indexed_at", Timestamp, nullable=False),
+    sa.Column("chunk_count", sa.Integer, nullable=False),
+    sa.UniqueConstraint("notebook_id", "source_id", name="uq_knowledge_sources_notebook_source"),
+)
+
+# ``start_char``/``end_char`` locate the chunk in its source's text, so a
+# citation can show exactly where an answer came from. ``embedding`` is set only
+# when an embedding model is configured (semantic retrieval is optional).
+knowledge_chunks = sa.Table(
+    "knowledge_chunks",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column(
+        "source_row_id", sa.Integer, sa.ForeignKey("knowledge_sources.id", ondelete="CASCADE"),
+        nullable=False, index=True,
+    ),
+    sa.Column("notebook_id", sa.Integer, nullable=False, index=True),
+    sa.Column("position", sa.Integer, nullable=False),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("start_char", sa.Integer, nullable=False),
+    sa.Column("end_char", sa.Integer, nullable=False),
+    sa.Column("token_count", sa.Integer, nullable=False),
+    sa.Column("embedding_model", sa.String(200), nullable=True),
+    sa.Column("embedding", sa.JSON(none_as_null=True), nullable=True),
+)
+
+knowledge_postings = sa.Table(
+    "knowledge_postings",
+    metadata,
+    sa.Column(
+        "chunk_id", sa.Integer, sa.ForeignKey("knowledge_chunks.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("term", sa.String(64), primary_key=True),
+    sa.Column("notebook_id", sa.Integer, nullable=False),
+    sa.Column("tf", sa.Integer, nullable=False),
+    sa.Index("ix_knowledge_postings_notebook_term", "notebook_id", "term"),
+)
+
+# The durable sync queue: a row per source waiting to be indexed. ``pending``
+# rows are claimed for ``claimed_until`` (a crashed worker's claim expires);
+# after ``knowledge_sync_tries`` failed tries a row becomes ``dead`` (a dead
+# letter) until someone retries it. Indexed rows are deleted.
+knowledge_queue = sa.Table(
+    "knowledge_queue",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column(
+        "notebook_id", sa.Integer, sa.ForeignKey("knowledge_notebooks.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("source_id", sa.String(256), nullable=False),
+    sa.Column("source_updated_at", Timestamp, nullable=False),
+    sa.Column("payload", sa.JSON, nullable=False),
+    sa.Column("status", sa.String(8), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("next_attempt_at", Timestamp, nullable=False),
+    sa.Column("claimed_until", Timestamp, nullable=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("failed_at", Timestamp, nullable=True),
+    sa.CheckConstraint("status IN ('pending', 'dead')", name="status"),
+    sa.Index("ix_knowledge_queue_due", "status", "next_attempt_at"),
+    sa.Index("ix_knowledge_queue_source", "notebook_id", "source_id"),
 )
