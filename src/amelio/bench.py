@@ -219,6 +219,10 @@ def run_benchmark(
     """Benchmark a proposal's new content against the content it would replace."""
     settings = ws.settings
     proposal = get_proposal(ws, proposal_id)
+    if proposal.scope == "new":
+        raise InvalidInput(f"Proposal #{proposal_id} creates a new skill, so there is no old "
+                           "version to benchmark it against: review its content, then approve "
+                           "or reject it.", proposal_id=proposal_id)
     plan = parse_scenarios_option(scenarios, ScenarioPlan(settings.bench_source,
                                                           settings.bench_scenarios))
     swap = settings.bench_swap if swap is None else swap

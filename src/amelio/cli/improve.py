@@ -65,18 +65,22 @@ def proposals_group() -> None:
 @click.option("--status", type=click.Choice(props.STATUSES), default=None)
 @click.option("--skill", default=None)
 @click.option("--project", "-p", default=None)
+@click.option("--scope", type=click.Choice(props.SCOPES), default=None,
+              help="new: proposals that create a skill (the generator's).")
 @json_option
 @click.pass_context
 @handle_errors
 def proposals_list(ctx: click.Context, status: str | None, skill: str | None,
-                   project: str | None, as_json: bool) -> None:
+                   project: str | None, scope: str | None, as_json: bool) -> None:
     """Proposals, newest first."""
-    found = props.list_proposals(workspace(ctx), status=status, skill=skill, project=project)
+    found = props.list_proposals(workspace(ctx), status=status, skill=skill, project=project,
+                                 scope=scope)
     if as_json:
         print_json([p.to_dict() for p in found])
         return
     table(["id", "skill", "project", "status", "by", "base", "rationale"],
-          [(p.id, p.skill, p.project, p.status, p.proposed_by, f"v{p.base_version}",
+          [(p.id, p.skill, p.project, p.status, p.proposed_by,
+            "new" if p.scope == "new" else f"v{p.base_version}",
             short(p.rationale, 60)) for p in found])
 
 
@@ -92,7 +96,12 @@ def proposals_show(ctx: click.Context, proposal_id: int, as_json: bool) -> None:
         print_json(p.to_dict(with_content=True))
         return
     click.echo(f"Proposal #{p.id} for {p.skill} ({p.scope}, project {p.project}) — {p.status}")
-    click.echo(f"by {p.proposed_by} ({p.author}) on v{p.base_version}, {p.created_at:%Y-%m-%d}")
+    base = "as a new skill" if p.scope == "new" else f"on v{p.base_version}"
+    click.echo(f"by {p.proposed_by} ({p.author}) {base}, {p.created_at:%Y-%m-%d}")
+    if p.new_skill is not None:
+        click.echo(f"description: {p.new_skill.get('description', '')}")
+        click.echo(f"triggers: {', '.join(p.new_skill.get('triggers', []))}; keywords: "
+                   f"{', '.join(p.new_skill.get('keywords', []))}")
     if p.decided_by:
         click.echo(f"decided by {p.decided_by}: {p.decision_reason or '-'}")
     click.echo(f"\n{p.rationale}\n")

@@ -10,6 +10,12 @@ change, so it is refused with :class:`Conflict` and `amelio improve` supersedes 
 For a file-backed skill (a global skill whose folder is in the workspace's
 ``skills/``), approval also rotates ``SKILL.md → SKILL.v1.md → … → SKILL.v3.md``
 crash-safely (:mod:`amelio.improve.rotation`).
+
+A proposal can also be for a skill that does not exist yet (scope ``new``; the
+knowledge loop's skill generator makes them): it carries the whole skill,
+validated as a SKILL.md would be, and approving it creates the skill at version
+1 in the same transaction. Such a proposal is never stale, so
+:func:`supersede_stale` leaves it alone.
 """
 
 from __future__ import annotations
@@ -24,21 +30,24 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from amelio import db
+from amelio import db, evals
 from amelio.db.schema import projects, proposals, skills, utcnow
-from amelio.errors import Conflict, InvalidInput, NotFound
+from amelio.errors import Conflict, InvalidInput, NotFound, SkillFileError
 from amelio.improve import rotation
 from amelio.projects import DEFAULT_PROJECT, project_id
 from amelio.skills import files
+from amelio.skills.model import SkillSpec
 from amelio.skills.store import _find, _resolve, _spec_from_row, _write_version, record_event
 from amelio.workspace import Workspace
 
 __all__ = [
     "PROPOSERS",
+    "SCOPES",
     "STATUSES",
     "Proposal",
     "approve_proposal",
     "create_proposal",
+    "create_skill_proposal",
     "get_proposal",
     "list_proposals",
     "pending_for",
@@ -51,6 +60,8 @@ log = logging.getLogger(__name__)
 
 STATUSES = ("pending", "approved", "rejected", "superseded")
 PROPOSERS = ("template", "sage", "generator", "human")
+#: Which row approval changes: the global skill, a project's fork, or none yet.
+SCOPES = ("global", "project", "new")
 
 
 @dataclass(frozen=True)
@@ -58,7 +69,7 @@ class Proposal:
     id: int
     skill: str
     project: str
-    scope: str  # "global" or "project": which row approval changes
+    scope: str  # "global", "project" or "new": which row approval changes (or creates)
     base_version: int
     current_content: str
     proposed_content: str
@@ -72,14 +83,18 @@ class Proposal:
     decision_reason: str | None = None
     decided_at: datetime | None = None
     result_version: int | None = None
+    #: For scope "new": the skill's front matter (description, triggers, keywords,
+    #: extra), its eval rules (or None) and the scope it will be created in.
+    new_skill: dict[str, Any] | None = None
 
     def diff(self) -> str:
         """A unified diff from the content it was written against to the proposal."""
+        before = f"{self.skill} (new skill)" if self.scope == "new" else \
+            f"{self.skill} v{self.base_version}"
         return "".join(difflib.unified_diff(
             self.current_content.splitlines(keepends=True),
             self.proposed_content.splitlines(keepends=True),
-            fromfile=f"{self.skill} v{self.base_version}", tofile=f"{self.skill} proposal "
-            f"#{self.id}"))
+            fromfile=before, tofile=f"{self.skill} proposal #{self.id}"))
 
     def to_dict(self, *, with_content: bool = False) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -89,7 +104,7 @@ class Proposal:
             "evidence": self.evidence, "createdAt": self.created_at.isoformat(),
             "decidedBy": self.decided_by, "decisionReason": self.decision_reason,
             "decidedAt": self.decided_at.isoformat() if self.decided_at else None,
-            "resultVersion": self.result_version,
+            "resultVersion": self.result_version, "newSkill": self.new_skill,
         }
         if with_content:
             data |= {"currentContent": self.current_content,
@@ -107,22 +122,25 @@ def _select() -> sa.Select[Any]:
     return (sa.select(proposals, projects.c.name.label("project_name"),
                       skills.c.project_id.label("skill_project_id"))
             .join(projects, projects.c.id == proposals.c.project_id)
-            .join(skills, skills.c.id == proposals.c.skill_id))
+            .join(skills, skills.c.id == proposals.c.skill_id, isouter=True))
 
 
 def _from_row(row: sa.Row[Any]) -> Proposal:
     m = row._mapping
     created = _aware(m["created_at"])
     assert created is not None
+    new_skill = m["new_skill"]
+    scope = "new" if new_skill is not None else (
+        "global" if m["skill_project_id"] is None else "project")
     return Proposal(
-        id=m["id"], skill=m["skill_name"], project=m["project_name"],
-        scope="global" if m["skill_project_id"] is None else "project",
+        id=m["id"], skill=m["skill_name"], project=m["project_name"], scope=scope,
         base_version=m["base_version"], current_content=m["current_content"],
         proposed_content=m["proposed_content"], rationale=m["rationale"],
         evidence=dict(m["evidence"]), status=m["status"], proposed_by=m["proposed_by"],
         author=m["author"], created_at=created, decided_by=m["decided_by"],
         decision_reason=m["decision_reason"], decided_at=_aware(m["decided_at"]),
         result_version=m["result_version"],
+        new_skill=None if new_skill is None else dict(new_skill),
     )
 
 
@@ -135,11 +153,13 @@ def get_proposal(ws: Workspace, proposal_id: int) -> Proposal:
 
 
 def list_proposals(ws: Workspace, *, status: str | None = None, skill: str | None = None,
-                   project: str | None = None) -> list[Proposal]:
+                   project: str | None = None, scope: str | None = None) -> list[Proposal]:
     """Proposals, newest first, optionally filtered."""
     if status is not None and status not in STATUSES:
         raise InvalidInput(f"Unknown status {status!r}: use {', '.join(STATUSES)}.",
                            field="status")
+    if scope is not None and scope not in SCOPES:
+        raise InvalidInput(f"Unknown scope {scope!r}: use {', '.join(SCOPES)}.", field="scope")
     query = _select().order_by(proposals.c.id.desc())
     if status:
         query = query.where(proposals.c.status == status)
@@ -147,6 +167,11 @@ def list_proposals(ws: Workspace, *, status: str | None = None, skill: str | Non
         query = query.where(proposals.c.skill_name == skill)
     if project:
         query = query.where(projects.c.name == project)
+    if scope == "new":
+        query = query.where(proposals.c.new_skill.is_not(None))
+    elif scope is not None:
+        query = query.where(proposals.c.new_skill.is_(None), skills.c.project_id.is_(None)
+                            if scope == "global" else skills.c.project_id.is_not(None))
     with ws.engine.connect() as conn:
         return [_from_row(r) for r in conn.execute(query)]
 
@@ -191,6 +216,72 @@ def create_proposal(
     return get_proposal(ws, new_id)
 
 
+def _new_skill_spec(skill_md: str, source: str) -> SkillSpec:
+    """A proposed new skill, held to what makes a skill routable and usable: a
+    valid SKILL.md with a description, triggers, keywords and a rulebook body."""
+    spec = files.parse_skill_md(skill_md, source=source)
+    if not spec.description:
+        raise SkillFileError("a new skill needs a description", file=source, field="description")
+    if not spec.triggers:
+        raise SkillFileError("a new skill needs at least one trigger, or the router never "
+                             "picks it", file=source, field="triggers")
+    if not spec.keywords:
+        raise SkillFileError("a new skill needs at least one keyword", file=source,
+                             field="keywords")
+    if len(spec.content.strip()) < 20:
+        raise SkillFileError("a new skill needs a rulebook body (Markdown after the front "
+                             "matter)", file=source, field="body")
+    return spec
+
+
+def create_skill_proposal(
+    ws: Workspace, skill_md: str, *, rationale: str, proposed_by: str = "human", author: str,
+    project: str = DEFAULT_PROJECT, scope: str = "global",
+    rules: list[dict[str, Any]] | None = None, evidence: dict[str, Any] | None = None,
+    source: str = "proposal",
+) -> Proposal:
+    """Propose a skill that does not exist yet, from its whole SKILL.md text.
+
+    The text is validated as a skill file (front matter, triggers, keywords,
+    body) and ``rules`` as eval rules before anything is stored; a name that a
+    skill (global, or ``project``'s) or another pending proposal already uses is
+    refused. ``scope`` says where approval creates it: ``global`` or ``project``
+    (a skill only ``project`` sees).
+    """
+    if proposed_by not in PROPOSERS:
+        raise InvalidInput(f"Unknown proposer {proposed_by!r}: use {', '.join(PROPOSERS)}.",
+                           field="proposedBy")
+    if scope not in ("global", "project"):
+        raise InvalidInput(f"A new skill is created global or in a project, not {scope!r}.",
+                           field="scope")
+    spec = _new_skill_spec(skill_md, source)
+    checked = None if rules is None else [r.to_dict() for r in evals.parse_rules(rules,
+                                                                                  source=source)]
+    new_skill = {"description": spec.description, "triggers": list(spec.triggers),
+                 "keywords": list(spec.keywords), "extra": dict(spec.extra), "evals": checked,
+                 "scope": scope}
+    with db.transaction(ws.engine) as conn:
+        pid = project_id(conn, project)
+        if _find(conn, spec.name, None) is not None or _find(conn, spec.name, pid) is not None:
+            raise Conflict(f"A skill named {spec.name!r} already exists: propose a change to it "
+                           "instead, or choose another name.", skill=spec.name)
+        pending = conn.scalar(sa.select(proposals.c.id).where(
+            proposals.c.skill_name == spec.name, proposals.c.status == "pending",
+            proposals.c.new_skill.is_not(None)))
+        if pending is not None:
+            raise Conflict(f"Proposal #{pending} for a new skill {spec.name!r} is still "
+                           "pending: approve or reject it first.", proposal_id=pending)
+        result = conn.execute(proposals.insert().values(
+            skill_id=None, skill_name=spec.name, project_id=pid, base_version=0,
+            current_content="", proposed_content=spec.content, rationale=rationale,
+            evidence=json.loads(json.dumps(evidence or {}, default=str)), status="pending",
+            proposed_by=proposed_by, author=author[:200], created_at=utcnow(),
+            new_skill=new_skill))
+        assert result.inserted_primary_key is not None
+        new_id = int(result.inserted_primary_key[0])
+    return get_proposal(ws, new_id)
+
+
 def _skill_folder(ws: Workspace, skill_row: sa.Row[Any]) -> Path | None:
     """The folder of a file-backed skill: global, with a SKILL.md in the workspace."""
     if skill_row.project_id is not None:
@@ -219,6 +310,11 @@ def approve_proposal(ws: Workspace, proposal_id: int, *, actor: str,
     staged: list[rotation.Rotation] = []
     try:
         _approve(ws, proposal_id, actor, reason, staged)
+    except sa.exc.IntegrityError as exc:  # a new skill's name was taken meanwhile
+        for pending in staged:
+            pending.abort()
+        raise Conflict(f"Proposal #{proposal_id} lost a race: a skill of the same name was "
+                       "created meanwhile. Reject it.", proposal_id=proposal_id) from exc
     except BaseException:
         for pending in staged:  # the commit failed: the files stay as they were
             pending.abort()
@@ -238,6 +334,9 @@ def _approve(ws: Workspace, proposal_id: int, actor: str, reason: str | None,
         if row.status != "pending":
             raise Conflict(f"Proposal #{proposal_id} is already {row.status}.",
                            proposal_id=proposal_id, status=row.status)
+        if row.new_skill is not None:
+            _approve_new(conn, row, actor, reason)
+            return
         skill_row = conn.execute(sa.select(skills).where(skills.c.id == row.skill_id)
                                  .with_for_update()).one()
         if skill_row.version != row.base_version:
@@ -274,6 +373,34 @@ def _approve(ws: Workspace, proposal_id: int, actor: str, reason: str | None,
                 evals_name=f"{spec.name}.evals.json", target_version=version))
 
 
+def _approve_new(conn: sa.Connection, row: sa.Row[Any], actor: str, reason: str | None) -> None:
+    """Create the proposed skill at version 1 and link the proposal to it."""
+    meta = dict(row.new_skill)
+    pid = None if meta.get("scope", "global") == "global" else int(row.project_id)
+    if _find(conn, row.skill_name, None, lock=True) is not None or (
+            pid is not None and _find(conn, row.skill_name, pid, lock=True) is not None):
+        raise Conflict(f"Proposal #{row.id} would create {row.skill_name!r}, but a skill of "
+                       "that name was created since. Reject it.", proposal_id=row.id)
+    spec = SkillSpec(
+        name=row.skill_name, description=meta.get("description", ""),
+        triggers=tuple(meta.get("triggers", ())), keywords=tuple(meta.get("keywords", ())),
+        content=row.proposed_content,
+        evals=None if meta.get("evals") is None else tuple(meta["evals"]),
+        extra=dict(meta.get("extra") or {}))
+    why = f"approved proposal #{row.id} (new skill)" + (f": {reason}" if reason else "")
+    version = _write_version(conn, spec, pid, author=actor, reason=why, kind="approval",
+                             proposal_id=row.id)
+    created = _find(conn, row.skill_name, pid)
+    assert created is not None
+    updated = conn.execute(
+        proposals.update()
+        .where(proposals.c.id == row.id, proposals.c.status == "pending")
+        .values(status="approved", decided_by=actor[:200], decision_reason=reason,
+                decided_at=utcnow(), result_version=version, skill_id=created.id))
+    if updated.rowcount != 1:
+        raise Conflict(f"Proposal #{row.id} was decided meanwhile.", proposal_id=row.id)
+
+
 def reject_proposal(ws: Workspace, proposal_id: int, *, actor: str,
                     reason: str | None = None) -> Proposal:
     with db.transaction(ws.engine) as conn:
@@ -289,10 +416,11 @@ def reject_proposal(ws: Workspace, proposal_id: int, *, actor: str,
         if updated.rowcount != 1:
             raise Conflict(f"Proposal #{proposal_id} is already {row.status}.",
                            proposal_id=proposal_id, status=row.status)
-        record_event(conn, row.skill_id, "rejection", actor=actor,
-                     reason=f"rejected proposal #{proposal_id}" + (f": {reason}" if reason
-                                                                   else ""),
-                     proposal_id=proposal_id)
+        if row.skill_id is not None:  # a new skill's proposal has no skill to log it on
+            record_event(conn, row.skill_id, "rejection", actor=actor,
+                         reason=f"rejected proposal #{proposal_id}" + (f": {reason}" if reason
+                                                                       else ""),
+                         proposal_id=proposal_id)
     return get_proposal(ws, proposal_id)
 
 
@@ -302,7 +430,7 @@ def supersede_stale(ws: Workspace) -> list[int]:
         stale = conn.execute(
             sa.select(proposals.c.id, proposals.c.skill_id)
             .join(skills, skills.c.id == proposals.c.skill_id)
-            .where(proposals.c.status == "pending",
+            .where(proposals.c.status == "pending", proposals.c.new_skill.is_(None),
                    skills.c.version != proposals.c.base_version)).all()
         for pid, skill_id in stale:
             conn.execute(proposals.update().where(proposals.c.id == pid).values(

@@ -49,9 +49,11 @@ def list_proposals(
     status: Annotated[str | None, Query(description="pending, approved, rejected, superseded")]
     = None,
     skill: str | None = None, project: str | None = None,
+    scope: Annotated[str | None, Query(description="global, project, or new (creates a "
+                                                   "skill)")] = None,
 ) -> dict[str, Any]:
     ws = request.app.state.workspace
-    found = props.list_proposals(ws, status=status, skill=skill, project=project)
+    found = props.list_proposals(ws, status=status, skill=skill, project=project, scope=scope)
     return {"proposals": [p.to_dict() | {"benchmark": latest_verdict(ws, p.id)}
                           for p in found]}
 
