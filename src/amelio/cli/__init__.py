@@ -12,6 +12,7 @@ from amelio.cli import (  # noqa: F401  (they register commands)
     evals,
     feedback,
     improve,
+    knowledge,
     sage,
     skills,
 )

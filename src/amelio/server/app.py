@@ -18,6 +18,7 @@ from amelio.server.routes import (
     feedback,
     health,
     improve,
+    knowledge,
     sage,
     skills,
     web,
@@ -48,6 +49,7 @@ def create_app(workspace: Workspace) -> FastAPI:
     app.include_router(improve.router)
     app.include_router(sage.router)
     app.include_router(feedback.router)
+    app.include_router(knowledge.router)  # its lifespan runs the sync worker
     _add_dashboard(app)
     return app
 
