@@ -184,7 +184,6 @@ def test_salt_rotates_daily() -> None:
     assert hasher.hash("alice", monday) == hasher.hash("alice", monday)
     assert hasher.hash("alice", monday) != hasher.hash("alice", tuesday)
     assert hasher.hash("alice", monday) != hasher.hash("bob", monday)
-    assert hasher.salt_id(monday) != hasher.salt_id(tuesday)
     assert SaltedHasher(b"other").hash("alice", monday) != hasher.hash("alice", monday)
     assert len(hasher.hash("alice", monday)) == 8
     assert set(hasher.hash("alice", monday)) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")

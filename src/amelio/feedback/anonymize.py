@@ -22,30 +22,21 @@ better than storing a phone number.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import hmac
 import re
 from collections.abc import Callable
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, timedelta
 from functools import lru_cache
 
-__all__ = ["SaltedHasher", "day_from_index", "day_of", "scrub"]
+__all__ = ["SaltedHasher", "day_from_index", "scrub"]
 
 _PURPOSE = b"amelio.feedback.salt.v1:"
-
-
 _EPOCH = date(1970, 1, 1)
 _BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 
 
-def day_of(event_time_ms: int) -> date:
-    """The UTC date an event happened on (the salt's day)."""
-    return datetime.fromtimestamp(event_time_ms / 1000, tz=UTC).date()
-
-
 def day_from_index(days_since_epoch: int) -> date:
-    """The UTC date ``days_since_epoch`` days after 1970-01-01 (``ms // 86_400_000``)."""
+    """The UTC date of an event: ``days_since_epoch`` is ``eventTimeMs // 86_400_000``."""
     return _EPOCH + timedelta(days=days_since_epoch)
 
 
@@ -58,11 +49,6 @@ class SaltedHasher:
 
     def _derive(self, day: date) -> bytes:
         return hmac.digest(self._key, _PURPOSE + day.isoformat().encode("ascii"), "sha256")
-
-    def salt_id(self, day: date) -> str:
-        """A public name for a day's salt (8 base32 characters), for audit logs."""
-        digest = hashlib.sha256(self._salt(day)).digest()
-        return base64.b32encode(digest)[:8].decode("ascii")
 
     def hash(self, value: str, day: date) -> str:
         """``value``'s pseudonym on ``day``: 8 base32 characters."""
