@@ -216,6 +216,38 @@ class Settings(BaseSettings):
         default="", description="sentence-transformers model for semantic retrieval (needs "
         "amelio[embeddings]); empty: lexical (BM25) only."
     )
+    search_profile: Literal["bm25", "semantic", "hybrid", "hybrid_with_feedback"] = Field(
+        default="hybrid_with_feedback", description="Rank profile a search uses when the "
+        "request names none."
+    )
+    search_alpha: float = Field(
+        default=0.0, ge=0, le=1, description="Default weight of the semantic score in hybrid "
+        "profiles (0: lexical only; above 0 needs amelio[semantic])."
+    )
+    search_beta: float = Field(
+        default=1.0, ge=0, le=10, description="Weight of the feedback score in "
+        "hybrid_with_feedback; 0 is the kill switch (exactly the hybrid ranking)."
+    )
+    search_prior_weight: float = Field(
+        default=5.0, gt=0, description="Expected examinations a document's feedback score is "
+        "shrunk towards the average by, so a few clicks cannot swing it."
+    )
+    search_session_cap: int = Field(
+        default=1, ge=1, le=100, description="Most clicks (and dwells, pins, hides, votes) one "
+        "session counts for one document on one query: the click-spam guard."
+    )
+    search_exploration: float = Field(
+        default=0.0, ge=0, le=0.5, description="Share of responses that swap two adjacent "
+        "results (recorded in the impression) so position bias can be measured."
+    )
+    search_candidates: int = Field(
+        default=100, ge=10, le=10_000, description="Lexical and semantic candidates a search "
+        "re-ranks with hybrid and feedback scores."
+    )
+    search_cache_size: int = Field(
+        default=10_000, ge=0, description="Rankings kept in the warm-path cache (0: no cache); "
+        "keyed by query, profile, alpha and signals version."
+    )
     search_backend: SearchBackend = Field(
         default="embedded", description="Search backend: embedded (in-process) or vespa."
     )

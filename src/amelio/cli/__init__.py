@@ -14,6 +14,7 @@ from amelio.cli import (  # noqa: F401  (they register commands)
     improve,
     knowledge,
     sage,
+    search,
     skills,
 )
 from amelio.cli._common import main

@@ -33,6 +33,10 @@ __all__ = [
     "metadata",
     "projects",
     "proposals",
+    "search_impressions",
+    "search_session_marks",
+    "search_signals",
+    "search_state",
     "skill_events",
     "skill_versions",
     "skills",
@@ -352,6 +356,7 @@ llm_cache = sa.Table(
     sa.Column("created_at", Timestamp, nullable=False),
 )
 
+
 # Feedback events (MartyFeedbackEventV1), append-only. ``seq`` is the position in
 # the HMAC chain (assigned under the chain head's lock, never reused); the
 # indexed columns are copies of payload fields for aggregation, and ``payload``
@@ -505,4 +510,69 @@ knowledge_queue = sa.Table(
     sa.CheckConstraint("status IN ('pending', 'dead')", name="status"),
     sa.Index("ix_knowledge_queue_due", "status", "next_attempt_at"),
     sa.Index("ix_knowledge_queue_source", "notebook_id", "source_id"),
+)
+
+
+# Search (issue 9). Every search response is one impression: the ranking a person
+# was shown, the only source of "shown at rank k" counts (clients never report
+# impressions). Signals are per (normalized query, docId) and are derived from
+# impressions and feedback events by an incremental aggregator whose checkpoint
+# lives in search_state, in the same transaction as the signals it wrote, so a
+# re-run never counts twice. search_session_marks caps what one session can add.
+search_impressions = sa.Table(
+    "search_impressions",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("query_id", sa.String(64), nullable=False, unique=True),
+    sa.Column("request_id", sa.String(64), nullable=False),
+    sa.Column("project", sa.String(100), nullable=False),
+    sa.Column("query_norm", sa.Text, nullable=False),
+    sa.Column("profile", sa.String(32), nullable=False),
+    sa.Column("alpha", sa.Float, nullable=False),
+    sa.Column("beta", sa.Float, nullable=False),
+    sa.Column("results", sa.JSON, nullable=False),
+    sa.Column("explored", sa.Boolean, nullable=False),
+    sa.Column("created_ms", sa.BigInteger, nullable=False, index=True),
+)
+
+search_signals = sa.Table(
+    "search_signals",
+    metadata,
+    sa.Column("query_norm", sa.String(1000), primary_key=True),
+    sa.Column("doc_id", sa.String(256), primary_key=True),
+    sa.Column("impressions", sa.Integer, nullable=False),
+    sa.Column("impressions_by_rank", sa.JSON, nullable=False),
+    sa.Column("clicks_by_rank", sa.JSON, nullable=False),
+    sa.Column("clicks", sa.Integer, nullable=False),
+    sa.Column("dwell_clicks", sa.Integer, nullable=False),
+    sa.Column("pins", sa.Integer, nullable=False),
+    sa.Column("hides", sa.Integer, nullable=False),
+    sa.Column("votes_up", sa.Integer, nullable=False),
+    sa.Column("votes_down", sa.Integer, nullable=False),
+    sa.Column("reformulations", sa.Integer, nullable=False),
+    sa.Column("abandonments", sa.Integer, nullable=False),
+    sa.Column("updated_ms", sa.BigInteger, nullable=False),
+)
+
+search_session_marks = sa.Table(
+    "search_session_marks",
+    metadata,
+    sa.Column("query_norm", sa.String(1000), primary_key=True),
+    sa.Column("doc_id", sa.String(256), primary_key=True),
+    sa.Column("session_hash", sa.String(8), primary_key=True),
+    sa.Column("kind", sa.String(8), primary_key=True),
+    sa.Column("hits", sa.Integer, nullable=False),
+)
+
+search_state = sa.Table(
+    "search_state",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("event_seq", sa.BigInteger, nullable=False),
+    sa.Column("impression_id", sa.Integer, nullable=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("propensities", sa.JSON, nullable=False),
+    sa.Column("recent", sa.JSON, nullable=False),
+    sa.Column("updated_ms", sa.BigInteger, nullable=False),
+    sa.CheckConstraint("id = 1", name="single_row"),
 )

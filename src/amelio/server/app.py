@@ -20,6 +20,7 @@ from amelio.server.routes import (
     improve,
     knowledge,
     sage,
+    search,
     skills,
     web,
 )
@@ -50,6 +51,7 @@ def create_app(workspace: Workspace) -> FastAPI:
     app.include_router(sage.router)
     app.include_router(feedback.router)
     app.include_router(knowledge.router)  # its lifespan runs the sync worker
+    app.include_router(search.router)
     _add_dashboard(app)
     return app
 

@@ -1,0 +1,160 @@
+"""``amelio corpus``, ``amelio search``, ``amelio signals`` and ``amelio simulate``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from amelio.cli._common import (
+    handle_errors,
+    json_option,
+    main,
+    print_json,
+    project_option,
+    short,
+    table,
+    workspace,
+)
+from amelio.search import PROFILES, Corpus, Searcher, aggregate, rebuild
+from amelio.search.signals import signals_for
+from amelio.search.simulate import USER_MODELS, simulate
+from amelio.text import normalize
+
+
+@main.group("corpus")
+def corpus_group() -> None:
+    """The search corpus (an FTS5 index under the workspace)."""
+
+
+@corpus_group.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@json_option
+@click.pass_context
+@handle_errors
+def import_command(ctx: click.Context, file: Path, as_json: bool) -> None:
+    """Import BEIR JSONL (_id, title, text) or NDJSON (docId, title, body); a known id is
+    replaced, a line with "deleted": true deletes its document."""
+    ws = workspace(ctx)
+    report = Corpus.for_workspace(ws.settings.data_dir).import_file(file)
+    if as_json:
+        print_json(report.to_dict())
+        return
+    click.echo(f"{report.upserted} document(s) imported, {report.deleted} deleted; "
+               f"{report.total} in the corpus.")
+
+
+@main.command("search")
+@click.argument("query")
+@click.option("--profile", type=click.Choice(PROFILES), default=None,
+              help="Rank profile (default: search_profile).")
+@click.option("--alpha", type=float, default=None, help="Semantic weight, 0 to 1.")
+@click.option("--limit", "-n", type=int, default=10, show_default=True)
+@project_option
+@json_option
+@click.pass_context
+@handle_errors
+def search_command(ctx: click.Context, query: str, profile: str | None, alpha: float | None,
+                   limit: int, project: str | None, as_json: bool) -> None:
+    """Search the corpus, as POST /v1/search does (the impression is logged)."""
+    ws = workspace(ctx)
+    response = Searcher(ws, background_aggregation=False).search(
+        query, project=project or "default", profile=profile, alpha=alpha, limit=limit)
+    if as_json:
+        print_json(response.to_dict())
+        return
+    if not response.results:
+        click.echo("No results.")
+        return
+    table(["rank", "doc", "score", "feedback", "title"],
+          [(r["rank"], r["docId"], f"{r['score']:.3f}", f"{r['feedbackScore']:+.3f}",
+            short(r["title"], 60)) for r in response.to_dict()["results"]])
+    click.echo(f"queryId {response.query_id} ({response.profile}, alpha {response.alpha})")
+
+
+@main.group("signals")
+def signals_group() -> None:
+    """Per (query, document) signals learned from impressions and feedback events."""
+
+
+@signals_group.command("update")
+@json_option
+@click.pass_context
+@handle_errors
+def update_command(ctx: click.Context, as_json: bool) -> None:
+    """Fold new impressions and events into the signals (run from cron; idempotent)."""
+    report = aggregate(workspace(ctx))
+    if as_json:
+        print_json(report.to_dict())
+        return
+    click.echo(f"{report.impressions} impression(s), {report.events} event(s) folded in; "
+               f"{report.rows} signal row(s) changed; version {report.version}.")
+
+
+@signals_group.command("rebuild")
+@json_option
+@click.pass_context
+@handle_errors
+def rebuild_command(ctx: click.Context, as_json: bool) -> None:
+    """Recompute every signal from the stored impressions and events."""
+    report = rebuild(workspace(ctx))
+    if as_json:
+        print_json(report.to_dict())
+        return
+    click.echo(f"Rebuilt from {report.impressions} impression(s) and {report.events} "
+               f"event(s): {report.rows} signal row(s); version {report.version}.")
+
+
+@signals_group.command("show")
+@click.argument("query")
+@json_option
+@click.pass_context
+@handle_errors
+def show_command(ctx: click.Context, query: str, as_json: bool) -> None:
+    """The signals of one query, per document."""
+    rows = signals_for(workspace(ctx).engine, normalize(query))
+    if as_json:
+        print_json({d: r.to_dict() for d, r in rows.items()})
+        return
+    table(["doc", "impressions", "clicks", "dwell+", "pins", "hides", "votes"],
+          [(d, r.impressions, r.clicks, r.dwell_clicks, r.pins, r.hides,
+            f"+{r.votes_up}/-{r.votes_down}")
+           for d, r in sorted(rows.items(), key=lambda x: -x[1].impressions)])
+
+
+@main.command("simulate")
+@click.option("--dataset", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              required=True, help="A BEIR-layout folder (corpus.jsonl, queries.jsonl, qrels/).")
+@click.option("--sessions-per-query", type=int, default=100, show_default=True)
+@click.option("--click-model", type=click.Choice(USER_MODELS), default="pbm",
+              show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--rounds", type=int, default=10, show_default=True,
+              help="Checkpoints at which signals are measured.")
+@click.option("--eval-sessions", type=int, default=20, show_default=True,
+              help="Fresh sessions per query that measure CTR@3.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("simulation"), show_default=True,
+              help="Folder for simulation.csv, .json and .png.")
+@json_option
+@handle_errors
+def simulate_command(dataset: Path, sessions_per_query: int, click_model: str, seed: int,
+                     rounds: int, eval_sessions: int, out: Path, as_json: bool) -> None:
+    """Simulated users click on search results; report NDCG@10 and CTR@3 per profile."""
+    result = simulate(dataset, sessions_per_query=sessions_per_query, user_model=click_model,
+                      seed=seed, rounds=rounds, eval_sessions=eval_sessions,
+                      progress=None if as_json else click.echo)
+    files = result.write(out)
+    if as_json:
+        print_json(result.to_dict())
+        return
+    last = max(r["round"] for r in result.rows)
+    table(["profile", "NDCG@10", "CTR@3", "gap closed (NDCG)"],
+          [(r["profile"], f"{r['ndcg10']:.3f}", f"{r['ctr3']:.3f}",
+            f"{result.gap_closed(r['profile']):.0%}"
+            if r["profile"] in ("hybrid_with_feedback", "naive_ctr") else "")
+           for r in result.rows if r["round"] == last])
+    click.echo("Wrote " + ", ".join(str(f) for f in files))
+    if not any(f.suffix == ".png" for f in files):
+        click.echo("No plot: matplotlib is not installed (pip install matplotlib, then run "
+                   "again, or plot simulation.csv: NDCG@10 by sessions per profile).")

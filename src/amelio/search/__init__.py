@@ -1,0 +1,33 @@
+"""Search that learns from its use (seed 004 §3.3–3.4).
+
+:class:`~amelio.search.corpus.Corpus` is the embedded lexical engine (SQLite
+FTS5 BM25); :class:`~amelio.search.service.Searcher` ranks with the rank
+profiles, logs each response as an impression and signs its ``feedbackToken``;
+:mod:`~amelio.search.signals` turns impressions and feedback events into
+debiased per-(query, document) signals; :mod:`~amelio.search.simulate` proves
+the loop on public relevance judgments with simulated users.
+"""
+
+from amelio.search.corpus import Corpus, Document, ImportReport
+from amelio.search.service import (
+    PROFILES,
+    FeedbackScorer,
+    Searcher,
+    SearchResponse,
+    SemanticUnavailable,
+)
+from amelio.search.signals import AggregateReport, aggregate, rebuild
+
+__all__ = [
+    "PROFILES",
+    "AggregateReport",
+    "Corpus",
+    "Document",
+    "FeedbackScorer",
+    "ImportReport",
+    "SearchResponse",
+    "Searcher",
+    "SemanticUnavailable",
+    "aggregate",
+    "rebuild",
+]

@@ -1,0 +1,338 @@
+"""Search: rank profiles, the feedback score, the warm cache, impressions and tokens.
+
+A search runs in four steps:
+
+1. **candidates** — the lexical engine's best ``search_candidates`` by BM25
+   (plus the semantic model's, when ``alpha > 0``);
+2. **first phase** — ``bm25`` keeps raw BM25; ``hybrid`` is ``alpha · semantic +
+   (1 − alpha) · lexical`` on scores min-max normalized over the candidates, so
+   the two scales are comparable;
+3. **feedback** — ``hybrid_with_feedback`` adds ``beta · feedback`` (in [−1, 1],
+   see :class:`FeedbackScorer`); ``beta = 0`` skips it, giving exactly ``hybrid``;
+4. **log** — the response is stored as one impression and carries a
+   ``feedbackToken`` from the collector's signer, so only served queries can
+   receive clicks.
+
+The warm-path cache keeps step 1–3's ranking per (normalized query, profile,
+alpha, beta, limit, signals version): a new aggregation bumps the version, so a
+cached ranking never outlives the signals it was computed from.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple, get_args
+
+import sqlalchemy as sa
+from ulid import ULID
+
+from amelio.db.engine import transaction
+from amelio.db.schema import search_impressions
+from amelio.errors import ConfigError, InvalidInput
+from amelio.feedback.tokens import token_signer
+from amelio.search.corpus import Corpus
+from amelio.search.signals import (
+    Propensities,
+    SignalRow,
+    aggregate,
+    load_propensities,
+    signals_for,
+    utility,
+)
+from amelio.text import normalize
+from amelio.workspace import Workspace
+
+__all__ = ["PROFILES", "FeedbackScorer", "RankedDoc", "SearchResponse", "Searcher",
+           "SemanticUnavailable"]
+
+log = logging.getLogger("amelio.search")
+
+RankProfile = Literal["bm25", "semantic", "hybrid", "hybrid_with_feedback"]
+PROFILES: tuple[str, ...] = get_args(RankProfile)
+ClickModel = Literal["pbm", "ctr"]
+MAX_LIMIT = 100
+#: How often a searcher folds new events into the signals in the background.
+AGGREGATE_EVERY_S = 5.0
+
+
+class SemanticUnavailable(ConfigError):
+    """The semantic and hybrid profiles need an embedding model nobody installed."""
+
+    code = "semantic_unavailable"
+    http_status = 503
+
+
+_INSTALL = ("The {what} needs an embedding model, which this installation lacks: "
+            "install the optional extra with `pip install 'amelio[semantic]'`, or use "
+            "rankProfile bm25 (or alpha 0, which is lexical only).")
+
+
+class RankedDoc(NamedTuple):
+    doc_id: str
+    score: float
+    first_phase: float
+    feedback: float
+
+
+@dataclass(frozen=True)
+class SearchResponse:
+    """The DESIGN.md "Search result" contract, plus each result's title."""
+
+    query_id: str
+    request_id: str
+    profile: str
+    alpha: float
+    results: tuple[RankedDoc, ...]
+    titles: dict[str, str]
+    token: str
+    cached: bool
+    explored: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "queryId": self.query_id, "requestId": self.request_id,
+            "rankProfile": self.profile, "alpha": self.alpha,
+            "results": [{"docId": d.doc_id, "rank": rank, "score": round(d.score, 6),
+                         "scoreVespa": round(d.first_phase, 6),
+                         "feedbackScore": round(d.feedback, 6),
+                         "title": self.titles.get(d.doc_id, "")}
+                        for rank, d in enumerate(self.results, start=1)],
+            "feedbackToken": self.token,
+        }
+
+
+class FeedbackScorer:
+    """A document's feedback score for a query, in [−1, 1]; 0 without evidence.
+
+    ``pbm`` (the default) divides the satisfied clicks by the *examinations* the
+    document had — impressions at each rank times that rank's fitted propensity
+    — and shrinks the ratio towards the average with ``prior`` pseudo-examinations,
+    so three lucky clicks cannot swing a document; the score is the log ratio to
+    the average, clipped. A document shown often without clicks sinks, which lets
+    unseen candidates come up and be judged. Pins and up-votes add, hides and
+    down-votes subtract.
+
+    ``ctr`` is the naive baseline the simulation compares against: raw clicks
+    over raw impressions, no debiasing, no prior, no dwell.
+    """
+
+    def __init__(self, propensities: Propensities, prior: float,
+                 model: ClickModel = "pbm") -> None:
+        self.p = propensities
+        self.prior = prior
+        self.model = model
+
+    def score(self, row: SignalRow | None) -> float:
+        if row is None:
+            return 0.0
+        if self.model == "ctr":
+            return row.clicks / row.impressions if row.impressions else 0.0
+        examined = sum(n * self.p.at(int(k)) for k, n in row.impressions_by_rank.items())
+        gamma0 = self.p.gamma0
+        rate = (utility(row.clicks, row.dwell_clicks) + self.prior * gamma0) \
+            / (examined + self.prior)
+        attraction = math.log(max(rate, 1e-6) / gamma0)
+        plus, minus = row.pins + row.votes_up, row.hides + row.votes_down
+        explicit = (plus - minus) / (plus + minus + 1.0)
+        return max(-1.0, min(1.0, attraction + explicit))
+
+
+class _Cache:
+    """A small thread-safe LRU of rankings."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._data: OrderedDict[tuple[Any, ...], tuple[RankedDoc, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[Any, ...]) -> tuple[RankedDoc, ...] | None:
+        with self._lock:
+            value = self._data.get(key)
+            if value is not None:
+                self._data.move_to_end(key)
+            return value
+
+    def put(self, key: tuple[Any, ...], value: tuple[RankedDoc, ...]) -> None:
+        if self.size <= 0:
+            return
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.size:
+                self._data.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._data.clear()
+
+
+def check_request(query: str, profile: str, alpha: float, limit: int) -> str:
+    """The normalized query, or :class:`InvalidInput` naming the bad field."""
+    if profile not in PROFILES:
+        raise InvalidInput(f"Unknown rankProfile {profile!r}; use one of: "
+                           f"{', '.join(PROFILES)}.", field="rankProfile")
+    if not (isinstance(alpha, int | float) and 0.0 <= alpha <= 1.0) or math.isnan(alpha):
+        raise InvalidInput(f"alpha is the semantic weight, between 0 and 1, not {alpha}.",
+                           field="alpha")
+    if not 1 <= limit <= MAX_LIMIT:
+        raise InvalidInput(f"limit is between 1 and {MAX_LIMIT}, not {limit}.", field="limit")
+    query_norm = normalize(query)
+    if not query_norm:
+        raise InvalidInput("The query is empty: send some words to search for.",
+                           field="query")
+    return query_norm
+
+
+class Searcher:
+    """Searches one workspace's corpus; keep one per process (it holds the cache).
+
+    ``click_model`` is ``pbm`` in the product; ``ctr`` exists for the simulation's
+    naive baseline. ``rng`` decides exploration swaps (seeded in simulations).
+    """
+
+    def __init__(self, workspace: Workspace, *, corpus: Corpus | None = None,
+                 click_model: ClickModel = "pbm", rng: random.Random | None = None,
+                 background_aggregation: bool = True,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.workspace = workspace
+        self.settings = workspace.settings
+        self.corpus = corpus or Corpus.for_workspace(self.settings.data_dir)
+        self.click_model = click_model
+        self.signer = token_signer(self.settings)
+        self.cache = _Cache(self.settings.search_cache_size)
+        self._rng = rng or random.Random()  # noqa: S311 (exploration, not secrets)
+        self._clock = clock
+        self._background = background_aggregation
+        self._aggregating = threading.Lock()
+        self._last_aggregate = 0.0
+
+    # -- the one entry point -----------------------------------------------------------
+
+    def search(self, query: str, *, project: str = "default", profile: str | None = None,
+               alpha: float | None = None, limit: int = 10,
+               beta: float | None = None) -> SearchResponse:
+        """Rank the corpus for ``query``, log the impression, sign the token."""
+        ranking, profile, alpha, beta, query_norm, cached = self._ranking(
+            query, profile, alpha, limit, beta)
+        ranking, explored = self._explore(ranking)
+        query_id, request_id = str(ULID()), str(ULID())
+        self._log(query_id, request_id, project, query_norm, profile, alpha, beta, ranking,
+                  explored)
+        documents = self.corpus.documents([d.doc_id for d in ranking])
+        titles = {doc_id: doc.title for doc_id, doc in documents.items()}
+        self._maybe_aggregate()
+        return SearchResponse(query_id, request_id, profile, alpha, ranking, titles,
+                              self.signer.issue(query_id, request_id), cached, explored)
+
+    def rank(self, query: str, *, profile: str | None = None, alpha: float | None = None,
+             limit: int = 10, beta: float | None = None) -> tuple[RankedDoc, ...]:
+        """The ranking a search would show, without logging an impression (for
+        evaluation: a ranking nobody saw must not count as shown)."""
+        return self._ranking(query, profile, alpha, limit, beta)[0]
+
+    def _ranking(self, query: str, profile: str | None, alpha: float | None, limit: int,
+                 beta: float | None
+                 ) -> tuple[tuple[RankedDoc, ...], str, float, float, str, bool]:
+        profile = profile or self.settings.search_profile
+        alpha = self.settings.search_alpha if alpha is None else alpha
+        beta = self.settings.search_beta if beta is None else beta
+        query_norm = check_request(query, profile, alpha, limit)
+        if not 0.0 <= beta <= 10.0:
+            raise InvalidInput(f"beta is between 0 and 10, not {beta}.", field="beta")
+        if profile == "bm25":
+            alpha, beta = 0.0, 0.0
+        elif profile == "semantic":
+            alpha, beta = 1.0, 0.0
+        elif profile == "hybrid":
+            beta = 0.0
+        if alpha > 0:
+            what = f"{profile} profile" + (f" with alpha {alpha}" if profile != "semantic"
+                                           else "")
+            raise SemanticUnavailable(_INSTALL.format(what=what))
+        with self.workspace.engine.connect() as conn:
+            propensities = load_propensities(conn) if beta > 0 else None
+            version = propensities.version if propensities else 0
+            key = (query_norm, profile, alpha, beta, limit, version, self.click_model)
+            ranking = self.cache.get(key)
+            cached = ranking is not None
+            if ranking is None:
+                ranking = self._rank(conn, query_norm, profile, alpha, beta, limit,
+                                     propensities)
+                self.cache.put(key, ranking)
+        return ranking, profile, alpha, beta, query_norm, cached
+
+    # -- ranking -----------------------------------------------------------------------
+
+    def _rank(self, conn: sa.Connection, query_norm: str, profile: str, alpha: float,
+              beta: float, limit: int, propensities: Propensities | None
+              ) -> tuple[RankedDoc, ...]:
+        hits = self.corpus.lexical(query_norm, self.settings.search_candidates)
+        if not hits:
+            return ()
+        if profile == "bm25":
+            return tuple(RankedDoc(h.doc_id, h.score, h.score, 0.0) for h in hits[:limit])
+        top, bottom = hits[0].score, hits[-1].score
+        spread = top - bottom
+        first = {h.doc_id: (h.score - bottom) / spread if spread > 0 else 1.0 for h in hits}
+        order = {h.doc_id: i for i, h in enumerate(hits)}
+        feedback: dict[str, float] = {}
+        if beta > 0 and propensities is not None:
+            scorer = FeedbackScorer(propensities, self.settings.search_prior_weight,
+                                    self.click_model)
+            rows = signals_for(conn, query_norm)
+            feedback = {doc_id: scorer.score(rows.get(doc_id)) for doc_id in first}
+        ranked = sorted(
+            (RankedDoc(doc_id, s + beta * feedback.get(doc_id, 0.0), s,
+                       feedback.get(doc_id, 0.0)) for doc_id, s in first.items()),
+            key=lambda d: (-d.score, order[d.doc_id]))
+        return tuple(ranked[:limit])
+
+    def _explore(self, ranking: tuple[RankedDoc, ...]) -> tuple[tuple[RankedDoc, ...], bool]:
+        """With probability ``search_exploration``, swap two adjacent results."""
+        share = self.settings.search_exploration
+        if share <= 0 or len(ranking) < 2 or self._rng.random() >= share:
+            return ranking, False
+        i = self._rng.randrange(len(ranking) - 1)
+        swapped = list(ranking)
+        swapped[i], swapped[i + 1] = swapped[i + 1], swapped[i]
+        return tuple(swapped), True
+
+    # -- the impression log and signals -----------------------------------------------
+
+    def _log(self, query_id: str, request_id: str, project: str, query_norm: str,
+             profile: str, alpha: float, beta: float, ranking: Sequence[RankedDoc],
+             explored: bool) -> None:
+        with transaction(self.workspace.engine) as conn:
+            conn.execute(search_impressions.insert().values(
+                query_id=query_id, request_id=request_id, project=project,
+                query_norm=query_norm, profile=profile, alpha=alpha, beta=beta,
+                results=[[d.doc_id, rank, round(d.score, 6)]
+                         for rank, d in enumerate(ranking, start=1)],
+                explored=explored, created_ms=int(self._clock() * 1000)))
+
+    def _maybe_aggregate(self) -> None:
+        if not self._background:
+            return
+        now = time.monotonic()
+        if now - self._last_aggregate < AGGREGATE_EVERY_S:
+            return
+        if not self._aggregating.acquire(blocking=False):
+            return
+        self._last_aggregate = now
+
+        def run() -> None:
+            try:
+                aggregate(self.workspace)
+            except Exception:  # a failed pass is retried by the next one
+                log.exception("signals aggregation failed")
+            finally:
+                self._aggregating.release()
+
+        threading.Thread(target=run, name="amelio-signals", daemon=True).start()

@@ -1,0 +1,465 @@
+"""Signals: what people did with each (normalized query, docId), learned incrementally.
+
+The aggregator reads two append-only logs past its checkpoint — search
+impressions (what was shown, at which rank) and stored feedback events (what
+people did) — and adds their counts to ``search_signals``. The checkpoint, the
+counts and a version number are written in one transaction, so a crash or a
+second run never counts anything twice; two aggregators queue on the state
+row's lock. ``rebuild`` empties the signals and replays both logs from the start.
+
+Impressions come only from the server's log (a client cannot claim its result
+was shown); an event joins its impression by ``queryId`` and counts at the rank
+the impression recorded. One session counts at most ``search_session_cap`` of
+each kind (click, dwell, pin, hide, vote) per document and query: click spam from
+one session moves a document a bounded amount.
+
+A reformulation is counted when the client says so (``query_reformulated``) or,
+derived here, when the same session's next query came within 30 s and is similar
+(``difflib`` ratio ≥ 0.6 on the normalized texts) but not equal.
+
+After each run the examination propensities by rank are re-fitted by EM on a
+position-based click model (PBM: P(click) = θ_rank · γ_doc), so the feedback
+score can divide clicks by the examinations they had, not by raw impressions.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+
+from amelio.db.engine import transaction
+from amelio.db.schema import (
+    feedback_events,
+    search_impressions,
+    search_session_marks,
+    search_signals,
+    search_state,
+)
+from amelio.workspace import Workspace
+
+__all__ = ["AggregateReport", "Propensities", "SignalRow", "aggregate", "fit_pbm",
+           "load_propensities", "rebuild", "signals_for", "utility"]
+
+DWELL_POSITIVE_MS = 8000
+SHORT_CLICK_WEIGHT = 0.25
+REFORMULATION_WINDOW_MS = 30_000
+REFORMULATION_SIMILARITY = 0.6
+#: Reformulations and abandonments are charged to what the person surely saw.
+_SEEN_TOP = 3
+_CHUNK = 2000
+_EM_ROWS = 20_000
+_EM_ITERATIONS = 30
+_EVENT_TYPES = ("result_clicked", "result_dwell_time", "result_pinned", "result_hidden",
+                "vote_up", "vote_down", "query_reformulated", "query_abandoned")
+_COUNTERS = ("clicks", "dwell_clicks", "pins", "hides", "votes_up", "votes_down",
+             "reformulations", "abandonments")
+_CAPPED = {"result_clicked": "click", "result_pinned": "pin", "result_hidden": "hide",
+           "vote_up": "up", "vote_down": "down"}
+_COUNTER_OF = {"click": "clicks", "dwell": "dwell_clicks", "pin": "pins", "hide": "hides",
+               "up": "votes_up", "down": "votes_down"}
+
+
+@dataclass
+class SignalRow:
+    """The counts for one (normalized query, docId); ranks are 1-based strings in JSON."""
+
+    impressions: int = 0
+    impressions_by_rank: dict[str, int] = field(default_factory=dict)
+    clicks_by_rank: dict[str, int] = field(default_factory=dict)
+    clicks: int = 0
+    dwell_clicks: int = 0
+    pins: int = 0
+    hides: int = 0
+    votes_up: int = 0
+    votes_down: int = 0
+    reformulations: int = 0
+    abandonments: int = 0
+
+    def add(self, other: SignalRow) -> None:
+        self.impressions += other.impressions
+        for mine, theirs in ((self.impressions_by_rank, other.impressions_by_rank),
+                             (self.clicks_by_rank, other.clicks_by_rank)):
+            for rank, n in theirs.items():
+                mine[rank] = mine.get(rank, 0) + n
+        for name in _COUNTERS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"impressions": self.impressions, "impressionsByRank": self.impressions_by_rank,
+                "clicksByRank": self.clicks_by_rank,
+                **{_camel(n): getattr(self, n) for n in _COUNTERS}}
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+@dataclass(frozen=True)
+class Propensities:
+    """Examination probability by rank (``theta[0]`` is rank 1, fixed at 1) and the
+    average :func:`utility` per examination, ``gamma0`` (the prior's mean)."""
+
+    theta: tuple[float, ...]
+    gamma0: float
+    version: int
+
+    def at(self, rank: int) -> float:
+        if rank <= len(self.theta):
+            return self.theta[rank - 1]
+        # Unfitted ranks: the seed's 1/rank shape, never above the last fitted one.
+        last = self.theta[-1] if self.theta else 1.0
+        return min(last, 1.0 / rank)
+
+
+@dataclass(frozen=True)
+class AggregateReport:
+    impressions: int
+    events: int
+    rows: int
+    version: int
+    event_seq: int
+    impression_id: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"impressions": self.impressions, "events": self.events, "rows": self.rows,
+                "version": self.version, "eventSeq": self.event_seq,
+                "impressionId": self.impression_id}
+
+
+def utility(clicks: int, dwell_clicks: int) -> float:
+    """Clicks weighted by satisfaction: a click followed by a dwell of 8 s or more
+    counts 1, a quick bounce a quarter (it was attractive, not useful)."""
+    return dwell_clicks + SHORT_CLICK_WEIGHT * max(clicks - dwell_clicks, 0)
+
+
+# -- reads ------------------------------------------------------------------------------
+
+
+def load_propensities(bind: sa.Engine | sa.Connection) -> Propensities:
+    """The fitted propensities and the signals version (one small row)."""
+    def read(conn: sa.Connection) -> Propensities:
+        row = conn.execute(sa.select(search_state.c.version, search_state.c.propensities)
+                           .where(search_state.c.id == 1)).one()
+        fitted = row.propensities or {}
+        return Propensities(tuple(fitted.get("theta", ())), float(fitted.get("gamma0", 0.2)),
+                            int(row.version))
+    if isinstance(bind, sa.Connection):
+        return read(bind)
+    with bind.connect() as conn:
+        return read(conn)
+
+
+def signals_for(bind: sa.Engine | sa.Connection, query_norm: str,
+                doc_ids: Sequence[str] | None = None) -> dict[str, SignalRow]:
+    """The signals of ``query_norm`` (only for ``doc_ids`` when given)."""
+    stmt = sa.select(search_signals).where(search_signals.c.query_norm == query_norm)
+    if doc_ids is not None:
+        stmt = stmt.where(search_signals.c.doc_id.in_(list(doc_ids)))
+    if isinstance(bind, sa.Connection):
+        rows = bind.execute(stmt).all()
+    else:
+        with bind.connect() as conn:
+            rows = conn.execute(stmt).all()
+    return {r.doc_id: _row(r) for r in rows}
+
+
+def _row(r: sa.Row[Any]) -> SignalRow:
+    return SignalRow(r.impressions, dict(r.impressions_by_rank), dict(r.clicks_by_rank),
+                     *(getattr(r, n) for n in _COUNTERS))
+
+
+# -- the aggregator ----------------------------------------------------------------------
+
+
+class _Run:
+    """One aggregation pass: deltas in memory, written at the end."""
+
+    def __init__(self, conn: sa.Connection, cap: int, recent: dict[str, list[Any]]) -> None:
+        self.conn = conn
+        self.cap = cap
+        self.recent = recent
+        self.deltas: dict[tuple[str, str], SignalRow] = defaultdict(SignalRow)
+        self.marks: dict[tuple[str, str, str, str], int] = {}
+        self.new_marks: set[tuple[str, str, str, str]] = set()
+        self.said_reformulated: set[str] = set()
+
+    def impressions(self, rows: Iterable[Any]) -> int:
+        count = 0
+        for r in rows:
+            count += 1
+            for doc_id, rank, _score in r.results:
+                delta = self.deltas[(r.query_norm, doc_id)]
+                delta.impressions += 1
+                key = str(rank)
+                delta.impressions_by_rank[key] = delta.impressions_by_rank.get(key, 0) + 1
+        return count
+
+    def _allowed(self, key: tuple[str, str, str, str]) -> bool:
+        """Whether this session may still count this kind for this query and doc."""
+        if key not in self.marks:
+            self.marks[key] = self.conn.scalar(
+                sa.select(search_session_marks.c.hits).where(
+                    search_session_marks.c.query_norm == key[0],
+                    search_session_marks.c.doc_id == key[1],
+                    search_session_marks.c.session_hash == key[2],
+                    search_session_marks.c.kind == key[3])) or 0
+            if self.marks[key] == 0:
+                self.new_marks.add(key)
+        if self.marks[key] >= self.cap:
+            return False
+        self.marks[key] += 1
+        return True
+
+    def events(self, rows: Sequence[Any]) -> int:
+        query_ids = {r.query_id for r in rows}
+        shown: dict[str, tuple[str, dict[str, int], int]] = {}
+        for chunk in _chunks(sorted(query_ids), 500):
+            for imp in self.conn.execute(
+                    sa.select(search_impressions.c.query_id, search_impressions.c.query_norm,
+                              search_impressions.c.results, search_impressions.c.created_ms)
+                    .where(search_impressions.c.query_id.in_(chunk))):
+                ranks = {doc: rank for doc, rank, _ in imp.results}
+                shown[imp.query_id] = (imp.query_norm, ranks, imp.created_ms)
+        used = 0
+        for r in rows:
+            impression = shown.get(r.query_id)
+            if impression is None:  # an event about a query this server never served
+                continue
+            used += 1
+            query_norm, ranks, served_ms = impression
+            self._session_query(r.session_hash, r.query_id, query_norm, served_ms, ranks)
+            if r.event_type in ("query_reformulated", "query_abandoned"):
+                if r.event_type == "query_reformulated":
+                    if r.query_id in self.said_reformulated:
+                        continue
+                    self.said_reformulated.add(r.query_id)
+                self._charge_top(query_norm, ranks, r.event_type)
+                continue
+            doc_id = r.doc_id
+            if doc_id is None or doc_id not in ranks:
+                continue  # only results that were shown can be clicked, pinned, voted on
+            if r.event_type == "result_dwell_time":
+                dwell = json.loads(r.payload).get("outcome", {}).get("dwellMs", 0)
+                if dwell < DWELL_POSITIVE_MS:
+                    continue
+                kind = "dwell"
+            else:
+                kind = _CAPPED[r.event_type]
+            if not self._allowed((query_norm, doc_id, r.session_hash, kind)):
+                continue
+            delta = self.deltas[(query_norm, doc_id)]
+            setattr(delta, _COUNTER_OF[kind], getattr(delta, _COUNTER_OF[kind]) + 1)
+            if kind == "click":
+                rank = str(ranks[doc_id])
+                delta.clicks_by_rank[rank] = delta.clicks_by_rank.get(rank, 0) + 1
+        return used
+
+    def _charge_top(self, query_norm: str, ranks: dict[str, int], event_type: str) -> None:
+        name = "reformulations" if event_type == "query_reformulated" else "abandonments"
+        for doc_id, rank in ranks.items():
+            if rank <= _SEEN_TOP:
+                delta = self.deltas[(query_norm, doc_id)]
+                setattr(delta, name, getattr(delta, name) + 1)
+
+    def _session_query(self, session: str, query_id: str, query_norm: str, served_ms: int,
+                       ranks: dict[str, int]) -> None:
+        """Derive a reformulation when this session moves on to a similar query soon."""
+        last = self.recent.get(session)
+        if last is not None and last[1] == query_id:
+            return
+        if last is not None and served_ms > last[0]:
+            last_ms, last_id, last_norm, last_ranks = last
+            if (served_ms - last_ms <= REFORMULATION_WINDOW_MS and last_norm != query_norm
+                    and last_id not in self.said_reformulated
+                    and difflib.SequenceMatcher(None, last_norm, query_norm).ratio()
+                    >= REFORMULATION_SIMILARITY):
+                self.said_reformulated.add(last_id)
+                self._charge_top(last_norm, last_ranks, "query_reformulated")
+        if last is None or served_ms >= last[0]:
+            top = {d: k for d, k in ranks.items() if k <= _SEEN_TOP}
+            self.recent[session] = [served_ms, query_id, query_norm, top]
+
+    def write(self, now_ms: int) -> int:
+        keys = list(self.deltas)
+        existing: dict[tuple[str, str], SignalRow] = {}
+        by_query: dict[str, list[str]] = defaultdict(list)
+        for query_norm, doc_id in keys:
+            by_query[query_norm].append(doc_id)
+        for query_norm, docs in by_query.items():
+            for chunk in _chunks(docs, 500):
+                for doc_id, row in signals_for(self.conn, query_norm, chunk).items():
+                    existing[(query_norm, doc_id)] = row
+        inserts: list[dict[str, Any]] = []
+        updates: list[dict[str, Any]] = []
+        for key in keys:
+            known = existing.get(key)
+            fresh = known is None
+            row = known or SignalRow()
+            row.add(self.deltas[key])
+            values = {"query_norm": key[0], "doc_id": key[1], "impressions": row.impressions,
+                      "impressions_by_rank": row.impressions_by_rank,
+                      "clicks_by_rank": row.clicks_by_rank, "updated_ms": now_ms,
+                      **{n: getattr(row, n) for n in _COUNTERS}}
+            (inserts if fresh else updates).append(values)
+        if inserts:
+            self.conn.execute(search_signals.insert(), inserts)
+        if updates:
+            self.conn.execute(
+                search_signals.update()
+                .where(search_signals.c.query_norm == sa.bindparam("k_query"),
+                       search_signals.c.doc_id == sa.bindparam("k_doc"))
+                .values({c: sa.bindparam(c) for c in updates[0]
+                         if c not in ("query_norm", "doc_id")}),
+                [{**{k: v for k, v in u.items() if k not in ("query_norm", "doc_id")},
+                  "k_query": u["query_norm"], "k_doc": u["doc_id"]} for u in updates])
+        marks_new = [{"query_norm": k[0], "doc_id": k[1], "session_hash": k[2], "kind": k[3],
+                      "hits": self.marks[k]} for k in self.new_marks if self.marks[k] > 0]
+        if marks_new:
+            self.conn.execute(search_session_marks.insert(), marks_new)
+        marks_old = [{"k_q": k[0], "k_d": k[1], "k_s": k[2], "k_k": k[3], "hits": n}
+                     for k, n in self.marks.items() if k not in self.new_marks and n > 0]
+        if marks_old:
+            c = search_session_marks.c
+            self.conn.execute(
+                search_session_marks.update().where(
+                    c.query_norm == sa.bindparam("k_q"), c.doc_id == sa.bindparam("k_d"),
+                    c.session_hash == sa.bindparam("k_s"), c.kind == sa.bindparam("k_k"))
+                .values(hits=sa.bindparam("hits")), marks_old)
+        return len(keys)
+
+
+def _chunks(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def _impression_horizon(workspace: Workspace) -> int:
+    """The last impression id it is safe to consume. On PostgreSQL ids are taken
+    before commit, so a brief SHARE lock waits for in-flight inserts: after it, no
+    smaller id can still appear. SQLite has one writer, so ids are commit-ordered."""
+    with transaction(workspace.engine) as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(sa.text("LOCK TABLE search_impressions IN SHARE MODE"))
+        return int(conn.scalar(sa.select(sa.func.max(search_impressions.c.id))) or 0)
+
+
+def aggregate(workspace: Workspace, *, now_ms: int | None = None) -> AggregateReport:
+    """Consume new impressions and events into the signals; a no-op when none arrived."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    with workspace.engine.connect() as peek:
+        event_horizon = int(peek.scalar(sa.select(sa.func.max(feedback_events.c.seq))) or 0)
+    impression_horizon = _impression_horizon(workspace)  # after the events: see above
+    with transaction(workspace.engine) as conn:
+        state = conn.execute(sa.select(search_state).where(search_state.c.id == 1)
+                             .with_for_update()).one()
+        if state.event_seq >= event_horizon and state.impression_id >= impression_horizon:
+            return AggregateReport(0, 0, 0, state.version, state.event_seq,
+                                   state.impression_id)
+        run = _Run(conn, workspace.settings.search_session_cap, dict(state.recent or {}))
+        impressions = events = 0
+        last_id = state.impression_id
+        while last_id < impression_horizon:
+            imps = conn.execute(
+                sa.select(search_impressions.c.id, search_impressions.c.query_norm,
+                          search_impressions.c.results)
+                .where(search_impressions.c.id > last_id,
+                       search_impressions.c.id <= impression_horizon)
+                .order_by(search_impressions.c.id).limit(_CHUNK)).all()
+            if not imps:
+                break
+            impressions += run.impressions(imps)
+            last_id = imps[-1].id
+        last_seq = state.event_seq
+        fe = feedback_events.c
+        while last_seq < event_horizon:
+            rows = conn.execute(
+                sa.select(fe.seq, fe.event_type, fe.session_hash, fe.query_id, fe.doc_id,
+                          fe.payload)
+                .where(fe.seq > last_seq, fe.seq <= event_horizon,
+                       fe.query_id.is_not(None), fe.event_type.in_(_EVENT_TYPES))
+                .order_by(fe.seq).limit(_CHUNK)).all()
+            if not rows:
+                break
+            events += run.events(rows)
+            last_seq = rows[-1].seq
+        touched = run.write(now_ms)
+        version = state.version + 1
+        theta, gamma0 = fit_pbm(conn)
+        horizon_ms = max((v[0] for v in run.recent.values()), default=0)
+        recent = {s: v for s, v in run.recent.items()
+                  if v[0] >= horizon_ms - REFORMULATION_WINDOW_MS}
+        conn.execute(search_state.update().where(search_state.c.id == 1).values(
+            event_seq=event_horizon, impression_id=impression_horizon, version=version,
+            propensities={"theta": theta, "gamma0": gamma0}, recent=recent,
+            updated_ms=now_ms))
+    return AggregateReport(impressions, events, touched, version, event_horizon,
+                           impression_horizon)
+
+
+def rebuild(workspace: Workspace, *, now_ms: int | None = None) -> AggregateReport:
+    """Forget every signal and recompute them from the stored impressions and events."""
+    with transaction(workspace.engine) as conn:
+        conn.execute(search_signals.delete())
+        conn.execute(search_session_marks.delete())
+        version = conn.scalar(sa.select(search_state.c.version)) or 0
+        conn.execute(search_state.update().where(search_state.c.id == 1).values(
+            event_seq=0, impression_id=0, version=version + 1, propensities={}, recent={}))
+    return aggregate(workspace, now_ms=now_ms)
+
+
+# -- the position-based click model ----------------------------------------------------
+
+
+def fit_pbm(conn: sa.Connection) -> tuple[list[float], float]:
+    """EM for P(click at rank k on doc d) = θ_k · γ_d over the busiest signal rows.
+
+    Returns θ by rank (θ_1 = 1: the scale is fixed by assuming the top result is
+    always examined) and γ0, the :func:`utility` per examination over all rows,
+    which is the prior mean of the feedback score. θ is identified because the
+    same document is shown at different ranks as rankings move (and by
+    exploration swaps); with no clicks yet it stays at the 1/rank shape.
+    """
+    rows = conn.execute(
+        sa.select(search_signals.c.impressions_by_rank, search_signals.c.clicks_by_rank,
+                  search_signals.c.dwell_clicks, search_signals.c.clicks)
+        .order_by(search_signals.c.impressions.desc()).limit(_EM_ROWS)).all()
+    data: list[list[tuple[int, int, int]]] = []
+    max_rank = 1
+    for r in rows:
+        cells = [(int(k), n, int(r.clicks_by_rank.get(k, 0)))
+                 for k, n in r.impressions_by_rank.items() if n > 0]
+        if cells:
+            data.append(cells)
+            max_rank = max(max_rank, *(k for k, _, _ in cells))
+    theta = [1.0 / k for k in range(1, max_rank + 1)]
+    gammas = [0.2] * len(data)
+    for _ in range(_EM_ITERATIONS):
+        exam_num = [0.0] * max_rank
+        exam_den = [0.0] * max_rank
+        for i, cells in enumerate(data):
+            g = gammas[i]
+            attr_num = attr_den = 0.0
+            for k, n, c in cells:
+                t = theta[k - 1]
+                no_click = max(1.0 - t * g, 1e-9)
+                exam_num[k - 1] += c + (n - c) * t * (1.0 - g) / no_click
+                exam_den[k - 1] += n
+                attr_num += c + (n - c) * (1.0 - t) * g / no_click
+                attr_den += n
+            gammas[i] = min(max(attr_num / attr_den, 1e-6), 1.0)
+        theta = [exam_num[k] / exam_den[k] if exam_den[k] else theta[k]
+                 for k in range(max_rank)]
+        top = theta[0] or 1.0
+        theta = [min(max(t / top, 1e-3), 1.0) for t in theta]
+    examined = sum(n * theta[k - 1] for cells in data for k, n, _ in cells)
+    satisfied = sum(utility(r.clicks, r.dwell_clicks) for r in rows)
+    gamma0 = satisfied / examined if examined and satisfied else 0.2
+    return [round(t, 6) for t in theta], round(min(max(gamma0, 0.01), 0.99), 6)

@@ -1,0 +1,331 @@
+"""Simulated users on public relevance judgments: does feedback make search better?
+
+Over a BEIR-layout data set (``corpus.jsonl``, ``queries.jsonl``,
+``qrels/test.tsv``), each simulated session searches a judged query, sees the
+top 10, and clicks by a click model:
+
+* ``pbm`` — rank k is examined with probability ``1/k``; an examined result is
+  clicked with probability ``0.1 + 0.9 · (2^grade − 1)/(2^max − 1)``;
+* ``cascade`` — results are examined top-down; each is clicked with that same
+  probability, and the first click ends the session.
+
+A clicked result is read longer when it is relevant (mean ``4 + 5·grade``
+seconds), so dwell time carries the signal that clicks alone blur. Every click
+and dwell becomes a real ``MartyFeedbackEventV1`` with the response's real
+``feedbackToken``, sent through the real :class:`~amelio.feedback.Collector`;
+the signals are aggregated after every round, as a cron would.
+
+Each learning profile runs in its own workspace (its clicks must not teach the
+other): ``hybrid_with_feedback`` (debiased, smoothed) and ``naive_ctr`` (raw
+clicks over impressions). After each round every profile is measured on *fresh*
+sessions that send nothing: NDCG@10 against the judgments and CTR@3, the share
+of sessions with a click in the top 3; ``bm25`` and the ``ideal`` ranking (the
+judgments sorted) are the floor and the ceiling.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, cast
+
+from amelio.config import Settings
+from amelio.errors import InvalidInput
+from amelio.feedback import Collector, new_event_id
+from amelio.search.corpus import Corpus
+from amelio.search.service import ClickModel, Searcher
+from amelio.search.signals import aggregate
+from amelio.workspace import Workspace, open_workspace
+
+__all__ = ["Dataset", "SimulationResult", "load_dataset", "ndcg_at", "simulate"]
+
+UserModel = Literal["pbm", "cascade"]
+USER_MODELS: tuple[str, ...] = ("pbm", "cascade")
+TOP = 10
+#: Learning profiles: (name in the report, the searcher's click model).
+_LEARNERS: tuple[tuple[str, ClickModel], ...] = (("hybrid_with_feedback", "pbm"),
+                                                  ("naive_ctr", "ctr"))
+
+
+@dataclass(frozen=True)
+class Dataset:
+    corpus_path: Path
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+
+    @property
+    def max_grade(self) -> int:
+        return max((g for judged in self.qrels.values() for g in judged.values()), default=1)
+
+
+def load_dataset(directory: Path) -> Dataset:
+    """A BEIR-layout folder; only queries with at least one positive judgment are kept."""
+    corpus, queries_path = directory / "corpus.jsonl", directory / "queries.jsonl"
+    qrels_path = directory / "qrels" / "test.tsv"
+    for needed in (corpus, queries_path, qrels_path):
+        if not needed.is_file():
+            raise InvalidInput(f"{directory} is not a BEIR-layout data set: {needed.name} is "
+                               "missing (corpus.jsonl, queries.jsonl, qrels/test.tsv).")
+    qrels: dict[str, dict[str, int]] = defaultdict(dict)
+    with qrels_path.open(encoding="utf-8") as f:
+        for row in csv.reader(f, delimiter="\t"):
+            if len(row) < 3 or not row[2].strip().lstrip("-").isdigit():
+                continue  # the header
+            if int(row[2]) > 0:
+                qrels[row[0]][row[1]] = int(row[2])
+    queries: dict[str, str] = {}
+    with queries_path.open(encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                record = json.loads(line)
+                if str(record["_id"]) in qrels:
+                    queries[str(record["_id"])] = record["text"]
+    if not queries:
+        raise InvalidInput(f"{directory}: no query has a positive judgment.")
+    return Dataset(corpus, queries, dict(qrels))
+
+
+def _rng(seed: int | str) -> random.Random:
+    """A seeded generator: simulations must replay exactly, not be unpredictable."""
+    return random.Random(seed)  # noqa: S311
+
+
+def ndcg_at(ranking: Sequence[str], judged: dict[str, int], k: int = TOP) -> float:
+    """NDCG@k with exponential gains (2^grade − 1) and log2 discounts."""
+    def dcg(grades: Sequence[int]) -> float:
+        return sum((2.0 ** g - 1) / math.log2(i + 2) for i, g in enumerate(grades[:k]))
+    ideal = dcg(sorted(judged.values(), reverse=True))
+    return dcg([judged.get(d, 0) for d in ranking]) / ideal if ideal else 0.0
+
+
+class _User:
+    """A simulated person: clicks and dwells by a click model and the judgments."""
+
+    def __init__(self, model: UserModel, max_grade: int, rng: random.Random) -> None:
+        self.model = model
+        self.max_grade = max_grade
+        self.rng = rng
+
+    def attraction(self, grade: int) -> float:
+        return 0.1 + 0.9 * (2.0 ** grade - 1) / (2.0 ** self.max_grade - 1)
+
+    def clicks(self, ranking: Sequence[str], judged: dict[str, int]) -> list[int]:
+        """The 1-based ranks clicked, in order."""
+        clicked: list[int] = []
+        for rank, doc_id in enumerate(ranking[:TOP], start=1):
+            if self.model == "pbm" and self.rng.random() >= 1.0 / rank:
+                continue
+            if self.rng.random() < self.attraction(judged.get(doc_id, 0)):
+                clicked.append(rank)
+                if self.model == "cascade":
+                    break
+        return clicked
+
+    def dwell_ms(self, grade: int) -> int:
+        return int(max(0.5, self.rng.gauss(4.0 + 5.0 * grade, 2.0)) * 1000)
+
+
+@dataclass
+class SimulationResult:
+    """Per round (0 = before any feedback) and profile: NDCG@10 and CTR@3."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def final(self, profile: str, metric: str) -> float:
+        last = max(r["round"] for r in self.rows)
+        return float(next(r[metric] for r in self.rows if r["round"] == last
+                    and r["profile"] == profile))
+
+    def gap_closed(self, profile: str, metric: str = "ndcg10") -> float:
+        """Share of the bm25 → ideal gap ``profile`` closed by the last round."""
+        base, ideal = self.final("bm25", metric), self.final("ideal", metric)
+        return (self.final(profile, metric) - base) / (ideal - base) if ideal > base else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        profiles = sorted({r["profile"] for r in self.rows})
+        return {"settings": self.settings, "rows": self.rows,
+                "final": {p: {"ndcg10": self.final(p, "ndcg10"), "ctr3": self.final(p, "ctr3")}
+                          for p in profiles},
+                "gapClosed": {p: {"ndcg10": self.gap_closed(p, "ndcg10"),
+                                  "ctr3": self.gap_closed(p, "ctr3")}
+                              for p in ("hybrid_with_feedback", "naive_ctr")}}
+
+    def write(self, out: Path) -> list[Path]:
+        """The CSV, the JSON record and, when matplotlib is installed, the PNG."""
+        out.mkdir(parents=True, exist_ok=True)
+        written = [out / "simulation.csv", out / "simulation.json"]
+        with written[0].open("w", newline="", encoding="utf-8") as f:
+            writer = csv.DictWriter(f, fieldnames=["round", "sessions", "profile", "ndcg10",
+                                                   "ctr3"])
+            writer.writeheader()
+            writer.writerows(self.rows)
+        written[1].write_text(json.dumps(self.to_dict(), indent=2), encoding="utf-8")
+        png = self._plot(out / "simulation.png")
+        if png is not None:
+            written.append(png)
+        return written
+
+    def _plot(self, path: Path) -> Path | None:
+        try:
+            import matplotlib  # type: ignore[import-not-found,unused-ignore]
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt  # type: ignore[import-not-found,unused-ignore]
+        except ImportError:
+            return None
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        for ax, metric, label in ((axes[0], "ndcg10", "NDCG@10"), (axes[1], "ctr3", "CTR@3")):
+            for profile in ("ideal", "hybrid_with_feedback", "naive_ctr", "bm25"):
+                points = [(r["sessions"], r[metric]) for r in self.rows
+                          if r["profile"] == profile]
+                ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
+                        label=profile)
+            ax.set_xlabel("sessions per query")
+            ax.set_ylabel(label)
+            ax.grid(alpha=0.3)
+        axes[0].legend()
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        return path
+
+
+def _evaluate(rank: Callable[[str], list[str]], data: Dataset, user: _User,
+              sessions: int) -> tuple[float, float]:
+    ndcg = ctr = 0.0
+    for qid, text in data.queries.items():
+        ranking = rank(text)
+        judged = data.qrels[qid]
+        ndcg += ndcg_at(ranking, judged)
+        ctr += sum(1 for _ in range(sessions)
+                   if any(k <= 3 for k in user.clicks(ranking, judged))) / sessions
+    return ndcg / len(data.queries), ctr / len(data.queries)
+
+
+def _events(response: Any, clicks: list[int], judged: dict[str, int], user: _User,
+            session: str, now_ms: int) -> list[dict[str, Any]]:
+    request = {"queryId": response.query_id, "requestId": response.request_id,
+               "feedbackToken": response.token, "rankProfile": response.profile,
+               "alpha": response.alpha}
+    events: list[dict[str, Any]] = []
+    for rank in clicks:
+        doc_id = response.results[rank - 1].doc_id
+        common = {"eventVersion": "v1", "eventTimeMs": now_ms,
+                  "session": {"sessionId": session}, "consent": {"telemetry": "granted"},
+                  "request": request, "result": {"docId": doc_id, "rankShown": rank}}
+        events.append({**common, "eventId": new_event_id(), "eventType": "result_clicked"})
+        events.append({**common, "eventId": new_event_id(), "eventType": "result_dwell_time",
+                       "outcome": {"dwellMs": user.dwell_ms(judged.get(doc_id, 0))}})
+    return events
+
+
+def simulate(dataset: Path, *, sessions_per_query: int = 100, user_model: str = "pbm",
+             seed: int = 0, rounds: int = 10, eval_sessions: int = 20,
+             workdir: Path | None = None,
+             progress: Callable[[str], None] | None = None) -> SimulationResult:
+    """Run the simulation; ``rounds`` checkpoints split the sessions evenly."""
+    if user_model not in USER_MODELS:
+        raise InvalidInput(f"Unknown click model {user_model!r}; use pbm or cascade.",
+                           field="click_model")
+    if sessions_per_query < 1 or rounds < 1 or eval_sessions < 1:
+        raise InvalidInput("sessions per query, rounds and evaluation sessions are at least 1.")
+    rounds = min(rounds, sessions_per_query)
+    model = cast(UserModel, user_model)
+    data = load_dataset(dataset)
+    say = progress or (lambda _: None)
+    scratch = tempfile.TemporaryDirectory(prefix="amelio-sim-") if workdir is None else None
+    root = Path(scratch.name) if scratch is not None else Path(workdir)  # type: ignore[arg-type]
+    result = SimulationResult(settings={"dataset": str(dataset), "queries": len(data.queries),
+                                        "sessionsPerQuery": sessions_per_query,
+                                        "clickModel": user_model, "seed": seed,
+                                        "rounds": rounds, "evalSessions": eval_sessions})
+    try:
+        corpus = Corpus(root / "corpus.db")
+        if corpus.count() == 0:
+            corpus.import_file(data.corpus_path)
+        judged_lists = {qid: [d for d, _ in sorted(j.items(), key=lambda x: -x[1])]
+                        for qid, j in data.qrels.items()}
+        text_to_qid = {t: q for q, t in data.queries.items()}
+        static: dict[str, tuple[float, float]] = {}
+        learners: dict[str, Searcher] = {}
+        collectors: dict[str, Collector] = {}
+        for name, click_model in _LEARNERS:
+            ws = _scratch_workspace(root / name)
+            learners[name] = Searcher(ws, corpus=corpus, click_model=click_model,
+                                      rng=_rng(seed), background_aggregation=False)
+            collectors[name] = Collector(ws)
+        base = learners["hybrid_with_feedback"]
+        eval_user = _User(model, data.max_grade, _rng(seed + 1))
+        static["bm25"] = _evaluate(
+            lambda t: [d.doc_id for d in base.rank(t, profile="bm25")], data, eval_user,
+            eval_sessions)
+        static["ideal"] = _evaluate(lambda t: judged_lists[text_to_qid[t]][:TOP], data,
+                                    eval_user, eval_sessions)
+        done = 0
+        for round_no in range(rounds + 1):
+            if round_no:
+                batch = sessions_per_query * round_no // rounds - done
+                for name, searcher in learners.items():
+                    _train(searcher, collectors[name], data, batch, user_model,
+                           _rng(f"{seed}:{name}:{round_no}"), f"{name}-{round_no}")
+                done += batch
+            for profile, value in static.items():
+                result.rows.append({"round": round_no, "sessions": done, "profile": profile,
+                                    "ndcg10": round(value[0], 4), "ctr3": round(value[1], 4)})
+            for name, searcher in learners.items():
+                user = _User(model, data.max_grade, _rng(f"{seed}:eval:{round_no}"))
+                ndcg, ctr = _evaluate(_feedback_ranker(searcher), data, user, eval_sessions)
+                result.rows.append({"round": round_no, "sessions": done, "profile": name,
+                                    "ndcg10": round(ndcg, 4), "ctr3": round(ctr, 4)})
+            say(f"round {round_no}/{rounds}: {done} sessions per query; "
+                + ", ".join(f"{r['profile']} {r['ndcg10']:.3f}" for r in result.rows
+                            if r["round"] == round_no))
+        for searcher in learners.values():
+            searcher.workspace.dispose()
+    finally:
+        if scratch is not None:
+            scratch.cleanup()
+    return result
+
+
+def _feedback_ranker(searcher: Searcher) -> Callable[[str], list[str]]:
+    def rank(text: str) -> list[str]:
+        return [d.doc_id for d in searcher.rank(text, profile="hybrid_with_feedback",
+                                                alpha=0.0)]
+    return rank
+
+
+def _scratch_workspace(path: Path) -> Workspace:
+    """A private SQLite workspace, whatever AMELIO_DATABASE_URL says: two learners
+    sharing a database would learn from each other's clicks."""
+    (path / ".amelio").mkdir(parents=True, exist_ok=True)
+    settings = Settings(workspace=path,
+                        database_url=f"sqlite:///{(path / '.amelio' / 'amelio.db').resolve()}")
+    return open_workspace(path, migrate=True, settings=settings)
+
+
+def _train(searcher: Searcher, collector: Collector, data: Dataset, sessions: int,
+           user_model: str, rng: random.Random, tag: str) -> None:
+    """``sessions`` logged sessions per query, their events collected, signals updated."""
+    user = _User(cast(UserModel, user_model), data.max_grade, rng)
+    events: list[dict[str, Any]] = []
+    now_ms = int(time.time() * 1000)
+    for qid, text in data.queries.items():
+        judged = data.qrels[qid]
+        for i in range(sessions):
+            response = searcher.search(text, profile="hybrid_with_feedback", alpha=0.0)
+            ranking = [d.doc_id for d in response.results]
+            events += _events(response, user.clicks(ranking, judged), judged, user,
+                              f"{tag}-{qid}-{i}", now_ms)
+    size = searcher.settings.feedback_max_events
+    for start in range(0, len(events), size):
+        collector.ingest(events[start:start + size], rate_limit=False)
+    aggregate(searcher.workspace)

@@ -1,0 +1,257 @@
+"""Search: corpus import, the API contract, impressions, signals and the feedback ranking."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from click.testing import CliRunner
+from fastapi.testclient import TestClient
+
+from amelio import keys
+from amelio.cli import main
+from amelio.db.schema import search_impressions
+from amelio.errors import InvalidInput
+from amelio.feedback import Collector, new_event_id
+from amelio.feedback.tokens import token_signer
+from amelio.search import Corpus, Searcher, SearchResponse, aggregate, rebuild
+from amelio.search.signals import signals_for
+from amelio.search.simulate import ndcg_at, simulate
+from amelio.server import create_app
+from amelio.workspace import Workspace
+
+DOCS = [
+    {"_id": "reset", "title": "Reset your password", "text": "Open settings, choose "
+     "security, then reset the password. A reset link arrives by email."},
+    {"_id": "sso", "title": "Single sign-on", "text": "Sign in with your company account; "
+     "the password is managed by your identity provider."},
+    {"_id": "expire", "title": "Password expiry", "text": "Passwords expire after 90 days; "
+     "you are asked to choose a new password."},
+    {"_id": "invoice", "title": "Download an invoice", "text": "Invoices are under billing."},
+    {"_id": "refund", "title": "Ask for a refund", "text": "Refunds go back to the card."},
+]
+
+
+def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def corpus(workspace: Workspace, tmp_path: Path) -> Corpus:
+    c = Corpus.for_workspace(workspace.settings.data_dir)
+    c.import_file(write_jsonl(tmp_path / "docs.jsonl", DOCS))
+    return c
+
+
+@pytest.fixture
+def searcher(workspace: Workspace, corpus: Corpus) -> Searcher:
+    return Searcher(workspace, corpus=corpus, background_aggregation=False)
+
+
+def click_events(response: SearchResponse, doc_id: str, session: str, *, dwell_ms: int = 20_000,
+                 times: int = 1) -> list[dict[str, Any]]:
+    rank = next(i for i, d in enumerate(response.results, start=1) if d.doc_id == doc_id)
+    request = {"queryId": response.query_id, "requestId": response.request_id,
+               "feedbackToken": response.token}
+    common = {"eventVersion": "v1", "session": {"sessionId": session},
+              "consent": {"telemetry": "granted"}, "request": request,
+              "result": {"docId": doc_id, "rankShown": rank}}
+    events: list[dict[str, Any]] = []
+    now = int(time.time() * 1000)
+    for _ in range(times):
+        events.append({**common, "eventId": new_event_id(), "eventTimeMs": now,
+                       "eventType": "result_clicked"})
+        events.append({**common, "eventId": new_event_id(), "eventTimeMs": now,
+                       "eventType": "result_dwell_time", "outcome": {"dwellMs": dwell_ms}})
+    return events
+
+
+# -- the corpus ------------------------------------------------------------------------
+
+
+def test_import_reads_beir_and_ndjson_updates_and_deletes(sqlite_workspace: Workspace,
+                                                          tmp_path: Path) -> None:
+    c = Corpus.for_workspace(sqlite_workspace.settings.data_dir)
+    assert c.import_file(write_jsonl(tmp_path / "a.jsonl", DOCS)).total == 5
+    report = c.import_file(write_jsonl(tmp_path / "b.jsonl", [
+        {"docId": "refund", "title": "Refund policy", "body": "Refunds within 14 days.",
+         "lang": "en"},
+        {"docId": "invoice", "deleted": True}]))
+    assert (report.upserted, report.deleted, report.total) == (1, 1, 4)
+    assert c.documents(["refund"])["refund"].extra == {"lang": "en"}
+    assert [h.doc_id for h in c.lexical("invoice", 5)] == []
+    assert [h.doc_id for h in c.lexical("refund policy", 5)] == ["refund"]
+    # a fresh Corpus on the same workspace (another process) sees the same index
+    assert Corpus.for_workspace(sqlite_workspace.settings.data_dir).count() == 4
+
+
+def test_a_line_without_an_id_is_refused_with_its_line(sqlite_workspace: Workspace,
+                                                       tmp_path: Path) -> None:
+    c = Corpus.for_workspace(sqlite_workspace.settings.data_dir)
+    bad = write_jsonl(tmp_path / "bad.jsonl", [DOCS[0], {"title": "no id", "text": "x"}])
+    with pytest.raises(InvalidInput, match=r"bad.jsonl line 2: the document has no id"):
+        c.import_file(bad)
+    assert c.count() == 0  # checked before anything is written
+
+
+def test_lexical_folds_accents_and_ignores_fts_syntax(sqlite_workspace: Workspace,
+                                                     tmp_path: Path) -> None:
+    c = Corpus.for_workspace(sqlite_workspace.settings.data_dir)
+    c.import_file(write_jsonl(tmp_path / "fr.jsonl", [
+        {"_id": "1", "title": "Réinitialiser le mot de passe", "text": "Paramètres."}]))
+    assert [h.doc_id for h in c.lexical("REINITIALISER", 3)] == ["1"]
+    assert c.lexical('passe" OR NOT *', 3)[0].doc_id == "1"
+
+
+# -- search and impressions --------------------------------------------------------------
+
+
+def test_search_contract_token_and_impression(workspace: Workspace, corpus: Corpus) -> None:
+    _, key = keys.create_key(workspace.engine, name="bot", role="bot")
+    with TestClient(create_app(workspace)) as client:
+        r = client.post("/v1/search", headers={"Authorization": f"Bearer {key}"},
+                        json={"query": "reset my password", "rankProfile": "bm25"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert set(body) == {"queryId", "requestId", "rankProfile", "alpha", "results",
+                         "feedbackToken"}
+    assert body["rankProfile"] == "bm25" and body["results"][0]["docId"] == "reset"
+    assert [x["rank"] for x in body["results"]] == list(range(1, len(body["results"]) + 1))
+    assert {"docId", "rank", "score", "scoreVespa", "feedbackScore"} <= set(body["results"][0])
+    token_signer(workspace.settings).verify(body["feedbackToken"], body["queryId"],
+                                            body["requestId"])
+    with workspace.engine.connect() as conn:
+        row = conn.execute(sa.select(search_impressions)).one()
+    assert row.query_id == body["queryId"] and row.query_norm == "reset my password"
+    assert row.results[0][:2] == ["reset", 1]
+
+
+@pytest.mark.parametrize(("payload", "field", "status"), [
+    ({"query": "password", "rankProfile": "fancy"}, "rankProfile", 422),
+    ({"query": "password", "rankProfile": "hybrid", "alpha": 1.5}, "alpha", 422),
+    ({"query": "  ?! ", "rankProfile": "bm25"}, "query", 422),
+    ({"query": "password", "limit": 0}, "limit", 422),
+])
+def test_bad_requests_get_clear_errors(workspace: Workspace, corpus: Corpus,
+                                       payload: dict[str, Any], field: str,
+                                       status: int) -> None:
+    _, key = keys.create_key(workspace.engine, name="bot", role="bot")
+    with TestClient(create_app(workspace)) as client:
+        r = client.post("/v1/search", headers={"Authorization": f"Bearer {key}"},
+                        json=payload)
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["details"]["field"] == field
+
+
+def test_semantic_without_the_extra_says_how_to_install(searcher: Searcher) -> None:
+    for profile, alpha in (("semantic", None), ("hybrid", 0.5)):
+        with pytest.raises(Exception, match=r"pip install 'amelio\[semantic\]'") as info:
+            searcher.search("password", profile=profile, alpha=alpha)
+        assert getattr(info.value, "http_status", None) == 503
+
+
+# -- signals and the feedback ranking ----------------------------------------------------
+
+
+def test_clicks_become_signals_once_and_rebuild_matches(workspace: Workspace,
+                                                       searcher: Searcher) -> None:
+    collector = Collector(workspace)
+    events: list[dict[str, Any]] = []
+    for i in range(3):
+        response = searcher.search("password", profile="hybrid_with_feedback")
+        events += click_events(response, "expire", f"s{i}")
+    # one session clicking ten times counts once (the click-spam guard)
+    events += click_events(response, "expire", "spammer", times=10)
+    assert collector.ingest(events, rate_limit=False).count("accepted") == len(events)
+    first = aggregate(workspace)
+    assert first.impressions == 3 and first.version == 1
+    row = signals_for(workspace.engine, "password")["expire"]
+    assert (row.impressions, row.clicks, row.dwell_clicks) == (3, 4, 4)
+    again = aggregate(workspace)  # nothing new: nothing counted twice
+    assert again.rows == 0 and signals_for(workspace.engine, "password")["expire"] == row
+    rebuild(workspace)
+    assert signals_for(workspace.engine, "password")["expire"] == row
+
+
+def test_feedback_moves_a_result_up_and_beta_zero_is_the_kill_switch(
+        workspace: Workspace, searcher: Searcher) -> None:
+    query = "password"
+    before = [d.doc_id for d in searcher.rank(query, profile="hybrid")]
+    target = before[-1]
+    collector = Collector(workspace)
+    events: list[dict[str, Any]] = []
+    for i in range(30):
+        response = searcher.search(query, profile="hybrid_with_feedback")
+        events += click_events(response, target, f"s{i}")
+    collector.ingest(events, rate_limit=False)
+    aggregate(workspace)
+    after = searcher.rank(query, profile="hybrid_with_feedback")
+    assert after[0].doc_id == target and after[0].feedback > 0
+    assert [d.doc_id for d in searcher.rank(query, profile="hybrid_with_feedback",
+                                            beta=0.0)] == before
+    # the warm cache is keyed by the signals version: cached before, fresh after
+    assert searcher.search(query, profile="hybrid_with_feedback").cached
+
+
+def test_one_session_moves_a_document_a_bounded_amount(workspace: Workspace,
+                                                       searcher: Searcher) -> None:
+    response = searcher.search("password", profile="hybrid_with_feedback")
+    Collector(workspace).ingest(click_events(response, "expire", "one", times=50),
+                                rate_limit=False)
+    aggregate(workspace)
+    boosted = next(d for d in searcher.rank("password", profile="hybrid_with_feedback")
+                   if d.doc_id == "expire")
+    assert 0 < boosted.feedback < 0.5
+
+
+# -- the simulation ----------------------------------------------------------------------
+
+
+def test_ndcg() -> None:
+    assert ndcg_at(["a", "b"], {"a": 2, "b": 1}) == pytest.approx(1.0)
+    assert ndcg_at(["b", "a"], {"a": 2, "b": 1}) < 1.0
+    assert ndcg_at(["x"], {"a": 1}) == 0.0
+
+
+def test_simulation_learns_on_a_small_dataset(tmp_path: Path) -> None:
+    data = tmp_path / "beir"
+    (data / "qrels").mkdir(parents=True)
+    docs = [{"_id": f"d{i}", "title": f"password help {i}",
+             "text": "password " * (10 - i) + "account"} for i in range(10)]
+    write_jsonl(data / "corpus.jsonl", docs)
+    write_jsonl(data / "queries.jsonl", [{"_id": "q1", "text": "password help"}])
+    (data / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td9\t4\n"
+                                             "q1\td8\t3\n", encoding="utf-8")
+    result = simulate(data, sessions_per_query=60, rounds=3, eval_sessions=5, seed=1)
+    assert result.final("bm25", "ndcg10") < 0.5
+    assert result.gap_closed("hybrid_with_feedback") > 0.5
+    files = result.write(tmp_path / "out")
+    assert (tmp_path / "out" / "simulation.csv") in files
+
+
+def test_cli_import_search_and_signals(sqlite_workspace: Workspace, tmp_path: Path) -> None:
+    runner = CliRunner()
+    ws = ["--workspace", str(sqlite_workspace.root)]
+    r = runner.invoke(main, [*ws, "corpus", "import",
+                             str(write_jsonl(tmp_path / "d.jsonl", DOCS))])
+    assert r.exit_code == 0 and "5 document(s) imported" in r.output, r.output
+    r = runner.invoke(main, [*ws, "search", "refund", "--profile", "bm25", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["results"][0]["docId"] == "refund"
+    r = runner.invoke(main, [*ws, "search", "refund", "--alpha", "2"])
+    assert r.exit_code == 1 and "alpha" in r.output
+    r = runner.invoke(main, [*ws, "signals", "update"])
+    assert r.exit_code == 0 and "1 impression(s)" in r.output, r.output
+
+
+@pytest.fixture(autouse=True)
+def _no_background(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Background aggregation would race the assertions; tests aggregate explicitly."""
+    monkeypatch.setattr("amelio.search.service.AGGREGATE_EVERY_S", 1e9)
+    yield
