@@ -54,6 +54,7 @@ __all__ = [
     "Indexer",
     "SyncReceipt",
     "SyncWorker",
+    "default_indexer",
     "drain",
     "enqueue",
     "failures",
