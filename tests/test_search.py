@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -251,7 +250,6 @@ def test_cli_import_search_and_signals(sqlite_workspace: Workspace, tmp_path: Pa
 
 
 @pytest.fixture(autouse=True)
-def _no_background(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _no_background(monkeypatch: pytest.MonkeyPatch) -> None:
     """Background aggregation would race the assertions; tests aggregate explicitly."""
     monkeypatch.setattr("amelio.search.service.AGGREGATE_EVERY_S", 1e9)
-    yield
