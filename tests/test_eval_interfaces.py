@@ -170,7 +170,7 @@ def test_put_invalid_rules_is_422_and_changes_nothing(
     assert r.status_code == 422
     err = r.json()["error"]
     assert err["code"] == "eval_rule_error"
-    assert err["details"]["rule_id"] == "x-1" and err["details"]["field"] == "pattern"
+    assert err["details"]["ruleId"] == "x-1" and err["details"]["field"] == "pattern"
     assert skills.get_skill(workspace.engine, "git-help").version == 1
     r = client.put("/v1/skills/git-help/evals", headers=h["admin"],
                    json={"rules": [], "skill": "other"})
@@ -189,7 +189,7 @@ def test_check_endpoint(api: tuple[TestClient, dict[str, str]]) -> None:
     assert r.json()["success"] is True
     r = client.post("/v1/evals/check", headers=h["bot"],
                     json={"rules": [{"id": "z", "type": "nope"}], "text": "t"})
-    assert r.status_code == 422 and r.json()["error"]["details"]["rule_id"] == "z"
+    assert r.status_code == 422 and r.json()["error"]["details"]["ruleId"] == "z"
     assert client.post("/v1/evals/check", headers=h["bot"],
                        json={"text": "t"}).status_code == 422
     assert client.post("/v1/evals/check", headers=h["client"],

@@ -29,13 +29,20 @@ def error_response(status: int, code: str, message: str, details: Any = None,
     )
 
 
+def _camel(name: str) -> str:
+    """API responses use camelCase names (rule_id -> ruleId), error details included."""
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(AmelioError)
     async def amelio_error(_: Request, exc: AmelioError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.http_status == 401 else None
         if isinstance(exc, RateLimited):
             headers = {"Retry-After": str(exc.retry_after)}
-        return error_response(exc.http_status, exc.code, exc.message, exc.details, headers)
+        details = {_camel(k): v for k, v in exc.details.items()}
+        return error_response(exc.http_status, exc.code, exc.message, details, headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
