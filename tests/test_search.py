@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -253,3 +254,87 @@ def test_cli_import_search_and_signals(sqlite_workspace: Workspace, tmp_path: Pa
 def _no_background(monkeypatch: pytest.MonkeyPatch) -> None:
     """Background aggregation would race the assertions; tests aggregate explicitly."""
     monkeypatch.setattr("amelio.search.service.AGGREGATE_EVERY_S", 1e9)
+
+
+# -- exploration -------------------------------------------------------------------------
+
+
+def test_deep_exploration_shows_a_lower_candidate_at_its_recorded_rank(
+        workspace: Workspace, tmp_path: Path) -> None:
+    """A share of responses puts one candidate from below the page on it; the
+    impression records where it was shown, and its click counts at that rank."""
+    c = Corpus.for_workspace(workspace.settings.data_dir)
+    c.import_file(write_jsonl(tmp_path / "many.jsonl", [
+        {"_id": f"d{i:02}", "title": f"password note {i}", "text": "password " * (40 - i)}
+        for i in range(30)]))
+    searcher = Searcher(workspace, corpus=c, background_aggregation=False,
+                        rng=random.Random(3))
+    searcher.settings = workspace.settings.model_copy(
+        update={"search_exploration_deep": 0.5, "search_exploration_depth": 20})
+    page = [d.doc_id for d in searcher.rank("password", profile="bm25", limit=5)]
+    deeper = {d.doc_id for d in searcher.rank("password", profile="bm25", limit=20)} - set(page)
+    explored = 0
+    for _ in range(40):
+        response = searcher.search("password", profile="bm25", limit=5)
+        shown = [d.doc_id for d in response.results]
+        assert len(shown) == 5
+        if not response.explored:
+            assert shown == page
+            continue
+        explored += 1
+        (newcomer,) = set(shown) - set(page)
+        assert newcomer in deeper  # from ranks 6–20, never past the depth
+        assert [d for d in shown if d != newcomer] == page[:4]  # the rest keep their order
+        clicked = response
+    assert 10 <= explored <= 30  # about half
+    newcomer = next(d.doc_id for d in clicked.results if d.doc_id not in page)
+    rank = next(i for i, d in enumerate(clicked.results, start=1) if d.doc_id == newcomer)
+    Collector(workspace).ingest(click_events(clicked, newcomer, "explorer"), rate_limit=False)
+    aggregate(workspace)
+    row = signals_for(workspace.engine, "password")[newcomer]
+    assert row.clicks_by_rank == {str(rank): 1}
+    assert row.impressions_by_rank.get(str(rank), 0) >= 1
+    with workspace.engine.connect() as conn:
+        flags = conn.execute(sa.select(search_impressions.c.explored)).scalars().all()
+    assert sum(flags) == explored
+
+
+def test_no_exploration_when_its_share_is_zero(workspace: Workspace, corpus: Corpus) -> None:
+    searcher = Searcher(workspace, corpus=corpus, background_aggregation=False,
+                        rng=random.Random(0))
+    searcher.settings = workspace.settings.model_copy(
+        update={"search_exploration_deep": 0.0, "search_exploration": 0.0})
+    first = [d.doc_id for d in searcher.search("password", limit=2).results]
+    for _ in range(20):
+        response = searcher.search("password", limit=2)
+        assert not response.explored and [d.doc_id for d in response.results] == first
+
+
+# -- GET /v1/search/signals --------------------------------------------------------------
+
+
+def test_signals_route_shows_one_query_to_admins_only(workspace: Workspace,
+                                                      searcher: Searcher) -> None:
+    response = searcher.search("Password!", profile="bm25")
+    Collector(workspace).ingest(click_events(response, "expire", "s1"), rate_limit=False)
+    aggregate(workspace)
+    _, admin = keys.create_key(workspace.engine, name="admin", role="admin")
+    _, bot = keys.create_key(workspace.engine, name="bot", role="bot")
+    with TestClient(create_app(workspace)) as client:
+        r = client.get("/v1/search/signals", params={"query": "  PASSWORD "},
+                       headers={"Authorization": f"Bearer {admin}"})
+        denied = client.get("/v1/search/signals", params={"query": "password"},
+                            headers={"Authorization": f"Bearer {bot}"})
+        unknown = client.get("/v1/search/signals", params={"query": "nothing here"},
+                             headers={"Authorization": f"Bearer {admin}"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["query"] == "password"
+    expire = body["documents"]["expire"]
+    assert expire["clicks"] == 1 and expire["dwellClicks"] == 1 and expire["impressions"] == 1
+    rank = str(next(i for i, d in enumerate(response.results, start=1)
+                    if d.doc_id == "expire"))
+    assert expire["clicksByRank"] == {rank: 1} and expire["impressionsByRank"][rank] == 1
+    assert set(body["documents"]) == {d.doc_id for d in response.results}
+    assert denied.status_code == 403
+    assert unknown.status_code == 200 and unknown.json()["documents"] == {}

@@ -1,4 +1,5 @@
-"""The demo workspace behind ``make demo``: example skills and an admin key.
+"""The demo workspace behind ``make demo``: example skills, help-desk articles to
+search, and an admin key.
 
 Running it again reuses the workspace: skills re-import as no-ops (or as new
 versions if the examples changed) and the saved admin key keeps working.
@@ -20,9 +21,11 @@ from amelio.errors import ConfigError
 from amelio.improve.nightly import run_improve
 from amelio.llm.fake import ScriptedProvider
 from amelio.quality import give_feedback
+from amelio.search import Corpus
 from amelio.workspace import Workspace, init_workspace
 
-__all__ = ["example_skills_path", "load_recorded_interactions", "prepare_demo"]
+__all__ = ["example_skills_path", "load_demo_corpus", "load_recorded_interactions",
+           "prepare_demo"]
 
 _KEY_FILE = "demo-admin-key"
 
@@ -63,6 +66,16 @@ def load_recorded_interactions(ws: Workspace, path: Path | None = None) -> int:
     return count
 
 
+def load_demo_corpus(ws: Workspace, path: Path | None = None) -> int:
+    """Index the demo help-desk articles so search, feedback and signals work at
+    once; returns how many were imported. Does nothing when the corpus already
+    has documents: a re-run must not replace what someone imported."""
+    corpus = Corpus.for_workspace(ws.settings.data_dir)
+    if corpus.count():
+        return 0
+    return corpus.import_file(path or _example("demo") / "corpus.jsonl").upserted
+
+
 def _admin_key(ws: Workspace) -> str:
     path = ws.settings.data_dir / _KEY_FILE
     if path.is_file():
@@ -85,6 +98,7 @@ def prepare_demo(directory: Path, skills_path: Path | None = None) -> tuple[Work
     """
     ws, _ = init_workspace(directory)
     skills.import_skills(ws.engine, skills_path or example_skills_path(), author="demo")
+    load_demo_corpus(ws)
     if skills_path is None and load_recorded_interactions(ws):
         run_improve(ws, notify=False)
     return ws, _admin_key(ws)

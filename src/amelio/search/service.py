@@ -220,8 +220,8 @@ class Searcher:
                beta: float | None = None) -> SearchResponse:
         """Rank the corpus for ``query``, log the impression, sign the token."""
         ranking, profile, alpha, beta, query_norm, cached = self._ranking(
-            query, profile, alpha, limit, beta)
-        ranking, explored = self._explore(ranking)
+            query, profile, alpha, limit, beta, depth=self._explore_depth(limit))
+        ranking, explored = self._explore(ranking, limit)
         query_id, request_id = str(ULID()), str(ULID())
         self._log(query_id, request_id, project, query_norm, profile, alpha, beta, ranking,
                   explored)
@@ -235,11 +235,21 @@ class Searcher:
              limit: int = 10, beta: float | None = None) -> tuple[RankedDoc, ...]:
         """The ranking a search would show, without logging an impression (for
         evaluation: a ranking nobody saw must not count as shown)."""
-        return self._ranking(query, profile, alpha, limit, beta)[0]
+        depth = self._explore_depth(limit)  # the key searches use: one cache entry
+        return self._ranking(query, profile, alpha, limit, beta, depth=depth)[0][:limit]
+
+    def _explore_depth(self, limit: int) -> int:
+        """How deep a search ranks: past ``limit`` only when deep exploration may
+        pick a candidate from below the shown results."""
+        if self.settings.search_exploration_deep <= 0:
+            return limit
+        return max(limit, self.settings.search_exploration_depth)
 
     def _ranking(self, query: str, profile: str | None, alpha: float | None, limit: int,
-                 beta: float | None
+                 beta: float | None, *, depth: int
                  ) -> tuple[tuple[RankedDoc, ...], str, float, float, str, bool]:
+        """The best ``depth`` (≥ ``limit``) documents, cached, and the request's
+        resolved profile, alpha, beta and normalized query."""
         profile = profile or self.settings.search_profile
         alpha = self.settings.search_alpha if alpha is None else alpha
         beta = self.settings.search_beta if beta is None else beta
@@ -259,11 +269,11 @@ class Searcher:
         with self.workspace.engine.connect() as conn:
             propensities = load_propensities(conn) if beta > 0 else None
             version = propensities.version if propensities else 0
-            key = (query_norm, profile, alpha, beta, limit, version, self.click_model)
+            key = (query_norm, profile, alpha, beta, depth, version, self.click_model)
             ranking = self.cache.get(key)
             cached = ranking is not None
             if ranking is None:
-                ranking = self._rank(conn, query_norm, profile, alpha, beta, limit,
+                ranking = self._rank(conn, query_norm, profile, alpha, beta, depth,
                                      propensities)
                 self.cache.put(key, ranking)
         return ranking, profile, alpha, beta, query_norm, cached
@@ -294,15 +304,37 @@ class Searcher:
             key=lambda d: (-d.score, order[d.doc_id]))
         return tuple(ranked[:limit])
 
-    def _explore(self, ranking: tuple[RankedDoc, ...]) -> tuple[tuple[RankedDoc, ...], bool]:
-        """With probability ``search_exploration``, swap two adjacent results."""
-        share = self.settings.search_exploration
-        if share <= 0 or len(ranking) < 2 or self._rng.random() >= share:
-            return ranking, False
-        i = self._rng.randrange(len(ranking) - 1)
-        swapped = list(ranking)
-        swapped[i], swapped[i + 1] = swapped[i + 1], swapped[i]
-        return tuple(swapped), True
+    def _explore(self, ranking: tuple[RankedDoc, ...], limit: int
+                 ) -> tuple[tuple[RankedDoc, ...], bool]:
+        """The ``limit`` results to show, explored in a share of responses.
+
+        Deep exploration (``search_exploration_deep``) puts one candidate from below
+        the shown results into a random slot: people only look at the first page,
+        so a relevant document ranked 11th or deeper would otherwise never be seen,
+        never clicked and never rise. The deeper candidates are drawn with weight
+        ``1 / (position below the page)``, so the next in line is tried most often;
+        one shown without a click sinks (its feedback score is examinations without
+        clicks), which brings the following one up. Adjacent swaps
+        (``search_exploration``) vary the rank of documents already on the page so
+        position bias can be measured. Either way the impression records the ranks
+        as shown, and clicks are debiased by the examination at those ranks.
+        """
+        shown, deeper = list(ranking[:limit]), ranking[limit:]
+        settings, rng = self.settings, self._rng
+        explored = False
+        if deeper and shown and settings.search_exploration_deep > 0 \
+                and rng.random() < settings.search_exploration_deep:
+            weights = [1.0 / i for i in range(1, len(deeper) + 1)]
+            pick = rng.choices(deeper, weights=weights)[0]
+            shown.insert(rng.randrange(len(shown)), pick)
+            shown.pop()
+            explored = True
+        if len(shown) >= 2 and settings.search_exploration > 0 \
+                and rng.random() < settings.search_exploration:
+            i = rng.randrange(len(shown) - 1)
+            shown[i], shown[i + 1] = shown[i + 1], shown[i]
+            explored = True
+        return tuple(shown), explored
 
     # -- the impression log and signals -----------------------------------------------
 
