@@ -35,6 +35,7 @@ _EN = {
     "select_skill": "Select a skill to see its content, rules, history and proposals.",
     "admin_only": "Only an admin can do this.", "when": "When", "who": "Who",
     "what": "What", "why": "Why", "changes": "changes",
+    "new_skills": "New skills proposed",
 }
 _FR = {
     "skills": "Compétences", "quality": "Qualité", "learnings": "Apprentissages",
@@ -65,6 +66,7 @@ _FR = {
                     "historique et ses propositions.",
     "admin_only": "Réservé aux administrateurs.", "when": "Quand", "who": "Qui",
     "what": "Quoi", "why": "Pourquoi", "changes": "modifications",
+    "new_skills": "Nouvelles compétences proposées",
 }
 
 

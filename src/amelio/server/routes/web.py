@@ -149,8 +149,11 @@ def home() -> RedirectResponse:
 @router.get("/skills")
 def skills_page(request: Request, project: str = DEFAULT_PROJECT, q: str = "") -> HTMLResponse:
     session = _require(request)
-    return _render(request, "skills.html", session, explorer=_explorer(_ws(request), project, q),
-                   q=q, skill=None)
+    ws = _ws(request)
+    proposed = [(p, None) for p in props.list_proposals(ws, status="pending", project=project)
+                if p.scope == "new"]
+    return _render(request, "skills.html", session, explorer=_explorer(ws, project, q),
+                   q=q, skill=None, proposals=proposed, tab="prs")
 
 
 @router.get("/skills/{name}")
@@ -192,6 +195,8 @@ def proposal_report(request: Request, proposal_id: int) -> HTMLResponse:
 
 def _proposal_path(ws: Workspace, proposal_id: int) -> str:
     p = props.get_proposal(ws, proposal_id)
+    if p.scope == "new" and p.status != "approved":  # no skill page until it is created
+        return f"/skills?project={quote(p.project)}"
     return f"/skills/{quote(p.skill)}?project={quote(p.project)}&tab=prs"
 
 
@@ -206,7 +211,7 @@ def proposal_action(request: Request, proposal_id: int, action: str, tasks: Back
     try:
         if action == "approve":
             p = props.approve_proposal(ws, proposal_id, actor=actor, reason=reason or None)
-            return _back(back, f"#{p.id} → v{p.result_version}")
+            return _back(_proposal_path(ws, proposal_id), f"#{p.id} → v{p.result_version}")
         if action == "reject":
             props.reject_proposal(ws, proposal_id, actor=actor, reason=reason or None)
             return _back(back, f"#{proposal_id} rejected")
