@@ -16,6 +16,7 @@ from amelio.cli import (  # noqa: F401  (they register commands)
     sage,
     search,
     skills,
+    vespa,
 )
 from amelio.cli._common import main
 

@@ -28,7 +28,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, get_args
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, get_args
 
 import sqlalchemy as sa
 from ulid import ULID
@@ -48,6 +48,9 @@ from amelio.search.signals import (
 )
 from amelio.text import normalize
 from amelio.workspace import Workspace
+
+if TYPE_CHECKING:
+    from amelio.search.vespa import VespaBackend
 
 __all__ = ["PROFILES", "FeedbackScorer", "RankedDoc", "SearchResponse", "Searcher",
            "SemanticUnavailable"]
@@ -212,6 +215,12 @@ class Searcher:
         self._background = background_aggregation
         self._aggregating = threading.Lock()
         self._last_aggregate = 0.0
+        #: Where rankings come from: None is the embedded index; search_backend =
+        #: "vespa" ranks on Vespa while impressions and tokens stay here.
+        self.backend: VespaBackend | None = None
+        if self.settings.search_backend == "vespa":
+            from amelio.search.vespa import VespaBackend
+            self.backend = VespaBackend(self.settings)
 
     # -- the one entry point -----------------------------------------------------------
 
@@ -225,7 +234,7 @@ class Searcher:
         query_id, request_id = str(ULID()), str(ULID())
         self._log(query_id, request_id, project, query_norm, profile, alpha, beta, ranking,
                   explored)
-        documents = self.corpus.documents([d.doc_id for d in ranking])
+        documents = (self.backend or self.corpus).documents([d.doc_id for d in ranking])
         titles = {doc_id: doc.title for doc_id, doc in documents.items()}
         self._maybe_aggregate()
         return SearchResponse(query_id, request_id, profile, alpha, ranking, titles,
@@ -262,6 +271,9 @@ class Searcher:
             alpha, beta = 1.0, 0.0
         elif profile == "hybrid":
             beta = 0.0
+        if self.backend is not None:  # Vespa embeds queries itself and keeps no cache
+            return (self.backend.rank(query_norm, profile, alpha, beta, depth), profile,
+                    alpha, beta, query_norm, False)
         if alpha > 0:
             what = f"{profile} profile" + (f" with alpha {alpha}" if profile != "semantic"
                                            else "")
