@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal, get_args
 
 import sqlalchemy as sa
@@ -37,22 +37,14 @@ class ApiKey:
     revoked_at: datetime | None
 
 
-def _aware(moment: datetime) -> datetime:
-    """SQLite hands timestamps back without a zone; they were written in UTC."""
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def _hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
 def _row_to_key(row: sa.Row[tuple[object, ...]]) -> ApiKey:
     m = row._mapping
-    def aware(moment: datetime | None) -> datetime | None:
-        return None if moment is None else _aware(moment)
-
-    return ApiKey(m["id"], m["name"], m["role"], m["prefix"], _aware(m["created_at"]),
-                  aware(m["last_used_at"]), aware(m["revoked_at"]))
+    return ApiKey(m["id"], m["name"], m["role"], m["prefix"], m["created_at"],
+                  m["last_used_at"], m["revoked_at"])
 
 
 def create_key(engine: sa.Engine, *, name: str, role: str) -> tuple[ApiKey, str]:
@@ -94,7 +86,7 @@ def authenticate(engine: sa.Engine, token: str) -> ApiKey | None:
     last = row.last_used_at
     # A write a minute at most, and only then a write transaction: on SQLite a
     # write per request would queue every request behind the one writer.
-    if last is None or (now - _aware(last)).total_seconds() > 60:
+    if last is None or (now - last).total_seconds() > 60:
         with db.transaction(engine) as conn:
             conn.execute(api_keys.update().where(api_keys.c.id == row.id).values(last_used_at=now))
     return _row_to_key(row)

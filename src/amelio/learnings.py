@@ -39,7 +39,7 @@ from typing import Any, Literal, get_args
 import sqlalchemy as sa
 
 from amelio import db
-from amelio.db.schema import learning_files, learnings, utcnow
+from amelio.db.schema import aware, learning_files, learnings, utcnow
 from amelio.errors import InvalidInput, NotFound
 from amelio.projects import DEFAULT_PROJECT, ensure_project, project_id
 from amelio.text import normalize, tokens
@@ -135,10 +135,6 @@ class LearningsBlock:
 # -- helpers ----------------------------------------------------------------------------
 
 
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def _key(rule: str) -> str:
     return hashlib.sha256(normalize(rule).encode("utf-8")).hexdigest()
 
@@ -153,8 +149,8 @@ def _row(row: sa.Row[Any], project: str) -> Learning:
     return Learning(
         id=m["id"], project=project, skill=m["skill"], rule=m["rule"], source=m["source"],
         status=m["status"], helpful=m["helpful"], harmful=m["harmful"],
-        occurrences=m["occurrences"], created_at=_aware(m["created_at"]),
-        last_seen_at=_aware(m["last_seen_at"]), retired_reason=m["retired_reason"],
+        occurrences=m["occurrences"], created_at=m["created_at"],
+        last_seen_at=m["last_seen_at"], retired_reason=m["retired_reason"],
     )
 
 
@@ -219,7 +215,7 @@ def _add(conn: sa.Connection, pid: int, rule: str, source: str, skill: str | Non
     else:
         # Seen again: it is fresh, and a rule scoped to two skills applies to all.
         values |= {"occurrences": existing.occurrences + 1,
-                   "last_seen_at": max(_aware(existing.last_seen_at), at)}
+                   "last_seen_at": max(existing.last_seen_at, at)}
         if existing.skill != skill:
             values["skill"] = None
     if existing.status == "retired":
@@ -385,7 +381,7 @@ def parse_learnings_md(text: str) -> tuple[list[ParsedLine], list[ParseError]]:
                 number, "expected '- [ISO-8601 time] [source] rule'", raw))
             continue
         try:
-            at = _aware(datetime.fromisoformat(match["ts"].strip()))
+            at = aware(datetime.fromisoformat(match["ts"].strip()))
         except ValueError:
             errors.append(ParseError(number, f"bad time {match['ts']!r}: use ISO 8601, "
                                              "e.g. 2026-04-03T14:22:00Z", raw))

@@ -5,11 +5,9 @@ from __future__ import annotations
 import re
 import weakref
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from amelio import db
 from amelio.db.schema import projects, utcnow
@@ -34,11 +32,6 @@ class Project:
     id: int
     name: str
     created_at: datetime
-
-
-def _aware(moment: datetime) -> datetime:
-    """SQLite hands timestamps back without a zone; they were written in UTC."""
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def validate_name(name: str, *, what: str = "project") -> str:
@@ -80,13 +73,7 @@ def ensure_project(conn: sa.Connection, name: str) -> int:
         return project_id(conn, name)
     except ProjectNotFound:
         pass
-    values = {"name": name, "created_at": utcnow()}
-    if conn.dialect.name == "postgresql":
-        conn.execute(pg_insert(projects).values(values).on_conflict_do_nothing(
-            index_elements=["name"]))
-    else:
-        conn.execute(sqlite_insert(projects).values(values).on_conflict_do_nothing(
-            index_elements=["name"]))
+    db.insert_ignore(conn, projects, {"name": name, "created_at": utcnow()}, ["name"])
     row = conn.execute(sa.select(projects.c.id).where(projects.c.name == name)).one()
     return int(row.id)
 
@@ -95,10 +82,10 @@ def create_project(engine: sa.Engine, name: str) -> Project:
     with db.transaction(engine) as conn:
         pid = ensure_project(conn, name)
         row = conn.execute(sa.select(projects).where(projects.c.id == pid)).one()
-    return Project(row.id, row.name, _aware(row.created_at))
+    return Project(row.id, row.name, row.created_at)
 
 
 def list_projects(engine: sa.Engine) -> list[Project]:
     with engine.connect() as conn:
         rows = conn.execute(sa.select(projects).order_by(projects.c.name)).all()
-    return [Project(r.id, r.name, _aware(r.created_at)) for r in rows]
+    return [Project(r.id, r.name, r.created_at) for r in rows]

@@ -17,14 +17,14 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from statistics import NormalDist
 from typing import Any
 
 import sqlalchemy as sa
 
 from amelio import db, learnings
-from amelio.db.schema import eval_results, feedback, interactions, projects, utcnow
+from amelio.db.schema import aware, eval_results, feedback, interactions, projects, utcnow
 from amelio.errors import AmelioError, InvalidInput, NotFound
 from amelio.identity import user_ref
 from amelio.llm import LLMRequest, get_provider
@@ -233,7 +233,7 @@ def quality_metrics(ws: Workspace, project: str | None = None) -> list[SkillMetr
     out = []
     for r in rows:
         k = (r.project, r.applied_skill)
-        last = r.last if r.last is None or r.last.tzinfo else r.last.replace(tzinfo=UTC)
+        last = None if r.last is None else aware(r.last)  # max() may lose the column type
         out.append(SkillMetrics(
             project=r.project, skill=r.applied_skill, applied_count=int(r.n),
             success_count=int(r.ok or 0), feedback_positive=counts.get(k, {}).get("up", 0),

@@ -6,10 +6,20 @@ from amelio.db.engine import (
     create_engine,
     current_revision,
     head_revision,
+    insert_ignore,
     reading,
     transaction,
     upgrade,
 )
 
-__all__ = ["check_migrated", "connect", "create_engine", "current_revision", "head_revision",
-           "reading", "transaction", "upgrade"]
+__all__ = [
+    "check_migrated",
+    "connect",
+    "create_engine",
+    "current_revision",
+    "head_revision",
+    "insert_ignore",
+    "reading",
+    "transaction",
+    "upgrade",
+]

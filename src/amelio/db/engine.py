@@ -7,7 +7,7 @@ code, so a service never runs against tables it does not understand.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,8 @@ from alembic import command
 from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from amelio.errors import ConfigError, DatabaseError, NotMigrated
 
@@ -26,6 +28,7 @@ __all__ = [
     "create_engine",
     "current_revision",
     "head_revision",
+    "insert_ignore",
     "reading",
     "transaction",
     "upgrade",
@@ -62,6 +65,14 @@ def transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
         conn.execution_options(amelio_write=True)
         with conn.begin():
             yield conn
+
+
+def insert_ignore(conn: sa.Connection, table: sa.Table, values: dict[str, Any],
+                  key: Sequence[str]) -> None:
+    """INSERT unless a row with the same ``key`` exists, without a race: a second
+    writer's insert becomes a no-op instead of a unique-constraint error."""
+    insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    conn.execute(insert(table).values(values).on_conflict_do_nothing(index_elements=list(key)))
 
 
 @contextmanager

@@ -12,7 +12,9 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 
 __all__ = [
+    "UTCDateTime",
     "api_keys",
+    "aware",
     "benchmark_runs",
     "benchmark_scenarios",
     "eval_results",
@@ -58,7 +60,31 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-Timestamp = sa.DateTime(timezone=True)
+def aware(moment: datetime) -> datetime:
+    """A datetime with a zone: naive ones (user input, SQLite) are read as UTC."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+class UTCDateTime(sa.types.TypeDecorator[datetime]):
+    """``DateTime(timezone=True)`` that always reads back as an aware UTC datetime.
+
+    PostgreSQL keeps the zone but SQLite drops it; normalizing here, once, means
+    no code reading a timestamp has to remember which database it runs on.
+    """
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: sa.Dialect
+                           ) -> datetime | None:
+        return None if value is None else aware(value).astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: sa.Dialect
+                             ) -> datetime | None:
+        return None if value is None else aware(value)
+
+
+Timestamp = UTCDateTime()
 
 projects = sa.Table(
     "projects",

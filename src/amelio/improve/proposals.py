@@ -24,7 +24,7 @@ import difflib
 import json
 import logging
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -112,12 +112,6 @@ class Proposal:
         return data
 
 
-def _aware(moment: datetime | None) -> datetime | None:
-    if moment is None:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def _select() -> sa.Select[Any]:
     return (sa.select(proposals, projects.c.name.label("project_name"),
                       skills.c.project_id.label("skill_project_id"))
@@ -127,7 +121,7 @@ def _select() -> sa.Select[Any]:
 
 def _from_row(row: sa.Row[Any]) -> Proposal:
     m = row._mapping
-    created = _aware(m["created_at"])
+    created = m["created_at"]
     assert created is not None
     new_skill = m["new_skill"]
     scope = "new" if new_skill is not None else (
@@ -138,7 +132,7 @@ def _from_row(row: sa.Row[Any]) -> Proposal:
         proposed_content=m["proposed_content"], rationale=m["rationale"],
         evidence=dict(m["evidence"]), status=m["status"], proposed_by=m["proposed_by"],
         author=m["author"], created_at=created, decided_by=m["decided_by"],
-        decision_reason=m["decision_reason"], decided_at=_aware(m["decided_at"]),
+        decision_reason=m["decision_reason"], decided_at=m["decided_at"],
         result_version=m["result_version"],
         new_skill=None if new_skill is None else dict(new_skill),
     )

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from amelio.db.schema import aware
 from amelio.errors import InputTooLarge, InvalidInput
 
 __all__ = ["Notebook", "Source", "aware"]
@@ -27,11 +28,6 @@ MAX_TITLE = 500
 MAX_URL = 2000
 #: Links end up in answers and on the dashboard: no ``javascript:`` or ``data:``.
 _URL_SCHEMES = ("http://", "https://", "file://")
-
-
-def aware(moment: datetime) -> datetime:
-    """SQLite hands timestamps back without a zone; Amelio writes them in UTC."""
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _updated_at(value: Any) -> datetime:

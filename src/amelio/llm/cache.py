@@ -14,8 +14,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from amelio import db
 from amelio.db.schema import llm_cache, utcnow
@@ -63,11 +61,9 @@ class CachedProvider:
         response = {"text": completion.text, "model": completion.model,
                     "provider": completion.provider, "input_tokens": completion.input_tokens,
                     "output_tokens": completion.output_tokens, "cost_usd": completion.cost_usd}
-        insert = pg_insert if self.engine.dialect.name == "postgresql" else sqlite_insert
         with db.transaction(self.engine) as conn:
-            conn.execute(insert(llm_cache).values(key=key, response=response,
-                                                  created_at=utcnow())
-                         .on_conflict_do_nothing(index_elements=["key"]))
+            db.insert_ignore(conn, llm_cache, {"key": key, "response": response,
+                                               "created_at": utcnow()}, ["key"])
         return completion
 
     def stream(self, request: LLMRequest) -> Iterator[StreamEvent]:

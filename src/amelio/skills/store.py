@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -61,10 +61,6 @@ class ImportReport:
         }
 
 
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def _spec_from_row(m: sa.RowMapping, name: str) -> SkillSpec:
     ev = m["evals"]
     return SkillSpec(
@@ -85,8 +81,8 @@ def _skill_from_row(row: sa.Row[Any], project: str | None) -> Skill:
         spec=_spec_from_row(m, m["name"]),
         project=project,
         version=m["version"],
-        created_at=_aware(m["created_at"]),
-        updated_at=_aware(m["updated_at"]),
+        created_at=m["created_at"],
+        updated_at=m["updated_at"],
     )
 
 
@@ -271,7 +267,7 @@ def list_versions(engine: sa.Engine, name: str, project: str | None = None) -> l
     return [
         SkillVersion(
             version=r.version, spec=_spec_from_row(r._mapping, name), author=r.author,
-            reason=r.reason, created_at=_aware(r.created_at),
+            reason=r.reason, created_at=r.created_at,
         )
         for r in rows
     ]
@@ -389,4 +385,4 @@ def skill_log(engine: sa.Engine, name: str, project: str | None = None) -> list[
         rows = conn.execute(sa.select(skill_events).where(skill_events.c.skill_id == row.id)
                             .order_by(skill_events.c.id)).all()
     return [SkillEvent(r.kind, r.version, r.proposal_id, r.actor, r.reason,
-                       _aware(r.created_at)) for r in rows]
+                       r.created_at) for r in rows]

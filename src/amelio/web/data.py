@@ -5,7 +5,6 @@ from __future__ import annotations
 import difflib
 import hashlib
 from collections import defaultdict
-from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -19,10 +18,6 @@ from amelio.skills.store import list_skills, list_versions
 from amelio.workspace import Workspace
 
 __all__ = ["daily_metrics", "recent_interactions", "rule_stats", "version_history"]
-
-
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def rule_stats(ws: Workspace, project: str, skill: str, failures: int = 3
@@ -47,7 +42,7 @@ def rule_stats(ws: Workspace, project: str, skill: str, failures: int = 3
         bucket = stats[r.rule_id]["failures"]
         if len(bucket) < failures:
             bucket.append({"interactionId": r.id, "detail": r.detail,
-                           "answer": r.answer[:300], "at": _aware(r.created_at)})
+                           "answer": r.answer[:300], "at": r.created_at})
     return stats
 
 
@@ -68,11 +63,11 @@ def daily_metrics(ws: Workspace, project: str | None = None) -> dict[str, list[d
     days: dict[str, dict[str, dict[str, int]]] = defaultdict(lambda: defaultdict(
         lambda: {"n": 0, "ok": 0, "up": 0, "down": 0}))
     for skill, at, success in rows:
-        day = _aware(at).strftime("%Y-%m-%d")
+        day = at.strftime("%Y-%m-%d")
         days[skill][day]["n"] += 1
         days[skill][day]["ok"] += int(bool(success))
     for skill, at, kind in votes:
-        days[skill][_aware(at).strftime("%Y-%m-%d")][kind] += 1
+        days[skill][at.strftime("%Y-%m-%d")][kind] += 1
     return {
         skill: [{"day": day, "successRate": (c["ok"] / c["n"]) if c["n"] else None,
                  "up": c["up"], "down": c["down"], "uses": c["n"]}
@@ -146,7 +141,7 @@ def recent_interactions(ws: Workspace, project: str, limit: int = 30) -> list[di
         prompt, verified = _prompt(ws, r, rules, project)
         failed = [c for c in by_interaction[r.id] if not c.passed]
         out.append({
-            "id": r.id, "at": _aware(r.created_at), "message": r.message, "answer": r.answer,
+            "id": r.id, "at": r.created_at, "message": r.message, "answer": r.answer,
             "skill": r.applied_skill, "version": r.skill_version, "success": r.success,
             "model": r.model, "prompt": prompt, "promptVerified": verified,
             "evals": by_interaction[r.id],
