@@ -149,13 +149,6 @@ def test_bad_requests_get_clear_errors(workspace: Workspace, corpus: Corpus,
     assert r.json()["error"]["details"]["field"] == field
 
 
-def test_semantic_without_the_extra_says_how_to_install(searcher: Searcher) -> None:
-    for profile, alpha in (("semantic", None), ("hybrid", 0.5)):
-        with pytest.raises(Exception, match=r"pip install 'amelio\[semantic\]'") as info:
-            searcher.search("password", profile=profile, alpha=alpha)
-        assert getattr(info.value, "http_status", None) == 503
-
-
 # -- signals and the feedback ranking ----------------------------------------------------
 
 

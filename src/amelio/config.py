@@ -213,8 +213,9 @@ class Settings(BaseSettings):
         default=30.0, gt=0, description="Seconds the skill generator waits for the LLM."
     )
     knowledge_embedding_model: str = Field(
-        default="", description="sentence-transformers model for semantic retrieval (needs "
-        "amelio[embeddings]); empty: lexical (BM25) only."
+        default="", description="Embedding model for semantic retrieval in notebooks: wordllama "
+        "(amelio[semantic]) or a sentence-transformers model (amelio[embeddings]); empty: "
+        "lexical (BM25) only."
     )
     search_profile: Literal["bm25", "semantic", "hybrid", "hybrid_with_feedback"] = Field(
         default="hybrid_with_feedback", description="Rank profile a search uses when the "
@@ -223,6 +224,11 @@ class Settings(BaseSettings):
     search_alpha: float = Field(
         default=0.0, ge=0, le=1, description="Default weight of the semantic score in hybrid "
         "profiles (0: lexical only; above 0 needs amelio[semantic])."
+    )
+    search_embedding_model: str = Field(
+        default="wordllama", description="Embedding model of the semantic and hybrid profiles: "
+        "wordllama (shipped with amelio[semantic], never downloaded) or a sentence-transformers "
+        "model (amelio[embeddings]); empty: lexical only."
     )
     search_beta: float = Field(
         default=1.0, ge=0, le=10, description="Weight of the feedback score in "

@@ -21,7 +21,7 @@ from amelio.errors import ConfigError
 from amelio.improve.nightly import run_improve
 from amelio.llm.fake import ScriptedProvider
 from amelio.quality import give_feedback
-from amelio.search import Corpus
+from amelio.search import Corpus, optional_embedder
 from amelio.workspace import Workspace, init_workspace
 
 __all__ = ["example_skills_path", "load_demo_corpus", "load_recorded_interactions",
@@ -73,7 +73,8 @@ def load_demo_corpus(ws: Workspace, path: Path | None = None) -> int:
     corpus = Corpus.for_workspace(ws.settings.data_dir)
     if corpus.count():
         return 0
-    return corpus.import_file(path or _example("demo") / "corpus.jsonl").upserted
+    return corpus.import_file(path or _example("demo") / "corpus.jsonl",
+                              embedder=optional_embedder(ws.settings)).upserted
 
 
 def _admin_key(ws: Workspace) -> str:

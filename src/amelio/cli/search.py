@@ -16,7 +16,7 @@ from amelio.cli._common import (
     table,
     workspace,
 )
-from amelio.search import PROFILES, Corpus, Searcher, aggregate, rebuild
+from amelio.search import PROFILES, Corpus, Searcher, aggregate, optional_embedder, rebuild
 from amelio.search.signals import signals_for
 from amelio.search.simulate import USER_MODELS, simulate
 from amelio.text import normalize
@@ -34,9 +34,11 @@ def corpus_group() -> None:
 @handle_errors
 def import_command(ctx: click.Context, file: Path, as_json: bool) -> None:
     """Import BEIR JSONL (_id, title, text) or NDJSON (docId, title, body); a known id is
-    replaced, a line with "deleted": true deletes its document."""
+    replaced, a line with "deleted": true deletes its document. With amelio[semantic]
+    installed, documents are embedded for the semantic profiles as they are imported."""
     ws = workspace(ctx)
-    report = Corpus.for_workspace(ws.settings.data_dir).import_file(file)
+    report = Corpus.for_workspace(ws.settings.data_dir).import_file(
+        file, embedder=optional_embedder(ws.settings))
     if as_json:
         print_json(report.to_dict())
         return

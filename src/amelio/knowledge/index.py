@@ -14,7 +14,8 @@ the postings of its own terms. Scoring is Okapi BM25 with the notebook's chunk
 count and mean length.
 
 Semantic retrieval is an add-on: when ``knowledge_embedding_model`` names a
-sentence-transformers model (``pip install 'amelio[embeddings]'``), each chunk
+model (``wordllama``, shipped with ``amelio[semantic]``, or a sentence-transformers
+model with ``amelio[embeddings]``; see :mod:`amelio.embeddings`), each chunk
 also stores its embedding and a query fuses the lexical and semantic rankings
 by reciprocal rank. Any object with a ``model`` name and an ``embed`` method
 (:class:`Embedder`) can stand in for it; tests use a small deterministic one.
@@ -25,19 +26,18 @@ from __future__ import annotations
 import itertools
 import math
 import re
-import threading
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 import sqlalchemy as sa
 
 from amelio import db
 from amelio.config import Settings
 from amelio.db.schema import knowledge_chunks, knowledge_postings, knowledge_sources, utcnow
-from amelio.errors import ConfigError
+from amelio.embeddings import Embedder, load_embedder
 from amelio.knowledge.model import Source, aware
 from amelio.text import tokens
 
@@ -62,47 +62,12 @@ _SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+")
 _HEADING = re.compile(r"^#{1,6}\s")
 
 
-class Embedder(Protocol):
-    """Turns texts into vectors; ``model`` names them, so vectors from another
-    model are never compared with these."""
-
-    model: str
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
-
-
-class _SentenceTransformer:
-    """The embedding extra: a sentence-transformers model, loaded on first use."""
-
-    def __init__(self, model: str) -> None:
-        try:
-            from sentence_transformers import SentenceTransformer  # type: ignore[import-not-found]
-        except ImportError as exc:
-            raise ConfigError(
-                f"knowledge_embedding_model is {model!r}, but sentence-transformers is not "
-                "installed: pip install 'amelio[embeddings]', or set "
-                "AMELIO_KNOWLEDGE_EMBEDDING_MODEL='' for lexical retrieval only.") from exc
-        self.model = model
-        self._model = SentenceTransformer(model)
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        vectors = self._model.encode(list(texts), normalize_embeddings=True)
-        return [[float(x) for x in v] for v in vectors]
-
-
-_embedders: dict[str, Embedder] = {}
-_embedders_lock = threading.Lock()
-
-
 def embedder_for(settings: Settings) -> Embedder | None:
     """The configured embedder (one per model and process), or None for lexical only."""
     name = settings.knowledge_embedding_model
     if not name:
         return None
-    with _embedders_lock:
-        if name not in _embedders:
-            _embedders[name] = _SentenceTransformer(name)
-        return _embedders[name]
+    return load_embedder(name, setting="AMELIO_KNOWLEDGE_EMBEDDING_MODEL")
 
 
 # -- chunking -----------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Search that learns from its use (seed 004 §3.3–3.4).
 
-:class:`~amelio.search.corpus.Corpus` is the embedded lexical engine (SQLite
-FTS5 BM25); :class:`~amelio.search.service.Searcher` ranks with the rank
-profiles, logs each response as an impression and signs its ``feedbackToken``;
+:class:`~amelio.search.corpus.Corpus` is the embedded engine (SQLite FTS5 BM25,
+plus document vectors for the semantic profiles);
+:class:`~amelio.search.service.Searcher` ranks with the rank profiles, logs each
+response as an impression and signs its ``feedbackToken``;
 :mod:`~amelio.search.signals` turns impressions and feedback events into
 debiased per-(query, document) signals; :mod:`~amelio.search.simulate` proves
 the loop on public relevance judgments with simulated users.
@@ -15,6 +16,7 @@ from amelio.search.service import (
     Searcher,
     SearchResponse,
     SemanticUnavailable,
+    optional_embedder,
 )
 from amelio.search.signals import AggregateReport, aggregate, rebuild
 
@@ -29,5 +31,6 @@ __all__ = [
     "Searcher",
     "SemanticUnavailable",
     "aggregate",
+    "optional_embedder",
     "rebuild",
 ]

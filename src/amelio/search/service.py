@@ -35,9 +35,10 @@ from ulid import ULID
 
 from amelio.db.engine import transaction
 from amelio.db.schema import search_impressions
-from amelio.errors import ConfigError, InvalidInput
+from amelio.embeddings import Embedder, EmbedderUnavailable, load_embedder
+from amelio.errors import InvalidInput
 from amelio.feedback.tokens import token_signer
-from amelio.search.corpus import Corpus
+from amelio.search.corpus import Corpus, Hit, best
 from amelio.search.signals import (
     Propensities,
     SignalRow,
@@ -50,10 +51,11 @@ from amelio.text import normalize
 from amelio.workspace import Workspace
 
 if TYPE_CHECKING:
+    from amelio.config import Settings
     from amelio.search.vespa import VespaBackend
 
 __all__ = ["PROFILES", "FeedbackScorer", "RankedDoc", "SearchResponse", "Searcher",
-           "SemanticUnavailable"]
+           "SemanticUnavailable", "optional_embedder"]
 
 log = logging.getLogger("amelio.search")
 
@@ -65,16 +67,12 @@ MAX_LIMIT = 100
 AGGREGATE_EVERY_S = 5.0
 
 
-class SemanticUnavailable(ConfigError):
-    """The semantic and hybrid profiles need an embedding model nobody installed."""
-
-    code = "semantic_unavailable"
-    http_status = 503
+class SemanticUnavailable(EmbedderUnavailable):
+    """The semantic and hybrid profiles need an embedding model this installation
+    lacks or that is switched off."""
 
 
-_INSTALL = ("The {what} needs an embedding model, which this installation lacks: "
-            "install the optional extra with `pip install 'amelio[semantic]'`, or use "
-            "rankProfile bm25 (or alpha 0, which is lexical only).")
+_LEXICAL_ONLY = "or use rankProfile bm25 (or alpha 0, which is lexical only)"
 
 
 class RankedDoc(NamedTuple):
@@ -147,6 +145,29 @@ class FeedbackScorer:
         return max(-1.0, min(1.0, attraction + explicit))
 
 
+def optional_embedder(settings: Settings) -> Embedder | None:
+    """The search embedding model when it is configured and installed, else None:
+    imports embed eagerly when they can, and stay lexical (healed on the first
+    semantic search) when they cannot."""
+    if not settings.search_embedding_model:
+        return None
+    try:
+        return load_embedder(settings.search_embedding_model,
+                             setting="AMELIO_SEARCH_EMBEDDING_MODEL")
+    except EmbedderUnavailable:
+        return None
+
+
+def _normalized(hits: Sequence[Hit]) -> dict[str, float]:
+    """Scores min-max scaled to [0, 1] over ``hits`` (all 1 when they are equal), so
+    a lexical and a semantic scale can be mixed."""
+    if not hits:
+        return {}
+    top, bottom = max(h.score for h in hits), min(h.score for h in hits)
+    spread = top - bottom
+    return {h.doc_id: (h.score - bottom) / spread if spread > 0 else 1.0 for h in hits}
+
+
 class _Cache:
     """A small thread-safe LRU of rankings."""
 
@@ -197,16 +218,19 @@ class Searcher:
     """Searches one workspace's corpus; keep one per process (it holds the cache).
 
     ``click_model`` is ``pbm`` in the product; ``ctr`` exists for the simulation's
-    naive baseline. ``rng`` decides exploration swaps (seeded in simulations).
+    naive baseline. ``rng`` decides exploration (seeded in simulations).
+    ``embedder`` replaces the ``search_embedding_model`` setting's model (tests,
+    or a model object built in code).
     """
 
     def __init__(self, workspace: Workspace, *, corpus: Corpus | None = None,
                  click_model: ClickModel = "pbm", rng: random.Random | None = None,
-                 background_aggregation: bool = True,
+                 background_aggregation: bool = True, embedder: Embedder | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.workspace = workspace
         self.settings = workspace.settings
         self.corpus = corpus or Corpus.for_workspace(self.settings.data_dir)
+        self.embedder = embedder
         self.click_model = click_model
         self.signer = token_signer(self.settings)
         self.cache = _Cache(self.settings.search_cache_size)
@@ -274,36 +298,76 @@ class Searcher:
         if self.backend is not None:  # Vespa embeds queries itself and keeps no cache
             return (self.backend.rank(query_norm, profile, alpha, beta, depth), profile,
                     alpha, beta, query_norm, False)
-        if alpha > 0:
-            what = f"{profile} profile" + (f" with alpha {alpha}" if profile != "semantic"
-                                           else "")
-            raise SemanticUnavailable(_INSTALL.format(what=what))
+        embedder = self._embedder(profile, alpha) if alpha > 0 else None
         with self.workspace.engine.connect() as conn:
             propensities = load_propensities(conn) if beta > 0 else None
             version = propensities.version if propensities else 0
-            key = (query_norm, profile, alpha, beta, depth, version, self.click_model)
+            key = (query_norm, profile, alpha, beta, depth, version, self.click_model,
+                   self.corpus.generation(), embedder.model if embedder else None)
             ranking = self.cache.get(key)
             cached = ranking is not None
             if ranking is None:
                 ranking = self._rank(conn, query_norm, profile, alpha, beta, depth,
-                                     propensities)
+                                     propensities, embedder)
                 self.cache.put(key, ranking)
         return ranking, profile, alpha, beta, query_norm, cached
 
     # -- ranking -----------------------------------------------------------------------
 
+    def _embedder(self, profile: str, alpha: float) -> Embedder:
+        """The search embedding model, or :class:`SemanticUnavailable` saying what to do."""
+        if self.embedder is not None:
+            return self.embedder
+        what = f"{profile} profile" + (f" with alpha {alpha}" if profile != "semantic" else "")
+        name = self.settings.search_embedding_model
+        if not name:
+            raise SemanticUnavailable(
+                f"The {what} needs an embedding model, and search_embedding_model is empty: "
+                "set AMELIO_SEARCH_EMBEDDING_MODEL=wordllama (with `pip install "
+                f"'amelio[semantic]'`), {_LEXICAL_ONLY}.")
+        try:
+            return load_embedder(name, setting="AMELIO_SEARCH_EMBEDDING_MODEL")
+        except EmbedderUnavailable as exc:
+            raise SemanticUnavailable(f"The {what} needs an embedding model, which this "
+                                      f"installation lacks. {exc.message} Else "
+                                      f"{_LEXICAL_ONLY}.") from exc
+
+    def _first_phase(self, query_norm: str, profile: str, alpha: float,
+                     embedder: Embedder | None) -> tuple[dict[str, float], list[str]]:
+        """Each candidate's first-phase score and the candidates in engine order.
+
+        ``hybrid`` takes the lexical and the semantic engine's best candidates,
+        min-max normalizes each score over them (a document the lexical engine did
+        not return scores 0 there, the floor of the normalized scale) and mixes them
+        with ``alpha``; ``semantic`` keeps the raw cosine."""
+        size = self.settings.search_candidates
+        hits = self.corpus.lexical(query_norm, size)
+        if embedder is None:
+            return _normalized(hits), [h.doc_id for h in hits]
+        [vector] = embedder.embed([query_norm])
+        scores, matrix = self.corpus.similarities(vector, embedder)
+        nearest = best(scores, matrix.doc_ids, size)
+        if profile == "semantic":
+            return {h.doc_id: h.score for h in nearest}, [h.doc_id for h in nearest]
+        order = list(dict.fromkeys([*(h.doc_id for h in hits), *(h.doc_id for h in nearest)]))
+        # A document imported after the matrix was loaded has no vector yet: the floor.
+        floor = min((h.score for h in nearest), default=0.0)
+        cosine = [Hit(d, float(scores[matrix.rows[d]]) if d in matrix.rows else floor)
+                  for d in order]
+        lexical, semantic = _normalized(hits), _normalized(cosine)
+        return ({d: alpha * semantic[d] + (1 - alpha) * lexical.get(d, 0.0) for d in order},
+                order)
+
     def _rank(self, conn: sa.Connection, query_norm: str, profile: str, alpha: float,
-              beta: float, limit: int, propensities: Propensities | None
-              ) -> tuple[RankedDoc, ...]:
-        hits = self.corpus.lexical(query_norm, self.settings.search_candidates)
-        if not hits:
-            return ()
+              beta: float, limit: int, propensities: Propensities | None,
+              embedder: Embedder | None = None) -> tuple[RankedDoc, ...]:
         if profile == "bm25":
-            return tuple(RankedDoc(h.doc_id, h.score, h.score, 0.0) for h in hits[:limit])
-        top, bottom = hits[0].score, hits[-1].score
-        spread = top - bottom
-        first = {h.doc_id: (h.score - bottom) / spread if spread > 0 else 1.0 for h in hits}
-        order = {h.doc_id: i for i, h in enumerate(hits)}
+            hits = self.corpus.lexical(query_norm, limit)
+            return tuple(RankedDoc(h.doc_id, h.score, h.score, 0.0) for h in hits)
+        first, candidates = self._first_phase(query_norm, profile, alpha, embedder)
+        if not first:
+            return ()
+        order = {doc_id: i for i, doc_id in enumerate(candidates)}
         feedback: dict[str, float] = {}
         if beta > 0 and propensities is not None:
             scorer = FeedbackScorer(propensities, self.settings.search_prior_weight,
