@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from amelio import keys, skills
-from amelio.demo import load_recorded_interactions
+from amelio.demo import load_demo_corpus, load_recorded_interactions
 from amelio.improve.nightly import run_improve
 from amelio.server import create_app
 from amelio.testing import FakeLLMServer, FakeRequest, LiveServer
@@ -65,6 +65,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         shutil.copytree(skill, ws.skills_dir / skill.name)
     skills.import_skills(ws.engine, ws.skills_dir)
     load_recorded_interactions(ws)
+    load_demo_corpus(ws)
     run_improve(ws, notify=False)
     ws.dispose()
     ws = open_workspace(root / "ws")
@@ -157,9 +158,13 @@ def test_review_cycle_in_the_browser(page: Any, site: dict[str, Any], tmp_path: 
     assert page.locator("#version option").count() == 2
 
     for path, name in (("/quality", "quality"), ("/learnings", "learnings"),
-                       ("/interactions", "interactions")):
+                       ("/interactions", "interactions"), ("/search", "search")):
         page.goto(site["base"] + path)
         assert page.locator("h1").count() == 1
+        if name == "search":
+            page.get_by_label("Query").fill("undo the last commit")
+            page.get_by_role("button", name="Search").click()
+            assert page.locator("table.search-results tbody tr").count() == 10
         shot(page, name, tmp_path)
     page.goto(site["base"] + "/quality")
     assert page.locator("tr.underperforming").count() >= 1

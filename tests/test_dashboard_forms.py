@@ -66,3 +66,54 @@ def test_revoking_a_key_ends_its_session(sqlite_workspace: Workspace) -> None:
         assert r.status_code == 303 and r.headers["location"].startswith("/login")
         r = client.post("/login", data={"api_key": "amk_wrong"})
         assert r.status_code == 401 and "not valid" in r.text
+
+
+def test_search_page_shows_scores_and_signals_without_logging(sqlite_workspace: Workspace,
+                                                              tmp_path: Path) -> None:
+    from amelio.feedback import Collector
+    from amelio.search import Corpus, Searcher, aggregate
+    from test_search import DOCS, click_events, write_jsonl
+
+    ws = sqlite_workspace
+    Corpus.for_workspace(ws.settings.data_dir).import_file(
+        write_jsonl(tmp_path / "docs.jsonl", DOCS))
+    response = Searcher(ws, background_aggregation=False).search(
+        "password", profile="hybrid_with_feedback")
+    Collector(ws).ingest(click_events(response, "expire", "s1") + click_events(
+        response, "sso", "s2", dwell_ms=1_000), rate_limit=False)
+    aggregate(ws)
+    _, admin = keys.create_key(ws.engine, name="ana", role="admin")
+    _, bot = keys.create_key(ws.engine, name="bob", role="bot")
+    with TestClient(create_app(ws)) as client:
+        assert client.get("/search", follow_redirects=False).status_code == 303
+        login(client, admin)
+        before = _impressions(ws)
+        page = client.get("/search", params={"q": "Password", "profile": "hybrid_with_feedback"})
+        assert page.status_code == 200
+        text = page.text
+        assert "Password expiry" in text and "<code>password</code>" in text
+        assert "Bounces" in text and "Most clicked queries" in text
+        row = re.search(r"<code>expire</code>.*?</tr>", text, re.S)
+        assert row and re.search(r'class="up">\+0\.\d+', row.group(0))
+        assert _impressions(ws) == before  # looking taught nothing
+        bad = client.get("/search", params={"q": "password", "alpha": "2",
+                                            "profile": "hybrid"})
+        assert bad.status_code == 200 and "alpha is the semantic weight" in bad.text
+        junk = client.get("/search", params={"q": "password", "alpha": "lots"})
+        assert "alpha is a number" in junk.text
+        empty = client.get("/search", params={"q": "?!"})
+        assert "The query is empty" in empty.text
+        client.post("/logout", data={"csrf": re.search(
+            r'name="csrf" value="([0-9a-f]+)"', client.get("/skills").text).group(1)})
+        login(client, bot)
+        as_bot = client.get("/search", params={"q": "password"}).text
+        assert "Password expiry" in as_bot and "Bounces" not in as_bot
+
+
+def _impressions(ws: Workspace) -> int:
+    import sqlalchemy as sa
+
+    from amelio.db.schema import search_impressions
+
+    with ws.engine.connect() as conn:
+        return int(conn.scalar(sa.select(sa.func.count()).select_from(search_impressions)))

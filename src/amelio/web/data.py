@@ -14,10 +14,14 @@ from amelio.errors import SkillNotFound
 from amelio.learnings import HEADERS
 from amelio.prompt import MESSAGE_HEADER, assemble, skill_block
 from amelio.router import RouteHit, hint_block
+from amelio.search import Searcher
+from amelio.search.service import check_request
+from amelio.search.signals import busiest_queries, load_propensities, signals_for
 from amelio.skills.store import list_skills, list_versions
 from amelio.workspace import Workspace
 
-__all__ = ["daily_metrics", "recent_interactions", "rule_stats", "version_history"]
+__all__ = ["daily_metrics", "recent_interactions", "rule_stats", "search_view",
+           "version_history"]
 
 
 def rule_stats(ws: Workspace, project: str, skill: str, failures: int = 3
@@ -150,3 +154,28 @@ def recent_interactions(ws: Workspace, project: str, limit: int = 30) -> list[di
             "feedback": [{"kind": v.kind, "comment": v.comment} for v in fb[r.id]],
         })
     return out
+
+
+def search_view(searcher: Searcher, query: str, profile: str, alpha: float | None
+                ) -> dict[str, Any]:
+    """The search page: a ranking with each document's signals (through
+    :meth:`Searcher.rank`, so looking logs no impression), and what was learned
+    overall. Bad input raises the searcher's own errors, which name the field."""
+    ws = searcher.workspace
+    propensities = load_propensities(ws.engine)
+    view: dict[str, Any] = {
+        "documents": searcher.corpus.count(), "version": propensities.version,
+        "theta": propensities.theta, "gamma0": propensities.gamma0,
+        "busiest": busiest_queries(ws.engine), "results": [], "query_norm": ""}
+    if not query:
+        return view
+    view["query_norm"] = check_request(query, profile, alpha or 0.0, 10)
+    ranking = searcher.rank(query, profile=profile, alpha=alpha)
+    titles = searcher.corpus.documents([d.doc_id for d in ranking])
+    signals = signals_for(ws.engine, view["query_norm"], [d.doc_id for d in ranking])
+    view["results"] = [
+        {"rank": rank, "doc_id": d.doc_id, "title": titles[d.doc_id].title
+         if d.doc_id in titles else "", "score": d.score, "first_phase": d.first_phase,
+         "feedback": d.feedback, "signals": signals.get(d.doc_id)}
+        for rank, d in enumerate(ranking, start=1)]
+    return view

@@ -36,6 +36,17 @@ _EN = {
     "admin_only": "Only an admin can do this.", "when": "When", "who": "Who",
     "what": "What", "why": "Why", "changes": "changes",
     "new_skills": "New skills proposed",
+    "search": "Search", "query": "Query", "rank_profile": "Rank profile",
+    "search_help": "Rankings shown here are not logged as impressions: looking does not "
+                   "teach the search anything.",
+    "results": "Results", "document": "Document", "score": "Score",
+    "first_phase": "First phase", "feedback_score": "Feedback", "impressions": "Shown",
+    "clicks": "clicks", "dwell_clicks": "Dwell ≥ 8 s", "bounces": "Bounces",
+    "no_results": "No document matches.", "what_was_learned": "What search has learned",
+    "corpus_size": "Documents", "signals_version": "Signals version",
+    "examination": "Examination probability by rank (fitted position bias)",
+    "busiest_queries": "Most clicked queries", "documents": "documents",
+    "clicks_header": "Clicks", "pins_hides": "Pins / hides", "votes": "Votes + / −",
 }
 _FR = {
     "skills": "Compétences", "quality": "Qualité", "learnings": "Apprentissages",
@@ -67,6 +78,18 @@ _FR = {
     "admin_only": "Réservé aux administrateurs.", "when": "Quand", "who": "Qui",
     "what": "Quoi", "why": "Pourquoi", "changes": "modifications",
     "new_skills": "Nouvelles compétences proposées",
+    "search": "Recherche", "query": "Requête", "rank_profile": "Profil de classement",
+    "search_help": "Les classements affichés ici ne sont pas journalisés comme "
+                   "impressions : regarder n'apprend rien à la recherche.",
+    "results": "Résultats", "document": "Document", "score": "Score",
+    "first_phase": "Première phase", "feedback_score": "Retours", "impressions": "Affiché",
+    "clicks": "clics", "dwell_clicks": "Lecture ≥ 8 s", "bounces": "Rebonds",
+    "no_results": "Aucun document ne correspond.",
+    "what_was_learned": "Ce que la recherche a appris", "corpus_size": "Documents",
+    "signals_version": "Version des signaux",
+    "examination": "Probabilité d'examen par rang (biais de position estimé)",
+    "busiest_queries": "Requêtes les plus cliquées", "documents": "documents",
+    "clicks_header": "Clics", "pins_hides": "Épinglés / masqués", "votes": "Votes + / −",
 }
 
 

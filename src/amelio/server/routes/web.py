@@ -25,6 +25,8 @@ from amelio.improve.nightly import last_report
 from amelio.projects import DEFAULT_PROJECT, list_projects
 from amelio.quality import find_underperformers, quality_metrics
 from amelio.sage import analyze
+from amelio.search import PROFILES
+from amelio.server.routes.search import searcher
 from amelio.web import data
 from amelio.web.charts import line_chart
 from amelio.web.i18n import pick_language, strings
@@ -309,3 +311,29 @@ def interactions_page(request: Request, project: str = DEFAULT_PROJECT) -> HTMLR
     session = _require(request)
     return _render(request, "interactions.html", session,
                    items=data.recent_interactions(_ws(request), project))
+
+
+# -- search ---------------------------------------------------------------------------
+
+
+@router.get("/search")
+def search_page(request: Request, q: str = "", profile: str = "", alpha: str = "",
+                project: str = DEFAULT_PROJECT) -> HTMLResponse:
+    """Try a query with any profile and see, per result, the first-phase and
+    feedback scores and (for admins) the signals behind them."""
+    session = _require(request)
+    engine = searcher(request)
+    chosen = profile or engine.settings.search_profile
+    error = None
+    try:
+        weight = float(alpha) if alpha.strip() else None
+    except ValueError:
+        weight, error = None, f"alpha is a number between 0 and 1, not {alpha!r}."
+    view: dict[str, Any] = {}
+    try:
+        view = data.search_view(engine, q if error is None else "", chosen, weight)
+    except AmelioError as exc:
+        error = exc.message
+        view = data.search_view(engine, "", chosen, None)
+    return _render(request, "search.html", session, q=q, profiles=PROFILES, profile=chosen,
+                   alpha=alpha, error=error, **view)
