@@ -20,7 +20,7 @@ from amelio.errors import InvalidInput
 from amelio.feedback import Collector, new_event_id
 from amelio.feedback.tokens import token_signer
 from amelio.search import Corpus, Searcher, SearchResponse, aggregate, rebuild
-from amelio.search.signals import signals_for
+from amelio.search.signals import signals_for, utility
 from amelio.search.simulate import ndcg_at, simulate
 from amelio.server import create_app
 from amelio.workspace import Workspace
@@ -203,6 +203,28 @@ def test_one_session_moves_a_document_a_bounded_amount(workspace: Workspace,
     assert 0 < boosted.feedback < 0.5
 
 
+def test_bounces_count_for_nothing_and_unreported_dwell_for_half(
+        workspace: Workspace, searcher: Searcher) -> None:
+    collector = Collector(workspace)
+    events: list[dict[str, Any]] = []
+    for i in range(4):
+        response = searcher.search("password", profile="hybrid_with_feedback")
+        events += click_events(response, "reset", f"long{i}", dwell_ms=30_000)
+        events += click_events(response, "sso", f"bounce{i}", dwell_ms=2_000)
+        events += [e for e in click_events(response, "expire", f"quiet{i}")
+                   if e["eventType"] == "result_clicked"]  # a client that sends no dwell
+    collector.ingest(events, rate_limit=False)
+    aggregate(workspace)
+    rows = signals_for(workspace.engine, "password")
+    assert (rows["reset"].dwell_clicks, rows["reset"].bounces) == (4, 0)
+    assert (rows["sso"].clicks, rows["sso"].dwell_clicks, rows["sso"].bounces) == (4, 0, 4)
+    assert (rows["expire"].clicks, rows["expire"].bounces) == (4, 0)
+    assert utility(4, 4, 0) == 4 and utility(4, 0, 4) == 0 and utility(4, 0, 0) == 2
+    feedback = {d.doc_id: d.feedback
+                for d in searcher.rank("password", profile="hybrid_with_feedback")}
+    assert feedback["reset"] > feedback["expire"] > feedback["sso"]
+
+
 # -- the simulation ----------------------------------------------------------------------
 
 
@@ -224,8 +246,13 @@ def test_simulation_learns_on_a_small_dataset(tmp_path: Path) -> None:
     result = simulate(data, sessions_per_query=60, rounds=3, eval_sessions=5, seed=1)
     assert result.final("bm25", "ndcg10") < 0.5
     assert result.gap_closed("hybrid_with_feedback") > 0.5
+    assert 0.0 < result.training_ctr("hybrid_with_feedback") <= 1.0
     files = result.write(tmp_path / "out")
     assert (tmp_path / "out" / "simulation.csv") in files
+    png = tmp_path / "out" / "simulation.png"  # matplotlib comes with the dev extras
+    assert png in files and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = (tmp_path / "out" / "simulation.csv").read_text().splitlines()
+    assert rows[0] == "round,sessions,profile,ndcg10,ctr3,train_ctr3" and len(rows) == 1 + 4 * 4
 
 
 def test_cli_import_search_and_signals(sqlite_workspace: Workspace, tmp_path: Path) -> None:
@@ -252,10 +279,7 @@ def _no_background(monkeypatch: pytest.MonkeyPatch) -> None:
 # -- exploration -------------------------------------------------------------------------
 
 
-def test_deep_exploration_shows_a_lower_candidate_at_its_recorded_rank(
-        workspace: Workspace, tmp_path: Path) -> None:
-    """A share of responses puts one candidate from below the page on it; the
-    impression records where it was shown, and its click counts at that rank."""
+def _explorer(workspace: Workspace, tmp_path: Path, share: float) -> Searcher:
     c = Corpus.for_workspace(workspace.settings.data_dir)
     c.import_file(write_jsonl(tmp_path / "many.jsonl", [
         {"_id": f"d{i:02}", "title": f"password note {i}", "text": "password " * (40 - i)}
@@ -263,23 +287,29 @@ def test_deep_exploration_shows_a_lower_candidate_at_its_recorded_rank(
     searcher = Searcher(workspace, corpus=c, background_aggregation=False,
                         rng=random.Random(3))
     searcher.settings = workspace.settings.model_copy(
-        update={"search_exploration_deep": 0.5, "search_exploration_depth": 20})
-    page = [d.doc_id for d in searcher.rank("password", profile="bm25", limit=5)]
-    deeper = {d.doc_id for d in searcher.rank("password", profile="bm25", limit=20)} - set(page)
-    explored = 0
-    for _ in range(40):
-        response = searcher.search("password", profile="bm25", limit=5)
-        shown = [d.doc_id for d in response.results]
-        assert len(shown) == 5
-        if not response.explored:
-            assert shown == page
-            continue
-        explored += 1
-        (newcomer,) = set(shown) - set(page)
-        assert newcomer in deeper  # from ranks 6–20, never past the depth
-        assert [d for d in shown if d != newcomer] == page[:4]  # the rest keep their order
-        clicked = response
-    assert 10 <= explored <= 30  # about half
+        update={"search_thompson": share, "search_exploration": 0.0})
+    return searcher
+
+
+def test_thompson_sampling_shows_unseen_candidates_at_their_recorded_rank(
+        workspace: Workspace, tmp_path: Path) -> None:
+    """Exploring responses draw each feedback score from its posterior: candidates
+    nobody has examined reach the page, the impression records where they were
+    shown, and a click counts at that rank."""
+    searcher = _explorer(workspace, tmp_path, share=1.0)
+    page = [d.doc_id for d in searcher.rank("password", profile="hybrid_with_feedback",
+                                            limit=5)]
+    assert page == ["d00", "d01", "d02", "d03", "d04"]  # rank() never explores
+    seen: set[str] = set()
+    for _ in range(30):
+        response = searcher.search("password", profile="hybrid_with_feedback", limit=5)
+        assert response.explored and not response.cached and len(response.results) == 5
+        scores = [d.score for d in response.results]
+        assert scores == sorted(scores, reverse=True)  # ordered by the sampled score
+        seen |= {d.doc_id for d in response.results}
+        if {d.doc_id for d in response.results} - set(page):
+            clicked = response
+    assert len(seen - set(page)) >= 5  # the deeper candidates got their turn
     newcomer = next(d.doc_id for d in clicked.results if d.doc_id not in page)
     rank = next(i for i, d in enumerate(clicked.results, start=1) if d.doc_id == newcomer)
     Collector(workspace).ingest(click_events(clicked, newcomer, "explorer"), rate_limit=False)
@@ -289,18 +319,49 @@ def test_deep_exploration_shows_a_lower_candidate_at_its_recorded_rank(
     assert row.impressions_by_rank.get(str(rank), 0) >= 1
     with workspace.engine.connect() as conn:
         flags = conn.execute(sa.select(search_impressions.c.explored)).scalars().all()
-    assert sum(flags) == explored
+    assert len(flags) == 30 and all(flags)
 
 
-def test_no_exploration_when_its_share_is_zero(workspace: Workspace, corpus: Corpus) -> None:
-    searcher = Searcher(workspace, corpus=corpus, background_aggregation=False,
-                        rng=random.Random(0))
-    searcher.settings = workspace.settings.model_copy(
-        update={"search_exploration_deep": 0.0, "search_exploration": 0.0})
-    first = [d.doc_id for d in searcher.search("password", limit=2).results]
+def test_exploration_follows_uncertainty(workspace: Workspace, tmp_path: Path) -> None:
+    """A document many sessions were satisfied by stays on top of sampled rankings;
+    one shown often and never clicked rarely comes back."""
+    searcher = _explorer(workspace, tmp_path, share=1.0)
+    events: list[dict[str, Any]] = []
+    for i in range(60):
+        response = searcher.search("password", profile="hybrid_with_feedback", limit=5)
+        if any(d.doc_id == "d20" for d in response.results):
+            events += click_events(response, "d20", f"s{i}")
+    Collector(workspace).ingest(events, rate_limit=False)
+    aggregate(workspace)
+    tops = [searcher.search("password", profile="hybrid_with_feedback", limit=5)
+            .results[0].doc_id for _ in range(40)]
+    assert tops.count("d20") >= 30
+    assert searcher.rank("password", profile="hybrid_with_feedback")[0].doc_id == "d20"
+
+
+def test_no_exploration_when_its_share_is_zero(workspace: Workspace, tmp_path: Path) -> None:
+    searcher = _explorer(workspace, tmp_path, share=0.0)
+    first = [d.doc_id for d in searcher.search("password", limit=5).results]
     for _ in range(20):
-        response = searcher.search("password", limit=2)
+        response = searcher.search("password", limit=5)
         assert not response.explored and [d.doc_id for d in response.results] == first
+
+
+def test_adjacent_swaps_are_recorded(workspace: Workspace, tmp_path: Path) -> None:
+    searcher = _explorer(workspace, tmp_path, share=0.0)
+    searcher.settings = searcher.settings.model_copy(update={"search_exploration": 0.5})
+    page = [d.doc_id for d in searcher.rank("password", profile="bm25", limit=5)]
+    swapped = 0
+    for _ in range(40):
+        response = searcher.search("password", profile="bm25", limit=5)
+        shown = [d.doc_id for d in response.results]
+        assert sorted(shown) == sorted(page)
+        moved = [i for i in range(5) if shown[i] != page[i]]
+        assert response.explored == bool(moved)
+        if moved:
+            swapped += 1
+            assert len(moved) == 2 and moved[1] == moved[0] + 1
+    assert 10 <= swapped <= 30
 
 
 # -- GET /v1/search/signals --------------------------------------------------------------

@@ -6,7 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from amelio.demo import load_demo_corpus, prepare_demo
+from amelio.demo import load_demo_corpus, load_demo_searches, prepare_demo
 from amelio.search import Corpus, Searcher
 
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo"
@@ -38,6 +38,11 @@ def test_demo_indexes_the_corpus_once(tmp_path: Path) -> None:
         "undo the last commit", profile="bm25", limit=3)
     assert top.results[0].doc_id in {"git-howto-1", "git-checklist-1"}
     assert load_demo_corpus(ws) == 0  # a re-run imports nothing
+    # the recorded sessions taught search: what people read long rises above BM25's top
+    learned = [d.doc_id for d in Searcher(ws, background_aggregation=False).rank(
+        "undo the last commit", profile="hybrid_with_feedback", limit=3)]
+    assert learned[0] == "git-checklist-1" and learned[0] != top.results[0].doc_id
+    assert load_demo_searches(ws) == 0
     ws.dispose()
     again, _ = prepare_demo(tmp_path / "demo")
     assert Corpus.for_workspace(again.settings.data_dir).count() == total

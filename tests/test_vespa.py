@@ -28,6 +28,7 @@ from amelio.cli import main
 from amelio.db.schema import search_impressions, search_signals
 from amelio.search import Corpus
 from amelio.search.corpus import Deletion, Document
+from amelio.search.service import FEEDBACK_BOUND
 from amelio.search.vespa import VespaBackend, feed, query_body, sync_signals
 from amelio.server import create_app
 from amelio.testing import LiveServer
@@ -184,7 +185,8 @@ def test_sync_signals_assigns_each_documents_feedback_cells(
         "assign"]["cells"]
     assert [c["address"] for c in cells] == [{"q": "password"}, {"q": "reset password"}]
     shown_not_clicked, clicked = (c["value"] for c in cells)
-    assert -1 <= shown_not_clicked < 0 < clicked <= 1
+    bound = FEEDBACK_BOUND
+    assert -bound <= shown_not_clicked < 0 < clicked <= bound
 
 
 # -- the search backend ------------------------------------------------------------------------
@@ -228,7 +230,7 @@ def test_api_searches_on_vespa_with_the_same_contract(
     assert sent["path"] == "/search/"
     assert sent["body"] == {
         "yql": "select id, title from doc where userQuery()", "query": "reset the password",
-        "type": "any", "hits": 100, "ranking.profile": "hybrid_with_feedback",
+        "type": "any", "hits": 2, "ranking.profile": "hybrid_with_feedback",
         "timeout": "2.0s", "input.query(alpha)": 0.0, "input.query(beta)": 1.0,
         "input.query(qkey)": '{{q:"reset the password"}:1.0}'}
     with vespa_workspace.engine.connect() as conn:

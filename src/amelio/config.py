@@ -254,14 +254,11 @@ class Settings(BaseSettings):
         default=10_000, ge=0, description="Rankings kept in the warm-path cache (0: no cache); "
         "keyed by query, profile, alpha and signals version."
     )
-    search_exploration_deep: float = Field(
-        default=0.1, ge=0, le=0.5, description="Share of responses that show one candidate "
-        "from below the page (down to search_exploration_depth) in a random slot, recorded in "
-        "the impression, so documents ranked too low to be seen can earn clicks."
-    )
-    search_exploration_depth: int = Field(
-        default=100, ge=10, le=10_000, description="Deepest rank deep exploration draws a "
-        "candidate from (nearer ones more often)."
+    search_thompson: float = Field(
+        default=0.2, ge=0, le=1, description="Share of hybrid_with_feedback responses ranked "
+        "by Thompson sampling (each candidate's feedback score drawn from its posterior, "
+        "recorded as explored), so documents with little evidence get shown and judged; 0: "
+        "never explore."
     )
     search_backend: SearchBackend = Field(
         default="embedded", description="Search backend: embedded (in-process) or vespa."

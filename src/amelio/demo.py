@@ -9,23 +9,27 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
 import amelio
 from amelio import keys, skills
 from amelio.assistant import respond
-from amelio.db.schema import interactions
+from amelio.db.schema import interactions, search_impressions
 from amelio.errors import ConfigError
+from amelio.feedback import Collector
 from amelio.improve.nightly import run_improve
 from amelio.llm.fake import ScriptedProvider
 from amelio.quality import give_feedback
-from amelio.search import Corpus, optional_embedder
+from amelio.search import Corpus, Searcher, aggregate, optional_embedder
+from amelio.search.simulate import click_events
 from amelio.workspace import Workspace, init_workspace
 
-__all__ = ["example_skills_path", "load_demo_corpus", "load_recorded_interactions",
-           "prepare_demo"]
+__all__ = ["example_skills_path", "load_demo_corpus", "load_demo_searches",
+           "load_recorded_interactions", "prepare_demo"]
 
 _KEY_FILE = "demo-admin-key"
 
@@ -77,6 +81,34 @@ def load_demo_corpus(ws: Workspace, path: Path | None = None) -> int:
                               embedder=optional_embedder(ws.settings)).upserted
 
 
+def load_demo_searches(ws: Workspace, path: Path | None = None) -> int:
+    """Replay recorded search sessions (query, the results clicked, dwell times)
+    through search, the collector and the aggregator; returns how many sessions.
+    Does nothing when searches were already logged, so a re-run adds none."""
+    with ws.engine.connect() as conn:
+        if conn.scalar(sa.select(sa.func.count()).select_from(search_impressions)):
+            return 0
+    searcher = Searcher(ws, background_aggregation=False)
+    path = path or _example("demo") / "search_sessions.jsonl"
+    events: list[dict[str, Any]] = []
+    count = 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        response = searcher.search(record["query"], profile="hybrid_with_feedback", alpha=0.0)
+        ranks = {d.doc_id: rank for rank, d in enumerate(response.results, start=1)}
+        for click in record["clicks"]:
+            if click["docId"] in ranks:  # not shown this time: nobody could click it
+                events += click_events(response, ranks[click["docId"]], record["session"],
+                                       click["dwellMs"], int(time.time() * 1000))
+        count += 1
+    collector = Collector(ws)
+    size = ws.settings.feedback_max_events
+    for start in range(0, len(events), size):
+        collector.ingest(events[start:start + size], rate_limit=False)
+    aggregate(ws)
+    return count
+
+
 def _admin_key(ws: Workspace) -> str:
     path = ws.settings.data_dir / _KEY_FILE
     if path.is_file():
@@ -99,7 +131,8 @@ def prepare_demo(directory: Path, skills_path: Path | None = None) -> tuple[Work
     """
     ws, _ = init_workspace(directory)
     skills.import_skills(ws.engine, skills_path or example_skills_path(), author="demo")
-    load_demo_corpus(ws)
+    if load_demo_corpus(ws):
+        load_demo_searches(ws)
     if skills_path is None and load_recorded_interactions(ws):
         run_improve(ws, notify=False)
     return ws, _admin_key(ws)

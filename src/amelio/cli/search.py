@@ -135,26 +135,33 @@ def show_command(ctx: click.Context, query: str, as_json: bool) -> None:
               help="Checkpoints at which signals are measured.")
 @click.option("--eval-sessions", type=int, default=20, show_default=True,
               help="Fresh sessions per query that measure CTR@3.")
+@click.option("--alpha", type=float, default=0.0, show_default=True,
+              help="Semantic weight of the learning profile (above 0 needs amelio[semantic]).")
+@click.option("--explore", type=float, default=None,
+              help="Share of training responses that explore by Thompson sampling "
+                   "(default: search_thompson).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               default=Path("simulation"), show_default=True,
               help="Folder for simulation.csv, .json and .png.")
 @json_option
 @handle_errors
 def simulate_command(dataset: Path, sessions_per_query: int, click_model: str, seed: int,
-                     rounds: int, eval_sessions: int, out: Path, as_json: bool) -> None:
+                     rounds: int, eval_sessions: int, alpha: float, explore: float | None,
+                     out: Path, as_json: bool) -> None:
     """Simulated users click on search results; report NDCG@10 and CTR@3 per profile."""
     result = simulate(dataset, sessions_per_query=sessions_per_query, user_model=click_model,
-                      seed=seed, rounds=rounds, eval_sessions=eval_sessions,
-                      progress=None if as_json else click.echo)
+                      seed=seed, rounds=rounds, eval_sessions=eval_sessions, alpha=alpha,
+                      thompson=explore, progress=None if as_json else click.echo)
     files = result.write(out)
     if as_json:
         print_json(result.to_dict())
         return
     last = max(r["round"] for r in result.rows)
-    table(["profile", "NDCG@10", "CTR@3", "gap closed (NDCG)"],
+    learners = ("hybrid_with_feedback", "naive_ctr")
+    table(["profile", "NDCG@10", "CTR@3", "gap closed (NDCG)", "CTR@3 while learning"],
           [(r["profile"], f"{r['ndcg10']:.3f}", f"{r['ctr3']:.3f}",
-            f"{result.gap_closed(r['profile']):.0%}"
-            if r["profile"] in ("hybrid_with_feedback", "naive_ctr") else "")
+            f"{result.gap_closed(r['profile']):.0%}" if r["profile"] in learners else "",
+            f"{result.training_ctr(r['profile']):.3f}" if r["profile"] in learners else "")
            for r in result.rows if r["round"] == last])
     click.echo("Wrote " + ", ".join(str(f) for f in files))
     if not any(f.suffix == ".png" for f in files):

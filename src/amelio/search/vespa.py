@@ -26,8 +26,10 @@ request's query (``query(qkey)`` selects it), so ``beta = 0`` is exactly
 ``hybrid``.
 
 :class:`VespaBackend` is what :class:`~amelio.search.service.Searcher` ranks
-with when ``search_backend = "vespa"``: impressions, tokens and exploration stay
-in Amelio, so the feedback loop is the same on either backend.
+with when ``search_backend = "vespa"``: impressions, tokens and adjacent swaps
+stay in Amelio, so the feedback loop is the same on either backend (Thompson
+sampling needs the posteriors, which stay in Amelio's signals: on Vespa the
+ranking uses the synced posterior means).
 """
 
 from __future__ import annotations
