@@ -36,10 +36,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 @pytest.fixture(autouse=True)
 def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No test sees the developer's AMELIO_* settings, API keys or working folder."""
+    """No test sees the developer's AMELIO_* settings, API keys or working folder.
+
+    Search exploration is off: it makes rankings random by design, so the tests of
+    exploration turn it on themselves and the others see deterministic rankings."""
     for name in list(os.environ):
         if name.startswith("AMELIO_") or name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
             monkeypatch.delenv(name)
+    monkeypatch.setenv("AMELIO_SEARCH_THOMPSON", "0")
+    monkeypatch.setenv("AMELIO_SEARCH_EXPLORATION", "0")
     monkeypatch.chdir(tmp_path)
 
 

@@ -15,12 +15,12 @@ from fastapi.testclient import TestClient
 
 from amelio import keys
 from amelio.cli import main
-from amelio.db.schema import search_impressions
+from amelio.db.schema import search_impressions, search_signals, search_state
 from amelio.errors import InvalidInput
 from amelio.feedback import Collector, new_event_id
 from amelio.feedback.tokens import token_signer
 from amelio.search import Corpus, Searcher, SearchResponse, aggregate, rebuild
-from amelio.search.signals import signals_for, utility
+from amelio.search.signals import SwapCounts, fit_pbm, signals_for, utility
 from amelio.search.simulate import ndcg_at, simulate
 from amelio.server import create_app
 from amelio.workspace import Workspace
@@ -51,7 +51,13 @@ def corpus(workspace: Workspace, tmp_path: Path) -> Corpus:
 
 @pytest.fixture
 def searcher(workspace: Workspace, corpus: Corpus) -> Searcher:
-    return Searcher(workspace, corpus=corpus, background_aggregation=False)
+    """No exploration: these tests are about what feedback does to the ranking
+    (exploration has tests of its own, with ``_explorer``)."""
+    engine = Searcher(workspace, corpus=corpus, background_aggregation=False,
+                      rng=random.Random(0))
+    engine.settings = workspace.settings.model_copy(
+        update={"search_thompson": 0.0, "search_exploration": 0.0})
+    return engine
 
 
 def click_events(response: SearchResponse, doc_id: str, session: str, *, dwell_ms: int = 20_000,
@@ -225,6 +231,91 @@ def test_bounces_count_for_nothing_and_unreported_dwell_for_half(
     assert feedback["reset"] > feedback["expire"] > feedback["sso"]
 
 
+def test_position_bias_is_harvested_from_documents_seen_at_several_ranks(
+        sqlite_workspace: Workspace) -> None:
+    """Clicks drawn from a known position-based model: examination 1/rank, each
+    document its own attractiveness, shown at a few random ranks. The fit must
+    find 1/rank, whatever the documents' attractiveness, and not EM's bias."""
+    rng = random.Random(5)
+    rows = []
+    for d in range(3000):
+        gamma = rng.choice([0.05, 0.1, 0.3, 0.6, 1.0])
+        shown = rng.sample(range(1, 11), rng.randint(1, 3))
+        imps: dict[str, int] = {}
+        clicks: dict[str, int] = {}
+        for rank in shown:
+            n = rng.randint(2, 30)
+            imps[str(rank)] = n
+            clicks[str(rank)] = sum(rng.random() < gamma / rank for _ in range(n))
+        total = sum(clicks.values())
+        rows.append({"query_norm": f"q{d % 300}", "doc_id": f"d{d}",
+                     "impressions": sum(imps.values()), "impressions_by_rank": imps,
+                     "clicks_by_rank": clicks, "clicks": total, "dwell_clicks": total,
+                     "pins": 0, "hides": 0, "votes_up": 0, "votes_down": 0,
+                     "reformulations": 0, "abandonments": 0, "updated_ms": 0})
+    with sqlite_workspace.engine.begin() as conn:
+        assert fit_pbm(conn)[0] == [1.0]  # nothing seen yet
+        conn.execute(search_signals.insert(), rows)
+        theta, gamma0 = fit_pbm(conn)
+    assert len(theta) == 10 and theta[0] == 1.0
+    assert theta == sorted(theta, reverse=True)  # a lower rank is never examined more
+    for rank, t in enumerate(theta, start=1):
+        assert abs(t - 1 / rank) < 0.04, (rank, theta)
+    assert 0.2 < gamma0 < 0.5  # the mean attractiveness is 0.41
+
+
+def test_adjacent_swaps_measure_position_bias_whatever_the_documents() -> None:
+    """A randomized experiment: the ranker puts ever less appealing documents lower,
+    half the impressions swap one adjacent pair, people examine rank k with
+    probability 1/k. The swap estimate finds θ_{k+1}/θ_k = k/(k+1) although raw
+    click-through by rank falls much faster (appeal and position confounded)."""
+    rng = random.Random(11)
+    swaps = SwapCounts()
+    appeal = [0.9 / j for j in range(1, 11)]  # of the document the ranker put at j
+    raw = [0] * 10
+    for _ in range(40_000):
+        order = list(range(10))
+        swapped = None
+        if rng.random() < 0.5:
+            swapped = rng.randrange(1, 10)
+            order[swapped - 1], order[swapped] = order[swapped], order[swapped - 1]
+        swaps.shown(10, swapped)
+        for rank, original in enumerate(order, start=1):
+            if rng.random() < 1 / rank and rng.random() < appeal[original]:
+                swaps.clicked(rank, 10, swapped)
+                raw[rank - 1] += 1
+    for k, tolerance in ((1, 0.05), (2, 0.05), (3, 0.06), (5, 0.12)):  # fewer clicks deeper
+        measured = swaps.ratio(k)
+        assert measured is not None
+        ratio, _ = measured
+        assert abs(ratio - k / (k + 1)) < tolerance, (k, ratio)
+        assert raw[k] / raw[k - 1] < k / (k + 1) - 0.15  # the naive ratio is far off
+    assert SwapCounts.load(swaps.dump()).cells == swaps.cells
+    assert SwapCounts().ratio(1) is None
+
+
+def test_swaps_are_recorded_and_counted(workspace: Workspace, tmp_path: Path) -> None:
+    searcher = _explorer(workspace, tmp_path, share=0.0)
+    searcher.settings = searcher.settings.model_copy(update={"search_exploration": 0.5})
+    events: list[dict[str, Any]] = []
+    for i in range(30):
+        response = searcher.search("password", profile="bm25", limit=5)
+        events += click_events(response, response.results[0].doc_id, f"s{i}")
+    Collector(workspace).ingest(events, rate_limit=False)
+    aggregate(workspace)
+    with workspace.engine.connect() as conn:
+        swapped = conn.execute(sa.select(search_impressions.c.swapped_rank)).scalars().all()
+        state = conn.execute(sa.select(search_state.c.propensities)).scalar_one()
+    assert {s for s in swapped if s is not None} <= {1, 2, 3, 4}
+    treated = sum(1 for s in swapped if s == 1)
+    cells = SwapCounts.load(state["swaps"]).cells
+    assert cells[1][1] == treated and cells[1][0] == sum(1 for s in swapped
+                                                         if s is None or s > 2)
+    # each rank-1 click is in pair 1's control or treated group, unless the swap
+    # was at ranks 2–3, which leaves rank 2 holding another document
+    assert cells[1][2] + cells[1][4] == sum(1 for s in swapped if s != 2)
+
+
 # -- the simulation ----------------------------------------------------------------------
 
 
@@ -243,7 +334,8 @@ def test_simulation_learns_on_a_small_dataset(tmp_path: Path) -> None:
     write_jsonl(data / "queries.jsonl", [{"_id": "q1", "text": "password help"}])
     (data / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td9\t4\n"
                                              "q1\td8\t3\n", encoding="utf-8")
-    result = simulate(data, sessions_per_query=60, rounds=3, eval_sessions=5, seed=1)
+    result = simulate(data, sessions_per_query=60, rounds=3, eval_sessions=5, seed=1,
+                      thompson=0.2)
     assert result.final("bm25", "ndcg10") < 0.5
     assert result.gap_closed("hybrid_with_feedback") > 0.5
     assert 0.0 < result.training_ctr("hybrid_with_feedback") <= 1.0

@@ -243,8 +243,9 @@ class Settings(BaseSettings):
         "session counts for one document on one query: the click-spam guard."
     )
     search_exploration: float = Field(
-        default=0.0, ge=0, le=0.5, description="Share of responses that swap two adjacent "
-        "results (recorded in the impression) so position bias can be measured."
+        default=0.1, ge=0, le=0.5, description="Share of responses that swap two adjacent "
+        "results (recorded in the impression): the randomized experiment that measures "
+        "position bias."
     )
     search_candidates: int = Field(
         default=100, ge=10, le=10_000, description="Lexical and semantic candidates a search "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -88,7 +89,8 @@ def load_demo_searches(ws: Workspace, path: Path | None = None) -> int:
     with ws.engine.connect() as conn:
         if conn.scalar(sa.select(sa.func.count()).select_from(search_impressions)):
             return 0
-    searcher = Searcher(ws, background_aggregation=False)
+    # Seeded, so every demo explores, and so learns, the same way.
+    searcher = Searcher(ws, background_aggregation=False, rng=random.Random(0))  # noqa: S311
     path = path or _example("demo") / "search_sessions.jsonl"
     events: list[dict[str, Any]] = []
     count = 0

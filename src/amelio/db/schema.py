@@ -558,6 +558,9 @@ search_impressions = sa.Table(
     sa.Column("beta", sa.Float, nullable=False),
     sa.Column("results", sa.JSON, nullable=False),
     sa.Column("explored", sa.Boolean, nullable=False),
+    # The upper rank k when exploration swapped the results at k and k + 1: the
+    # randomized experiment that measures position bias.
+    sa.Column("swapped_rank", sa.Integer, nullable=True),
     sa.Column("created_ms", sa.BigInteger, nullable=False, index=True),
 )
 

@@ -284,10 +284,10 @@ class Searcher:
         """Rank the corpus for ``query``, log the impression, sign the token."""
         r = self._ranking(query, profile, alpha, limit, beta, explore=True)
         ranking, swapped = self._swap(r.docs)
-        explored = r.sampled or swapped
+        explored = r.sampled or swapped is not None
         query_id, request_id = str(ULID()), str(ULID())
         self._log(query_id, request_id, project, r.query_norm, r.profile, r.alpha, r.beta,
-                  ranking, explored)
+                  ranking, explored, swapped)
         documents = (self.backend or self.corpus).documents([d.doc_id for d in ranking])
         titles = {doc_id: doc.title for doc_id, doc in documents.items()}
         self._maybe_aggregate()
@@ -416,30 +416,34 @@ class Searcher:
             key=lambda d: (-d.score, order[d.doc_id]))
         return tuple(ranked[:limit])
 
-    def _swap(self, ranking: tuple[RankedDoc, ...]) -> tuple[tuple[RankedDoc, ...], bool]:
-        """Swap two adjacent results in a share of responses (``search_exploration``),
-        so the same document is seen at different ranks and position bias is
-        measurable; the impression records the ranks as shown."""
+    def _swap(self, ranking: tuple[RankedDoc, ...]
+              ) -> tuple[tuple[RankedDoc, ...], int | None]:
+        """Swap two adjacent results in a share of responses (``search_exploration``)
+        and return the upper rank of the pair: whether a pair is swapped does not
+        depend on what it holds, so comparing clicks with and without the swap
+        measures how much less the lower rank is examined (see
+        :func:`~amelio.search.signals.fit_pbm`)."""
         if len(ranking) < 2 or self.settings.search_exploration <= 0 \
                 or self._rng.random() >= self.settings.search_exploration:
-            return ranking, False
+            return ranking, None
         shown = list(ranking)
         i = self._rng.randrange(len(shown) - 1)
         shown[i], shown[i + 1] = shown[i + 1], shown[i]
-        return tuple(shown), True
+        return tuple(shown), i + 1
 
     # -- the impression log and signals -----------------------------------------------
 
     def _log(self, query_id: str, request_id: str, project: str, query_norm: str,
              profile: str, alpha: float, beta: float, ranking: Sequence[RankedDoc],
-             explored: bool) -> None:
+             explored: bool, swapped_rank: int | None = None) -> None:
         with transaction(self.workspace.engine) as conn:
             conn.execute(search_impressions.insert().values(
                 query_id=query_id, request_id=request_id, project=project,
                 query_norm=query_norm, profile=profile, alpha=alpha, beta=beta,
                 results=[[d.doc_id, rank, round(d.score, 6)]
                          for rank, d in enumerate(ranking, start=1)],
-                explored=explored, created_ms=int(self._clock() * 1000)))
+                explored=explored, swapped_rank=swapped_rank,
+                created_ms=int(self._clock() * 1000)))
 
     def _maybe_aggregate(self) -> None:
         if not self._background:

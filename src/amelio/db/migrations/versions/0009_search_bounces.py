@@ -1,7 +1,9 @@
-"""Search signals count bounces: clicks followed by a dwell under 8 s.
+"""Search signals count bounces; impressions record which adjacent pair was swapped.
 
-A bounce says the result looked right and was not; without its own count it
-could not be told from a click whose client reports no dwell at all.
+A bounce (a click followed by a dwell under 8 s) says the result looked right and
+was not; without its own count it could not be told from a click whose client
+reports no dwell at all. ``swapped_rank`` makes each exploration swap a
+randomized experiment the position-bias estimate can read.
 
 Revision ID: 0009_search_bounces
 Revises: 0008_search
@@ -22,3 +24,5 @@ def upgrade() -> None:
     with op.batch_alter_table("search_signals") as batch:
         batch.add_column(sa.Column("bounces", sa.Integer, nullable=False,
                                    server_default="0"))
+    with op.batch_alter_table("search_impressions") as batch:
+        batch.add_column(sa.Column("swapped_rank", sa.Integer, nullable=True))
