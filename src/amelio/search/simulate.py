@@ -194,18 +194,32 @@ class SimulationResult:
             import matplotlib.pyplot as plt  # type: ignore[import-not-found,unused-ignore]
         except ImportError:
             return None
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.8))
         for ax, metric, label in ((axes[0], "ndcg10", "NDCG@10"), (axes[1], "ctr3", "CTR@3")):
             for profile in ("ideal", "hybrid_with_feedback", "naive_ctr", "bm25"):
                 points = [(r["sessions"], r[metric]) for r in self.rows
                           if r["profile"] == profile]
                 ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
                         label=profile)
+            if metric == "ndcg10":
+                half = (self.final("bm25", metric) + self.final("ideal", metric)) / 2
+                ax.axhline(half, linestyle=":", color="grey", label="half the gap")
+            else:
+                shown = [(r["sessions"], r["train_ctr3"]) for r in self.rows
+                         if r["profile"] == "hybrid_with_feedback" and r["train_ctr3"]]
+                ax.plot([p[0] for p in shown], [p[1] for p in shown], linestyle="--",
+                        label="hybrid_with_feedback, while learning")
             ax.set_xlabel("sessions per query")
             ax.set_ylabel(label)
             ax.grid(alpha=0.3)
-        axes[0].legend()
-        fig.tight_layout()
+        handles, labels = [], []
+        for ax in axes:
+            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                if label not in labels:
+                    handles.append(handle)
+                    labels.append(label)
+        fig.legend(handles, labels, loc="lower center", ncol=3, frameon=False)
+        fig.tight_layout(rect=(0, 0.14, 1, 1))
         fig.savefig(path, dpi=120)
         plt.close(fig)
         return path
