@@ -371,8 +371,9 @@ class Searcher:
 
         ``hybrid`` takes the lexical and the semantic engine's best candidates,
         min-max normalizes each score over them (a document the lexical engine did
-        not return scores 0 there, the floor of the normalized scale) and mixes them
-        with ``alpha``; ``semantic`` keeps the raw cosine."""
+        not return scores 0 there, the floor of the normalized scale), mixes them
+        with ``alpha`` and keeps the best ``search_candidates``; ``semantic`` keeps
+        the raw cosine."""
         size = self.settings.search_candidates
         hits = self.corpus.lexical(query_norm, size)
         if embedder is None:
@@ -388,8 +389,13 @@ class Searcher:
         cosine = [Hit(d, float(scores[matrix.rows[d]]) if d in matrix.rows else floor)
                   for d in order]
         lexical, semantic = _normalized(hits), _normalized(cosine)
-        return ({d: alpha * semantic[d] + (1 - alpha) * lexical.get(d, 0.0) for d in order},
-                order)
+        mixed = {d: alpha * semantic[d] + (1 - alpha) * lexical.get(d, 0.0) for d in order}
+        # The best `size` of the union go on: feedback and exploration work on a
+        # candidate set of one size whatever the profile (measured: the full union
+        # spread Thompson sampling over twice the documents and learned slower).
+        position = {d: i for i, d in enumerate(order)}
+        kept = sorted(order, key=lambda d: (-mixed[d], position[d]))[:size]
+        return {d: mixed[d] for d in kept}, kept
 
     def _rank(self, conn: sa.Connection, query_norm: str, profile: str, alpha: float,
               beta: float, limit: int, propensities: Propensities | None,
