@@ -419,12 +419,14 @@ def test_exploration_follows_uncertainty(workspace: Workspace, tmp_path: Path) -
     one shown often and never clicked rarely comes back."""
     searcher = _explorer(workspace, tmp_path, share=1.0)
     events: list[dict[str, Any]] = []
-    for i in range(60):
-        response = searcher.search("password", profile="hybrid_with_feedback", limit=5)
-        if any(d.doc_id == "d20" for d in response.results):
-            events += click_events(response, "d20", f"s{i}")
-    Collector(workspace).ingest(events, rate_limit=False)
-    aggregate(workspace)
+    for batch in range(3):  # the service aggregates as it goes
+        for i in range(60):
+            response = searcher.search("password", profile="hybrid_with_feedback", limit=5)
+            if any(d.doc_id == "d20" for d in response.results):
+                events += click_events(response, "d20", f"s{batch}-{i}")
+        Collector(workspace).ingest(events, rate_limit=False)
+        events = []
+        aggregate(workspace)
     tops = [searcher.search("password", profile="hybrid_with_feedback", limit=5)
             .results[0].doc_id for _ in range(40)]
     assert tops.count("d20") >= 30

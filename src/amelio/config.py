@@ -235,7 +235,7 @@ class Settings(BaseSettings):
         "hybrid_with_feedback; 0 is the kill switch (exactly the hybrid ranking)."
     )
     search_prior_weight: float = Field(
-        default=5.0, gt=0, description="Expected examinations a document's feedback score is "
+        default=10.0, gt=0, description="Expected examinations a document's feedback score is "
         "shrunk towards the average by, so a few clicks cannot swing it."
     )
     search_session_cap: int = Field(
