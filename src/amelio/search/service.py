@@ -29,7 +29,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, get_args
+from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, TypeVar, get_args
 
 import sqlalchemy as sa
 from ulid import ULID
@@ -64,6 +64,9 @@ RankProfile = Literal["bm25", "semantic", "hybrid", "hybrid_with_feedback"]
 PROFILES: tuple[str, ...] = get_args(RankProfile)
 ClickModel = Literal["pbm", "ctr"]
 MAX_LIMIT = 100
+V = TypeVar("V")
+#: The candidates' first-phase scores, in engine order: what a ranking is built on.
+Candidates = tuple[dict[str, float], tuple[str, ...]]
 #: How often a searcher folds new events into the signals in the background.
 AGGREGATE_EVERY_S = 5.0
 #: The feedback score's range. Wide enough that a document always satisfying
@@ -198,22 +201,22 @@ def _normalized(hits: Sequence[Hit]) -> dict[str, float]:
     return {h.doc_id: (h.score - bottom) / spread if spread > 0 else 1.0 for h in hits}
 
 
-class _Cache:
-    """A small thread-safe LRU of rankings."""
+class _Cache(Generic[V]):
+    """A small thread-safe LRU."""
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._data: OrderedDict[tuple[Any, ...], tuple[RankedDoc, ...]] = OrderedDict()
+        self._data: OrderedDict[tuple[Any, ...], V] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[Any, ...]) -> tuple[RankedDoc, ...] | None:
+    def get(self, key: tuple[Any, ...]) -> V | None:
         with self._lock:
             value = self._data.get(key)
             if value is not None:
                 self._data.move_to_end(key)
             return value
 
-    def put(self, key: tuple[Any, ...], value: tuple[RankedDoc, ...]) -> None:
+    def put(self, key: tuple[Any, ...], value: V) -> None:
         if self.size <= 0:
             return
         with self._lock:
@@ -263,7 +266,13 @@ class Searcher:
         self.embedder = embedder
         self.click_model = click_model
         self.signer = token_signer(self.settings)
-        self.cache = _Cache(self.settings.search_cache_size)
+        self.cache: _Cache[tuple[RankedDoc, ...]] = _Cache(self.settings.search_cache_size)
+        #: First-phase candidates outlive a signals version: a new aggregation (every
+        #: few seconds under traffic) re-scores feedback, it does not search again,
+        #: and exploring responses sample from them without touching the index.
+        self.candidates: _Cache[Candidates] = _Cache(
+            max(self.settings.search_cache_size // 4, 1) if self.settings.search_cache_size
+            else 0)
         self._rng = rng or random.Random()  # noqa: S311 (exploration, not secrets)
         self._clock = clock
         self._background = background_aggregation
@@ -406,7 +415,14 @@ class Searcher:
         if profile == "bm25":
             hits = self.corpus.lexical(query_norm, limit)
             return tuple(RankedDoc(h.doc_id, h.score, h.score, 0.0) for h in hits)
-        first, candidates = self._first_phase(query_norm, profile, alpha, embedder)
+        key = (query_norm, profile, alpha, self.corpus.generation(),
+               embedder.model if embedder else None)
+        found = self.candidates.get(key)
+        if found is None:
+            scores, engine_order = self._first_phase(query_norm, profile, alpha, embedder)
+            found = (scores, tuple(engine_order))
+            self.candidates.put(key, found)
+        first, candidates = found
         if not first:
             return ()
         order = {doc_id: i for i, doc_id in enumerate(candidates)}
