@@ -29,6 +29,7 @@ the searcher's cached rankings in every process sharing the file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
@@ -210,6 +211,21 @@ class Corpus:
         conn.execute("PRAGMA synchronous=NORMAL")
         return conn
 
+    @contextlib.contextmanager
+    def _writer(self) -> Iterator[sqlite3.Connection]:
+        """A write connection inside BEGIN IMMEDIATE: rolled back on any error (an
+        import is all or nothing per batch), always closed."""
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            yield conn
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        finally:
+            conn.close()
+
     @property
     def _reader(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -224,10 +240,8 @@ class Corpus:
         """Upsert documents and apply deletions, committing every ``batch`` items; with
         an ``embedder``, each upserted document's vector is written with it."""
         upserted = deleted = 0
-        conn = self._connect()
-        try:
+        with self._writer() as conn:
             pending = 0
-            conn.execute("BEGIN IMMEDIATE")
             for item in items:
                 if isinstance(item, Deletion):
                     deleted += self._delete(conn, item.doc_id)
@@ -240,12 +254,6 @@ class Corpus:
                     conn.execute("BEGIN IMMEDIATE")
                     pending = 0
             self._commit(conn, embedder)
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        finally:
-            conn.close()
         return ImportReport(upserted, deleted, self.count())
 
     def _commit(self, conn: sqlite3.Connection, embedder: Embedder | None) -> None:
@@ -358,11 +366,9 @@ class Corpus:
             if matrix is not None and matrix.generation == generation \
                     and matrix.model == embedder.model:
                 return matrix
-            conn = self._connect()
-            try:
-                # Vectors are derived data: filling them in keeps the generation, so
-                # the cached rankings of other processes stay valid.
-                conn.execute("BEGIN IMMEDIATE")
+            # Vectors are derived data: filling them in keeps the generation, so the
+            # cached rankings of other processes stay valid.
+            with self._writer() as conn:
                 self._embed_missing(conn, embedder)
                 conn.execute("COMMIT")
                 generation = int(conn.execute(
@@ -370,12 +376,6 @@ class Corpus:
                 rows = conn.execute(
                     "SELECT d.doc_id, v.vec FROM vectors v JOIN docs d ON d.rowid = v.rowid "
                     "WHERE v.model = ? ORDER BY d.rowid", (embedder.model,)).fetchall()
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            finally:
-                conn.close()
             doc_ids = [r[0] for r in rows]
             vectors = (np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
                        .reshape(len(rows), -1) if rows else np.zeros((0, 1), np.float32))
