@@ -187,7 +187,8 @@ def optional_embedder(settings: Settings) -> Embedder | None:
     try:
         return load_embedder(settings.search_embedding_model,
                              setting="AMELIO_SEARCH_EMBEDDING_MODEL")
-    except EmbedderUnavailable:
+    except EmbedderUnavailable as exc:
+        log.info("documents are not embedded: %s", exc.message)
         return None
 
 
