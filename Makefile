@@ -38,6 +38,7 @@ bench: install
 	$(BIN)/python benchmarks/router_accuracy.py
 	$(BIN)/python benchmarks/respond_overhead.py
 	$(BIN)/python benchmarks/feedback_ingest.py
+	$(BIN)/python benchmarks/search_latency.py
 
 clean:
 	rm -rf $(VENV) demo-workspace .pytest_cache .ruff_cache .mypy_cache
