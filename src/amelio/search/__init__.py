@@ -17,6 +17,7 @@ from amelio.search.service import (
     SearchResponse,
     SemanticUnavailable,
     optional_embedder,
+    search_embedder,
 )
 from amelio.search.signals import AggregateReport, aggregate, rebuild
 
@@ -33,4 +34,5 @@ __all__ = [
     "aggregate",
     "optional_embedder",
     "rebuild",
+    "search_embedder",
 ]

@@ -345,12 +345,6 @@ class Corpus:
                                "dimensions.")
         return matrix.vectors @ query, matrix
 
-    def semantic(self, query_vector: Sequence[float], embedder: Embedder,
-                 limit: int) -> list[Hit]:
-        """The ``limit`` documents most similar to ``query_vector``, best first."""
-        scores, matrix = self.similarities(query_vector, embedder)
-        return best(scores, matrix.doc_ids, limit)
-
     def _vectors(self, embedder: Embedder) -> _Matrix:
         """The in-memory matrix for ``embedder``'s model, reloaded when the corpus
         changed; documents without a vector are embedded first."""

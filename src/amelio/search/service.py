@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from amelio.search.vespa import VespaBackend
 
 __all__ = ["PROFILES", "FeedbackScorer", "RankedDoc", "SearchResponse", "Searcher",
-           "SemanticUnavailable", "optional_embedder"]
+           "SemanticUnavailable", "optional_embedder", "search_embedder"]
 
 log = logging.getLogger("amelio.search")
 
@@ -71,9 +71,9 @@ Candidates = tuple[dict[str, float], tuple[str, ...]]
 AGGREGATE_EVERY_S = 5.0
 #: The feedback score's range. Wide enough that a document always satisfying
 #: (rate 10× the average: log 10 ≈ 2.3) outranks one satisfying 3× as often
-#: (≈ 1.1): a bound of 1 made them tie, and measured on Cranfield it cost
-#: 3.5 points of NDCG@10. One session still moves it a bounded amount: the prior
-#: and the per-session cap limit what a few clicks can do.
+#: (≈ 1.1): a bound of 1 made them tie, which cost about 3.5 points of NDCG@10 in
+#: an offline replica of the Cranfield simulation. One session still moves it a
+#: bounded amount: the prior and the per-session cap limit what a few clicks can do.
 FEEDBACK_BOUND = 3.0
 
 
@@ -178,16 +178,30 @@ class FeedbackScorer:
         return max(-FEEDBACK_BOUND, min(FEEDBACK_BOUND, attraction + explicit))
 
 
-def optional_embedder(settings: Settings) -> Embedder | None:
-    """The search embedding model when it is configured and installed, else None:
-    imports embed eagerly when they can, and stay lexical (healed on the first
-    semantic search) when they cannot."""
-    if not settings.search_embedding_model:
-        return None
+def search_embedder(settings: Settings, what: str = "semantic search") -> Embedder:
+    """The ``search_embedding_model``, or :class:`SemanticUnavailable` saying what to
+    set or install; ``what`` names what needs it in that message."""
+    name = settings.search_embedding_model
+    if not name:
+        raise SemanticUnavailable(
+            f"The {what} needs an embedding model, and search_embedding_model is empty: "
+            "set AMELIO_SEARCH_EMBEDDING_MODEL=wordllama (with `pip install "
+            f"'amelio[semantic]'`), {_LEXICAL_ONLY}.")
     try:
-        return load_embedder(settings.search_embedding_model,
-                             setting="AMELIO_SEARCH_EMBEDDING_MODEL")
+        return load_embedder(name, setting="AMELIO_SEARCH_EMBEDDING_MODEL")
     except EmbedderUnavailable as exc:
+        raise SemanticUnavailable(f"The {what} needs an embedding model, which this "
+                                  f"installation lacks. {exc.message} Else "
+                                  f"{_LEXICAL_ONLY}.") from exc
+
+
+def optional_embedder(settings: Settings) -> Embedder | None:
+    """:func:`search_embedder` when it can be had, else None: imports embed eagerly
+    when they can, and stay lexical (healed on the first semantic search) when
+    they cannot."""
+    try:
+        return search_embedder(settings)
+    except SemanticUnavailable as exc:
         log.info("documents are not embedded: %s", exc.message)
         return None
 
@@ -338,42 +352,32 @@ class Searcher:
         embedder = self._embedder(profile, alpha) if alpha > 0 else None
         sample = explore and beta > 0 and self.settings.search_thompson > 0 \
             and self._rng.random() < self.settings.search_thompson
+        # What the first phase depends on: also the candidate cache's key.
+        source = (query_norm, profile, alpha, self.corpus.generation(),
+                  embedder.model if embedder else None)
         with self.workspace.engine.connect() as conn:
             propensities = load_propensities(conn) if beta > 0 else None
             if sample:
-                return _Ranking(self._rank(conn, query_norm, profile, alpha, beta, limit,
-                                           propensities, embedder, rng=self._rng),
+                return _Ranking(self._rank(conn, source, beta, limit, propensities, embedder,
+                                           rng=self._rng),
                                 profile, alpha, beta, query_norm, sampled=True)
             version = propensities.version if propensities else 0
-            key = (query_norm, profile, alpha, beta, limit, version, self.click_model,
-                   self.corpus.generation(), embedder.model if embedder else None)
+            key = (*source, beta, limit, version, self.click_model)
             ranking = self.cache.get(key)
             cached = ranking is not None
             if ranking is None:
-                ranking = self._rank(conn, query_norm, profile, alpha, beta, limit,
-                                     propensities, embedder)
+                ranking = self._rank(conn, source, beta, limit, propensities, embedder)
                 self.cache.put(key, ranking)
         return _Ranking(ranking, profile, alpha, beta, query_norm, cached=cached)
 
     # -- ranking -----------------------------------------------------------------------
 
     def _embedder(self, profile: str, alpha: float) -> Embedder:
-        """The search embedding model, or :class:`SemanticUnavailable` saying what to do."""
+        """The embedder given to this searcher, else :func:`search_embedder`."""
         if self.embedder is not None:
             return self.embedder
         what = f"{profile} profile" + (f" with alpha {alpha}" if profile != "semantic" else "")
-        name = self.settings.search_embedding_model
-        if not name:
-            raise SemanticUnavailable(
-                f"The {what} needs an embedding model, and search_embedding_model is empty: "
-                "set AMELIO_SEARCH_EMBEDDING_MODEL=wordllama (with `pip install "
-                f"'amelio[semantic]'`), {_LEXICAL_ONLY}.")
-        try:
-            return load_embedder(name, setting="AMELIO_SEARCH_EMBEDDING_MODEL")
-        except EmbedderUnavailable as exc:
-            raise SemanticUnavailable(f"The {what} needs an embedding model, which this "
-                                      f"installation lacks. {exc.message} Else "
-                                      f"{_LEXICAL_ONLY}.") from exc
+        return search_embedder(self.settings, what)
 
     def _first_phase(self, query_norm: str, profile: str, alpha: float,
                      embedder: Embedder | None) -> tuple[dict[str, float], list[str]]:
@@ -385,14 +389,15 @@ class Searcher:
         with ``alpha`` and keeps the best ``search_candidates``; ``semantic`` keeps
         the raw cosine."""
         size = self.settings.search_candidates
-        hits = self.corpus.lexical(query_norm, size)
         if embedder is None:
+            hits = self.corpus.lexical(query_norm, size)
             return _normalized(hits), [h.doc_id for h in hits]
         [vector] = embedder.embed([query_norm])
         scores, matrix = self.corpus.similarities(vector, embedder)
         nearest = best(scores, matrix.doc_ids, size)
         if profile == "semantic":
             return {h.doc_id: h.score for h in nearest}, [h.doc_id for h in nearest]
+        hits = self.corpus.lexical(query_norm, size)
         order = list(dict.fromkeys([*(h.doc_id for h in hits), *(h.doc_id for h in nearest)]))
         # A document imported after the matrix was loaded has no vector yet: the floor.
         floor = min((h.score for h in nearest), default=0.0)
@@ -407,22 +412,21 @@ class Searcher:
         kept = sorted(order, key=lambda d: (-mixed[d], position[d]))[:size]
         return {d: mixed[d] for d in kept}, kept
 
-    def _rank(self, conn: sa.Connection, query_norm: str, profile: str, alpha: float,
-              beta: float, limit: int, propensities: Propensities | None,
-              embedder: Embedder | None = None, rng: random.Random | None = None
-              ) -> tuple[RankedDoc, ...]:
+    def _rank(self, conn: sa.Connection, source: tuple[Any, ...], beta: float, limit: int,
+              propensities: Propensities | None, embedder: Embedder | None,
+              rng: random.Random | None = None) -> tuple[RankedDoc, ...]:
         """The best ``limit`` candidates; with ``rng``, feedback scores are posterior
-        samples (Thompson sampling) rather than posterior means."""
+        samples (Thompson sampling) rather than posterior means. ``source`` is
+        (normalized query, profile, alpha, corpus generation, model)."""
+        query_norm, profile, alpha = source[:3]
         if profile == "bm25":
             hits = self.corpus.lexical(query_norm, limit)
             return tuple(RankedDoc(h.doc_id, h.score, h.score, 0.0) for h in hits)
-        key = (query_norm, profile, alpha, self.corpus.generation(),
-               embedder.model if embedder else None)
-        found = self.candidates.get(key)
+        found = self.candidates.get(source)
         if found is None:
             scores, engine_order = self._first_phase(query_norm, profile, alpha, embedder)
             found = (scores, tuple(engine_order))
-            self.candidates.put(key, found)
+            self.candidates.put(source, found)
         first, candidates = found
         if not first:
             return ()

@@ -38,11 +38,10 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from amelio.config import Settings
-from amelio.embeddings import WORDLLAMA, load_embedder
 from amelio.errors import InvalidInput
 from amelio.feedback import Collector, new_event_id
 from amelio.search.corpus import Corpus
-from amelio.search.service import ClickModel, Searcher, SearchResponse
+from amelio.search.service import ClickModel, Searcher, SearchResponse, search_embedder
 from amelio.search.signals import aggregate
 from amelio.workspace import Workspace, open_workspace
 
@@ -296,10 +295,8 @@ def simulate(dataset: Path, *, sessions_per_query: int = 100, user_model: str = 
                                         "alpha": alpha})
     try:
         corpus = Corpus(root / "corpus.db")
-        embedder = None
-        if alpha > 0:
-            embedder = load_embedder(Settings().search_embedding_model or WORDLLAMA,
-                                     setting="AMELIO_SEARCH_EMBEDDING_MODEL")
+        embedder = search_embedder(Settings(), f"simulation with alpha {alpha}") \
+            if alpha > 0 else None
         if corpus.count() == 0:
             corpus.import_file(data.corpus_path, embedder=embedder)
         judged_lists = {qid: [d for d, _ in sorted(j.items(), key=lambda x: -x[1])]

@@ -15,9 +15,9 @@ from amelio.learnings import HEADERS
 from amelio.prompt import MESSAGE_HEADER, assemble, skill_block
 from amelio.router import RouteHit, hint_block
 from amelio.search import Searcher
-from amelio.search.service import check_request
 from amelio.search.signals import busiest_queries, load_propensities, signals_for
 from amelio.skills.store import list_skills, list_versions
+from amelio.text import normalize
 from amelio.workspace import Workspace
 
 __all__ = ["daily_metrics", "recent_interactions", "rule_stats", "search_view",
@@ -169,8 +169,8 @@ def search_view(searcher: Searcher, query: str, profile: str, alpha: float | Non
         "busiest": busiest_queries(ws.engine), "results": [], "query_norm": ""}
     if not query:
         return view
-    view["query_norm"] = check_request(query, profile, alpha or 0.0, 10)
-    ranking = searcher.rank(query, profile=profile, alpha=alpha)
+    ranking = searcher.rank(query, profile=profile, alpha=alpha)  # checks the request
+    view["query_norm"] = normalize(query)
     titles = searcher.corpus.documents([d.doc_id for d in ranking])
     signals = signals_for(ws.engine, view["query_norm"], [d.doc_id for d in ranking])
     view["results"] = [
