@@ -82,7 +82,7 @@ class SemanticUnavailable(EmbedderUnavailable):
     lacks or that is switched off."""
 
 
-_LEXICAL_ONLY = "or use rankProfile bm25 (or alpha 0, which is lexical only)"
+_LEXICAL_ONLY = "use rankProfile bm25 (or alpha 0, which is lexical only)"
 
 
 class RankedDoc(NamedTuple):
@@ -186,12 +186,12 @@ def search_embedder(settings: Settings, what: str = "semantic search") -> Embedd
         raise SemanticUnavailable(
             f"The {what} needs an embedding model, and search_embedding_model is empty: "
             "set AMELIO_SEARCH_EMBEDDING_MODEL=wordllama (with `pip install "
-            f"'amelio[semantic]'`), {_LEXICAL_ONLY}.")
+            f"'amelio[semantic]'`), or {_LEXICAL_ONLY}.")
     try:
         return load_embedder(name, setting="AMELIO_SEARCH_EMBEDDING_MODEL")
     except EmbedderUnavailable as exc:
         raise SemanticUnavailable(f"The {what} needs an embedding model, which this "
-                                  f"installation lacks. {exc.message} Else "
+                                  f"installation lacks. {exc.message} Or "
                                   f"{_LEXICAL_ONLY}.") from exc
 
 
