@@ -178,6 +178,12 @@ class Settings(BaseSettings):
     feedback_burst_session: int = Field(
         default=600, ge=1, description="Feedback events one session may send at once."
     )
+    pii_scrub: Literal["off", "events", "all"] = Field(
+        default="events", description="Where e-mail addresses, phone, card and IBAN numbers "
+        "and IP addresses are replaced before free text is stored: events (feedback events "
+        "and search impressions), all (also interaction messages, answers, feedback "
+        "comments and learnings) or off."
+    )
     ui_language: Literal["auto", "en", "fr"] = Field(
         default="auto", description="Dashboard language: en, fr, or auto (the browser's "
         "Accept-Language)."
