@@ -39,6 +39,7 @@ bench: install
 	$(BIN)/python benchmarks/respond_overhead.py
 	$(BIN)/python benchmarks/feedback_ingest.py
 	$(BIN)/python benchmarks/search_latency.py
+	$(BIN)/python benchmarks/load.py
 
 clean:
 	rm -rf $(VENV) demo-workspace .pytest_cache .ruff_cache .mypy_cache

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
+from amelio.testing import postgres_database
 from amelio.workspace import Workspace, init_workspace
 
 PG_URL = os.environ.get("AMELIO_TEST_POSTGRES_URL", "")
@@ -48,24 +47,6 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
 
 
-@pytest.fixture(scope="session")
-def _pg_admin() -> Iterator[sa.Engine]:
-    engine = sa.create_engine(PG_URL, isolation_level="AUTOCOMMIT")
-    yield engine
-    engine.dispose()
-
-
-def _fresh_pg_database(admin: sa.Engine) -> Iterator[str]:
-    name = f"amelio_test_{uuid.uuid4().hex[:12]}"
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield admin.url.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-
-
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A new, empty database of each kind: a SQLite file, a PostgreSQL database."""
@@ -76,7 +57,8 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
     if not PG_URL:
         _pg_skipped += 1
         pytest.skip("PostgreSQL tests need AMELIO_TEST_POSTGRES_URL")
-    yield from _fresh_pg_database(request.getfixturevalue("_pg_admin"))
+    with postgres_database(PG_URL) as url:
+        yield url
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -295,14 +294,13 @@ def test_regex_not_match_reports_position_but_not_the_secret() -> None:
 
 
 def test_hostile_regex_cannot_hang() -> None:
+    # On a backtracking engine these take longer than the universe's age, so a
+    # regression hangs the suite (CI's time limit fails it) instead of passing.
     text = "a" * 50 + "b"
-    started = time.perf_counter()
     matched = run(text, type="regex_match", pattern="(a+)+$")
     not_matched = run("a" * 100_000 + "b", type="regex_not_match", pattern="(a|aa)+$")
-    elapsed = time.perf_counter() - started
     assert not matched.passed
     assert not_matched.passed
-    assert elapsed < 1.0  # coarse guard; Python's re would take longer than the universe's age
 
 
 def test_json_schema() -> None:
@@ -322,10 +320,8 @@ def test_json_schema() -> None:
 
 def test_json_schema_pattern_runs_on_re2() -> None:
     schema = {"type": "string", "pattern": "^(a+)+$"}
-    started = time.perf_counter()
-    # 27 characters: Python's re needs seconds here, so a regression fails instead of hanging.
-    result = run(json.dumps("a" * 27 + "!"), type="json_schema", schema=schema)
-    assert time.perf_counter() - started < 1.0
+    # 40 characters: Python's re would need days here, so a regression hangs the suite.
+    result = run(json.dumps("a" * 40 + "!"), type="json_schema", schema=schema)
     assert not result.passed
     assert passes('"aaaa"', type="json_schema", schema=schema)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -24,9 +23,7 @@ def test_regex_over_the_program_limit_is_refused_at_load() -> None:
 
 def test_costly_regex_on_a_long_text_is_an_error_result_not_a_hang() -> None:
     [check] = parse_rules([rule(type="regex_match", pattern=r"[^\n]{240}x")])
-    start = time.perf_counter()
     report = evaluate("é" * 300_000, [check])
-    assert time.perf_counter() - start < 1.0
     [result] = report.results
     assert result.error and not result.passed
     assert "too complex for a text of" in result.detail
@@ -36,10 +33,12 @@ def test_costly_regex_on_a_long_text_is_an_error_result_not_a_hang() -> None:
 def test_unique_items_is_linear() -> None:
     [check] = parse_rules([rule(type="json_schema",
                                 schema={"type": "array", "uniqueItems": True})])
-    items = [{"n": i, "tags": ["a", "b"]} for i in range(20_000)]
-    start = time.perf_counter()
-    assert evaluate(json.dumps(items), [check]).success
-    assert time.perf_counter() - start < 2.0
+    items = [{"n": i, "tags": ["a", "b"]} for i in range(5_000)]
+    text = json.dumps(items)
+    # A budget that a linear walk fits in (one unit per item, plus parsing) and a
+    # pairwise comparison (12.5 million pairs) would pass a hundred times over.
+    budget = len(items) + len(text) // 100 + 100
+    assert evaluate(text, [check], work_budget=budget).success
     assert not evaluate(json.dumps([*items, {"tags": ["a", "b"], "n": 7}]), [check]).success
     assert not evaluate("[1, 1.0]", [check]).success
     assert evaluate("[1, true]", [check]).success

@@ -4,6 +4,10 @@ message → router → learnings → prompt → LLM → evals → answer + footn
 every step recorded as one interaction, so quality metrics can always be
 rebuilt from what was stored. The LLM call is the only slow part; everything
 Amelio adds around it is measured by ``benchmarks/respond_overhead.py``.
+
+Under ``pii_scrub = all`` the stored message, answer and eval details are
+scrubbed (:mod:`amelio.pii`); the model still sees the message and the person
+still gets the answer as written: only the record loses the personal data.
 """
 
 from __future__ import annotations
@@ -17,10 +21,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from amelio import db, evals
-from amelio.db.schema import eval_results, interactions, utcnow
+from amelio.db.schema import eval_results, interactions, projects, utcnow
 from amelio.errors import LLMError
 from amelio.identity import user_ref
 from amelio.llm import Completion, LLMRequest, Provider, TextDelta, get_provider
+from amelio.pii import scrub_for_storage
 from amelio.projects import DEFAULT_PROJECT, project_id
 from amelio.prompt import Prompt, build_prompt
 from amelio.router import RouteHit
@@ -100,17 +105,22 @@ def _finish(ws: Workspace, *, prompt: Prompt, applied: Skill | None, completion:
     hits = prompt.route.hits if prompt.route else ()
     learning_ids = prompt.learnings.ids if prompt.learnings else ()
     total_ms = (time.perf_counter() - started) * 1000
+
+    def clean(text: str) -> str:
+        # Eval details too: one may quote the answer (starts_with shows its start).
+        return scrub_for_storage(ws.settings, text, "interactions")
+
     with db.transaction(ws.engine) as conn:
         result = conn.execute(interactions.insert().values(
             project_id=project_id(conn, project),
             user_ref=user_ref(ws.settings, user) if user else None,
-            message=prompt.message,
+            message=clean(prompt.message),
             hinted=[{"name": h.name, "score": round(h.score, 4)} for h in hits],
             applied_skill=applied.name if applied else None,
             skill_version=applied.version if applied else None,
             prompt_hash=prompt.hash,
             learning_ids=list(learning_ids),
-            answer=completion.text,
+            answer=clean(completion.text),
             success=report.success,
             provider=completion.provider,
             model=completion.model,
@@ -127,7 +137,7 @@ def _finish(ws: Workspace, *, prompt: Prompt, applied: Skill | None, completion:
             conn.execute(eval_results.insert(), [
                 {"interaction_id": interaction_id, "rule_id": r.rule_id, "rule_name": r.name,
                  "rule_type": r.type, "severity": r.severity, "passed": r.passed,
-                 "detail": r.detail}
+                 "detail": clean(r.detail)}
                 for r in report.results
             ])
     return Reply(
@@ -188,15 +198,18 @@ def get_interaction(ws: Workspace, interaction_id: int) -> dict[str, Any]:
     from amelio.errors import NotFound
 
     with ws.engine.connect() as conn:
-        row = conn.execute(sa.select(interactions).where(interactions.c.id == interaction_id)
-                           ).first()
+        row = conn.execute(
+            sa.select(interactions, projects.c.name.label("project_name"))
+            .join(projects, projects.c.id == interactions.c.project_id)
+            .where(interactions.c.id == interaction_id)).first()
         if row is None:
             raise NotFound(f"No interaction {interaction_id}.", interaction_id=interaction_id)
         rules = conn.execute(sa.select(eval_results).where(
             eval_results.c.interaction_id == interaction_id).order_by(eval_results.c.id)).all()
     m = row._mapping
     return {
-        "interactionId": m["id"], "message": m["message"], "answer": m["answer"],
+        "interactionId": m["id"], "project": m["project_name"], "message": m["message"],
+        "answer": m["answer"],
         "hinted": m["hinted"], "appliedSkill": m["applied_skill"],
         "skillVersion": m["skill_version"], "promptHash": m["prompt_hash"],
         "learningIds": m["learning_ids"], "success": m["success"], "model": m["model"],

@@ -245,8 +245,9 @@ class Settings(BaseSettings):
         "shrunk towards the average by, so a few clicks cannot swing it."
     )
     search_session_cap: int = Field(
-        default=1, ge=1, le=100, description="Most clicks (and dwells, pins, hides, votes) one "
-        "session counts for one document on one query: the click-spam guard."
+        default=1, ge=1, le=100, description="Most examinations, clicks, dwells, bounces, pins, "
+        "hides and votes one session (and one user) counts for one document on one query per "
+        "UTC day: the guard against one actor steering ranking."
     )
     search_exploration: float = Field(
         default=0.1, ge=0, le=0.5, description="Share of responses that swap two adjacent "

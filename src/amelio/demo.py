@@ -96,7 +96,8 @@ def load_demo_searches(ws: Workspace, path: Path | None = None) -> int:
     count = 0
     for line in path.read_text(encoding="utf-8").splitlines():
         record = json.loads(line)
-        response = searcher.search(record["query"], profile="hybrid_with_feedback", alpha=0.0)
+        response = searcher.search(record["query"], profile="hybrid_with_feedback", alpha=0.0,
+                                   session=record["session"])
         ranks = {d.doc_id: rank for rank, d in enumerate(response.results, start=1)}
         for click in record["clicks"]:
             if click["docId"] in ranks:  # not shown this time: nobody could click it

@@ -23,11 +23,13 @@ from amelio.evals import (
     REGEX_MAX_PATTERN_CHARS,
     REGEX_MAX_PROGRAM,
     REGEX_MAX_WORK,
+    STRUCTURAL_MAX_CHARS,
     Check,
     RuleParamError,
     RuleType,
     Verdict,
     _kind,
+    charge,
 )
 from amelio.hookspecs import hookimpl
 
@@ -237,9 +239,11 @@ class RegexTooCostly(Exception):
 
 
 def _search(regex: Any, data: bytes) -> Any:
-    if regex.programsize * len(data) > REGEX_MAX_WORK:
+    work = regex.programsize * len(data)
+    if work > REGEX_MAX_WORK:
         raise RegexTooCostly(f"pattern too complex for a text of {len(data):,} bytes (program "
                              f"size {regex.programsize:,}); simplify it or shorten the text")
+    charge(work // 1000 + 1)  # about a nanosecond per unit: budget units are microseconds
     return regex.search(data)
 
 
@@ -309,7 +313,21 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+class AnswerTooLarge(Exception):
+    """An answer over the structural rules' size limit; recorded as an errored result."""
+
+
+#: Largest schema, as JSON characters, a json_schema rule may hold (checked at load).
+SCHEMA_MAX_CHARS = 64_000
+#: Budget units per JSON Schema keyword applied to one value (measured 2-5 µs).
+_KEYWORD_COST = 5
+
+
 def _load_json(text: str) -> tuple[Any, str | None]:
+    if len(text) > STRUCTURAL_MAX_CHARS:
+        raise AnswerTooLarge(f"answer is {len(text):,} characters; structural rules parse at "
+                             f"most {STRUCTURAL_MAX_CHARS:,}")
+    charge(len(text) // 100 + 1)  # json.loads: about 10 ns a character
     try:
         return json.loads(_json_payload(text), parse_constant=_reject_constant), None
     except json.JSONDecodeError as exc:
@@ -352,6 +370,7 @@ def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> It
     answer turns into minutes."""
     if not unique or not validator.is_type(instance, "array"):
         return
+    charge(len(instance))  # one canonical dump per item: about a microsecond each
     seen: set[str] = set()
     for item in instance:
         key = json.dumps(_canonical(item), sort_keys=True)
@@ -362,6 +381,28 @@ def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> It
 
 
 _RE2_VALIDATORS: dict[Any, Any] = {}
+
+
+def _charged(keyword: Callable[..., Any]) -> Callable[..., Any]:
+    """``keyword`` charging the work budget each time it is applied to a value: a
+    schema's cost is its keywords times the values they reach, which only the walk
+    itself can count."""
+
+    def apply(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        charge(_KEYWORD_COST)
+        return keyword(validator, value, instance, schema)
+
+    return apply
+
+
+def _validator_class(base: Any) -> Any:
+    """``base`` with RE2 patterns, linear ``uniqueItems`` and every keyword charged."""
+    if base not in _RE2_VALIDATORS:
+        keywords = dict(base.VALIDATORS) | {"pattern": _re2_pattern,
+                                             "uniqueItems": _unique_items}
+        _RE2_VALIDATORS[base] = jsonschema.validators.extend(
+            base, {name: _charged(fn) for name, fn in keywords.items()})
+    return _RE2_VALIDATORS[base]
 
 
 def _schema_patterns(node: Any, path: str = "schema") -> Iterator[tuple[str, str]]:
@@ -422,6 +463,14 @@ def _json_schema(params: Mapping[str, Any]) -> Check:
     schema = params["schema"]
     if not isinstance(schema, Mapping):
         raise RuleParamError("schema", f"must be a JSON Schema object, not {_kind(schema)}")
+    try:
+        size = len(json.dumps(schema))
+    except (TypeError, ValueError, RecursionError):
+        raise RuleParamError("schema", "must be plain JSON (objects, arrays, strings, "
+                                       "numbers)") from None
+    if size > SCHEMA_MAX_CHARS:
+        raise RuleParamError("schema", f"is {size:,} characters of JSON; a rule's schema is "
+                                       f"at most {SCHEMA_MAX_CHARS:,}")
     latest = jsonschema.Draft202012Validator
     if "$schema" in schema and jsonschema.validators.validator_for(schema, default=None) is None:
         raise RuleParamError("schema", f"unknown $schema {schema['$schema']!r}; use a JSON "
@@ -441,10 +490,7 @@ def _json_schema(params: Mapping[str, Any]) -> Check:
         if compiled.programsize > REGEX_MAX_PROGRAM:
             raise RuleParamError("schema", f"{where} is too complex for the regex engine")
     _check_refs(schema, base)
-    if base not in _RE2_VALIDATORS:
-        _RE2_VALIDATORS[base] = jsonschema.validators.extend(
-            base, {"pattern": _re2_pattern, "uniqueItems": _unique_items})
-    validator = _RE2_VALIDATORS[base](dict(schema))
+    validator = _validator_class(base)(dict(schema))
     yes = Verdict(True, "answer JSON matches the schema")
 
     def check(text: str) -> Verdict:

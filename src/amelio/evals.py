@@ -14,6 +14,12 @@ third-party package would.
 
 Regexes run on RE2 (linear time, bounded memory), so no pattern, however hostile,
 can hang the process; that includes ``pattern`` inside a ``json_schema`` rule.
+Linear is not free, so one :func:`evaluate` call also has a work budget
+(:data:`WORK_BUDGET`) that every costly check charges: regex scans by program size ×
+text bytes, structural rules by JSON size and by each schema keyword they apply.
+The rule that runs the budget out, and any costly rule after it, becomes an errored
+result naming the budget; the cheap rules still run. Structural rules
+(``is_json``, ``json_schema``) also refuse answers over :data:`STRUCTURAL_MAX_CHARS`.
 
 Every rule has ``id``, ``name`` (defaults to the id), ``type``, ``severity``
 (defaults to ``warning``), an optional ``negate: true`` that inverts any type, and
@@ -28,7 +34,9 @@ import copy
 import json
 import logging
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -38,8 +46,9 @@ from amelio.plugins import get_plugin_manager
 
 __all__ = [
     "DEFAULT_SEVERITY", "SEVERITIES", "EvalReport", "EvalResult", "EvalRule", "EvalSpec",
-    "RuleParamError", "RuleType", "Verdict", "append_footnotes", "evaluate", "parse_eval_file",
-    "parse_rules", "render_footnotes", "rule_types",
+    "RuleParamError", "RuleType", "Verdict", "WorkBudget", "WorkBudgetExceeded",
+    "append_footnotes", "charge", "evaluate", "parse_eval_file", "parse_rules",
+    "render_footnotes", "rule_types",
 ]
 
 log = logging.getLogger(__name__)
@@ -59,6 +68,15 @@ REGEX_MAX_PROGRAM = 2_000
 REGEX_MAX_WORK = 100_000_000
 #: Most rules one list may hold: bounds the work a single check can ask for.
 MAX_RULES = 200
+#: Work one :func:`evaluate` call may spend across its rules, in units of about a
+#: microsecond of worst-case CPU (measured: a ``json_schema`` keyword applied to one
+#: JSON value costs 2-5 µs and is charged 5; a regex costs program size × bytes ns).
+#: 500,000 units is about half a second: far above any real answer's checks (a
+#: 1,000-value JSON answer under a 10-keyword schema costs about 50,000), far
+#: below the 50 s that five schemas over a 1 MB array used to cost.
+WORK_BUDGET = 500_000
+#: Largest answer, in characters, that ``is_json`` and ``json_schema`` parse.
+STRUCTURAL_MAX_CHARS = 200_000
 #: Fields any rule may carry, whatever its type; ``negate`` inverts the verdict.
 COMMON_FIELDS = ("id", "name", "type", "severity", "negate")
 _FOOTNOTE_MARKS = {"warning": "⚠️", "info": "ℹ️"}
@@ -187,10 +205,56 @@ class EvalReport:
 # --------------------------------------------------------------------------- engine
 
 
-def evaluate(text: str, rules: Sequence[EvalRule], *, max_chars: int = 1_000_000) -> EvalReport:
+class WorkBudgetExceeded(Exception):
+    """A check charged past its evaluation's work budget; recorded as an errored result."""
+
+
+class WorkBudget:
+    """The work one :func:`evaluate` call may still spend (see :data:`WORK_BUDGET`)."""
+
+    __slots__ = ("limit", "spent")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.spent = 0
+
+    def charge(self, units: int) -> None:
+        self.spent += units
+        if self.spent > self.limit:
+            raise WorkBudgetExceeded(
+                f"the rules of this check used up their work budget ({self.limit:,} units); "
+                "shorten the answer or simplify the rules")
+
+
+_budget: ContextVar[WorkBudget | None] = ContextVar("amelio_eval_budget", default=None)
+
+
+def charge(units: int) -> None:
+    """Charge ``units`` of work to the running :func:`evaluate` call, if any.
+
+    Costly checks (built-in or plugin) call this before or while they work; past
+    the budget it raises :class:`WorkBudgetExceeded`, which stops that check."""
+    budget = _budget.get()
+    if budget is not None:
+        budget.charge(units)
+
+
+@contextmanager
+def _metered(limit: int) -> Iterator[WorkBudget]:
+    budget = WorkBudget(limit)
+    token = _budget.set(budget)
+    try:
+        yield budget
+    finally:
+        _budget.reset(token)
+
+
+def evaluate(text: str, rules: Sequence[EvalRule], *, max_chars: int = 1_000_000,
+             work_budget: int = WORK_BUDGET) -> EvalReport:
     """Run every rule on ``text``. A check that raises is recorded as an errored,
     failed result rather than raised: one broken plugin rule must not lose the
-    verdicts of all the others."""
+    verdicts of all the others, and one costly rule must not starve them either
+    (``work_budget``: see :data:`WORK_BUDGET`)."""
     size = len(text)
     if size > max_chars:
         raise InputTooLarge(
@@ -201,17 +265,22 @@ def evaluate(text: str, rules: Sequence[EvalRule], *, max_chars: int = 1_000_000
         )
     results: list[EvalResult] = []
     append = results.append
-    for rule in rules:
-        try:
-            passed, detail = rule.check(text)
-        except Exception as exc:
-            log.warning("eval rule %r could not be checked: %r", rule.id, exc)
-            append(EvalResult(rule.id, rule.name, rule.type, rule.severity, False,
-                              f"could not be checked: {type(exc).__name__}: {exc}", True))
-            continue
-        passed = bool(passed)
-        append(EvalResult(rule.id, rule.name, rule.type, rule.severity, passed,
-                          "" if passed else str(detail), False))
+    with _metered(work_budget):
+        for rule in rules:
+            try:
+                passed, detail = rule.check(text)
+            except WorkBudgetExceeded as exc:
+                append(EvalResult(rule.id, rule.name, rule.type, rule.severity, False,
+                                  f"not checked: {exc}", True))
+                continue
+            except Exception as exc:
+                log.warning("eval rule %r could not be checked: %r", rule.id, exc)
+                append(EvalResult(rule.id, rule.name, rule.type, rule.severity, False,
+                                  f"could not be checked: {type(exc).__name__}: {exc}", True))
+                continue
+            passed = bool(passed)
+            append(EvalResult(rule.id, rule.name, rule.type, rule.severity, passed,
+                              "" if passed else str(detail), False))
     return EvalReport(tuple(results))
 
 

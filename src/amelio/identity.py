@@ -16,7 +16,7 @@ from pathlib import Path
 
 from amelio.config import Settings
 
-__all__ = ["ANONYMOUS", "secret_key", "user_ref"]
+__all__ = ["ANONYMOUS", "forget_cached_key", "secret_key", "user_ref"]
 
 ANONYMOUS = "anonymous"
 _KEY_FILE = "secret_key"
@@ -28,14 +28,28 @@ def _file_key(path: Path) -> bytes:
         return path.read_text(encoding="utf-8").strip().encode("utf-8")
     path.parent.mkdir(parents=True, exist_ok=True)
     token = secrets.token_urlsafe(32)
-    # O_EXCL: two processes starting at once agree on the first key written.
+    # Written whole to a private file, then linked into place: the link fails if
+    # another process won the race, and nobody ever reads a half-written key (an
+    # O_EXCL create would let a second process read the file while still empty).
+    staged = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_text(encoding="utf-8").strip().encode("utf-8")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(token + "\n")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(token + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(staged, path)
+        except FileExistsError:
+            return path.read_text(encoding="utf-8").strip().encode("utf-8")
+    finally:
+        staged.unlink(missing_ok=True)
     return token.encode("utf-8")
+
+
+def forget_cached_key() -> None:
+    """Read the key file anew next time: a restore has just replaced it."""
+    _file_key.cache_clear()
 
 
 def secret_key(settings: Settings) -> bytes:

@@ -22,6 +22,11 @@ learnings are next used: added lines become learnings, removed lines retire
 theirs, and a malformed line is reported with its line number while the rest
 loads. Nothing a person typed is dropped: unreadable lines are kept, verbatim,
 at the end of the file.
+
+Under ``pii_scrub = all`` a rule is scrubbed (:mod:`amelio.pii`) before it is
+stored, whichever way it comes in (added, or typed into learnings.md and read
+back), and so is every line written to the mirror, unreadable ones included:
+the file is storage too, and a rule never needs a person's phone number.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ import sqlalchemy as sa
 from amelio import db
 from amelio.db.schema import aware, learning_files, learnings, utcnow
 from amelio.errors import InvalidInput, NotFound
+from amelio.pii import scrub_for_storage
 from amelio.projects import DEFAULT_PROJECT, ensure_project, project_id
 from amelio.text import normalize, tokens
 from amelio.workspace import Workspace
@@ -230,7 +236,8 @@ def add_learning(
     skill: str | None = None, at: datetime | None = None,
 ) -> tuple[Learning, str]:
     """Add a rule; returns the stored item and ``added``, ``merged`` or ``reactivated``."""
-    text, src = _clean_rule(rule), _check_source(source)
+    text = _clean_rule(scrub_for_storage(ws.settings, str(rule), "learnings"))
+    src = _check_source(source)
     sync_file(ws, project)
     with db.transaction(ws.engine) as conn:
         pid = ensure_project(conn, project)
@@ -436,6 +443,7 @@ def _write_file(ws: Workspace, project: str, unreadable: Sequence[str] = ()) -> 
     if not unreadable and path.is_file():
         _, errors = parse_learnings_md(path.read_text(encoding="utf-8", errors="replace"))
         unreadable = [e.text for e in errors]
+    unreadable = [scrub_for_storage(ws.settings, line, "learnings") for line in unreadable]
     text = render_learnings_md(items, unreadable)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".learnings-", suffix=".md")
@@ -481,7 +489,8 @@ def sync_file(ws: Workspace, project: str = DEFAULT_PROJECT) -> SyncReport:
     with db.transaction(ws.engine) as conn:
         keep: set[int] = set()
         for entry in entries:
-            lid, outcome = _add(conn, pid, entry.rule, entry.source, entry.skill, entry.at,
+            rule = scrub_for_storage(ws.settings, entry.rule, "learnings")
+            lid, outcome = _add(conn, pid, rule, entry.source, entry.skill, entry.at,
                                 ws.settings.learnings_merge_similarity, from_file=True)
             keep.add(lid)
             added += outcome in ("added", "reactivated")

@@ -5,12 +5,23 @@ e-mail address, a phone, card or IBAN number, or an IP address. Each write path
 that stores such text calls :func:`scrub_for_storage` with the *area* it writes,
 and the ``pii_scrub`` setting decides which areas are scrubbed:
 
-- ``events``  (default): feedback events and search impressions;
-- ``all``: also interaction messages and answers, answer feedback comments and
-  learnings;
+- ``events``  (default): feedback events and search impressions, the data that
+  is collected in bulk from every user and kept for analysis;
+- ``all``: also interaction messages and answers (and the eval details quoting
+  an answer), comments on answers (👎 and Fix It) and learnings, with their
+  ``learnings.md`` mirror;
 - ``off``: nothing (for a store that must keep text verbatim, at the operator's risk).
 
-The patterns themselves live in :mod:`amelio.feedback.anonymize` (``scrub``).
+``events`` is the default because the assistant's own records are what a person
+reads to judge an answer, fix a skill or replay a benchmark: an operator who
+does not need the verbatim text turns on ``all``. Scrubbing happens on the way
+in: switching to ``all`` does not rewrite what is already stored.
+
+Knowledge-layer texts (notebook sources, their chunks) are never scrubbed: they
+are business documents whose contact details are the content.
+
+The patterns themselves live in :mod:`amelio.feedback.anonymize` (``scrub``);
+the list of fields, per area, is in ``docs/feedback.md#what-is-scrubbed``.
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ from amelio.feedback.anonymize import scrub
 
 __all__ = ["Area", "scrub_for_storage", "scrubs"]
 
-Area = Literal["events", "impressions", "interactions", "learnings"]
+Area = Literal["events", "impressions", "interactions", "comments", "learnings"]
 _EVENT_AREAS = frozenset({"events", "impressions"})
 
 

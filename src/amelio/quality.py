@@ -7,6 +7,8 @@ helpful counter of every learning the answer's prompt used; 👎 bumps the
 harmful counter of those scoped to the skill that answered (a general rule is
 in every prompt, so blaming it for any bad answer would retire it at random).
 A user's repeated vote on one interaction counts once: the last one stands.
+Under ``pii_scrub = all`` a comment is scrubbed before it is stored, distilled
+or turned into a learning (:mod:`amelio.pii`).
 
 Metrics are never stored: they are aggregates over interactions, eval results
 and feedback, so they can always be rebuilt and never drift from the data.
@@ -28,6 +30,7 @@ from amelio.db.schema import aware, eval_results, feedback, interactions, projec
 from amelio.errors import AmelioError, InvalidInput, NotFound
 from amelio.identity import user_ref
 from amelio.llm import LLMRequest, get_provider
+from amelio.pii import scrub_for_storage
 from amelio.projects import project_id
 from amelio.workspace import Workspace
 
@@ -135,6 +138,8 @@ def give_feedback(ws: Workspace, interaction_id: int, kind: str, *, comment: str
     if comment and len(comment) > MAX_COMMENT_CHARS:
         raise InvalidInput(f"A comment is at most {MAX_COMMENT_CHARS:,} characters.",
                            field="comment")
+    if comment:
+        comment = scrub_for_storage(ws.settings, comment, "comments")
     ref = user_ref(ws.settings, user)
     channel = "fixit" if kind == "fixit" else "vote"
     now = utcnow()
@@ -169,7 +174,10 @@ def give_feedback(ws: Workspace, interaction_id: int, kind: str, *, comment: str
             rule = _distill(ws, kind, row.message, row.answer, comment) or comment
         if rule is None:
             prefix = "Fix requested for" if kind == "fixit" else "Negative feedback on"
-            rule = f"{prefix}: {_context(row.applied_skill, row.message)}"
+            # Scrubbed before the excerpt cuts it: half a phone number no longer
+            # looks like one (the message may predate pii_scrub = all).
+            message = scrub_for_storage(ws.settings, row.message, "learnings")
+            rule = f"{prefix}: {_context(row.applied_skill, message)}"
         learning, _ = learnings.add_learning(
             ws, rule, source="fixit" if kind == "fixit" else "negative", project=project,
             skill=row.applied_skill)

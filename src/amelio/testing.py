@@ -33,7 +33,8 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Self
@@ -50,11 +51,32 @@ __all__ = [
     "LiveServer",
     "Reply",
     "count_tokens",
+    "postgres_database",
     "read_fake_claude_calls",
     "write_fake_claude_cli",
 ]
 
 ProtocolName = Literal["anthropic", "openai"]
+
+
+@contextmanager
+def postgres_database(server_url: str, *, prefix: str = "amelio_test") -> Iterator[str]:
+    """A new, empty PostgreSQL database on the server at ``server_url`` (whose own
+    database is only used to create and drop it); yields its URL and drops it,
+    connections and all, afterwards. For tests, benchmarks and fuzzing runs that
+    must not share state."""
+    import sqlalchemy as sa
+
+    admin = sa.create_engine(server_url, isolation_level="AUTOCOMMIT")
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        yield admin.url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 @dataclass(frozen=True)

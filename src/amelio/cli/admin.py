@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -17,6 +18,7 @@ from amelio.cli._common import (
     workspace,
 )
 from amelio.config import load_settings
+from amelio.identity import secret_key
 from amelio.workspace import Workspace, init_workspace
 
 # -- init, config, db -------------------------------------------------------------------
@@ -140,18 +142,25 @@ def keys_group() -> None:
 @click.option("--role", type=click.Choice(keys.ROLES), required=True,
               help="admin: everything; bot: chat and feedback; client: feedback events only.")
 @click.option("--name", required=True, help="Who or what uses the key.")
+@click.option("--project", "projects", multiple=True, metavar="PROJECT",
+              help="Bind the key to this project (repeat for several; created if needed). "
+              "Without it a bot or client key is global.")
 @json_option
 @click.pass_context
 @handle_errors
-def keys_create(ctx: click.Context, role: str, name: str, as_json: bool) -> None:
+def keys_create(ctx: click.Context, role: str, name: str, projects: tuple[str, ...],
+                as_json: bool) -> None:
     """Create an API key and print it once (only its hash is stored)."""
-    key, token = keys.create_key(workspace(ctx).engine, name=name, role=role)
+    key, token = keys.create_key(workspace(ctx).engine, name=name, role=role,
+                                 projects=projects)
     if as_json:
-        print_json({"id": key.id, "name": key.name, "role": key.role, "key": token})
+        print_json({"id": key.id, "name": key.name, "role": key.role,
+                    "projects": list(key.projects) or None, "key": token})
         return
     click.echo(token)
-    click.echo(f"Key {key.id} ({key.role}, {key.name}). Store it now: it is not shown again.",
-               err=True)
+    scope = f"projects {', '.join(key.projects)}" if key.projects else "global"
+    click.echo(f"Key {key.id} ({key.role}, {key.name}, {scope}). Store it now: it is not "
+               "shown again.", err=True)
 
 
 @keys_group.command("list")
@@ -163,11 +172,12 @@ def keys_list(ctx: click.Context, as_json: bool) -> None:
     found = keys.list_keys(workspace(ctx).engine)
     if as_json:
         print_json([{"id": k.id, "name": k.name, "role": k.role, "prefix": k.prefix,
+                      "projects": list(k.projects) or None,
                       "revoked": k.revoked_at is not None} for k in found])
         return
-    table(["id", "name", "role", "prefix", "last used", "revoked"],
-           [(k.id, k.name, k.role, k.prefix + "…", k.last_used_at or "-",
-             "yes" if k.revoked_at else "") for k in found])
+    table(["id", "name", "role", "projects", "prefix", "last used", "revoked"],
+           [(k.id, k.name, k.role, ", ".join(k.projects) or "(global)", k.prefix + "…",
+             k.last_used_at or "-", "yes" if k.revoked_at else "") for k in found])
 
 
 @keys_group.command("revoke")
@@ -183,27 +193,43 @@ def keys_revoke(ctx: click.Context, key_id: int) -> None:
 # -- serve, demo ------------------------------------------------------------------------
 
 
-def _serve(ws: Workspace, host: str | None, port: int | None) -> None:
+def _serve(ws: Workspace, host: str | None, port: int | None, workers: int = 1) -> None:
     import uvicorn
-
-    from amelio.server import create_app
 
     host = host or ws.settings.host
     port = port or ws.settings.port
+    processes = f", {workers} worker processes" if workers > 1 else ""
     click.echo(f"Amelio {amelio.__version__} serving {ws.root} at http://{host}:{port}/ "
-               f"(API docs: http://{host}:{port}/docs)")
-    uvicorn.run(create_app(ws), host=host, port=port, log_level="info")
+               f"(API docs: http://{host}:{port}/docs{processes})")
+    if workers == 1:
+        from amelio.server import create_app
+
+        uvicorn.run(create_app(ws), host=host, port=port, log_level="info")
+        return
+    # uvicorn starts each worker as a fresh process from an import string, so the
+    # workers build their own app from the environment: the same workspace, the same
+    # AMELIO_* settings. The generated secret is written once here, before they start,
+    # so that every worker signs and checks feedback tokens with the same key.
+    from amelio.server import NoDelayH11Protocol
+
+    secret_key(ws.settings)
+    os.environ["AMELIO_WORKSPACE"] = str(ws.root)
+    uvicorn.run("amelio.server:app_from_env", factory=True, host=host, port=port,
+                workers=workers, http=NoDelayH11Protocol, log_level="info")
 
 
 @main.command()
 @click.option("--host", default=None, help="Bind address (default: setting `host`).")
 @click.option("--port", type=click.IntRange(1, 65535), default=None,
               help="Port (default: setting `port`).")
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Worker processes sharing the port; each keeps its own search cache "
+                   "and rate-limit buckets (see docs/scaling.md).")
 @click.pass_context
 @handle_errors
-def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
+def serve(ctx: click.Context, host: str | None, port: int | None, workers: int) -> None:
     """Run the API service on the workspace (its database must be migrated)."""
-    _serve(workspace(ctx), host, port)
+    _serve(workspace(ctx), host, port, workers)
 
 
 @main.command()

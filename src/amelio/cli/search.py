@@ -17,9 +17,9 @@ from amelio.cli._common import (
     workspace,
 )
 from amelio.search import PROFILES, Corpus, Searcher, aggregate, optional_embedder, rebuild
+from amelio.search.service import query_key
 from amelio.search.signals import signals_for
 from amelio.search.simulate import USER_MODELS, simulate
-from amelio.text import normalize
 
 
 @main.group("corpus")
@@ -52,16 +52,23 @@ def import_command(ctx: click.Context, file: Path, as_json: bool) -> None:
               help="Rank profile (default: search_profile).")
 @click.option("--alpha", type=float, default=None, help="Semantic weight, 0 to 1.")
 @click.option("--limit", "-n", type=int, default=10, show_default=True)
+@click.option("--session", default=None,
+              help="Session id, as feedback events send it (stored hashed): one session's "
+                   "repeated searches count once per document.")
+@click.option("--user", default=None, help="User id, as feedback events send it (stored "
+              "hashed).")
 @project_option
 @json_option
 @click.pass_context
 @handle_errors
 def search_command(ctx: click.Context, query: str, profile: str | None, alpha: float | None,
-                   limit: int, project: str | None, as_json: bool) -> None:
+                   limit: int, session: str | None, user: str | None, project: str | None,
+                   as_json: bool) -> None:
     """Search the corpus, as POST /v1/search does (the impression is logged)."""
     ws = workspace(ctx)
     response = Searcher(ws, background_aggregation=False).search(
-        query, project=project or "default", profile=profile, alpha=alpha, limit=limit)
+        query, project=project or "default", profile=profile, alpha=alpha, limit=limit,
+        session=session, user=user)
     if as_json:
         print_json(response.to_dict())
         return
@@ -114,7 +121,8 @@ def rebuild_command(ctx: click.Context, as_json: bool) -> None:
 @handle_errors
 def show_command(ctx: click.Context, query: str, as_json: bool) -> None:
     """The signals of one query, per document."""
-    rows = signals_for(workspace(ctx).engine, normalize(query))
+    ws = workspace(ctx)
+    rows = signals_for(ws.engine, query_key(ws.settings, query))  # as searches store it
     if as_json:
         print_json({d: r.to_dict() for d, r in rows.items()})
         return

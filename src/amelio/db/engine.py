@@ -29,6 +29,7 @@ __all__ = [
     "current_revision",
     "head_revision",
     "insert_ignore",
+    "known_revisions",
     "reading",
     "transaction",
     "upgrade",
@@ -127,6 +128,13 @@ def head_revision() -> str:
     head = ScriptDirectory.from_config(_alembic_config(sa.create_engine("sqlite://"))).get_current_head()
     assert head is not None
     return head
+
+
+def known_revisions() -> tuple[str, ...]:
+    """Every migration this code ships, newest first (a restore refuses a backup
+    whose migration is not among them: it comes from newer code)."""
+    script = ScriptDirectory(str(_MIGRATIONS))
+    return tuple(r.revision for r in script.walk_revisions())
 
 
 def current_revision(engine: sa.Engine) -> str | None:

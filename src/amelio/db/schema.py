@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 __all__ = [
     "UTCDateTime",
+    "api_key_projects",
     "api_keys",
     "aware",
     "benchmark_runs",
@@ -157,6 +158,17 @@ api_keys = sa.Table(
     sa.Column("last_used_at", Timestamp, nullable=True),
     sa.Column("revoked_at", Timestamp, nullable=True),
     sa.CheckConstraint("role IN ('admin', 'bot', 'client')", name="role"),
+)
+
+# The projects a key is bound to. A key with no rows here is global: every
+# admin key, and bot or client keys made before keys could be scoped.
+api_key_projects = sa.Table(
+    "api_key_projects",
+    metadata,
+    sa.Column("key_id", sa.Integer, sa.ForeignKey("api_keys.id", ondelete="CASCADE"),
+              primary_key=True),
+    sa.Column("project_id", sa.Integer, sa.ForeignKey("projects.id", ondelete="CASCADE"),
+              primary_key=True),
 )
 
 # One row per rule the reflect loop learned. Rules are never rewritten
@@ -562,6 +574,11 @@ search_impressions = sa.Table(
     # randomized experiment that measures position bias.
     sa.Column("swapped_rank", sa.Integer, nullable=True),
     sa.Column("created_ms", sa.BigInteger, nullable=False, index=True),
+    # Who searched, hashed with the daily salt of feedback events (NULL: the client
+    # named no one, and the response counts as its own session): the aggregator caps
+    # what one session or user adds to a query's examinations.
+    sa.Column("session_hash", sa.String(8), nullable=True),
+    sa.Column("user_hash", sa.String(8), nullable=True),
 )
 
 search_signals = sa.Table(

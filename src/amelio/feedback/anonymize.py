@@ -11,24 +11,33 @@ The day is the event's own (not the arrival's), so re-sending a file the next
 day yields the same hashes and idempotent ingestion stays idempotent.
 
 **Scrubbing.** People type their e-mail, phone number, IBAN or card number into
-comment boxes. Before free text is stored each is replaced by a placeholder
-(``[email]``, ``[phone]``, ``[iban]``, ``[card]``). Card numbers must pass the
-Luhn check so that ordinary long numbers survive; an IBAN is hidden when its
-mod-97 check passes or, mistyped, when it still has an IBAN's shape (country,
-check digits, ten or more digits); phone numbers have no checksum, so any run
-of 9 to 15 digits written like one is removed: losing an order number is
-better than storing a phone number.
+comment boxes, and paste IP addresses from error pages. Before free text is
+stored each is replaced by a placeholder (``[email]``, ``[ip]``, ``[iban]``,
+``[card]``, ``[phone]``). Card numbers must pass the Luhn check so that ordinary
+long numbers survive; an IBAN is hidden when its mod-97 check passes or,
+mistyped, when it still has an IBAN's shape (country, check digits, ten or more
+digits); phone numbers have no checksum, so any run of 9 to 15 digits written
+like one is removed: losing an order number is better than storing a phone
+number. IP addresses are found by a loose pattern and confirmed by
+:mod:`ipaddress`, so ``1.2.3`` (a version), ``14:30:15`` (a time), ``256.1.1.1``
+or a MAC address survive; an IPv6 address must hold a digit (every global one
+starts with 2 or 3), so identifiers such as ``Cafe::Add`` survive too. Four
+dotted numbers up to 255 (``1.2.3.4``) are an address whatever they meant.
+
+Nearly all text has neither a digit nor an ``@``: :func:`scrub` returns it
+after one character scan, which keeps ingestion at its 20,000 events a second.
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import re
 from collections.abc import Callable
 from datetime import date, timedelta
 from functools import lru_cache
 
-__all__ = ["SaltedHasher", "day_from_index", "scrub"]
+__all__ = ["SaltedHasher", "day_from_index", "scrub", "scrub_emails"]
 
 _PURPOSE = b"amelio.feedback.salt.v1:"
 _EPOCH = date(1970, 1, 1)
@@ -59,10 +68,17 @@ class SaltedHasher:
 
 # -- scrubbing ---------------------------------------------------------------------
 
-_EMAIL = re.compile(r"[\w.!#$%&'*+/=?^`{|}~-]{1,64}@[\w-]{1,63}(?:\.[\w-]{1,63})+")
+# The local part takes RFC 5322's characters but / = ?: in a URL path or query
+# string (a routeId) they separate the address from what surrounds it.
+_EMAIL = re.compile(r"[\w.!#$%&'*+^`{|}~-]{1,64}@[\w-]{1,63}(?:\.[\w-]{1,63})+")
 _IBAN = re.compile(r"\b[A-Z]{2}\d{2}(?:[ -]?[A-Z0-9]){11,30}\b", re.IGNORECASE)
 _CARD = re.compile(r"(?<!\d)\d(?:[ -]?\d){12,18}(?!\d)")
 _PHONE = re.compile(r"(?<![\w+(])(?:\+|00)?\(?\d(?:[ .()/-]{0,2}\d){7,16}(?!\w)")
+# Candidates only: ipaddress decides. Not inside a longer dotted or coloned run
+# ("v1.2.3.4", "1.2.3.4.5", "a:b:c:d:e:f:1:2:3"); a sentence's full stop may follow.
+_IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?!\.?\w)")
+_IPV6 = re.compile(r"(?<![\w:.%])(?=[0-9a-f:]*\d)[0-9a-f]{0,4}(?::[0-9a-f]{0,4}){2,7}"
+                   r"(?:\.\d{1,3}){0,3}(?:%[\w.-]{1,32})?(?![\w:])", re.IGNORECASE)
 _QUICK = re.compile(r"[@\d]")
 
 
@@ -122,12 +138,38 @@ _IBAN_SUB = _longest_valid("[iban]", _iban_ok, _iban_like)
 _CARD_SUB = _longest_valid("[card]", _card_ok)
 
 
+def _ip_sub(match: re.Match[str]) -> str:
+    """``[ip]`` for a real address; a colon that ends the candidate may be the
+    sentence's ("unreachable from 2001:db8::1: timeout")."""
+    text = match.group()
+    ends = (len(text), len(text) - 1) if text.endswith(":") and not text.endswith("::") \
+        else (len(text),)
+    for end in ends:
+        try:
+            ipaddress.ip_address(text[:end])
+        except ValueError:
+            continue
+        return "[ip]" + text[end:]
+    return text
+
+
+def scrub_emails(text: str) -> str:
+    """``text`` with only its e-mail addresses replaced: for identifiers (a document
+    id) where a long number is more likely a key than a phone number."""
+    return _EMAIL.sub("[email]", text) if "@" in text else text
+
+
 def scrub(text: str) -> str:
-    """``text`` with e-mail addresses, IBANs, card and phone numbers replaced."""
+    """``text`` with e-mail and IP addresses, IBANs, card and phone numbers replaced."""
     if not _QUICK.search(text):  # most comments have neither a digit nor an @
         return text
     if "@" in text:
         text = _EMAIL.sub("[email]", text)
+    # Addresses before phone numbers: 192.168.100.200 is also 12 digits and dots.
+    if ":" in text:
+        text = _IPV6.sub(_ip_sub, text)
+    if "." in text:
+        text = _IPV4.sub(_ip_sub, text)
     text = _IBAN.sub(_IBAN_SUB, text)
     text = _CARD.sub(_CARD_SUB, text)
     return _PHONE.sub(lambda m: "[phone]" if _phone_ok(m.group()) else m.group(), text)

@@ -8,7 +8,7 @@ Each event goes through, in order:
    before any of its data is looked at further;
 3. **token**: an event about a query must carry that query's ``feedbackToken``;
 4. **anonymize**: raw session and user ids become daily-salted hashes, free
-   text is scrubbed, the token is dropped;
+   text is scrubbed (unless ``pii_scrub`` is ``off``), the token is dropped;
 
 then the whole request is charged to the **rate limits** (all or nothing: 429
 and nothing stored), and the events that passed are **stored** in one durable
@@ -16,6 +16,18 @@ transaction, where a known ``eventId`` is answered ``duplicate``. Every event
 gets a status (``accepted``, ``duplicate``, ``rejected`` with the field and the
 reason, ``dropped``); one bad event never fails its batch. Reasons never quote
 the event's values, so a raw id cannot leak through an error message or a log.
+
+**What is scrubbed**, field by field (``docs/feedback.md#what-is-scrubbed``):
+every string a person can type or a page can put there without the client's
+control, that is ``context.routeId`` (a URL path can hold an e-mail or an
+order number), ``vote.comment``, ``hide.reason``, ``problem.freeText`` and
+``correction.beforeValue`` / ``afterValue``, whatever the event's type;
+``result.docId`` loses only e-mail addresses (a document keyed by one, in a
+people directory), because a long number there is a key the signals need, not
+a phone number. The other strings are identifiers and vocabulary the client's
+code chooses (``Id`` and ``Key`` patterns: no ``@``, no spaces) and keep
+their value, since the aggregates join and group on them; session ids are
+hashed, the token dropped.
 """
 
 from __future__ import annotations
@@ -31,9 +43,10 @@ from typing import Any, Literal, NamedTuple, cast
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import to_json
 
+from amelio import pii  # a module, not its names: amelio.pii imports this package
 from amelio.errors import InputTooLarge, InvalidInput, InvalidToken, RateLimited
 from amelio.feedback import store
-from amelio.feedback.anonymize import SaltedHasher, day_from_index, scrub
+from amelio.feedback.anonymize import SaltedHasher, day_from_index, scrub, scrub_emails
 from amelio.feedback.ratelimit import Bucket, RateLimiter
 from amelio.feedback.schema import (
     EVENT_TYPES,
@@ -60,10 +73,10 @@ __all__ = [
 Status = Literal["accepted", "duplicate", "rejected", "dropped"]
 MAX_FUTURE_MS = 5 * 60 * 1000
 _DAY_MS = 86_400_000
-_TEXT_FIELDS = {"vote": ("comment",), "problem": ("freeText",), "hide": ("reason",),
-                "correction": ("beforeValue", "afterValue")}
-_TEXT_TYPES = frozenset({"vote_up", "vote_down", "result_hidden", "report_problem",
-                         "correction_inline"})
+#: Free text, per section: scrubbed before storage (see the module's docstring).
+_TEXT_FIELDS = (("context", ("routeId",)), ("vote", ("comment",)),
+                ("problem", ("freeText",)), ("hide", ("reason",)),
+                ("correction", ("beforeValue", "afterValue")))
 
 
 _BATCH: TypeAdapter[list[FeedbackEvent]] = TypeAdapter(list[MartyFeedbackEventV1])
@@ -118,6 +131,8 @@ def _load(line: bytes | str) -> object:
         return _Unparsable(f"not valid JSON ({exc.msg} at character {exc.pos})")
     except UnicodeDecodeError:
         return _Unparsable("not UTF-8 text")
+    except RecursionError:  # thousands of nested [[[…: no event is shaped like that
+        return _Unparsable("nested too deeply")
 
 
 def parse_batch(body: bytes, *, max_events: int, max_bytes: int) -> list[object]:
@@ -197,6 +212,7 @@ class Collector:
             per_session=Bucket(settings.feedback_rate_session,
                                settings.feedback_burst_session))
         self._validate = event_adapter().validate_python
+        self._scrub = pii.scrubs(settings, "events")
 
     # -- entry points ------------------------------------------------------------------
 
@@ -342,15 +358,17 @@ class Collector:
         event["eventId"] = event_id
         request = event["request"]
         request.pop("feedbackToken", None)
-        if event["eventType"] in _TEXT_TYPES:
-            for name, fields in _TEXT_FIELDS.items():
-                section: dict[str, str] | None = event.get(name)
+        result = event.get("result")
+        if self._scrub:
+            for name, fields in _TEXT_FIELDS:
+                section: dict[str, Any] | None = event.get(name)
                 if section is None:
                     continue
                 for field in fields:
                     if field in section:
                         section[field] = scrub(section[field])
-        result = event.get("result")
+            if result is not None and "docId" in result:
+                result["docId"] = scrub_emails(result["docId"])
         return PreparedEvent(
             event_id=event_id, event_type=event["eventType"],
             event_time_ms=event["eventTimeMs"], session_hash=stored_session["sessionIdHash"],

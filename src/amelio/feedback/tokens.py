@@ -69,6 +69,8 @@ class TokenSigner:
 
     def read(self, token: str, *, now_ms: int | None = None) -> TokenClaims:
         """The claims of a genuine, unexpired ``token``; :class:`InvalidToken` otherwise."""
+        if not token.isascii():  # a genuine token is base64 and dots, nothing else
+            raise InvalidToken("feedbackToken is malformed")
         version, _, rest = token.partition(".")
         claims, _, mac = rest.partition(".")
         if version != _VERSION or not claims or not mac:

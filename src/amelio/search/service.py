@@ -12,11 +12,18 @@ A search runs in four steps:
    a share of responses explores by Thompson sampling (``search_thompson``);
 4. **log** — the response is stored as one impression and carries a
    ``feedbackToken`` from the collector's signer, so only served queries can
-   receive clicks.
+   receive clicks. The impression keeps the query scrubbed of personal data
+   (``pii_scrub``) and, when the client names them, the session and user as the
+   daily-salted hashes feedback events use: the aggregator caps what one of
+   them adds to a query's signals.
 
 The warm-path cache keeps step 1–3's ranking per (normalized query, profile,
 alpha, beta, limit, signals version): a new aggregation bumps the version, so a
 cached ranking never outlives the signals it was computed from.
+
+Two forms of the query: the *normalized* one is what the engines search for, the
+*key* (:func:`query_key`) is what impressions store and signals are kept under.
+They differ only when the query holds something ``pii_scrub`` removes.
 """
 
 from __future__ import annotations
@@ -38,7 +45,11 @@ from amelio.db.engine import transaction
 from amelio.db.schema import search_impressions
 from amelio.embeddings import Embedder, EmbedderUnavailable, load_embedder
 from amelio.errors import InvalidInput
+from amelio.feedback.anonymize import SaltedHasher, day_from_index
 from amelio.feedback.tokens import token_signer
+from amelio.identity import secret_key
+from amelio.pii import scrub_for_storage
+from amelio.projects import validate_name
 from amelio.search.corpus import Corpus, Hit, best
 from amelio.search.signals import (
     Propensities,
@@ -55,8 +66,9 @@ if TYPE_CHECKING:
     from amelio.config import Settings
     from amelio.search.vespa import VespaBackend
 
-__all__ = ["PROFILES", "FeedbackScorer", "RankedDoc", "SearchResponse", "Searcher",
-           "SemanticUnavailable", "optional_embedder", "search_embedder"]
+__all__ = ["MAX_ID_CHARS", "PROFILES", "FeedbackScorer", "RankedDoc", "SearchResponse",
+           "Searcher", "SemanticUnavailable", "optional_embedder", "query_key",
+           "search_embedder"]
 
 log = logging.getLogger("amelio.search")
 
@@ -75,6 +87,9 @@ AGGREGATE_EVERY_S = 5.0
 #: an offline replica of the Cranfield simulation. One session still moves it a
 #: bounded amount: the prior and the per-session cap limit what a few clicks can do.
 FEEDBACK_BOUND = 3.0
+#: The longest session or user id a search accepts: the bound feedback events have.
+MAX_ID_CHARS = 200
+_DAY_MS = 86_400_000
 
 
 class SemanticUnavailable(EmbedderUnavailable):
@@ -100,6 +115,7 @@ class _Ranking(NamedTuple):
     alpha: float
     beta: float
     query_norm: str
+    key: str
     cached: bool = False
     sampled: bool = False
 
@@ -262,6 +278,25 @@ def check_request(query: str, profile: str, alpha: float, limit: int) -> str:
     return query_norm
 
 
+def query_key(settings: Settings, query: str) -> str:
+    """The normalized query that impressions store and signals are kept under.
+
+    It is scrubbed (``pii_scrub``) *before* it is normalized: normalizing first
+    would cut an e-mail address into words no pattern recognizes. Ranking uses the
+    unscrubbed query, so a search for an order number still finds it; only what is
+    stored, and learned, is scrubbed."""
+    return normalize(scrub_for_storage(settings, query, "impressions"))
+
+
+def _check_id(value: str | None, field: str) -> None:
+    """``value`` is None or a raw id of a sensible length; the message gives only its
+    length, so a raw id cannot leak through an error or a log."""
+    if value is not None and not 1 <= len(value) <= MAX_ID_CHARS:
+        raise InvalidInput(f"{field} is 1 to {MAX_ID_CHARS} characters (the id your "
+                           f"feedback events send), not {len(value)}; or leave it out.",
+                           field=field)
+
+
 class Searcher:
     """Searches one workspace's corpus; keep one per process (it holds the cache).
 
@@ -281,6 +316,9 @@ class Searcher:
         self.embedder = embedder
         self.click_model = click_model
         self.signer = token_signer(self.settings)
+        #: The feedback collector's hasher: an impression's session hash must equal
+        #: the one the same session's events are stored under.
+        self.hasher = SaltedHasher(secret_key(self.settings))
         self.cache: _Cache[tuple[RankedDoc, ...]] = _Cache(self.settings.search_cache_size)
         #: First-phase candidates outlive a signals version: a new aggregation (every
         #: few seconds under traffic) re-scores feedback, it does not search again,
@@ -303,15 +341,28 @@ class Searcher:
     # -- the one entry point -----------------------------------------------------------
 
     def search(self, query: str, *, project: str = "default", profile: str | None = None,
-               alpha: float | None = None, limit: int = 10,
-               beta: float | None = None) -> SearchResponse:
-        """Rank the corpus for ``query``, log the impression, sign the token."""
+               alpha: float | None = None, limit: int = 10, beta: float | None = None,
+               session: str | None = None, user: str | None = None) -> SearchResponse:
+        """Rank the corpus for ``query``, log the impression, sign the token.
+
+        ``session`` and ``user`` are the raw ids the client's feedback events send as
+        ``session.sessionId`` (or ``sessionIdHash``) and ``session.userId``: only their
+        daily-salted hashes are stored, and they let the aggregator cap what one
+        session or user adds to this query's signals, repeated searches included.
+        Without a session the response counts as a session of its own."""
+        validate_name(project)
+        _check_id(session, "sessionId")
+        _check_id(user, "userId")
         r = self._ranking(query, profile, alpha, limit, beta, explore=True)
         ranking, swapped = self._swap(r.docs)
         explored = r.sampled or swapped is not None
         query_id, request_id = str(ULID()), str(ULID())
-        self._log(query_id, request_id, project, r.query_norm, r.profile, r.alpha, r.beta,
-                  ranking, explored, swapped)
+        created_ms = int(self._clock() * 1000)
+        day = day_from_index(created_ms // _DAY_MS)  # the salt of the collector's day
+        who = (None if session is None else self.hasher.hash(session, day),
+               None if user is None else self.hasher.hash(user, day))
+        self._log(query_id, request_id, project, r, ranking, explored, swapped, who,
+                  created_ms)
         documents = (self.backend or self.corpus).documents([d.doc_id for d in ranking])
         titles = {doc_id: doc.title for doc_id, doc in documents.items()}
         self._maybe_aggregate()
@@ -338,6 +389,7 @@ class Searcher:
         alpha = self.settings.search_alpha if alpha is None else alpha
         beta = self.settings.search_beta if beta is None else beta
         query_norm = check_request(query, profile, alpha, limit)
+        key = query_key(self.settings, query)
         if not 0.0 <= beta <= 10.0:
             raise InvalidInput(f"beta is between 0 and 10, not {beta}.", field="beta")
         if profile == "bm25":
@@ -347,8 +399,9 @@ class Searcher:
         elif profile == "hybrid":
             beta = 0.0
         if self.backend is not None:  # Vespa embeds queries itself and keeps no cache
-            return _Ranking(self.backend.rank(query_norm, profile, alpha, beta, limit),
-                            profile, alpha, beta, query_norm)
+            return _Ranking(self.backend.rank(query_norm, profile, alpha, beta, limit,
+                                              key=key),
+                            profile, alpha, beta, query_norm, key)
         embedder = self._embedder(profile, alpha) if alpha > 0 else None
         sample = explore and beta > 0 and self.settings.search_thompson > 0 \
             and self._rng.random() < self.settings.search_thompson
@@ -358,17 +411,17 @@ class Searcher:
         with self.workspace.engine.connect() as conn:
             propensities = load_propensities(conn) if beta > 0 else None
             if sample:
-                return _Ranking(self._rank(conn, source, beta, limit, propensities, embedder,
-                                           rng=self._rng),
-                                profile, alpha, beta, query_norm, sampled=True)
+                return _Ranking(self._rank(conn, source, key, beta, limit, propensities,
+                                           embedder, rng=self._rng),
+                                profile, alpha, beta, query_norm, key, sampled=True)
             version = propensities.version if propensities else 0
-            key = (*source, beta, limit, version, self.click_model)
-            ranking = self.cache.get(key)
+            cache_key = (*source, key, beta, limit, version, self.click_model)
+            ranking = self.cache.get(cache_key)
             cached = ranking is not None
             if ranking is None:
-                ranking = self._rank(conn, source, beta, limit, propensities, embedder)
-                self.cache.put(key, ranking)
-        return _Ranking(ranking, profile, alpha, beta, query_norm, cached=cached)
+                ranking = self._rank(conn, source, key, beta, limit, propensities, embedder)
+                self.cache.put(cache_key, ranking)
+        return _Ranking(ranking, profile, alpha, beta, query_norm, key, cached=cached)
 
     # -- ranking -----------------------------------------------------------------------
 
@@ -412,12 +465,13 @@ class Searcher:
         kept = sorted(order, key=lambda d: (-mixed[d], position[d]))[:size]
         return {d: mixed[d] for d in kept}, kept
 
-    def _rank(self, conn: sa.Connection, source: tuple[Any, ...], beta: float, limit: int,
-              propensities: Propensities | None, embedder: Embedder | None,
+    def _rank(self, conn: sa.Connection, source: tuple[Any, ...], key: str, beta: float,
+              limit: int, propensities: Propensities | None, embedder: Embedder | None,
               rng: random.Random | None = None) -> tuple[RankedDoc, ...]:
         """The best ``limit`` candidates; with ``rng``, feedback scores are posterior
         samples (Thompson sampling) rather than posterior means. ``source`` is
-        (normalized query, profile, alpha, corpus generation, model)."""
+        (normalized query, profile, alpha, corpus generation, model); ``key`` is
+        the query's :func:`query_key`, which its signals are kept under."""
         query_norm, profile, alpha = source[:3]
         if profile == "bm25":
             hits = self.corpus.lexical(query_norm, limit)
@@ -435,7 +489,7 @@ class Searcher:
         if beta > 0 and propensities is not None:
             scorer = FeedbackScorer(propensities, self.settings.search_prior_weight,
                                     self.click_model)
-            rows = signals_for(conn, query_norm)
+            rows = signals_for(conn, key)
             feedback = {doc_id: scorer.score(rows.get(doc_id), rng) for doc_id in first}
         ranked = sorted(
             (RankedDoc(doc_id, s + beta * feedback.get(doc_id, 0.0), s,
@@ -460,17 +514,19 @@ class Searcher:
 
     # -- the impression log and signals -----------------------------------------------
 
-    def _log(self, query_id: str, request_id: str, project: str, query_norm: str,
-             profile: str, alpha: float, beta: float, ranking: Sequence[RankedDoc],
-             explored: bool, swapped_rank: int | None = None) -> None:
+    def _log(self, query_id: str, request_id: str, project: str, r: _Ranking,
+             ranking: Sequence[RankedDoc], explored: bool, swapped_rank: int | None,
+             who: tuple[str | None, str | None], created_ms: int) -> None:
+        """Store the impression: the ranking as shown, under the query's key, with
+        the hashed session and user (``who``) when the client named them."""
         with transaction(self.workspace.engine) as conn:
             conn.execute(search_impressions.insert().values(
                 query_id=query_id, request_id=request_id, project=project,
-                query_norm=query_norm, profile=profile, alpha=alpha, beta=beta,
+                query_norm=r.key, profile=r.profile, alpha=r.alpha, beta=r.beta,
                 results=[[d.doc_id, rank, round(d.score, 6)]
                          for rank, d in enumerate(ranking, start=1)],
                 explored=explored, swapped_rank=swapped_rank,
-                created_ms=int(self._clock() * 1000)))
+                session_hash=who[0], user_hash=who[1], created_ms=created_ms))
 
     def _maybe_aggregate(self) -> None:
         if not self._background:

@@ -9,9 +9,20 @@ row's lock. ``rebuild`` empties the signals and replays both logs from the start
 
 Impressions come only from the server's log (a client cannot claim its result
 was shown); an event joins its impression by ``queryId`` and counts at the rank
-the impression recorded. One session counts at most ``search_session_cap`` of
-each kind (click, dwell, bounce, pin, hide, vote) per document and query: click spam from
-one session moves a document a bounded amount.
+the impression recorded.
+
+**One actor, one vote.** One session — and one user, when the client names one
+— counts at most ``search_session_cap`` of each kind per (query, document):
+examinations (a response showing the document), clicks, dwells, bounces, pins,
+hides, votes, reformulations and abandonments. Capping clicks alone was not
+enough: a session that searched a query forty times and clicked its tenth result
+each time raised it to rank 4, because forty examinations without a click sank
+every document above it. An event counts under its own session and user *and*
+under those of its impression, so changing session ids between the search and
+the click gains nothing. An impression whose client named no session counts as
+a session of its own. Hashes are salted per UTC day (as feedback events are), so
+the cap is per day. What each identity has used is kept in
+``search_session_marks``, written in the run's transaction like the counts.
 
 A reformulation is counted when the client says so (``query_reformulated``) or,
 derived here, when the same session's next query came within 30 s and is similar
@@ -32,7 +43,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -68,10 +79,16 @@ _EVENT_TYPES = ("result_clicked", "result_dwell_time", "result_pinned", "result_
                 "vote_up", "vote_down", "query_reformulated", "query_abandoned")
 _COUNTERS = ("clicks", "dwell_clicks", "bounces", "pins", "hides", "votes_up", "votes_down",
              "reformulations", "abandonments")
-_CAPPED = {"result_clicked": "click", "result_pinned": "pin", "result_hidden": "hide",
-           "vote_up": "up", "vote_down": "down"}
-_COUNTER_OF = {"click": "clicks", "dwell": "dwell_clicks", "bounce": "bounces", "pin": "pins",
-               "hide": "hides", "up": "votes_up", "down": "votes_down"}
+#: The kind of mark (``search_session_marks.kind``, 8 characters with ``u:``) of
+#: each capped event type; dwell events are ``dwell`` or ``bounce`` by their length.
+_KIND_OF = {"result_clicked": "click", "result_pinned": "pin", "result_hidden": "hide",
+            "vote_up": "up", "vote_down": "down", "query_reformulated": "reform",
+            "query_abandoned": "quit"}
+_COUNTER_OF = {"shown": "impressions", "click": "clicks", "dwell": "dwell_clicks",
+               "bounce": "bounces", "pin": "pins", "hide": "hides", "up": "votes_up",
+               "down": "votes_down", "reform": "reformulations", "quit": "abandonments"}
+#: Marks held before they are written out, mid-run.
+_MARKS_IN_MEMORY = 200_000
 
 
 @dataclass
@@ -206,8 +223,60 @@ def _row(r: sa.Row[Any]) -> SignalRow:
 # -- the aggregator ----------------------------------------------------------------------
 
 
+#: A mark's key in ``search_session_marks``: (query, docId, session or user hash, kind).
+MarkKey = tuple[str, str, str, str]
+#: Who is behind a piece of evidence: (hash, namespace) pairs; a user's marks have
+#: their kind prefixed with ``u:``, so a user hash never meets an equal session hash.
+Who = tuple[tuple[str, str], ...]
+_USER = "u:"
+#: (query, hash) pairs whose marks are read per statement.
+_MARK_PAIRS = 400
+
+
+class _Count(NamedTuple):
+    """One piece of evidence about (query, document), counted unless someone behind
+    it already used up ``search_session_cap`` for its kind. ``rank``, ``size`` and
+    ``swapped`` place an examination or a click in the ranking that was shown."""
+
+    query_norm: str
+    doc_id: str
+    kind: str
+    who: Who
+    rank: int = 0
+    size: int = 0
+    swapped: int | None = None
+
+
+class _Shown(NamedTuple):
+    """What an event's impression showed, and to whom (the hashes, or None)."""
+
+    query_norm: str
+    ranks: dict[str, int]
+    served_ms: int
+    size: int
+    swapped: int | None
+    who: tuple[str | None, str | None]
+
+
+def _charge_top(query_norm: str, ranks: dict[str, int], kind: str, who: Who) -> list[_Count]:
+    """Reformulations and abandonments are charged to what the person surely saw."""
+    return [_Count(query_norm, doc_id, kind, who, rank)
+            for doc_id, rank in ranks.items() if rank <= _SEEN_TOP]
+
+
+def _who(session: str | None, user: str | None, *more: tuple[str | None, str | None]) -> Who:
+    """The distinct identities behind evidence: sessions, then users, Nones dropped."""
+    pairs = ((session, user), *more)
+    found = [(s, "") for s, _ in pairs if s is not None]
+    found += [(u, _USER) for _, u in pairs if u is not None]
+    return tuple(dict.fromkeys(found))
+
+
 class _Run:
-    """One aggregation pass: deltas in memory, written at the end."""
+    """One aggregation pass: deltas in memory, written at the end.
+
+    Evidence is gathered a chunk at a time as :class:`_Count` values, the marks it
+    needs are read in a few statements, then it is applied in log order."""
 
     def __init__(self, conn: sa.Connection, cap: int, recent: dict[str, list[Any]],
                  swaps: SwapCounts) -> None:
@@ -216,106 +285,141 @@ class _Run:
         self.recent = recent
         self.swaps = swaps
         self.deltas: dict[tuple[str, str], SignalRow] = defaultdict(SignalRow)
-        self.marks: dict[tuple[str, str, str, str], int] = {}
-        self.new_marks: set[tuple[str, str, str, str]] = set()
+        self.marks: dict[MarkKey, int] = {}
+        #: The hits of the marks that have a row, as stored: what a write must update.
+        self.stored: dict[MarkKey, int] = {}
         self.said_reformulated: set[str] = set()
 
-    def impressions(self, rows: Iterable[Any]) -> int:
-        count = 0
+    def impressions(self, rows: Sequence[Any]) -> int:
+        """Each impression is one examination of every document it showed, capped
+        per session and user; the swap experiment counts every impression (whether
+        one swaps does not depend on who searched, so repeats dilute both groups
+        alike)."""
+        counts: list[_Count] = []
         for r in rows:
-            count += 1
             self.swaps.shown(len(r.results), r.swapped_rank)
-            for doc_id, rank, _score in r.results:
-                delta = self.deltas[(r.query_norm, doc_id)]
-                delta.impressions += 1
-                key = str(rank)
-                delta.impressions_by_rank[key] = delta.impressions_by_rank.get(key, 0) + 1
-        return count
-
-    def _allowed(self, key: tuple[str, str, str, str]) -> bool:
-        """Whether this session may still count this kind for this query and doc."""
-        if key not in self.marks:
-            self.marks[key] = self.conn.scalar(
-                sa.select(search_session_marks.c.hits).where(
-                    search_session_marks.c.query_norm == key[0],
-                    search_session_marks.c.doc_id == key[1],
-                    search_session_marks.c.session_hash == key[2],
-                    search_session_marks.c.kind == key[3])) or 0
-            if self.marks[key] == 0:
-                self.new_marks.add(key)
-        if self.marks[key] >= self.cap:
-            return False
-        self.marks[key] += 1
-        return True
+            who = _who(r.session_hash, r.user_hash)
+            counts += [_Count(r.query_norm, doc_id, "shown", who, rank)
+                       for doc_id, rank, _score in r.results]
+        self._apply(counts)
+        return len(rows)
 
     def events(self, rows: Sequence[Any]) -> int:
+        """Events join their impression by queryId; one counts under its own session
+        and user and under the impression's, so switching session ids between the
+        search and the click does not lift the cap."""
         query_ids = {r.query_id for r in rows}
-        shown: dict[str, tuple[str, dict[str, int], int, int, int | None]] = {}
+        shown: dict[str, _Shown] = {}
         i = search_impressions.c
         for chunk in _chunks(sorted(query_ids), 500):
             for imp in self.conn.execute(
-                    sa.select(i.query_id, i.query_norm, i.results, i.created_ms, i.swapped_rank)
+                    sa.select(i.query_id, i.query_norm, i.results, i.created_ms, i.swapped_rank,
+                              i.session_hash, i.user_hash)
                     .where(i.query_id.in_(chunk))):
-                ranks = {doc: rank for doc, rank, _ in imp.results}
-                shown[imp.query_id] = (imp.query_norm, ranks, imp.created_ms, len(imp.results),
-                                       imp.swapped_rank)
+                shown[imp.query_id] = _Shown(
+                    imp.query_norm, {doc: rank for doc, rank, _ in imp.results},
+                    imp.created_ms, len(imp.results), imp.swapped_rank,
+                    (imp.session_hash, imp.user_hash))
+        counts: list[_Count] = []
         used = 0
         for r in rows:
             impression = shown.get(r.query_id)
             if impression is None:  # an event about a query this server never served
                 continue
             used += 1
-            query_norm, ranks, served_ms, size, swapped = impression
-            self._session_query(r.session_hash, r.query_id, query_norm, served_ms, ranks)
+            who = _who(r.session_hash, r.user_hash, impression.who)
+            counts += self._session_query(r.session_hash, r.query_id, impression,
+                                          _who(r.session_hash, r.user_hash))
             if r.event_type in ("query_reformulated", "query_abandoned"):
                 if r.event_type == "query_reformulated":
                     if r.query_id in self.said_reformulated:
                         continue
                     self.said_reformulated.add(r.query_id)
-                self._charge_top(query_norm, ranks, r.event_type)
+                counts += _charge_top(impression.query_norm, impression.ranks,
+                                      _KIND_OF[r.event_type], who)
                 continue
             doc_id = r.doc_id
-            if doc_id is None or doc_id not in ranks:
+            if doc_id is None or doc_id not in impression.ranks:
                 continue  # only results that were shown can be clicked, pinned, voted on
             if r.event_type == "result_dwell_time":
                 dwell = json.loads(r.payload).get("outcome", {}).get("dwellMs", 0)
                 kind = "dwell" if dwell >= DWELL_POSITIVE_MS else "bounce"
             else:
-                kind = _CAPPED[r.event_type]
-            if not self._allowed((query_norm, doc_id, r.session_hash, kind)):
-                continue
-            delta = self.deltas[(query_norm, doc_id)]
-            setattr(delta, _COUNTER_OF[kind], getattr(delta, _COUNTER_OF[kind]) + 1)
-            if kind == "click":
-                rank = str(ranks[doc_id])
-                delta.clicks_by_rank[rank] = delta.clicks_by_rank.get(rank, 0) + 1
-                self.swaps.clicked(ranks[doc_id], size, swapped)
+                kind = _KIND_OF[r.event_type]
+            counts.append(_Count(impression.query_norm, doc_id, kind, who,
+                                 impression.ranks[doc_id], impression.size,
+                                 impression.swapped))
+        self._apply(counts)
         return used
 
-    def _charge_top(self, query_norm: str, ranks: dict[str, int], event_type: str) -> None:
-        name = "reformulations" if event_type == "query_reformulated" else "abandonments"
-        for doc_id, rank in ranks.items():
-            if rank <= _SEEN_TOP:
-                delta = self.deltas[(query_norm, doc_id)]
-                setattr(delta, name, getattr(delta, name) + 1)
+    def _apply(self, counts: Sequence[_Count]) -> None:
+        self._load_marks({(c.query_norm, c.doc_id, h, ns + c.kind)
+                          for c in counts for h, ns in c.who})
+        for c in counts:
+            if not self._allowed(c):
+                continue
+            delta = self.deltas[(c.query_norm, c.doc_id)]
+            setattr(delta, _COUNTER_OF[c.kind], getattr(delta, _COUNTER_OF[c.kind]) + 1)
+            if c.kind == "shown":
+                key = str(c.rank)
+                delta.impressions_by_rank[key] = delta.impressions_by_rank.get(key, 0) + 1
+            elif c.kind == "click":
+                key = str(c.rank)
+                delta.clicks_by_rank[key] = delta.clicks_by_rank.get(key, 0) + 1
+                self.swaps.clicked(c.rank, c.size, c.swapped)
 
-    def _session_query(self, session: str, query_id: str, query_norm: str, served_ms: int,
-                       ranks: dict[str, int]) -> None:
+    def _load_marks(self, keys: set[MarkKey]) -> None:
+        """Read the stored marks among ``keys`` not seen yet in this run.
+
+        By (query, hash) pairs rather than by whole keys: a pair's marks (one per
+        document shown and kind) come from one index range, and the statements
+        carry a tenth of the parameters."""
+        todo = keys - self.marks.keys()
+        pairs = sorted({(k[0], k[2]) for k in todo})
+        m = search_session_marks.c
+        for start in range(0, len(pairs), _MARK_PAIRS):
+            batch = pairs[start:start + _MARK_PAIRS]
+            for row in self.conn.execute(
+                    sa.select(m.query_norm, m.doc_id, m.session_hash, m.kind, m.hits).where(
+                        m.query_norm.in_({q for q, _ in batch}),
+                        m.session_hash.in_({h for _, h in batch}))):
+                key = (row.query_norm, row.doc_id, row.session_hash, row.kind)
+                if key in todo:
+                    self.marks[key] = self.stored[key] = row.hits
+        for key in todo:
+            self.marks.setdefault(key, 0)
+
+    def _allowed(self, count: _Count) -> bool:
+        """Whether everyone behind ``count`` is still under the cap for its kind on
+        its query and document; if so, it is charged to each of them. Evidence from
+        no one (an impression without a session) is a session of its own."""
+        keys = [(count.query_norm, count.doc_id, h, ns + count.kind) for h, ns in count.who]
+        if any(self.marks[k] >= self.cap for k in keys):
+            return False
+        for k in keys:
+            self.marks[k] += 1
+        return True
+
+    def _session_query(self, session: str, query_id: str, shown: _Shown, who: Who
+                       ) -> list[_Count]:
         """Derive a reformulation when this session moves on to a similar query soon."""
         last = self.recent.get(session)
+        counts: list[_Count] = []
         if last is not None and last[1] == query_id:
-            return
-        if last is not None and served_ms > last[0]:
+            return counts
+        if last is not None and shown.served_ms > last[0]:
             last_ms, last_id, last_norm, last_ranks = last
-            if (served_ms - last_ms <= REFORMULATION_WINDOW_MS and last_norm != query_norm
+            if (shown.served_ms - last_ms <= REFORMULATION_WINDOW_MS
+                    and last_norm != shown.query_norm
                     and last_id not in self.said_reformulated
-                    and difflib.SequenceMatcher(None, last_norm, query_norm).ratio()
+                    and difflib.SequenceMatcher(None, last_norm, shown.query_norm).ratio()
                     >= REFORMULATION_SIMILARITY):
                 self.said_reformulated.add(last_id)
-                self._charge_top(last_norm, last_ranks, "query_reformulated")
-        if last is None or served_ms >= last[0]:
-            top = {d: k for d, k in ranks.items() if k <= _SEEN_TOP}
-            self.recent[session] = [served_ms, query_id, query_norm, top]
+                counts = _charge_top(last_norm, last_ranks, "reform", who)
+        if last is None or shown.served_ms >= last[0]:
+            top = {d: k for d, k in shown.ranks.items() if k <= _SEEN_TOP}
+            self.recent[session] = [shown.served_ms, query_id, shown.query_norm, top]
+        return counts
 
     def write(self, now_ms: int) -> int:
         keys = list(self.deltas)
@@ -350,20 +454,27 @@ class _Run:
                          if c not in ("query_norm", "doc_id")}),
                 [{**{k: v for k, v in u.items() if k not in ("query_norm", "doc_id")},
                   "k_query": u["query_norm"], "k_doc": u["doc_id"]} for u in updates])
-        marks_new = [{"query_norm": k[0], "doc_id": k[1], "session_hash": k[2], "kind": k[3],
-                      "hits": self.marks[k]} for k in self.new_marks if self.marks[k] > 0]
-        if marks_new:
-            self.conn.execute(search_session_marks.insert(), marks_new)
-        marks_old = [{"k_q": k[0], "k_d": k[1], "k_s": k[2], "k_k": k[3], "hits": n}
-                     for k, n in self.marks.items() if k not in self.new_marks and n > 0]
-        if marks_old:
+        self.flush_marks()
+        return len(keys)
+
+    def flush_marks(self) -> None:
+        """Write the marks this run changed and forget them (a rebuild replays far more
+        than fits in memory); in the run's transaction, so a crash writes none."""
+        fresh = [{"query_norm": k[0], "doc_id": k[1], "session_hash": k[2], "kind": k[3],
+                  "hits": n} for k, n in self.marks.items() if n > 0 and k not in self.stored]
+        if fresh:
+            self.conn.execute(search_session_marks.insert(), fresh)
+        changed = [{"k_q": k[0], "k_d": k[1], "k_s": k[2], "k_k": k[3], "hits": n}
+                   for k, n in self.marks.items() if k in self.stored and self.stored[k] != n]
+        if changed:
             c = search_session_marks.c
             self.conn.execute(
                 search_session_marks.update().where(
                     c.query_norm == sa.bindparam("k_q"), c.doc_id == sa.bindparam("k_d"),
                     c.session_hash == sa.bindparam("k_s"), c.kind == sa.bindparam("k_k"))
-                .values(hits=sa.bindparam("hits")), marks_old)
-        return len(keys)
+                .values(hits=sa.bindparam("hits")), changed)
+        self.marks.clear()
+        self.stored.clear()
 
 
 def _chunks(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:
@@ -397,23 +508,25 @@ def aggregate(workspace: Workspace, *, now_ms: int | None = None) -> AggregateRe
         run = _Run(conn, workspace.settings.search_session_cap, dict(state.recent or {}), swaps)
         impressions = events = 0
         last_id = state.impression_id
+        i = search_impressions.c
         while last_id < impression_horizon:
             imps = conn.execute(
-                sa.select(search_impressions.c.id, search_impressions.c.query_norm,
-                          search_impressions.c.results, search_impressions.c.swapped_rank)
-                .where(search_impressions.c.id > last_id,
-                       search_impressions.c.id <= impression_horizon)
-                .order_by(search_impressions.c.id).limit(_CHUNK)).all()
+                sa.select(i.id, i.query_norm, i.results, i.swapped_rank, i.session_hash,
+                          i.user_hash)
+                .where(i.id > last_id, i.id <= impression_horizon)
+                .order_by(i.id).limit(_CHUNK)).all()
             if not imps:
                 break
             impressions += run.impressions(imps)
             last_id = imps[-1].id
+            if len(run.marks) > _MARKS_IN_MEMORY:
+                run.flush_marks()
         last_seq = state.event_seq
         fe = feedback_events.c
         while last_seq < event_horizon:
             rows = conn.execute(
-                sa.select(fe.seq, fe.event_type, fe.session_hash, fe.query_id, fe.doc_id,
-                          fe.payload)
+                sa.select(fe.seq, fe.event_type, fe.session_hash, fe.user_hash, fe.query_id,
+                          fe.doc_id, fe.payload)
                 .where(fe.seq > last_seq, fe.seq <= event_horizon,
                        fe.query_id.is_not(None), fe.event_type.in_(_EVENT_TYPES))
                 .order_by(fe.seq).limit(_CHUNK)).all()
@@ -421,6 +534,8 @@ def aggregate(workspace: Workspace, *, now_ms: int | None = None) -> AggregateRe
                 break
             events += run.events(rows)
             last_seq = rows[-1].seq
+            if len(run.marks) > _MARKS_IN_MEMORY:
+                run.flush_marks()
         touched = run.write(now_ms)
         version = state.version + 1
         theta, gamma0 = fit_pbm(conn, swaps)

@@ -387,11 +387,13 @@ def _train(searcher: Searcher, collector: Collector, data: Dataset, sessions: in
         for i in range(tick, min(tick + SYNC_SESSIONS, sessions)):
             for qid, text in data.queries.items():
                 judged = data.qrels[qid]
-                response = searcher.search(text, profile="hybrid_with_feedback", alpha=alpha)
+                session = f"{tag}-{qid}-{i}"  # named at search too, as clients should
+                response = searcher.search(text, profile="hybrid_with_feedback", alpha=alpha,
+                                           session=session)
                 ranking = [d.doc_id for d in response.results]
                 clicks = user.clicks(ranking, judged)
                 top3 += any(k <= 3 for k in clicks)
-                events += _events(response, clicks, judged, user, f"{tag}-{qid}-{i}", now_ms)
+                events += _events(response, clicks, judged, user, session, now_ms)
         for start in range(0, len(events), size):
             collector.ingest(events[start:start + size], rate_limit=False)
         aggregate(searcher.workspace)

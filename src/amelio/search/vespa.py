@@ -255,10 +255,13 @@ def _label(text: str) -> str:
 
 
 def query_body(query_norm: str, profile: str, alpha: float, beta: float,
-               hits: int, timeout_s: float = 2.0) -> dict[str, Any]:
+               hits: int, timeout_s: float = 2.0, *, key: str | None = None
+               ) -> dict[str, Any]:
     """The search/ request for one ranking: the rank profile Vespa should use and
     its inputs. ``semantic`` is ``hybrid`` at alpha 1; beta 0 is plain ``hybrid``
-    (the kill switch needs no feedback lookup at all)."""
+    (the kill switch needs no feedback lookup at all). ``key`` is the query's
+    signals key (scrubbed of personal data, see ``query_key``) when it differs
+    from ``query_norm``."""
     where = "userQuery()"
     if alpha > 0:
         where = f"userQuery() or ({{targetHits:{hits}}}nearestNeighbor(embedding, q))"
@@ -277,7 +280,7 @@ def query_body(query_norm: str, profile: str, alpha: float, beta: float,
             body["input.query(q)"] = "embed(minilm, @query)"
     if rank_profile == "hybrid_with_feedback":
         body["input.query(beta)"] = beta
-        body["input.query(qkey)"] = "{{q:%s}:1.0}" % _label(query_norm)  # noqa: UP031
+        body["input.query(qkey)"] = "{{q:%s}:1.0}" % _label(key or query_norm)  # noqa: UP031
     return body
 
 
@@ -291,10 +294,10 @@ class VespaBackend:
         self._lock = threading.Lock()
 
     def rank(self, query_norm: str, profile: str, alpha: float, beta: float,
-             depth: int) -> tuple[RankedDoc, ...]:
+             depth: int, *, key: str | None = None) -> tuple[RankedDoc, ...]:
         """The best ``depth`` hits; a hit's first-phase score is its relevance less
         the feedback term, as the embedded engine reports it."""
-        body = query_body(query_norm, profile, alpha, beta, depth)
+        body = query_body(query_norm, profile, alpha, beta, depth, key=key)
         try:
             response = self.client.post("/search/", json=body)
         except httpx.HTTPError as exc:

@@ -9,8 +9,8 @@ from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 import amelio
-from amelio.server.errors import install_error_handlers
-from amelio.server.limits import BodySizeLimit
+from amelio.server.errors import error_responses, install_error_handlers
+from amelio.server.limits import BodySizeLimit, RefuseNul
 from amelio.server.routes import (
     assistant,
     context,
@@ -41,17 +41,25 @@ def create_app(workspace: Workspace) -> FastAPI:
     app.state.workspace = workspace
     app.state.settings = workspace.settings
     install_error_handlers(app)
+    app.add_middleware(RefuseNul)
     app.add_middleware(BodySizeLimit, limit=workspace.settings.max_request_bytes)
-    app.include_router(health.router)
-    app.include_router(skills.router)
-    app.include_router(evals.router)
-    app.include_router(context.router)
-    app.include_router(assistant.router)
-    app.include_router(improve.router)
-    app.include_router(sage.router)
-    app.include_router(feedback.router)
-    app.include_router(knowledge.router)  # its lifespan runs the sync worker
-    app.include_router(search.router)
+    # Every route may answer 413 (body limit) and 422 (invalid input, NUL guard);
+    # each area documents the other errors its routes give.
+    keyed = (401, 403, 413, 422)
+    areas = (
+        (health.router, (413, 422, 503)),
+        (skills.router, (*keyed, 404)),
+        (evals.router, (*keyed, 404, 409)),
+        (context.router, (*keyed, 404, 409)),
+        (assistant.router, (*keyed, 404, 409, 502, 503)),
+        (improve.router, (*keyed, 404, 409)),
+        (sage.router, (*keyed, 404, 409, 502, 503)),
+        (feedback.router, (*keyed, 429)),
+        (knowledge.router, (*keyed, 404, 409, 502, 503)),  # its lifespan runs the sync worker
+        (search.router, (*keyed, 404, 503)),
+    )
+    for router, statuses in areas:
+        app.include_router(router, responses=error_responses(*sorted(statuses)))
     _add_dashboard(app)
     return app
 

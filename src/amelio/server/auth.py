@@ -1,24 +1,35 @@
-"""Bearer API keys with roles, as a FastAPI dependency.
+"""Bearer API keys with roles and project scopes, as FastAPI dependencies.
 
 ``admin`` may do everything, ``bot`` chats and sends feedback, ``client`` only
 sends feedback events. Routes declare the roles they accept with
 :func:`require`; ``admin`` is always accepted.
+
+A key bound to projects reaches those projects only. Every route that names a
+project (in its path, query or body) passes it through :func:`authorize_project`,
+and every route that loads a thing by id checks the thing's project the same way,
+so a scoped key meets 403 on another project whatever way it asks. Only admin
+keys create projects by naming a new one: for any other key an unknown project
+is 404, so a bot key cannot grow the workspace.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated
+from collections.abc import Callable, Iterable
+from typing import Annotated, TypeVar
 
+import sqlalchemy as sa
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from amelio.db import reading
 from amelio.errors import AuthError, Forbidden
 from amelio.keys import ApiKey, authenticate
+from amelio.projects import project_id, validate_name
 
-__all__ = ["require"]
+__all__ = ["authorize_project", "require", "visible"]
 
 _bearer = HTTPBearer(auto_error=False, description="An Amelio API key: `amelio keys create`.")
+T = TypeVar("T")
 
 
 def require(*roles: str) -> Callable[..., ApiKey]:
@@ -44,3 +55,21 @@ def require(*roles: str) -> Callable[..., ApiKey]:
         return key
 
     return dependency
+
+
+def authorize_project(engine: sa.Engine, key: ApiKey, project: str) -> str:
+    """``project`` if ``key`` may use it: 422 for a bad name, 403 outside the key's
+    scope, 404 when it does not exist and the key is not an admin's."""
+    validate_name(project)
+    if not key.allows(project):
+        raise Forbidden(f"This key is bound to {', '.join(key.projects)}; it cannot use "
+                        f"project {project!r}.", project=project)
+    if key.role != "admin":
+        with reading(engine) as conn:
+            project_id(conn, project)  # ProjectNotFound (404) names the fix
+    return project
+
+
+def visible(key: ApiKey, items: Iterable[T], project_of: Callable[[T], str]) -> list[T]:
+    """The ``items`` a key may see, for listings that span every project."""
+    return [item for item in items if key.allows(project_of(item))]

@@ -9,15 +9,49 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from amelio.errors import AmelioError, RateLimited
 
-__all__ = ["error_response", "install_error_handlers"]
+__all__ = ["ErrorBody", "error_response", "error_responses", "install_error_handlers"]
 
 log = logging.getLogger("amelio.server")
 
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "input_too_large"}
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "input_too_large",
+               422: "invalid_input"}
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="Stable machine name, e.g. `invalid_input`, `forbidden`.")
+    message: str = Field(description="What is wrong and what to do next, for a person.")
+    details: dict[str, Any] = Field(description="Machine-readable context (camelCase names): "
+                                    "the field, the limit, the id.")
+
+
+class ErrorBody(BaseModel):
+    """Every error response: one shape for every status, documented in OpenAPI."""
+
+    error: ErrorDetail
+
+
+_STATUS_HELP = {
+    401: "No API key, or an invalid or revoked one.",
+    403: "The key's role or project scope does not allow this.",
+    404: "The project, skill or other named thing does not exist.",
+    409: "A concurrent change won: reload and retry.",
+    413: "The body or a field is over a configured limit.",
+    422: "Invalid input; `details` names the field.",
+    429: "Rate limited: retry after the `Retry-After` header's seconds.",
+    502: "The LLM failed to answer.",
+    503: "A needed part is not configured or unavailable (LLM, semantic search, database).",
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for ``statuses``, each with the :class:`ErrorBody` shape."""
+    return {status: {"model": ErrorBody, "description": _STATUS_HELP[status]}
+            for status in statuses}
 
 
 def error_response(status: int, code: str, message: str, details: Any = None,
@@ -46,6 +80,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:  # FastAPI could not decode the body at all
+            return error_response(422, "invalid_json", "The request body is not valid JSON "
+                                  "(or not UTF-8 text).")
         code = _HTTP_CODES.get(exc.status_code, "http_error")
         return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
 

@@ -15,9 +15,9 @@ from amelio.learnings import HEADERS
 from amelio.prompt import MESSAGE_HEADER, assemble, skill_block
 from amelio.router import RouteHit, hint_block
 from amelio.search import Searcher
+from amelio.search.service import query_key
 from amelio.search.signals import busiest_queries, load_propensities, signals_for
 from amelio.skills.store import list_skills, list_versions
-from amelio.text import normalize
 from amelio.workspace import Workspace
 
 __all__ = ["daily_metrics", "recent_interactions", "rule_stats", "search_view",
@@ -170,7 +170,7 @@ def search_view(searcher: Searcher, query: str, profile: str, alpha: float | Non
     if not query:
         return view
     ranking = searcher.rank(query, profile=profile, alpha=alpha)  # checks the request
-    view["query_norm"] = normalize(query)
+    view["query_norm"] = query_key(ws.settings, query)  # what signals are kept under
     titles = searcher.corpus.documents([d.doc_id for d in ranking])
     signals = signals_for(ws.engine, view["query_norm"], [d.doc_id for d in ranking])
     view["results"] = [

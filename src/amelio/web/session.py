@@ -48,8 +48,8 @@ def dump_session(settings: Settings, *, key_id: int, role: str, name: str) -> st
 
 def load_session(settings: Settings, cookie: str | None) -> Session | None:
     """The session in a cookie, or None when it is missing, forged or expired."""
-    if not cookie or "." not in cookie or len(cookie) > 4096:
-        return None
+    if not cookie or "." not in cookie or len(cookie) > 4096 or not cookie.isascii():
+        return None  # a signed cookie is base64 and hex: anything else is forged
     payload, signature = cookie.rsplit(".", 1)
     if not hmac.compare_digest(_sign(settings, payload.encode()), signature):
         return None
@@ -68,4 +68,6 @@ def csrf_token(settings: Settings, session: Session) -> str:
 
 
 def valid_csrf(settings: Settings, session: Session, token: str | None) -> bool:
-    return bool(token) and hmac.compare_digest(csrf_token(settings, session), token or "")
+    if not token or not token.isascii():  # compare_digest refuses non-ASCII str
+        return False
+    return hmac.compare_digest(csrf_token(settings, session), token)

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Iterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -17,7 +17,8 @@ from amelio.keys import ApiKey
 from amelio.llm import TextDelta
 from amelio.projects import DEFAULT_PROJECT
 from amelio.quality import MAX_COMMENT_CHARS, give_feedback, quality_metrics
-from amelio.server.auth import require
+from amelio.server.auth import authorize_project, require, visible
+from amelio.server.params import Id, OptionalProjectQuery, ProjectField
 
 router = APIRouter(tags=["assistant"])
 log = logging.getLogger("amelio.server")
@@ -29,7 +30,7 @@ class ChatRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     message: str = Field(min_length=1, max_length=100_000)
-    project: str = DEFAULT_PROJECT
+    project: ProjectField = DEFAULT_PROJECT
     user: str | None = Field(default=None, max_length=200,
                              description="Who asks; stored only as a keyed hash.")
 
@@ -43,7 +44,8 @@ class FeedbackRequest(BaseModel):
 
 
 @router.post("/v1/chat", summary="Answer a message (route, prompt, LLM, evals, record)")
-def chat(request: Request, body: ChatRequest, _: Bot) -> dict[str, Any]:
+def chat(request: Request, body: ChatRequest, key: Bot) -> dict[str, Any]:
+    authorize_project(request.app.state.workspace.engine, key, body.project)
     return respond(request.app.state.workspace, body.message, project=body.project,
                    user=body.user).to_dict()
 
@@ -57,7 +59,8 @@ def _sse(event: str, data: dict[str, Any]) -> bytes:
              responses={200: {"content": {"text/event-stream": {}},
                               "description": "`token` events, then one `done` event "
                                              "(or one `error` event)."}})
-def chat_stream(request: Request, body: ChatRequest, _: Bot) -> StreamingResponse:
+def chat_stream(request: Request, body: ChatRequest, key: Bot) -> StreamingResponse:
+    authorize_project(request.app.state.workspace.engine, key, body.project)
     # Set up before streaming: a configuration error is an ordinary HTTP error.
     events = respond_stream(request.app.state.workspace, body.message, project=body.project,
                             user=body.user)
@@ -82,21 +85,32 @@ def chat_stream(request: Request, body: ChatRequest, _: Bot) -> StreamingRespons
 
 
 @router.get("/v1/interactions/{interaction_id}", summary="One interaction with its evals")
-def interaction(request: Request, interaction_id: int, _: Bot) -> dict[str, Any]:
-    return get_interaction(request.app.state.workspace, interaction_id)
+def interaction(request: Request, interaction_id: Id, key: Bot) -> dict[str, Any]:
+    return _interaction(request, interaction_id, key)
+
+
+def _interaction(request: Request, interaction_id: int, key: ApiKey) -> dict[str, Any]:
+    """The interaction, if the key may see its project (else 403, as for the project)."""
+    ws = request.app.state.workspace
+    found = get_interaction(ws, interaction_id)
+    authorize_project(ws.engine, key, found["project"])
+    return found
 
 
 @router.post("/v1/interactions/{interaction_id}/feedback",
              summary="👍, 👎 or Fix It on an answer (a user's last vote stands)")
-def feedback(request: Request, interaction_id: int, body: FeedbackRequest, _: Bot
+def feedback(request: Request, interaction_id: Id, body: FeedbackRequest, key: Bot
              ) -> dict[str, Any]:
+    _interaction(request, interaction_id, key)
     return give_feedback(request.app.state.workspace, interaction_id, body.kind,
                          comment=body.comment, user=body.user).to_dict()
 
 
 @router.get("/v1/quality", summary="Quality metrics per skill")
-def quality(request: Request, _: Bot,
-            project: Annotated[str | None, Query(description="One project; all if absent.")]
-            = None) -> dict[str, Any]:
-    metrics = quality_metrics(request.app.state.workspace, project)
+def quality(request: Request, key: Bot, project: OptionalProjectQuery = None
+            ) -> dict[str, Any]:
+    ws = request.app.state.workspace
+    if project is not None:
+        authorize_project(ws.engine, key, project)
+    metrics = visible(key, quality_metrics(ws, project), lambda m: m.project)
     return {"project": project, "skills": [m.to_dict() for m in metrics]}

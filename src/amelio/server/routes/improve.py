@@ -13,7 +13,8 @@ from amelio.improve import proposals as props
 from amelio.improve.nightly import last_report, run_improve
 from amelio.keys import ApiKey
 from amelio.projects import DEFAULT_PROJECT
-from amelio.server.auth import require
+from amelio.server.auth import authorize_project, require, visible
+from amelio.server.params import Id, OptionalProjectQuery, ProjectField, ProjectQuery
 
 router = APIRouter(tags=["improve"])
 
@@ -30,8 +31,8 @@ class Decision(BaseModel):
 class NewProposal(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    skill: str
-    project: str = DEFAULT_PROJECT
+    skill: str = Field(max_length=100)
+    project: ProjectField = DEFAULT_PROJECT
     proposed_content: str = Field(alias="proposedContent", min_length=1, max_length=200_000)
     rationale: str = Field(min_length=1, max_length=10_000)
 
@@ -39,30 +40,35 @@ class NewProposal(BaseModel):
 class ImproveRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    project: str | None = None
+    project: ProjectField | None = None
     dry_run: bool = Field(default=False, alias="dryRun")
 
 
 @router.get("/v1/proposals", summary="Proposals, newest first")
 def list_proposals(
-    request: Request, _: Reader,
-    status: Annotated[str | None, Query(description="pending, approved, rejected, superseded")]
-    = None,
-    skill: str | None = None, project: str | None = None,
-    scope: Annotated[str | None, Query(description="global, project, or new (creates a "
-                                                   "skill)")] = None,
+    request: Request, key: Reader,
+    status: Annotated[str | None, Query(max_length=20, description="pending, approved, "
+                                        "rejected, superseded")] = None,
+    skill: Annotated[str | None, Query(max_length=100)] = None,
+    project: OptionalProjectQuery = None,
+    scope: Annotated[str | None, Query(max_length=20, description="global, project, or new "
+                                       "(creates a skill)")] = None,
 ) -> dict[str, Any]:
     ws = request.app.state.workspace
-    found = props.list_proposals(ws, status=status, skill=skill, project=project, scope=scope)
+    if project is not None:
+        authorize_project(ws.engine, key, project)
+    found = visible(key, props.list_proposals(ws, status=status, skill=skill, project=project,
+                                              scope=scope), lambda p: p.project)
     return {"proposals": [p.to_dict() | {"benchmark": latest_verdict(ws, p.id)}
                           for p in found]}
 
 
 @router.get("/v1/proposals/{proposal_id}", summary="A proposal with its unified diff")
-def get_proposal(request: Request, proposal_id: int, _: Reader) -> dict[str, Any]:
+def get_proposal(request: Request, proposal_id: Id, key: Reader) -> dict[str, Any]:
     ws = request.app.state.workspace
-    return props.get_proposal(ws, proposal_id).to_dict(with_content=True) | {
-        "benchmark": latest_verdict(ws, proposal_id)}
+    proposal = props.get_proposal(ws, proposal_id)
+    authorize_project(ws.engine, key, proposal.project)
+    return proposal.to_dict(with_content=True) | {"benchmark": latest_verdict(ws, proposal_id)}
 
 
 @router.post("/v1/proposals", status_code=201, summary="Propose a change, as a person")
@@ -75,7 +81,7 @@ def create_proposal(request: Request, body: NewProposal, key: Admin) -> dict[str
 
 
 @router.post("/v1/proposals/{proposal_id}/approve", summary="Approve: a new skill version")
-def approve(request: Request, proposal_id: int, key: Admin,
+def approve(request: Request, proposal_id: Id, key: Admin,
             body: Decision | None = None) -> dict[str, Any]:
     return props.approve_proposal(request.app.state.workspace, proposal_id,
                                   actor=f"key:{key.name}",
@@ -83,7 +89,7 @@ def approve(request: Request, proposal_id: int, key: Admin,
 
 
 @router.post("/v1/proposals/{proposal_id}/reject", summary="Reject a proposal")
-def reject(request: Request, proposal_id: int, key: Admin,
+def reject(request: Request, proposal_id: Id, key: Admin,
            body: Decision | None = None) -> dict[str, Any]:
     return props.reject_proposal(request.app.state.workspace, proposal_id,
                                  actor=f"key:{key.name}",
@@ -91,8 +97,9 @@ def reject(request: Request, proposal_id: int, key: Admin,
 
 
 @router.get("/v1/skills/{name}/evolution", summary="Every change and decision on a skill")
-def evolution(request: Request, name: str, _: Reader,
-              project: str = DEFAULT_PROJECT) -> dict[str, Any]:
+def evolution(request: Request, name: str, key: Reader,
+              project: ProjectQuery = DEFAULT_PROJECT) -> dict[str, Any]:
+    authorize_project(request.app.state.workspace.engine, key, project)
     events = skills.skill_log(request.app.state.workspace.engine, name, project)
     return {"skill": name, "project": project, "events": [e.to_dict() for e in events]}
 

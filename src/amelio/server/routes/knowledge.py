@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from amelio import knowledge
@@ -20,7 +20,8 @@ from amelio.errors import InvalidInput
 from amelio.keys import ApiKey
 from amelio.knowledge.sync import SyncWorker
 from amelio.projects import DEFAULT_PROJECT
-from amelio.server.auth import require
+from amelio.server.auth import authorize_project, require, visible
+from amelio.server.params import MAX_ID, OptionalProjectQuery, ProjectField, ProjectQuery
 from amelio.workspace import Workspace
 
 log = logging.getLogger("amelio.server")
@@ -51,7 +52,7 @@ class NewNotebook(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(max_length=100)
-    project: str = DEFAULT_PROJECT
+    project: ProjectField = DEFAULT_PROJECT
 
 
 class SyncRequest(BaseModel):
@@ -60,8 +61,8 @@ class SyncRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    notebook: str
-    project: str = DEFAULT_PROJECT
+    notebook: str = Field(max_length=100)
+    project: ProjectField = DEFAULT_PROJECT
     source: dict[str, Any] | None = Field(
         default=None, description="{sourceId, kind, title, text, url?, updatedAt}")
     sources: list[dict[str, Any]] | None = Field(default=None, max_length=MAX_SOURCES)
@@ -70,25 +71,25 @@ class SyncRequest(BaseModel):
 class QueryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    notebook: str
+    notebook: str = Field(max_length=100)
     question: str = Field(min_length=1, max_length=4000)
-    project: str = DEFAULT_PROJECT
+    project: ProjectField = DEFAULT_PROJECT
     top_k: int | None = Field(default=None, alias="topK", ge=1, le=50)
 
 
 class GenerateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    notebook: str
+    notebook: str = Field(max_length=100)
     objective: str = Field(min_length=1, max_length=2000)
-    project: str = DEFAULT_PROJECT
+    project: ProjectField = DEFAULT_PROJECT
 
 
 class RetryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    ids: list[int] | None = Field(default=None, description="Dead letters to retry "
-                                                            "(default: all).")
+    ids: list[Annotated[int, Field(ge=1, le=MAX_ID)]] | None = Field(
+        default=None, max_length=10_000, description="Dead letters to retry (default: all).")
 
 
 def _wake(request: Request) -> None:
@@ -105,14 +106,19 @@ def create_notebook(request: Request, body: NewNotebook, _: Admin) -> dict[str, 
 
 @router.get("/v1/knowledge/notebooks",
             summary="Notebooks with their status: sources, chunks, last sync, failures")
-def notebooks(request: Request, _: Reader, project: str | None = None) -> dict[str, Any]:
-    found = knowledge.list_notebooks(request.app.state.workspace, project=project)
+def notebooks(request: Request, key: Reader, project: OptionalProjectQuery = None
+              ) -> dict[str, Any]:
+    ws = request.app.state.workspace
+    if project is not None:
+        authorize_project(ws.engine, key, project)
+    found = visible(key, knowledge.list_notebooks(ws, project=project), lambda n: n.project)
     return {"notebooks": [n.to_dict() for n in found]}
 
 
 @router.get("/v1/knowledge/notebooks/{name}/sources", summary="A notebook's indexed sources")
-def sources(request: Request, name: str, _: Reader,
-            project: str = DEFAULT_PROJECT) -> dict[str, Any]:
+def sources(request: Request, name: str, key: Reader,
+            project: ProjectQuery = DEFAULT_PROJECT) -> dict[str, Any]:
+    authorize_project(request.app.state.workspace.engine, key, project)
     return {"notebook": name, "project": project,
             "sources": knowledge.list_sources(request.app.state.workspace, name,
                                               project=project)}
@@ -120,16 +126,18 @@ def sources(request: Request, name: str, _: Reader,
 
 @router.delete("/v1/knowledge/notebooks/{name}/sources/{source_id:path}",
                summary="Remove a source, its chunks and any queued version of it")
-def delete_source(request: Request, name: str, source_id: str, _: Reader,
-                  project: str = DEFAULT_PROJECT) -> dict[str, Any]:
+def delete_source(request: Request, name: str, source_id: str, key: Reader,
+                  project: ProjectQuery = DEFAULT_PROJECT) -> dict[str, Any]:
+    authorize_project(request.app.state.workspace.engine, key, project)
     knowledge.delete_source(request.app.state.workspace, name, source_id, project=project)
     return {"notebook": name, "project": project, "sourceId": source_id, "deleted": True}
 
 
 @router.post("/v1/knowledge/sync", status_code=202,
              summary="Queue sources for indexing; answers at once")
-def sync(request: Request, body: SyncRequest, _: Reader) -> dict[str, Any]:
+def sync(request: Request, body: SyncRequest, key: Reader) -> dict[str, Any]:
     ws: Workspace = request.app.state.workspace
+    authorize_project(ws.engine, key, body.project)
     if (body.source is None) == (body.sources is None):
         raise InvalidInput("Send either `source` (one) or `sources` (a list).", field="sources")
     raw = [body.source] if body.source is not None else body.sources or []
@@ -141,7 +149,8 @@ def sync(request: Request, body: SyncRequest, _: Reader) -> dict[str, Any]:
 
 
 @router.post("/v1/knowledge/query", summary="Answer a question with numbered citations")
-def query(request: Request, body: QueryRequest, _: Reader) -> dict[str, Any]:
+def query(request: Request, body: QueryRequest, key: Reader) -> dict[str, Any]:
+    authorize_project(request.app.state.workspace.engine, key, body.project)
     return knowledge.answer_question(request.app.state.workspace, body.notebook, body.question,
                                      project=body.project, top_k=body.top_k).to_dict()
 
@@ -155,8 +164,10 @@ def generate(request: Request, body: GenerateRequest, key: Admin) -> dict[str, A
 
 
 @router.get("/v1/knowledge/failures", summary="Dead letters: sources that failed every try")
-def failures(request: Request, _: Reader, notebook: str | None = None,
-             project: str = DEFAULT_PROJECT) -> dict[str, Any]:
+def failures(request: Request, key: Reader,
+             notebook: Annotated[str | None, Query(max_length=100)] = None,
+             project: ProjectQuery = DEFAULT_PROJECT) -> dict[str, Any]:
+    authorize_project(request.app.state.workspace.engine, key, project)
     found = knowledge.failures(request.app.state.workspace, notebook=notebook, project=project)
     return {"failures": [f.to_dict() for f in found]}
 

@@ -14,7 +14,8 @@ from amelio.improve.proposals import get_proposal
 from amelio.keys import ApiKey
 from amelio.projects import DEFAULT_PROJECT
 from amelio.sage import analyze
-from amelio.server.auth import require
+from amelio.server.auth import authorize_project, require
+from amelio.server.params import MAX_ID, Id, ProjectField
 from amelio.workspace import Workspace
 
 router = APIRouter(tags=["sage"])
@@ -27,8 +28,9 @@ Admin = Annotated[ApiKey, Depends(require())]
 class AnalyzeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    project: str = DEFAULT_PROJECT
-    skills: list[str] | None = Field(default=None, description="Only these skills.")
+    project: ProjectField = DEFAULT_PROJECT
+    skills: list[Annotated[str, Field(max_length=100)]] | None = Field(
+        default=None, max_length=1000, description="Only these skills.")
     benchmark: bool = Field(default=True, description="Benchmark each proposal (in the "
                                                       "background).")
 
@@ -36,9 +38,10 @@ class AnalyzeRequest(BaseModel):
 class BenchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    scenarios: str | None = Field(default=None, description="N, generated:N, replay:N, both:N")
+    scenarios: str | None = Field(default=None, max_length=100,
+                                  description="N, generated:N, replay:N, both:N")
     swap: bool | None = Field(default=None, description="Judge both A/B orders (default: on).")
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=0, le=MAX_ID)
 
 
 def _bench_in_background(ws: Workspace, proposal_id: int, **options: Any) -> None:
@@ -60,14 +63,15 @@ def sage_analyze(request: Request, body: AnalyzeRequest, tasks: BackgroundTasks,
 
 
 @router.get("/v1/proposals/{proposal_id}/benchmarks", summary="A proposal's benchmark runs")
-def benchmarks(request: Request, proposal_id: int, _: Reader) -> dict[str, Any]:
-    return {"proposalId": proposal_id,
-            "runs": list_benchmarks(request.app.state.workspace, proposal_id)}
+def benchmarks(request: Request, proposal_id: Id, key: Reader) -> dict[str, Any]:
+    ws = request.app.state.workspace
+    authorize_project(ws.engine, key, get_proposal(ws, proposal_id).project)
+    return {"proposalId": proposal_id, "runs": list_benchmarks(ws, proposal_id)}
 
 
 @router.post("/v1/proposals/{proposal_id}/benchmarks", status_code=202,
              summary="Start a benchmark run of a proposal")
-def start_benchmark(request: Request, proposal_id: int, tasks: BackgroundTasks, _: Admin,
+def start_benchmark(request: Request, proposal_id: Id, tasks: BackgroundTasks, _: Admin,
                     body: BenchRequest | None = None) -> dict[str, Any]:
     ws = request.app.state.workspace
     get_proposal(ws, proposal_id)  # 404 before accepting

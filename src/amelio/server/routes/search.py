@@ -5,15 +5,16 @@ from __future__ import annotations
 import threading
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from amelio.keys import ApiKey
 from amelio.search import Searcher
+from amelio.search.service import MAX_ID_CHARS, query_key
 from amelio.search.signals import signals_for
-from amelio.server.auth import require
-from amelio.text import normalize
+from amelio.server.auth import authorize_project, require
+from amelio.server.params import ProjectField
 
 router = APIRouter(tags=["search"])
 
@@ -23,18 +24,30 @@ _lock = threading.Lock()
 
 
 class SearchBody(BaseModel):
-    """A search request. Profile and alpha are checked by the searcher, so the API
-    and the CLI give the same messages."""
+    """A search request. Profile, alpha and the project name are checked by the
+    searcher too, so the CLI gives the same messages; the pattern and lengths here
+    put the contract in the OpenAPI document."""
 
     model_config = ConfigDict(extra="forbid")
 
     query: str = Field(max_length=2000, description="What to search for.")
-    project: str = Field(default="default", max_length=100)
+    project: ProjectField = Field(default="default", description="Project (tenant) the "
+                                  "impression is logged under.")
     rankProfile: str | None = Field(
         default=None, description="bm25, semantic, hybrid or hybrid_with_feedback "
         "(default: search_profile).")
     alpha: float | None = Field(default=None, description="Semantic weight, 0 to 1.")
     limit: int = Field(default=10, description="How many results, 1 to 100.")
+    sessionId: str | None = Field(
+        default=None, min_length=1, max_length=MAX_ID_CHARS,
+        description="The session id your feedback events send as session.sessionId (or "
+        "sessionIdHash); stored only as its daily-salted hash. With it, one session's "
+        "repeated searches and clicks count once for each document; without it, each "
+        "search counts as a session of its own.")
+    userId: str | None = Field(
+        default=None, min_length=1, max_length=MAX_ID_CHARS,
+        description="The user id your feedback events send as session.userId; stored "
+        "only as its daily-salted hash, and capped like a session across its sessions.")
 
 
 def searcher(request: Request) -> Searcher:
@@ -50,16 +63,20 @@ def searcher(request: Request) -> Searcher:
 
 
 @router.post("/v1/search", summary="Search the corpus; the response carries a feedbackToken")
-async def search(body: SearchBody, request: Request, _: Bot) -> dict[str, Any]:
+async def search(body: SearchBody, request: Request, key: Bot) -> dict[str, Any]:
+    await run_in_threadpool(authorize_project, request.app.state.workspace.engine, key,
+                            body.project)
     engine = searcher(request)
     response = await run_in_threadpool(
         engine.search, body.query, project=body.project, profile=body.rankProfile,
-        alpha=body.alpha, limit=body.limit)
+        alpha=body.alpha, limit=body.limit, session=body.sessionId, user=body.userId)
     return response.to_dict()
 
 
 @router.get("/v1/search/signals", summary="The signals of one query, per document")
-def signals(request: Request, query: str, _: Admin) -> dict[str, Any]:
-    query_norm = normalize(query)
-    rows = signals_for(request.app.state.workspace.engine, query_norm)
-    return {"query": query_norm, "documents": {d: r.to_dict() for d, r in rows.items()}}
+def signals(request: Request, query: Annotated[str, Query(max_length=2000)], _: Admin
+            ) -> dict[str, Any]:
+    workspace = request.app.state.workspace
+    key = query_key(workspace.settings, query)  # as searches store it: scrubbed
+    rows = signals_for(workspace.engine, key)
+    return {"query": key, "documents": {d: r.to_dict() for d, r in rows.items()}}

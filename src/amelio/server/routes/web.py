@@ -1,8 +1,10 @@
 """The dashboard: server-rendered pages over the same library calls as the API.
 
-Pages need a session (log in with an API key); every form POST carries a CSRF
-token; only an ``admin`` session sees, and may use, the approve, reject,
-benchmark, rollback, Sage and learning-editing controls.
+Pages need a session (log in with a ``bot`` or ``admin`` API key: a ``client``
+key only sends feedback events, so it gets no session); every form POST carries
+a CSRF token; only an ``admin`` session sees, and may use, the approve, reject,
+benchmark, rollback, Sage and learning-editing controls. A key bound to projects
+sees those projects only, in every page and project menu.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from amelio.bench import latest_verdict, list_benchmarks, run_benchmark
 from amelio.errors import AmelioError, Forbidden
 from amelio.improve import proposals as props
 from amelio.improve.nightly import last_report
-from amelio.projects import DEFAULT_PROJECT, list_projects
+from amelio.keys import ApiKey
+from amelio.projects import DEFAULT_PROJECT, list_projects, validate_name
 from amelio.quality import find_underperformers, quality_metrics
 from amelio.sage import analyze
 from amelio.search import PROFILES
+from amelio.server.params import MAX_ID, Id
 from amelio.server.routes.search import searcher
 from amelio.web import data
 from amelio.web.charts import line_chart
@@ -43,6 +47,8 @@ templates.env.filters["markdown"] = _markdown.render
 templates.env.globals["line_chart"] = line_chart
 STATIC_DIR = _WEB / "static"
 TABS = ("content", "evals", "evolution", "prs")
+#: Roles that may log in: the dashboard shows interactions, learnings and search.
+DASHBOARD_ROLES = ("admin", "bot")
 
 
 class LoginRequired(Exception):
@@ -57,13 +63,24 @@ def _ws(request: Request) -> Workspace:
 def _session(request: Request) -> Session | None:
     ws = _ws(request)
     session = load_session(ws.settings, request.cookies.get(COOKIE))
-    if session is None or keys.get_key(ws.engine, session.key_id) is None:
+    if session is None:
+        return None
+    key = keys.get_key(ws.engine, session.key_id)
+    if key is None or key.role not in DASHBOARD_ROLES:
         return None  # revoking a key ends its sessions at once
+    request.state.key = key  # its project scope, read fresh on every request
     return session
 
 
+def _key(request: Request) -> ApiKey:
+    key: ApiKey = request.state.key
+    return key
+
+
 def _require(request: Request, *, admin: bool = False, csrf: str | None = None,
-             check_csrf: bool = False) -> Session:
+             check_csrf: bool = False, project: str | None = None) -> Session:
+    """The session, or LoginRequired; 403 for a bad CSRF token, a non-admin doing an
+    admin's action, or a project outside the key's scope."""
     session = _session(request)
     if session is None:
         raise LoginRequired
@@ -71,18 +88,34 @@ def _require(request: Request, *, admin: bool = False, csrf: str | None = None,
         raise Forbidden("The form's CSRF token is missing or wrong: reload the page.")
     if admin and session.role != "admin":
         raise Forbidden("Only an admin can do this.")
+    if project is not None:
+        _project(request, project)
     return session
+
+
+def _project(request: Request, project: str) -> str:
+    """The page's project, checked against the session's key (call after
+    :func:`_require`): the one asked for, else ``default``, else, for a key bound to
+    other projects, the key's first project."""
+    key = _key(request)
+    if not project:
+        return DEFAULT_PROJECT if key.allows(DEFAULT_PROJECT) else key.projects[0]
+    validate_name(project)
+    if not key.allows(project):
+        raise Forbidden(f"This key cannot see project {project!r}.", project=project)
+    return project
 
 
 def _render(request: Request, template: str, session: Session | None, **context: Any
             ) -> HTMLResponse:
     ws = _ws(request)
     lang = pick_language(ws.settings.ui_language, request.headers.get("accept-language"))
-    project = request.query_params.get("project") or DEFAULT_PROJECT
+    project = context.pop("project", None) or DEFAULT_PROJECT
+    key: ApiKey | None = getattr(request.state, "key", None) if session else None
     base = {"request": request, "t": strings(lang), "lang": lang, "session": session,
             "is_admin": session is not None and session.role == "admin",
             "csrf": csrf_token(ws.settings, session) if session else "",
-            "projects": [p.name for p in list_projects(ws.engine)] if session else [],
+            "projects": [p.name for p in list_projects(ws.engine) if key and key.allows(p.name)],
             "project": project, "message": request.query_params.get("msg")}
     response = templates.TemplateResponse(request, template, base | context)
     response.headers["Cache-Control"] = "no-store"
@@ -109,9 +142,10 @@ def login(request: Request, api_key: Annotated[str, Form()], next: Annotated[str
           ) -> Response:
     ws = _ws(request)
     key = keys.authenticate(ws.engine, api_key.strip())
-    if key is None:
-        page = _render(request, "login.html", None, next=next, error=True)
-        page.status_code = 401
+    if key is None or key.role not in DASHBOARD_ROLES:
+        page = _render(request, "login.html", None, next=next,
+                       error="bad_key" if key is None else "client_key")
+        page.status_code = 401 if key is None else 403
         return page
     target = next if next.startswith("/") and not next.startswith("//") else "/"
     response = RedirectResponse(target, status_code=303)
@@ -149,24 +183,26 @@ def home() -> RedirectResponse:
 
 
 @router.get("/skills")
-def skills_page(request: Request, project: str = DEFAULT_PROJECT, q: str = "") -> HTMLResponse:
+def skills_page(request: Request, project: str = "", q: str = "") -> HTMLResponse:
     session = _require(request)
+    project = _project(request, project)
     ws = _ws(request)
     proposed = [(p, None) for p in props.list_proposals(ws, status="pending", project=project)
                 if p.scope == "new"]
     return _render(request, "skills.html", session, explorer=_explorer(ws, project, q),
-                   q=q, skill=None, proposals=proposed, tab="prs")
+                   q=q, skill=None, proposals=proposed, tab="prs", project=project)
 
 
 @router.get("/skills/{name}")
-def skill_page(request: Request, name: str, project: str = DEFAULT_PROJECT, q: str = "",
+def skill_page(request: Request, name: str, project: str = "", q: str = "",
                tab: str = "content", version: int | None = None) -> HTMLResponse:
     session = _require(request)
+    project = _project(request, project)
     ws = _ws(request)
     skill = skills.get_skill(ws.engine, name, project)
     tab = tab if tab in TABS else "content"
     context: dict[str, Any] = {"explorer": _explorer(ws, project, q), "q": q, "skill": skill,
-                               "tab": tab}
+                               "tab": tab, "project": project}
     if tab == "content":
         history = skills.list_versions(ws.engine, name, project)
         shown = next((v for v in history if v.version == version), None)
@@ -186,13 +222,14 @@ def skill_page(request: Request, name: str, project: str = DEFAULT_PROJECT, q: s
 
 
 @router.get("/proposals/{proposal_id}/report")
-def proposal_report(request: Request, proposal_id: int) -> HTMLResponse:
+def proposal_report(request: Request, proposal_id: Id) -> HTMLResponse:
     """The BenchmarkReport of a proposal, loaded when its row is expanded."""
-    session = _require(request)
     ws = _ws(request)
+    proposal = props.get_proposal(ws, proposal_id)
+    session = _require(request, project=proposal.project)
     runs = list_benchmarks(ws, proposal_id)
-    return _render(request, "report.html", session, proposal=props.get_proposal(ws, proposal_id),
-                   run=runs[0] if runs else None)
+    return _render(request, "report.html", session, proposal=proposal,
+                   run=runs[0] if runs else None, project=proposal.project)
 
 
 def _proposal_path(ws: Workspace, proposal_id: int) -> str:
@@ -203,7 +240,7 @@ def _proposal_path(ws: Workspace, proposal_id: int) -> str:
 
 
 @router.post("/proposals/{proposal_id}/{action}")
-def proposal_action(request: Request, proposal_id: int, action: str, tasks: BackgroundTasks,
+def proposal_action(request: Request, proposal_id: Id, action: str, tasks: BackgroundTasks,
                     csrf: Annotated[str, Form()] = "", reason: Annotated[str, Form()] = ""
                     ) -> Response:
     session = _require(request, admin=True, csrf=csrf, check_csrf=True)
@@ -233,10 +270,10 @@ def _quietly(func: Any, *args: Any) -> None:
 
 
 @router.post("/skills/{name}/rollback")
-def rollback(request: Request, name: str, version: Annotated[int, Form()],
+def rollback(request: Request, name: str, version: Annotated[int, Form(ge=1, le=MAX_ID)],
              csrf: Annotated[str, Form()] = "", project: Annotated[str, Form()] = DEFAULT_PROJECT
              ) -> Response:
-    session = _require(request, admin=True, csrf=csrf, check_csrf=True)
+    session = _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
     skill = skills.rollback_skill(_ws(request).engine, name, version, project=project,
                                   author=f"key:{session.name}")
     return _back(f"/skills/{quote(name)}?project={quote(project)}&tab=evolution",
@@ -246,7 +283,7 @@ def rollback(request: Request, name: str, version: Annotated[int, Form()],
 @router.post("/sage/analyze")
 def sage_analyze(request: Request, tasks: BackgroundTasks, csrf: Annotated[str, Form()] = "",
                  project: Annotated[str, Form()] = DEFAULT_PROJECT) -> Response:
-    _require(request, admin=True, csrf=csrf, check_csrf=True)
+    _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
     tasks.add_task(_quietly, lambda: analyze(_ws(request), project=project))
     return _back(f"/skills?project={quote(project)}", "Sage started")
 
@@ -255,8 +292,9 @@ def sage_analyze(request: Request, tasks: BackgroundTasks, csrf: Annotated[str, 
 
 
 @router.get("/quality")
-def quality_page(request: Request, project: str = DEFAULT_PROJECT) -> HTMLResponse:
+def quality_page(request: Request, project: str = "") -> HTMLResponse:
     session = _require(request)
+    project = _project(request, project)
     ws = _ws(request)
     t = strings(pick_language(ws.settings.ui_language, request.headers.get("accept-language")))
     charts = {}
@@ -273,22 +311,24 @@ def quality_page(request: Request, project: str = DEFAULT_PROJECT) -> HTMLRespon
     return _render(request, "quality.html", session,
                    metrics=quality_metrics(ws, project),
                    underperforming={f.skill for f in find_underperformers(ws, project)},
-                   charts=charts, report=last_report(ws))
+                   charts=charts, report=last_report(ws), project=project)
 
 
 @router.get("/learnings")
-def learnings_page(request: Request, project: str = DEFAULT_PROJECT, skill: str = ""
+def learnings_page(request: Request, project: str = "", skill: str = ""
                    ) -> HTMLResponse:
     session = _require(request)
+    project = _project(request, project)
     items = learnings.list_learnings(_ws(request), project=project, skill=skill or None)
-    return _render(request, "learnings.html", session, items=items, skill=skill)
+    return _render(request, "learnings.html", session, items=items, skill=skill,
+                   project=project)
 
 
 @router.post("/learnings")
 def add_learning(request: Request, rule: Annotated[str, Form()], csrf: Annotated[str, Form()] = "",
                  project: Annotated[str, Form()] = DEFAULT_PROJECT,
                  skill: Annotated[str, Form()] = "") -> Response:
-    _require(request, admin=True, csrf=csrf, check_csrf=True)
+    _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
     try:
         item, outcome = learnings.add_learning(_ws(request), rule, project=project,
                                                skill=skill or None)
@@ -299,18 +339,19 @@ def add_learning(request: Request, rule: Annotated[str, Form()], csrf: Annotated
 
 
 @router.post("/learnings/{learning_id}/retire")
-def retire_learning(request: Request, learning_id: int, csrf: Annotated[str, Form()] = "",
+def retire_learning(request: Request, learning_id: Id, csrf: Annotated[str, Form()] = "",
                     project: Annotated[str, Form()] = DEFAULT_PROJECT) -> Response:
-    _require(request, admin=True, csrf=csrf, check_csrf=True)
+    _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
     learnings.delete_learning(_ws(request), learning_id, project=project)
     return _back(f"/learnings?project={quote(project)}", f"#{learning_id} retired")
 
 
 @router.get("/interactions")
-def interactions_page(request: Request, project: str = DEFAULT_PROJECT) -> HTMLResponse:
+def interactions_page(request: Request, project: str = "") -> HTMLResponse:
     session = _require(request)
+    project = _project(request, project)
     return _render(request, "interactions.html", session,
-                   items=data.recent_interactions(_ws(request), project))
+                   items=data.recent_interactions(_ws(request), project), project=project)
 
 
 # -- search ---------------------------------------------------------------------------
@@ -318,10 +359,11 @@ def interactions_page(request: Request, project: str = DEFAULT_PROJECT) -> HTMLR
 
 @router.get("/search")
 def search_page(request: Request, q: str = "", profile: str = "", alpha: str = "",
-                project: str = DEFAULT_PROJECT) -> HTMLResponse:
+                project: str = "") -> HTMLResponse:
     """Try a query with any profile and see, per result, the first-phase and
     feedback scores and (for admins) the signals behind them."""
     session = _require(request)
+    project = _project(request, project)
     engine = searcher(request)
     chosen = profile or engine.settings.search_profile
     error = None
@@ -336,4 +378,4 @@ def search_page(request: Request, q: str = "", profile: str = "", alpha: str = "
         error = exc.message
         view = data.search_view(engine, "", chosen, None)
     return _render(request, "search.html", session, q=q, profiles=PROFILES, profile=chosen,
-                   alpha=alpha, error=error, **view)
+                   alpha=alpha, error=error, project=project, **view)

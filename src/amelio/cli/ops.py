@@ -1,0 +1,87 @@
+"""Backup and restore of a SQLite workspace (see :mod:`amelio.ops.backup`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from amelio.cli._common import handle_errors, json_option, main, print_json
+from amelio.config import find_workspace, load_settings
+from amelio.errors import WorkspaceNotFound
+from amelio.ops import backup_workspace, restore_workspace
+
+
+def _size(n: int) -> str:
+    units = ("bytes", "KB", "MB", "GB", "TB")
+    size, unit = float(n), 0
+    while size >= 1000 and unit < len(units) - 1:
+        size, unit = size / 1000, unit + 1
+    return f"{n} bytes" if unit == 0 else f"{size:.1f} {units[unit]}"
+
+
+@main.command("backup")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--force", is_flag=True, help="Replace FILE when it exists.")
+@json_option
+@click.pass_context
+@handle_errors
+def backup_command(ctx: click.Context, file: Path, force: bool, as_json: bool) -> None:
+    """Write a consistent copy of the workspace to FILE (a zip): database, search corpus,
+    secret key, amelio.toml and learnings.md files. Safe while `amelio serve` runs. FILE
+    may be a folder: the backup is named after the time. SQLite only (PostgreSQL: pg_dump).
+    """
+    settings = load_settings(ctx.obj.get("workspace"))
+    report = backup_workspace(settings, file, force=force)
+    if as_json:
+        print_json(report.to_dict())
+        return
+    manifest = report.manifest
+    events = manifest.tables.get("feedback_events", 0)
+    click.echo(f"Backed up {settings.workspace} to {report.path}")
+    click.echo(f"  {len(manifest.files)} files, {_size(report.size)}, migration "
+               f"{manifest.migration}, {events} feedback events")
+    click.echo(f"Restore it with: amelio -w DIR restore {report.path}")
+
+
+@main.command("restore")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Replace a workspace that already holds data.")
+@json_option
+@click.pass_context
+@handle_errors
+def restore_command(ctx: click.Context, file: Path, force: bool, as_json: bool) -> None:
+    """Restore the backup FILE into the workspace; `-w DIR` may name a new folder.
+
+    Checks the whole backup first; refuses a workspace that holds data (unless --force)
+    and one whose database another process, such as `amelio serve`, has open. An older
+    backup is upgraded to this version's migrations.
+    """
+    report = restore_workspace(file, _target(ctx), force=force)
+    if as_json:
+        print_json(report.to_dict())
+        return
+    manifest = report.manifest
+    click.echo(f"Restored {file} (made {manifest.created_at:%Y-%m-%d %H:%M:%S %Z} by Amelio "
+               f"{manifest.amelio_version}) into {report.root}")
+    if report.replaced:
+        click.echo("  replaced the data that was there" + (
+            f"; removed {', '.join(report.removed)}" if report.removed else ""))
+    if report.upgraded:
+        click.echo(f"  database upgraded: {manifest.migration} -> {report.migration}")
+    click.echo(f"Check it: amelio -w {report.root} feedback verify")
+
+
+def _target(ctx: click.Context) -> Path:
+    """--workspace or AMELIO_WORKSPACE as given (a new folder is fine), else the
+    workspace around the current folder; never a folder nobody named."""
+    chosen = ctx.obj.get("workspace") or os.environ.get("AMELIO_WORKSPACE")
+    if chosen:
+        return Path(chosen)
+    try:
+        return find_workspace()
+    except WorkspaceNotFound as exc:
+        raise WorkspaceNotFound(
+            "No workspace here to restore into: name the folder with `amelio -w DIR restore "
+            "FILE` (a new folder is made).") from exc

@@ -1,0 +1,640 @@
+"""Backup and restore of a SQLite workspace: one zip file, checked before it is used.
+
+A workspace's state on SQLite is more than its database, so a backup holds the
+database (wherever ``database_url`` puts it), the search corpus (its own SQLite
+file), the generated secret key (the feedback chain, feedbackTokens, sessions
+and user pseudonyms are keyed by it: without it ``amelio feedback verify``
+fails), ``amelio.toml``, the ``projects/*/learnings.md`` mirrors (a hand edit not
+yet read back lives only there) and ``manifest.json``: format, versions,
+migration, time, each member's size and SHA-256, the database's rows per table
+and a fingerprint of the key. ``skills/`` is left out: the database holds every
+version and ``amelio skills export`` writes the files back. docs/scaling.md has
+the table and the operator's view.
+
+**Consistent while the service writes.** Each database is copied with SQLite's
+online backup API in one step, one read transaction: exactly what was committed
+at one instant, WAL included, and in WAL mode that reader never blocks the
+writer. The mirrors are copied *after* the database, so a mirror is as new as
+the database's record of it or newer, and reading it back after a restore
+replays a later change instead of undoing an earlier one.
+
+**Restore checks before it writes.** Manifest, every member's SHA-256 and the
+migration are checked; a target whose database another process holds open
+(``amelio serve``) is refused, since it would go on writing through its old file
+handles; a target holding data needs ``force``. Only then is each member written
+beside its destination and renamed into place, the database last (a crash in
+those few renames can leave a mix: restoring again with ``force`` completes it).
+An older backup is upgraded after the restore; one from a migration this code
+does not know is refused. PostgreSQL is ``pg_dump``'s job, and both say so.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import shutil
+import sqlite3
+import tempfile
+import zipfile
+import zlib
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+import sqlalchemy as sa
+
+import amelio
+from amelio import db
+from amelio.config import CONFIG_FILE, DATA_DIR, Settings, load_settings
+from amelio.db import engine as db_engine
+from amelio.errors import AmelioError, ConfigError, Conflict, InvalidInput
+from amelio.projects import validate_name
+
+__all__ = [
+    "BackupFile",
+    "BackupReport",
+    "Manifest",
+    "RestoreReport",
+    "backup_workspace",
+    "read_manifest",
+    "restore_workspace",
+]
+
+FORMAT = "amelio-backup"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+DATABASE = f"{DATA_DIR}/amelio.db"
+CORPUS = f"{DATA_DIR}/search/corpus.db"
+SECRET_KEY = f"{DATA_DIR}/secret_key"
+_CHUNK = 1 << 20
+_SIDECARS = ("-wal", "-shm", "-journal")
+_KEY_CHECK = b"amelio backup: secret key check"
+
+
+@dataclass(frozen=True)
+class BackupFile:
+    """One member of a backup, named by its path in the workspace."""
+
+    path: str
+    size: int
+    sha256: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "bytes": self.size, "sha256": self.sha256}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What a backup holds; ``tables`` are the database copy's rows per table and
+    ``key_source`` where the secret key came from (``file``, ``settings`` or
+    ``none``), so a restore can tell whether it will have the same key."""
+
+    amelio_version: str
+    migration: str
+    created_at: datetime
+    files: tuple[BackupFile, ...]
+    tables: dict[str, int]
+    key_source: str
+    key_fingerprint: str | None
+
+    @property
+    def paths(self) -> list[str]:
+        return [f.path for f in self.files]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT, "formatVersion": FORMAT_VERSION,
+            "amelioVersion": self.amelio_version, "migration": self.migration,
+            "createdAt": self.created_at.isoformat(),
+            "secretKey": {"source": self.key_source, "fingerprint": self.key_fingerprint},
+            "tables": self.tables, "files": [f.to_dict() for f in self.files],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Manifest:
+        """The manifest of a backup; :class:`InvalidInput` for anything else."""
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ValueError("it is not an Amelio backup manifest")
+        if data.get("formatVersion") != FORMAT_VERSION:
+            raise ValueError(f"format version {data.get('formatVersion')!r} is not "
+                             f"{FORMAT_VERSION}: restore it with the Amelio that wrote it")
+        files = tuple(BackupFile(str(f["path"]), int(f["bytes"]), str(f["sha256"]))
+                      for f in data["files"])
+        key = data["secretKey"]
+        return cls(
+            amelio_version=str(data["amelioVersion"]), migration=str(data["migration"]),
+            created_at=datetime.fromisoformat(data["createdAt"]), files=files,
+            tables={str(k): int(v) for k, v in data["tables"].items()},
+            key_source=str(key["source"]),
+            key_fingerprint=None if key["fingerprint"] is None else str(key["fingerprint"]),
+        )
+
+
+@dataclass(frozen=True)
+class BackupReport:
+    path: Path
+    size: int
+    manifest: Manifest
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path), "bytes": self.size, "manifest": self.manifest.to_dict()}
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    """``replaced``: the target held data (restored with ``force``); ``removed``: its
+    files the backup does not have (a corpus, a key, mirrors of other projects)."""
+
+    root: Path
+    database: Path
+    manifest: Manifest
+    replaced: bool
+    removed: tuple[str, ...]
+    migration: str
+
+    @property
+    def upgraded(self) -> bool:
+        return self.migration != self.manifest.migration
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workspace": str(self.root), "database": str(self.database),
+            "replaced": self.replaced, "removed": list(self.removed),
+            "migration": {"backup": self.manifest.migration, "now": self.migration},
+            "manifest": self.manifest.to_dict(),
+        }
+
+
+# -- backup -----------------------------------------------------------------------------
+
+
+def backup_workspace(settings: Settings, dest: Path, *, force: bool = False,
+                     now: datetime | None = None) -> BackupReport:
+    """Write a consistent copy of the workspace to the zip file ``dest`` (a folder:
+    a file named after the time inside it); safe while ``amelio serve`` writes."""
+    root = settings.workspace.resolve()
+    database = _sqlite_database(settings, root, "backup")
+    if not database.is_file():
+        raise ConfigError(f"There is no database at {database} to back up: `amelio db "
+                          "upgrade` creates it.")
+    if not (root / CONFIG_FILE).is_file():
+        raise ConfigError(f"{root} is not an Amelio workspace: it has no {CONFIG_FILE}.")
+    now = now or datetime.now(UTC)
+    if dest.is_dir():
+        dest = dest / f"amelio-backup-{now:%Y%m%dT%H%M%SZ}.zip"
+    if dest.exists() and not force:
+        raise Conflict(f"{dest} exists: pass --force to replace it, or name another file.")
+    dest = dest.resolve()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".amelio-backup-", dir=dest.parent) as scratch:
+        staged: dict[str, Path] = {DATABASE: Path(scratch, "amelio.db")}
+        _snapshot(database, staged[DATABASE])
+        if (root / CORPUS).is_file():
+            staged[CORPUS] = Path(scratch, "corpus.db")
+            _snapshot(root / CORPUS, staged[CORPUS])
+        # After the databases: see "consistent while the service writes" above.
+        for rel in _plain_files(root):
+            staged[rel] = Path(scratch, f"file-{len(staged)}")
+            shutil.copyfile(root / rel, staged[rel])
+        key_source, fingerprint = _key_of(settings, staged.get(SECRET_KEY))
+        manifest = Manifest(
+            amelio_version=amelio.__version__, migration=_migration(staged[DATABASE]),
+            created_at=now, files=tuple(BackupFile(rel, path.stat().st_size, _sha256(path))
+                                        for rel, path in staged.items()),
+            tables=_row_counts(staged[DATABASE]), key_source=key_source,
+            key_fingerprint=fingerprint)
+        archive = Path(scratch, "backup.zip")
+        _write_zip(archive, manifest, staged)
+        os.replace(archive, dest)
+    return BackupReport(dest, dest.stat().st_size, manifest)
+
+
+def _snapshot(source: Path, copy: Path) -> None:
+    """Copy a live SQLite database as committed at one instant, as one file."""
+    src = sqlite3.connect(f"{source.as_uri()}?mode=rw", uri=True, timeout=30)
+    with closing(src), closing(sqlite3.connect(copy)) as dst:
+        src.backup(dst)  # every page in one step: one read transaction on the source
+        dst.execute("PRAGMA journal_mode=DELETE")  # self-contained: no -wal beside it
+
+
+def _plain_files(root: Path) -> list[str]:
+    found = [CONFIG_FILE]
+    if (root / SECRET_KEY).is_file():
+        found.append(SECRET_KEY)
+    found += sorted(p.relative_to(root).as_posix()
+                    for p in root.glob("projects/*/learnings.md") if p.is_file())
+    return found
+
+
+def _write_zip(path: Path, manifest: Manifest, staged: dict[str, Path]) -> None:
+    # 0600: the archive holds the secret key and every stored interaction.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as raw:
+        with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr(MANIFEST, json.dumps(manifest.to_dict(), indent=2) + "\n")
+            for rel, src in staged.items():
+                archive.write(src, rel)
+        raw.flush()
+        os.fsync(raw.fileno())
+
+
+# -- restore ----------------------------------------------------------------------------
+
+
+def read_manifest(archive: Path) -> Manifest:
+    """The manifest of the backup ``archive``, without checking its members."""
+    with _open_zip(archive) as zf:
+        return _manifest(zf, archive)
+
+
+def restore_workspace(archive: Path, target: Path, *, force: bool = False) -> RestoreReport:
+    """Restore the backup ``archive`` into the folder ``target`` (made when missing).
+
+    The target's database must not be open in another process, and a target that
+    holds data is only replaced with ``force``. In the calling process, settings
+    and engines opened on ``target`` before the restore are stale afterwards.
+    """
+    root = target.resolve()
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"{root} exists and is not a folder.")
+    with _open_zip(archive) as zf:
+        manifest = _manifest(zf, archive)
+        _check_members(zf, manifest, archive)
+        for member in manifest.files:  # every byte, before anything is written
+            _copy_member(zf, member, archive, None)
+        _check_migration(manifest.migration)
+        settings = _settings_after(zf, root)
+        database = _sqlite_database(settings, root, "restore")
+        _check_key(zf, manifest, settings)
+        corpus = root / CORPUS
+        for path in (database, corpus):
+            _check_not_in_use(path)
+        mirrors = sorted(root.glob("projects/*/learnings.md"))
+        holding = _holding_data(database, corpus, mirrors)
+        if holding and not force:
+            raise Conflict(f"{root} already holds a workspace with data ({', '.join(holding)})"
+                           ": restore into a new folder, or pass --force to replace it "
+                           "(`amelio backup` it first to keep it).")
+        destinations = {rel: database if rel == DATABASE else root / rel
+                        for rel in manifest.paths}
+        removed = _swap_in(zf, manifest, archive, root, destinations, mirrors)
+    _forget_cached_key()
+    migration = manifest.migration
+    if migration != db.head_revision():
+        url = settings.database_url or f"sqlite:///{database}"
+        engine = db.create_engine(url)
+        try:
+            _, migration = db.upgrade(engine)
+        finally:
+            engine.dispose()
+    return RestoreReport(root, database, manifest, bool(holding), removed, migration)
+
+
+def _swap_in(zf: zipfile.ZipFile, manifest: Manifest, archive: Path, root: Path,
+             destinations: dict[str, Path], mirrors: list[Path]) -> tuple[str, ...]:
+    """Write every member beside its destination, then rename each into place (the
+    database last) and remove what the backup does not have."""
+    (root / "skills").mkdir(parents=True, exist_ok=True)
+    (root / DATA_DIR).mkdir(parents=True, exist_ok=True)
+    gitignore = root / DATA_DIR / ".gitignore"
+    if not gitignore.exists():
+        gitignore.write_text("*\n", encoding="utf-8")
+    staged: dict[str, Path] = {}
+    try:
+        for member in manifest.files:
+            dest = destinations[member.path]
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            staged[member.path] = dest.with_name(f".{dest.name}.restore-{secrets.token_hex(4)}")
+            _copy_member(zf, member, archive, staged[member.path])
+        if _migration(staged[DATABASE]) != manifest.migration:
+            raise _damaged(archive, "its database is not at the manifest's migration")
+        gone = [m for m in mirrors if m.relative_to(root).as_posix() not in destinations]
+        gone += [root / rel for rel in (CORPUS, SECRET_KEY)
+                 if rel not in destinations and (root / rel).exists()]
+        for path in gone:
+            path.unlink()
+        for db_file in (root / CORPUS, destinations[DATABASE]):
+            # A stale -wal beside a swapped-in file would be replayed into it.
+            for suffix in _SIDECARS:
+                Path(f"{db_file}{suffix}").unlink(missing_ok=True)
+        for rel in sorted(staged, key=lambda r: r == DATABASE):
+            os.replace(staged.pop(rel), destinations[rel])
+    finally:
+        for leftover in staged.values():
+            leftover.unlink(missing_ok=True)
+    return tuple(p.relative_to(root).as_posix() for p in gone)
+
+
+@contextmanager
+def _open_zip(archive: Path) -> Iterator[zipfile.ZipFile]:
+    try:
+        zf = zipfile.ZipFile(archive)
+    except (zipfile.BadZipFile, EOFError) as exc:
+        raise _damaged(archive, f"it is not a whole zip file ({exc})") from exc
+    with zf:
+        yield zf
+
+
+def _damaged(archive: Path, why: str) -> InvalidInput:
+    return InvalidInput(f"{archive} is not a usable Amelio backup: {why}. Nothing was "
+                        "restored; use another copy of the backup.", file=str(archive))
+
+
+def _manifest(zf: zipfile.ZipFile, archive: Path) -> Manifest:
+    if MANIFEST not in zf.namelist():
+        raise _damaged(archive, f"it has no {MANIFEST}")
+    with _reading(archive, MANIFEST):
+        raw = zf.read(MANIFEST)
+    try:
+        return Manifest.from_dict(json.loads(raw))
+    except KeyError as exc:
+        raise _damaged(archive, f"its {MANIFEST} lacks {exc}") from exc
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise _damaged(archive, f"its {MANIFEST} cannot be read ({exc})") from exc
+
+
+def _check_members(zf: zipfile.ZipFile, manifest: Manifest, archive: Path) -> None:
+    """Only the members a backup can have, each listed once: a name can never
+    point outside the workspace."""
+    listed = manifest.paths
+    for rel in listed:
+        parts = rel.split("/")
+        mirror = len(parts) == 3 and parts[0] == "projects" and parts[2] == "learnings.md"
+        if rel not in (DATABASE, CORPUS, SECRET_KEY, CONFIG_FILE) and not mirror:
+            raise _damaged(archive, f"it lists an unexpected file {rel!r}")
+        if mirror:
+            try:
+                validate_name(parts[1])
+            except InvalidInput as exc:
+                raise _damaged(archive, f"it lists an unexpected file {rel!r}") from exc
+    for required in (DATABASE, CONFIG_FILE):
+        if required not in listed:
+            raise _damaged(archive, f"its manifest lacks {required}")
+    names = [i.filename for i in zf.infolist()]
+    if len(set(listed)) != len(listed) or sorted(names) != sorted([MANIFEST, *listed]):
+        raise _damaged(archive, "its files are not the ones its manifest lists")
+
+
+def _copy_member(zf: zipfile.ZipFile, member: BackupFile, archive: Path,
+                 dest: Path | None) -> None:
+    """Read one member whole, checking its size and SHA-256; write it to ``dest``
+    (a new file) when given."""
+    digest, size = hashlib.sha256(), 0
+    with _reading(archive, member.path):
+        src = zf.open(member.path)
+    with src, _new_file(dest, member.path) as out:
+        while True:
+            with _reading(archive, member.path):
+                chunk = src.read(_CHUNK)
+            if not chunk:
+                break
+            digest.update(chunk)
+            size += len(chunk)
+            if out is not None:
+                out.write(chunk)
+        if out is not None:
+            out.flush()
+            os.fsync(out.fileno())
+    if size != member.size or digest.hexdigest() != member.sha256:
+        raise _damaged(archive, f"{member.path} does not match its SHA-256 in the manifest")
+
+
+@contextmanager
+def _reading(archive: Path, what: str) -> Iterator[None]:
+    """Turn a damaged archive's many failures (bad CRC, broken deflate stream,
+    cut short) into one error that names the archive."""
+    try:
+        yield
+    except (zipfile.BadZipFile, zlib.error, EOFError, ValueError) as exc:
+        raise _damaged(archive, f"{what} cannot be read ({exc})") from exc
+
+
+@contextmanager
+def _new_file(path: Path | None, rel: str) -> Iterator[IO[bytes] | None]:
+    if path is None:
+        yield None
+        return
+    mode = 0o600 if rel == SECRET_KEY else 0o666  # less the umask, as for any new file
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as f:
+        yield f
+
+
+def _check_migration(migration: str) -> None:
+    known = _known_migrations()
+    if migration not in known:
+        raise InvalidInput(
+            f"The backup's database is at migration {migration}, which this Amelio "
+            f"({amelio.__version__}, newest migration {known[0]}) does not know: restore it "
+            "with the Amelio that made it, or a newer one.", migration=migration)
+
+
+@functools.cache
+def _known_migrations() -> tuple[str, ...]:
+    """Every migration this code ships, newest first."""
+    return db_engine.known_revisions()
+
+
+def _settings_after(zf: zipfile.ZipFile, root: Path) -> Settings:
+    """The target's settings as they will be: the backup's amelio.toml under this
+    process's AMELIO_* environment (``workspace`` still points at a scratch folder)."""
+    with tempfile.TemporaryDirectory(prefix="amelio-restore-") as scratch:
+        Path(scratch, CONFIG_FILE).write_bytes(zf.read(CONFIG_FILE))
+        try:
+            return load_settings(scratch)
+        except AmelioError as exc:
+            raise ConfigError(f"The backup's {CONFIG_FILE} with this environment's AMELIO_* "
+                              f"settings does not load, so {root} would not open after a "
+                              f"restore: {exc.message}") from exc
+
+
+def _check_key(zf: zipfile.ZipFile, manifest: Manifest, settings: Settings) -> None:
+    if manifest.key_fingerprint is None:
+        return
+    configured = settings.secret_key.get_secret_value()
+    if configured:
+        key: bytes | None = configured.encode("utf-8")
+    elif SECRET_KEY in manifest.paths:
+        key = zf.read(SECRET_KEY).decode("utf-8").strip().encode("utf-8")
+    else:
+        key = None
+    if key is not None and hmac.compare_digest(_fingerprint(key), manifest.key_fingerprint):
+        return
+    if manifest.key_source == "settings":
+        fix = ("the backed-up workspace took it from AMELIO_SECRET_KEY: set "
+               "AMELIO_SECRET_KEY to that value here, then restore again")
+    else:
+        fix = ("the backup holds it in .amelio/secret_key, and AMELIO_SECRET_KEY (or "
+               f"secret_key in {CONFIG_FILE}) overrides it here: unset it, then restore again")
+    raise ConfigError("After this restore the workspace would not have the secret key its "
+                      f"data was signed with; {fix}. Without it `amelio feedback verify` "
+                      "fails and issued feedback tokens and sessions stop working.")
+
+
+def _check_not_in_use(path: Path) -> None:
+    """Refuse when another connection holds the database open: in WAL mode each one
+    keeps a shared lock, so an exclusive lock is only granted when none is left."""
+    if not path.is_file():
+        return
+    try:
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True, timeout=0,
+                               isolation_level=None)
+        with closing(conn):
+            conn.execute("PRAGMA locking_mode=EXCLUSIVE")
+            conn.execute("BEGIN EXCLUSIVE")
+            conn.execute("COMMIT")
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+            raise Conflict(f"{path} is open in another process (is `amelio serve` running on "
+                           "this workspace?): stop it, then restore again. A restore swaps "
+                           "the files, and a running service would go on writing to the old "
+                           "ones.") from exc
+    except sqlite3.DatabaseError:
+        pass  # not a database: nothing can be using it as one
+
+
+def _holding_data(database: Path, corpus: Path, mirrors: list[Path]) -> list[str]:
+    """What in the target holds data a restore would replace (empty for a new folder
+    or a fresh `amelio init`)."""
+    found = []
+    if _database_holds_data(database):
+        found.append(f"database {database}")
+    if _corpus_holds_data(corpus):
+        found.append(f"search corpus {corpus}")
+    if mirrors:
+        found.append("learnings.md files")
+    return found
+
+
+def _database_holds_data(path: Path) -> bool:
+    """Whether any table has more rows than a freshly migrated database has (a
+    fresh one is seeded with a few: the default project, the chain's anchor)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return False
+    try:
+        migration = _migration(path)
+        if migration not in _known_migrations():
+            return True
+        baseline = _fresh_row_counts(migration)
+        return any(rows > baseline.get(table, 0)
+                   for table, rows in _row_counts(path, cap=baseline).items())
+    except (AmelioError, sa.exc.DatabaseError, sqlite3.DatabaseError):
+        return True  # unreadable or not Amelio's: only --force may replace it
+
+
+def _corpus_holds_data(path: Path) -> bool:
+    if not path.is_file() or path.stat().st_size == 0:
+        return False
+    try:
+        with closing(sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True)) as conn:
+            return conn.execute("SELECT 1 FROM docs LIMIT 1").fetchone() is not None
+    except sqlite3.DatabaseError:
+        return True
+
+
+@functools.cache
+def _fresh_row_counts(migration: str) -> dict[str, int]:
+    """The rows a new database at ``migration`` starts with (its seeded rows)."""
+    with tempfile.TemporaryDirectory(prefix="amelio-fresh-") as scratch:
+        engine = db.create_engine(f"sqlite:///{Path(scratch, 'fresh.db')}")
+        try:
+            db.upgrade(engine, migration)
+        finally:
+            engine.dispose()
+        return _row_counts(Path(scratch, "fresh.db"))
+
+
+# -- shared -----------------------------------------------------------------------------
+
+
+def _sqlite_database(settings: Settings, root: Path, action: str) -> Path:
+    """The SQLite file of ``settings`` for a workspace at ``root``; PostgreSQL is
+    pg_dump's job, and says so."""
+    url_text = settings.database_url or f"sqlite:///{(root / DATA_DIR / 'amelio.db')}"
+    url = sa.engine.make_url(url_text)
+    backend = url.get_backend_name()
+    if backend == "postgresql":
+        shown = url.set(drivername="postgresql").render_as_string(hide_password=True)
+        if action == "backup":
+            raise ConfigError(
+                f"This workspace's database is PostgreSQL ({shown}): `amelio backup` copies "
+                f"SQLite workspaces only. Back it up with `pg_dump -Fc -f amelio.dump "
+                f"'{shown}'` and restore it with `pg_restore`; keep .amelio/secret_key (or "
+                "AMELIO_SECRET_KEY) and .amelio/search/corpus.db with the dump, as the "
+                "feedback chain and tokens are signed with that key.")
+        raise ConfigError(
+            f"The target's database is PostgreSQL ({shown}, from AMELIO_DATABASE_URL or "
+            f"{CONFIG_FILE}): `amelio restore` restores SQLite workspaces only. Restore a "
+            "PostgreSQL dump with `pg_restore`, or unset AMELIO_DATABASE_URL to restore this "
+            "backup into the workspace's SQLite file.")
+    if backend != "sqlite" or url.database in (None, "", ":memory:"):
+        raise ConfigError(f"`amelio {action}` works on a SQLite file, not "
+                          f"{url.render_as_string(hide_password=True)}.")
+    return Path(url.database).resolve()
+
+
+def _migration(path: Path) -> str:
+    """The migration a database file is at (its alembic_version)."""
+    with closing(sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True)) as conn:
+        try:
+            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+        except sqlite3.OperationalError as exc:
+            raise ConfigError(f"The database {path} has no Amelio tables: run `amelio db "
+                              "upgrade`.") from exc
+    if row is None:
+        raise ConfigError(f"The database {path} has no migration recorded: run `amelio db "
+                          "upgrade`.")
+    return str(row[0])
+
+
+def _row_counts(path: Path, cap: dict[str, int] | None = None) -> dict[str, int]:
+    """Rows per table; with ``cap``, counting stops one past a table's cap, which
+    is all a comparison needs and keeps it fast on big tables."""
+    engine = sa.create_engine(f"sqlite:///{path}")
+    try:
+        with engine.connect() as conn:
+            counts = {}
+            for name in sa.inspect(conn).get_table_names():
+                rows = sa.select(sa.literal(1)).select_from(sa.table(name))
+                if cap is not None:
+                    rows = rows.limit(cap.get(name, 0) + 1)
+                query = sa.select(sa.func.count()).select_from(rows.subquery())
+                counts[name] = int(conn.execute(query).scalar_one())
+            return counts
+    finally:
+        engine.dispose()
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _key_of(settings: Settings, key_file: Path | None) -> tuple[str, str | None]:
+    """Where the workspace's secret key comes from, and its fingerprint; read as
+    :func:`amelio.identity.secret_key` reads it."""
+    configured = settings.secret_key.get_secret_value()
+    if configured:
+        return "settings", _fingerprint(configured.encode("utf-8"))
+    if key_file is not None:
+        return "file", _fingerprint(key_file.read_text(encoding="utf-8").strip().encode("utf-8"))
+    return "none", None
+
+
+def _fingerprint(key: bytes) -> str:
+    return hmac.new(key, _KEY_CHECK, hashlib.sha256).hexdigest()[:16]
+
+
+def _forget_cached_key() -> None:
+    """The key file was just replaced; this process may have read the old one."""
+    from amelio import identity
+
+    identity.forget_cached_key()
