@@ -33,13 +33,10 @@ lint: dev
 typecheck: dev
 	$(BIN)/mypy
 
-bench: install
-	$(BIN)/python benchmarks/evals_throughput.py
-	$(BIN)/python benchmarks/router_accuracy.py
-	$(BIN)/python benchmarks/respond_overhead.py
-	$(BIN)/python benchmarks/feedback_ingest.py
-	$(BIN)/python benchmarks/search_latency.py
-	$(BIN)/python benchmarks/load.py
+## bench: every benchmark, then one table of targets met or missed (exit 1 if any missed)
+bench: $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python benchmarks/run_all.py
 
 clean:
 	rm -rf $(VENV) demo-workspace .pytest_cache .ruff_cache .mypy_cache

@@ -1,16 +1,20 @@
 """Eval engine throughput: rule checks per second on one core (target ≥ 100,000).
 
 A 2 KB answer against 10 and 100 mixed rules (every built-in type, regexes
-included), several repeats; prints rules, checks/s and p50/p95 µs per
-``evaluate`` call. Run: ``python benchmarks/evals_throughput.py [--repeats N]``.
+included), several repeats; prints rules, checks/s (the median repeat, not the
+best), p50/p95 µs per ``evaluate`` call, and wall-clock beside CPU time. The
+outside reference is the cheapest check there is, Python's own ``in`` on the same
+answer, to show what the engine adds per rule.
+Run: ``python benchmarks/evals_throughput.py [--repeats N]``.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from typing import Any
+
+from benchlib import Clock, median_of, percentile, target
 
 from amelio.evals import EvalRule, evaluate, parse_rules
 
@@ -52,23 +56,35 @@ def _measure(rules: tuple[EvalRule, ...], calls: int, repeats: int) -> dict[str,
     for _ in range(50):  # warm caches (casefold, regex DFA state) before timing
         evaluate(ANSWER, rules)
     latencies: list[float] = []
-    best_rate = 0.0
-    for _ in range(repeats):
-        started = time.perf_counter()
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            evaluate(ANSWER, rules)
-            latencies.append(time.perf_counter() - t0)
-        elapsed = time.perf_counter() - started
-        best_rate = max(best_rate, calls * len(rules) / elapsed)
-    cuts = statistics.quantiles(latencies, n=100)
-    total = sum(latencies)
+    rates: list[float] = []
+    with Clock() as clock:
+        for _ in range(repeats):
+            started = time.perf_counter()
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                evaluate(ANSWER, rules)
+                latencies.append(time.perf_counter() - t0)
+            rates.append(calls * len(rules) / (time.perf_counter() - started))
     return {
-        "rate": len(latencies) * len(rules) / total,
-        "best": best_rate,
-        "p50": cuts[49] * 1e6,
-        "p95": cuts[94] * 1e6,
+        "rate": median_of(rates),
+        "cpu_rate": repeats * calls * len(rules) / clock.cpu if clock.cpu else 0.0,
+        "p50": percentile(latencies, 50) * 1e6,
+        "p95": percentile(latencies, 95) * 1e6,
+        "wall": clock.wall,
+        "cpu": clock.cpu,
     }
+
+
+def _floor(checks: int) -> float:
+    """Substring tests per second with nothing around them: the engine's floor."""
+    needles = [f"verdict{i}" for i in range(100)]
+    started = time.perf_counter()
+    done = 0
+    while done < checks:
+        for needle in needles:
+            _ = needle in ANSWER
+        done += len(needles)
+    return done / (time.perf_counter() - started)
 
 
 def main() -> int:
@@ -77,17 +93,24 @@ def main() -> int:
     parser.add_argument("--checks", type=int, default=200_000,
                         help="rule checks per repeat (split into evaluate calls)")
     args = parser.parse_args()
-    print(f"answer: {len(ANSWER):,} chars; repeats: {args.repeats}")
-    print(f"{'rules':>6} {'checks/s':>12} {'best rep':>12} {'p50 µs':>9} {'p95 µs':>9}")
-    ok = True
+    print(f"answer: {len(ANSWER):,} chars; repeats: {args.repeats} (checks/s is the median "
+          "repeat; CPU checks/s divides by this process's CPU time)")
+    print(f"{'rules':>6} {'checks/s':>12} {'CPU checks/s':>13} {'p50 µs':>9} {'p95 µs':>9} "
+          f"{'wall s':>7} {'CPU s':>6}")
+    slowest = float("inf")
     for count in (10, 100):
         rules = parse_rules([_mixed_rule(i) for i in range(count)])
         stats = _measure(rules, max(1, args.checks // count), args.repeats)
-        ok = ok and stats["rate"] >= TARGET_CHECKS_PER_S
-        print(f"{count:>6} {stats['rate']:>12,.0f} {stats['best']:>12,.0f} "
-              f"{stats['p50']:>9.1f} {stats['p95']:>9.1f}")
-    print(f"target ≥ {TARGET_CHECKS_PER_S:,} checks/s: {'met' if ok else 'NOT met'}")
-    return 0 if ok else 1
+        slowest = min(slowest, stats["rate"])
+        print(f"{count:>6} {stats['rate']:>12,.0f} {stats['cpu_rate']:>13,.0f} "
+              f"{stats['p50']:>9.1f} {stats['p95']:>9.1f} {stats['wall']:>7.2f} "
+              f"{stats['cpu']:>6.2f}")
+    floor = _floor(args.checks)
+    print(f"floor: Python's `in` on the same answer, {floor:,.0f} tests/s "
+          f"(the engine runs at {slowest / floor:.1%} of it with every rule type mixed in)")
+    target("rule checks per second (median repeat, the slower rule set)", slowest,
+           TARGET_CHECKS_PER_S, "checks/s")
+    return 0
 
 
 if __name__ == "__main__":

@@ -58,6 +58,7 @@ from typing import Any, NamedTuple
 
 import httpx
 import sqlalchemy as sa
+from benchlib import target
 from respond_overhead import ANSWER, MESSAGES  # this folder: the same chat messages
 from search_latency import documents  # this folder: the same synthetic corpus
 
@@ -606,6 +607,11 @@ def main() -> int:
         print(f"- {summary_line(result)}")
     for what in skipped:
         print(f"- skipped: {what}")
+    for result in results:
+        target(f"{result.label}: events lost", len(result.lost), 0, "events",
+               higher_is_better=False)
+        target(f"{result.label}: errors other than 429", result.errors, 0, "requests",
+               higher_is_better=False)
     return 0 if all(r.passed for r in results) else 1
 
 

@@ -2,7 +2,8 @@
 
 Runs respond() with an in-process provider that answers instantly, so the time
 measured is Amelio's own, on SQLite and (when reachable) PostgreSQL, and prints
-p50/p95/p99 per message. Target: p95 under 5 ms.
+p50/p95/p99 per message, and wall-clock beside CPU time for each database (on
+PostgreSQL the server's CPU is not in the figure). Target: p95 under 5 ms.
 
     python benchmarks/respond_overhead.py [--messages 400] [--postgres URL]
 """
@@ -15,14 +16,14 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
-import sqlalchemy as sa
+from benchlib import Clock, percentile, target
 
 from amelio import learnings, skills
 from amelio.assistant import respond
 from amelio.llm.fake import ScriptedProvider
+from amelio.testing import postgres_database
 from amelio.workspace import init_workspace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,7 +39,7 @@ ANSWER = ('{"verdict": "approve"} Run git pull --rebase then git push --force-wi
           "Rollback: redeploy the previous tag. Verify with a smoke test. " * 8)
 
 
-def run(url: str, n: int) -> list[float]:
+def run(url: str, n: int) -> tuple[list[float], Clock]:
     os.environ["AMELIO_DATABASE_URL"] = url
     with tempfile.TemporaryDirectory() as tmp:
         ws, _ = init_workspace(Path(tmp) / "ws")
@@ -51,30 +52,16 @@ def run(url: str, n: int) -> list[float]:
             for m in MESSAGES:  # warm caches (router index, compiled rules)
                 respond(ws, m, provider=provider)
             samples = []
-            for i in range(n):
-                start = time.perf_counter()
-                reply = respond(ws, MESSAGES[i % len(MESSAGES)], provider=provider, user="u")
-                samples.append((time.perf_counter() - start) * 1000
-                               - reply.completion.latency_ms)
-            return sorted(samples)
+            with Clock() as clock:
+                for i in range(n):
+                    start = time.perf_counter()
+                    reply = respond(ws, MESSAGES[i % len(MESSAGES)], provider=provider,
+                                    user="u")
+                    samples.append((time.perf_counter() - start) * 1000
+                                   - reply.completion.latency_ms)
+            return samples, clock
         finally:
             ws.dispose()
-
-
-def pct(samples: list[float], q: float) -> float:
-    return samples[min(len(samples) - 1, int(len(samples) * q))]
-
-
-def fresh_pg(admin_url: str) -> tuple[str, sa.Engine, str] | None:
-    try:
-        admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-        name = f"amelio_bench_{uuid.uuid4().hex[:8]}"
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:
-        print(f"PostgreSQL not reachable ({exc.__class__.__name__}); skipped", file=sys.stderr)
-        return None
-    return admin.url.set(database=name).render_as_string(hide_password=False), admin, name
 
 
 def main() -> int:
@@ -85,27 +72,25 @@ def main() -> int:
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        rows.append(("sqlite", run(f"sqlite:///{tmp}/bench.db", args.messages)))
-    pg = fresh_pg(args.postgres)
-    if pg is not None:
-        url, admin, name = pg
-        try:
-            rows.append(("postgresql", run(url, args.messages)))
-        finally:
-            with admin.connect() as conn:
-                conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        rows.append(("sqlite", *run(f"sqlite:///{tmp}/bench.db", args.messages)))
+    try:
+        with postgres_database(args.postgres, prefix="amelio_bench") as url:
+            rows.append(("postgresql", *run(url, args.messages)))
+    except Exception as exc:  # a benchmark run without PostgreSQL still reports SQLite
+        print(f"PostgreSQL not reachable ({exc.__class__.__name__}); skipped", file=sys.stderr)
     print(f"respond() overhead per message, {args.messages} messages, 13 skills, "
           "20 learnings, instant provider")
-    print(f"{'database':12} {'mean ms':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8}")
-    print("-" * 48)
-    ok = True
-    for name, samples in rows:
-        p95 = pct(samples, 0.95)
-        ok &= p95 < 5.0
-        print(f"{name:12} {statistics.fmean(samples):8.2f} {pct(samples, 0.5):8.2f} "
-              f"{p95:8.2f} {pct(samples, 0.99):8.2f}")
-    print(f"target p95 < 5 ms: {'met' if ok else 'MISSED'}")
-    return 0 if ok else 1
+    print(f"{'database':12} {'mean ms':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
+          f"{'wall s':>7} {'CPU s':>6}")
+    print("-" * 64)
+    for name, samples, clock in rows:
+        print(f"{name:12} {statistics.fmean(samples):8.2f} {percentile(samples, 50):8.2f} "
+              f"{percentile(samples, 95):8.2f} {percentile(samples, 99):8.2f} "
+              f"{clock.wall:7.2f} {clock.cpu:6.2f}")
+    for name, samples, _ in rows:
+        target(f"respond() overhead p95 on {name}", percentile(samples, 95), 5.0, "ms",
+               higher_is_better=False)
+    return 0
 
 
 if __name__ == "__main__":

@@ -103,6 +103,37 @@ def test_bm25_and_hybrid_rank_and_threshold() -> None:
     assert hybrid.route("a").hits == ()
 
 
+CHAT = [
+    spec("are-you-a-bot", ("are you a bot",), ("bot", "human"), "Are you a bot"),
+    spec("what-can-i-ask-you", ("what can",), ("ask", "help"), "What can I ask you"),
+    spec("book-flight", ("book flight",), ("flight", "airline"), "Book flight"),
+    spec("api-design", ("rest api",), ("api", "endpoint"), "Designs HTTP APIs"),
+]
+
+
+@pytest.mark.parametrize("scorer", ["bm25", "hybrid"])
+def test_bm25_ignores_function_words_in_skill_names(scorer: str) -> None:
+    # Only one skill has "i" or "a", so their idf is the highest there is: before they were
+    # dropped, any message with "I" or "a" was pulled toward these skills.
+    router = Router(CHAT, scorer)
+    assert router.route("I need a flight to the coast", min_score=0).names == ("book-flight",)
+    assert router.route("this is a test of the system", min_score=0).names == ()
+    assert router.route("Are you a bot?", min_score=0).names[0] == "are-you-a-bot"
+
+
+@pytest.mark.parametrize(
+    ("message", "skill", "term"),
+    [
+        ("Documente l'API", "api-design", "api"),       # a French elision
+        ("what's possible here", "what-can-i-ask-you", "what"),  # an English contraction
+        ("the airline’s app", "book-flight", "airline"),  # a possessive, typographic apostrophe
+    ],
+)
+def test_bm25_matches_words_joined_by_an_apostrophe(message: str, skill: str, term: str) -> None:
+    hit = Router(CHAT, "bm25").route(message).hits[0]
+    assert (hit.name, hit.matched) == (skill, (term,))
+
+
 def test_unknown_scorer_is_a_clear_error() -> None:
     with pytest.raises(InvalidInput, match="keywords"):
         Router(SEED, "telepathy")

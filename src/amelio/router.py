@@ -13,7 +13,8 @@ over every skill's text. Built-ins:
     The seed's rule: +2 per trigger found, +1 per keyword found, on whole words
     and phrases of normalized text.
 ``bm25``
-    Okapi BM25 over name, description, triggers and keywords.
+    Okapi BM25 over name, description, triggers and keywords, on words split at
+    apostrophes, without one-character words and English stopwords (:func:`_bm25_terms`).
 ``hybrid`` (default)
     ``keywords`` plus BM25 as a share of the best score the message could get,
     in [0, 1]: the seed's score decides, BM25 breaks its ties and finds skills
@@ -41,6 +42,7 @@ from amelio.text import BREAK, tokens
 from amelio.workspace import Workspace
 
 __all__ = [
+    "BM25_STOPWORDS",
     "DEFAULT_LIMIT",
     "DEFAULT_SCORER",
     "Route",
@@ -53,13 +55,23 @@ __all__ = [
     "scorers",
 ]
 
-#: ``hybrid`` beats the seed's ``keywords`` on CLINC150 (top-1 74% vs 67%, the same
+#: ``hybrid`` beats the seed's ``keywords`` on CLINC150 (top-1 75% vs 67%, the same
 #: out-of-scope rejection); see benchmarks/router_accuracy.py.
 DEFAULT_SCORER = "hybrid"
 DEFAULT_LIMIT = 5
 TRIGGER_WEIGHT = 2.0
 KEYWORD_WEIGHT = 1.0
 HINT_HEADER = "SKILLS_HINT (skills most relevant to this message, best first):"
+#: Lucene's English stopwords, the list bm25s and Lucene's EnglishAnalyzer drop. BM25 takes
+#: a word's rarity from the skills alone, so a function word that one skill's name happens to
+#: hold (``what-can-i-ask-you``) looks as telling as the rarest keyword and pulls every
+#: message that uses it to that skill (benchmarks/router_accuracy.py --ablation).
+BM25_STOPWORDS = frozenset({
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is",
+    "it", "no", "not", "of", "on", "or", "such", "that", "the", "their", "then", "there",
+    "these", "they", "this", "to", "was", "will", "with",
+})
+_BM25_SKIPPED = BM25_STOPWORDS | {BREAK}
 
 
 #: A scorer's index: message tokens (with ``amelio.text.BREAK`` where punctuation
@@ -160,14 +172,30 @@ def _keywords(skills: Sequence[SkillSpec]) -> ScoreFn:
     return score
 
 
+def _bm25_terms(toks: Iterable[str]) -> list[str]:
+    """The terms BM25 indexes and looks up, from normalized tokens: each token split at
+    its apostrophes (``what's`` -> ``what``, ``l'api`` -> ``api``, so a contraction or an
+    elision matches the bare word), without one-character words (the clitics ``s``,
+    ``t``, ``l``, ``d``; ``i``; :data:`amelio.text.BREAK`) and :data:`BM25_STOPWORDS`.
+    Skills and messages go through the same steps, so matching stays on whole words."""
+    terms: list[str] = []
+    for tok in toks:
+        if "'" in tok:
+            terms.extend(t for t in tok.split("'") if len(t) > 1 and t not in _BM25_SKIPPED)
+        elif len(tok) > 1 and tok not in _BM25_SKIPPED:
+            terms.append(tok)
+    return terms
+
+
 def _bm25_index(skills: Sequence[SkillSpec], k1: float = 1.2, b: float = 0.75
                 ) -> tuple[dict[str, list[tuple[int, float]]], dict[str, float], float]:
     """Okapi BM25 postings with each term's weight per skill precomputed, the idf of
     each term, and the idf of a term no skill has (the rarest possible)."""
     docs = [
-        [*tokens(spec.name.replace("-", " ")), *tokens(spec.description),
-         *(t for term in spec.triggers for t in tokens(term)),
-         *(t for term in spec.keywords for t in tokens(term))]
+        _bm25_terms([
+            *tokens(spec.name.replace("-", " ")), *tokens(spec.description),
+            *(t for term in spec.triggers for t in tokens(term)),
+            *(t for term in spec.keywords for t in tokens(term))])
         for spec in skills
     ]
     n = len(docs)
@@ -188,17 +216,21 @@ def _bm25_index(skills: Sequence[SkillSpec], k1: float = 1.2, b: float = 0.75
     return index, idf, math.log(1 + (n + 0.5) / 0.5) * (k1 + 1)
 
 
-def _bm25_scorer(index: dict[str, list[tuple[int, float]]]) -> ScoreFn:
-    """A message costs one dictionary lookup per distinct token."""
+def _bm25_lookup(index: dict[str, list[tuple[int, float]]], terms: Iterable[str]
+                 ) -> dict[int, tuple[float, list[str]]]:
+    """A message costs one dictionary lookup per distinct term."""
+    found: dict[int, tuple[float, list[str]]] = {}
+    for tok in terms:
+        for i, w in index.get(tok, ()):
+            total, matched = found.get(i, (0.0, []))
+            matched.append(tok)
+            found[i] = (total + w, matched)
+    return found
 
+
+def _bm25_scorer(index: dict[str, list[tuple[int, float]]]) -> ScoreFn:
     def score(message: tuple[str, ...]) -> dict[int, tuple[float, list[str]]]:
-        found: dict[int, tuple[float, list[str]]] = {}
-        for tok in dict.fromkeys(message):
-            for i, w in index.get(tok, ()):
-                total, matched = found.get(i, (0.0, []))
-                matched.append(tok)
-                found[i] = (total + w, matched)
-        return found
+        return _bm25_lookup(index, dict.fromkeys(_bm25_terms(message)))
 
     return score
 
@@ -208,17 +240,17 @@ def _bm25(skills: Sequence[SkillSpec]) -> ScoreFn:
 
 
 def _hybrid(skills: Sequence[SkillSpec], k1: float = 1.2) -> ScoreFn:
-    """BM25 divided by the most any skill could score for this message (every token
-    matched at its idf, unknown tokens at the rarest idf), so the bonus is in
+    """BM25 divided by the most any skill could score for this message (every BM25 term
+    of it matched at its idf, unknown terms at the rarest idf), so the bonus is in
     [0, 1] and a match on a common word alone stays near 0."""
     index, idf, unknown = _bm25_index(skills, k1=k1)
-    keyword_score, bm25_score = _keywords(skills), _bm25_scorer(index)
+    keyword_score = _keywords(skills)
 
     def score(message: tuple[str, ...]) -> dict[int, tuple[float, list[str]]]:
         seed = keyword_score(message)
-        lexical = bm25_score(message)
-        ceiling = sum(idf[t] * (k1 + 1) if t in idf else unknown
-                      for t in dict.fromkeys(message) if t != BREAK)
+        terms = dict.fromkeys(_bm25_terms(message))
+        lexical = _bm25_lookup(index, terms)
+        ceiling = sum(idf[t] * (k1 + 1) if t in idf else unknown for t in terms)
         found: dict[int, tuple[float, list[str]]] = {}
         for i in seed.keys() | lexical.keys():
             s, matched = seed.get(i, (0.0, []))
