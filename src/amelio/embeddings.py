@@ -18,8 +18,10 @@ One embedder is kept per name and process: loading is the slow part.
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -45,6 +47,20 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
 
 
+@contextmanager
+def _root_logging_untouched() -> Iterator[None]:
+    """Importing wordllama calls ``logging.basicConfig(level=INFO)``, after which every
+    library's INFO lines (httpx, alembic…) flood the host process's output: keep
+    the root logger's level and handlers as the application set them."""
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+        root.handlers[:] = handlers
+
+
 class _WordLlama:
     """The shipped static-embedding model (``amelio[semantic]``)."""
 
@@ -52,7 +68,8 @@ class _WordLlama:
 
     def __init__(self) -> None:
         try:
-            import wordllama  # type: ignore[import-untyped]
+            with _root_logging_untouched():
+                import wordllama  # type: ignore[import-untyped]
         except ImportError as exc:
             raise EmbedderUnavailable(
                 "The wordllama embedding model is not installed: pip install "
