@@ -25,7 +25,7 @@ starts with 2 or 3), so identifiers such as ``Cafe::Add`` survive too. Four
 dotted numbers up to 255 (``1.2.3.4``) are an address whatever they meant.
 
 Nearly all text has neither a digit nor an ``@``: :func:`scrub` returns it
-after one character scan, which keeps ingestion at its 20,000 events a second.
+after one character scan, so scrubbing is a small part of ingestion's cost.
 """
 
 from __future__ import annotations
@@ -42,10 +42,14 @@ __all__ = ["SaltedHasher", "day_from_index", "scrub", "scrub_emails"]
 _PURPOSE = b"amelio.feedback.salt.v1:"
 _EPOCH = date(1970, 1, 1)
 _BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+#: Two base32 characters for each 10-bit value: 40 bits are four look-ups.
+_BASE32_PAIRS = tuple(a + b for a in _BASE32 for b in _BASE32)
 
 
+@lru_cache(maxsize=64)
 def day_from_index(days_since_epoch: int) -> date:
-    """The UTC date of an event: ``days_since_epoch`` is ``eventTimeMs // 86_400_000``."""
+    """The UTC date of an event: ``days_since_epoch`` is ``eventTimeMs // 86_400_000``
+    (remembered: a batch's events fall on a day or two)."""
     return _EPOCH + timedelta(days=days_since_epoch)
 
 
@@ -63,7 +67,9 @@ class SaltedHasher:
         """``value``'s pseudonym on ``day``: 8 base32 characters."""
         top = int.from_bytes(hmac.digest(self._salt(day), value.encode("utf-8"), "sha256")[:5])
         # base32 of the first 40 bits, as base64.b32encode(digest[:5]) writes it, faster
-        return "".join(_BASE32[(top >> shift) & 31] for shift in range(35, -1, -5))
+        pairs = _BASE32_PAIRS
+        return (pairs[top >> 30] + pairs[(top >> 20) & 1023] + pairs[(top >> 10) & 1023]
+                + pairs[top & 1023])
 
 
 # -- scrubbing ---------------------------------------------------------------------

@@ -55,7 +55,7 @@ from amelio.feedback.schema import (
     event_adapter,
 )
 from amelio.feedback.store import PreparedEvent, PurgeReport, VerifyReport
-from amelio.feedback.tokens import TokenClaims, TokenSigner, check_binding, token_signer
+from amelio.feedback.tokens import TokenSigner, check_binding, token_signer
 from amelio.identity import secret_key
 from amelio.workspace import Workspace
 
@@ -256,13 +256,12 @@ class Collector:
                 rate_limit: bool = True, indexes: Sequence[int] | None = None,
                 validated: bool = False) -> IngestResult:
         where = indexes if indexes is not None else range(len(items))
-        now_ms = int(self._clock() * 1000)
+        batch = _Batch(int(self._clock() * 1000), self.settings.feedback_retention_days)
         statuses: list[EventStatus | None] = []
         ready: list[tuple[int, PreparedEvent]] = []
-        tokens: dict[str, TokenClaims | InvalidToken] = {}
-        hashes: dict[tuple[str, int], str] = {}
+        prepare = self._prepare
         for offset, item in enumerate(items):
-            outcome = self._prepare(where[offset], item, validated, now_ms, tokens, hashes)
+            outcome = prepare(where[offset], item, validated, batch)
             if isinstance(outcome, EventStatus):
                 statuses.append(outcome)
             else:
@@ -285,28 +284,27 @@ class Collector:
 
     # -- one event ---------------------------------------------------------------------
 
-    def _prepare(self, index: int, item: object, validated: bool, now_ms: int,
-                 tokens: dict[str, TokenClaims | InvalidToken],
-                 hashes: dict[tuple[str, int], str]) -> PreparedEvent | EventStatus:
-        if isinstance(item, _Unparsable):
-            return EventStatus(index, "rejected", None, "", item.reason)
-        if not isinstance(item, dict):
-            return EventStatus(index, "rejected", None, "", "an event is a JSON object")
-        if validated:
-            event: dict[str, Any] = item
+    def _prepare(self, index: int, item: object, validated: bool, batch: _Batch
+                 ) -> PreparedEvent | EventStatus:
+        if validated:  # by the batch's validator: a dict of the schema's shape
+            event = cast("dict[str, Any]", item)
         else:
+            if isinstance(item, _Unparsable):
+                return EventStatus(index, "rejected", None, "", item.reason)
+            if not isinstance(item, dict):
+                return EventStatus(index, "rejected", None, "", "an event is a JSON object")
             raw_id = item.get("eventId")
             event_id = raw_id.upper() if isinstance(raw_id, str) and len(raw_id) == 26 else None
             try:
-                event = cast(dict[str, Any], self._validate(item))
+                event = cast("dict[str, Any]", self._validate(item))
             except ValidationError as exc:
                 return _rejection(index, event_id, exc)
         event_id = event["eventId"].upper()
         time_ms: int = event["eventTimeMs"]
-        if time_ms > now_ms + MAX_FUTURE_MS:
+        if time_ms > batch.latest_ms:
             return EventStatus(index, "rejected", event_id, "eventTimeMs",
                                "more than 5 minutes in the future")
-        if time_ms < now_ms - self.settings.feedback_retention_days * _DAY_MS:
+        if time_ms < batch.oldest_ms:
             return EventStatus(index, "rejected", event_id, "eventTimeMs",
                                "older than the retention period (feedback_retention_days)")
         consent = event.get("consent")
@@ -315,42 +313,40 @@ class Collector:
         request: dict[str, Any] = event["request"]
         query_id = request.get("queryId")
         if query_id is not None:
-            problem = self._check_token(request.get("feedbackToken"), query_id,
-                                        request.get("requestId"), now_ms, tokens)
+            binding = (request.get("feedbackToken"), query_id, request.get("requestId"))
+            if binding not in batch.tokens:  # a batch repeats a few tokens: check each once
+                batch.tokens[binding] = self._check_token(*binding, batch.now_ms)
+            problem = batch.tokens[binding]
             if problem is not None:
                 return EventStatus(index, "rejected", event_id, "request.feedbackToken",
                                    problem)
-        return self._anonymize(event, event_id, hashes)
+        return self._anonymize(event, event_id, batch)
 
     def _check_token(self, token: str | None, query_id: str, request_id: str | None,
-                     now_ms: int, cache: dict[str, TokenClaims | InvalidToken]) -> str | None:
+                     now_ms: int) -> str | None:
+        """Why ``token`` does not prove this query (None: it does)."""
         if token is None:
             return "required for an event about a query (the search response's feedbackToken)"
-        claims = cache.get(token)
-        if claims is None:  # a batch usually repeats a few tokens: verify each once
-            try:
-                claims = self.signer.read(token, now_ms=now_ms)
-            except InvalidToken as exc:
-                claims = exc
-            cache[token] = claims
         try:
-            if isinstance(claims, InvalidToken):
-                raise claims
-            check_binding(claims, query_id, request_id)
+            check_binding(self.signer.read(token, now_ms=now_ms), query_id, request_id)
         except InvalidToken as exc:
             return exc.message
         return None
 
-    def _anonymize(self, event: dict[str, Any], event_id: str,
-                   hashes: dict[tuple[str, int], str]) -> PreparedEvent:
+    def _anonymize(self, event: dict[str, Any], event_id: str, batch: _Batch
+                   ) -> PreparedEvent:
         """Rewrite the validated ``event`` (a fresh dict, ours to change) for storage."""
         day = event["eventTimeMs"] // _DAY_MS
         session = event["session"]
-        raw_session = session.get("sessionId") or session["sessionIdHash"]
+        hashes = batch.hashes
+        raw = session.get("sessionId") or session["sessionIdHash"]
+        session_hash = hashes.get((raw, day)) or self._hash(raw, day, hashes)
+        stored_session = {"sessionIdHash": session_hash}
         user = session.get("userId") or session.get("userIdHash")
-        stored_session = {"sessionIdHash": self._hash(raw_session, day, hashes)}
+        user_hash = None
         if user is not None:
-            stored_session["userIdHash"] = self._hash(user, day, hashes)
+            user_hash = hashes.get((user, day)) or self._hash(user, day, hashes)
+            stored_session["userIdHash"] = user_hash
         for name in ("rolesHash", "locale"):
             if name in session:
                 stored_session[name] = session[name]
@@ -360,32 +356,50 @@ class Collector:
         request.pop("feedbackToken", None)
         result = event.get("result")
         if self._scrub:
+            scrubbed = batch.scrubbed
             for name, fields in _TEXT_FIELDS:
                 section: dict[str, Any] | None = event.get(name)
                 if section is None:
                     continue
                 for field in fields:
-                    if field in section:
-                        section[field] = scrub(section[field])
+                    text = section.get(field)
+                    if text is not None:
+                        clean = scrubbed.get(text)
+                        if clean is None:
+                            clean = scrubbed[text] = scrub(text)
+                        section[field] = clean
             if result is not None and "docId" in result:
                 result["docId"] = scrub_emails(result["docId"])
-        return PreparedEvent(
-            event_id=event_id, event_type=event["eventType"],
-            event_time_ms=event["eventTimeMs"], session_hash=stored_session["sessionIdHash"],
-            user_hash=stored_session.get("userIdHash"), query_id=request.get("queryId"),
-            request_id=request.get("requestId"),
-            doc_id=result.get("docId") if result else None,
-            rank_shown=result.get("rankShown") if result else None,
-            payload=to_json(event).decode("utf-8"),
-        )
+        if result is None:
+            doc_id = rank_shown = None
+        else:
+            doc_id, rank_shown = result.get("docId"), result.get("rankShown")
+        return PreparedEvent(event_id, event["eventType"], event["eventTimeMs"], session_hash,
+                             user_hash, request.get("queryId"), request.get("requestId"),
+                             doc_id, rank_shown, to_json(event).decode("utf-8"))
 
     def _hash(self, value: str, day: int, cache: dict[tuple[str, int], str]) -> str:
         """The hash of ``value`` on ``day``, remembered for one batch only (a batch
-        repeats its sessions; raw ids are not kept beyond it)."""
-        known = cache.get((value, day))
-        if known is None:
-            known = cache[(value, day)] = self.hasher.hash(value, day_from_index(day))
+        repeats its sessions; raw ids are not kept beyond it). The caller looks in
+        ``cache`` first: most ids of a batch are already there."""
+        known = cache[(value, day)] = self.hasher.hash(value, day_from_index(day))
         return known
+
+
+class _Batch:
+    """What one batch works out once: its time window, and the token checks, hashes and
+    scrubbed texts its events repeat (a batch holds a few sessions, queries and
+    routes). Nothing here outlives the batch, so no raw id or text is kept."""
+
+    __slots__ = ("hashes", "latest_ms", "now_ms", "oldest_ms", "scrubbed", "tokens")
+
+    def __init__(self, now_ms: int, retention_days: int) -> None:
+        self.now_ms = now_ms
+        self.latest_ms = now_ms + MAX_FUTURE_MS
+        self.oldest_ms = now_ms - retention_days * _DAY_MS
+        self.tokens: dict[tuple[str | None, str, str | None], str | None] = {}
+        self.hashes: dict[tuple[str, int], str] = {}
+        self.scrubbed: dict[str, str] = {}
 
 
 def _file_batches(path: Path, size: int) -> Iterator[tuple[list[int], list[object]]]:

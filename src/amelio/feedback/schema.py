@@ -12,8 +12,9 @@ field. Unknown fields are rejected everywhere: a typo never passes silently.
 Validation is strict (JSON types only: ``"3"`` is not a number), so the stored
 event holds the values the client sent, not coerced copies. The sections are
 ``TypedDict``s rather than models because validating into plain dicts is two to
-three times faster, which ingestion at 20,000 events a second needs; pydantic
-still checks every field and exports the same JSON Schema.
+three times faster (validation is the largest single cost of ingestion; see
+``benchmarks/feedback_ingest.py``); pydantic still checks every field and exports
+the same JSON Schema.
 
 What the client may send that is never stored: raw ``session.sessionId`` and
 ``session.userId`` (replaced by server-salted hashes) and

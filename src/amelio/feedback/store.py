@@ -27,12 +27,11 @@ import hmac
 import json
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 
 from amelio import db
 from amelio.db.schema import feedback_chain, feedback_events, feedback_tombstones
@@ -65,7 +64,7 @@ def _now_ms() -> int:
 
 class PreparedEvent(NamedTuple):
     """An event ready to store: anonymized, scrubbed, serialized (a tuple: one is
-    built per event on the hot path)."""
+    built per event on the hot path; its fields are the first columns of a row)."""
 
     event_id: str
     event_type: str
@@ -113,19 +112,30 @@ def _tombstone_mac(key: bytes, seq: int, signature: str) -> str:
                     hashlib.sha256).hexdigest()
 
 
+# Driver-level SQL where it is on the ingestion path (constants only; values travel as
+# parameters): SQLAlchemy's statement handling cost more than these queries.
+_HEAD = ("SELECT last_seq, last_signature, anchor_seq, anchor_signature, mac "
+         "FROM feedback_chain WHERE id = 1")
+_STORED = "SELECT event_id FROM feedback_events WHERE event_id IN "
+_PG_ID_LIST = "(SELECT jsonb_array_elements_text(%s::jsonb))"
+_WRITE_HEAD = feedback_chain.update().where(feedback_chain.c.id == 1).values(
+    {name: sa.bindparam(name) for name in ("last_seq", "last_signature", "anchor_seq",
+                                           "anchor_signature", "mac", "updated_ms")})
+
+
 def _read_head(conn: sa.Connection, *, lock: bool) -> ChainHead:
-    query = sa.select(feedback_chain.c.last_seq, feedback_chain.c.last_signature,
-                      feedback_chain.c.anchor_seq, feedback_chain.c.anchor_signature,
-                      feedback_chain.c.mac).where(feedback_chain.c.id == 1)
-    row = conn.execute(query.with_for_update() if lock else query).one()
-    return ChainHead(*row)
+    """The head; ``lock`` holds its row until the transaction ends (on SQLite the
+    write transaction's own lock already does)."""
+    locking = " FOR UPDATE" if lock and conn.dialect.name == "postgresql" else ""
+    return ChainHead(*conn.exec_driver_sql(_HEAD + locking).one())
 
 
 def _write_head(conn: sa.Connection, head: ChainHead) -> None:
-    conn.execute(feedback_chain.update().where(feedback_chain.c.id == 1).values(
-        last_seq=head.last_seq, last_signature=head.last_signature,
-        anchor_seq=head.anchor_seq, anchor_signature=head.anchor_signature, mac=head.mac,
-        updated_ms=_now_ms()))
+    conn.execute(_WRITE_HEAD, {"last_seq": head.last_seq,
+                               "last_signature": head.last_signature,
+                               "anchor_seq": head.anchor_seq,
+                               "anchor_signature": head.anchor_signature, "mac": head.mac,
+                               "updated_ms": _now_ms()})
 
 
 @contextmanager
@@ -144,8 +154,10 @@ def _durable_transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
                 raw.execute("PRAGMA synchronous=NORMAL")
 
 
-_COLUMNS = ("seq", "event_id", "event_type", "event_time_ms", "received_ms", "session_hash",
-            "user_hash", "query_id", "request_id", "doc_id", "rank_shown", "payload",
+# A row is a PreparedEvent's fields followed by what the chain adds (the columns are
+# listed in that order, so a row is built by one tuple display per event).
+_COLUMNS = ("event_id", "event_type", "event_time_ms", "session_hash", "user_hash",
+            "query_id", "request_id", "doc_id", "rank_shown", "payload", "seq", "received_ms",
             "signature")
 
 
@@ -168,17 +180,41 @@ def _insert(conn: sa.Connection, rows: list[tuple[Any, ...]]) -> None:
         f"INSERT INTO {feedback_events.name} ({columns}) VALUES ({marks})", rows)  # noqa: S608
 
 
-def _stored_ids(conn: sa.Connection, ids: list[str]) -> set[str]:
-    """Which of ``ids`` are stored (one array parameter on PostgreSQL, not 500)."""
-    column = feedback_events.c.event_id
-    if conn.dialect.name == "postgresql":
-        found = conn.scalars(sa.select(column).where(
-            column == sa.func.any(sa.literal(ids, type_=postgresql.ARRAY(sa.String)))))
-        return set(found)
+def _stored_ids_sqlite(conn: sa.Connection, ids: list[str]) -> set[str]:
+    """Which of ``ids`` are stored: at most 500 parameters a query (old builds of
+    SQLite allow 999)."""
     seen: set[str] = set()
     for start in range(0, len(ids), 500):
-        seen.update(conn.scalars(sa.select(column).where(column.in_(ids[start:start + 500]))))
+        chunk = tuple(ids[start:start + 500])
+        seen.update(conn.exec_driver_sql(
+            f"{_STORED}({', '.join('?' * len(chunk))})", chunk).scalars())
     return seen
+
+
+def _head_and_stored(conn: sa.Connection, ids: list[str]) -> tuple[ChainHead, set[str]]:
+    """The locked head, and which of ``ids`` are stored: the second read starts once
+    the lock is held, so a writer that got there first has committed and its events
+    are seen (an eventId it stored is answered ``duplicate``, not a unique-key error).
+
+    On PostgreSQL both statements go in one round trip (psycopg's pipeline: the
+    server still runs them in order, and under READ COMMITTED each statement reads
+    what was committed when it starts), the ids as one JSON text (one parameter,
+    cheaper to send than a 500-element array)."""
+    if conn.dialect.name != "postgresql":  # SQLite: BEGIN IMMEDIATE holds the lock
+        return _read_head(conn, lock=True), _stored_ids_sqlite(conn, ids)
+    import psycopg  # on PostgreSQL, the driver is there
+
+    raw = cast("psycopg.Connection[Any]", conn.connection.driver_connection)
+    # Without pipeline support (libpq before 14) the two still run, one trip each.
+    batched: AbstractContextManager[Any] = (
+        raw.pipeline() if psycopg.Pipeline.is_supported() else nullcontext())
+    with batched:
+        head = raw.execute(_HEAD + " FOR UPDATE")
+        stored = raw.execute(_STORED + _PG_ID_LIST, (json.dumps(ids),))
+    row = head.fetchone()
+    if row is None:
+        raise RuntimeError("the feedback chain's head row is missing (not migrated?)")
+    return ChainHead(*row), {event_id for event_id, in stored}
 
 
 def append(engine: sa.Engine, key: bytes, events: Sequence[PreparedEvent]
@@ -189,23 +225,20 @@ def append(engine: sa.Engine, key: bytes, events: Sequence[PreparedEvent]
         return []
     received = _now_ms()
     with _durable_transaction(engine) as conn:
-        head = _read_head(conn, lock=True)
-        seen = _stored_ids(conn, list({e.event_id for e in events}))
+        head, seen = _head_and_stored(conn, list({e.event_id for e in events}))
         fresh: list[bool] = []
         rows: list[tuple[Any, ...]] = []
         seq, signature = head.last_seq, head.last_signature
         for event in events:
-            if event.event_id in seen:
+            event_id = event.event_id
+            if event_id in seen:
                 fresh.append(False)
                 continue
-            seen.add(event.event_id)
+            seen.add(event_id)
             fresh.append(True)
             seq += 1
-            signature = _link(key, signature, seq, event.event_id, received, event.payload)
-            rows.append((seq, event.event_id, event.event_type, event.event_time_ms, received,
-                         event.session_hash, event.user_hash, event.query_id,
-                         event.request_id, event.doc_id, event.rank_shown, event.payload,
-                         signature))
+            signature = _link(key, signature, seq, event_id, received, event.payload)
+            rows.append((*event, seq, received, signature))
         if rows:
             _insert(conn, rows)
             _write_head(conn, head.signed(key, last_seq=seq, last_signature=signature))
