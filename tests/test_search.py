@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 from pathlib import Path
@@ -21,7 +22,8 @@ from amelio.feedback import Collector, new_event_id
 from amelio.feedback.tokens import token_signer
 from amelio.search import Corpus, Searcher, SearchResponse, aggregate, rebuild
 from amelio.search.signals import SwapCounts, fit_pbm, signals_for, utility
-from amelio.search.simulate import ndcg_at, simulate
+from amelio.search.simulate import _examined_as_shown, ndcg_at, simulate
+from amelio.search.simulate import click_events as sim_click_events
 from amelio.server import create_app
 from amelio.workspace import Workspace
 
@@ -113,6 +115,48 @@ def test_lexical_folds_accents_and_ignores_fts_syntax(sqlite_workspace: Workspac
         {"_id": "1", "title": "Réinitialiser le mot de passe", "text": "Paramètres."}]))
     assert [h.doc_id for h in c.lexical("REINITIALISER", 3)] == ["1"]
     assert c.lexical('passe" OR NOT *', 3)[0].doc_id == "1"
+
+
+def test_a_title_match_outranks_body_matches_and_survives_the_cut(
+        sqlite_workspace: Workspace, tmp_path: Path) -> None:
+    """Titles count double: a document naming the query in its title beats six that
+    mention it once in a longer body (it would lose with both fields weighted 1), and
+    the candidate cut keeps it however few are asked for."""
+    c = Corpus.for_workspace(sqlite_workspace.settings.data_dir)
+    c.import_file(write_jsonl(tmp_path / "engines.jsonl", [
+        {"_id": "title", "title": "Turbine blade cooling",
+         "text": "How the blades are cooled under load in the hot section of the engine."},
+        *({"_id": f"body{i}", "title": f"Engine note {i}",
+           "text": "The turbine sits behind the combustor, where the hot gas leaves the "
+                   "chamber."} for i in range(6)),
+        *({"_id": f"other{i}", "title": f"Wing note {i}",
+           "text": "The flaps extend on approach and retract after take-off."}
+          for i in range(20))]))
+    hits = c.lexical("turbine", 10)
+    assert [h.doc_id for h in hits][:2] == ["title", "body0"] and len(hits) == 7
+    assert hits[0].score > hits[1].score
+    assert [h.doc_id for h in c.lexical("turbine", 1)] == ["title"]
+
+
+def test_lexical_results_are_sorted_by_the_score_they_report(sqlite_workspace: Workspace,
+                                                             tmp_path: Path) -> None:
+    """The order, the LIMIT cut and the reported score are one number, so each
+    shorter list is the head of the longer one, and the bm25 profile shows them so."""
+    rng = random.Random(3)
+    words = [f"w{i}" for i in range(40)]
+    c = Corpus.for_workspace(sqlite_workspace.settings.data_dir)
+    c.import_file(write_jsonl(tmp_path / "random.jsonl", [
+        {"_id": f"d{i}", "title": " ".join(rng.choices(words, k=rng.randint(1, 6))),
+         "text": " ".join(rng.choices(words, k=rng.randint(5, 60)))} for i in range(300)]))
+    engine = Searcher(sqlite_workspace, corpus=c, background_aggregation=False)
+    for query in ("w1 w7", "w3", "w12 w30 w2", "w39 w0"):
+        hits = c.lexical(query, 100)
+        scores = [h.score for h in hits]
+        assert len(hits) == 100 and scores == sorted(scores, reverse=True)
+        assert c.lexical(query, 10) == hits[:10]
+        shown = engine.search(query, profile="bm25", limit=20).to_dict()["results"]
+        assert [r["docId"] for r in shown] == [h.doc_id for h in hits[:20]]
+        assert [r["score"] for r in shown] == sorted((r["score"] for r in shown), reverse=True)
 
 
 # -- search and impressions --------------------------------------------------------------
@@ -328,7 +372,8 @@ def test_ndcg() -> None:
 def test_simulation_learns_on_a_small_dataset(tmp_path: Path) -> None:
     data = tmp_path / "beir"
     (data / "qrels").mkdir(parents=True)
-    docs = [{"_id": f"d{i}", "title": f"password help {i}",
+    # The relevant d8 and d9 match the query least: no "help" in their titles.
+    docs = [{"_id": f"d{i}", "title": f"password help {i}" if i < 8 else f"account {i}",
              "text": "password " * (10 - i) + "account"} for i in range(10)]
     write_jsonl(data / "corpus.jsonl", docs)
     write_jsonl(data / "queries.jsonl", [{"_id": "q1", "text": "password help"}])
@@ -338,6 +383,8 @@ def test_simulation_learns_on_a_small_dataset(tmp_path: Path) -> None:
                       thompson=0.2)
     assert result.final("bm25", "ndcg10") < 0.5
     assert result.gap_closed("hybrid_with_feedback") > 0.5
+    assert result.gap_closed("naive_ctr") > 0.0
+    assert set(result.settings["arms"]) == {"hybrid_with_feedback", "naive_ctr"}
     assert 0.0 < result.training_ctr("hybrid_with_feedback") <= 1.0
     files = result.write(tmp_path / "out")
     assert (tmp_path / "out" / "simulation.csv") in files
@@ -345,6 +392,34 @@ def test_simulation_learns_on_a_small_dataset(tmp_path: Path) -> None:
     assert png in files and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = (tmp_path / "out" / "simulation.csv").read_text().splitlines()
     assert rows[0] == "round,sessions,profile,ndcg10,ctr3,train_ctr3" and len(rows) == 1 + 4 * 4
+
+
+def test_the_naive_arm_counts_clicks_over_raw_impressions_with_the_same_prior(
+        workspace: Workspace, searcher: Searcher) -> None:
+    """The simulation's naive baseline is smoothed click counting, not a strawman:
+    the product's scorer and prior (``search_prior_weight`` at the average rate),
+    with every impression counted as examined and every click the same."""
+    collector = Collector(workspace)
+    for i in range(4):
+        response = searcher.search("password", session=f"s{i}")
+        rank = next(k for k, d in enumerate(response.results, start=1) if d.doc_id == "expire")
+        now = int(time.time() * 1000)
+        collector.ingest(sim_click_events(response, rank, f"s{i}", None, now),
+                         rate_limit=False)
+    aggregate(workspace)
+    _examined_as_shown(workspace)
+    with workspace.engine.connect() as conn:
+        fitted = conn.execute(sa.select(search_state.c.propensities)).scalar_one()
+        rows = signals_for(conn, "password")
+    shown = sum(r.impressions for r in rows.values())
+    assert fitted["theta"] == [1.0] * 10
+    assert fitted["gamma0"] == pytest.approx(0.5 * 4 / shown, abs=1e-6)  # ½: no dwell sent
+    m, c0 = workspace.settings.search_prior_weight, 4 / shown
+    expected = math.log((4 + m * c0) / (rows["expire"].impressions + m) / c0)
+    scores = {d.doc_id: d.feedback for d in searcher.rank("password",
+                                                          profile="hybrid_with_feedback")}
+    assert scores["expire"] == pytest.approx(expected, abs=1e-4)
+    assert scores["reset"] == pytest.approx(math.log(m / (4 + m)), abs=1e-4)  # shown, unclicked
 
 
 def test_cli_import_search_and_signals(sqlite_workspace: Workspace, tmp_path: Path) -> None:

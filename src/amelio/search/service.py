@@ -74,7 +74,6 @@ log = logging.getLogger("amelio.search")
 
 RankProfile = Literal["bm25", "semantic", "hybrid", "hybrid_with_feedback"]
 PROFILES: tuple[str, ...] = get_args(RankProfile)
-ClickModel = Literal["pbm", "ctr"]
 MAX_LIMIT = 100
 V = TypeVar("V")
 #: The candidates' first-phase scores, in engine order: what a ranking is built on.
@@ -162,21 +161,13 @@ class FeedbackScorer:
     The ratio is a Beta posterior's mean; :meth:`score` with an ``rng`` draws from
     that posterior instead (Thompson sampling), so exploration follows the
     uncertainty: wide for a document nobody examined, narrow once it was.
-
-    ``ctr`` is the naive baseline the simulation compares against: raw clicks
-    over raw impressions, no debiasing, no prior, no dwell.
     """
 
-    def __init__(self, propensities: Propensities, prior: float,
-                 model: ClickModel = "pbm") -> None:
+    def __init__(self, propensities: Propensities, prior: float) -> None:
         self.p = propensities
         self.prior = prior
-        self.model = model
 
     def score(self, row: SignalRow | None, rng: random.Random | None = None) -> float:
-        if self.model == "ctr":
-            return row.clicks / row.impressions if row is not None and row.impressions \
-                else 0.0
         gamma0 = self.p.gamma0
         if row is None:
             if rng is None:
@@ -300,21 +291,19 @@ def _check_id(value: str | None, field: str) -> None:
 class Searcher:
     """Searches one workspace's corpus; keep one per process (it holds the cache).
 
-    ``click_model`` is ``pbm`` in the product; ``ctr`` exists for the simulation's
-    naive baseline. ``rng`` decides exploration (seeded in simulations).
+    ``rng`` decides exploration (seeded in simulations).
     ``embedder`` replaces the ``search_embedding_model`` setting's model (tests,
     or a model object built in code).
     """
 
     def __init__(self, workspace: Workspace, *, corpus: Corpus | None = None,
-                 click_model: ClickModel = "pbm", rng: random.Random | None = None,
+                 rng: random.Random | None = None,
                  background_aggregation: bool = True, embedder: Embedder | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.workspace = workspace
         self.settings = workspace.settings
         self.corpus = corpus or Corpus.for_workspace(self.settings.data_dir)
         self.embedder = embedder
-        self.click_model = click_model
         self.signer = token_signer(self.settings)
         #: The feedback collector's hasher: an impression's session hash must equal
         #: the one the same session's events are stored under.
@@ -415,7 +404,7 @@ class Searcher:
                                            embedder, rng=self._rng),
                                 profile, alpha, beta, query_norm, key, sampled=True)
             version = propensities.version if propensities else 0
-            cache_key = (*source, key, beta, limit, version, self.click_model)
+            cache_key = (*source, key, beta, limit, version)
             ranking = self.cache.get(cache_key)
             cached = ranking is not None
             if ranking is None:
@@ -487,8 +476,7 @@ class Searcher:
         order = {doc_id: i for i, doc_id in enumerate(candidates)}
         feedback: dict[str, float] = {}
         if beta > 0 and propensities is not None:
-            scorer = FeedbackScorer(propensities, self.settings.search_prior_weight,
-                                    self.click_model)
+            scorer = FeedbackScorer(propensities, self.settings.search_prior_weight)
             rows = signals_for(conn, key)
             feedback = {doc_id: scorer.score(rows.get(doc_id), rng) for doc_id in first}
         ranked = sorted(

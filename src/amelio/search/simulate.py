@@ -13,13 +13,28 @@ A clicked result is read longer when it is relevant (mean ``4 + 5·grade``
 seconds), so dwell time carries the signal that clicks alone blur. Every click
 and dwell becomes a real ``MartyFeedbackEventV1`` with the response's real
 ``feedbackToken``, sent through the real :class:`~amelio.feedback.Collector`;
-the signals are aggregated after every round, as a cron would.
+the signals are aggregated after every two sessions of each query, as the
+service's background aggregation would.
 
-Each learning profile runs in its own workspace (its clicks must not teach the
-other): ``hybrid_with_feedback`` (debiased, smoothed) and ``naive_ctr`` (raw
-clicks over impressions). After each round every profile is measured on *fresh*
-sessions that send nothing: NDCG@10 against the judgments and CTR@3, the share
-of sessions with a click in the top 3; ``bm25`` and the ``ideal`` ranking (the
+Each learning arm runs in its own workspace (its clicks must not teach the
+other), and both are the product's ``hybrid_with_feedback`` profile: the same
+first phase and ``search_candidates`` candidates, the same feedback score with
+the same prior (``search_prior_weight`` pseudo-examinations at the average
+rate γ0), the same bound, ``beta``, Thompson sampling and adjacent swaps. Only
+the evidence they learn from differs (:data:`ARMS`):
+
+* ``hybrid_with_feedback`` — clicks weighted by dwell (a bounce counts nothing)
+  over *examinations*: impressions times the fitted propensity of their rank;
+* ``naive_ctr`` — smoothed click counting: every click counts the same (its
+  client reports no dwell) over raw *impressions* (every rank shown counts as
+  examined, θ = 1), so its score is log((clicks + m·c0)/(impressions + m) / c0)
+  with c0 the average clicks per impression.
+
+So the gap between them is what position debiasing and dwell add, not what a
+prior adds: an unsmoothed click-through rate, which one lucky click puts on top,
+would be a strawman. After each round every arm is measured on *fresh* sessions
+that send nothing: NDCG@10 against the judgments and CTR@3, the share of
+sessions with a click in the top 3; ``bm25`` and the ``ideal`` ranking (the
 judgments sorted) are the floor and the ceiling.
 """
 
@@ -37,25 +52,52 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
+import sqlalchemy as sa
+
 from amelio.config import Settings
+from amelio.db.engine import transaction
+from amelio.db.schema import search_signals, search_state
 from amelio.errors import InvalidInput
 from amelio.feedback import Collector, new_event_id
 from amelio.search.corpus import Corpus
-from amelio.search.service import ClickModel, Searcher, SearchResponse, search_embedder
-from amelio.search.signals import aggregate
+from amelio.search.service import Searcher, SearchResponse, search_embedder
+from amelio.search.signals import aggregate, utility
 from amelio.workspace import Workspace, open_workspace
 
-__all__ = ["Dataset", "SimulationResult", "click_events", "load_dataset", "ndcg_at",
-           "simulate"]
+__all__ = ["ARMS", "Arm", "Dataset", "SimulationResult", "click_events", "load_dataset",
+           "ndcg_at", "simulate"]
 
 UserModel = Literal["pbm", "cascade"]
 USER_MODELS: tuple[str, ...] = ("pbm", "cascade")
 TOP = 10
 #: Sessions of each query between two aggregations of the signals.
 SYNC_SESSIONS = 2
-#: Learning profiles: (name in the report, the searcher's click model).
-_LEARNERS: tuple[tuple[str, ClickModel], ...] = (("hybrid_with_feedback", "pbm"),
-                                                  ("naive_ctr", "ctr"))
+
+
+@dataclass(frozen=True)
+class Arm:
+    """A learning arm: the ``hybrid_with_feedback`` profile fed one kind of evidence.
+
+    ``debiased``: clicks are divided by examinations (impressions times the fitted
+    propensity of their rank); without it every rank shown counts as examined.
+    ``dwell``: the arm's client reports dwell time, so a satisfied click counts 1
+    and a bounce 0; without it every click counts the same (½, a click of unknown
+    dwell)."""
+
+    name: str
+    debiased: bool
+    dwell: bool
+    description: str
+
+
+#: The arms every simulation trains, each in its own workspace.
+ARMS: tuple[Arm, ...] = (
+    Arm("hybrid_with_feedback", debiased=True, dwell=True,
+        description="dwell-weighted clicks over position-debiased examinations"),
+    Arm("naive_ctr", debiased=False, dwell=False,
+        description="every click the same, over raw impressions (smoothed click counting)"),
+)
+_LEARNERS = tuple(a.name for a in ARMS)
 
 
 @dataclass(frozen=True)
@@ -167,9 +209,8 @@ class SimulationResult:
                           for p in profiles},
                 "gapClosed": {p: {"ndcg10": self.gap_closed(p, "ndcg10"),
                                   "ctr3": self.gap_closed(p, "ctr3")}
-                              for p in ("hybrid_with_feedback", "naive_ctr")},
-                "trainingCtr3": {p: self.training_ctr(p)
-                                 for p in ("hybrid_with_feedback", "naive_ctr")}}
+                              for p in _LEARNERS},
+                "trainingCtr3": {p: self.training_ctr(p) for p in _LEARNERS}}
 
     def write(self, out: Path) -> list[Path]:
         """The CSV, the JSON record and, when matplotlib is installed, the PNG."""
@@ -255,9 +296,10 @@ def click_events(response: SearchResponse, rank: int, session: str, dwell_ms: in
 
 
 def _events(response: SearchResponse, clicks: list[int], judged: dict[str, int], user: _User,
-            session: str, now_ms: int) -> list[dict[str, Any]]:
+            session: str, now_ms: int, dwell: bool) -> list[dict[str, Any]]:
     return [e for rank in clicks for e in click_events(
-        response, rank, session, user.dwell_ms(judged.get(response.results[rank - 1].doc_id, 0)),
+        response, rank, session,
+        user.dwell_ms(judged.get(response.results[rank - 1].doc_id, 0)) if dwell else None,
         now_ms)]
 
 
@@ -292,7 +334,8 @@ def simulate(dataset: Path, *, sessions_per_query: int = 100, user_model: str = 
                                         "sessionsPerQuery": sessions_per_query,
                                         "clickModel": user_model, "seed": seed,
                                         "rounds": rounds, "evalSessions": eval_sessions,
-                                        "alpha": alpha})
+                                        "alpha": alpha,
+                                        "arms": {a.name: a.description for a in ARMS}})
     try:
         corpus = Corpus(root / "corpus.db")
         embedder = search_embedder(Settings(), f"simulation with alpha {alpha}") \
@@ -305,14 +348,23 @@ def simulate(dataset: Path, *, sessions_per_query: int = 100, user_model: str = 
         static: dict[str, tuple[float, float]] = {}
         learners: dict[str, Searcher] = {}
         collectors: dict[str, Collector] = {}
-        for name, click_model in _LEARNERS:
-            ws = _scratch_workspace(root / name, thompson)
-            learners[name] = Searcher(ws, corpus=corpus, click_model=click_model,
-                                      rng=_rng(seed), background_aggregation=False,
-                                      embedder=embedder)
-            collectors[name] = Collector(ws)
-        result.settings["thompson"] = learners["hybrid_with_feedback"].settings.search_thompson
+        for arm in ARMS:
+            ws = _scratch_workspace(root / arm.name, thompson)
+            learners[arm.name] = Searcher(ws, corpus=corpus, rng=_rng(seed),
+                                          background_aggregation=False, embedder=embedder)
+            collectors[arm.name] = Collector(ws)
         base = learners["hybrid_with_feedback"]
+        result.settings["thompson"] = base.settings.search_thompson
+        result.settings["priorWeight"] = base.settings.search_prior_weight
+        result.settings["candidates"] = base.settings.search_candidates
+        say(f"{len(data.queries)} queries, {sessions_per_query} sessions each. Floor: bm25; "
+            "ceiling: ideal (the judgments sorted).")
+        say("Both learning arms are the hybrid_with_feedback profile (alpha "
+            f"{alpha:g}, {base.settings.search_candidates} candidates, prior weight "
+            f"{base.settings.search_prior_weight:g}, Thompson sampling in "
+            f"{base.settings.search_thompson:.0%} of responses); they learn from:")
+        for arm in ARMS:
+            say(f"  {arm.name}: {arm.description}")
         eval_user = _User(model, data.max_grade, _rng(seed + 1))
         static["bm25"] = _evaluate(
             lambda t: [d.doc_id for d in base.rank(t, profile="bm25")], data, eval_user,
@@ -324,10 +376,10 @@ def simulate(dataset: Path, *, sessions_per_query: int = 100, user_model: str = 
             shown_ctr: dict[str, float | None] = dict.fromkeys(learners)
             if round_no:
                 batch = sessions_per_query * round_no // rounds - done
-                for name, searcher in learners.items():
-                    shown_ctr[name] = _train(searcher, collectors[name], data, batch,
-                                             user_model, _rng(f"{seed}:{name}:{round_no}"),
-                                             f"{name}-{round_no}", alpha)
+                for arm in ARMS:
+                    shown_ctr[arm.name] = _train(
+                        learners[arm.name], collectors[arm.name], arm, data, batch, user_model,
+                        _rng(f"{seed}:{arm.name}:{round_no}"), f"{arm.name}-{round_no}", alpha)
                 done += batch
             for profile, value in static.items():
                 result.rows.append({"round": round_no, "sessions": done, "profile": profile,
@@ -371,7 +423,7 @@ def _scratch_workspace(path: Path, thompson: float | None = None) -> Workspace:
     return open_workspace(path, migrate=True, settings=settings)
 
 
-def _train(searcher: Searcher, collector: Collector, data: Dataset, sessions: int,
+def _train(searcher: Searcher, collector: Collector, arm: Arm, data: Dataset, sessions: int,
            user_model: str, rng: random.Random, tag: str, alpha: float) -> float:
     """``sessions`` logged sessions per query, their events collected and the
     signals aggregated every :data:`SYNC_SESSIONS` sessions of each query, as the
@@ -393,8 +445,33 @@ def _train(searcher: Searcher, collector: Collector, data: Dataset, sessions: in
                 ranking = [d.doc_id for d in response.results]
                 clicks = user.clicks(ranking, judged)
                 top3 += any(k <= 3 for k in clicks)
-                events += _events(response, clicks, judged, user, session, now_ms)
+                events += _events(response, clicks, judged, user, session, now_ms, arm.dwell)
         for start in range(0, len(events), size):
             collector.ingest(events[start:start + size], rate_limit=False)
         aggregate(searcher.workspace)
+        if not arm.debiased:
+            _examined_as_shown(searcher.workspace)
     return top3 / (sessions * len(data.queries))
+
+
+def _examined_as_shown(workspace: Workspace) -> None:
+    """Switch position debiasing off in an arm's workspace, right after an
+    aggregation: every rank shown counts as examined (θ = 1), so the feedback score
+    divides by raw impressions, and γ0, the prior's mean, becomes the average
+    satisfaction per impression. The swap experiment's counts are kept.
+
+    The product has no such switch; overwriting the fitted propensities in this
+    scratch workspace makes the naive arm the product's own scorer, prior and
+    exploration, with only the debiasing taken out."""
+    with transaction(workspace.engine) as conn:
+        fitted = dict(conn.execute(sa.select(search_state.c.propensities)
+                                   .where(search_state.c.id == 1)).scalar_one() or {})
+        rows = conn.execute(sa.select(search_signals.c.impressions, search_signals.c.clicks,
+                                      search_signals.c.dwell_clicks,
+                                      search_signals.c.bounces)).all()
+        shown = sum(r.impressions for r in rows)
+        satisfied = sum(utility(r.clicks, r.dwell_clicks, r.bounces) for r in rows)
+        gamma0 = satisfied / shown if shown and satisfied else 0.2  # fit_pbm's default
+        fitted.update(theta=[1.0] * TOP, gamma0=round(min(max(gamma0, 0.01), 0.99), 6))
+        conn.execute(search_state.update().where(search_state.c.id == 1)
+                     .values(propensities=fitted))
