@@ -24,6 +24,7 @@ BENCHMARKS = (
     "evals_throughput",
     "router_accuracy",
     "respond_overhead",
+    "proxy_overhead",
     "feedback_ingest",
     "search_latency",
     "load",

@@ -5,6 +5,11 @@ every step recorded as one interaction, so quality metrics can always be
 rebuilt from what was stored. The LLM call is the only slow part; everything
 Amelio adds around it is measured by ``benchmarks/respond_overhead.py``.
 
+An answer made by another system (an agent with its own model) enters the same
+record through :func:`log_exchange`: routed (or attributed to the skills the
+caller names), checked by the same rules and stored as one interaction, so it
+counts in quality metrics, underperformers and Sage like any other answer.
+
 Under ``pii_scrub = all`` the stored message, answer and eval details are
 scrubbed (:mod:`amelio.pii`); the model still sees the message and the person
 still gets the answer as written: only the record loses the personal data.
@@ -12,6 +17,7 @@ still gets the answer as written: only the record loses the personal data.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections.abc import Iterator
@@ -22,17 +28,33 @@ import sqlalchemy as sa
 
 from amelio import db, evals
 from amelio.db.schema import eval_results, interactions, projects, utcnow
-from amelio.errors import LLMError
+from amelio.errors import Conflict, InputTooLarge, InvalidInput, LLMError, NotFound
 from amelio.identity import user_ref
 from amelio.llm import Completion, LLMRequest, Provider, TextDelta, get_provider
 from amelio.pii import scrub_for_storage
 from amelio.projects import DEFAULT_PROJECT, project_id
 from amelio.prompt import Prompt, build_prompt
-from amelio.router import RouteHit
+from amelio.router import RouteHit, route_message
 from amelio.skills.model import Skill
+from amelio.skills.store import get_skill
 from amelio.workspace import Workspace
 
-__all__ = ["Reply", "answer_with", "get_interaction", "respond", "respond_stream"]
+__all__ = [
+    "EXTERNAL_PROVIDER",
+    "MAX_IDEMPOTENCY_KEY_CHARS",
+    "Reply",
+    "answer_with",
+    "get_interaction",
+    "log_exchange",
+    "record_reply",
+    "respond",
+    "respond_stream",
+]
+
+#: The provider recorded for an answer made elsewhere when the caller names none.
+EXTERNAL_PROVIDER = "external"
+#: The longest idempotency key (the column's size).
+MAX_IDEMPOTENCY_KEY_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -99,11 +121,22 @@ def _prepare(ws: Workspace, message: str, project: str, scorer: str | None
 def _finish(ws: Workspace, *, prompt: Prompt, applied: Skill | None, completion: Completion,
             project: str, user: str | None, started: float) -> Reply:
     """Check the answer, store the interaction and its eval results in one transaction."""
+    hits = prompt.route.hits if prompt.route else ()
+    learning_ids = prompt.learnings.ids if prompt.learnings else ()
+    return _store(ws, project=project, user=user, message=prompt.message, hits=hits,
+                  applied=applied, prompt_hash=prompt.hash, learning_ids=learning_ids,
+                  completion=completion, started=started)
+
+
+def _store(ws: Workspace, *, project: str, user: str | None, message: str,
+           hits: tuple[RouteHit, ...], applied: Skill | None, prompt_hash: str,
+           learning_ids: tuple[int, ...], completion: Completion, started: float,
+           idempotency_key: str | None = None) -> Reply:
+    """Evaluate ``completion.text`` with the applied skill's rules and store it all: the
+    one write path of every interaction, whoever made the answer."""
     rules = _rules(applied) if applied is not None else ()
     report = evals.evaluate(completion.text, rules, max_chars=ws.settings.max_text_chars)
     footnotes = tuple(evals.render_footnotes(report))
-    hits = prompt.route.hits if prompt.route else ()
-    learning_ids = prompt.learnings.ids if prompt.learnings else ()
     total_ms = (time.perf_counter() - started) * 1000
 
     def clean(text: str) -> str:
@@ -114,11 +147,11 @@ def _finish(ws: Workspace, *, prompt: Prompt, applied: Skill | None, completion:
         result = conn.execute(interactions.insert().values(
             project_id=project_id(conn, project),
             user_ref=user_ref(ws.settings, user) if user else None,
-            message=clean(prompt.message),
+            message=clean(message),
             hinted=[{"name": h.name, "score": round(h.score, 4)} for h in hits],
             applied_skill=applied.name if applied else None,
             skill_version=applied.version if applied else None,
-            prompt_hash=prompt.hash,
+            prompt_hash=prompt_hash,
             learning_ids=list(learning_ids),
             answer=clean(completion.text),
             success=report.success,
@@ -130,6 +163,7 @@ def _finish(ws: Workspace, *, prompt: Prompt, applied: Skill | None, completion:
             output_tokens=completion.output_tokens,
             cost_usd=completion.cost_usd,
             created_at=utcnow(),
+            idempotency_key=idempotency_key,
         ))
         assert result.inserted_primary_key is not None
         interaction_id = int(result.inserted_primary_key[0])
@@ -149,9 +183,23 @@ def _finish(ws: Workspace, *, prompt: Prompt, applied: Skill | None, completion:
         applied_skill=applied.name if applied else None,
         evals=report,
         completion=completion,
-        prompt_hash=prompt.hash,
+        prompt_hash=prompt_hash,
         learning_ids=learning_ids,
     )
+
+
+def record_reply(ws: Workspace, prompt: Prompt, completion: Completion, *,
+                 project: str = DEFAULT_PROJECT, user: str | None = None,
+                 started: float | None = None) -> Reply:
+    """The end of :func:`respond` for a caller that made the LLM call itself with a
+    prompt from :func:`amelio.prompt.build_prompt` (the OpenAI-compatible endpoint,
+    which forwards the client's own request): evaluate and store, as respond() does.
+
+    ``started`` is the caller's ``time.perf_counter()`` at the start, for ``totalMs``.
+    """
+    return _finish(ws, prompt=prompt, applied=prompt.applied, completion=completion,
+                   project=project, user=user,
+                   started=time.perf_counter() if started is None else started)
 
 
 def respond(ws: Workspace, message: str, *, project: str = DEFAULT_PROJECT,
@@ -195,8 +243,6 @@ def respond_stream(ws: Workspace, message: str, *, project: str = DEFAULT_PROJEC
 
 def get_interaction(ws: Workspace, interaction_id: int) -> dict[str, Any]:
     """One stored interaction with its eval results (for display and feedback)."""
-    from amelio.errors import NotFound
-
     with ws.engine.connect() as conn:
         row = conn.execute(
             sa.select(interactions, projects.c.name.label("project_name"))
@@ -233,3 +279,116 @@ def answer_with(ws: Workspace, message: str, *, skill: str, content: str, provid
     report = evals.evaluate(completion.text, _rules(prompt.applied),
                             max_chars=ws.settings.max_text_chars)
     return completion, report
+
+
+# -- answers made elsewhere -------------------------------------------------------------
+
+#: The most skills one logged exchange may name.
+MAX_LOGGED_SKILLS = 20
+
+
+def _bounded(value: str | None, what: str, limit: int) -> str | None:
+    if value is None:
+        return None
+    value = value.strip()
+    if not value:
+        raise InvalidInput(f"The {what} is empty: leave it out or give a value.", field=what)
+    if len(value) > limit:
+        raise InvalidInput(f"The {what} is at most {limit} characters.", field=what)
+    return value
+
+
+def _attribute(ws: Workspace, message: str, project: str, skills: list[str] | None
+               ) -> tuple[tuple[RouteHit, ...], Skill | None]:
+    """The skills an answer made elsewhere is counted under: the ones the caller names
+    (the first is applied), else the router's, exactly as respond() would pick them."""
+    settings = ws.settings
+    with db.reading(ws.engine) as conn:
+        if skills:
+            found = [get_skill(conn, name, project) for name in dict.fromkeys(skills)]
+            hits = tuple(RouteHit(s.name, s.spec.description, 1.0, (), s.project, s)
+                         for s in found)
+        else:
+            hits = route_message(ws, message, project=project, conn=conn).hits
+        applied: Skill | None = None
+        if settings.apply_skill == "top" and hits:
+            applied = hits[0].skill or get_skill(conn, hits[0].name, project)
+    return hits, applied
+
+
+def _logged(ws: Workspace, project: str, key: str) -> int | None:
+    with db.reading(ws.engine) as conn:
+        found = conn.scalar(
+            sa.select(interactions.c.id)
+            .join(projects, projects.c.id == interactions.c.project_id)
+            .where(projects.c.name == project, interactions.c.idempotency_key == key))
+    return None if found is None else int(found)
+
+
+def _stored_reply(ws: Workspace, interaction_id: int, message: str, answer: str) -> Reply:
+    """The Reply of an interaction logged before under the same idempotency key; a key
+    reused for another exchange is a client bug, refused rather than silently lost."""
+    stored = get_interaction(ws, interaction_id)
+    clean = scrub_for_storage(ws.settings, message, "interactions")
+    if stored["message"] != clean or stored["answer"] != scrub_for_storage(
+            ws.settings, answer, "interactions"):
+        raise Conflict("This idempotency key was already used for a different exchange in "
+                       "this project: use a new key for each exchange.",
+                       interaction_id=interaction_id)
+    report = evals.EvalReport(tuple(
+        evals.EvalResult(r["ruleId"], r["name"], r["type"], r["severity"], r["passed"],
+                         r["detail"]) for r in stored["evals"]))
+    hits = tuple(RouteHit(h["name"], "", float(h["score"]), ()) for h in stored["hinted"])
+    completion = Completion(answer, stored["model"], stored["provider"],
+                            stored["inputTokens"], stored["outputTokens"], stored["llmMs"],
+                            stored["costUsd"])
+    return Reply(
+        interaction_id=interaction_id, text=evals.append_footnotes(answer, report),
+        answer=answer, footnotes=tuple(evals.render_footnotes(report)), skills=hits,
+        applied_skill=stored["appliedSkill"], evals=report, completion=completion,
+        prompt_hash=stored["promptHash"], learning_ids=tuple(stored["learningIds"]))
+
+
+def log_exchange(ws: Workspace, message: str, answer: str, *, project: str,
+                 skills: list[str] | None = None, model: str | None = None,
+                 provider: str | None = None, idempotency_key: str | None = None) -> Reply:
+    """Record an exchange answered by another system (an agent with its own model).
+
+    The answer is checked by the applied skill's rules and stored as one interaction,
+    so it counts in quality metrics, underperformers and Sage like an answer Amelio
+    made. ``skills`` names the skills the other system used (the first one's rules
+    apply); without it the router attributes the message as respond() would.
+    With ``idempotency_key`` a retry of the same exchange returns the first
+    interaction instead of storing a second (a key is unique per project).
+    The prompt hash is the message's alone: the other system's prompt is unknown.
+    """
+    started = time.perf_counter()
+    limit = ws.settings.max_text_chars
+    for what, text in (("message", message), ("answer", answer)):
+        if not text.strip():
+            raise InvalidInput(f"The {what} is empty.", field=what)
+        if len(text) > limit:
+            raise InputTooLarge(f"The {what} is over {limit:,} characters (max_text_chars).",
+                                field=what, limit=limit)
+    if skills is not None and len(skills) > MAX_LOGGED_SKILLS:
+        raise InvalidInput(f"Name at most {MAX_LOGGED_SKILLS} skills.", field="skills")
+    model = _bounded(model, "model", 200) or "unknown"
+    provider = _bounded(provider, "provider", 50) or EXTERNAL_PROVIDER
+    key = _bounded(idempotency_key, "idempotency_key", MAX_IDEMPOTENCY_KEY_CHARS)
+    with db.reading(ws.engine) as conn:
+        project_id(conn, project)  # an unknown project is 404 before any routing
+    if key is not None and (found := _logged(ws, project, key)) is not None:
+        return _stored_reply(ws, found, message, answer)
+    hits, applied = _attribute(ws, message, project, skills)
+    completion = Completion(answer, model, provider)
+    try:
+        return _store(ws, project=project, user=None, message=message, hits=hits,
+                      applied=applied,
+                      prompt_hash=hashlib.sha256(message.encode("utf-8")).hexdigest(),
+                      learning_ids=(), completion=completion, started=started,
+                      idempotency_key=key)
+    except sa.exc.IntegrityError:
+        # A concurrent retry with the same key won the insert: answer with its row.
+        if key is None or (found := _logged(ws, project, key)) is None:
+            raise
+        return _stored_reply(ws, found, message, answer)

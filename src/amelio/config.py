@@ -97,6 +97,11 @@ class Settings(BaseSettings):
         default="top", description="Put the applied skill's rulebook in the prompt (top), or "
         "leave skill bodies to the client, as Claude CLI does with CLAUDE.md (none)."
     )
+    openai_footnotes: bool = Field(
+        default=False, description="Append eval footnotes to the answer text of "
+        "/v1/chat/completions (a request may also ask with amelio.footnotes or the "
+        "X-Amelio-Footnotes header); they are always in the response's amelio object."
+    )
     distill_learnings: bool = Field(
         default=False, description="With an LLM configured, turn a 👎 or Fix It comment into "
         "one concrete rule before storing it as a learning."

@@ -13,6 +13,7 @@ from amelio.cli import (  # noqa: F401  (they register commands)
     feedback,
     improve,
     knowledge,
+    mcp,
     ops,
     sage,
     search,

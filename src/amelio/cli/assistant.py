@@ -1,11 +1,13 @@
-"""Chat and quality: ``amelio chat``, ``amelio quality`` (``amelio feedback`` is in
-:mod:`amelio.cli.feedback`)."""
+"""Chat, logging and quality: ``amelio chat``, ``amelio log``, ``amelio quality``
+(``amelio feedback`` is in :mod:`amelio.cli.feedback`)."""
 
 from __future__ import annotations
 
+import sys
+
 import click
 
-from amelio.assistant import Reply, respond_stream
+from amelio.assistant import Reply, log_exchange, respond_stream
 from amelio.cli._common import handle_errors, json_option, main, print_json, table, workspace
 from amelio.llm import TextDelta
 from amelio.projects import DEFAULT_PROJECT
@@ -41,6 +43,45 @@ def chat(ctx: click.Context, message: str, project: str, user: str | None,
     skill = f", skill {reply.applied_skill}" if reply.applied_skill else ""
     click.echo(f"[interaction {reply.interaction_id}{skill}; feedback: "
                f"amelio feedback {reply.interaction_id} up|down|fixit]", err=True)
+
+
+@main.command("log")
+@click.argument("message")
+@click.argument("answer")
+@click.option("--project", "-p", default=DEFAULT_PROJECT, show_default=True)
+@click.option("--skill", "skills", multiple=True,
+              help="A skill the answer used (repeatable; the first one's rules check it). "
+                   "Default: the router attributes the message.")
+@click.option("--model", default=None, help="The model that answered.")
+@click.option("--provider", default=None, help="Who answered (default: external).")
+@click.option("--idempotency-key", default=None,
+              help="A retry with the same key returns the first interaction.")
+@json_option
+@click.pass_context
+@handle_errors
+def log_command(ctx: click.Context, message: str, answer: str, project: str,
+                skills: tuple[str, ...], model: str | None, provider: str | None,
+                idempotency_key: str | None, as_json: bool) -> None:
+    """Record an exchange answered elsewhere; its evals run and it counts in quality.
+
+    MESSAGE or ANSWER '-' reads that one from standard input.
+    """
+    if message == "-" or answer == "-":
+        if message == answer:
+            raise click.UsageError("Only one of MESSAGE and ANSWER can be read from stdin.")
+        text = sys.stdin.read()
+        message, answer = (text, answer) if message == "-" else (message, text)
+    reply = log_exchange(workspace(ctx), message, answer, project=project,
+                         skills=list(skills) or None, model=model, provider=provider,
+                         idempotency_key=idempotency_key)
+    if as_json:
+        print_json(reply.to_dict())
+        return
+    skill = f", skill {reply.applied_skill}" if reply.applied_skill else ", no skill"
+    verdict = "passed" if reply.evals.success else "failed"
+    click.echo(f"interaction {reply.interaction_id}{skill}: evals {verdict}")
+    for note in reply.footnotes:
+        click.echo(note)
 
 
 @main.command("quality")

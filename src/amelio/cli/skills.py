@@ -1,7 +1,8 @@
-"""Import, list, show, export and roll back skills."""
+"""Import, list, show, export, roll back and sync skills."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -18,13 +19,14 @@ from amelio.cli._common import (
     table,
     workspace,
 )
+from amelio.skills import sync as skill_sync
 
 # -- skills -----------------------------------------------------------------------------
 
 
 @main.group("skills")
 def skills_group() -> None:
-    """Import, list, show and export skills."""
+    """Import, list, show, export and sync skills."""
 
 
 @skills_group.command("import")
@@ -158,3 +160,69 @@ def skills_log(ctx: click.Context, name: str, project: str | None, as_json: bool
           [(f"{e.created_at:%Y-%m-%d %H:%M}", e.kind, e.version or "-",
             f"#{e.proposal_id}" if e.proposal_id else "-", e.actor, short(e.reason, 60))
            for e in events])
+
+
+@skills_group.command("sync")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--watch", is_flag=True, help="Keep syncing on every change (Ctrl-C stops).")
+@click.option("--dry-run", is_flag=True, help="Show what would change; write nothing.")
+@project_option
+@json_option
+@click.pass_context
+@handle_errors
+def skills_sync(ctx: click.Context, directory: Path, watch: bool, dry_run: bool,
+                project: str | None, as_json: bool) -> None:
+    """Keep the Agent Skills folder DIRECTORY in step with the registry.
+
+    Approved versions are written out (rotated to SKILL.v1.md …); a hand edit
+    becomes a pending proposal and the file is kept as written; a new folder is
+    proposed as a new skill; a deleted one is reported. Exit 1 when a file could
+    not be read or proposed.
+    """
+    if watch and dry_run:
+        raise click.UsageError("--watch and --dry-run do not go together.")
+    ws = workspace(ctx)
+    author = f"{os.environ.get('USER', 'cli')} via skills sync {directory.resolve()}"
+    if not watch:
+        report = skill_sync.sync_skills(ws, directory, project=project, author=author,
+                                        dry_run=dry_run)
+        if as_json:
+            print_json(report.to_dict())
+        else:
+            _show_sync(report, quiet=False, seen={})
+        if report.errors:
+            ctx.exit(1)
+        return
+    seen: dict[str, tuple[str, str]] = {}
+
+    def show(report: skill_sync.SyncReport) -> None:
+        if as_json:  # one JSON object a line, only what changed since the last pass
+            for item in report.items:
+                if seen.get(item.skill) != (item.action, item.detail):
+                    seen[item.skill] = (item.action, item.detail)
+                    click.echo(json.dumps(item.to_dict(), ensure_ascii=False))
+            return
+        _show_sync(report, quiet=True, seen=seen)
+
+    if not as_json:
+        click.echo(f"Syncing {directory.resolve()} (Ctrl-C stops).")
+    skill_sync.watch_skills(ws, directory, project=project, author=author, on_report=show)
+
+
+def _show_sync(report: skill_sync.SyncReport, *, quiet: bool,
+               seen: dict[str, tuple[str, str]]) -> None:
+    """One line per skill; ``quiet`` (watching) prints only what changed since last time."""
+    for item in report.items:
+        if quiet and (item.action == "unchanged" or seen.get(item.skill) == (item.action,
+                                                                                item.detail)):
+            seen[item.skill] = (item.action, item.detail)
+            continue
+        seen[item.skill] = (item.action, item.detail)
+        where = f" [{item.file}{', ' + item.field if item.field else ''}]" \
+            if item.action == "error" and item.file else ""
+        click.echo(f"  {item.action:9} {item.skill}  {item.detail}{where}".rstrip(),
+                   err=item.action == "error")
+    if not quiet:
+        verb = "Would sync" if report.dry_run else "Synced"
+        click.echo(f"{verb} {len(report.items)} skills in {report.folder}"
+                   f"{' (dry run: nothing written)' if report.dry_run else ''}.")

@@ -239,7 +239,12 @@ interactions = sa.Table(
     sa.Column("output_tokens", sa.Integer, nullable=True),
     sa.Column("cost_usd", sa.Float, nullable=True),
     sa.Column("created_at", Timestamp, nullable=False),
+    # Set by the client that logged an answer made elsewhere: a retry with the same
+    # key finds this row instead of adding a second (NULLs never collide).
+    sa.Column("idempotency_key", sa.String(200), nullable=True),
     sa.Index("ix_interactions_project_skill", "project_id", "applied_skill"),
+    sa.Index("uq_interactions_project_idempotency", "project_id", "idempotency_key",
+             unique=True),
 )
 
 eval_results = sa.Table(

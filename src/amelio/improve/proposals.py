@@ -46,6 +46,7 @@ __all__ = [
     "STATUSES",
     "Proposal",
     "approve_proposal",
+    "check_new_skill",
     "create_proposal",
     "create_skill_proposal",
     "get_proposal",
@@ -210,7 +211,7 @@ def create_proposal(
     return get_proposal(ws, new_id)
 
 
-def _new_skill_spec(skill_md: str, source: str) -> SkillSpec:
+def check_new_skill(skill_md: str, source: str) -> SkillSpec:
     """A proposed new skill, held to what makes a skill routable and usable: a
     valid SKILL.md with a description, triggers, keywords and a rulebook body."""
     spec = files.parse_skill_md(skill_md, source=source)
@@ -248,7 +249,7 @@ def create_skill_proposal(
     if scope not in ("global", "project"):
         raise InvalidInput(f"A new skill is created global or in a project, not {scope!r}.",
                            field="scope")
-    spec = _new_skill_spec(skill_md, source)
+    spec = check_new_skill(skill_md, source)
     checked = None if rules is None else [r.to_dict() for r in evals.parse_rules(rules,
                                                                                   source=source)]
     new_skill = {"description": spec.description, "triggers": list(spec.triggers),

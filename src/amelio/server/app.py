@@ -19,6 +19,7 @@ from amelio.server.routes import (
     health,
     improve,
     knowledge,
+    openai,
     sage,
     search,
     skills,
@@ -60,7 +61,12 @@ def create_app(workspace: Workspace) -> FastAPI:
     )
     for router, statuses in areas:
         app.include_router(router, responses=error_responses(*sorted(statuses)))
+    # The OpenAI-compatible routes answer errors in OpenAI's shape, for its SDKs.
+    app.include_router(openai.router, responses=openai.ERROR_RESPONSES)
     _add_dashboard(app)
+    from amelio.mcp import mount_mcp  # it builds on the routes above: import it last
+
+    mount_mcp(app)  # /mcp: the MCP server over streamable HTTP (amelio[mcp])
     return app
 
 

@@ -33,9 +33,13 @@ class BodySizeLimit:
             return
         for name, value in scope.get("headers", []):
             if name == b"content-length" and value.isdigit() and int(value) > self.limit:
+                # Amelio's error shape, with OpenAI's `type` and `param` too, so the
+                # OpenAI-compatible routes' clients read it as well.
                 body = json.dumps({"error": {"code": "input_too_large",
                                              "message": self._message(),
-                                             "details": {"limit": self.limit}}}).encode()
+                                             "details": {"limit": self.limit},
+                                             "type": "invalid_request_error",
+                                             "param": None}}).encode()
                 await send({"type": "http.response.start", "status": 413,
                             "headers": [(b"content-type", b"application/json"),
                                         (b"content-length", str(len(body)).encode())]})

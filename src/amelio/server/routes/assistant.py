@@ -7,11 +7,18 @@ import logging
 from collections.abc import Iterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from amelio.assistant import Reply, get_interaction, respond, respond_stream
+from amelio.assistant import (
+    MAX_IDEMPOTENCY_KEY_CHARS,
+    Reply,
+    get_interaction,
+    log_exchange,
+    respond,
+    respond_stream,
+)
 from amelio.errors import AmelioError
 from amelio.keys import ApiKey
 from amelio.llm import TextDelta
@@ -41,6 +48,38 @@ class FeedbackRequest(BaseModel):
     kind: str = Field(description="up (👍), down (👎) or fixit (🛠️ Fix It).")
     comment: str | None = Field(default=None, max_length=MAX_COMMENT_CHARS)
     user: str | None = Field(default=None, max_length=200)
+
+
+class LogRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    message: str = Field(min_length=1, max_length=1_000_000,
+                         description="What the user asked the other system.")
+    answer: str = Field(min_length=1, max_length=1_000_000,
+                        description="What the other system answered.")
+    project: ProjectField = DEFAULT_PROJECT
+    skills: list[Annotated[str, Field(min_length=1, max_length=100)]] | None = Field(
+        default=None, max_length=20,
+        description="The skills the answer used (the first one's rules check it); "
+                    "absent: the router attributes the message.")
+    model: str | None = Field(default=None, min_length=1, max_length=200)
+    provider: str | None = Field(default=None, min_length=1, max_length=50,
+                                 description="Who answered; default `external`.")
+
+
+IdempotencyKey = Annotated[str | None, Header(
+    alias="Idempotency-Key", min_length=1, max_length=MAX_IDEMPOTENCY_KEY_CHARS,
+    description="A retry with the same key (per project) returns the first interaction.")]
+
+
+@router.post("/v1/interactions", summary="Log an exchange answered elsewhere (evals run, "
+             "it counts in quality metrics)")
+def log_interaction(request: Request, body: LogRequest, key: Bot,
+                    idempotency_key: IdempotencyKey = None) -> dict[str, Any]:
+    authorize_project(request.app.state.workspace.engine, key, body.project)
+    return log_exchange(request.app.state.workspace, body.message, body.answer,
+                        project=body.project, skills=body.skills, model=body.model,
+                        provider=body.provider, idempotency_key=idempotency_key).to_dict()
 
 
 @router.post("/v1/chat", summary="Answer a message (route, prompt, LLM, evals, record)")
