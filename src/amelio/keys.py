@@ -121,15 +121,19 @@ def authenticate(engine: sa.Engine, token: str) -> ApiKey | None:
     """The live key matching ``token``, or None."""
     if not token.startswith(_PREFIX) or len(token) > 200:
         return None
+    # One query on every request: the key and its projects together (a row per
+    # project, one row with no project for a global key).
     with db.reading(engine) as conn:
-        row = conn.execute(
-            sa.select(api_keys).where(
-                api_keys.c.key_hash == _hash(token), api_keys.c.revoked_at.is_(None)
-            )
-        ).first()
-        if row is None:
-            return None
-        scope = _scopes(conn, [row.id]).get(row.id, ())
+        rows = conn.execute(
+            sa.select(api_keys, projects.c.name.label("scope_project"))
+            .outerjoin(api_key_projects, api_key_projects.c.key_id == api_keys.c.id)
+            .outerjoin(projects, projects.c.id == api_key_projects.c.project_id)
+            .where(api_keys.c.key_hash == _hash(token), api_keys.c.revoked_at.is_(None))
+        ).all()
+    if not rows:
+        return None
+    row = rows[0]
+    scope = tuple(sorted(r.scope_project for r in rows if r.scope_project is not None))
     now = utcnow()
     last = row.last_used_at
     # A write a minute at most, and only then a write transaction: on SQLite a
