@@ -5,14 +5,17 @@ plus document vectors for the semantic profiles);
 :class:`~amelio.search.service.Searcher` ranks with the rank profiles, logs each
 response as an impression and signs its ``feedbackToken``;
 :mod:`~amelio.search.signals` turns impressions and feedback events into
-debiased per-(query, document) signals; :mod:`~amelio.search.simulate` proves
-the loop on public relevance judgments with simulated users.
+per-(query, document) signals, which :mod:`~amelio.search.clickmodel` debiases
+(the position-bias model) and :mod:`~amelio.search.scoring` turns into feedback
+scores; :mod:`~amelio.search.vespa` ranks on Vespa instead of the embedded
+index; :mod:`~amelio.search.simulate` proves the loop on public relevance
+judgments with simulated users.
 """
 
 from amelio.search.corpus import Corpus, Document, ImportReport
+from amelio.search.scoring import FeedbackScorer
 from amelio.search.service import (
     PROFILES,
-    FeedbackScorer,
     Searcher,
     SearchResponse,
     SemanticUnavailable,

@@ -8,8 +8,9 @@ A search runs in four steps:
    (1 − alpha) · lexical`` on scores min-max normalized over the candidates, so
    the two scales are comparable;
 3. **feedback** — ``hybrid_with_feedback`` adds ``beta · feedback`` (in [−3, 3],
-   see :class:`FeedbackScorer`); ``beta = 0`` skips it, giving exactly ``hybrid``;
-   a share of responses explores by Thompson sampling (``search_thompson``);
+   see :class:`~amelio.search.scoring.FeedbackScorer`); ``beta = 0`` skips it,
+   giving exactly ``hybrid``; a share of responses explores by Thompson sampling
+   (``search_thompson``);
 4. **log** — the response is stored as one impression and carries a
    ``feedbackToken`` from the collector's signer, so only served queries can
    receive clicks. The impression keeps the query scrubbed of personal data
@@ -50,15 +51,10 @@ from amelio.feedback.tokens import token_signer
 from amelio.identity import secret_key
 from amelio.pii import scrub_for_storage
 from amelio.projects import validate_name
+from amelio.search.clickmodel import Propensities, load_propensities
 from amelio.search.corpus import Corpus, Hit, best
-from amelio.search.signals import (
-    Propensities,
-    SignalRow,
-    aggregate,
-    load_propensities,
-    signals_for,
-    utility,
-)
+from amelio.search.scoring import FEEDBACK_BOUND, FeedbackScorer, RankedDoc, min_max_normalized
+from amelio.search.signals import aggregate, signals_for
 from amelio.text import normalize
 from amelio.workspace import Workspace
 
@@ -66,9 +62,11 @@ if TYPE_CHECKING:
     from amelio.config import Settings
     from amelio.search.vespa import VespaBackend
 
-__all__ = ["MAX_ID_CHARS", "PROFILES", "FeedbackScorer", "RankedDoc", "SearchResponse",
-           "Searcher", "SemanticUnavailable", "optional_embedder", "query_key",
-           "search_embedder"]
+#: FEEDBACK_BOUND, FeedbackScorer and RankedDoc live in :mod:`amelio.search.scoring`
+#: and are re-exported here, where callers have always found them.
+__all__ = ["FEEDBACK_BOUND", "MAX_ID_CHARS", "PROFILES", "FeedbackScorer", "RankedDoc",
+           "SearchResponse", "Searcher", "SemanticUnavailable", "optional_embedder",
+           "query_key", "search_embedder"]
 
 log = logging.getLogger("amelio.search")
 
@@ -80,12 +78,6 @@ V = TypeVar("V")
 Candidates = tuple[dict[str, float], tuple[str, ...]]
 #: How often a searcher folds new events into the signals in the background.
 AGGREGATE_EVERY_S = 5.0
-#: The feedback score's range. Wide enough that a document always satisfying
-#: (rate 10× the average: log 10 ≈ 2.3) outranks one satisfying 3× as often
-#: (≈ 1.1): a bound of 1 made them tie, which cost about 3.5 points of NDCG@10 in
-#: an offline replica of the Cranfield simulation. One session still moves it a
-#: bounded amount: the prior and the per-session cap limit what a few clicks can do.
-FEEDBACK_BOUND = 3.0
 #: The longest session or user id a search accepts: the bound feedback events have.
 MAX_ID_CHARS = 200
 _DAY_MS = 86_400_000
@@ -97,13 +89,6 @@ class SemanticUnavailable(EmbedderUnavailable):
 
 
 _LEXICAL_ONLY = "use rankProfile bm25 (or alpha 0, which is lexical only)"
-
-
-class RankedDoc(NamedTuple):
-    doc_id: str
-    score: float
-    first_phase: float
-    feedback: float
 
 
 class _Ranking(NamedTuple):
@@ -146,45 +131,6 @@ class SearchResponse:
         }
 
 
-class FeedbackScorer:
-    """A document's feedback score for a query, in ±:data:`FEEDBACK_BOUND`; 0 without
-    evidence.
-
-    ``pbm`` (the default) divides the satisfied clicks by the *examinations* the
-    document had — impressions at each rank times that rank's fitted propensity
-    — and shrinks the ratio towards the average with ``prior`` pseudo-examinations,
-    so three lucky clicks cannot swing a document; the score is the log ratio to
-    the average. A document shown often without clicks sinks, which lets unseen
-    candidates come up and be judged. Pins and up-votes add, hides and down-votes
-    subtract.
-
-    The ratio is a Beta posterior's mean; :meth:`score` with an ``rng`` draws from
-    that posterior instead (Thompson sampling), so exploration follows the
-    uncertainty: wide for a document nobody examined, narrow once it was.
-    """
-
-    def __init__(self, propensities: Propensities, prior: float) -> None:
-        self.p = propensities
-        self.prior = prior
-
-    def score(self, row: SignalRow | None, rng: random.Random | None = None) -> float:
-        gamma0 = self.p.gamma0
-        if row is None:
-            if rng is None:
-                return 0.0
-            row = SignalRow()
-        examined = sum(n * self.p.at(int(k)) for k, n in row.impressions_by_rank.items())
-        satisfied = utility(row.clicks, row.dwell_clicks, row.bounces)
-        successes = satisfied + self.prior * gamma0
-        failures = max(examined - satisfied, 0.0) + self.prior * (1.0 - gamma0)
-        rate = rng.betavariate(successes, failures) if rng is not None \
-            else successes / (successes + failures)
-        attraction = math.log(max(rate, 1e-9) / gamma0)
-        plus, minus = row.pins + row.votes_up, row.hides + row.votes_down
-        explicit = (plus - minus) / (plus + minus + 1.0)
-        return max(-FEEDBACK_BOUND, min(FEEDBACK_BOUND, attraction + explicit))
-
-
 def search_embedder(settings: Settings, what: str = "semantic search") -> Embedder:
     """The ``search_embedding_model``, or :class:`SemanticUnavailable` saying what to
     set or install; ``what`` names what needs it in that message."""
@@ -211,16 +157,6 @@ def optional_embedder(settings: Settings) -> Embedder | None:
     except SemanticUnavailable as exc:
         log.info("documents are not embedded: %s", exc.message)
         return None
-
-
-def _normalized(hits: Sequence[Hit]) -> dict[str, float]:
-    """Scores min-max scaled to [0, 1] over ``hits`` (all 1 when they are equal), so
-    a lexical and a semantic scale can be mixed."""
-    if not hits:
-        return {}
-    top, bottom = max(h.score for h in hits), min(h.score for h in hits)
-    spread = top - bottom
-    return {h.doc_id: (h.score - bottom) / spread if spread > 0 else 1.0 for h in hits}
 
 
 class _Cache(Generic[V]):
@@ -433,7 +369,7 @@ class Searcher:
         size = self.settings.search_candidates
         if embedder is None:
             hits = self.corpus.lexical(query_norm, size)
-            return _normalized(hits), [h.doc_id for h in hits]
+            return min_max_normalized(hits), [h.doc_id for h in hits]
         [vector] = embedder.embed([query_norm])
         scores, matrix = self.corpus.similarities(vector, embedder)
         nearest = best(scores, matrix.doc_ids, size)
@@ -445,7 +381,7 @@ class Searcher:
         floor = min((h.score for h in nearest), default=0.0)
         cosine = [Hit(d, float(scores[matrix.rows[d]]) if d in matrix.rows else floor)
                   for d in order]
-        lexical, semantic = _normalized(hits), _normalized(cosine)
+        lexical, semantic = min_max_normalized(hits), min_max_normalized(cosine)
         mixed = {d: alpha * semantic[d] + (1 - alpha) * lexical.get(d, 0.0) for d in order}
         # The best `size` of the union go on: feedback and exploration work on a
         # candidate set of one size whatever the profile (measured: the full union
@@ -491,7 +427,7 @@ class Searcher:
         and return the upper rank of the pair: whether a pair is swapped does not
         depend on what it holds, so comparing clicks with and without the swap
         measures how much less the lower rank is examined (see
-        :func:`~amelio.search.signals.fit_pbm`)."""
+        :func:`~amelio.search.clickmodel.fit_pbm`)."""
         if len(ranking) < 2 or self.settings.search_exploration <= 0 \
                 or self._rng.random() >= self.settings.search_exploration:
             return ranking, None

@@ -59,9 +59,10 @@ from amelio.db.engine import transaction
 from amelio.db.schema import search_signals, search_state
 from amelio.errors import InvalidInput
 from amelio.feedback import Collector, new_event_id
+from amelio.search.clickmodel import utility
 from amelio.search.corpus import Corpus
 from amelio.search.service import Searcher, SearchResponse, search_embedder
-from amelio.search.signals import aggregate, utility
+from amelio.search.signals import aggregate
 from amelio.workspace import Workspace, open_workspace
 
 __all__ = ["ARMS", "Arm", "Dataset", "SimulationResult", "click_events", "load_dataset",

@@ -15,7 +15,7 @@ The package (:func:`application_package`, generated with pyvespa, extra
   with its ``hugging-face-embedder`` (all-MiniLM-L6-v2), so Amelio never embeds;
 * ``feedback`` — ``tensor<float>(q{})``, a fast-access attribute: one cell per
   normalized query with this document's feedback score (see
-  :class:`~amelio.search.service.FeedbackScorer`), replaced in place by
+  :class:`~amelio.search.scoring.FeedbackScorer`), replaced in place by
   ``assign`` partial updates (:func:`sync_signals`).
 
 Rank profiles mirror :mod:`amelio.search.service`: ``bm25``; ``hybrid`` =
@@ -49,9 +49,10 @@ import sqlalchemy as sa
 from amelio.config import Settings
 from amelio.db.schema import search_signals
 from amelio.errors import ConfigError
+from amelio.search.clickmodel import load_propensities
 from amelio.search.corpus import Deletion, Document
-from amelio.search.service import FeedbackScorer, RankedDoc
-from amelio.search.signals import SignalRow, load_propensities
+from amelio.search.scoring import FeedbackScorer, RankedDoc
+from amelio.search.signals import SignalRow
 from amelio.workspace import Workspace
 
 __all__ = [
