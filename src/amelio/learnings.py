@@ -340,9 +340,19 @@ def prompt_block(
     settings = ws.settings
     budget = settings.learnings_budget if budget is None else budget
     ordering = ordering or settings.learnings_ordering
-    hinted = set(skills)
-    items = [item for item in list_learnings(ws, project=project, conn=conn)
-             if item.skill is None or item.skill in hinted]
+    sync_file(ws, project)
+    # Runs on every prompt: only the columns the block needs, and only the rules it
+    # may use (global ones and the hinted skills'), in list_learnings' order.
+    scope: sa.ColumnElement[bool] = learnings.c.skill.is_(None)
+    if skills:
+        scope = sa.or_(scope, learnings.c.skill.in_(sorted(set(skills))))
+    with db.reading(conn or ws.engine) as c:
+        items = list(c.execute(
+            sa.select(learnings.c.id, learnings.c.rule, learnings.c.helpful,
+                      learnings.c.harmful, learnings.c.last_seen_at)
+            .where(learnings.c.project_id == project_id(c, project),
+                   learnings.c.status == "active", scope)
+            .order_by(learnings.c.last_seen_at.desc(), learnings.c.id.desc())))
     if ordering == "helpful":
         items.sort(key=lambda x: (-(x.helpful - x.harmful), -x.last_seen_at.timestamp(), -x.id))
     lines: list[str] = []

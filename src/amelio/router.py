@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from amelio.hookspecs import hookimpl
 from amelio.plugins import get_plugin_manager
 from amelio.projects import DEFAULT_PROJECT
 from amelio.skills.model import Skill, SkillSpec
-from amelio.skills.store import list_skills
+from amelio.skills.store import visible_skills
 from amelio.text import BREAK, tokens
 from amelio.workspace import Workspace
 
@@ -348,10 +349,35 @@ def router_for(skills: Sequence[Skill], scorer: str = DEFAULT_SCORER) -> Router:
     return router
 
 
+# The router each engine last used per (project, scorer), with the skills it indexes:
+# reused while visible_skills returns that same tuple, i.e. while no skill changed.
+# Per engine, unlike router_for: two databases can hold different skills under the
+# same (id, version), and one process may open both (tests, benchmarks).
+_routers: weakref.WeakKeyDictionary[
+    sa.Engine, dict[tuple[str, str], tuple[tuple[Skill, ...], Router]]
+] = weakref.WeakKeyDictionary()
+
+
 def route_message(ws: Workspace, message: str, *, project: str = DEFAULT_PROJECT,
                   scorer: str | None = None, limit: int | None = None,
                   conn: sa.Connection | None = None) -> Route:
-    """Route ``message`` over every skill ``project`` sees, with the workspace's settings."""
-    visible = list_skills(conn or ws.engine, project)
-    router = router_for(visible, scorer or ws.settings.router_scorer)
+    """Route ``message`` over every skill ``project`` sees, with the workspace's settings.
+
+    The skills come from :func:`visible_skills`, which rereads them only after a
+    change (in any process), and the index is rebuilt only then."""
+    bind = conn or ws.engine
+    visible = visible_skills(bind, project)
+    name = scorer or ws.settings.router_scorer
+    engine = bind.engine if isinstance(bind, sa.Connection) else bind
+    with _cache_lock:
+        cached = _routers.get(engine, {}).get((project, name))
+    if cached is not None and cached[0] is visible:
+        router = cached[1]
+    else:
+        router = Router(visible, name)
+        with _cache_lock:
+            per_engine = _routers.setdefault(engine, {})
+            if len(per_engine) >= 1024:
+                per_engine.clear()
+            per_engine[(project, name)] = (visible, router)
     return router.route(message, limit=limit or ws.settings.router_limit)

@@ -4,10 +4,17 @@ Every change goes through :func:`_write_version`, which bumps the skill's
 version with a compare-and-set and appends the full state to
 ``skill_versions`` in the same transaction: history can't skip or fork, and two
 concurrent writers can't both win.
+
+Because of that, the ``(id, version)`` pairs of the skills a project sees change
+whenever any of them does, in whichever process wrote it: :func:`visible_skills`
+(the router's read on every request) compares them, one narrow query, with the
+ones it last read in full, instead of reading and decoding every skill again.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -38,6 +45,7 @@ __all__ = [
     "save_skills",
     "skill_log",
     "update_skill",
+    "visible_skills",
 ]
 
 _UNSET: Any = object()
@@ -213,22 +221,68 @@ def import_skills(
                        reason=f"imported from {Path(path).resolve()}")
 
 
+def _visible_scope(pid: int | None) -> sa.ColumnElement[bool]:
+    scope: sa.ColumnElement[bool] = skills.c.project_id.is_(None)
+    return scope if pid is None else sa.or_(scope, skills.c.project_id == pid)
+
+
+def _visible(conn: sa.Connection, pid: int | None, project: str | None
+             ) -> tuple[list[Skill], tuple[tuple[int, int], ...]]:
+    """The skills a project sees, by name, and the stamp of the rows they came from."""
+    # Globals first, so a project's fork of the same name replaces its global.
+    rows = conn.execute(sa.select(skills).where(_visible_scope(pid)).order_by(
+        skills.c.project_id.is_not(None))).all()
+    by_name = {r.name: _skill_from_row(r, None if r.project_id is None else project)
+               for r in rows}
+    stamp = tuple(sorted((int(r.id), int(r.version)) for r in rows))
+    return [by_name[n] for n in sorted(by_name)], stamp
+
+
 def list_skills(engine: sa.Engine | sa.Connection, project: str | None = None) -> list[Skill]:
     """The skills a project sees: its forks, then the globals it did not fork, by name.
 
     ``project=None`` lists the global skills only.
     """
     with db.reading(engine) as conn:
+        return _visible(conn, _pid(conn, project), project)[0]
+
+
+# The skills each project saw at the last full read, per engine, with that read's stamp.
+_seen: weakref.WeakKeyDictionary[
+    sa.Engine, dict[str | None, tuple[tuple[tuple[int, int], ...], tuple[Skill, ...]]]
+] = weakref.WeakKeyDictionary()
+_seen_lock = threading.Lock()
+
+
+def visible_skills(engine: sa.Engine | sa.Connection, project: str | None = None
+                   ) -> tuple[Skill, ...]:
+    """:func:`list_skills` for the hot path (routing every message): the same skills,
+    shared between calls, so treat them as read-only.
+
+    One query reads only the ``(id, version)`` of the visible rows; the full rows
+    are read and decoded again only when that stamp differs from the last full
+    read's. Every write bumps a version or adds a row (nothing deletes a skill),
+    so a change made by any process or engine is seen on the next call.
+    """
+    with db.reading(engine) as conn:
         pid = _pid(conn, project)
-        scope: sa.ColumnElement[bool] = skills.c.project_id.is_(None)
-        if pid is not None:
-            scope = sa.or_(scope, skills.c.project_id == pid)
-        # Globals first, so a project's fork of the same name replaces its global.
-        rows = conn.execute(sa.select(skills).where(scope).order_by(
-            skills.c.project_id.is_not(None))).all()
-    by_name = {r.name: _skill_from_row(r, None if r.project_id is None else project)
-               for r in rows}
-    return [by_name[n] for n in sorted(by_name)]
+        stamp = tuple((int(i), int(v)) for i, v in conn.execute(
+            sa.select(skills.c.id, skills.c.version).where(_visible_scope(pid))
+            .order_by(skills.c.id)))
+        with _seen_lock:
+            cached = _seen.get(conn.engine, {}).get(project)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        # The stamp is taken from the rows read, not the query above: a write in
+        # between is then caught by the next call instead of hidden under an old stamp.
+        found, stamp = _visible(conn, pid, project)
+    visible = tuple(found)
+    with _seen_lock:
+        per_engine = _seen.setdefault(conn.engine, {})
+        if len(per_engine) >= 1024:  # bounded however many projects a service has
+            per_engine.clear()
+        per_engine[project] = (stamp, visible)
+    return visible
 
 
 def _resolve(conn: sa.Connection, name: str, project: str | None) -> tuple[sa.Row[Any], str | None]:
