@@ -18,17 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from contextlib import nullcontext
 from pathlib import Path
 
-import httpx
-
-from amelio.testing import FakeLLMServer, postgres_database
+from amelio.testing import FakeLLMServer, ServeProcess, postgres_database
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -39,12 +35,6 @@ CHECKS = ",".join((
     "response_schema_conformance",
     "response_headers_conformance",
 ))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def amelio(env: dict[str, str], *args: str, stdin: str | None = None) -> str:
@@ -91,23 +81,10 @@ def main() -> int:
         if database_url:
             env["AMELIO_DATABASE_URL"] = database_url
         key = prepare(workspace, env)
-        port = free_port()
-        log = (Path(tmp) / "serve.log").open("w")
-        server = subprocess.Popen([str(BIN / "amelio"), "serve", "--port", str(port)], env=env,
-                                  stdout=log, stderr=subprocess.STDOUT)
-        try:
-            base = f"http://127.0.0.1:{port}"
-            for _ in range(100):
-                try:
-                    if httpx.get(f"{base}/v1/health", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    time.sleep(0.2)
-            else:
-                raise SystemExit("amelio serve did not start:\n"
-                                 + (Path(tmp) / "serve.log").read_text())
+        log = Path(tmp) / "serve.log"
+        with ServeProcess(workspace, env=env, log=log) as server:
             run = subprocess.run([
-                str(BIN / "schemathesis"), "run", f"{base}/openapi.json",
+                str(BIN / "schemathesis"), "run", f"{server.base}/openapi.json",
                 "--header", f"Authorization: Bearer {key}",
                 "--checks", CHECKS,
                 "--max-time", str(args.max_time),
@@ -116,15 +93,11 @@ def main() -> int:
                 "--suppress-health-check", "all",
                 "--seed", "15",
             ], check=False, cwd=tmp)  # its example database stays out of the checkout
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
-            log.close()
-        errors = [line for line in (Path(tmp) / "serve.log").read_text().splitlines()
+        errors = [line for line in log.read_text().splitlines()
                   if "Traceback" in line or "unhandled error" in line]
         if errors:
             print(f"The server logged {len(errors)} unhandled error(s):", file=sys.stderr)
-            print((Path(tmp) / "serve.log").read_text()[-20_000:], file=sys.stderr)
+            print(log.read_text()[-20_000:], file=sys.stderr)
             return 1
         return run.returncode
 

@@ -23,7 +23,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-__all__ = ["RESULTS_ENV", "Clock", "Target", "median_of", "percentile", "target"]
+__all__ = ["RESULTS_ENV", "Clock", "Target", "load_line", "median_of", "percentile",
+           "target"]
 
 RESULTS_ENV = "AMELIO_BENCH_RESULTS"
 
@@ -88,6 +89,16 @@ class Clock:
     def __str__(self) -> str:
         share = self.cpu / self.wall if self.wall else 0.0
         return f"wall {self.wall:.2f} s, CPU {self.cpu:.2f} s ({share:.0%} of one core)"
+
+
+def load_line(before: float) -> str:
+    """The machine's 1-minute load average before and now, and whether other work
+    competed for the CPUs (the wall-clock figures are then low)."""
+    after, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    busy = max(before, after) > cpus
+    return (f"Load average (1 min): {before:.1f} before, {after:.1f} after, on {cpus} CPUs"
+            + (": above the CPU count, other work was waiting for them, so wall-clock "
+               "figures are low." if busy else "."))
 
 
 def percentile(samples: Sequence[float], q: float) -> float:

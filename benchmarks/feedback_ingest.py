@@ -39,9 +39,7 @@ import argparse
 import json
 import os
 import random
-import socket
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,7 +50,7 @@ from typing import Any
 
 import httpx
 import sqlalchemy as sa
-from benchlib import Clock, median_of, target
+from benchlib import Clock, load_line, median_of, target
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from amelio import keys
@@ -60,7 +58,7 @@ from amelio.db.schema import feedback_events
 from amelio.feedback import Collector, verify_events
 from amelio.feedback.examples import example_event
 from amelio.feedback.tokens import TokenSigner
-from amelio.testing import postgres_database
+from amelio.testing import ServeProcess, postgres_database
 from amelio.workspace import Workspace, init_workspace
 
 BATCH = 500
@@ -273,48 +271,24 @@ def amelio_store(collector: Collector, bodies: list[bytes]) -> int:
     return stored
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def over_http(ws: Workspace, bodies: list[bytes]) -> Run:
     _, token = keys.create_key(ws.engine, name="bench", role="client")
-    port = free_port()
     env = {**os.environ, "AMELIO_FEEDBACK_RATE_KEY": "0"}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "amelio", "-w", str(ws.root), "serve", "--port", str(port)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        with httpx.Client(base_url=base, timeout=30,
-                          headers={"Authorization": f"Bearer {token}"}) as client:
-            deadline = time.monotonic() + 20
-            while True:
-                try:
-                    if client.get("/v1/health").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError("amelio serve did not start")
-                time.sleep(0.1)
-            client.post("/v1/feedback/events", content=bodies[0])
+    with ServeProcess(ws.root, env=env) as server, \
+            httpx.Client(base_url=server.base, timeout=30,
+                         headers={"Authorization": f"Bearer {token}"}) as client:
+        client.post("/v1/feedback/events", content=bodies[0])
 
-            def post_all() -> int:
-                for body in bodies[1:]:
-                    response = client.post("/v1/feedback/events", content=body)
-                    if response.status_code != 202 or response.json()["accepted"] != BATCH:
-                        raise SystemExit(f"HTTP ingestion failed: {response.text[:500]}")
-                return (len(bodies) - 1) * BATCH
+        def post_all() -> int:
+            for body in bodies[1:]:
+                response = client.post("/v1/feedback/events", content=body)
+                if response.status_code != 202 or response.json()["accepted"] != BATCH:
+                    raise SystemExit(f"HTTP ingestion failed: {response.text[:500]}")
+            return (len(bodies) - 1) * BATCH
 
-            found = Run()
-            timed(post_all, found, None)
-            return found
-    finally:
-        server.terminate()
-        server.wait(10)
+        found = Run()
+        timed(post_all, found, None)
+        return found
 
 
 # -- one database -----------------------------------------------------------------------
@@ -406,9 +380,7 @@ def report(rows: list[tuple[str, dict[str, list[Run]]]], batches: int, repeat: i
           "events per second of all the CPU that\n"
           "did the work (this process plus, on PostgreSQL, the server). HTTP: client and "
           "server are other processes, wall-clock only.")
-    print(f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after, on "
-          f"{os.cpu_count()} cores: above the core count, other work shared the machine "
-          "and the wall-clock figures are low")
+    print(load_line(load))
     for database, runs in rows:
         target(f"{database} in process / floor", ratio(runs["in process"], runs["floor"]),
                TARGET_RATIO, "x floor")

@@ -41,9 +41,7 @@ import logging
 import multiprocessing
 import os
 import random
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -68,7 +66,7 @@ from amelio.db.schema import feedback_events
 from amelio.feedback import verify_events
 from amelio.feedback.examples import example_event
 from amelio.search import Corpus, optional_embedder
-from amelio.testing import FakeLLMServer, postgres_database
+from amelio.testing import FakeLLMServer, ServeProcess, postgres_database
 from amelio.workspace import init_workspace, open_workspace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -423,45 +421,6 @@ def fake_llm() -> Iterator[str]:
             process.kill()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def served(ws: Path, workers: int, env: dict[str, str]) -> Iterator[str]:
-    """``amelio serve --workers N`` on a free loopback port; yields its base URL once
-    ``/v1/health`` answers 200, and stops it (SIGTERM) afterwards."""
-    port = free_port()
-    log_path = ws / "serve.log"
-    with log_path.open("wb") as log:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "amelio", "-w", str(ws), "serve", "--port", str(port),
-             "--workers", str(workers)], env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/v1/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                tail = log_path.read_text(encoding="utf-8", errors="replace")[-3000:]
-                raise RuntimeError(f"amelio serve did not start:\n{tail}")
-            time.sleep(0.1)
-        yield base
-    finally:
-        server.terminate()
-        try:
-            server.wait(20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-
-
 def run_configuration(database: str, workers: int, *, levels: Sequence[int],
                       seconds: float, corpus: Path, queries: Sequence[str],
                       llm_url: str, postgres_url: str = "") -> Result:
@@ -471,7 +430,8 @@ def run_configuration(database: str, workers: int, *, levels: Sequence[int],
         key = prepare_workspace(root, url, llm_url, corpus)
         env = {k: v for k, v in os.environ.items() if k not in PINNED}
         ledger = Ledger()
-        with served(root, workers, env) as base:
+        with ServeProcess(root, workers=workers, env=env) as server:
+            base = server.base
             def step(users: int) -> Step:
                 return asyncio.run(run_step(base, key, users, seconds, queries, ledger, users))
 

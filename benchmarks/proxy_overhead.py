@@ -18,48 +18,21 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import openai
 from benchlib import Clock, percentile, target
+from respond_overhead import ANSWER, MESSAGES  # this folder: the same chat and answer
 
 from amelio import keys, learnings, skills
-from amelio.testing import FakeLLMServer, postgres_database
+from amelio.testing import FakeLLMServer, ServeProcess, postgres_database
 from amelio.workspace import init_workspace
 
-# Amelio's server, in its own process. The OpenAI router is added here when the app
-# does not include it yet, so the benchmark runs before and after that registration.
-SERVE = """
-import sys, uvicorn
-from amelio.server import create_app
-from amelio.server.routes import openai as routes
-from amelio.workspace import open_workspace
-app = create_app(open_workspace())
-if not any(getattr(r, "path", "") == "/v1/chat/completions" for r in app.routes):
-    app.include_router(routes.router, responses=routes.ERROR_RESPONSES)
-uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning",
-            access_log=False)
-"""
-
 ROOT = Path(__file__).resolve().parent.parent
-MESSAGES = [
-    "please review this pull request before I merge it",
-    "git push rejected after rebase, what now",
-    "deploy the api to production tonight",
-    "the server is slow: audit disk, RAM and CPU",
-    "draft release notes for version 2.4.0",
-    "what is the capital of Australia",
-]
-ANSWER = ("Run git pull --rebase then git push --force-with-lease. Rollback: redeploy the "
-          "previous tag. Verify with a smoke test. " * 4)
-
 
 def _messages(i: int) -> list[Any]:
     return [{"role": "system", "content": "You are the team's assistant."},
@@ -84,12 +57,6 @@ def _first_token(client: openai.OpenAI, model: str, i: int) -> float:
     return first
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run(url: str, n: int, llm: FakeLLMServer) -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory() as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AMELIO_")}
@@ -106,35 +73,13 @@ def run(url: str, n: int, llm: FakeLLMServer) -> dict[str, list[float]]:
             _, token = keys.create_key(ws.engine, name="bench", role="bot")
         finally:
             ws.dispose()
-        port = _free_port()
-        server = subprocess.Popen([sys.executable, "-c", SERVE, str(port)], env=env)
-        try:
-            base = f"http://127.0.0.1:{port}"
-            for _ in range(200):
-                try:
-                    if httpx.get(f"{base}/v1/health", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    time.sleep(0.05)
-            else:
-                raise SystemExit("Amelio's server did not start")
-            return _measure(llm, base, token, n, url, server.pid)
-        finally:
-            server.terminate()
-            server.wait(10)
+        with ServeProcess(Path(tmp) / "ws", env=env) as server:
+            return _measure(llm, server, token, n, url)
 
 
-def _cpu_ms(pid: int) -> float | None:
-    """User + system CPU milliseconds of process ``pid`` so far (Linux), else None."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
-
-
-def _measure(llm: FakeLLMServer, base: str, token: str, n: int, url: str, pid: int
+def _measure(llm: FakeLLMServer, server: ServeProcess, token: str, n: int, url: str
              ) -> dict[str, list[float]]:
+    base = server.base
     direct = openai.OpenAI(api_key="fake", base_url=llm.openai_base_url, max_retries=0)
     proxied = openai.OpenAI(api_key=token, base_url=f"{base}/v1", max_retries=0)
     for i in range(len(MESSAGES) * 3):  # warm pools, router index, compiled rules
@@ -143,16 +88,16 @@ def _measure(llm: FakeLLMServer, base: str, token: str, n: int, url: str, pid: i
         _first_token(proxied, "amelio", i)
     out: dict[str, list[float]] = {k: [] for k in (
         "direct", "proxied", "added", "ttft direct", "ttft proxied", "ttft added")}
-    cpu_before = _cpu_ms(pid)
+    cpu_before = server.cpu_seconds()
     with Clock() as clock:
         for i in range(n):
             d, p = _plain(direct, "fake-model", i), _plain(proxied, "amelio", i)
             out["direct"].append(d)
             out["proxied"].append(p)
             out["added"].append(p - d)
-        cpu_after = _cpu_ms(pid)
+        cpu_after = server.cpu_seconds()
         if cpu_before is not None and cpu_after is not None:
-            out["server CPU"] = [(cpu_after - cpu_before) / n]
+            out["server CPU"] = [(cpu_after - cpu_before) * 1000 / n]
         for i in range(max(n // 3, 20)):
             d = _first_token(direct, "fake-model", i)
             p = _first_token(proxied, "amelio", i)

@@ -50,9 +50,6 @@ import itertools
 import logging
 import os
 import random
-import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -61,12 +58,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import httpx
-from benchlib import Clock, median_of, percentile, target
+from benchlib import Clock, load_line, median_of, percentile, target
 
 from amelio import keys
 from amelio.feedback import Collector
 from amelio.search import Corpus, Document, Searcher, aggregate, optional_embedder
 from amelio.search.simulate import click_events
+from amelio.testing import ServeProcess
 from amelio.workspace import Workspace, init_workspace
 
 #: DESIGN.md's targets are stated at this corpus size.
@@ -199,58 +197,6 @@ class Bm25s:
 
 # -- HTTP: `amelio serve` in a process of its own ----------------------------------------
 
-class Server:
-    """``amelio serve`` on a free loopback port against ``root``, in a subprocess, so
-    that the server and the clients do not share an interpreter (and its GIL)."""
-
-    def __init__(self, root: Path, log: Path) -> None:
-        self.root, self.log = root, log
-        self.base = ""
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def __enter__(self) -> Server:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        self.base = f"http://127.0.0.1:{port}"
-        with self.log.open("wb") as out:  # the child keeps its own descriptor
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "amelio", "--workspace", str(self.root), "serve",
-                 "--host", "127.0.0.1", "--port", str(port)],
-                stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and self.process.poll() is None:
-            try:
-                if httpx.get(f"{self.base}/v1/health", timeout=1).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        self.__exit__()
-        tail = self.log.read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"amelio serve did not start:\n{tail}")
-
-    def cpu_seconds(self) -> float | None:
-        """The server process's user + system CPU seconds (Linux), else None."""
-        if self.process is None:
-            return None
-        try:
-            stat = Path(f"/proc/{self.process.pid}/stat").read_text()
-        except OSError:
-            return None
-        fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
 def poster(client: httpx.Client) -> Callable[[str], object]:
     return lambda query: client.post("/v1/search", json={"query": query}).raise_for_status()
 
@@ -294,7 +240,7 @@ def over_http(ws: Workspace, table: Table, size: int, queries: Sequence[str], cl
     aggregate(ws)  # the in-process searches' impressions: no backlog for the server
     headers = {"Authorization": f"Bearer {key}"}
     goal = size == TARGET_DOCS
-    with Server(ws.root, ws.settings.data_dir / "serve.log") as server, \
+    with ServeProcess(ws.root, log=ws.settings.data_dir / "serve.log") as server, \
             httpx.Client(base_url=server.base, headers=headers) as h:
         # Untimed: the server builds its searcher on its first search (start-up, not a
         # query); this text is in no pool.
@@ -412,10 +358,7 @@ def main() -> None:
     print()
     for note in notes:
         print(note)
-    after, cpus = os.getloadavg()[0], os.cpu_count() or 1
-    print(f"Load average (1 min): {load:.1f} before, {after:.1f} after, on {cpus} CPUs"
-          + (": above the CPU count, other work was waiting for them." if max(load, after)
-             > cpus else "."))
+    print(load_line(load))
     print("CPU s: this process; over HTTP, plus the server process's.")
     print()
     at = results.get(TARGET_DOCS)

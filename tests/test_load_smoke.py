@@ -21,7 +21,7 @@ import pytest
 import uvicorn
 
 from amelio.server import NoDelayH11Protocol, create_app
-from amelio.testing import FakeLLMServer
+from amelio.testing import FakeLLMServer, free_port
 from amelio.workspace import Workspace
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
@@ -53,14 +53,8 @@ def test_mixed_load_stores_every_acknowledged_event(load: ModuleType, tmp_path: 
     assert chats_sent_to_llm == answered["chat"] + 2 * load.WARMUP_ROUNDS
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_serve_with_two_workers(sqlite_workspace: Workspace, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "serve.log"
     with log.open("wb") as out:
         server = subprocess.Popen(

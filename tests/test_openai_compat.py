@@ -11,7 +11,6 @@ from typing import Any
 import openai
 import pytest
 import sqlalchemy as sa
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from amelio import keys, skills
@@ -19,7 +18,6 @@ from amelio.assistant import get_interaction
 from amelio.db.schema import interactions
 from amelio.quality import quality_metrics
 from amelio.server import create_app
-from amelio.server.routes import openai as openai_routes
 from amelio.testing import FakeLLMServer, LiveServer
 from amelio.workspace import Workspace, open_workspace
 
@@ -37,13 +35,6 @@ WEATHER_TOOL = {"type": "function", "function": {
 def upstream() -> Iterator[FakeLLMServer]:
     with FakeLLMServer(models=("fake-model", "fake-large")) as s:
         yield s
-
-
-def _app(ws: Workspace) -> FastAPI:
-    app = create_app(ws)
-    if not any(getattr(r, "path", "") == "/v1/chat/completions" for r in app.routes):
-        app.include_router(openai_routes.router, responses=openai_routes.ERROR_RESPONSES)
-    return app
 
 
 @pytest.fixture
@@ -64,7 +55,7 @@ def ws(workspace: Workspace, examples: Path, upstream: FakeLLMServer,
 @pytest.fixture
 def client(ws: Workspace) -> Iterator[openai.OpenAI]:
     _, token = keys.create_key(ws.engine, name="bot", role="bot")
-    with LiveServer(_app(ws)) as base_url:
+    with LiveServer(create_app(ws)) as base_url:
         yield openai.OpenAI(api_key=token, base_url=f"{base_url}/v1", max_retries=0)
 
 
@@ -225,7 +216,7 @@ def test_bad_bodies_get_openai_errors_in_process(ws: Workspace,
     _, token = keys.create_key(small.engine, name="bot", role="bot")
     auth = {"Authorization": f"Bearer {token}"}
     try:
-        with TestClient(_app(small)) as http:
+        with TestClient(create_app(small)) as http:
             cases: list[tuple[Any, int, str | None]] = [
                 (b"{not json", 400, "invalid_json"),
                 (b"[]", 400, "invalid_json"),
@@ -259,7 +250,7 @@ def test_bad_bodies_get_openai_errors_in_process(ws: Workspace,
 
 def test_scoped_key_uses_its_project(ws: Workspace, upstream: FakeLLMServer) -> None:
     _, token = keys.create_key(ws.engine, name="team", role="bot", projects=["team-a"])
-    with TestClient(_app(ws)) as http:
+    with TestClient(create_app(ws)) as http:
         auth = {"Authorization": f"Bearer {token}"}
         body = {"model": "amelio", "messages": [{"role": "user", "content": QUESTION}]}
         upstream.reply(SAFE)
@@ -279,7 +270,7 @@ def test_other_providers_take_text_turns_and_refuse_tools(
     other = open_workspace(ws.root)
     _, token = keys.create_key(other.engine, name="bot", role="bot")
     try:
-        with LiveServer(_app(other)) as base_url:
+        with LiveServer(create_app(other)) as base_url:
             client = openai.OpenAI(api_key=token, base_url=f"{base_url}/v1", max_retries=0)
             upstream.reply(FORCE)
             done = client.chat.completions.create(

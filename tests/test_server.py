@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from amelio import keys, skills
 from amelio.server import create_app
+from amelio.testing import free_port
 from amelio.workspace import Workspace, init_workspace
 
 
@@ -122,12 +122,6 @@ def test_openapi_documents_the_routes(client: TestClient) -> None:
 
 
 # -- end to end: a real server process over loopback -----------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def amelio(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -20,6 +20,7 @@ __all__ = [
     "ensure_project",
     "list_projects",
     "project_id",
+    "require_project",
     "validate_name",
 ]
 
@@ -63,6 +64,17 @@ def project_id(conn: sa.Connection, name: str) -> int:
         )
     cache[name] = int(row.id)
     return cache[name]
+
+
+def require_project(engine: sa.Engine, name: str) -> int:
+    """The id of existing project ``name`` (:class:`ProjectNotFound` otherwise),
+    without opening a connection once the name is known: every authorized request
+    asks this."""
+    known = _ids.get(engine, {}).get(name)
+    if known is not None:
+        return known
+    with db.reading(engine) as conn:
+        return project_id(conn, name)
 
 
 def ensure_project(conn: sa.Connection, name: str) -> int:

@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import socket
 import stat
+import subprocess
 import sys
 import threading
 import time
@@ -39,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Self
 
+import httpx
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -57,6 +60,78 @@ __all__ = [
 ]
 
 ProtocolName = Literal["anthropic", "openai"]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServeProcess:
+    """``amelio serve`` on ``workspace`` in its own process, on a free loopback port.
+
+    Entering starts it and waits until ``/v1/health`` answers 200 (a server that
+    exits or stays silent for ``timeout`` seconds is a :class:`RuntimeError` quoting
+    the end of its log); leaving stops it. For benchmarks, the CI fuzzer and tests
+    that must not share an interpreter (and its GIL) with the server they measure.
+    """
+
+    def __init__(self, workspace: Path, *, workers: int = 1, env: dict[str, str] | None = None,
+                 log: Path | None = None, timeout: float = 60.0) -> None:
+        self.workspace = workspace
+        self.workers = workers
+        self.env = env
+        self.log = log or workspace / "serve.log"
+        self.timeout = timeout
+        self.base = ""
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Self:
+        port = free_port()
+        self.base = f"http://127.0.0.1:{port}"
+        with self.log.open("wb") as out:  # the child keeps its own descriptor
+            self.process = subprocess.Popen(  # noqa: S603 (our own interpreter and CLI)
+                [sys.executable, "-m", "amelio", "--workspace", str(self.workspace), "serve",
+                 "--host", "127.0.0.1", "--port", str(port), "--workers", str(self.workers)],
+                env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + self.timeout
+        while time.monotonic() < deadline and self.process.poll() is None:
+            try:
+                if httpx.get(f"{self.base}/v1/health", timeout=5).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        self.__exit__()
+        tail = self.log.read_text(encoding="utf-8", errors="replace")[-3000:]
+        raise RuntimeError(f"amelio serve did not start:\n{tail}")
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, "not started"
+        return self.process.pid
+
+    def cpu_seconds(self) -> float | None:
+        """The server process's user + system CPU seconds (Linux), else None."""
+        if self.process is None:
+            return None
+        try:
+            stat_line = Path(f"/proc/{self.process.pid}/stat").read_text()
+        except OSError:
+            return None
+        fields = stat_line.rsplit(")", 1)[1].split()  # after the name, which may hold spaces
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
 
 
 @contextmanager

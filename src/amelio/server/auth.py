@@ -21,10 +21,9 @@ import sqlalchemy as sa
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from amelio.db import reading
 from amelio.errors import AuthError, Forbidden
 from amelio.keys import ApiKey, authenticate
-from amelio.projects import project_id, validate_name
+from amelio.projects import require_project, validate_name
 
 __all__ = ["authorize_project", "require", "visible"]
 
@@ -65,8 +64,7 @@ def authorize_project(engine: sa.Engine, key: ApiKey, project: str) -> str:
         raise Forbidden(f"This key is bound to {', '.join(key.projects)}; it cannot use "
                         f"project {project!r}.", project=project)
     if key.role != "admin":
-        with reading(engine) as conn:
-            project_id(conn, project)  # ProjectNotFound (404) names the fix
+        require_project(engine, project)  # ProjectNotFound (404) names the fix
     return project
 
 

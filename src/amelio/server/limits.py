@@ -65,6 +65,8 @@ _JSON_NUL = re.compile(rb"(\\+)u0000")
 def _has_json_nul(data: bytes) -> bool:
     """Whether JSON text holds an escaped NUL (``\\u0000``, not an escaped backslash
     followed by ``u0000``: the backslashes before it must be odd in number)."""
+    if b"u0000" not in data:  # nearly every body: one C-speed scan, no regex
+        return False
     return any(len(m.group(1)) % 2 for m in _JSON_NUL.finditer(data))
 
 
