@@ -62,6 +62,17 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 
 
 @pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A new, empty PostgreSQL database, for tests of PostgreSQL alone."""
+    global _pg_skipped
+    if not PG_URL:
+        _pg_skipped += 1
+        pytest.skip("PostgreSQL tests need AMELIO_TEST_POSTGRES_URL")
+    with postgres_database(PG_URL) as url:
+        yield url
+
+
+@pytest.fixture
 def workspace(tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
               ) -> Iterator[Workspace]:
     """A migrated workspace on each database kind."""

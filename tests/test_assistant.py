@@ -72,6 +72,15 @@ def test_respond_routes_prompts_evaluates_and_records(ws: Workspace,
     with ws.engine.connect() as conn:
         ref = conn.scalar(sa.select(interactions.c.user_ref))
     assert ref and "alice" not in ref
+    if ws.engine.dialect.name == "postgresql":
+        # The interaction's write relaxes its own commit only: every pooled
+        # connection still commits as the server is configured.
+        held = [ws.engine.connect() for _ in range(ws.engine.pool.checkedin() + 1)]
+        try:
+            assert {c.exec_driver_sql("SHOW synchronous_commit").scalar() for c in held} == {"on"}
+        finally:
+            for c in held:
+                c.close()
 
     server.reply(SAFE)
     assert respond(ws, "git push rejected").footnotes == ()

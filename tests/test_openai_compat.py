@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from amelio import keys, skills
 from amelio.assistant import get_interaction
 from amelio.db.schema import interactions
+from amelio.openai_compat import chat_completions, parse_chat_request
 from amelio.quality import quality_metrics
 from amelio.server import create_app
 from amelio.testing import FakeLLMServer, LiveServer
@@ -133,6 +134,33 @@ def test_streaming_relays_chunks_then_the_amelio_chunk(
     stored = get_interaction(ws, extra["interactionId"])
     assert stored["answer"] == FORCE and stored["model"] == "fake-large"
     assert stored["outputTokens"] == usage.completion_tokens
+
+
+def test_the_library_relays_a_stream_without_the_service(
+        ws: Workspace, upstream: FakeLLMServer) -> None:
+    """chat_completions() (a script, no event loop) relays the same stream as the
+    service does on its loop: the chunks, the footnotes before the finish, the
+    amelio chunk, one stored interaction."""
+    upstream.reply(FORCE)
+    raw = json.dumps({"model": "amelio", "stream": True, "amelio": {"footnotes": True},
+                      "messages": [{"role": "user", "content": QUESTION}]}).encode()
+    result = chat_completions(ws, parse_chat_request(raw, ws.settings))
+    assert result.chunks is not None and isinstance(result.chunks, Iterator)
+    events = [line[6:] for part in result.chunks for line in part.decode().split("\n")
+              if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    text = "".join(c["choices"][0]["delta"].get("content") or ""
+                   for c in chunks if c.get("choices"))
+    assert text == f"{FORCE}\n\n{FOOTNOTE}"
+    finishing = [i for i, c in enumerate(chunks)
+                 if c.get("choices") and c["choices"][0].get("finish_reason")]
+    footnote = next(i for i, c in enumerate(chunks) if c.get("choices")
+                    and FOOTNOTE in (c["choices"][0]["delta"].get("content") or ""))
+    assert finishing and footnote < finishing[0]
+    extra = chunks[-1]["amelio"]
+    assert get_interaction(ws, extra["interactionId"])["answer"] == FORCE
+    assert _rows(ws) == 1
 
 
 def test_tools_pass_through_and_the_answer_after_the_tool_result_is_logged(

@@ -327,6 +327,20 @@ def _header(setting: str) -> str:
     return HEADERS.get(setting, setting)
 
 
+# Runs on every prompt, so it is built once: only the columns the block needs, and
+# only the rules it may use (global ones and the hinted skills'), in
+# list_learnings' order. An empty expanding IN matches nothing.
+_BLOCK_QUERY = (
+    sa.select(learnings.c.id, learnings.c.rule, learnings.c.helpful, learnings.c.harmful,
+              learnings.c.last_seen_at)
+    .where(learnings.c.project_id == sa.bindparam("project_id"),
+           learnings.c.status == "active",
+           sa.or_(learnings.c.skill.is_(None),
+                  learnings.c.skill.in_(sa.bindparam("skills", expanding=True))))
+    .order_by(learnings.c.last_seen_at.desc(), learnings.c.id.desc())
+)
+
+
 def prompt_block(
     ws: Workspace, *, project: str = DEFAULT_PROJECT, skills: Sequence[str] = (),
     budget: int | None = None, ordering: str | None = None, conn: sa.Connection | None = None,
@@ -341,18 +355,9 @@ def prompt_block(
     budget = settings.learnings_budget if budget is None else budget
     ordering = ordering or settings.learnings_ordering
     sync_file(ws, project)
-    # Runs on every prompt: only the columns the block needs, and only the rules it
-    # may use (global ones and the hinted skills'), in list_learnings' order.
-    scope: sa.ColumnElement[bool] = learnings.c.skill.is_(None)
-    if skills:
-        scope = sa.or_(scope, learnings.c.skill.in_(sorted(set(skills))))
     with db.reading(conn or ws.engine) as c:
-        items = list(c.execute(
-            sa.select(learnings.c.id, learnings.c.rule, learnings.c.helpful,
-                      learnings.c.harmful, learnings.c.last_seen_at)
-            .where(learnings.c.project_id == project_id(c, project),
-                   learnings.c.status == "active", scope)
-            .order_by(learnings.c.last_seen_at.desc(), learnings.c.id.desc())))
+        items = list(c.execute(_BLOCK_QUERY, {"project_id": project_id(c, project),
+                                              "skills": sorted(set(skills))}))
     if ordering == "helpful":
         items.sort(key=lambda x: (-(x.helpful - x.harmful), -x.last_seen_at.timestamp(), -x.id))
     lines: list[str] = []

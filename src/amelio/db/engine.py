@@ -7,6 +7,7 @@ code, so a service never runs against tables it does not understand.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,8 +56,12 @@ def _sqlite_begin(conn: sa.Connection) -> None:
     # A write transaction that starts DEFERRED reads, then fails with "database
     # is locked" (no waiting) when another writer committed meanwhile. IMMEDIATE
     # takes the write lock up front, so writers queue on busy_timeout instead.
-    immediate = conn.get_execution_options().get("amelio_write", False)
-    conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+    # A read (see reading()) needs no transaction at all: each statement reads a
+    # consistent snapshot on its own, as on PostgreSQL in autocommit.
+    options = conn.get_execution_options()
+    if options.get("amelio_read", False):
+        return
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if options.get("amelio_write", False) else "BEGIN")
 
 
 @contextmanager
@@ -84,9 +89,12 @@ def reading(bind: sa.Engine | sa.Connection) -> Iterator[sa.Connection]:
         yield bind
         return
     with bind.connect() as conn:
+        # Reads need no transaction: skip BEGIN and ROLLBACK (round trips on
+        # PostgreSQL). Each statement still reads one consistent snapshot.
         if conn.dialect.name == "postgresql":
-            # Reads need no transaction: skip the BEGIN and ROLLBACK round trips.
             conn.execution_options(isolation_level="AUTOCOMMIT")
+        else:
+            conn.execution_options(amelio_read=True)
         yield conn
 
 
@@ -108,12 +116,48 @@ def create_engine(url: str, **kwargs: Any) -> sa.Engine:
         sa.event.listen(engine, "connect", _sqlite_pragmas)
         sa.event.listen(engine, "begin", _sqlite_begin)
         return engine
-    kwargs.setdefault("pool_pre_ping", True)
     try:
-        return sa.create_engine(parsed, **kwargs)
+        engine = sa.create_engine(parsed, **kwargs)
     except ModuleNotFoundError as exc:
         raise ConfigError(f"The database driver for {parsed.drivername} is not installed: "
                           "pip install 'amelio[postgres]'.") from exc
+    if not kwargs.get("pool_pre_ping"):
+        _ping_when_idle(engine)
+    return engine
+
+
+#: A pooled PostgreSQL connection idle longer than this is pinged before use.
+PING_AFTER_IDLE_S = 1.0
+
+
+def _ping_when_idle(engine: sa.Engine) -> None:
+    """``pool_pre_ping``, without its round trip on every checkout.
+
+    A pooled connection goes stale when the server restarts or something in
+    between drops idle connections: both strike connections that sat idle. One
+    back in the pool for under :data:`PING_AFTER_IDLE_S` is handed out as it is,
+    so a busy service pays no ping per request (three per chat request with
+    ``pool_pre_ping``); one idle longer is pinged, and a dead one is replaced
+    before anyone sees it. A connection that dies within the second is caught by
+    SQLAlchemy's own disconnect handling, which empties the pool: one request
+    fails with a database error, and the next gets fresh connections.
+    """
+    dialect = engine.dialect
+
+    @sa.event.listens_for(engine.pool, "checkin")
+    def _checked_in(_dbapi_connection: Any, record: Any) -> None:
+        if record is not None:
+            record.info["amelio_idle_since"] = time.monotonic()
+
+    @sa.event.listens_for(engine.pool, "checkout")
+    def _checked_out(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("amelio_idle_since")
+        if since is None or time.monotonic() - since < PING_AFTER_IDLE_S:
+            return  # new (just connected) or back in the pool a moment ago
+        try:
+            dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            raise sa.exc.DisconnectionError(f"stale pooled connection: {exc}") from exc
 
 
 def _alembic_config(engine: sa.Engine) -> AlembicConfig:

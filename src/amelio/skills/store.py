@@ -254,6 +254,14 @@ _seen: weakref.WeakKeyDictionary[
 _seen_lock = threading.Lock()
 
 
+# The hot path's one query, built once (building it costs more than running it).
+_STAMP_GLOBAL = sa.select(skills.c.id, skills.c.version).where(
+    skills.c.project_id.is_(None)).order_by(skills.c.id)
+_STAMP = sa.select(skills.c.id, skills.c.version).where(sa.or_(
+    skills.c.project_id.is_(None), skills.c.project_id == sa.bindparam("project_id"))
+).order_by(skills.c.id)
+
+
 def visible_skills(engine: sa.Engine | sa.Connection, project: str | None = None
                    ) -> tuple[Skill, ...]:
     """:func:`list_skills` for the hot path (routing every message): the same skills,
@@ -267,8 +275,7 @@ def visible_skills(engine: sa.Engine | sa.Connection, project: str | None = None
     with db.reading(engine) as conn:
         pid = _pid(conn, project)
         stamp = tuple((int(i), int(v)) for i, v in conn.execute(
-            sa.select(skills.c.id, skills.c.version).where(_visible_scope(pid))
-            .order_by(skills.c.id)))
+            _STAMP_GLOBAL if pid is None else _STAMP, {"project_id": pid}))
         with _seen_lock:
             cached = _seen.get(conn.engine, {}).get(project)
         if cached is not None and cached[0] == stamp:

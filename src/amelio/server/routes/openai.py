@@ -8,9 +8,11 @@ headers themselves: FastAPI's own validation would answer in Amelio's shape.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
@@ -22,10 +24,12 @@ from amelio.keys import ApiKey
 from amelio.openai_compat import (
     ChatResult,
     OpenAICompatError,
-    chat_completions,
+    PendingStream,
+    aclose_clients,
     from_amelio_error,
     list_models,
     parse_chat_request,
+    start_chat,
 )
 from amelio.projects import DEFAULT_PROJECT
 from amelio.server.auth import authorize_project, require
@@ -33,7 +37,15 @@ from amelio.server.params import PROJECT_PATTERN
 
 __all__ = ["ERROR_RESPONSES", "router"]
 
-router = APIRouter(tags=["openai-compatible"])
+@asynccontextmanager
+async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:  # the upstream connections opened on this loop for streams
+        await aclose_clients()
+
+
+router = APIRouter(tags=["openai-compatible"], lifespan=lifespan)
 _bearer = HTTPBearer(auto_error=False, description="An Amelio bot key: `amelio keys create`.")
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 _require_bot = require("bot")
@@ -131,8 +143,9 @@ def _key(request: Request, credentials: HTTPAuthorizationCredentials | None) -> 
 
 
 def _answer(request: Request, credentials: HTTPAuthorizationCredentials | None, raw: bytes
-            ) -> ChatResult:
-    """Key, project, body, answer: one trip to the thread pool, as each trip costs."""
+            ) -> ChatResult | PendingStream:
+    """Key, project, body, answer: one trip to the thread pool, as each trip costs; a
+    stream to an OpenAI upstream is then opened and relayed on the event loop."""
     ws = request.app.state.workspace
     key = _key(request, credentials)
     project = request.headers.get("x-amelio-project") or (
@@ -140,7 +153,7 @@ def _answer(request: Request, credentials: HTTPAuthorizationCredentials | None, 
     authorize_project(ws.engine, key, project)
     footnotes = request.headers.get("x-amelio-footnotes", "").strip().lower() in _TRUE
     call = parse_chat_request(raw, ws.settings, footnotes_header=footnotes)
-    return chat_completions(ws, call, project=project)
+    return start_chat(ws, call, project=project)
 
 
 @router.post("/v1/chat/completions", summary="OpenAI-compatible chat completions",
@@ -155,6 +168,8 @@ async def chat_completions_route(request: Request, credentials: Credentials) -> 
             raise OpenAICompatError(status, str(exc.detail), code="input_too_large"
                                     if status == 413 else "invalid_input") from None
         result = await run_in_threadpool(_answer, request, credentials, raw)
+        if isinstance(result, PendingStream):
+            result = await result.open()
     except OpenAICompatError as exc:
         return _error(exc)
     except AmelioError as exc:
