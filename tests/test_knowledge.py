@@ -11,12 +11,13 @@ import sqlalchemy as sa
 
 from amelio import knowledge
 from amelio.config import Settings
-from amelio.db.schema import knowledge_chunks, knowledge_postings, knowledge_queue
+from amelio.db.schema import knowledge_chunks, knowledge_queue
 from amelio.errors import ConfigError, InputTooLarge, InvalidInput, NotFound
 from amelio.knowledge import Source
-from amelio.knowledge.index import embedder_for, prepare_source, search
+from amelio.knowledge.index import collection_name, embedder_for, prepare_source, search
 from amelio.knowledge.sync import CLAIM_SECONDS, _claim
 from amelio.llm.fake import ScriptedProvider
+from amelio.search.engine import open_collection
 from amelio.testing import FakeLLMServer
 from amelio.workspace import Workspace, open_workspace
 
@@ -130,11 +131,11 @@ def test_citations_point_at_the_right_chunks(ws: Workspace) -> None:
 def test_resync_is_idempotent_and_newer_replaces(ws: Workspace) -> None:
     knowledge.enqueue(ws, "support", [src("T-1", REFUND)])
     knowledge.drain(ws)
-    postings = count(ws, knowledge_postings)
+    chunks = count(ws, knowledge_chunks)
     again = knowledge.enqueue(ws, "support", [src("T-1", REFUND)])
     older = knowledge.enqueue(ws, "support", [src("T-1", "old text", T0 - timedelta(days=1))])
     assert again.unchanged == ("T-1",) and older.unchanged == ("T-1",)
-    assert count(ws, knowledge_queue) == 0 and count(ws, knowledge_postings) == postings
+    assert count(ws, knowledge_queue) == 0 and count(ws, knowledge_chunks) == chunks
 
     # Two newer versions before the worker runs: only the newest is kept.
     knowledge.enqueue(ws, "support", [src("T-1", "Refunds need the manager's approval.",
@@ -147,8 +148,9 @@ def test_resync_is_idempotent_and_newer_replaces(ws: Workspace) -> None:
     assert stored["updatedAt"] == (T0 + timedelta(hours=2)).isoformat()
     assert knowledge.answer_question(ws, "support", "vouchers").citations[0].source_id == "T-1"
     assert knowledge.answer_question(ws, "support", "receipt").citations == ()
-    assert count(ws, knowledge_chunks) == 1  # the old chunks and postings are gone
-    assert count(ws, knowledge_postings) == 8  # "t", "1" (the title) + 6 words
+    assert count(ws, knowledge_chunks) == 1  # the old chunks are gone, from the index too
+    index = open_collection(ws.settings, collection_name(knowledge.get_notebook(ws, "support").id))
+    assert index.count() == 1
 
 
 def test_delete_removes_the_source_and_any_queued_version(ws: Workspace) -> None:
@@ -157,9 +159,8 @@ def test_delete_removes_the_source_and_any_queued_version(ws: Workspace) -> None
     knowledge.delete_source(ws, "support", "wiki/vpn")
     assert knowledge.answer_question(ws, "support", "VPN password").citations == ()
     assert count(ws, knowledge_chunks) == 1
-    with ws.engine.connect() as conn:
-        assert conn.scalar(sa.select(sa.func.count()).where(
-            knowledge_postings.c.term == "vpn")) == 0
+    nid = knowledge.get_notebook(ws, "support").id
+    assert open_collection(ws.settings, collection_name(nid)).lexical("vpn", 5) == []
     # A version still queued cannot bring a deleted source back.
     knowledge.enqueue(ws, "support", [src("T-9", REFUND + " Updated.", T0 + timedelta(1))])
     knowledge.delete_source(ws, "support", "T-9")
@@ -309,10 +310,10 @@ def test_semantic_retrieval_finds_what_words_miss(ws: Workspace) -> None:
                                       src("T-9", REFUND)])
     knowledge.drain(ws, indexer=lambda s: prepare_source(s, chunk_chars=200, embedder=embedder))
     nid = knowledge.get_notebook(ws, "support").id
-    assert search(ws.engine, nid, "automobile") == []  # no shared word
-    [hit, *_] = search(ws.engine, nid, "automobile", embedder=embedder)
+    assert search(ws.settings, ws.engine, nid, "automobile") == []  # no shared word
+    [hit, *_] = search(ws.settings, ws.engine, nid, "automobile", embedder=embedder)
     assert hit.source_id == "fleet" and hit.semantic is not None and hit.lexical == 0
-    both = search(ws.engine, nid, "refund money", embedder=embedder)
+    both = search(ws.settings, ws.engine, nid, "refund money", embedder=embedder)
     assert both[0].source_id == "T-9" and both[0].lexical > 0 and both[0].semantic
     answer = knowledge.answer_question(ws, "support", "automobile", embedder=embedder)
     assert answer.citations[0].source_id == "fleet"

@@ -21,9 +21,12 @@ from amelio.errors import InvalidInput
 from amelio.feedback import Collector, new_event_id
 from amelio.feedback.tokens import token_signer
 from amelio.search import Corpus, Searcher, SearchResponse, aggregate, rebuild
+from amelio.search.engine import workspace_corpus
 from amelio.search.signals import SwapCounts, fit_pbm, signals_for, utility
 from amelio.search.simulate import _examined_as_shown, ndcg_at, simulate
 from amelio.search.simulate import click_events as sim_click_events
+from amelio.search.store import DocumentStore
+from amelio.search.tantivy_engine import TantivyEngine
 from amelio.server import create_app
 from amelio.workspace import Workspace
 
@@ -45,8 +48,9 @@ def write_jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
 
 
 @pytest.fixture
-def corpus(workspace: Workspace, tmp_path: Path) -> Corpus:
-    c = Corpus.for_workspace(workspace.settings.data_dir)
+def corpus(workspace: Workspace, tmp_path: Path) -> DocumentStore:
+    """The workspace's corpus on the default engine."""
+    c = workspace_corpus(workspace.settings)
     c.import_file(write_jsonl(tmp_path / "docs.jsonl", DOCS))
     return c
 
@@ -80,12 +84,19 @@ def click_events(response: SearchResponse, doc_id: str, session: str, *, dwell_m
     return events
 
 
-# -- the corpus ------------------------------------------------------------------------
+# -- the corpus (each embedded engine) ----------------------------------------------------
 
 
-def test_import_reads_beir_and_ndjson_updates_and_deletes(sqlite_workspace: Workspace,
-                                                          tmp_path: Path) -> None:
-    c = Corpus.for_workspace(sqlite_workspace.settings.data_dir)
+@pytest.fixture(params=[Corpus, TantivyEngine], ids=["fts5", "tantivy"])
+def store(request: pytest.FixtureRequest) -> type[DocumentStore]:
+    """Each embedded engine: the same documents must give the same answers."""
+    engine: type[DocumentStore] = request.param
+    return engine
+
+
+def test_import_reads_beir_and_ndjson_updates_and_deletes(
+        store: type[DocumentStore], sqlite_workspace: Workspace, tmp_path: Path) -> None:
+    c = store.for_workspace(sqlite_workspace.settings.data_dir)
     assert c.import_file(write_jsonl(tmp_path / "a.jsonl", DOCS)).total == 5
     report = c.import_file(write_jsonl(tmp_path / "b.jsonl", [
         {"docId": "refund", "title": "Refund policy", "body": "Refunds within 14 days.",
@@ -96,21 +107,21 @@ def test_import_reads_beir_and_ndjson_updates_and_deletes(sqlite_workspace: Work
     assert [h.doc_id for h in c.lexical("invoice", 5)] == []
     assert [h.doc_id for h in c.lexical("refund policy", 5)] == ["refund"]
     # a fresh Corpus on the same workspace (another process) sees the same index
-    assert Corpus.for_workspace(sqlite_workspace.settings.data_dir).count() == 4
+    assert store.for_workspace(sqlite_workspace.settings.data_dir).count() == 4
 
 
-def test_a_line_without_an_id_is_refused_with_its_line(sqlite_workspace: Workspace,
-                                                       tmp_path: Path) -> None:
-    c = Corpus.for_workspace(sqlite_workspace.settings.data_dir)
+def test_a_line_without_an_id_is_refused_with_its_line(
+        store: type[DocumentStore], sqlite_workspace: Workspace, tmp_path: Path) -> None:
+    c = store.for_workspace(sqlite_workspace.settings.data_dir)
     bad = write_jsonl(tmp_path / "bad.jsonl", [DOCS[0], {"title": "no id", "text": "x"}])
     with pytest.raises(InvalidInput, match=r"bad.jsonl line 2: the document has no id"):
         c.import_file(bad)
     assert c.count() == 0  # checked before anything is written
 
 
-def test_lexical_folds_accents_and_ignores_fts_syntax(sqlite_workspace: Workspace,
-                                                     tmp_path: Path) -> None:
-    c = Corpus.for_workspace(sqlite_workspace.settings.data_dir)
+def test_lexical_folds_accents_and_ignores_fts_syntax(
+        store: type[DocumentStore], sqlite_workspace: Workspace, tmp_path: Path) -> None:
+    c = store.for_workspace(sqlite_workspace.settings.data_dir)
     c.import_file(write_jsonl(tmp_path / "fr.jsonl", [
         {"_id": "1", "title": "Réinitialiser le mot de passe", "text": "Paramètres."}]))
     assert [h.doc_id for h in c.lexical("REINITIALISER", 3)] == ["1"]
@@ -118,11 +129,11 @@ def test_lexical_folds_accents_and_ignores_fts_syntax(sqlite_workspace: Workspac
 
 
 def test_a_title_match_outranks_body_matches_and_survives_the_cut(
-        sqlite_workspace: Workspace, tmp_path: Path) -> None:
+        store: type[DocumentStore], sqlite_workspace: Workspace, tmp_path: Path) -> None:
     """Titles count double: a document naming the query in its title beats six that
     mention it once in a longer body (it would lose with both fields weighted 1), and
     the candidate cut keeps it however few are asked for."""
-    c = Corpus.for_workspace(sqlite_workspace.settings.data_dir)
+    c = store.for_workspace(sqlite_workspace.settings.data_dir)
     c.import_file(write_jsonl(tmp_path / "engines.jsonl", [
         {"_id": "title", "title": "Turbine blade cooling",
          "text": "How the blades are cooled under load in the hot section of the engine."},
@@ -138,13 +149,13 @@ def test_a_title_match_outranks_body_matches_and_survives_the_cut(
     assert [h.doc_id for h in c.lexical("turbine", 1)] == ["title"]
 
 
-def test_lexical_results_are_sorted_by_the_score_they_report(sqlite_workspace: Workspace,
-                                                             tmp_path: Path) -> None:
+def test_lexical_results_are_sorted_by_the_score_they_report(
+        store: type[DocumentStore], sqlite_workspace: Workspace, tmp_path: Path) -> None:
     """The order, the LIMIT cut and the reported score are one number, so each
     shorter list is the head of the longer one, and the bm25 profile shows them so."""
     rng = random.Random(3)
     words = [f"w{i}" for i in range(40)]
-    c = Corpus.for_workspace(sqlite_workspace.settings.data_dir)
+    c = store.for_workspace(sqlite_workspace.settings.data_dir)
     c.import_file(write_jsonl(tmp_path / "random.jsonl", [
         {"_id": f"d{i}", "title": " ".join(rng.choices(words, k=rng.randint(1, 6))),
          "text": " ".join(rng.choices(words, k=rng.randint(5, 60)))} for i in range(300)]))

@@ -41,9 +41,6 @@ CONFIG_FILE = "amelio.toml"
 DATA_DIR = ".amelio"
 ENV_PREFIX = "AMELIO_"
 
-SearchBackend = Literal["embedded", "vespa"]
-
-
 class Settings(BaseSettings):
     """Amelio's settings. Field descriptions are the user-facing help text."""
 
@@ -273,8 +270,10 @@ class Settings(BaseSettings):
         "recorded as explored), so documents with little evidence get shown and judged; 0: "
         "never explore."
     )
-    search_backend: SearchBackend = Field(
-        default="embedded", description="Search backend: embedded (in-process) or vespa."
+    search_backend: str = Field(
+        default="embedded", pattern=r"^[a-z][a-z0-9_-]{0,39}$",
+        description="Search engine: embedded (the default, tantivy), tantivy, fts5 (SQLite "
+        "FTS5), vespa, or one a plugin adds.",
     )
     vespa_url: str = Field(default="", description="Vespa endpoint when search_backend=vespa.")
     host: str = Field(default="127.0.0.1", description="Address `amelio serve` binds to.")

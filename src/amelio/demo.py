@@ -24,8 +24,9 @@ from amelio.errors import ConfigError
 from amelio.feedback import Collector
 from amelio.improve.nightly import run_improve
 from amelio.llm.fake import ScriptedProvider
-from amelio.quality import give_feedback
-from amelio.search import Corpus, Searcher, aggregate, optional_embedder
+from amelio.quality import give_answer_feedback
+from amelio.search import Searcher, aggregate, optional_embedder
+from amelio.search.engine import workspace_corpus
 from amelio.search.simulate import click_events
 from amelio.workspace import Workspace, init_workspace
 
@@ -65,8 +66,8 @@ def load_recorded_interactions(ws: Workspace, path: Path | None = None) -> int:
         reply = respond(ws, record["message"], project=record.get("project", "default"),
                         provider=ScriptedProvider(default=record["answer"], model="recorded"))
         for vote in record.get("feedback", ()):
-            give_feedback(ws, reply.interaction_id, vote["kind"], comment=vote.get("comment"),
-                          user=vote.get("user"))
+            give_answer_feedback(ws, reply.interaction_id, vote["kind"],
+                                 comment=vote.get("comment"), user=vote.get("user"))
         count += 1
     return count
 
@@ -75,7 +76,7 @@ def load_demo_corpus(ws: Workspace, path: Path | None = None) -> int:
     """Index the demo help-desk articles so search, feedback and signals work at
     once; returns how many were imported. Does nothing when the corpus already
     has documents: a re-run must not replace what someone imported."""
-    corpus = Corpus.for_workspace(ws.settings.data_dir)
+    corpus = workspace_corpus(ws.settings)
     if corpus.count():
         return 0
     return corpus.import_file(path or _example("demo") / "corpus.jsonl",

@@ -2,7 +2,7 @@
 
 A plugin is any module or object with functions named after these specs and
 decorated with :data:`hookimpl`. Amelio's own built-ins (eval rule types, LLM
-providers, router scorers, notifiers) register through these same hooks, so a
+providers, router scorers, notifiers, search engines) register through these same hooks, so a
 third-party package has exactly the powers the core has.
 
 Each hook receives a ``register`` callable and calls it once per thing it adds;
@@ -39,3 +39,9 @@ def register_llm_providers(register: Callable[..., Any]) -> None:
 @hookspec
 def register_notifiers(register: Callable[..., Any]) -> None:
     """Add notifiers: ``register(notifier_type)`` with an :class:`amelio.notifiers.NotifierType`."""
+
+
+@hookspec
+def register_search_engines(register: Callable[..., Any]) -> None:
+    """Add search engines: ``register(engine_type)`` with an
+    :class:`amelio.search.engine.EngineType`; ``search_backend`` names one."""

@@ -30,6 +30,7 @@ _BUILTIN_PLUGINS: tuple[str, ...] = (
     "amelio.llm.openai",
     "amelio.llm.claude_cli",
     "amelio.notifiers",
+    "amelio.search.engine",
 )
 
 

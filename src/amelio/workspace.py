@@ -26,7 +26,7 @@ _TOML_TEMPLATE = """\
 # llm_provider = "openai"            # anthropic | openai | claude-cli | none
 # llm_model = "gpt-4o-mini"
 # llm_base_url = "http://localhost:11434/v1"
-# search_backend = "embedded"        # embedded | vespa
+# search_backend = "embedded"        # embedded (tantivy) | tantivy | fts5 | vespa
 # host = "127.0.0.1"
 # port = 8000
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import click
@@ -16,7 +17,8 @@ from amelio.cli._common import (
     table,
     workspace,
 )
-from amelio.search import PROFILES, Corpus, Searcher, aggregate, optional_embedder, rebuild
+from amelio.search import PROFILES, Searcher, aggregate, optional_embedder, rebuild
+from amelio.search.engine import workspace_corpus
 from amelio.search.service import query_key
 from amelio.search.signals import signals_for
 from amelio.search.simulate import USER_MODELS, simulate
@@ -24,7 +26,7 @@ from amelio.search.simulate import USER_MODELS, simulate
 
 @main.group("corpus")
 def corpus_group() -> None:
-    """The search corpus (an FTS5 index under the workspace)."""
+    """The search corpus: the workspace's documents and their index (search_backend)."""
 
 
 @corpus_group.command("import")
@@ -37,13 +39,32 @@ def import_command(ctx: click.Context, file: Path, as_json: bool) -> None:
     replaced, a line with "deleted": true deletes its document. With amelio[semantic]
     installed, documents are embedded for the semantic profiles as they are imported."""
     ws = workspace(ctx)
-    report = Corpus.for_workspace(ws.settings.data_dir).import_file(
+    report = workspace_corpus(ws.settings).import_file(
         file, embedder=optional_embedder(ws.settings))
     if as_json:
         print_json(report.to_dict())
         return
     click.echo(f"{report.upserted} document(s) imported, {report.deleted} deleted; "
                f"{report.total} in the corpus.")
+
+
+@corpus_group.command("reindex")
+@json_option
+@click.pass_context
+@handle_errors
+def reindex_command(ctx: click.Context, as_json: bool) -> None:
+    """Build the search index again from the stored documents: after changing
+    search_backend (e.g. from fts5 to the default tantivy), or to start an index
+    afresh. Searches rebuild a stale index themselves; this does it ahead of time."""
+    ws = workspace(ctx)
+    corpus = workspace_corpus(ws.settings)
+    started = time.perf_counter()
+    count = corpus.reindex()
+    seconds = time.perf_counter() - started
+    if as_json:
+        print_json({"engine": corpus.name, "documents": count, "seconds": round(seconds, 3)})
+        return
+    click.echo(f"{count} document(s) indexed by {corpus.name} in {seconds:.1f} s.")
 
 
 @main.command("search")
@@ -148,6 +169,9 @@ def show_command(ctx: click.Context, query: str, as_json: bool) -> None:
 @click.option("--explore", type=float, default=None,
               help="Share of training responses that explore by Thompson sampling "
                    "(default: search_thompson).")
+@click.option("--engine", default=None,
+              help="Embedded engine that indexes the data set: embedded, tantivy or fts5 "
+                   "(default: search_backend).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               default=Path("simulation"), show_default=True,
               help="Folder for simulation.csv, .json and .png.")
@@ -155,11 +179,12 @@ def show_command(ctx: click.Context, query: str, as_json: bool) -> None:
 @handle_errors
 def simulate_command(dataset: Path, sessions_per_query: int, click_model: str, seed: int,
                      rounds: int, eval_sessions: int, alpha: float, explore: float | None,
-                     out: Path, as_json: bool) -> None:
+                     engine: str | None, out: Path, as_json: bool) -> None:
     """Simulated users click on search results; report NDCG@10 and CTR@3 per profile."""
     result = simulate(dataset, sessions_per_query=sessions_per_query, user_model=click_model,
                       seed=seed, rounds=rounds, eval_sessions=eval_sessions, alpha=alpha,
-                      thompson=explore, progress=None if as_json else click.echo)
+                      thompson=explore, engine=engine,
+                      progress=None if as_json else click.echo)
     files = result.write(out)
     if as_json:
         print_json(result.to_dict())

@@ -7,7 +7,8 @@ from pathlib import Path
 import click
 
 from amelio.cli._common import handle_errors, json_option, main, print_json, workspace
-from amelio.search.corpus import Corpus, read_documents
+from amelio.search.documents import read_documents
+from amelio.search.engine import workspace_corpus
 from amelio.search.vespa import FeedReport, feed, sync_signals, write_package
 
 _URL = click.option("--url", default=None,
@@ -60,7 +61,7 @@ def feed_command(ctx: click.Context, file: Path | None, url: str | None, concurr
     """Send the corpus to Vespa (document/v1; a known id is replaced)."""
     ws = workspace(ctx)
     items = (list(read_documents(file)) if file is not None
-             else Corpus.for_workspace(ws.settings.data_dir).all_documents())
+             else workspace_corpus(ws.settings).all_documents())
     report = feed(url or ws.settings.vespa_url, items, concurrency=concurrency)
     _report("document(s)", report, as_json)
 

@@ -27,7 +27,6 @@ __all__ = [
     "interactions",
     "knowledge_chunks",
     "knowledge_notebooks",
-    "knowledge_postings",
     "knowledge_queue",
     "knowledge_sources",
     "learning_files",
@@ -513,19 +512,6 @@ knowledge_chunks = sa.Table(
     sa.Column("token_count", sa.Integer, nullable=False),
     sa.Column("embedding_model", sa.String(200), nullable=True),
     sa.Column("embedding", sa.JSON(none_as_null=True), nullable=True),
-)
-
-knowledge_postings = sa.Table(
-    "knowledge_postings",
-    metadata,
-    sa.Column(
-        "chunk_id", sa.Integer, sa.ForeignKey("knowledge_chunks.id", ondelete="CASCADE"),
-        primary_key=True,
-    ),
-    sa.Column("term", sa.String(64), primary_key=True),
-    sa.Column("notebook_id", sa.Integer, nullable=False),
-    sa.Column("tf", sa.Integer, nullable=False),
-    sa.Index("ix_knowledge_postings_notebook_term", "notebook_id", "term"),
 )
 
 # The durable sync queue: a row per source waiting to be indexed. ``pending``

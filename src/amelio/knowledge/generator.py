@@ -92,8 +92,8 @@ def generate_skill(ws: Workspace, notebook: str, objective: str, *,
                            field="objective")
     with ws.engine.connect() as conn:
         nid = notebook_id(conn, notebook, project)
-    passages = tuple(search(ws.engine, nid, objective, top_k=max(PASSAGES,
-                                                                 ws.settings.knowledge_top_k),
+    passages = tuple(search(ws.settings, ws.engine, nid, objective,
+                            top_k=max(PASSAGES, ws.settings.knowledge_top_k),
                             embedder=embedder_for(ws.settings)))
     if not passages:
         raise InvalidInput(f"Notebook {notebook!r} has nothing about {objective!r}: sync "

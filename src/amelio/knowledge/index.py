@@ -5,29 +5,33 @@ boundaries when they fit, else on sentences, else on spaces; Markdown headings
 start a new chunk, so a chunk tends to be one section. Each chunk keeps its
 character span in the source, which is what a citation points at.
 
-The lexical index is a postings table (term, chunk, term frequency) in the
-database, over the same folded tokens the router uses
-(:func:`amelio.text.tokens`), with plurals folded by Harman's S-stemmer
-(``refunds`` finds ``refund``; it is light enough for French too): it survives
-restarts, every process sharing the database sees it, and a query reads only
-the postings of its own terms. Scoring is Okapi BM25 with the notebook's chunk
-count and mean length.
+The index is a search engine collection of its own per notebook
+(:func:`amelio.search.engine.open_collection`: tantivy by default, FTS5 when
+``search_backend = "fts5"``), so knowledge and search share one lexical engine
+and one hybrid fusion (:func:`amelio.search.fusion.first_phase`). The chunks
+stay in the database, which is the truth every process and machine shares; a
+collection is derived from them and catches up before it answers: it records a
+fingerprint of its notebook's chunk ids, and a query that finds it different
+indexes the chunks added since and forgets those removed. Terms are the folded
+tokens the router uses (:func:`amelio.text.tokens`) with plurals folded by
+Harman's S-stemmer (``refunds`` finds ``refund``; it is light enough for French
+too), and the chunk's source title is indexed with it.
 
 Semantic retrieval is an add-on: when ``knowledge_embedding_model`` names a
 model (``wordllama``, shipped with ``amelio[semantic]``, or a sentence-transformers
 model with ``amelio[embeddings]``; see :mod:`amelio.embeddings`), each chunk
-also stores its embedding and a query fuses the lexical and semantic rankings
-by reciprocal rank. Any object with a ``model`` name and an ``embed`` method
-(:class:`Embedder`) can stand in for it; tests use a small deterministic one.
+also stores its embedding, the collection holds the same vectors, and a query
+mixes lexical and semantic scores with weight :data:`ALPHA`. Any object with a
+``model`` name and an ``embed`` method (:class:`Embedder`) can stand in for it;
+tests use a small deterministic one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
-import math
 import re
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -36,9 +40,13 @@ import sqlalchemy as sa
 
 from amelio import db
 from amelio.config import Settings
-from amelio.db.schema import knowledge_chunks, knowledge_postings, knowledge_sources, utcnow
+from amelio.db.schema import knowledge_chunks, knowledge_sources, utcnow
 from amelio.embeddings import Embedder, load_embedder
 from amelio.knowledge.model import Source, aware
+from amelio.search.documents import Deletion, Document
+from amelio.search.engine import open_collection
+from amelio.search.fusion import first_phase
+from amelio.search.store import DocumentStore
 from amelio.text import tokens
 
 __all__ = [
@@ -47,6 +55,7 @@ __all__ = [
     "Passage",
     "Span",
     "chunk_text",
+    "collection_name",
     "embedder_for",
     "prepare_source",
     "search",
@@ -54,8 +63,12 @@ __all__ = [
 ]
 
 MAX_TERM = 64
-K1, B = 1.2, 0.75
-RRF_K = 60  # reciprocal rank fusion's constant: rank 1 weighs 1/61, rank 10 1/70
+#: The semantic weight when a notebook has embeddings: lexical and semantic count
+#: alike (search's hybrid measured best at 0.5 on Cranfield, docs/search.md).
+ALPHA = 0.5
+#: Candidates each side offers the fusion for every passage asked for.
+CANDIDATES_PER_PASSAGE = 4
+_SYNC_BATCH = 500
 
 _PARAGRAPH = re.compile(r"\n[ \t]*\n")
 _SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+")
@@ -195,7 +208,7 @@ def write_source(conn: sa.Connection, notebook_id: int, prepared: IndexedSource,
     else:
         source_row = int(row.id)
         conn.execute(knowledge_chunks.delete().where(
-            knowledge_chunks.c.source_row_id == source_row))  # postings cascade
+            knowledge_chunks.c.source_row_id == source_row))
         conn.execute(knowledge_sources.update().where(knowledge_sources.c.id == source_row)
                      .values(**values))
     if not prepared.spans:
@@ -206,13 +219,7 @@ def write_source(conn: sa.Connection, notebook_id: int, prepared: IndexedSource,
              "embedding_model": prepared.embedding_model,
              "embedding": prepared.embeddings[i] if prepared.embeddings else None}
             for i, s in enumerate(prepared.spans)]
-    ids = conn.execute(knowledge_chunks.insert().returning(
-        knowledge_chunks.c.id, sort_by_parameter_order=True), rows).scalars().all()
-    postings = [{"chunk_id": cid, "term": term, "notebook_id": notebook_id, "tf": tf}
-                for cid, counts in zip(ids, prepared.terms, strict=True)
-                for term, tf in counts.items()]
-    if postings:
-        conn.execute(knowledge_postings.insert(), postings)
+    conn.execute(knowledge_chunks.insert(), rows)
     return "indexed"
 
 
@@ -247,67 +254,67 @@ class Passage:
                 "semanticScore": None if self.semantic is None else round(self.semantic, 6)}
 
 
-def _bm25(conn: sa.Connection, notebook_id: int, terms: Sequence[str]
-          ) -> dict[int, tuple[float, list[str]]]:
-    ch, po = knowledge_chunks, knowledge_postings
-    n, total = conn.execute(sa.select(sa.func.count(), sa.func.coalesce(
-        sa.func.sum(ch.c.token_count), 0)).where(ch.c.notebook_id == notebook_id)).one()
-    if not n or not terms:
-        return {}
-    avgdl = total / n
-    rows = conn.execute(
-        sa.select(po.c.chunk_id, po.c.term, po.c.tf, ch.c.token_count)
-        .join(ch, ch.c.id == po.c.chunk_id)
-        .where(po.c.notebook_id == notebook_id, po.c.term.in_(terms))).all()
-    df = Counter(r.term for r in rows)
-    found: dict[int, tuple[float, list[str]]] = {}
-    for r in rows:
-        idf = math.log(1 + (n - df[r.term] + 0.5) / (df[r.term] + 0.5))
-        norm = K1 * (1 - B + B * r.token_count / avgdl) if avgdl else K1
-        score, matched = found.get(r.chunk_id, (0.0, []))
-        matched.append(r.term)
-        found[r.chunk_id] = (score + idf * r.tf * (K1 + 1) / (r.tf + norm), matched)
-    return found
+def collection_name(notebook_id: int) -> str:
+    return f"knowledge-{notebook_id}"
 
 
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=False))
-    na = math.sqrt(sum(x * x for x in a))
-    nb = math.sqrt(sum(y * y for y in b))
-    return dot / (na * nb) if na and nb else 0.0
+def analyzed(text: str) -> str:
+    """``text`` as the collection indexes it: folded, plurals folded, space-joined."""
+    return " ".join(term(t) for t in tokens(text))
 
 
-def _semantic(conn: sa.Connection, notebook_id: int, question: str, embedder: Embedder,
-              limit: int) -> dict[int, float]:
-    """Brute-force cosine over the notebook's chunks embedded by the same model:
-    exact, and fast enough for a laptop-sized notebook."""
-    [query] = embedder.embed([question])
-    rows = conn.execute(sa.select(knowledge_chunks.c.id, knowledge_chunks.c.embedding).where(
-        knowledge_chunks.c.notebook_id == notebook_id,
-        knowledge_chunks.c.embedding_model == embedder.model)).all()
-    scored = sorted(((_cosine(query, r.embedding), r.id) for r in rows if r.embedding),
-                    reverse=True)[:limit]
-    return {cid: score for score, cid in scored if score > 0}
+def _fingerprint(conn: sa.Connection, notebook_id: int) -> int:
+    """A number that changes whenever a chunk of the notebook is added or removed
+    (chunk ids only grow; a rewritten source gets new ones)."""
+    ch = knowledge_chunks.c
+    count, top, total = conn.execute(
+        sa.select(sa.func.count(ch.id), sa.func.max(ch.id), sa.func.sum(ch.id))
+        .where(ch.notebook_id == notebook_id)).one()
+    digest = hashlib.sha256(f"{count}:{top}:{total}".encode()).hexdigest()
+    return int(digest[:15], 16)
 
 
-def search(bind: sa.Engine | sa.Connection, notebook_id: int, question: str, *,
-           top_k: int = 5, embedder: Embedder | None = None) -> list[Passage]:
-    """The ``top_k`` passages that best match ``question``, best first. Lexical
-    only, or fused with semantic ranks when an embedder is given."""
+def _catch_up(conn: sa.Connection, store: DocumentStore, notebook_id: int) -> None:
+    """Bring the collection to the notebook's chunks: index those added since it
+    last caught up (their embeddings too), forget those removed."""
+    stamp = _fingerprint(conn, notebook_id)
+    if store.get_meta("chunks") == stamp:
+        return
+    ch, src = knowledge_chunks, knowledge_sources
+    stored = {str(i) for i in conn.execute(
+        sa.select(ch.c.id).where(ch.c.notebook_id == notebook_id)).scalars()}
+    held = store.doc_ids()
+    store.apply([Deletion(d) for d in sorted(held - stored)])
+    added = sorted(int(d) for d in stored - held)
+    for start in range(0, len(added), _SYNC_BATCH):
+        batch = added[start:start + _SYNC_BATCH]
+        rows = conn.execute(
+            sa.select(ch.c.id, ch.c.text, ch.c.embedding_model, ch.c.embedding, src.c.title)
+            .join(src, src.c.id == ch.c.source_row_id).where(ch.c.id.in_(batch))).all()
+        store.apply([Document(str(r.id), analyzed(r.title), analyzed(r.text)) for r in rows])
+        by_model: dict[str, dict[str, list[float]]] = {}
+        for r in rows:
+            if r.embedding_model and r.embedding:
+                by_model.setdefault(r.embedding_model, {})[str(r.id)] = r.embedding
+        for model, vectors in by_model.items():
+            store.put_vectors(model, vectors)
+    store.set_meta("chunks", stamp)
+
+
+def search(settings: Settings, bind: sa.Engine | sa.Connection, notebook_id: int,
+           question: str, *, top_k: int = 5, embedder: Embedder | None = None
+           ) -> list[Passage]:
+    """The ``top_k`` passages that best match ``question``, best first: BM25 over
+    the notebook's collection, mixed with the semantic score when an embedder is
+    given."""
+    store = open_collection(settings, collection_name(notebook_id))
     terms = list(dict.fromkeys(term(t) for t in tokens(question)))
     with db.reading(bind) as conn:
-        lexical = _bm25(conn, notebook_id, terms)
-        semantic = _semantic(conn, notebook_id, question, embedder, top_k * 4) \
-            if embedder is not None else {}
-        if semantic:
-            fused: dict[int, float] = {}
-            for ranking in (sorted(lexical, key=lambda c: (-lexical[c][0], c)),
-                            sorted(semantic, key=lambda c: (-semantic[c], c))):
-                for rank, cid in enumerate(ranking, start=1):
-                    fused[cid] = fused.get(cid, 0.0) + 1 / (RRF_K + rank)
-        else:
-            fused = {cid: s for cid, (s, _) in lexical.items()}
-        best = sorted(fused, key=lambda c: (-fused[c], c))[:top_k]
+        _catch_up(conn, store, notebook_id)
+        found = first_phase(store, " ".join(terms), top_k * CANDIDATES_PER_PASSAGE,
+                            alpha=ALPHA if embedder is not None else 0.0, embedder=embedder,
+                            semantic_query=question)
+        best = [int(d) for d in found.order[:top_k]]  # best first
         if not best:
             return []
         ch, src = knowledge_chunks, knowledge_sources
@@ -315,9 +322,16 @@ def search(bind: sa.Engine | sa.Connection, notebook_id: int, question: str, *,
             sa.select(ch.c.id, ch.c.position, ch.c.text, ch.c.start_char, ch.c.end_char,
                       src.c.source_id, src.c.kind, src.c.title, src.c.url, src.c.updated_at)
             .join(src, src.c.id == ch.c.source_row_id).where(ch.c.id.in_(best)))}
-    return [Passage(chunk_id=cid, position=r.position, text=r.text, start=r.start_char,
-                    end=r.end_char, source_id=r.source_id, kind=r.kind, title=r.title,
-                    url=r.url, updated_at=aware(r.updated_at), score=fused[cid],
-                    lexical=lexical.get(cid, (0.0, []))[0], semantic=semantic.get(cid),
-                    matched=tuple(lexical.get(cid, (0.0, []))[1]))
-            for cid in best if (r := rows.get(cid)) is not None]
+    passages = []
+    for cid in best:
+        r = rows.get(cid)
+        if r is None:  # removed since the collection caught up
+            continue
+        words = set(analyzed(f"{r.title} {r.text}").split())
+        passages.append(Passage(
+            chunk_id=cid, position=r.position, text=r.text, start=r.start_char,
+            end=r.end_char, source_id=r.source_id, kind=r.kind, title=r.title, url=r.url,
+            updated_at=aware(r.updated_at), score=found.scores[str(cid)],
+            lexical=found.lexical.get(str(cid), 0.0), semantic=found.semantic.get(str(cid)),
+            matched=tuple(t for t in terms if t in words)))
+    return passages

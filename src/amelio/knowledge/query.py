@@ -122,8 +122,8 @@ def answer_question(
         embedder = embedder_for(ws.settings)
     with ws.engine.connect() as conn:
         nid = notebook_id(conn, notebook, project)
-    passages = tuple(search(ws.engine, nid, question, top_k=top_k or ws.settings.knowledge_top_k,
-                            embedder=embedder))
+    passages = tuple(search(ws.settings, ws.engine, nid, question,
+                            top_k=top_k or ws.settings.knowledge_top_k, embedder=embedder))
     base: dict[str, Any] = {"notebook": notebook, "project": project, "question": question,
                             "citations": passages}
     if not passages:

@@ -1,7 +1,11 @@
 """Search that learns from its use (seed 004 §3.3–3.4).
 
-:class:`~amelio.search.corpus.Corpus` is the embedded engine (SQLite FTS5 BM25,
-plus document vectors for the semantic profiles);
+:mod:`~amelio.search.engine` is the engine contract and its registry
+(``search_backend``): :class:`~amelio.search.tantivy_engine.TantivyEngine` (the
+default) and :class:`~amelio.search.corpus.Corpus` (FTS5) index a SQLite
+document store that keeps the documents and their vectors
+(:mod:`~amelio.search.store`); :mod:`~amelio.search.fusion` mixes lexical and
+semantic candidates;
 :class:`~amelio.search.service.Searcher` ranks with the rank profiles, logs each
 response as an impression and signs its ``feedbackToken``;
 :mod:`~amelio.search.signals` turns impressions and feedback events into

@@ -52,15 +52,15 @@ from amelio.identity import secret_key
 from amelio.pii import scrub_for_storage
 from amelio.projects import validate_name
 from amelio.search.clickmodel import Propensities, load_propensities
-from amelio.search.corpus import Corpus, Hit, best
-from amelio.search.scoring import FEEDBACK_BOUND, FeedbackScorer, RankedDoc, min_max_normalized
+from amelio.search.engine import RankingEngine, SearchEngine, open_engine
+from amelio.search.fusion import first_phase
+from amelio.search.scoring import FEEDBACK_BOUND, FeedbackScorer, RankedDoc
 from amelio.search.signals import aggregate, signals_for
 from amelio.text import normalize
 from amelio.workspace import Workspace
 
 if TYPE_CHECKING:
     from amelio.config import Settings
-    from amelio.search.vespa import VespaBackend
 
 #: FEEDBACK_BOUND, FeedbackScorer and RankedDoc live in :mod:`amelio.search.scoring`
 #: and are re-exported here, where callers have always found them.
@@ -225,20 +225,22 @@ def _check_id(value: str | None, field: str) -> None:
 
 
 class Searcher:
-    """Searches one workspace's corpus; keep one per process (it holds the cache).
+    """Searches one workspace's engine; keep one per process (it holds the cache).
 
+    ``engine`` is the :class:`~amelio.search.engine.SearchEngine` to search
+    (default: the one ``search_backend`` names; ``corpus`` is its older name).
     ``rng`` decides exploration (seeded in simulations).
     ``embedder`` replaces the ``search_embedding_model`` setting's model (tests,
     or a model object built in code).
     """
 
-    def __init__(self, workspace: Workspace, *, corpus: Corpus | None = None,
-                 rng: random.Random | None = None,
+    def __init__(self, workspace: Workspace, *, engine: SearchEngine | None = None,
+                 corpus: SearchEngine | None = None, rng: random.Random | None = None,
                  background_aggregation: bool = True, embedder: Embedder | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.workspace = workspace
         self.settings = workspace.settings
-        self.corpus = corpus or Corpus.for_workspace(self.settings.data_dir)
+        self.engine: SearchEngine = engine or corpus or open_engine(self.settings)
         self.embedder = embedder
         self.signer = token_signer(self.settings)
         #: The feedback collector's hasher: an impression's session hash must equal
@@ -256,12 +258,11 @@ class Searcher:
         self._background = background_aggregation
         self._aggregating = threading.Lock()
         self._last_aggregate = 0.0
-        #: Where rankings come from: None is the embedded index; search_backend =
-        #: "vespa" ranks on Vespa while impressions and tokens stay here.
-        self.backend: VespaBackend | None = None
-        if self.settings.search_backend == "vespa":
-            from amelio.search.vespa import VespaBackend
-            self.backend = VespaBackend(self.settings)
+
+    @property
+    def corpus(self) -> SearchEngine:
+        """The engine, under the name it had when there was one kind."""
+        return self.engine
 
     # -- the one entry point -----------------------------------------------------------
 
@@ -288,7 +289,7 @@ class Searcher:
                None if user is None else self.hasher.hash(user, day))
         self._log(query_id, request_id, project, r, ranking, explored, swapped, who,
                   created_ms)
-        documents = (self.backend or self.corpus).documents([d.doc_id for d in ranking])
+        documents = self.engine.documents([d.doc_id for d in ranking])
         titles = {doc_id: doc.title for doc_id, doc in documents.items()}
         self._maybe_aggregate()
         return SearchResponse(query_id, request_id, r.profile, r.alpha, ranking, titles,
@@ -323,15 +324,15 @@ class Searcher:
             alpha, beta = 1.0, 0.0
         elif profile == "hybrid":
             beta = 0.0
-        if self.backend is not None:  # Vespa embeds queries itself and keeps no cache
-            return _Ranking(self.backend.rank(query_norm, profile, alpha, beta, limit,
-                                              key=key),
+        if isinstance(self.engine, RankingEngine):  # Vespa: it ranks, and keeps no cache
+            return _Ranking(self.engine.rank(query_norm, profile, alpha, beta, limit,
+                                             key=key),
                             profile, alpha, beta, query_norm, key)
         embedder = self._embedder(profile, alpha) if alpha > 0 else None
         sample = explore and beta > 0 and self.settings.search_thompson > 0 \
             and self._rng.random() < self.settings.search_thompson
         # What the first phase depends on: also the candidate cache's key.
-        source = (query_norm, profile, alpha, self.corpus.generation(),
+        source = (query_norm, profile, alpha, self.engine.generation(),
                   embedder.model if embedder else None)
         with self.workspace.engine.connect() as conn:
             propensities = load_propensities(conn) if beta > 0 else None
@@ -359,36 +360,12 @@ class Searcher:
 
     def _first_phase(self, query_norm: str, profile: str, alpha: float,
                      embedder: Embedder | None) -> tuple[dict[str, float], list[str]]:
-        """Each candidate's first-phase score and the candidates in engine order.
-
-        ``hybrid`` takes the lexical and the semantic engine's best candidates,
-        min-max normalizes each score over them (a document the lexical engine did
-        not return scores 0 there, the floor of the normalized scale), mixes them
-        with ``alpha`` and keeps the best ``search_candidates``; ``semantic`` keeps
-        the raw cosine."""
-        size = self.settings.search_candidates
-        if embedder is None:
-            hits = self.corpus.lexical(query_norm, size)
-            return min_max_normalized(hits), [h.doc_id for h in hits]
-        [vector] = embedder.embed([query_norm])
-        scores, matrix = self.corpus.similarities(vector, embedder)
-        nearest = best(scores, matrix.doc_ids, size)
-        if profile == "semantic":
-            return {h.doc_id: h.score for h in nearest}, [h.doc_id for h in nearest]
-        hits = self.corpus.lexical(query_norm, size)
-        order = list(dict.fromkeys([*(h.doc_id for h in hits), *(h.doc_id for h in nearest)]))
-        # A document imported after the matrix was loaded has no vector yet: the floor.
-        floor = min((h.score for h in nearest), default=0.0)
-        cosine = [Hit(d, float(scores[matrix.rows[d]]) if d in matrix.rows else floor)
-                  for d in order]
-        lexical, semantic = min_max_normalized(hits), min_max_normalized(cosine)
-        mixed = {d: alpha * semantic[d] + (1 - alpha) * lexical.get(d, 0.0) for d in order}
-        # The best `size` of the union go on: feedback and exploration work on a
-        # candidate set of one size whatever the profile (measured: the full union
-        # spread Thompson sampling over twice the documents and learned slower).
-        position = {d: i for i, d in enumerate(order)}
-        kept = sorted(order, key=lambda d: (-mixed[d], position[d]))[:size]
-        return {d: mixed[d] for d in kept}, kept
+        """Each candidate's first-phase score and the candidates in engine order
+        (:func:`~amelio.search.fusion.first_phase`): ``semantic`` keeps the raw
+        cosine, ``hybrid`` mixes both sides normalized with ``alpha``."""
+        found = first_phase(self.engine, query_norm, self.settings.search_candidates,
+                            alpha=1.0 if profile == "semantic" else alpha, embedder=embedder)
+        return found.scores, found.order
 
     def _rank(self, conn: sa.Connection, source: tuple[Any, ...], key: str, beta: float,
               limit: int, propensities: Propensities | None, embedder: Embedder | None,
@@ -399,7 +376,7 @@ class Searcher:
         the query's :func:`query_key`, which its signals are kept under."""
         query_norm, profile, alpha = source[:3]
         if profile == "bm25":
-            hits = self.corpus.lexical(query_norm, limit)
+            hits = self.engine.lexical(query_norm, limit)
             return tuple(RankedDoc(h.doc_id, h.score, h.score, 0.0) for h in hits)
         found = self.candidates.get(source)
         if found is None:

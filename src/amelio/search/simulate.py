@@ -60,9 +60,10 @@ from amelio.db.schema import search_signals, search_state
 from amelio.errors import InvalidInput
 from amelio.feedback import Collector, new_event_id
 from amelio.search.clickmodel import utility
-from amelio.search.corpus import Corpus
+from amelio.search.engine import search_engines
 from amelio.search.service import Searcher, SearchResponse, search_embedder
 from amelio.search.signals import aggregate
+from amelio.search.store import DocumentStore
 from amelio.workspace import Workspace, open_workspace
 
 __all__ = ["ARMS", "Arm", "Dataset", "SimulationResult", "click_events", "load_dataset",
@@ -304,16 +305,31 @@ def _events(response: SearchResponse, clicks: list[int], judged: dict[str, int],
         now_ms)]
 
 
+def _scratch_engine(root: Path, name: str | None) -> DocumentStore:
+    """An embedded engine whose store lives in the simulation's folder."""
+    settings = Settings()
+    name = name or settings.search_backend
+    if name not in search_engines():
+        raise InvalidInput(f"Unknown search engine {name!r}; use one of: "
+                           f"{', '.join(sorted(search_engines()))}.", field="engine")
+    engine = search_engines()[name].open(settings.model_copy(update={"workspace": root}))
+    if not isinstance(engine, DocumentStore):
+        raise InvalidInput(f"The simulation indexes the data set itself: use an embedded "
+                           f"engine (embedded, tantivy, fts5), not {name!r}.", field="engine")
+    return engine
+
+
 def simulate(dataset: Path, *, sessions_per_query: int = 100, user_model: str = "pbm",
              seed: int = 0, rounds: int = 10, eval_sessions: int = 20,
              alpha: float = 0.0, thompson: float | None = None,
-             workdir: Path | None = None,
+             workdir: Path | None = None, engine: str | None = None,
              progress: Callable[[str], None] | None = None) -> SimulationResult:
     """Run the simulation; ``rounds`` checkpoints split the sessions evenly.
 
     ``alpha`` is the semantic weight of the learning profile's first phase (above
     0 needs ``amelio[semantic]``); ``thompson`` overrides ``search_thompson``, the
-    share of training responses that explore."""
+    share of training responses that explore. ``engine`` is the embedded engine
+    that indexes the data set (default: ``search_backend``'s, else ``embedded``)."""
     if user_model not in USER_MODELS:
         raise InvalidInput(f"Unknown click model {user_model!r}; use pbm or cascade.",
                            field="click_model")
@@ -338,7 +354,8 @@ def simulate(dataset: Path, *, sessions_per_query: int = 100, user_model: str = 
                                         "alpha": alpha,
                                         "arms": {a.name: a.description for a in ARMS}})
     try:
-        corpus = Corpus(root / "corpus.db")
+        corpus = _scratch_engine(root, engine)
+        result.settings["engine"] = corpus.name
         embedder = search_embedder(Settings(), f"simulation with alpha {alpha}") \
             if alpha > 0 else None
         if corpus.count() == 0:

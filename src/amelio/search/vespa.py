@@ -1,6 +1,6 @@
 """Search on Vespa: the application package, feeding, signal sync and the backend.
 
-Why Vespa at scale: the embedded FTS5 index answers from one machine's disk, and
+Why Vespa at scale: the embedded engines answer from one machine's disk, and
 the feedback loop needs the *ranking* to move where the documents live. Vespa
 keeps the corpus sharded, ranks in phases next to the data, and updates an
 attribute in memory without re-indexing the document — so a signals pass can
@@ -40,7 +40,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import httpx
@@ -50,10 +50,13 @@ from amelio.config import Settings
 from amelio.db.schema import search_signals
 from amelio.errors import ConfigError
 from amelio.search.clickmodel import load_propensities
-from amelio.search.corpus import Deletion, Document
+from amelio.search.documents import Deletion, Document, Hit, ImportReport
 from amelio.search.scoring import FeedbackScorer, RankedDoc
 from amelio.search.signals import SignalRow
 from amelio.workspace import Workspace
+
+if TYPE_CHECKING:
+    from amelio.embeddings import Embedder
 
 __all__ = [
     "DOCUMENT_TYPE",
@@ -286,19 +289,51 @@ def query_body(query_norm: str, profile: str, alpha: float, beta: float,
 
 
 class VespaBackend:
-    """Ranks on Vespa for :class:`~amelio.search.service.Searcher`; remembers the
-    titles of the hits it returned, so the response needs no second request."""
+    """The ``vespa`` engine: a :class:`~amelio.search.engine.RankingEngine`, so the
+    :class:`~amelio.search.service.Searcher` hands it whole rankings (feedback
+    included, from the synced attribute) and keeps impressions and tokens.
+    Remembers the titles of the hits it returned, so a response needs no second
+    request. Vespa keeps no generation: rankings from it are never cached."""
+
+    name = "vespa"
 
     def __init__(self, settings: Settings, *, timeout: float = 5.0) -> None:
+        self.url = settings.vespa_url
         self.client = _client(settings.vespa_url, timeout)
         self._titles: dict[str, str] = {}
         self._lock = threading.Lock()
 
-    def rank(self, query_norm: str, profile: str, alpha: float, beta: float,
-             depth: int, *, key: str | None = None) -> tuple[RankedDoc, ...]:
-        """The best ``depth`` hits; a hit's first-phase score is its relevance less
-        the feedback term, as the embedded engine reports it."""
-        body = query_body(query_norm, profile, alpha, beta, depth, key=key)
+    def apply(self, items: Iterable[Document | Deletion], *,
+              embedder: Embedder | None = None) -> ImportReport:
+        """Feed documents and deletions (Vespa embeds them itself: ``embedder`` is
+        not used); a failed operation is :class:`VespaUnavailable` naming it."""
+        listed = list(items)
+        report = feed(self.url, listed)
+        if report.failed:
+            raise VespaUnavailable(f"Vespa refused {report.failed} of {len(listed)} "
+                                   f"operations: {'; '.join(report.errors[:3])}")
+        deleted = sum(isinstance(i, Deletion) for i in listed)
+        return ImportReport(len(listed) - deleted, deleted, self.count())
+
+    def lexical(self, query: str, limit: int) -> list[Hit]:
+        return [Hit(d.doc_id, d.first_phase) for d in self.rank(query, "bm25", 0.0, 0.0, limit)]
+
+    def nearest(self, query: str, limit: int, embedder: Embedder, *,
+                also: Sequence[str] = ()) -> tuple[list[Hit], dict[str, float]]:
+        """Vespa's nearest neighbours by its own embedding of ``query`` (the
+        ``semantic`` profile); it scores no extra documents, so ``also`` is {}."""
+        ranked = self.rank(query, "semantic", 1.0, 0.0, limit)
+        return [Hit(d.doc_id, d.first_phase) for d in ranked], {}
+
+    def generation(self) -> int:
+        return 0
+
+    def count(self) -> int:
+        body = {"yql": f"select id from {DOCUMENT_TYPE} where true", "hits": 0}  # noqa: S608
+        return int(self._search(body).get("fields", {}).get("totalCount", 0))
+
+    def _search(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The ``root`` of one search/ answer, or :class:`VespaUnavailable`."""
         try:
             response = self.client.post("/search/", json=body)
         except httpx.HTTPError as exc:
@@ -307,7 +342,15 @@ class VespaBackend:
         if response.status_code != 200:
             raise VespaUnavailable(f"Vespa answered HTTP {response.status_code}: "
                                    f"{response.text[:300]}")
-        root = response.json().get("root", {})
+        root: dict[str, Any] = response.json().get("root", {})
+        return root
+
+    def rank(self, query: str, profile: str, alpha: float, beta: float, limit: int, *,
+             key: str | None = None) -> tuple[RankedDoc, ...]:
+        """The best ``limit`` hits for the normalized ``query``; a hit's first-phase
+        score is its relevance less the feedback term, as the embedded engines
+        report it."""
+        root = self._search(query_body(query, profile, alpha, beta, limit, key=key))
         ranking: list[RankedDoc] = []
         titles: dict[str, str] = {}
         for hit in root.get("children", []):
