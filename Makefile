@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: demo test install dev lint typecheck bench clean
+.PHONY: demo test test-fast install dev lint typecheck bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ demo: install
 test: dev
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest
+
+## test-fast: the test suite without the tests marked slow (CI and `make test` run them all)
+test-fast: dev
+	$(BIN)/python -m pytest -m "not slow"
 
 lint: dev
 	$(BIN)/ruff check src tests benchmarks

@@ -1,10 +1,14 @@
-"""Shared fixtures: isolated environment, real databases (SQLite and PostgreSQL)."""
+"""Shared fixtures: isolated environment, real databases (SQLite and PostgreSQL), and a
+guard that keeps every test on loopback."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
-from collections.abc import Iterator
+import socket
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,6 +35,134 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             "AMELIO_TEST_POSTGRES_URL is not set; CI runs them.",
             yellow=True, bold=True,
         )
+
+
+# -- loopback only ------------------------------------------------------------------
+
+
+class NonLoopbackAccess(OSError):
+    """A test tried to reach an address that is not loopback (127.0.0.0/8, ::1, localhost)."""
+
+
+class NonLoopbackLookup(socket.gaierror, NonLoopbackAccess):
+    """A test tried to resolve a host name other than localhost (DNS reaches the network).
+
+    A ``socket.gaierror``, so code that handles a failed lookup sees the one it expects."""
+
+
+def _is_loopback_host(host: object) -> bool:
+    """``localhost`` or a loopback IP literal (IPv4-mapped IPv6 ones included)."""
+    if isinstance(host, bytes):
+        host = host.decode("ascii", "replace")
+    if not isinstance(host, str):
+        return False
+    name = host.strip("[]").rstrip(".").lower()
+    if name == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(name.split("%", 1)[0])  # drop an IPv6 zone: fe80::1%eth0
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
+    except ValueError:
+        return False
+    return True
+
+
+def _refuse_unless_loopback(sock: socket.socket, address: Any) -> None:
+    """Raise NonLoopbackAccess when an internet socket is aimed off this machine.
+
+    Unix sockets, socket pairs and the other families pass: they never leave the host."""
+    if sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    host = address[0] if isinstance(address, tuple) and address else address
+    if not _is_loopback_host(host):
+        raise NonLoopbackAccess(
+            f"tests may only reach loopback; attempted to connect to {address!r}"
+        )
+
+
+def _loopback_only_socket_api() -> dict[tuple[Any, str], Callable[..., Any]]:
+    """The guarded replacements, keyed by (owner, attribute)."""
+    real_connect = socket.socket.connect
+    real_connect_ex = socket.socket.connect_ex
+    real_sendto = socket.socket.sendto
+    real_sendmsg = socket.socket.sendmsg
+    real_getaddrinfo = socket.getaddrinfo
+    real_gethostbyname = socket.gethostbyname
+    real_gethostbyname_ex = socket.gethostbyname_ex
+
+    def connect(self: socket.socket, address: Any) -> None:
+        _refuse_unless_loopback(self, address)
+        return real_connect(self, address)
+
+    def connect_ex(self: socket.socket, address: Any) -> int:
+        _refuse_unless_loopback(self, address)
+        return real_connect_ex(self, address)
+
+    def sendto(self: socket.socket, data: Any, *args: Any) -> int:
+        if args:  # sendto(data, [flags,] address)
+            _refuse_unless_loopback(self, args[-1])
+        return real_sendto(self, data, *args)
+
+    def sendmsg(self: socket.socket, buffers: Any, *args: Any) -> int:
+        if len(args) >= 3 and args[2] is not None:  # sendmsg(buffers, anc, flags, address)
+            _refuse_unless_loopback(self, args[2])
+        return real_sendmsg(self, buffers, *args)
+
+    def check_name(host: object) -> None:
+        # A name lookup other than localhost asks a DNS server: refuse it here, at once,
+        # rather than let it wait for a resolver timeout. IP literals resolve locally.
+        text = host.decode("ascii", "replace") if isinstance(host, bytes) else host
+        if text is None or text == "" or not isinstance(text, str):
+            return
+        if _is_loopback_host(text) or _is_ip_literal(text):
+            return
+        raise NonLoopbackLookup(
+            socket.EAI_NONAME,
+            f"tests may only reach loopback; attempted to resolve {text!r}",
+        )
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        check_name(host)
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    def gethostbyname(host: str) -> str:
+        check_name(host)
+        return real_gethostbyname(host)
+
+    def gethostbyname_ex(host: str) -> Any:
+        check_name(host)
+        return real_gethostbyname_ex(host)
+
+    return {
+        (socket.socket, "connect"): connect,
+        (socket.socket, "connect_ex"): connect_ex,
+        (socket.socket, "sendto"): sendto,
+        (socket.socket, "sendmsg"): sendmsg,
+        (socket, "getaddrinfo"): getaddrinfo,
+        (socket, "gethostbyname"): gethostbyname,
+        (socket, "gethostbyname_ex"): gethostbyname_ex,
+    }
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _loopback_only() -> Iterator[None]:
+    """Every test, and every fixture of any scope, may reach 127.0.0.0/8, ::1, localhost
+    and Unix sockets only: anything else fails at once with NonLoopbackAccess naming the
+    address, so no test depends on the network or leaks to it. Subprocesses (a browser,
+    a CLI) are not covered: the guard patches this interpreter's socket module."""
+    with pytest.MonkeyPatch.context() as patch:
+        for (owner, name), replacement in _loopback_only_socket_api().items():
+            patch.setattr(owner, name, replacement)
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -19,7 +19,7 @@ from amelio.cli import main
 from amelio.db.schema import eval_results, feedback, interactions
 from amelio.errors import LLMNotConfigured, NotFound
 from amelio.llm import TextDelta
-from amelio.quality import give_feedback, quality_metrics
+from amelio.quality import give_answer_feedback, quality_metrics
 from amelio.server import create_app
 from amelio.testing import FakeLLMServer, LiveServer
 from amelio.workspace import Workspace, open_workspace
@@ -114,12 +114,12 @@ def test_feedback_becomes_learnings_in_the_next_prompt(ws: Workspace,
                                                        server: FakeLLMServer) -> None:
     server.reply(FORCE)
     first = respond(ws, "git push rejected after rebase")
-    result = give_feedback(ws, first.interaction_id, "down")
+    result = give_answer_feedback(ws, first.interaction_id, "down")
     assert result.learning is not None
     assert result.learning.rule == \
         "Negative feedback on: git-help: git push rejected after rebase"
     assert result.learning.source == "negative" and result.learning.skill == "git-help"
-    fix = give_feedback(ws, first.interaction_id, "fixit",
+    fix = give_answer_feedback(ws, first.interaction_id, "fixit",
                         comment="Never suggest a plain force push")
     assert fix.learning is not None and fix.learning.rule == "Never suggest a plain force push"
     assert fix.learning.source == "fixit"
@@ -135,11 +135,11 @@ def test_votes_count_once_per_user_last_one_stands(ws: Workspace,
                                                    server: FakeLLMServer) -> None:
     server.reply(FORCE)
     reply = respond(ws, "git push rejected")
-    give_feedback(ws, reply.interaction_id, "down", user="bob")
-    give_feedback(ws, reply.interaction_id, "down", user="bob")
-    changed = give_feedback(ws, reply.interaction_id, "up", user="bob")
+    give_answer_feedback(ws, reply.interaction_id, "down", user="bob")
+    give_answer_feedback(ws, reply.interaction_id, "down", user="bob")
+    changed = give_answer_feedback(ws, reply.interaction_id, "up", user="bob")
     assert changed.replaced == "down"
-    give_feedback(ws, reply.interaction_id, "up", user="carol")
+    give_answer_feedback(ws, reply.interaction_id, "up", user="carol")
     with ws.engine.connect() as conn:
         rows = conn.execute(sa.select(feedback.c.kind).order_by(feedback.c.id)).scalars().all()
     assert rows == ["up", "up"]
@@ -147,7 +147,7 @@ def test_votes_count_once_per_user_last_one_stands(ws: Workspace,
     assert (metrics.feedback_positive, metrics.feedback_negative) == (2, 0)
     assert len(learnings.list_learnings(ws)) == 1  # bob's 👎 still taught once
     with pytest.raises(NotFound):
-        give_feedback(ws, 12345, "up")
+        give_answer_feedback(ws, 12345, "up")
 
 
 def test_helpful_and_harmful_counters(ws: Workspace, server: FakeLLMServer) -> None:
@@ -156,11 +156,11 @@ def test_helpful_and_harmful_counters(ws: Workspace, server: FakeLLMServer) -> N
     for user in ("u1", "u2"):
         server.reply(SAFE)
         reply = respond(ws, "git push rejected")
-        give_feedback(ws, reply.interaction_id, "up", user=user)
+        give_answer_feedback(ws, reply.interaction_id, "up", user=user)
     server.reply(FORCE)
     for user in ("u1", "u2", "u3"):
         reply = respond(ws, "git push rejected")
-        result = give_feedback(ws, reply.interaction_id, "down", user=user)
+        result = give_answer_feedback(ws, reply.interaction_id, "down", user=user)
     by_id = {i.id: i for i in learnings.list_learnings(ws, include_retired=True)}
     assert (by_id[general.id].helpful, by_id[general.id].harmful) == (2, 0)
     assert by_id[scoped.id].harmful == 3 and by_id[scoped.id].status == "retired"
@@ -312,7 +312,7 @@ def test_distill_learnings_turns_a_comment_into_one_rule(ws: Workspace, server: 
     distilling = open_workspace(ws.root)
     try:
         server.reply('"Never recommend a plain force push; use --force-with-lease."')
-        result = give_feedback(distilling, reply.interaction_id, "fixit",
+        result = give_answer_feedback(distilling, reply.interaction_id, "fixit",
                                comment="dont tell ppl to force push!!")
         assert result.learning is not None
         assert result.learning.rule == \
@@ -321,7 +321,7 @@ def test_distill_learnings_turns_a_comment_into_one_rule(ws: Workspace, server: 
         assert "dont tell ppl to force push!!" in asked.prompt and FORCE in asked.prompt
         # The LLM failing never loses the correction: the comment is stored as is.
         server.fail(500, times=5)
-        result = give_feedback(distilling, reply.interaction_id, "down",
+        result = give_answer_feedback(distilling, reply.interaction_id, "down",
                                comment="Too terse, explain the risk")
         assert result.learning is not None
         assert result.learning.rule == "Too terse, explain the risk"

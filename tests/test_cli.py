@@ -207,3 +207,13 @@ def test_unreadable_inputs_are_errors_not_tracebacks(ws: Path, tmp_path: Path) -
     result = CliRunner().invoke(main, ["-w", str(ws), "skills", "export",
                                        str(blocker / "sub")])
     assert result.exit_code == 1 and result.output.startswith("Error: cannot use")
+
+
+def test_feedback_help_keeps_answer_feedback_and_feedback_events_apart() -> None:
+    result = run("feedback", "--help")
+    assert result.exit_code == 0, result.output
+    answer = result.output.index("Answer feedback (")
+    events = result.output.index("Feedback events (")
+    assert answer < result.output.index("  give ") < events
+    assert all(result.output.index(f"  {name} ") > events
+               for name in ("ingest", "verify", "purge", "stats", "schema"))

@@ -114,6 +114,7 @@ def shot(page: Any, name: str, tmp_path: Path) -> None:
         page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
+@pytest.mark.slow
 def test_review_cycle_in_the_browser(page: Any, site: dict[str, Any], tmp_path: Path) -> None:
     login(page, site, "admin")
     explorer = page.locator(".skill-list")
@@ -164,6 +165,8 @@ def test_review_cycle_in_the_browser(page: Any, site: dict[str, Any], tmp_path: 
         if name == "search":
             page.get_by_label("Query").fill("undo the last commit")
             page.get_by_role("button", name="Search").click()
+            # The form submits a new page: wait for its rows rather than count the old.
+            page.locator("table.search-results tbody tr").nth(9).wait_for()
             assert page.locator("table.search-results tbody tr").count() == 10
         shot(page, name, tmp_path)
     page.goto(site["base"] + "/quality")

@@ -22,7 +22,15 @@ from amelio.improve import proposals as props
 from amelio.improve.nightly import last_report, run_improve
 from amelio.improve.templates import SECTION_START, template_proposal
 from amelio.llm.fake import ScriptedProvider
-from amelio.quality import find_underperformers, give_feedback, wilson_interval
+from amelio.quality import (
+    daily_metrics,
+    find_underperformers,
+    give_answer_feedback,
+    quality_metrics,
+    recent_failed_answers,
+    rule_stats,
+    wilson_interval,
+)
 from amelio.server import create_app
 from amelio.workspace import Workspace, open_workspace
 
@@ -65,12 +73,33 @@ def test_seed_rule_boundaries(ws: Workspace, fails: int, passes: int, selected: 
 
 def test_feedback_alone_selects_and_ties_do_not(ws: Workspace) -> None:
     ids = [answer(ws, "git push rejected", SAFE) for _ in range(3)]
-    give_feedback(ws, ids[0], "down", user="a")
-    give_feedback(ws, ids[1], "up", user="b")
+    give_answer_feedback(ws, ids[0], "down", user="a")
+    give_answer_feedback(ws, ids[1], "up", user="b")
     assert find_underperformers(ws) == []  # 1 👎 vs 1 👍
-    give_feedback(ws, ids[2], "down", user="c")
+    give_answer_feedback(ws, ids[2], "down", user="c")
     [finding] = find_underperformers(ws)
     assert finding.reasons == ("more 👎 (2) than 👍 (1)",)
+
+
+def test_daily_and_per_rule_figures_add_up_to_the_metrics(ws: Workspace) -> None:
+    git_history(ws, 3, 1)
+    ids = [answer(ws, "git push rejected", SAFE) for _ in range(2)]
+    give_answer_feedback(ws, ids[0], "down", user="a")
+    give_answer_feedback(ws, ids[1], "up", user="b")
+    give_answer_feedback(ws, ids[1], "fixit", user="b", comment="Say --force-with-lease.")
+    [metrics] = quality_metrics(ws, "default")
+    days = [d for d in daily_metrics(ws, "default") if d.skill == metrics.skill]
+    assert sum(d.applied_count for d in days) == metrics.applied_count == 6
+    assert sum(d.success_count for d in days) == metrics.success_count == 3
+    assert sum(d.feedback_positive for d in days) == metrics.feedback_positive == 1
+    assert sum(d.feedback_negative for d in days) == metrics.feedback_negative == 1
+    stats = rule_stats(ws, "default", metrics.skill)
+    assert {r: s.total - s.passed for r, s in stats.items() if s.passed < s.total} \
+        == metrics.rule_failures == {"gh-001": 3}
+    assert len(stats["gh-001"].failures) == 3 and stats["gh-001"].pass_rate == 0.5
+    assert recent_failed_answers(ws, "default", metrics.skill) == (("gh-001", FORCE),) * 3
+    with pytest.raises(NotFound):
+        daily_metrics(ws, "nowhere")
 
 
 def test_wilson_mode_does_not_over_read_small_samples(ws: Workspace) -> None:
@@ -331,7 +360,7 @@ def test_improve_sends_a_signed_webhook(ws: Workspace, monkeypatch: pytest.Monke
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
-    from amelio.notifiers import verify_signature
+    from amelio.improve.notifiers import verify_signature
     from amelio.testing import LiveServer
 
     received: list[tuple[bytes, dict[str, str]]] = []

@@ -11,9 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from amelio import keys, knowledge, skills
-from amelio.bench import run_benchmark
 from amelio.errors import Conflict, EvalRuleError, InvalidInput, LLMError, SkillNotFound
 from amelio.improve import proposals as props
+from amelio.improve.bench import run_benchmark
 from amelio.llm.fake import ScriptedProvider
 from amelio.router import route_message
 from amelio.server import create_app

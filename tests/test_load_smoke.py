@@ -34,6 +34,7 @@ def load(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return importlib.import_module("load")
 
 
+@pytest.mark.slow
 def test_mixed_load_stores_every_acknowledged_event(load: ModuleType, tmp_path: Path) -> None:
     corpus = tmp_path / "corpus.jsonl"
     queries = load.query_pool(load.write_corpus(corpus, 300), 2000)
@@ -53,6 +54,7 @@ def test_mixed_load_stores_every_acknowledged_event(load: ModuleType, tmp_path: 
     assert chats_sent_to_llm == answered["chat"] + 2 * load.WARMUP_ROUNDS
 
 
+@pytest.mark.slow
 def test_serve_with_two_workers(sqlite_workspace: Workspace, tmp_path: Path) -> None:
     port = free_port()
     log = tmp_path / "serve.log"

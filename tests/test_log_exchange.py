@@ -16,7 +16,7 @@ from amelio.assistant import get_interaction, log_exchange
 from amelio.cli import main
 from amelio.db.schema import eval_results, interactions
 from amelio.errors import Conflict, InvalidInput, ProjectNotFound, SkillNotFound
-from amelio.quality import find_underperformers, give_feedback, quality_metrics
+from amelio.quality import find_underperformers, give_answer_feedback, quality_metrics
 from amelio.server import create_app
 from amelio.workspace import Workspace
 
@@ -91,7 +91,7 @@ def test_concurrent_retries_store_one_row(ws: Workspace) -> None:
 def test_logged_exchanges_count_in_quality_and_underperformers(ws: Workspace) -> None:
     for n in range(5):
         reply = log_exchange(ws, QUESTION, FORCE if n < 4 else SAFE, project="default")
-    give_feedback(ws, reply.interaction_id, "down", user="u1")
+    give_answer_feedback(ws, reply.interaction_id, "down", user="u1")
     [metrics] = [m for m in quality_metrics(ws, "default") if m.skill == "git-help"]
     assert metrics.applied_count == 5 and metrics.success_count == 1
     assert metrics.feedback_negative == 1 and metrics.rule_failures == {"gh-001": 4}

@@ -79,6 +79,7 @@ def stdio(ws: Workspace, project: str) -> StdioServerParameters:
         env=dict(os.environ), cwd=str(ws.root))
 
 
+@pytest.mark.slow
 def test_stdio_tools_resources_prompt_and_errors(workspace: Workspace, examples: Path
                                                  ) -> None:
     skills.import_skills(workspace.engine, examples)

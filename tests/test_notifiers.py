@@ -23,7 +23,7 @@ from starlette.routing import Route
 from amelio import __version__
 from amelio.config import Settings
 from amelio.hookspecs import hookimpl
-from amelio.notifiers import (
+from amelio.improve.notifiers import (
     DeliveryResult,
     Notification,
     NotificationAction,

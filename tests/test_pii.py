@@ -24,7 +24,7 @@ from amelio.feedback import Collector
 from amelio.feedback.anonymize import scrub, scrub_emails
 from amelio.feedback.examples import example_event
 from amelio.pii import Area, scrub_for_storage, scrubs
-from amelio.quality import give_feedback
+from amelio.quality import give_answer_feedback
 from amelio.search.corpus import Corpus
 from amelio.search.service import Searcher
 from amelio.search.signals import aggregate
@@ -236,7 +236,7 @@ def test_interactions_comments_and_learnings_follow_the_setting(
         stored = get_interaction(ws, reply.interaction_id)
         [detail] = [e["detail"] for e in stored["evals"] if not e["passed"]]
         comment = f"Never echo {EMAIL}; I am at {IPV4}"
-        result = give_feedback(ws, reply.interaction_id, "down", comment=comment)
+        result = give_answer_feedback(ws, reply.interaction_id, "down", comment=comment)
         added, _ = learnings.add_learning(ws, f"Escalate to {PHONE} when {IPV6} is down",
                                           skill="account-help")
         with ws.engine.connect() as conn:
@@ -337,11 +337,11 @@ def test_no_table_holds_the_seeded_personal_data(workspace: Workspace, tmp_path:
         # The assistant: a chat, a 👎 with a comment, a Fix It, a learning, a hand edit.
         llm.reply(ANSWER)
         reply = respond(ws, MESSAGE, user=EMAIL)
-        give_feedback(ws, reply.interaction_id, "down", user=EMAIL,
+        give_answer_feedback(ws, reply.interaction_id, "down", user=EMAIL,
                       comment=f"Do not repeat {EMAIL} or {PHONE}; I am on {IPV6}")
         llm.reply(f"Purged. Logged from {IPV4}.")
         again = respond(ws, f"mailbox still full for {EMAIL}")
-        give_feedback(ws, again.interaction_id, "fixit", user=PHONE)
+        give_answer_feedback(ws, again.interaction_id, "fixit", user=PHONE)
         learnings.add_learning(ws, f"Escalate to {EMAIL} when {IPV4} is down")
         mirror = learnings.learnings_path(ws, "default")
         mirror.write_text(mirror.read_text(encoding="utf-8")

@@ -13,15 +13,15 @@ from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
 from amelio import keys, skills
-from amelio.bench import list_benchmarks, parse_judge, parse_scenarios_option, run_benchmark
 from amelio.cli import main
 from amelio.errors import InvalidInput
 from amelio.improve import proposals as props
+from amelio.improve.bench import list_benchmarks, parse_judge, parse_scenarios_option, run_benchmark
+from amelio.improve.sage import SageRejected, analyze, parse_sage_answer
+from amelio.improve.stats import bootstrap_mean_ci, wilcoxon_signed_rank
 from amelio.llm import Completion, LLMRequest
 from amelio.llm.fake import ScriptedProvider
-from amelio.sage import SageRejected, analyze, parse_sage_answer
 from amelio.server import create_app
-from amelio.stats import bootstrap_mean_ci, wilcoxon_signed_rank
 from amelio.testing import FakeLLMServer, FakeRequest
 from amelio.workspace import Workspace, open_workspace
 
@@ -77,7 +77,7 @@ def test_scenarios_option() -> None:
 
 
 def _plan():  # type: ignore[no-untyped-def]
-    from amelio.bench import ScenarioPlan
+    from amelio.improve.bench import ScenarioPlan
 
     return ScenarioPlan("both", 8)
 

@@ -129,6 +129,7 @@ def amelio(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, timeout=60, env=os.environ.copy(), check=False)
 
 
+@pytest.mark.slow
 def test_serve_end_to_end_and_refusal_when_unmigrated(tmp_path: Path, examples: Path) -> None:
     ws, _ = init_workspace(tmp_path / "ws")
     skills.import_skills(ws.engine, examples)

@@ -225,6 +225,28 @@ def test_project_fork_wins_over_global(workspace: Workspace, tmp_path: Path) -> 
         skills.fork_skill(workspace.engine, "beta", "acme", author="t")
 
 
+def test_update_project_skill_forks_the_global_one_first(workspace: Workspace,
+                                                         tmp_path: Path) -> None:
+    write_skill(tmp_path, "alpha")
+    skills.import_skills(workspace.engine, tmp_path)
+    with pytest.raises(Conflict, match="version 1, not 3"):  # stale: nothing forked
+        skills.update_project_skill(workspace.engine, "alpha", "acme", content="Stale",
+                                    author="t", reason="r", expected_version=3)
+    assert skills.get_skill(workspace.engine, "alpha", "acme").scope == "global"
+    changed = skills.update_project_skill(workspace.engine, "alpha", "acme", content="Mine",
+                                          author="t", reason="r", expected_version=1)
+    assert (changed.project, changed.version, changed.spec.content) == ("acme", 2, "Mine\n")
+    assert [e.kind for e in skills.skill_log(workspace.engine, "alpha", "acme")] == [
+        "fork", "edit"]
+    assert "Be precise" in skills.get_skill(workspace.engine, "alpha").spec.content
+    again = skills.update_project_skill(workspace.engine, "alpha", "acme", content="Again",
+                                        author="t", reason="r", expected_version=2)
+    assert (again.project, again.version) == ("acme", 3)
+    top = skills.update_project_skill(workspace.engine, "alpha", None, content="Global",
+                                      author="t", reason="r")
+    assert (top.project, top.version) == (None, 2)
+
+
 def test_update_rollback_and_optimistic_lock(workspace: Workspace, tmp_path: Path) -> None:
     write_skill(tmp_path, "alpha")
     skills.import_skills(workspace.engine, tmp_path)

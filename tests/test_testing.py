@@ -6,10 +6,11 @@ same wire protocol, retries and timeouts it would meet in production.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -146,18 +147,29 @@ def test_anthropic_wrong_key_raises_the_sdk_authentication_error() -> None:
         assert ok.messages.create(model=MODEL, max_tokens=5, messages=USER).content
 
 
-def test_anthropic_429_then_success_through_sdk_retries(server: FakeLLMServer) -> None:
+def test_anthropic_429_then_success_through_sdk_retries(
+    server: FakeLLMServer, caplog: pytest.LogCaptureFixture
+) -> None:
     server.fail(429, retry_after=0.01)
-    started = time.monotonic()
+    caplog.set_level(logging.INFO, logger="anthropic")
     message = claude(server, max_retries=2).messages.create(
         model=MODEL, max_tokens=5, messages=USER
     )
 
     assert message.content[0].type == "text"
     assert message.content[0].text == "Paris is the capital."
-    assert time.monotonic() - started < 0.3  # honoured retry-after, not >= 0.375 s backoff
     retries = [r.headers["x-stainless-retry-count"] for r in server.requests]
     assert retries == ["0", "1"]
+    # The SDK waited what retry-after said, not its own backoff (0.375 s or more).
+    waits = [r.args[-1] for r in caplog.records
+             if isinstance(r.args, tuple) and str(r.msg).startswith("Retrying request")]
+    assert waits == [pytest.approx(0.01)]
+
+    server.fail(429, retry_after=0.01)
+    limited = httpx.post(f"{server.url}/v1/messages", json={"messages": USER},
+                         headers={"x-api-key": "k", "anthropic-version": "2023-06-01"})
+    assert limited.status_code == 429
+    assert limited.headers["retry-after"] == "0.01"
 
 
 def test_anthropic_500_without_retries_raises_typed_error(server: FakeLLMServer) -> None:
@@ -174,18 +186,24 @@ def test_anthropic_500_without_retries_raises_typed_error(server: FakeLLMServer)
 
 
 def test_anthropic_hang_trips_the_client_timeout_and_stop_cuts_it_short() -> None:
+    before = set(threading.enumerate())
     fake = FakeLLMServer().start()
     try:
-        fake.hang(5)
-        client = claude(fake, max_retries=0, timeout=0.2)
+        fake.hang(600)
         with pytest.raises(anthropic.APITimeoutError):
-            client.messages.create(model=MODEL, max_tokens=5, messages=USER)
-        # the hang was used up: the next request answers at once
-        assert client.messages.create(model=MODEL, max_tokens=5, messages=USER).content
+            claude(fake, max_retries=0, timeout=0.2).messages.create(
+                model=MODEL, max_tokens=5, messages=USER
+            )
+        # The hang was used up: the next request is answered, well within a timeout
+        # that a second 600 s hang would trip.
+        patient = claude(fake, max_retries=0, timeout=30)
+        assert patient.messages.create(model=MODEL, max_tokens=5, messages=USER).content
+        # The first request's handler still sleeps out its 600 s: stop() cuts it short
+        # and joins the server thread, or raises after its own 10 s limit.
+        fake.stop(timeout=10)
+        assert set(threading.enumerate()) == before
     finally:
-        started = time.monotonic()
         fake.stop()
-    assert time.monotonic() - started < 2
 
 
 # -- OpenAI ------------------------------------------------------------------------
@@ -310,23 +328,43 @@ def test_a_failing_reply_callable_is_a_500_that_is_not_retried(server: FakeLLMSe
 
 
 @pytest.mark.parametrize("protocol", ["anthropic", "openai"])
-def test_stream_delivers_the_first_delta_before_the_last_is_produced(protocol: str) -> None:
-    delay, answer = 0.05, "one two three four five six"
-    with FakeLLMServer(replies=[answer], token_delay=delay) as fake:
-        arrivals: list[float] = []
+def test_stream_delivers_the_first_delta_before_the_last_is_produced(
+    protocol: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answer = "one two three four five six"
+    arrivals: list[str] = []
+    produced: list[int] = []  # how many deltas the client held when each was produced
+
+    with FakeLLMServer(replies=[answer], token_delay=0.01) as fake:
+        sleep = fake._sleep
+
+        async def lockstep(seconds: float) -> None:
+            # The server waits here before each delta: hold delta n+1 until the client
+            # has delta n. A server that buffered the answer never lets the client see
+            # delta 1 while it waits, so the wait gives up (once) and the count says so.
+            waits = 2000 if produced == list(range(len(produced))) else 0  # 10 s at most
+            for _ in range(waits):
+                if len(arrivals) >= len(produced):
+                    break
+                await asyncio.sleep(0.005)
+            produced.append(len(arrivals))
+            await sleep(seconds)
+
+        monkeypatch.setattr(fake, "_sleep", lockstep)
         if protocol == "anthropic":
             with claude(fake).messages.stream(model=MODEL, max_tokens=9, messages=USER) as s:
-                for _ in s.text_stream:
-                    arrivals.append(time.monotonic())
+                for text in s.text_stream:
+                    arrivals.append(text)
         else:
             stream = gpt(fake).chat.completions.create(model="m", messages=USER, stream=True)
             for chunk in stream:
                 if chunk.choices and chunk.choices[0].delta.content:
-                    arrivals.append(time.monotonic())
-    assert len(arrivals) == 6
-    # the server sleeps `delay` before each delta: if it buffered the answer, all six
-    # would arrive together; streamed, the last comes ~5 delays after the first.
-    assert arrivals[-1] - arrivals[0] >= 4 * delay
+                    arrivals.append(chunk.choices[0].delta.content)
+
+    assert "".join(arrivals) == answer
+    assert arrivals == ["one", " two", " three", " four", " five", " six"]
+    # Each delta was produced only once the client held every delta before it.
+    assert produced == [0, 1, 2, 3, 4, 5]
 
 
 def test_start_and_stop_leave_no_threads_behind() -> None:

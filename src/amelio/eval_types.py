@@ -28,8 +28,8 @@ from amelio.evals import (
     RuleParamError,
     RuleType,
     Verdict,
-    _kind,
     charge,
+    json_kind,
 )
 from amelio.hookspecs import hookimpl
 
@@ -52,7 +52,7 @@ def _show_all(values: Sequence[str], limit: int = 5) -> str:
 def _text(params: Mapping[str, Any], name: str, *, allow_empty: bool = False) -> str:
     value = params[name]
     if not isinstance(value, str):
-        raise RuleParamError(name, f"must be a string, not {_kind(value)}")
+        raise RuleParamError(name, f"must be a string, not {json_kind(value)}")
     if not value and not allow_empty:
         raise RuleParamError(name, "must not be empty (an empty string is in every answer)")
     return value
@@ -61,17 +61,18 @@ def _text(params: Mapping[str, Any], name: str, *, allow_empty: bool = False) ->
 def _texts(params: Mapping[str, Any], name: str) -> tuple[str, ...]:
     values = params[name]
     if not isinstance(values, list | tuple) or not values:
-        raise RuleParamError(name, f"must be a non-empty array of strings, not {_kind(values)}")
+        raise RuleParamError(name, f"must be a non-empty array of strings, not {json_kind(values)}")
     for i, value in enumerate(values):
         if not isinstance(value, str) or not value:
-            raise RuleParamError(name, f"item {i} must be a non-empty string, not {_kind(value)}")
+            raise RuleParamError(
+                name, f"item {i} must be a non-empty string, not {json_kind(value)}")
     return tuple(values)
 
 
 def _count(params: Mapping[str, Any], name: str) -> int:
     value = params[name]
     if isinstance(value, bool) or not isinstance(value, int):
-        raise RuleParamError(name, f"must be a whole number like 2000, not {_kind(value)}")
+        raise RuleParamError(name, f"must be a whole number like 2000, not {json_kind(value)}")
     if value < 0:
         raise RuleParamError(name, f"must be 0 or more, not {value}")
     return value
@@ -80,7 +81,7 @@ def _count(params: Mapping[str, Any], name: str) -> int:
 def _flag(params: Mapping[str, Any], name: str, default: bool) -> bool:
     value = params.get(name, default)
     if not isinstance(value, bool):
-        raise RuleParamError(name, f"must be true or false, not {_kind(value)}")
+        raise RuleParamError(name, f"must be true or false, not {json_kind(value)}")
     return value
 
 
@@ -462,7 +463,7 @@ def _check_refs(schema: Mapping[str, Any], base: Any) -> None:
 def _json_schema(params: Mapping[str, Any]) -> Check:
     schema = params["schema"]
     if not isinstance(schema, Mapping):
-        raise RuleParamError("schema", f"must be a JSON Schema object, not {_kind(schema)}")
+        raise RuleParamError("schema", f"must be a JSON Schema object, not {json_kind(schema)}")
     try:
         size = len(json.dumps(schema))
     except (TypeError, ValueError, RecursionError):

@@ -47,7 +47,7 @@ from amelio.plugins import get_plugin_manager
 __all__ = [
     "DEFAULT_SEVERITY", "SEVERITIES", "EvalReport", "EvalResult", "EvalRule", "EvalSpec",
     "RuleParamError", "RuleType", "Verdict", "WorkBudget", "WorkBudgetExceeded",
-    "append_footnotes", "charge", "evaluate", "parse_eval_file", "parse_rules",
+    "append_footnotes", "charge", "evaluate", "json_kind", "parse_eval_file", "parse_rules",
     "render_footnotes", "rule_types",
 ]
 
@@ -342,7 +342,7 @@ def rule_types() -> dict[str, RuleType]:
 def parse_rules(data: Any, *, source: str | None = None) -> tuple[EvalRule, ...]:
     """Validate and compile a list of rule objects once, so evaluation never has to."""
     if not isinstance(data, list | tuple):
-        raise EvalRuleError(f"rules must be an array of rule objects, not {_kind(data)}",
+        raise EvalRuleError(f"rules must be an array of rule objects, not {json_kind(data)}",
                             file=source, field="rules")
     if len(data) > MAX_RULES:
         raise EvalRuleError(f"{len(data)} rules, over the limit of {MAX_RULES}",
@@ -391,7 +391,7 @@ def parse_eval_file(text: str, *, source: str) -> EvalSpec:
     if not isinstance(data, dict):
         raise EvalRuleError(
             f'an eval file must be a JSON object like {{"version": 1, "rules": [...]}}, '
-            f"not {_kind(data)}", file=source,
+            f"not {json_kind(data)}", file=source,
         )
     for key in data:
         if key not in ("version", "skill", "rules"):
@@ -405,7 +405,7 @@ def parse_eval_file(text: str, *, source: str) -> EvalSpec:
         )
     skill = data.get("skill")
     if skill is not None and not isinstance(skill, str):
-        raise EvalRuleError(f"must be the skill's name as a string, not {_kind(skill)}",
+        raise EvalRuleError(f"must be the skill's name as a string, not {json_kind(skill)}",
                             file=source, field="skill")
     if "rules" not in data:
         raise EvalRuleError("missing; an eval file needs a rules array (it may be empty)",
@@ -419,7 +419,7 @@ def _parse_rule(
     where = f"rules[{index}]"
     if not isinstance(raw, Mapping):
         raise EvalRuleError(f"{where} must be an object with id, type and severity, "
-                            f"not {_kind(raw)}", file=source)
+                            f"not {json_kind(raw)}", file=source)
     rule_id = raw.get("id")
     if not isinstance(rule_id, str) or not rule_id.strip():
         raise EvalRuleError(f"{where} needs an id, a non-empty string unique in the file",
@@ -451,7 +451,7 @@ def _parse_rule(
         raise fail("severity", f"must be 'warning' or 'info', not {severity!r}")
     negate = raw.get("negate", False)
     if not isinstance(negate, bool):
-        raise fail("negate", f"must be true or false, not {_kind(negate)}")
+        raise fail("negate", f"must be true or false, not {json_kind(negate)}")
     params = {k: copy.deepcopy(v) for k, v in raw.items() if k not in ("id", "name", "type",
                                                                         "severity")}
     own = MappingProxyType({k: v for k, v in params.items() if k != "negate"})
@@ -476,8 +476,10 @@ def _negated(check: Check, type_name: str) -> Check:
     return negated
 
 
-def _kind(value: Any) -> str:
-    """A JSON-flavoured name for a value's type, for error messages users can act on."""
+def json_kind(value: Any) -> str:
+    """A JSON-flavoured name for a value's type ("a string", "an array", "null"), for
+    error messages users can act on. Public so that rule types (the built-ins in
+    :mod:`amelio.eval_types`, and plugins') word their parameter errors the same way."""
     kinds = ((bool, "a boolean"), (int | float, "a number"), (str, "a string"),
              (Mapping, "an object"), (list | tuple, "an array"))
     if value is None:

@@ -38,7 +38,8 @@ def register_llm_providers(register: Callable[..., Any]) -> None:
 
 @hookspec
 def register_notifiers(register: Callable[..., Any]) -> None:
-    """Add notifiers: ``register(notifier_type)`` with an :class:`amelio.notifiers.NotifierType`."""
+    """Add notifiers: ``register(notifier_type)`` with an
+    :class:`amelio.improve.notifiers.NotifierType`."""
 
 
 @hookspec

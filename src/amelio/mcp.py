@@ -292,7 +292,7 @@ def give_feedback(
     call = _call(ctx)
     found = assistant.get_interaction(call.ws, interactionId)
     call.caller.authorize(call.ws, found["project"])
-    return quality.give_feedback(call.ws, interactionId, kind, comment=comment).to_dict()
+    return quality.give_answer_feedback(call.ws, interactionId, kind, comment=comment).to_dict()
 
 
 @_tool

@@ -29,7 +29,7 @@ _BUILTIN_PLUGINS: tuple[str, ...] = (
     "amelio.llm.anthropic",
     "amelio.llm.openai",
     "amelio.llm.claude_cli",
-    "amelio.notifiers",
+    "amelio.improve.notifiers",
     "amelio.search.engine",
 )
 

@@ -1,25 +1,32 @@
-"""Feedback on answers and the quality metrics derived from what was stored.
+"""Answer feedback and the quality metrics derived from what was stored.
 
-Feedback is the seed's three buttons: 👍 (``up``), 👎 (``down``) and 🛠️ Fix It
-(``fixit``). 👎 and Fix It become learnings (``Negative feedback on: …``,
-``Fix requested for: …``, or the person's comment as the rule). 👍 bumps the
-helpful counter of every learning the answer's prompt used; 👎 bumps the
-harmful counter of those scoped to the skill that answered (a general rule is
-in every prompt, so blaming it for any bad answer would retire it at random).
+Answer feedback is the seed's three buttons under one assistant answer: 👍 (``up``),
+👎 (``down``) and 🛠️ Fix It (``fixit``). 👎 and Fix It become learnings
+(``Negative feedback on: …``, ``Fix requested for: …``, or the person's comment as
+the rule). 👍 bumps the helpful counter of every learning the answer's prompt used;
+👎 bumps the harmful counter of those scoped to the skill that answered (a general
+rule is in every prompt, so blaming it for any bad answer would retire it at random).
 A user's repeated vote on one interaction counts once: the last one stands.
 Under ``pii_scrub = all`` a comment is scrubbed before it is stored, distilled
 or turned into a learning (:mod:`amelio.pii`).
 
+Answer feedback is not :mod:`amelio.feedback`: those are the typed, anonymized
+``MartyFeedbackEventV1`` events (clicks, dwell, votes on search results) that the
+collector validates, signs and stores for the relevance loop.
+
 Metrics are never stored: they are aggregates over interactions, eval results
-and feedback, so they can always be rebuilt and never drift from the data.
+and answer feedback, so they can always be rebuilt and never drift from the data.
+The API (``/v1/quality``), ``amelio quality``, the nightly loop and the dashboard
+all read them from here.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from statistics import NormalDist
 from typing import Any
 
@@ -35,20 +42,27 @@ from amelio.projects import project_id
 from amelio.workspace import Workspace
 
 __all__ = [
-    "KINDS",
+    "ANSWER_FEEDBACK_KINDS",
     "MAX_COMMENT_CHARS",
-    "FeedbackResult",
+    "AnswerFeedbackResult",
+    "DailyMetrics",
+    "FailedCheck",
     "Finding",
+    "RuleStats",
     "SkillMetrics",
+    "daily_metrics",
     "find_underperformers",
-    "give_feedback",
+    "give_answer_feedback",
     "quality_metrics",
+    "recent_failed_answers",
+    "rule_stats",
     "wilson_interval",
 ]
 
 log = logging.getLogger(__name__)
 
-KINDS = ("up", "down", "fixit")
+#: The buttons under an answer: 👍, 👎 and 🛠️ Fix It.
+ANSWER_FEEDBACK_KINDS = ("up", "down", "fixit")
 EXCERPT_CHARS = 80
 MAX_COMMENT_CHARS = 2000
 
@@ -60,7 +74,7 @@ _DISTILL_SYSTEM = (
 
 
 @dataclass(frozen=True)
-class FeedbackResult:
+class AnswerFeedbackResult:
     feedback_id: int
     interaction_id: int
     kind: str
@@ -128,10 +142,11 @@ def _distill(ws: Workspace, kind: str, message: str, answer: str, comment: str) 
     return rule if 0 < len(rule) <= learnings.MAX_RULE_CHARS else None
 
 
-def give_feedback(ws: Workspace, interaction_id: int, kind: str, *, comment: str | None = None,
-                  user: str | None = None) -> FeedbackResult:
-    """Record 👍, 👎 or Fix It on an interaction, and learn from it."""
-    if kind not in KINDS:
+def give_answer_feedback(ws: Workspace, interaction_id: int, kind: str, *,
+                         comment: str | None = None, user: str | None = None
+                         ) -> AnswerFeedbackResult:
+    """Record 👍, 👎 or Fix It on an interaction's answer, and learn from it."""
+    if kind not in ANSWER_FEEDBACK_KINDS:
         raise InvalidInput(f"Unknown feedback kind {kind!r}: use up, down or fixit.",
                            field="kind")
     comment = " ".join((comment or "").split()) or None
@@ -195,49 +210,73 @@ def give_feedback(ws: Workspace, interaction_id: int, kind: str, *, comment: str
                     if item.id in used and item.skill is not None
                     and item.skill == row.applied_skill]
         retired = learnings.record_outcome(ws, used, helpful=kind == "up", project=project)
-    return FeedbackResult(feedback_id, interaction_id, kind,
-                          previous.kind if previous is not None else None, learning,
-                          tuple(retired))
+    return AnswerFeedbackResult(feedback_id, interaction_id, kind,
+                                previous.kind if previous is not None else None, learning,
+                                tuple(retired))
+
+
+# -- metrics ------------------------------------------------------------------------------
+
+#: An interaction counts as a use of the skill that answered it.
+_USED = interactions.c.applied_skill.is_not(None)
+#: 👍 and 👎 are votes; a Fix It is a correction (its own channel), not a vote.
+_VOTE = feedback.c.channel == "vote"
+_VOTES = feedback.join(interactions, interactions.c.id == feedback.c.interaction_id).join(
+    projects, projects.c.id == interactions.c.project_id)
+_CHECKS = eval_results.join(interactions, interactions.c.id == eval_results.c.interaction_id
+                            ).join(projects, projects.c.id == interactions.c.project_id)
+_KEY = (projects.c.name.label("project"), interactions.c.applied_skill)
+
+
+def _scope(ws: Workspace, project: str | None) -> list[sa.ColumnElement[bool]]:
+    """The filter for one project (all projects for None); an unknown project is an
+    error, not "no data"."""
+    if project is None:
+        return []
+    with ws.engine.connect() as conn:
+        project_id(conn, project)
+    return [projects.c.name == project]
+
+
+def _rule_counts(*where: sa.ColumnElement[bool]) -> sa.Select[Any]:
+    """Per (project, skill, rule): the answers checked against the rule and how many
+    passed, the source of every per-rule figure."""
+    e = eval_results
+    return (sa.select(*_KEY, e.c.rule_id, sa.func.max(e.c.rule_name).label("rule_name"),
+                      sa.func.count().label("n"),
+                      sa.func.sum(sa.case((e.c.passed, 1), else_=0)).label("ok"))
+            .select_from(_CHECKS).where(_USED, *where)
+            .group_by(projects.c.name, interactions.c.applied_skill, e.c.rule_id))
 
 
 def quality_metrics(ws: Workspace, project: str | None = None) -> list[SkillMetrics]:
     """Per (project, skill) metrics over every stored interaction; all projects when
     ``project`` is None."""
-    i, f, e, p = interactions, feedback, eval_results, projects
-    scope = [p.c.name == project] if project is not None else []
-    if project is not None:
-        with ws.engine.connect() as conn:
-            project_id(conn, project)  # an unknown project is an error, not "no data"
-    key = (p.c.name.label("project"), i.c.applied_skill)
-    base = (sa.select(*key, sa.func.count().label("n"),
+    i, f, p = interactions, feedback, projects
+    scope = _scope(ws, project)
+    base = (sa.select(*_KEY, sa.func.count().label("n"),
                       sa.func.sum(sa.case((i.c.success, 1), else_=0)).label("ok"),
                       sa.func.max(i.c.created_at).label("last"))
             .join(p, p.c.id == i.c.project_id)
-            .where(i.c.applied_skill.is_not(None), *scope)
+            .where(_USED, *scope)
             .group_by(p.c.name, i.c.applied_skill))
-    votes = (sa.select(*key, f.c.kind, sa.func.count().label("n"))
-             .select_from(f.join(i, i.c.id == f.c.interaction_id)
-                          .join(p, p.c.id == i.c.project_id))
-             .where(f.c.channel == "vote", i.c.applied_skill.is_not(None), *scope)
+    votes = (sa.select(*_KEY, f.c.kind, sa.func.count().label("n"))
+             .select_from(_VOTES).where(_VOTE, _USED, *scope)
              .group_by(p.c.name, i.c.applied_skill, f.c.kind))
-    failures = (sa.select(*key, e.c.rule_id, sa.func.max(e.c.rule_name).label("rule_name"),
-                          sa.func.count().label("n"))
-                .select_from(e.join(i, i.c.id == e.c.interaction_id)
-                             .join(p, p.c.id == i.c.project_id))
-                .where(sa.not_(e.c.passed), i.c.applied_skill.is_not(None), *scope)
-                .group_by(p.c.name, i.c.applied_skill, e.c.rule_id))
     with ws.engine.connect() as conn:
         rows = conn.execute(base).all()
         vote_rows = conn.execute(votes).all()
-        failure_rows = conn.execute(failures).all()
+        rule_rows = conn.execute(_rule_counts(*scope)).all()
     counts: dict[tuple[str, str], dict[str, int]] = {}
     for r in vote_rows:
         counts.setdefault((r.project, r.applied_skill), {})[r.kind] = int(r.n)
     fails: dict[tuple[str, str], dict[str, int]] = {}
     names: dict[tuple[str, str], dict[str, str]] = {}
-    for r in failure_rows:
-        fails.setdefault((r.project, r.applied_skill), {})[r.rule_id] = int(r.n)
-        names.setdefault((r.project, r.applied_skill), {})[r.rule_id] = r.rule_name
+    for r in rule_rows:
+        failed = int(r.n) - int(r.ok or 0)
+        if failed:
+            fails.setdefault((r.project, r.applied_skill), {})[r.rule_id] = failed
+            names.setdefault((r.project, r.applied_skill), {})[r.rule_id] = r.rule_name
     out = []
     for r in rows:
         k = (r.project, r.applied_skill)
@@ -248,6 +287,102 @@ def quality_metrics(ws: Workspace, project: str | None = None) -> list[SkillMetr
             feedback_negative=counts.get(k, {}).get("down", 0), last_used=last,
             rule_failures=fails.get(k, {}), rule_names=names.get(k, {})))
     return sorted(out, key=lambda m: (m.project, m.skill))
+
+
+@dataclass(frozen=True)
+class DailyMetrics:
+    """One skill's uses and votes on one day (UTC): a point of the quality charts."""
+
+    project: str
+    skill: str
+    day: date
+    applied_count: int
+    success_count: int
+    feedback_positive: int
+    feedback_negative: int
+
+    @property
+    def success_rate(self) -> float | None:
+        """None on a day with votes but no answers."""
+        return self.success_count / self.applied_count if self.applied_count else None
+
+
+def daily_metrics(ws: Workspace, project: str | None = None) -> list[DailyMetrics]:
+    """:func:`quality_metrics`' uses, successes and votes, day by day (an answer counts
+    on the day it was given, a vote on the day it was last changed), sorted by
+    project, skill and day; all projects when ``project`` is None."""
+    i, f, p = interactions, feedback, projects
+    scope = _scope(ws, project)
+    with ws.engine.connect() as conn:
+        uses = conn.execute(sa.select(*_KEY, i.c.created_at, i.c.success)
+                            .join(p, p.c.id == i.c.project_id).where(_USED, *scope)).all()
+        votes = conn.execute(sa.select(*_KEY, f.c.updated_at, f.c.kind)
+                             .select_from(_VOTES).where(_VOTE, _USED, *scope)).all()
+    days: dict[tuple[str, str, date], Counter[str]] = defaultdict(Counter)
+    for r in uses:
+        day = days[(r.project, r.applied_skill, aware(r.created_at).date())]
+        day["n"] += 1
+        day["ok"] += int(bool(r.success))
+    for r in votes:
+        days[(r.project, r.applied_skill, aware(r.updated_at).date())][r.kind] += 1
+    return [DailyMetrics(project, skill, day, c["n"], c["ok"], c["up"], c["down"])
+            for (project, skill, day), c in sorted(days.items())]
+
+
+@dataclass(frozen=True)
+class FailedCheck:
+    """An answer that failed one eval rule."""
+
+    interaction_id: int
+    rule_id: str
+    detail: str
+    answer: str  # an excerpt
+    at: datetime
+
+
+@dataclass(frozen=True)
+class RuleStats:
+    """How one eval rule of a skill fared over the answers checked against it."""
+
+    rule_id: str
+    name: str
+    total: int
+    passed: int
+    failures: tuple[FailedCheck, ...] = ()  # the latest, newest first
+
+    @property
+    def pass_rate(self) -> float:
+        return self.passed / self.total if self.total else 0.0
+
+
+def _failed_checks(conn: sa.Connection, project: str, skill: str, *, limit: int,
+                   excerpt: int, warning_only: bool = False) -> list[FailedCheck]:
+    """The latest failed checks of a skill's answers, newest first."""
+    i, e = interactions, eval_results
+    query = (sa.select(e.c.rule_id, e.c.detail, i.c.id, i.c.answer, i.c.created_at)
+             .select_from(_CHECKS)
+             .where(projects.c.name == project, i.c.applied_skill == skill,
+                    sa.not_(e.c.passed), *([e.c.severity == "warning"] if warning_only else []))
+             .order_by(i.c.id.desc()).limit(limit))
+    return [FailedCheck(r.id, r.rule_id, r.detail, r.answer[:excerpt], r.created_at)
+            for r in conn.execute(query)]
+
+
+def rule_stats(ws: Workspace, project: str, skill: str, failures: int = 3
+               ) -> dict[str, RuleStats]:
+    """Per rule id of ``skill`` in ``project``: answers checked, passed, and the latest
+    ``failures`` failing answers (what the dashboard's evals tab shows)."""
+    with ws.engine.connect() as conn:
+        totals = conn.execute(_rule_counts(projects.c.name == project,
+                                           interactions.c.applied_skill == skill)).all()
+        failing = _failed_checks(conn, project, skill, limit=200, excerpt=300)
+    latest: dict[str, list[FailedCheck]] = defaultdict(list)
+    for check in failing:
+        if len(latest[check.rule_id]) < failures:
+            latest[check.rule_id].append(check)
+    return {r.rule_id: RuleStats(r.rule_id, r.rule_name, int(r.n), int(r.ok or 0),
+                                 tuple(latest[r.rule_id]))
+            for r in totals}
 
 
 # -- underperformers ----------------------------------------------------------------------
@@ -331,19 +466,16 @@ def find_underperformers(
         linked = tuple(item for item in learnings.list_learnings(ws, project=m.project)
                        if item.skill == m.skill)
         findings.append(Finding(m, tuple(reasons), bounds, linked,
-                                _failed_answers(ws, m.project, m.skill)))
+                                recent_failed_answers(ws, m.project, m.skill)))
     return findings
 
 
-def _failed_answers(ws: Workspace, project: str, skill: str, limit: int = 5
-                    ) -> tuple[tuple[str, str], ...]:
-    """Recent answers that failed a warning rule: the failure text a rewrite learns from."""
-    i, e, p = interactions, eval_results, projects
-    query = (sa.select(e.c.rule_id, i.c.answer)
-             .select_from(e.join(i, i.c.id == e.c.interaction_id)
-                          .join(p, p.c.id == i.c.project_id))
-             .where(p.c.name == project, i.c.applied_skill == skill, sa.not_(e.c.passed),
-                    e.c.severity == "warning")
-             .order_by(i.c.id.desc()).limit(limit))
+def recent_failed_answers(ws: Workspace, project: str, skill: str, limit: int = 5
+                          ) -> tuple[tuple[str, str], ...]:
+    """Recent answers of ``skill`` that failed a warning rule, as (rule id, answer
+    excerpt): the failure text a rewrite learns from (a :class:`Finding` carries
+    them; Sage reads them for a skill that is not underperforming too)."""
     with ws.engine.connect() as conn:
-        return tuple((r.rule_id, r.answer[:1000]) for r in conn.execute(query))
+        checks = _failed_checks(conn, project, skill, limit=limit, excerpt=1000,
+                                warning_only=True)
+    return tuple((c.rule_id, c.answer) for c in checks)

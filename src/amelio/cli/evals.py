@@ -187,10 +187,6 @@ def import_promptfoo_command(ctx: click.Context, config_file: Path, skill: str,
     result = import_promptfoo(config_file.read_text(encoding="utf-8"), source=str(config_file))
     ws = workspace(ctx)
     current = skills.get_skill(ws.engine, skill, project or projects.DEFAULT_PROJECT)
-    if project is not None and current.project != project and not dry_run:
-        # --project changes that project's own version, never the global skill.
-        current = skills.fork_skill(ws.engine, skill, project,
-                                    author=os.environ.get("USER", "cli"))
     existing = evals.parse_rules(list(current.spec.evals or ()))
     merged, added = _merge(existing, result.rules)
     for rule in added:
@@ -203,9 +199,10 @@ def import_promptfoo_command(ctx: click.Context, config_file: Path, skill: str,
     if dry_run:
         click.echo(f"Dry run: {len(added)} rules would be added to {skill}.")
         return
-    updated = skills.update_skill(
-        ws.engine, skill, project=current.project, rules=merged,
-        author=os.environ.get("USER", "cli"),
+    # --project changes that project's own version (forking the global skill first),
+    # never the global skill.
+    updated = skills.update_project_skill(
+        ws.engine, skill, project, rules=merged, author=os.environ.get("USER", "cli"),
         reason=f"imported {len(added)} rules from {config_file.name}",
         expected_version=current.version,
     )

@@ -1,8 +1,14 @@
-"""``amelio feedback``: votes on answers, and the feedback event store.
+"""``amelio feedback``: two different things under one name, kept apart in its help.
 
-``amelio feedback ID up|down|fixit`` (the assistant's 👍/👎/Fix It, the ``give``
-subcommand) predates the event store, so a first argument that is a number is
-routed to ``give``: scripts written for it keep working.
+* Answer feedback (``give``): 👍/👎/Fix It on one assistant answer, which becomes
+  learnings and quality metrics (:func:`amelio.quality.give_answer_feedback`).
+* Feedback events (``schema``, ``ingest``, ``verify``, ``purge``, ``stats``): the
+  typed, anonymized ``MartyFeedbackEventV1`` events that clients of search and the
+  assistant send, which the collector validates, signs and stores
+  (:mod:`amelio.feedback`).
+
+``amelio feedback ID up|down|fixit`` (``give``) predates the event store, so a first
+argument that is a number is routed to ``give``: scripts written for it keep working.
 """
 
 from __future__ import annotations
@@ -21,28 +27,55 @@ from amelio.feedback import (
     verify_events,
 )
 from amelio.feedback.collector import EventStatus
-from amelio.quality import KINDS, give_feedback
+from amelio.quality import ANSWER_FEEDBACK_KINDS, give_answer_feedback
 
 _SHOWN_REJECTIONS = 20
+_ANSWER_COMMANDS = ("give",)
 
 
 class _FeedbackGroup(click.Group):
-    """A group whose numeric first argument means the ``give`` subcommand."""
+    """A group whose numeric first argument means the ``give`` subcommand, and whose
+    help lists answer feedback and feedback events apart."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0].isdigit():
             args = ["give", *args]
         return super().parse_args(ctx, args)
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        answer: list[tuple[str, str]] = []
+        events: list[tuple[str, str]] = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                (answer if name in _ANSWER_COMMANDS else events).append(
+                    (name, command.get_short_help_str(formatter.width)))
+        for title, rows in (("Answer feedback (👍/👎/Fix It on an assistant answer)", answer),
+                            ("Feedback events (MartyFeedbackEventV1, the event store)", events)):
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
 
 @main.group("feedback", cls=_FeedbackGroup)
 def feedback_group() -> None:
-    """Feedback: 👍/👎/Fix It on answers (`amelio feedback ID up`), and the event store."""
+    """Answer feedback and feedback events: two different things.
+
+    \b
+    Answer feedback: 👍/👎/Fix It on one assistant answer
+      (`amelio feedback ID up`, or `give`); it becomes learnings and
+      counts in `amelio quality`.
+    Feedback events: typed, anonymized MartyFeedbackEventV1 events that
+      search and assistant clients send (clicks, dwell, reformulations,
+      votes on results) for the relevance loop; `ingest`, `verify`, `purge`,
+      `stats` and `schema` work on their store.
+    """
 
 
-@feedback_group.command("give")
+@feedback_group.command(
+    "give", short_help="👍 (up), 👎 (down) or 🛠️ Fix It (fixit) on an interaction's answer.")
 @click.argument("interaction_id", type=int)
-@click.argument("kind", type=click.Choice(KINDS))
+@click.argument("kind", type=click.Choice(ANSWER_FEEDBACK_KINDS))
 @click.option("--comment", "-m", default=None, help="What was wrong / the rule to learn.")
 @click.option("--user", default=None, help="Who is voting (a user's last vote stands).")
 @json_option
@@ -50,8 +83,12 @@ def feedback_group() -> None:
 @handle_errors
 def give_command(ctx: click.Context, interaction_id: int, kind: str, comment: str | None,
                  user: str | None, as_json: bool) -> None:
-    """Record 👍 (up), 👎 (down) or 🛠️ Fix It (fixit) on an interaction."""
-    result = give_feedback(workspace(ctx), interaction_id, kind, comment=comment, user=user)
+    """Answer feedback: 👍 (up), 👎 (down) or 🛠️ Fix It (fixit) on an interaction.
+
+    👎 and Fix It become learnings; `amelio feedback ID KIND` runs this too.
+    """
+    result = give_answer_feedback(workspace(ctx), interaction_id, kind, comment=comment,
+                                  user=user)
     if as_json:
         print_json(result.to_dict())
         return
@@ -63,19 +100,20 @@ def give_command(ctx: click.Context, interaction_id: int, kind: str, comment: st
         click.echo(f"Learning {lid} retired (more harmful than helpful).")
 
 
-@feedback_group.command("schema")
+@feedback_group.command("schema", short_help="Print the JSON Schema of MartyFeedbackEventV1.")
 def schema_command() -> None:
-    """Print the JSON Schema of MartyFeedbackEventV1."""
+    """Feedback events: print the JSON Schema of MartyFeedbackEventV1."""
     print_json(json_schema())
 
 
-@feedback_group.command("ingest")
+@feedback_group.command(
+    "ingest", short_help="Ingest events from an NDJSON file (or a JSON array), as the API would.")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @json_option
 @click.pass_context
 @handle_errors
 def ingest_command(ctx: click.Context, file: Path, as_json: bool) -> None:
-    """Ingest events from an NDJSON file (or a JSON array), as the API would.
+    """Feedback events: ingest an NDJSON file (or a JSON array), as the API would.
 
     The same checks apply (schema, consent, tokens, anonymization, duplicates),
     without the API's rate limits. Rejections name the line and the field.
@@ -98,13 +136,14 @@ def ingest_command(ctx: click.Context, file: Path, as_json: bool) -> None:
                    "lists them all).")
 
 
-@feedback_group.command("verify")
+@feedback_group.command(
+    "verify", short_help="Check the signature chain of the stored events (exit 1 if broken).")
 @json_option
 @click.pass_context
 @handle_errors
 def verify_command(ctx: click.Context, as_json: bool) -> None:
-    """Check the signature chain of stored events; exit 1 at the first tampered or
-    missing event."""
+    """Feedback events: check the signature chain of the stored events; exit 1 at the
+    first tampered or missing event."""
     report = verify_events(workspace(ctx))
     if as_json:
         print_json(report.to_dict())
@@ -120,7 +159,8 @@ def verify_command(ctx: click.Context, as_json: bool) -> None:
         sys.exit(1)
 
 
-@feedback_group.command("purge")
+@feedback_group.command(
+    "purge", short_help="Delete old events (retention); the chain stays verifiable.")
 @click.option("--older-than", "older_than", type=click.IntRange(min=0), default=None,
               metavar="DAYS", help="Remove events that happened more than DAYS ago "
               "(default: feedback_retention_days).")
@@ -128,7 +168,7 @@ def verify_command(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 @handle_errors
 def purge_command(ctx: click.Context, older_than: int | None, as_json: bool) -> None:
-    """Delete old feedback events (retention); the chain stays verifiable."""
+    """Feedback events: delete old ones (retention); the chain stays verifiable."""
     report = purge_events(workspace(ctx), older_than)
     if as_json:
         print_json(report.to_dict())
@@ -137,12 +177,12 @@ def purge_command(ctx: click.Context, older_than: int | None, as_json: bool) -> 
                f"{report.anchor_seq}.")
 
 
-@feedback_group.command("stats")
+@feedback_group.command("stats", short_help="Stored events per type, and the chain's length.")
 @json_option
 @click.pass_context
 @handle_errors
 def stats_command(ctx: click.Context, as_json: bool) -> None:
-    """Stored events per type, their time span, and the chain's length."""
+    """Feedback events: how many are stored per type, and the chain's length."""
     stats = feedback_stats(workspace(ctx))
     if as_json:
         print_json(stats)

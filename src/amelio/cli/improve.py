@@ -38,7 +38,7 @@ def improve(ctx: click.Context, project: str | None, all_projects: bool, dry_run
         raise click.UsageError("Give --project P or --all, not both.")
     ws = workspace(ctx)
     if use_sage:
-        from amelio.sage import improve_with_sage
+        from amelio.improve.sage import improve_with_sage
 
         report = improve_with_sage(ws, projects=[project] if project else None,
                                    dry_run=dry_run, notify=not no_notify)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from amelio.bench import BenchmarkReport, run_benchmark
 from amelio.cli._common import handle_errors, json_option, main, print_json, short, table, workspace
+from amelio.improve.bench import BenchmarkReport, run_benchmark
+from amelio.improve.sage import analyze
 from amelio.projects import DEFAULT_PROJECT
-from amelio.sage import analyze
 
 
 def print_report(report: BenchmarkReport) -> None:

@@ -37,10 +37,10 @@ from amelio.assistant import answer_with
 from amelio.db.schema import benchmark_runs, benchmark_scenarios, interactions, projects, utcnow
 from amelio.errors import AmelioError, InvalidInput, LLMError
 from amelio.improve.proposals import get_proposal
+from amelio.improve.stats import bootstrap_mean_ci, wilcoxon_signed_rank
 from amelio.llm import Completion, LLMRequest, Provider, get_provider
 from amelio.llm.cache import CachedProvider
 from amelio.skills.store import get_skill
-from amelio.stats import bootstrap_mean_ci, wilcoxon_signed_rank
 from amelio.workspace import Workspace
 
 __all__ = ["BenchmarkReport", "ScenarioPlan", "latest_verdict", "list_benchmarks",

@@ -24,12 +24,12 @@ import sqlalchemy as sa
 from amelio import db
 from amelio.db.schema import improve_runs, utcnow
 from amelio.errors import AmelioError
+from amelio.improve.notifiers import Notification, NotificationAction, notify_all
 from amelio.improve.proposals import create_proposal, pending_for, supersede_stale
 from amelio.improve.templates import template_proposal
-from amelio.notifiers import Notification, NotificationAction, notify_all
 from amelio.projects import list_projects
 from amelio.quality import Finding, find_underperformers
-from amelio.skills.store import _resolve, get_skill
+from amelio.skills.store import get_skill
 from amelio.workspace import Workspace
 
 __all__ = ["REPORT_VERSION", "ImproveReport", "Proposer", "last_report", "run_improve"]
@@ -118,8 +118,7 @@ def _improve_project(ws: Workspace, project: str, proposer: Proposer, mode: str,
                            "proposals": [], "skipped": []}
     for finding in findings:
         with ws.engine.connect() as conn:
-            row, _ = _resolve(conn, finding.skill, project)
-            pending = pending_for(conn, row.id)
+            pending = pending_for(conn, get_skill(conn, finding.skill, project).id)
         if pending is not None:
             out["skipped"].append({"skill": finding.skill,
                                    "reason": f"proposal #{pending} is pending"})

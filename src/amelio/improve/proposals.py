@@ -37,7 +37,13 @@ from amelio.improve import rotation
 from amelio.projects import DEFAULT_PROJECT, project_id
 from amelio.skills import files
 from amelio.skills.model import SkillSpec
-from amelio.skills.store import _find, _resolve, _spec_from_row, _write_version, record_event
+from amelio.skills.store import (
+    find_skill_row,
+    get_skill,
+    record_event,
+    spec_from_row,
+    write_version,
+)
 from amelio.workspace import Workspace
 
 __all__ = [
@@ -190,23 +196,24 @@ def create_proposal(
     if not content or "\x00" in content:
         raise InvalidInput("A proposal needs non-empty text content.", field="proposedContent")
     with db.transaction(ws.engine) as conn:
-        row, _ = _resolve(conn, skill, project)
-        if content == row.content:
-            raise InvalidInput(f"The proposal is identical to {skill} v{row.version}.",
+        current = get_skill(conn, skill, project)
+        if content == current.spec.content:
+            raise InvalidInput(f"The proposal is identical to {skill} v{current.version}.",
                                field="proposedContent")
-        pending = pending_for(conn, row.id)
+        pending = pending_for(conn, current.id)
         if pending is not None:
             raise Conflict(f"Proposal #{pending} for {skill} is still pending: approve or "
                            "reject it first.", proposal_id=pending)
         result = conn.execute(proposals.insert().values(
-            skill_id=row.id, skill_name=skill, project_id=project_id(conn, project),
-            base_version=row.version, current_content=row.content, proposed_content=content,
+            skill_id=current.id, skill_name=skill, project_id=project_id(conn, project),
+            base_version=current.version, current_content=current.spec.content,
+            proposed_content=content,
             rationale=rationale, evidence=json.loads(json.dumps(evidence or {}, default=str)),
             status="pending", proposed_by=proposed_by, author=author[:200], run_id=run_id,
             created_at=utcnow()))
         assert result.inserted_primary_key is not None
         new_id = int(result.inserted_primary_key[0])
-        record_event(conn, row.id, "proposal", actor=author, reason=rationale[:500],
+        record_event(conn, current.id, "proposal", actor=author, reason=rationale[:500],
                      proposal_id=new_id)
     return get_proposal(ws, new_id)
 
@@ -257,7 +264,8 @@ def create_skill_proposal(
                  "scope": scope}
     with db.transaction(ws.engine) as conn:
         pid = project_id(conn, project)
-        if _find(conn, spec.name, None) is not None or _find(conn, spec.name, pid) is not None:
+        if (find_skill_row(conn, spec.name, None) is not None
+                or find_skill_row(conn, spec.name, pid) is not None):
             raise Conflict(f"A skill named {spec.name!r} already exists: propose a change to it "
                            "instead, or choose another name.", skill=spec.name)
         pending = conn.scalar(sa.select(proposals.c.id).where(
@@ -293,7 +301,7 @@ def recover_files(ws: Workspace, skill: str) -> str | None:
 
     def committed(version: int) -> bool:
         with ws.engine.connect() as conn:
-            row = _find(conn, skill, None)
+            row = find_skill_row(conn, skill, None)
         return row is not None and row.version >= version
 
     return rotation.recover(folder, committed)
@@ -341,10 +349,10 @@ def _approve(ws: Workspace, proposal_id: int, actor: str, reason: str | None,
                 "`amelio improve` to supersede it with a fresh proposal.",
                 proposal_id=proposal_id, base_version=row.base_version,
                 current_version=skill_row.version)
-        spec = replace(_spec_from_row(skill_row._mapping, skill_row.name),
+        spec = replace(spec_from_row(skill_row._mapping, skill_row.name),
                        content=row.proposed_content)
         why = f"approved proposal #{proposal_id}" + (f": {reason}" if reason else "")
-        version = _write_version(conn, spec, skill_row.project_id, author=actor, reason=why,
+        version = write_version(conn, spec, skill_row.project_id, author=actor, reason=why,
                                  expected_version=row.base_version, kind="approval",
                                  proposal_id=proposal_id)
         updated = conn.execute(
@@ -372,8 +380,8 @@ def _approve_new(conn: sa.Connection, row: sa.Row[Any], actor: str, reason: str 
     """Create the proposed skill at version 1 and link the proposal to it."""
     meta = dict(row.new_skill)
     pid = None if meta.get("scope", "global") == "global" else int(row.project_id)
-    if _find(conn, row.skill_name, None, lock=True) is not None or (
-            pid is not None and _find(conn, row.skill_name, pid, lock=True) is not None):
+    if find_skill_row(conn, row.skill_name, None, lock=True) is not None or (
+            pid is not None and find_skill_row(conn, row.skill_name, pid, lock=True) is not None):
         raise Conflict(f"Proposal #{row.id} would create {row.skill_name!r}, but a skill of "
                        "that name was created since. Reject it.", proposal_id=row.id)
     spec = SkillSpec(
@@ -383,9 +391,9 @@ def _approve_new(conn: sa.Connection, row: sa.Row[Any], actor: str, reason: str 
         evals=None if meta.get("evals") is None else tuple(meta["evals"]),
         extra=dict(meta.get("extra") or {}))
     why = f"approved proposal #{row.id} (new skill)" + (f": {reason}" if reason else "")
-    version = _write_version(conn, spec, pid, author=actor, reason=why, kind="approval",
+    version = write_version(conn, spec, pid, author=actor, reason=why, kind="approval",
                              proposal_id=row.id)
-    created = _find(conn, row.skill_name, pid)
+    created = find_skill_row(conn, row.skill_name, pid)
     assert created is not None
     updated = conn.execute(
         proposals.update()

@@ -22,17 +22,22 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from amelio.bench import run_benchmark
 from amelio.db.schema import benchmark_runs, benchmark_scenarios, proposals
 from amelio.errors import AmelioError, InvalidInput
+from amelio.improve.bench import run_benchmark
 from amelio.improve.nightly import Drafted, Proposer, run_improve
 from amelio.improve.proposals import create_proposal, pending_for
 from amelio.learnings import list_learnings
 from amelio.llm import LLMRequest, Provider, get_provider
 from amelio.projects import DEFAULT_PROJECT
-from amelio.quality import Finding, _failed_answers, find_underperformers, quality_metrics
+from amelio.quality import (
+    Finding,
+    find_underperformers,
+    quality_metrics,
+    recent_failed_answers,
+)
 from amelio.skills.model import Skill
-from amelio.skills.store import _resolve, get_skill, list_skills
+from amelio.skills.store import get_skill, list_skills
 from amelio.workspace import Workspace
 
 __all__ = ["SageResult", "analyze", "improve_with_sage", "parse_sage_answer", "sage_proposer"]
@@ -124,13 +129,12 @@ def _prompt(ws: Workspace, skill: Skill, project: str, finding: Finding | None) 
         for rule_id, count in sorted(metrics.rule_failures.items(), key=lambda x: -x[1]):
             name = rules.get(rule_id, {}).get("name", rule_id)
             parts.append(f"- rule {rule_id} “{name}” failed {count} times")
-    failed = finding.failed_answers if finding else _failed_answers(ws, project, skill.name)
+    failed = (finding.failed_answers if finding
+              else recent_failed_answers(ws, project, skill.name))
     if failed:
         parts += ["", "ANSWERS THAT FAILED A RULE:"]
         parts += [f"[{rule_id}] {text}" for rule_id, text in failed]
-    with ws.engine.connect() as conn:
-        row, _ = _resolve(conn, skill.name, project)
-    reasons = _judge_reasons(ws, int(row.id))
+    reasons = _judge_reasons(ws, skill.id)
     if reasons:
         parts += ["", "JUDGE COMMENTS FROM EARLIER BENCHMARKS:", *(f"- {r}" for r in reasons)]
     taught = [i.rule for i in list_learnings(ws, project=project) if i.skill == skill.name]
@@ -198,13 +202,12 @@ def analyze(ws: Workspace, *, project: str = DEFAULT_PROJECT, skills: Sequence[s
     provider = provider or _sage_provider(ws)
     results: list[SageResult] = []
     for name, finding in _targets(ws, project, skills):
+        skill = get_skill(ws.engine, name, project)
         with ws.engine.connect() as conn:
-            row, _ = _resolve(conn, name, project)
-            pending = pending_for(conn, row.id)
+            pending = pending_for(conn, skill.id)
         if pending is not None:
             results.append(SageResult(name, project, "skipped", f"proposal #{pending} is pending"))
             continue
-        skill = get_skill(ws.engine, name, project)
         try:
             draft = _draft(ws, provider, skill, project, finding)
         except SageRejected as exc:

@@ -13,6 +13,7 @@ from amelio.skills.store import (
     rollback_skill,
     save_skills,
     skill_log,
+    update_project_skill,
     update_skill,
 )
 
@@ -33,6 +34,7 @@ __all__ = [
     "rollback_skill",
     "save_skills",
     "skill_log",
+    "update_project_skill",
     "update_skill",
     "write_skills",
 ]

@@ -1,6 +1,6 @@
 """Skills in the database, the source of truth once imported.
 
-Every change goes through :func:`_write_version`, which bumps the skill's
+Every change goes through :func:`write_version`, which bumps the skill's
 version with a compare-and-set and appends the full state to
 ``skill_versions`` in the same transaction: history can't skip or fork, and two
 concurrent writers can't both win.
@@ -35,6 +35,7 @@ __all__ = [
     "ImportReport",
     "SkillEvent",
     "export_skills",
+    "find_skill_row",
     "fork_skill",
     "get_skill",
     "import_skills",
@@ -44,8 +45,11 @@ __all__ = [
     "rollback_skill",
     "save_skills",
     "skill_log",
+    "spec_from_row",
+    "update_project_skill",
     "update_skill",
     "visible_skills",
+    "write_version",
 ]
 
 _UNSET: Any = object()
@@ -69,7 +73,13 @@ class ImportReport:
         }
 
 
-def _spec_from_row(m: sa.RowMapping, name: str) -> SkillSpec:
+def spec_from_row(m: sa.RowMapping, name: str) -> SkillSpec:
+    """The spec held by a ``skills`` or ``skill_versions`` row (``row._mapping``).
+
+    Public for the modules that read a skill's row in their own transaction
+    (approving a proposal locks it first) and must write it back through
+    :func:`write_version`.
+    """
     ev = m["evals"]
     return SkillSpec(
         name=name,
@@ -86,7 +96,7 @@ def _skill_from_row(row: sa.Row[Any], project: str | None) -> Skill:
     m = row._mapping
     return Skill(
         id=m["id"],
-        spec=_spec_from_row(m, m["name"]),
+        spec=spec_from_row(m, m["name"]),
         project=project,
         version=m["version"],
         created_at=m["created_at"],
@@ -110,10 +120,15 @@ def _scope_clause(pid: int | None) -> sa.ColumnElement[bool]:
     return skills.c.project_id.is_(None) if pid is None else skills.c.project_id == pid
 
 
-def _find(conn: sa.Connection, name: str, pid: int | None, *, lock: bool = False
+def find_skill_row(conn: sa.Connection, name: str, pid: int | None, *, lock: bool = False
           ) -> sa.Row[Any] | None:
-    """The skill row in one scope; ``lock`` holds it for the rest of a write
-    transaction (PostgreSQL), so concurrent writers queue instead of colliding."""
+    """The ``skills`` row of ``name`` in exactly one scope (``pid``: a project's id, or
+    None for the global skill), or None; no fallback from a project to the global one.
+
+    ``lock`` holds it for the rest of a write transaction (PostgreSQL), so concurrent
+    writers queue instead of colliding. Public for writers that work inside their
+    own transaction (approving a proposal checks and creates skills with it).
+    """
     query = sa.select(skills).where(skills.c.name == name, _scope_clause(pid))
     return conn.execute(query.with_for_update() if lock else query).first()
 
@@ -137,14 +152,21 @@ def record_event(conn: sa.Connection, skill_id: int, kind: str, *, actor: str, r
         actor=actor[:200], reason=reason[:10_000], created_at=utcnow()))
 
 
-def _write_version(
+def write_version(
     conn: sa.Connection, spec: SkillSpec, pid: int | None, *, author: str, reason: str,
     expected_version: int | None = None, kind: str = "edit", proposal_id: int | None = None,
 ) -> int:
-    """Create or advance one skill, record the new version and log the change."""
+    """Create or advance one skill, record the new version and log the change, inside
+    the caller's transaction; returns the new version.
+
+    The only way a version is written (see the module's docstring). Public so that a
+    change that must commit together with other rows (a proposal approved and the
+    skill's new version) goes through the same compare-and-set; anything else calls
+    :func:`update_skill`, :func:`save_skills` or :func:`fork_skill`.
+    """
     now = utcnow()
     author, reason = author[:200], reason[:10_000]
-    row = _find(conn, spec.name, pid, lock=True)
+    row = find_skill_row(conn, spec.name, pid, lock=True)
     if row is None:
         result = conn.execute(
             skills.insert().values(
@@ -201,12 +223,12 @@ def save_skills(
     with _writing(engine) as conn:
         pid = _pid(conn, project, create=True)
         for spec in specs:
-            row = _find(conn, spec.name, pid, lock=True)
+            row = find_skill_row(conn, spec.name, pid, lock=True)
             if row is not None and row.content_hash == spec.content_hash():
                 unchanged.append(spec.name)
                 versions[spec.name] = int(row.version)
                 continue
-            versions[spec.name] = _write_version(conn, spec, pid, author=author, reason=reason,
+            versions[spec.name] = write_version(conn, spec, pid, author=author, reason=reason,
                                                  kind="import")
             (created if row is None else updated).append(spec.name)
     return ImportReport(tuple(created), tuple(updated), tuple(unchanged), project, versions)
@@ -295,10 +317,10 @@ def visible_skills(engine: sa.Engine | sa.Connection, project: str | None = None
 def _resolve(conn: sa.Connection, name: str, project: str | None) -> tuple[sa.Row[Any], str | None]:
     pid = _pid(conn, project)
     if pid is not None:
-        row = _find(conn, name, pid)
+        row = find_skill_row(conn, name, pid)
         if row is not None:
             return row, project
-    row = _find(conn, name, None)
+    row = find_skill_row(conn, name, None)
     if row is None:
         where = f" for project {project!r}" if project and project != DEFAULT_PROJECT else ""
         raise SkillNotFound(
@@ -327,7 +349,7 @@ def list_versions(engine: sa.Engine, name: str, project: str | None = None) -> l
         ).all()
     return [
         SkillVersion(
-            version=r.version, spec=_spec_from_row(r._mapping, name), author=r.author,
+            version=r.version, spec=spec_from_row(r._mapping, name), author=r.author,
             reason=r.reason, created_at=r.created_at,
         )
         for r in rows
@@ -363,7 +385,7 @@ def update_skill(
         )
     with _writing(engine) as conn:
         row, scope = _resolve(conn, name, project)
-        spec = replace(_spec_from_row(row._mapping, name), **changes)
+        spec = replace(spec_from_row(row._mapping, name), **changes)
         pid = row.project_id
         if expected_version is not None and expected_version != row.version:
             raise Conflict(
@@ -371,10 +393,10 @@ def update_skill(
                 "someone changed it meanwhile. Reload it and try again.",
                 skill=name, version=row.version)
         if spec.content_hash() != row.content_hash:  # the same content is not a new version
-            _write_version(conn, spec, pid, author=author, reason=reason,
+            write_version(conn, spec, pid, author=author, reason=reason,
                            expected_version=expected_version, kind=kind,
                            proposal_id=proposal_id)
-        new = _find(conn, name, pid)
+        new = find_skill_row(conn, name, pid)
         assert new is not None
     return _skill_from_row(new, scope)
 
@@ -383,16 +405,44 @@ def fork_skill(engine: sa.Engine, name: str, project: str, *, author: str) -> Sk
     """Copy a global skill into ``project`` so it can change there alone."""
     with _writing(engine) as conn:
         pid = _pid(conn, project, create=True)
-        if _find(conn, name, pid) is not None:
+        if find_skill_row(conn, name, pid) is not None:
             raise Conflict(f"Project {project!r} already has its own {name!r}.", skill=name)
-        row = _find(conn, name, None)
+        row = find_skill_row(conn, name, None)
         if row is None:
             raise SkillNotFound(f"No global skill named {name!r} to fork.", skill=name)
-        _write_version(conn, _spec_from_row(row._mapping, name), pid, author=author,
+        write_version(conn, spec_from_row(row._mapping, name), pid, author=author,
                        reason=f"forked from global v{row.version}", kind="fork")
-        new = _find(conn, name, pid)
+        new = find_skill_row(conn, name, pid)
         assert new is not None
     return _skill_from_row(new, project)
+
+
+def update_project_skill(
+    engine: sa.Engine, name: str, project: str | None, *, author: str, reason: str,
+    expected_version: int | None = None, **changes: Any,
+) -> Skill:
+    """Change the skill ``name`` in ``project``'s own scope: a global skill the project
+    has not forked yet is forked into it first, so the global one never changes.
+
+    ``changes`` are :func:`update_skill`'s (``content``, ``description``,
+    ``triggers``, ``keywords``, ``rules``). ``project=None`` changes the skill where
+    the default project sees it (its fork, else the global skill). A project that
+    does not exist yet is created, as ``skills import --project`` does.
+    ``expected_version`` is the version the change was based on, as the project saw
+    it: before a fork, the global skill's (:class:`Conflict` if that moved on).
+    """
+    if project is not None:
+        with db.transaction(engine) as conn:
+            ensure_project(conn, project)
+    current = get_skill(engine, name, project or DEFAULT_PROJECT)
+    if project is not None and current.project != project:
+        if expected_version is not None and expected_version != current.version:
+            raise Conflict(f"Skill {name!r} is at version {current.version}, not "
+                           f"{expected_version}.", skill=name, version=current.version)
+        current = fork_skill(engine, name, project, author=author)
+        expected_version = current.version
+    return update_skill(engine, name, project=current.project, author=author, reason=reason,
+                        expected_version=expected_version, **changes)
 
 
 def rollback_skill(
@@ -420,7 +470,7 @@ def export_skills(engine: sa.Engine, dest: str | Path, *, project: str | None = 
         rows = conn.execute(
             sa.select(skills).where(_scope_clause(pid)).order_by(skills.c.name)
         ).all()
-    return files.write_skills([_spec_from_row(r._mapping, r.name) for r in rows], dest)
+    return files.write_skills([spec_from_row(r._mapping, r.name) for r in rows], dest)
 
 
 

@@ -1,4 +1,8 @@
-"""What the dashboard pages show, read from the same tables the API uses."""
+"""What the dashboard pages show, read from the same tables the API uses.
+
+Quality metrics (per skill, per day, per rule) are :mod:`amelio.quality`'s, the same
+functions behind ``/v1/quality``; this module holds the views only the dashboard has.
+"""
 
 from __future__ import annotations
 
@@ -20,64 +24,7 @@ from amelio.search.signals import busiest_queries, load_propensities, signals_fo
 from amelio.skills.store import list_skills, list_versions
 from amelio.workspace import Workspace
 
-__all__ = ["daily_metrics", "recent_interactions", "rule_stats", "search_view",
-           "version_history"]
-
-
-def rule_stats(ws: Workspace, project: str, skill: str, failures: int = 3
-               ) -> dict[str, dict[str, Any]]:
-    """Per rule id: answers checked, passed, and the latest failing answers."""
-    i, e, p = interactions, eval_results, projects
-    scope = (e.join(i, i.c.id == e.c.interaction_id).join(p, p.c.id == i.c.project_id))
-    where = (p.c.name == project, i.c.applied_skill == skill)
-    with ws.engine.connect() as conn:
-        totals = conn.execute(
-            sa.select(e.c.rule_id, sa.func.count().label("n"),
-                      sa.func.sum(sa.case((e.c.passed, 1), else_=0)).label("ok"))
-            .select_from(scope).where(*where).group_by(e.c.rule_id)).all()
-        failing = conn.execute(
-            sa.select(e.c.rule_id, e.c.detail, i.c.id, i.c.answer, i.c.created_at)
-            .select_from(scope).where(*where, sa.not_(e.c.passed))
-            .order_by(i.c.id.desc()).limit(200)).all()
-    stats: dict[str, dict[str, Any]] = {
-        r.rule_id: {"total": int(r.n), "passed": int(r.ok or 0), "failures": []}
-        for r in totals}
-    for r in failing:
-        bucket = stats[r.rule_id]["failures"]
-        if len(bucket) < failures:
-            bucket.append({"interactionId": r.id, "detail": r.detail,
-                           "answer": r.answer[:300], "at": r.created_at})
-    return stats
-
-
-def daily_metrics(ws: Workspace, project: str | None = None) -> dict[str, list[dict[str, Any]]]:
-    """Per skill, one point a day: success rate, 👍 and 👎 (for the quality charts)."""
-    i, f, p = interactions, feedback, projects
-    scope = [p.c.name == project] if project else []
-    with ws.engine.connect() as conn:
-        rows = conn.execute(
-            sa.select(i.c.applied_skill, i.c.created_at, i.c.success)
-            .join(p, p.c.id == i.c.project_id)
-            .where(i.c.applied_skill.is_not(None), *scope)).all()
-        votes = conn.execute(
-            sa.select(i.c.applied_skill, f.c.updated_at, f.c.kind)
-            .select_from(f.join(i, i.c.id == f.c.interaction_id)
-                         .join(p, p.c.id == i.c.project_id))
-            .where(f.c.channel == "vote", i.c.applied_skill.is_not(None), *scope)).all()
-    days: dict[str, dict[str, dict[str, int]]] = defaultdict(lambda: defaultdict(
-        lambda: {"n": 0, "ok": 0, "up": 0, "down": 0}))
-    for skill, at, success in rows:
-        day = at.strftime("%Y-%m-%d")
-        days[skill][day]["n"] += 1
-        days[skill][day]["ok"] += int(bool(success))
-    for skill, at, kind in votes:
-        days[skill][at.strftime("%Y-%m-%d")][kind] += 1
-    return {
-        skill: [{"day": day, "successRate": (c["ok"] / c["n"]) if c["n"] else None,
-                 "up": c["up"], "down": c["down"], "uses": c["n"]}
-                for day, c in sorted(per_day.items())]
-        for skill, per_day in days.items()
-    }
+__all__ = ["recent_interactions", "search_view", "version_history"]
 
 
 def version_history(ws: Workspace, skill: str, project: str) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""Chat (plain and server-sent events), interactions, feedback and quality."""
+"""Chat (plain and server-sent events), interactions, answer feedback and quality."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from amelio.errors import AmelioError
 from amelio.keys import ApiKey
 from amelio.llm import TextDelta
 from amelio.projects import DEFAULT_PROJECT
-from amelio.quality import MAX_COMMENT_CHARS, give_feedback, quality_metrics
+from amelio.quality import MAX_COMMENT_CHARS, give_answer_feedback, quality_metrics
 from amelio.server.auth import authorize_project, require, visible
 from amelio.server.params import Id, OptionalProjectQuery, ProjectField
 
@@ -42,7 +42,9 @@ class ChatRequest(BaseModel):
                              description="Who asks; stored only as a keyed hash.")
 
 
-class FeedbackRequest(BaseModel):
+class AnswerFeedbackRequest(BaseModel):
+    """Answer feedback (not the feedback events of ``/v1/feedback/events``)."""
+
     model_config = ConfigDict(extra="forbid")
 
     kind: str = Field(description="up (👍), down (👎) or fixit (🛠️ Fix It).")
@@ -137,12 +139,13 @@ def _interaction(request: Request, interaction_id: int, key: ApiKey) -> dict[str
 
 
 @router.post("/v1/interactions/{interaction_id}/feedback",
-             summary="👍, 👎 or Fix It on an answer (a user's last vote stands)")
-def feedback(request: Request, interaction_id: Id, body: FeedbackRequest, key: Bot
-             ) -> dict[str, Any]:
+             summary="Answer feedback: 👍, 👎 or Fix It on an answer (a user's last vote "
+                     "stands)")
+def answer_feedback(request: Request, interaction_id: Id, body: AnswerFeedbackRequest,
+                    key: Bot) -> dict[str, Any]:
     _interaction(request, interaction_id, key)
-    return give_feedback(request.app.state.workspace, interaction_id, body.kind,
-                         comment=body.comment, user=body.user).to_dict()
+    return give_answer_feedback(request.app.state.workspace, interaction_id, body.kind,
+                                comment=body.comment, user=body.user).to_dict()
 
 
 @router.get("/v1/quality", summary="Quality metrics per skill")

@@ -8,9 +8,9 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from amelio import evals, skills
-from amelio.errors import Conflict, InvalidInput
+from amelio.errors import InvalidInput
 from amelio.keys import ApiKey
-from amelio.projects import DEFAULT_PROJECT, create_project
+from amelio.projects import DEFAULT_PROJECT
 from amelio.server.auth import authorize_project, require
 from amelio.server.params import MAX_ID, PROJECT_PATTERN, ProjectField
 
@@ -93,21 +93,10 @@ def put_rules(
                            field="version")
     if body.skill not in (None, name):
         raise InvalidInput(f"Body is for skill {body.skill!r}, path is {name!r}.", field="skill")
-    engine = request.app.state.workspace.engine
-    author = f"key:{key.name}"
-    expected = body.expected_version or body.skill_version
-    if project is not None:
-        create_project(engine, project)  # as `skills import --project` does
-    current = skills.get_skill(engine, name, project or DEFAULT_PROJECT)
-    if project is not None and current.project != project:
-        if expected is not None and expected != current.version:
-            raise Conflict(f"Skill {name!r} is at version {current.version}, not {expected}.",
-                           skill=name, version=current.version)
-        current = skills.fork_skill(engine, name, project, author=author)
-        expected = current.version
-    updated = skills.update_skill(
-        engine, name, project=current.project, rules=body.rules, author=author,
-        reason=body.reason, expected_version=expected,
+    updated = skills.update_project_skill(
+        request.app.state.workspace.engine, name, project, rules=body.rules,
+        author=f"key:{key.name}", reason=body.reason,
+        expected_version=body.expected_version or body.skill_version,
     )
     return _rules_body(updated)
 

@@ -8,8 +8,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from amelio import skills
-from amelio.bench import latest_verdict
 from amelio.improve import proposals as props
+from amelio.improve.bench import latest_verdict
 from amelio.improve.nightly import last_report, run_improve
 from amelio.keys import ApiKey
 from amelio.projects import DEFAULT_PROJECT

@@ -8,12 +8,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, BackgroundTasks, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from amelio.bench import list_benchmarks, run_benchmark
 from amelio.errors import AmelioError
+from amelio.improve.bench import list_benchmarks, run_benchmark
 from amelio.improve.proposals import get_proposal
+from amelio.improve.sage import analyze
 from amelio.keys import ApiKey
 from amelio.projects import DEFAULT_PROJECT
-from amelio.sage import analyze
 from amelio.server.auth import authorize_project, require
 from amelio.server.params import MAX_ID, Id, ProjectField
 from amelio.workspace import Workspace

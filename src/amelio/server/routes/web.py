@@ -20,14 +20,20 @@ from fastapi.templating import Jinja2Templates
 from markdown_it import MarkdownIt
 
 from amelio import keys, learnings, skills
-from amelio.bench import latest_verdict, list_benchmarks, run_benchmark
 from amelio.errors import AmelioError, Forbidden
 from amelio.improve import proposals as props
+from amelio.improve.bench import latest_verdict, list_benchmarks, run_benchmark
 from amelio.improve.nightly import last_report
+from amelio.improve.sage import analyze
 from amelio.keys import ApiKey
 from amelio.projects import DEFAULT_PROJECT, list_projects, validate_name
-from amelio.quality import find_underperformers, quality_metrics
-from amelio.sage import analyze
+from amelio.quality import (
+    DailyMetrics,
+    daily_metrics,
+    find_underperformers,
+    quality_metrics,
+    rule_stats,
+)
 from amelio.search import PROFILES
 from amelio.server.params import MAX_ID, Id
 from amelio.server.routes.search import searcher
@@ -211,7 +217,7 @@ def skill_page(request: Request, name: str, project: str = "", q: str = "",
                     "body": shown.spec.content if shown else skill.spec.content}
     elif tab == "evals":
         context |= {"rules": skill.spec.evals or (),
-                    "stats": data.rule_stats(ws, project, name)}
+                    "stats": rule_stats(ws, project, name)}
     elif tab == "evolution":
         context |= {"history": data.version_history(ws, name, project),
                     "events": skills.skill_log(ws.engine, name, project)}
@@ -297,13 +303,17 @@ def quality_page(request: Request, project: str = "") -> HTMLResponse:
     project = _project(request, project)
     ws = _ws(request)
     t = strings(pick_language(ws.settings.ui_language, request.headers.get("accept-language")))
+    per_skill: dict[str, list[DailyMetrics]] = {}
+    for point in daily_metrics(ws, project):
+        per_skill.setdefault(point.skill, []).append(point)
     charts = {}
-    for skill, points in data.daily_metrics(ws, project).items():
-        rate = [(p["day"], p["successRate"]) for p in points if p["successRate"] is not None]
+    for skill, points in per_skill.items():
+        rate = [(p.day.isoformat(), p.success_rate) for p in points
+                if p.success_rate is not None]
         net, votes = 0.0, []
         for p in points:  # cumulative 👍 − 👎: the trend a person reads at a glance
-            net += p["up"] - p["down"]
-            votes.append((p["day"], net))
+            net += p.feedback_positive - p.feedback_negative
+            votes.append((p.day.isoformat(), net))
         top = max([1.0, *(abs(v) for _, v in votes)])
         charts[skill] = (line_chart(rate, label=f"{skill}: {t['success_rate']}")
                          + line_chart(votes, max_value=top, min_value=-top, percent=False,
