@@ -156,8 +156,8 @@ def test_one_session_searching_forty_times_moves_it_at_most_two_ranks(
     rebuild(workspace)
     assert signals_for(workspace.engine, QUERY) == rows
     # and as a replay counts it that writes its marks out every few impressions
-    monkeypatch.setattr("amelio.search.signals._CHUNK", 3)
-    monkeypatch.setattr("amelio.search.signals._MARKS_IN_MEMORY", 0)
+    monkeypatch.setattr("amelio.search.aggregation._CHUNK", 3)
+    monkeypatch.setattr("amelio.search.aggregation._MARKS_IN_MEMORY", 0)
     rebuild(workspace)
     assert signals_for(workspace.engine, QUERY) == rows
 

@@ -34,10 +34,9 @@ import math
 import random
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar, get_args
 
 import sqlalchemy as sa
 from ulid import ULID
@@ -51,6 +50,7 @@ from amelio.feedback.tokens import token_signer
 from amelio.identity import secret_key
 from amelio.pii import scrub_for_storage
 from amelio.projects import validate_name
+from amelio.search.cache import LRUCache
 from amelio.search.clickmodel import Propensities, load_propensities
 from amelio.search.engine import RankingEngine, SearchEngine, open_engine
 from amelio.search.fusion import first_phase
@@ -159,35 +159,6 @@ def optional_embedder(settings: Settings) -> Embedder | None:
         return None
 
 
-class _Cache(Generic[V]):
-    """A small thread-safe LRU."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._data: OrderedDict[tuple[Any, ...], V] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[Any, ...]) -> V | None:
-        with self._lock:
-            value = self._data.get(key)
-            if value is not None:
-                self._data.move_to_end(key)
-            return value
-
-    def put(self, key: tuple[Any, ...], value: V) -> None:
-        if self.size <= 0:
-            return
-        with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self.size:
-                self._data.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
-
-
 def check_request(query: str, profile: str, alpha: float, limit: int) -> str:
     """The normalized query, or :class:`InvalidInput` naming the bad field."""
     if profile not in PROFILES:
@@ -246,11 +217,11 @@ class Searcher:
         #: The feedback collector's hasher: an impression's session hash must equal
         #: the one the same session's events are stored under.
         self.hasher = SaltedHasher(secret_key(self.settings))
-        self.cache: _Cache[tuple[RankedDoc, ...]] = _Cache(self.settings.search_cache_size)
+        self.cache: LRUCache[tuple[RankedDoc, ...]] = LRUCache(self.settings.search_cache_size)
         #: First-phase candidates outlive a signals version: a new aggregation (every
         #: few seconds under traffic) re-scores feedback, it does not search again,
         #: and exploring responses sample from them without touching the index.
-        self.candidates: _Cache[Candidates] = _Cache(
+        self.candidates: LRUCache[Candidates] = LRUCache(
             max(self.settings.search_cache_size // 4, 1) if self.settings.search_cache_size
             else 0)
         self._rng = rng or random.Random()  # noqa: S311 (exploration, not secrets)

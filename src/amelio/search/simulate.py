@@ -42,11 +42,9 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import random
 import tempfile
 import time
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +59,7 @@ from amelio.errors import InvalidInput
 from amelio.feedback import Collector, new_event_id
 from amelio.search.clickmodel import utility
 from amelio.search.engine import search_engines
+from amelio.search.relevance import TOP, Dataset, load_dataset, ndcg_at
 from amelio.search.service import Searcher, SearchResponse, search_embedder
 from amelio.search.signals import aggregate
 from amelio.search.store import DocumentStore
@@ -71,7 +70,6 @@ __all__ = ["ARMS", "Arm", "Dataset", "SimulationResult", "click_events", "load_d
 
 UserModel = Literal["pbm", "cascade"]
 USER_MODELS: tuple[str, ...] = ("pbm", "cascade")
-TOP = 10
 #: Sessions of each query between two aggregations of the signals.
 SYNC_SESSIONS = 2
 
@@ -102,55 +100,9 @@ ARMS: tuple[Arm, ...] = (
 _LEARNERS = tuple(a.name for a in ARMS)
 
 
-@dataclass(frozen=True)
-class Dataset:
-    corpus_path: Path
-    queries: dict[str, str]
-    qrels: dict[str, dict[str, int]]
-
-    @property
-    def max_grade(self) -> int:
-        return max((g for judged in self.qrels.values() for g in judged.values()), default=1)
-
-
-def load_dataset(directory: Path) -> Dataset:
-    """A BEIR-layout folder; only queries with at least one positive judgment are kept."""
-    corpus, queries_path = directory / "corpus.jsonl", directory / "queries.jsonl"
-    qrels_path = directory / "qrels" / "test.tsv"
-    for needed in (corpus, queries_path, qrels_path):
-        if not needed.is_file():
-            raise InvalidInput(f"{directory} is not a BEIR-layout data set: {needed.name} is "
-                               "missing (corpus.jsonl, queries.jsonl, qrels/test.tsv).")
-    qrels: dict[str, dict[str, int]] = defaultdict(dict)
-    with qrels_path.open(encoding="utf-8") as f:
-        for row in csv.reader(f, delimiter="\t"):
-            if len(row) < 3 or not row[2].strip().lstrip("-").isdigit():
-                continue  # the header
-            if int(row[2]) > 0:
-                qrels[row[0]][row[1]] = int(row[2])
-    queries: dict[str, str] = {}
-    with queries_path.open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                record = json.loads(line)
-                if str(record["_id"]) in qrels:
-                    queries[str(record["_id"])] = record["text"]
-    if not queries:
-        raise InvalidInput(f"{directory}: no query has a positive judgment.")
-    return Dataset(corpus, queries, dict(qrels))
-
-
 def _rng(seed: int | str) -> random.Random:
     """A seeded generator: simulations must replay exactly, not be unpredictable."""
     return random.Random(seed)  # noqa: S311
-
-
-def ndcg_at(ranking: Sequence[str], judged: dict[str, int], k: int = TOP) -> float:
-    """NDCG@k with exponential gains (2^grade − 1) and log2 discounts."""
-    def dcg(grades: Sequence[int]) -> float:
-        return sum((2.0 ** g - 1) / math.log2(i + 2) for i, g in enumerate(grades[:k]))
-    ideal = dcg(sorted(judged.values(), reverse=True))
-    return dcg([judged.get(d, 0) for d in ranking]) / ideal if ideal else 0.0
 
 
 class _User:
