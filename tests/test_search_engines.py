@@ -66,11 +66,12 @@ def test_both_engines_rank_the_same_documents_the_same_way(
     assert engine.count() == 4
 
 
-def test_tantivy_and_fts5_match_the_same_documents_and_put_titles_first(
+def test_tantivy_and_fts5_match_the_same_documents_with_the_same_scores(
         tmp_path: Path) -> None:
-    """The same tokens in both: asked for every match, the two engines return the
-    same set (every document holding a query word, folded); a document whose
-    title is the query comes first in both."""
+    """The same tokens and FTS5's BM25 in both: asked for every match, the two
+    engines return the same set (every document holding a query word, folded),
+    the best in the same order with the same scores; a document whose title is
+    the query comes first in both."""
     import random
 
     rng = random.Random(5)
@@ -88,6 +89,8 @@ def test_tantivy_and_fts5_match_the_same_documents_and_put_titles_first(
                                   .replace("ö", "o").split())}
         assert {h.doc_id for h in fts5.lexical(query, 400)} == holding
         assert {h.doc_id for h in tantivy.lexical(query, 400)} == holding
+        best = [(h.doc_id, round(h.score, 9)) for h in fts5.lexical(query, 10)]
+        assert [(h.doc_id, round(h.score, 9)) for h in tantivy.lexical(query, 10)] == best
     assert fts5.lexical("weird words", 1)[0].doc_id == "target"
     assert tantivy.lexical("WEIRD words", 1)[0].doc_id == "target"
 
