@@ -170,11 +170,15 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No test sees the developer's AMELIO_* settings, API keys or working folder.
 
     Search exploration is off: it makes rankings random by design, so the tests of
-    exploration turn it on themselves and the others see deterministic rankings."""
+    exploration turn it on themselves and the others see deterministic rankings.
+    The service's start-up warm-up is off too (see below)."""
     for name in list(os.environ):
         if name.startswith("AMELIO_") or name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("AMELIO_SEARCH_THOMPSON", "0")
+    # A background warm-up thread per test server would race the tests' own
+    # requests and outlive their workspaces; its own test turns it on.
+    monkeypatch.setenv("AMELIO_WARM_UP", "0")
     monkeypatch.setenv("AMELIO_SEARCH_EXPLORATION", "0")
     monkeypatch.chdir(tmp_path)
 

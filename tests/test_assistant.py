@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -342,3 +344,28 @@ def test_distill_learnings_turns_a_comment_into_one_rule(ws: Workspace, server: 
         assert result.learning.rule == "Too terse, explain the risk"
     finally:
         distilling.dispose()
+
+
+def test_the_service_warms_up_as_it_starts(ws: Workspace, monkeypatch: pytest.MonkeyPatch,
+                                           caplog: pytest.LogCaptureFixture) -> None:
+    """With ``warm_up`` on, starting the service loads the provider, routes each
+    project and compiles the eval rules in the background, so the first answer
+    finds them ready; the log says how long it took."""
+    from amelio import assistant, router
+
+    monkeypatch.setenv("AMELIO_WARM_UP", "1")
+    opened = open_workspace(ws.root)
+    assistant._rules_cache.clear()
+    caplog.set_level(logging.INFO, logger="amelio.server")
+    try:
+        with TestClient(create_app(opened)):  # runs the app's lifespan, as uvicorn does
+            deadline = time.monotonic() + 60  # a guard against a hang, not a measure
+            while not any("warmed up" in r.getMessage() for r in caplog.records):
+                assert time.monotonic() < deadline, "the warm-up never finished"
+                time.sleep(0.05)
+        with_rules = [s for s in skills.list_skills(opened.engine, "default") if s.spec.evals]
+        assert with_rules and all((s.id, s.version) in assistant._rules_cache
+                                  for s in with_rules)
+        assert ("default", opened.settings.router_scorer) in router._routers[opened.engine]
+    finally:
+        opened.dispose()

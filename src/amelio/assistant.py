@@ -17,6 +17,7 @@ still gets the answer as written: only the record loses the personal data.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 import time
@@ -37,7 +38,7 @@ from amelio.projects import DEFAULT_PROJECT, project_id, require_project
 from amelio.prompt import Prompt, build_prompt
 from amelio.router import RouteHit, route_message
 from amelio.skills.model import Skill
-from amelio.skills.store import get_skill
+from amelio.skills.store import get_skill, visible_skills
 from amelio.workspace import Workspace
 
 __all__ = [
@@ -241,6 +242,25 @@ def _store(ws: Workspace, *, project: str, user: str | None, message: str,
         prompt_hash=prompt_hash,
         learning_ids=learning_ids,
     )
+
+
+def warm_up(ws: Workspace, *, projects_limit: int = 50) -> float:
+    """Load what a service's first answer would otherwise wait for, and return the
+    seconds it took: the LLM provider (its SDK import is most of it), and for each
+    project (the first ``projects_limit``) its skills, router index, learnings
+    and compiled eval rules. Reads only; a provider that is not configured is
+    skipped (the first chat will say how to configure it)."""
+    started = time.perf_counter()
+    with contextlib.suppress(LLMError, InvalidInput):  # not configured: nothing to load
+        get_provider(ws.settings, purpose="Chat")
+    with ws.engine.connect() as conn:
+        names = conn.scalars(sa.select(projects.c.name).order_by(projects.c.id)
+                             .limit(projects_limit)).all()
+    for name in names:
+        build_prompt(ws, "warm up", project=name)
+        for skill in visible_skills(ws.engine, name):
+            _rules(skill)
+    return time.perf_counter() - started
 
 
 def record_reply(ws: Workspace, prompt: Prompt, completion: Completion, *,

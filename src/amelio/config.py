@@ -190,6 +190,11 @@ class Settings(BaseSettings):
         default="auto", description="Dashboard language: en, fr, or auto (the browser's "
         "Accept-Language)."
     )
+    warm_up: bool = Field(
+        default=True, description="`amelio serve` loads the LLM SDK, each project's router "
+        "and eval rules in the background as it starts, so the first answer does not wait "
+        "for them."
+    )
     knowledge_worker: bool = Field(
         default=True, description="`amelio serve` runs the knowledge sync worker in the "
         "background (false: drain the queue with `amelio knowledge drain`)."

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Depends, FastAPI, Header, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,6 +20,7 @@ from amelio.assistant import (
     log_exchange,
     respond,
     respond_stream,
+    warm_up,
 )
 from amelio.errors import AmelioError
 from amelio.keys import ApiKey
@@ -26,9 +29,30 @@ from amelio.projects import DEFAULT_PROJECT
 from amelio.quality import MAX_COMMENT_CHARS, give_answer_feedback, quality_metrics
 from amelio.server.auth import authorize_project, require, visible
 from amelio.server.params import Id, OptionalProjectQuery, ProjectField
+from amelio.workspace import Workspace
 
-router = APIRouter(tags=["assistant"])
 log = logging.getLogger("amelio.server")
+
+
+def _warm(ws: Workspace) -> None:
+    try:
+        log.info("warmed up in %.2f s (LLM provider, routers, eval rules)", warm_up(ws))
+    except Exception:  # the first answer then loads what is missing: never fatal
+        log.warning("warming up failed; the first answer will load what it needs",
+                    exc_info=True)
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Warm up in the background as the service starts (``warm_up``): it listens at
+    once, and the first answer finds the SDK loaded and the routers built."""
+    ws: Workspace = app.state.workspace
+    if ws.settings.warm_up:
+        threading.Thread(target=_warm, args=(ws,), name="amelio-warm-up", daemon=True).start()
+    yield
+
+
+router = APIRouter(tags=["assistant"], lifespan=lifespan)
 
 Bot = Annotated[ApiKey, Depends(require("bot"))]
 
