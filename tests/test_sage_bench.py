@@ -18,7 +18,7 @@ from amelio.errors import InvalidInput
 from amelio.improve import proposals as props
 from amelio.improve.bench import list_benchmarks, parse_judge, parse_scenarios_option, run_benchmark
 from amelio.improve.sage import SageRejected, analyze, parse_sage_answer
-from amelio.improve.stats import bootstrap_mean_ci, wilcoxon_signed_rank
+from amelio.improve.stats import bootstrap_mean_ci, min_scenarios, wilcoxon_signed_rank
 from amelio.llm import Completion, LLMRequest
 from amelio.llm.fake import ScriptedProvider
 from amelio.server import create_app
@@ -28,6 +28,14 @@ from amelio.workspace import Workspace, open_workspace
 FORCE = "Run git push --force."
 SAFE = "Run `git pull --rebase`, then git push --force-with-lease."
 MARKER = "Force pushes (rule FWL-7)"
+
+
+def test_the_fewest_scenarios_that_can_be_significant() -> None:
+    assert [min_scenarios(c) for c in (0.9, 0.95, 0.99)] == [5, 6, 8]
+    for confidence in (0.9, 0.95, 0.99):  # a clean sweep of that many is significant
+        n = min_scenarios(confidence)
+        assert wilcoxon_signed_rank([1.0] * n) < 1 - confidence
+        assert wilcoxon_signed_rank([1.0] * (n - 1)) >= 1 - confidence
 
 
 def test_wilcoxon_exact_values() -> None:
@@ -173,6 +181,13 @@ def test_rerun_is_free_and_reproducible(ws: Workspace,
     first = run_benchmark(ws, proposal.id, scenarios="generated:3", swap=False, seed=7)
     assert first.verdict == "TIE"  # 3 wins of 3: p = 0.25, not proof
     assert (first.summary["wins"], first.summary["pValue"]) == (3, 0.25)
+    assert first.summary["minScenarios"] == 6  # and the report says to run at least 6
+    _, admin = keys.create_key(ws.engine, name="admin", role="admin")
+    with TestClient(create_app(ws)) as client:
+        assert client.post("/login", data={"api_key": admin, "next": "/skills"},
+                           follow_redirects=False).status_code == 303
+        page = client.get(f"/proposals/{proposal.id}/report").text
+    assert "Not significant with 3 scenarios: run at least 6." in page
     calls = len(brain_server[0].requests)
     again = run_benchmark(ws, proposal.id, scenarios="generated:3", swap=False, seed=7)
     assert len(brain_server[0].requests) == calls  # every call came from the cache
@@ -268,6 +283,8 @@ def test_cli_bench_and_improve_with_sage(ws: Workspace,
                                   "--scenarios", "replay:1", "--no-swap", "--seed", "1"])
     assert result.exit_code == 0, result.output
     assert "Benchmark" in result.stdout and "★ new" in result.stdout
+    assert "Not significant with 1 scenarios" in result.stdout
+    assert "run at least 6 (--scenarios 6)" in result.stdout
 
 
 def test_without_llm_both_commands_explain(workspace: Workspace, examples: Path) -> None:

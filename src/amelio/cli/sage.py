@@ -21,6 +21,10 @@ def print_report(report: BenchmarkReport) -> None:
                + ("; judge only: the skill has no eval rules" if s["judgeOnly"] else ""))
     if s["positionConsistency"] is not None:
         click.echo(f"judge position consistency {s['positionConsistency']:.0%}")
+    if s["scenarioCount"] < s["minScenarios"]:
+        click.echo(f"Not significant with {s['scenarioCount']} scenarios: even a clean sweep "
+                   f"cannot reach {s['confidence']:.0%}; run at least {s['minScenarios']} "
+                   f"(--scenarios {s['minScenarios']}).")
     click.echo(f"{s['llmCalls']} LLM calls ({s['cachedCalls']} cached), "
                f"{s['inputTokens']} + {s['outputTokens']} tokens, ${s['costUsd']}")
     click.echo("")

@@ -37,7 +37,7 @@ from amelio.assistant import answer_with
 from amelio.db.schema import benchmark_runs, benchmark_scenarios, interactions, projects, utcnow
 from amelio.errors import AmelioError, InvalidInput, LLMError
 from amelio.improve.proposals import get_proposal
-from amelio.improve.stats import bootstrap_mean_ci, wilcoxon_signed_rank
+from amelio.improve.stats import bootstrap_mean_ci, min_scenarios, wilcoxon_signed_rank
 from amelio.llm import Completion, LLMRequest, Provider, get_provider
 from amelio.llm.cache import CachedProvider
 from amelio.skills.store import get_skill
@@ -345,6 +345,8 @@ def _summarize(rows: list[dict[str, Any]], confidence: float, seed: int, swap: b
         "weights": {"evals": 0 if judge_only else EVAL_WEIGHT,
                     "judge": 1 if judge_only else JUDGE_WEIGHT},
         "scenarioSource": plan.source, "scenarioCount": len(rows),
+        # Below this many scenarios no result can be PASSED or FAILED: say so.
+        "minScenarios": min_scenarios(confidence),
         "inputTokens": sum(c.input_tokens or 0 for c in spent if not c.raw.get("cached")),
         "outputTokens": sum(c.output_tokens or 0 for c in spent if not c.raw.get("cached")),
         "costUsd": round(sum(c.cost_usd or 0 for c in spent), 6),

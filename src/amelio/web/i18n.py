@@ -26,6 +26,7 @@ _EN = {
     "sage_analyze": "Sage analyze", "no_proposals": "No proposals.",
     "benchmark": "Benchmark", "wins": "wins", "losses": "losses", "ties": "ties",
     "verdict": "Verdict", "improvement": "Improvement", "confidence": "Confidence",
+    "too_few_scenarios": "Not significant with {n} scenarios: run at least {m}.",
     "old": "Old", "new": "New", "reason": "Judge's reason", "no_benchmark":
     "No benchmark yet.", "show_report": "Show benchmark report", "rationale": "Rationale",
     "diff": "Diff", "success_rate": "Success rate", "feedback": "Feedback",
@@ -68,6 +69,7 @@ _FR = {
     "no_proposals": "Aucune proposition.", "benchmark": "Benchmark",
     "wins": "victoires", "losses": "défaites", "ties": "égalités", "verdict": "Verdict",
     "improvement": "Amélioration", "confidence": "Confiance", "old": "Ancien",
+    "too_few_scenarios": "Non significatif avec {n} scénarios : lancez-en au moins {m}.",
     "new": "Nouveau", "reason": "Raison du juge", "no_benchmark": "Pas encore de benchmark.",
     "show_report": "Voir le rapport de benchmark", "rationale": "Justification",
     "diff": "Différences", "success_rate": "Taux de succès", "feedback": "Retours",
