@@ -222,3 +222,22 @@ def test_build_prompt_is_deterministic_and_complete(workspace: Workspace,
     assert "SKILLS_HINT" not in unrelated.text and "Avoid sudo" not in unrelated.text
     assert "ACTIVE SKILL" not in unrelated.text
     assert "user's language" in unrelated.text
+
+
+def test_a_hand_edit_reaches_the_very_next_prompt(workspace: Workspace) -> None:
+    """Even one that keeps the file's size and modification time (an editor or
+    `cp -p` restoring the mtime, or two saves within a coarse timestamp's tick):
+    the next prompt has the new rule, never the one before it."""
+    import os
+
+    learnings.add_learning(workspace, "Always greet the customer first")
+    assert "greet the customer" in build_prompt(workspace, "hello").system
+    path = learnings.learnings_path(workspace, "default")
+    before = path.stat()
+    path.write_text(path.read_text(encoding="utf-8").replace(
+        "Always greet the customer first", "Always thank the customer later"),
+        encoding="utf-8")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_size == before.st_size
+    system = build_prompt(workspace, "hello").system
+    assert "thank the customer later" in system and "greet the customer" not in system

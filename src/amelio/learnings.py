@@ -35,6 +35,7 @@ import hashlib
 import os
 import re
 import tempfile
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -81,7 +82,9 @@ _LINE = re.compile(r"^-\s+\[(?P<ts>[^\]]+)\]\s+\[(?P<source>[^\]]+)\]\s+(?P<rule
 _SKILL_HEADING = re.compile(r"^##\s+Skill:\s*(?P<skill>\S+)\s*$", re.IGNORECASE)
 _UNREADABLE_HEADING = "## Unreadable lines"
 #: learnings.md files this process knows to match the database: path -> (mtime_ns, size).
-_in_sync: dict[Path, tuple[int, int]] = {}
+_in_sync: dict[Path, tuple[tuple[int, int, int, int], str]] = {}
+#: A learnings.md changed this recently is read even when its signature matches.
+_RACY_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -470,8 +473,11 @@ def _write_file(ws: Workspace, project: str, unreadable: Sequence[str] = ()) -> 
         conn.execute(learning_files.delete().where(learning_files.c.project_id == pid))
         conn.execute(learning_files.insert().values(project_id=pid, content_hash=_hash(text),
                                                     written_at=utcnow()))
-    stat = path.stat()
-    _in_sync[path] = (stat.st_mtime_ns, stat.st_size)
+    _in_sync[path] = (_signature(path.stat()), _hash(text))
+
+
+def _signature(stat: os.stat_result) -> tuple[int, int, int, int]:
+    return (stat.st_mtime_ns, stat.st_ctime_ns, stat.st_size, stat.st_ino)
 
 
 def sync_file(ws: Workspace, project: str = DEFAULT_PROJECT) -> SyncReport:
@@ -487,17 +493,27 @@ def sync_file(ws: Workspace, project: str = DEFAULT_PROJECT) -> SyncReport:
     except FileNotFoundError:
         return SyncReport()
     # This process already saw the file in this exact state and in sync: skip the
-    # read and the query (learnings are read on every prompt).
-    signature = (stat.st_mtime_ns, stat.st_size)
-    if _in_sync.get(path) == signature:
+    # read and the query (learnings are read on every prompt). The change time and
+    # inode are in the signature because editors and `cp -p` restore the mtime, and
+    # a file changed in the last seconds is read anyway (git's "racily clean"
+    # rule): on a file system with coarse timestamps a same-size edit within the
+    # same tick would otherwise reach the prompt one message late.
+    signature = _signature(stat)
+    seen = _in_sync.get(path)
+    recent = time.time() - max(stat.st_mtime, stat.st_ctime) < _RACY_S
+    if seen is not None and seen[0] == signature and not recent:
         return SyncReport()
     text = path.read_text(encoding="utf-8", errors="replace")
+    digest = _hash(text)
+    if seen is not None and seen[1] == digest:  # recent, but the text this process saw
+        _in_sync[path] = (signature, digest)
+        return SyncReport()
     with ws.engine.connect() as conn:
         pid = project_id(conn, project)
         known = conn.scalar(sa.select(learning_files.c.content_hash)
                             .where(learning_files.c.project_id == pid))
-    if known == _hash(text):
-        _in_sync[path] = signature
+    if known == digest:
+        _in_sync[path] = (signature, digest)
         return SyncReport()
     entries, errors = parse_learnings_md(text)
     added = 0
