@@ -17,6 +17,7 @@ from amelio.errors import (
     AmelioError,
     EvalRuleError,
     InputTooLarge,
+    InvalidInput,
     SkillFileError,
     WorkspaceNotFound,
 )
@@ -49,22 +50,9 @@ def _rules_from_file(path: Path) -> tuple[evals.EvalRule, ...]:
 
 
 def _junit(report: evals.EvalReport, suite: str) -> str:
-    """JUnit XML: failed warnings are failures, unchecked rules errors, failed infos
-    pass with a note, so a CI dashboard matches the exit code."""
-    failures = sum(1 for r in report.failed if r.severity == "warning" and not r.error)
-    errors = sum(1 for r in report.failed if r.severity == "warning" and r.error)
-    root = ET.Element("testsuite", name=suite, tests=str(len(report.results)),
-                      failures=str(failures), errors=str(errors))
-    for r in report.results:
-        case = ET.SubElement(root, "testcase", classname=suite, name=f"{r.rule_id}: {r.name}")
-        if r.passed:
-            continue
-        if r.severity != "warning":
-            ET.SubElement(case, "system-out").text = f"info rule failed: {r.detail}"
-        elif r.error:
-            ET.SubElement(case, "error", message=r.detail, type=r.type)
-        else:
-            ET.SubElement(case, "failure", message=r.detail, type=r.type)
+    from amelio.eval_batch import junit_suite
+
+    root = junit_suite(None, suite, suite, report)
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True)
 
@@ -112,18 +100,30 @@ def _check(ctx: click.Context, file: IO[str], skill: str | None, rules_path: Pat
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Check against a rules file; no workspace needed.")
 @project_option
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "junit"]), default="table",
-              show_default=True)
+@click.option("--batch", is_flag=True,
+              help="FILE holds many outputs: JSON lines {id, text, skill | rules, project} "
+                   "or promptfoo's output JSON; --skill/--rules apply to those that name "
+                   "no rules.")
+@click.option("--max-failures", type=click.IntRange(min=0), default=0, show_default=True,
+              help="With --batch: outputs that may fail before the exit code is 1.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "junit", "markdown"]),
+              default="table", show_default=True)
 @click.pass_context
 def eval_command(ctx: click.Context, file: IO[str], skill: str | None, rules_path: Path | None,
-                 project: str | None, fmt: str) -> None:
+                 project: str | None, batch: bool, max_failures: int, fmt: str) -> None:
     """Check the text in FILE (default: stdin) against eval rules.
 
-    Exit code 0 when no warning rule fails, 1 when one does, 2 when the check
-    cannot run (bad rules, unknown skill, unreadable input), so it can gate CI.
+    Exit code 0 when no warning rule fails (with --batch: when at most
+    --max-failures outputs fail), 1 otherwise, 2 when the check cannot run (bad
+    rules, unknown skill, unreadable input, a malformed line), so it can gate CI.
     """
+    if batch:
+        _eval_batch(ctx, file, skill, rules_path, project, max_failures, fmt)
+        return
     if (skill is None) == (rules_path is None):
         raise click.UsageError("Give exactly one of --skill NAME or --rules RULES.json.")
+    if fmt == "markdown":
+        raise click.UsageError("--format markdown summarizes a --batch run.")
     try:
         report, suite = _check(ctx, file, skill, rules_path, project)
     except (AmelioError, OSError, UnicodeDecodeError) as exc:
@@ -137,6 +137,61 @@ def eval_command(ctx: click.Context, file: IO[str], skill: str | None, rules_pat
     else:
         _print_report(report)
     ctx.exit(0 if report.success else 1)
+
+
+def _eval_batch(ctx: click.Context, file: IO[str], skill: str | None, rules_path: Path | None,
+                project: str | None, max_failures: int, fmt: str) -> None:
+    from amelio import eval_batch
+
+    if skill is not None and rules_path is not None:
+        raise click.UsageError("Give at most one of --skill NAME or --rules RULES.json.")
+    try:
+        limit = load_settings(ctx.obj.get("workspace")).max_text_chars
+    except WorkspaceNotFound:
+        limit = Settings().max_text_chars
+    cache: dict[tuple[str | None, str | None], tuple[tuple[evals.EvalRule, ...], str]] = {}
+
+    def rules_for(item: eval_batch.BatchItem) -> tuple[tuple[evals.EvalRule, ...], str]:
+        name = item.skill or skill
+        key = (name, item.project or project) if name else (None, None)
+        if key not in cache:
+            if name is not None:
+                ws = workspace(ctx)
+                found = skills.get_skill(ws.engine, name, key[1] or projects.DEFAULT_PROJECT)
+                cache[key] = (evals.parse_rules(list(found.spec.evals or ())), name)
+            elif rules_path is not None:
+                cache[key] = (_rules_from_file(rules_path), rules_path.stem)
+            else:
+                raise InvalidInput(f"{item.where}: no rules for this output: give the line "
+                                   "a skill or rules, or the command --skill or --rules.")
+        return cache[key]
+
+    try:
+        items = eval_batch.parse_batch(file.read(), file.name, max_chars=limit)
+        results = eval_batch.check_batch(items, rules_for, max_chars=limit)
+    except (AmelioError, OSError, UnicodeDecodeError) as exc:
+        message = exc.message if isinstance(exc, AmelioError) else str(exc)
+        click.echo(f"Error: {message}", err=True)
+        ctx.exit(2)
+    failed = [r for r in results if not r.report.success]
+    if fmt == "json":
+        print_json({"outputs": len(results), "failedOutputs": len(failed),
+                    "checks": sum(len(r.report.results) for r in results),
+                    "maxFailures": max_failures, "success": len(failed) <= max_failures,
+                    "results": [r.to_dict() for r in results]})
+    elif fmt == "junit":
+        click.echo(eval_batch.render_junit(results))
+    elif fmt == "markdown":
+        click.echo(eval_batch.render_markdown(results))
+    else:
+        table(["output", "result", "failed rules"],
+              [(r.item.id, "pass" if r.report.success else "FAIL",
+                ", ".join(f.rule_id for f in r.report.failed if f.severity == "warning"))
+               for r in failed] or [("(all)", "pass", "")])
+        click.echo(f"{len(results) - len(failed)} of {len(results)} outputs pass "
+                   f"({sum(len(r.report.results) for r in results):,} checks); "
+                   f"{len(failed)} failed, {max_failures} allowed.")
+    ctx.exit(0 if len(failed) <= max_failures else 1)
 
 
 @main.group("evals")

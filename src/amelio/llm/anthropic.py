@@ -1,11 +1,13 @@
-"""Anthropic's Messages API through the official SDK."""
+"""Anthropic's Messages API through the official SDK.
+
+The SDK is imported where it is used, not with this module: the plugin
+manager imports every built-in provider, and the Anthropic SDK takes about a second
+to import, which every command that only checks or routes would pay."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
-
-import anthropic
 
 from amelio.config import Settings
 from amelio.errors import LLMError, LLMNotConfigured, LLMUnavailable
@@ -18,6 +20,7 @@ DEFAULT_MODEL = "claude-haiku-4-5"
 
 def _error(exc: Exception, where: str) -> LLMError:
     """The SDK's exception as Amelio's, with what to do about it."""
+    import anthropic
     if isinstance(exc, anthropic.APITimeoutError):
         return LLMUnavailable(f"The Anthropic API at {where} did not answer in time "
                               "(AMELIO_LLM_TIMEOUT), after retries.")
@@ -37,6 +40,7 @@ class AnthropicProvider:
     name = "anthropic"
 
     def __init__(self, settings: Settings) -> None:
+        import anthropic
         key = settings.effective_llm_api_key
         if not key:
             raise LLMNotConfigured("No API key for anthropic: set AMELIO_LLM_API_KEY or "
@@ -69,6 +73,7 @@ class AnthropicProvider:
                           _cost(self.settings, usage.input_tokens, usage.output_tokens))
 
     def complete(self, request: LLMRequest) -> Completion:
+        import anthropic
         timer = Timer()
         try:
             message = self.client.messages.create(**self._params(request))
@@ -77,6 +82,7 @@ class AnthropicProvider:
         return self._completion(message, timer)
 
     def stream(self, request: LLMRequest) -> Iterator[StreamEvent]:
+        import anthropic
         timer = Timer()
         try:
             with self.client.messages.stream(**self._params(request)) as stream:

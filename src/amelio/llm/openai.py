@@ -1,12 +1,14 @@
 """OpenAI's Chat Completions API through the official SDK: OpenAI itself, or any
-compatible server (vLLM, Ollama, llama.cpp, LiteLLM) through ``llm_base_url``."""
+compatible server (vLLM, Ollama, llama.cpp, LiteLLM) through ``llm_base_url``.
+
+The SDK is imported where it is used, not with this module: the plugin
+manager imports every built-in provider, and the OpenAI SDK takes about a second
+to import, which every command that only checks or routes would pay."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
-
-import openai
 
 from amelio.config import Settings
 from amelio.errors import LLMError, LLMNotConfigured, LLMUnavailable
@@ -18,6 +20,7 @@ DEFAULT_MODEL = "gpt-4o-mini"
 
 
 def _error(exc: Exception, where: str) -> LLMError:
+    import openai
     if isinstance(exc, openai.APITimeoutError):
         return LLMUnavailable(f"The LLM server at {where} did not answer in time "
                               "(AMELIO_LLM_TIMEOUT), after retries.")
@@ -37,6 +40,7 @@ class OpenAIProvider:
     name = "openai"
 
     def __init__(self, settings: Settings) -> None:
+        import openai
         key = settings.effective_llm_api_key
         if not key and not settings.llm_base_url:
             raise LLMNotConfigured("No API key for openai: set AMELIO_LLM_API_KEY or "
@@ -63,6 +67,7 @@ class OpenAIProvider:
         return params
 
     def complete(self, request: LLMRequest) -> Completion:
+        import openai
         timer = Timer()
         try:
             response = self.client.chat.completions.create(**self._params(request))
@@ -77,6 +82,7 @@ class OpenAIProvider:
                           _cost(self.settings, tin, tout))
 
     def stream(self, request: LLMRequest) -> Iterator[StreamEvent]:
+        import openai
         timer = Timer()
         parts: list[str] = []
         model = self.model
