@@ -24,7 +24,7 @@ from amelio.llm import TextDelta
 from amelio.quality import give_answer_feedback, quality_metrics
 from amelio.server import create_app
 from amelio.testing import FakeLLMServer, LiveServer
-from amelio.workspace import Workspace, open_workspace
+from amelio.workspace import Workspace, init_workspace, open_workspace
 
 FORCE = "Run git push --force and you are done."
 SAFE = "Run `git pull --rebase`, then git push --force-with-lease."
@@ -364,8 +364,37 @@ def test_the_service_warms_up_as_it_starts(ws: Workspace, monkeypatch: pytest.Mo
                 assert time.monotonic() < deadline, "the warm-up never finished"
                 time.sleep(0.05)
         with_rules = [s for s in skills.list_skills(opened.engine, "default") if s.spec.evals]
-        assert with_rules and all((s.id, s.version) in assistant._rules_cache
-                                  for s in with_rules)
+        assert with_rules and all(
+            json.dumps(list(s.spec.evals or ()), sort_keys=True, default=str)
+            in assistant._rules_cache for s in with_rules)
         assert ("default", opened.settings.router_scorer) in router._routers[opened.engine]
     finally:
         opened.dispose()
+
+
+def test_two_workspaces_in_one_process_keep_their_own_rules(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiled rules are cached in the process: two databases that hold different
+    skills under the same id and version must each be checked by their own."""
+    from amelio.assistant import log_exchange
+
+    reports = []
+    for n, phrase in enumerate(("alpha", "omega")):
+        monkeypatch.setenv("AMELIO_DATABASE_URL", f"sqlite:///{tmp_path / f'db{n}.db'}")
+        ws, _ = init_workspace(tmp_path / f"ws{n}")
+        try:
+            folder = tmp_path / f"skills{n}" / "say"
+            folder.mkdir(parents=True)
+            (folder / "SKILL.md").write_text(
+                "---\nname: say\ndescription: say the word\ntriggers: [say]\n---\n\n"
+                "Say it.\n", encoding="utf-8")
+            (folder / "say.evals.json").write_text(json.dumps({"version": 1, "skill": "say",
+                "rules": [{"id": "s-1", "name": f"Says {phrase}", "type": "icontains",
+                           "value": phrase, "severity": "warning"}]}), encoding="utf-8")
+            skills.import_skills(ws.engine, folder.parent)
+            reply = log_exchange(ws, "say the word", "alpha", project="default",
+                                 skills=["say"])
+            reports.append(reply.evals.success)
+        finally:
+            ws.dispose()
+    assert reports == [True, False]  # the second workspace's rule wants "omega"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -94,18 +95,20 @@ class Reply:
         }
 
 
-# Compiled rules per (skill id, version): regexes and schemas compile once, not
-# per answer. Versions never change content, so entries never go stale.
-_rules_cache: dict[tuple[int, int], tuple[evals.EvalRule, ...]] = {}
+# Compiled rules, keyed by the rules themselves: regexes and schemas compile once,
+# not per answer. Not by (skill id, version): two workspaces (two databases) in one
+# process have different skills under the same id and version.
+_rules_cache: dict[str, tuple[evals.EvalRule, ...]] = {}
 _rules_lock = threading.Lock()
 
 
 def _rules(skill: Skill) -> tuple[evals.EvalRule, ...]:
-    key = (skill.id, skill.version)
+    raw = list(skill.spec.evals or ())
+    key = json.dumps(raw, sort_keys=True, default=str)
     with _rules_lock:
         cached = _rules_cache.get(key)
     if cached is None:
-        cached = evals.parse_rules(list(skill.spec.evals or ()))
+        cached = evals.parse_rules(raw)
         with _rules_lock:
             if len(_rules_cache) > 1024:
                 _rules_cache.clear()
