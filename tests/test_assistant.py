@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -263,38 +262,22 @@ def test_chat_without_llm_is_503_with_instructions(workspace: Workspace) -> None
 
 
 def test_sse_relays_each_token_before_the_next_is_produced(
-        ws: Workspace, server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
+        ws: Workspace, server: FakeLLMServer) -> None:
     """Over a real socket, in lockstep: the fake model produces token n+1 only once
     the client holds n token events, so a relay that buffered the answer would
     stall it (the wait gives up once, after 10 s, and the count shows it)."""
     _, token = keys.create_key(ws.engine, name="bot", role="bot")
     words = [f"w{i}" for i in range(8)]
-    server.token_delay = 0.001
     server.reply(" ".join(words))
     arrivals: list[str] = []
-    produced: list[int] = []  # how many token events the client held at each delta
-    sleep = server._sleep
-
-    async def lockstep(seconds: float) -> None:
-        waits = 2000 if produced == list(range(len(produced))) else 0  # 10 s at most
-        for _ in range(waits):
-            if len(arrivals) >= len(produced):
-                break
-            await asyncio.sleep(0.005)
-        produced.append(len(arrivals))
-        await sleep(seconds)
-
-    monkeypatch.setattr(server, "_sleep", lockstep)
-    try:
-        with LiveServer(create_app(ws)) as base_url, httpx.stream(
+    with server.lockstep(lambda: len(arrivals)) as produced, \
+            LiveServer(create_app(ws)) as base_url, httpx.stream(
                 "POST", f"{base_url}/v1/chat/stream",
                 headers={"Authorization": f"Bearer {token}"},
                 json={"message": "git push rejected"}, timeout=30) as r:
-            for line in r.iter_lines():
-                if line.startswith("event: token"):
-                    arrivals.append(line)
-    finally:
-        server.token_delay = 0.0
+        for line in r.iter_lines():
+            if line.startswith("event: token"):
+                arrivals.append(line)
     assert produced == list(range(len(words)))
     assert len(arrivals) == len(words)
 

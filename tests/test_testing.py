@@ -6,7 +6,6 @@ same wire protocol, retries and timeouts it would meet in production.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import subprocess
@@ -328,29 +327,15 @@ def test_a_failing_reply_callable_is_a_500_that_is_not_retried(server: FakeLLMSe
 
 
 @pytest.mark.parametrize("protocol", ["anthropic", "openai"])
-def test_stream_delivers_the_first_delta_before_the_last_is_produced(
-    protocol: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_stream_delivers_the_first_delta_before_the_last_is_produced(protocol: str) -> None:
     answer = "one two three four five six"
     arrivals: list[str] = []
-    produced: list[int] = []  # how many deltas the client held when each was produced
 
-    with FakeLLMServer(replies=[answer], token_delay=0.01) as fake:
-        sleep = fake._sleep
-
-        async def lockstep(seconds: float) -> None:
-            # The server waits here before each delta: hold delta n+1 until the client
-            # has delta n. A server that buffered the answer never lets the client see
-            # delta 1 while it waits, so the wait gives up (once) and the count says so.
-            waits = 2000 if produced == list(range(len(produced))) else 0  # 10 s at most
-            for _ in range(waits):
-                if len(arrivals) >= len(produced):
-                    break
-                await asyncio.sleep(0.005)
-            produced.append(len(arrivals))
-            await sleep(seconds)
-
-        monkeypatch.setattr(fake, "_sleep", lockstep)
+    # In lockstep, the server makes delta n+1 only once the client holds delta n; a
+    # server that buffered the answer never lets the client see delta 1 while it
+    # waits, so the wait gives up (once) and the count says so.
+    with FakeLLMServer(replies=[answer]) as fake, \
+            fake.lockstep(lambda: len(arrivals)) as produced:
         if protocol == "anthropic":
             with claude(fake).messages.stream(model=MODEL, max_tokens=9, messages=USER) as s:
                 for text in s.text_stream:

@@ -137,6 +137,10 @@ _INSERT_INTERACTION = interactions.insert()
 _INSERT_EVAL_RESULTS = eval_results.insert()
 
 
+#: An eval result's own columns (besides its id and interaction): one array each.
+_RESULT_COLUMNS = tuple(c.name for c in eval_results.c if c.name not in ("id", "interaction_id"))
+
+
 def _postgres_insert() -> sa.TextClause:
     """The interaction and its eval results as one statement, for PostgreSQL: one
     statement is atomic on its own, so it runs without BEGIN and COMMIT, in one round
@@ -152,7 +156,7 @@ def _postgres_insert() -> sa.TextClause:
     """
     pg = postgresql.dialect()  # type: ignore[no-untyped-call]
     columns = [c for c in interactions.c if c.name != "id"]
-    checked = [c for c in eval_results.c if c.name not in ("id", "interaction_id")]
+    checked = [eval_results.c[name] for name in _RESULT_COLUMNS]
     names = ", ".join(c.name for c in columns)
     values = ", ".join(f":{c.name}" for c in columns)
     arrays = ", ".join(f"CAST(:r_{c.name} AS {c.type.compile(dialect=pg)}[])" for c in checked)
@@ -175,8 +179,7 @@ _POSTGRES_INSERT = _postgres_insert()
 
 def _insert_postgres(engine: sa.Engine, row: dict[str, Any],
                      results: list[dict[str, Any]]) -> int:
-    params = {**row, **{f"r_{name}": [r[name] for r in results] for name in (
-        "rule_id", "rule_name", "rule_type", "severity", "passed", "detail")}}
+    params = {**row, **{f"r_{name}": [r[name] for r in results] for name in _RESULT_COLUMNS}}
     with engine.connect() as conn:
         conn.execution_options(isolation_level="AUTOCOMMIT")
         return int(conn.execute(_POSTGRES_INSERT, params).scalar_one())

@@ -55,9 +55,7 @@ class BatchResult:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.item.id, "suite": self.suite, "success": self.report.success,
                 "passed": self.report.passed_count, "failed": len(self.report.failed),
-                "failures": [{"ruleId": r.rule_id, "name": r.name, "severity": r.severity,
-                              "detail": r.detail, "error": r.error}
-                             for r in self.report.failed]}
+                "failures": [r.to_dict() for r in self.report.failed]}
 
 
 def _promptfoo_outputs(data: dict[str, Any], name: str) -> list[BatchItem]:

@@ -376,6 +376,32 @@ class FakeLLMServer:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
+    @contextmanager
+    def lockstep(self, held: Callable[[], int], *, give_up: float = 10.0
+                 ) -> Iterator[list[int]]:
+        """Stream in step with the client: delta n+1 is produced only once ``held()``
+        (how many deltas the client holds) reaches n. Yields what the client held as
+        each delta was produced: ``[0, 1, 2, ...]`` when every delta reached it
+        before the next was made. Whatever buffers a stream on the way (a relay, a
+        proxy) makes one wait give up after ``give_up`` seconds and the list show
+        it, which tests that a stream streams without timing anything."""
+        produced: list[int] = []
+        sleep = self._sleep
+
+        async def in_step(seconds: float) -> None:
+            if produced == list(range(len(produced))):  # in step so far: wait for it
+                deadline = time.monotonic() + give_up
+                while held() < len(produced) and time.monotonic() < deadline:
+                    await asyncio.sleep(0.005)
+            produced.append(held())
+            await sleep(seconds)
+
+        setattr(self, "_sleep", in_step)  # noqa: B010 (an instance attribute over the method)
+        try:
+            yield produced
+        finally:
+            vars(self).pop("_sleep", None)
+
     # -- request handling ------------------------------------------------------
 
     async def _sleep(self, seconds: float) -> None:

@@ -73,13 +73,19 @@ def _print_report(report: evals.EvalReport) -> None:
         click.echo(note)
 
 
+def _text_limit(ctx: click.Context) -> int:
+    """``max_text_chars`` of the workspace, or without one of the environment and
+    defaults: checking against a rules file needs no workspace."""
+    try:
+        return load_settings(ctx.obj.get("workspace")).max_text_chars
+    except WorkspaceNotFound:
+        return Settings().max_text_chars
+
+
 def _check(ctx: click.Context, file: IO[str], skill: str | None, rules_path: Path | None,
            project: str | None) -> tuple[evals.EvalReport, str]:
     if rules_path is not None:
-        try:
-            limit = load_settings(ctx.obj.get("workspace")).max_text_chars
-        except WorkspaceNotFound:
-            limit = Settings().max_text_chars  # no workspace: the environment and defaults
+        limit = _text_limit(ctx)
         rules, suite = _rules_from_file(rules_path), rules_path.stem
     else:
         assert skill is not None
@@ -145,10 +151,7 @@ def _eval_batch(ctx: click.Context, file: IO[str], skill: str | None, rules_path
 
     if skill is not None and rules_path is not None:
         raise click.UsageError("Give at most one of --skill NAME or --rules RULES.json.")
-    try:
-        limit = load_settings(ctx.obj.get("workspace")).max_text_chars
-    except WorkspaceNotFound:
-        limit = Settings().max_text_chars
+    limit = _text_limit(ctx)
     cache: dict[tuple[str | None, str | None], tuple[tuple[evals.EvalRule, ...], str]] = {}
 
     def rules_for(item: eval_batch.BatchItem) -> tuple[tuple[evals.EvalRule, ...], str]:

@@ -40,7 +40,7 @@ from amelio.plugins import get_plugin_manager
 if TYPE_CHECKING:
     from amelio.config import Settings
     from amelio.embeddings import Embedder
-    from amelio.search.corpus import Deletion, Document, Hit, ImportReport
+    from amelio.search.documents import Deletion, Document, Hit, ImportReport
     from amelio.search.scoring import RankedDoc
     from amelio.search.store import DocumentStore
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from amelio.search.clickmodel import Propensities, utility
-from amelio.search.corpus import Hit
+from amelio.search.documents import Hit
 from amelio.search.signals import SignalRow
 
 __all__ = ["FEEDBACK_BOUND", "FeedbackScorer", "RankedDoc", "min_max_normalized"]

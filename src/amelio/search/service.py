@@ -230,11 +230,6 @@ class Searcher:
         self._aggregating = threading.Lock()
         self._last_aggregate = 0.0
 
-    @property
-    def corpus(self) -> SearchEngine:
-        """The engine, under the name it had when there was one kind."""
-        return self.engine
-
     # -- the one entry point -----------------------------------------------------------
 
     def search(self, query: str, *, project: str = "default", profile: str | None = None,

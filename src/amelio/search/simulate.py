@@ -58,7 +58,7 @@ from amelio.db.schema import search_signals, search_state
 from amelio.errors import InvalidInput
 from amelio.feedback import Collector, new_event_id
 from amelio.search.clickmodel import utility
-from amelio.search.engine import search_engines
+from amelio.search.engine import open_engine
 from amelio.search.relevance import TOP, Dataset, load_dataset, ndcg_at
 from amelio.search.service import Searcher, SearchResponse, search_embedder
 from amelio.search.signals import aggregate
@@ -259,15 +259,11 @@ def _events(response: SearchResponse, clicks: list[int], judged: dict[str, int],
 
 def _scratch_engine(root: Path, name: str | None) -> DocumentStore:
     """An embedded engine whose store lives in the simulation's folder."""
-    settings = Settings()
-    name = name or settings.search_backend
-    if name not in search_engines():
-        raise InvalidInput(f"Unknown search engine {name!r}; use one of: "
-                           f"{', '.join(sorted(search_engines()))}.", field="engine")
-    engine = search_engines()[name].open(settings.model_copy(update={"workspace": root}))
+    engine = open_engine(Settings().model_copy(update={"workspace": root}), name)
     if not isinstance(engine, DocumentStore):
         raise InvalidInput(f"The simulation indexes the data set itself: use an embedded "
-                           f"engine (embedded, tantivy, fts5), not {name!r}.", field="engine")
+                           f"engine (embedded, tantivy, fts5), not {engine.name!r}.",
+                           field="engine")
     return engine
 
 

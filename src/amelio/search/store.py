@@ -28,6 +28,7 @@ import logging
 import sqlite3
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -80,7 +81,11 @@ class _Matrix(NamedTuple):
     vectors: npt.NDArray[np.float32]
 
 
-class DocumentStore:
+def _generation(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
+
+
+class DocumentStore(ABC):
     """Documents, vectors and generation in one SQLite file; subclasses add the
     lexical index through the ``_index_*`` hooks and :meth:`lexical`.
 
@@ -138,24 +143,30 @@ class DocumentStore:
         """SQL run with the store's schema (an index kept in the same file)."""
         return ""
 
+    @abstractmethod
     def _index_add(self, conn: sqlite3.Connection, rowid: int, doc: Document) -> None:
         """Index a document just stored (inside the write transaction)."""
 
+    @abstractmethod
     def _index_remove(self, conn: sqlite3.Connection, rowid: int, doc_id: str, title: str,
                       body: str) -> None:
         """Forget a document about to be deleted (inside the write transaction)."""
 
+    @abstractmethod
     def _index_commit(self, conn: sqlite3.Connection, generation: int) -> None:
         """Make the batch's index changes durable as ``generation``, before the store
         commits it; an index outside the file records that it is behind first."""
 
     def _index_abort(self) -> None:
-        """Drop the batch's index changes (the store's transaction rolled back)."""
+        """Drop the batch's index changes (the store's transaction rolled back); an
+        index in the store's own file rolls back with it."""
+        return
 
     def index_generation(self) -> int | None:
         """The generation the lexical index reflects (None: unknown, rebuild it)."""
         return self.generation()
 
+    @abstractmethod
     def _index_rebuild(self, conn: sqlite3.Connection, generation: int) -> None:
         """Index every stored document again, inside the write transaction."""
 
@@ -187,8 +198,7 @@ class DocumentStore:
         if embedder is not None:
             self._embed_missing(conn, embedder)
         conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'generation'")
-        generation = int(conn.execute(
-            "SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
+        generation = _generation(conn)
         self._index_commit(conn, generation)
         conn.execute("COMMIT")
 
@@ -210,8 +220,7 @@ class DocumentStore:
     def _catch_up(self, conn: sqlite3.Connection) -> None:
         """Under the write lock: rebuild the index unless it reflects the store (a
         rebuild another process finished meanwhile is not repeated)."""
-        generation = int(conn.execute(
-            "SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
+        generation = _generation(conn)
         if self.index_generation() != generation:
             self._rebuild(conn, generation)
 
@@ -227,8 +236,7 @@ class DocumentStore:
         return how many there are: ``amelio search reindex``, after the engine
         changed (``search_backend``) or to start an index afresh."""
         with self._writer() as conn:
-            generation = int(conn.execute(
-                "SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
+            generation = _generation(conn)
             self._rebuild(conn, generation)
             conn.execute("COMMIT")
         return self.count()
@@ -318,9 +326,9 @@ class DocumentStore:
         row = self._reader.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
         return int(row[0]) if row else 0
 
+    @abstractmethod
     def lexical(self, query: str, limit: int) -> list[Hit]:
         """The best ``limit`` documents by BM25 (higher is better): the engine's."""
-        raise NotImplementedError
 
     def nearest(self, query: str, limit: int, embedder: Embedder, *,
                 also: Sequence[str] = ()) -> tuple[list[Hit], dict[str, float]]:
@@ -359,8 +367,7 @@ class DocumentStore:
             with self._writer() as conn:
                 self._embed_missing(conn, embedder)
                 conn.execute("COMMIT")
-                generation = int(conn.execute(
-                    "SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
+                generation = _generation(conn)
                 rows = conn.execute(
                     "SELECT d.doc_id, v.vec FROM vectors v JOIN docs d ON d.rowid = v.rowid "
                     "WHERE v.model = ? ORDER BY d.rowid", (embedder.model,)).fetchall()

@@ -111,14 +111,14 @@ def search_view(searcher: Searcher, query: str, profile: str, alpha: float | Non
     ws = searcher.workspace
     propensities = load_propensities(ws.engine)
     view: dict[str, Any] = {
-        "documents": searcher.corpus.count(), "version": propensities.version,
+        "documents": searcher.engine.count(), "version": propensities.version,
         "theta": propensities.theta, "gamma0": propensities.gamma0,
         "busiest": busiest_queries(ws.engine), "results": [], "query_norm": ""}
     if not query:
         return view
     ranking = searcher.rank(query, profile=profile, alpha=alpha)  # checks the request
     view["query_norm"] = query_key(ws.settings, query)  # what signals are kept under
-    titles = searcher.corpus.documents([d.doc_id for d in ranking])
+    titles = searcher.engine.documents([d.doc_id for d in ranking])
     signals = signals_for(ws.engine, view["query_norm"], [d.doc_id for d in ranking])
     view["results"] = [
         {"rank": rank, "doc_id": d.doc_id, "title": titles[d.doc_id].title
