@@ -2,58 +2,67 @@
 
 This module is the public API; everything not listed in ``__all__`` is private
 and may change between releases.
+
+The names are resolved lazily (PEP 562): ``import amelio`` costs next to nothing,
+and ``amelio.Workspace`` imports the database layer the first time it is used, so
+a command that only checks eval rules never loads SQLAlchemy.
 """
 
-from amelio.config import Settings, find_workspace, load_settings
-from amelio.errors import (
-    AmelioError,
-    AuthError,
-    ConfigError,
-    Conflict,
-    DatabaseError,
-    EvalRuleError,
-    Forbidden,
-    InputTooLarge,
-    InvalidInput,
-    NotFound,
-    NotMigrated,
-    ProjectNotFound,
-    SkillFileError,
-    SkillNotFound,
-    WorkspaceNotFound,
-)
-from amelio.evals import (
-    EvalReport,
-    EvalResult,
-    EvalRule,
-    EvalSpec,
-    RuleType,
-    Verdict,
-    append_footnotes,
-    evaluate,
-    parse_eval_file,
-    parse_rules,
-    render_footnotes,
-)
-from amelio.hookspecs import hookimpl
-from amelio.skills import (
-    ImportReport,
-    Skill,
-    SkillSpec,
-    SkillVersion,
-    export_skills,
-    fork_skill,
-    get_skill,
-    import_skills,
-    list_skills,
-    list_versions,
-    read_skills,
-    rollback_skill,
-    update_skill,
-)
-from amelio.workspace import Workspace, init_workspace, open_workspace
+import typing as _typing
+
+from amelio._lazy import lazy_namespace as _lazy_namespace
 
 __version__ = "0.1.0"
+
+if _typing.TYPE_CHECKING:
+    from amelio.config import Settings, find_workspace, load_settings
+    from amelio.errors import (
+        AmelioError,
+        AuthError,
+        ConfigError,
+        Conflict,
+        DatabaseError,
+        EvalRuleError,
+        Forbidden,
+        InputTooLarge,
+        InvalidInput,
+        NotFound,
+        NotMigrated,
+        ProjectNotFound,
+        SkillFileError,
+        SkillNotFound,
+        WorkspaceNotFound,
+    )
+    from amelio.evals import (
+        EvalReport,
+        EvalResult,
+        EvalRule,
+        EvalSpec,
+        RuleType,
+        Verdict,
+        append_footnotes,
+        evaluate,
+        parse_eval_file,
+        parse_rules,
+        render_footnotes,
+    )
+    from amelio.hookspecs import hookimpl
+    from amelio.skills import (
+        ImportReport,
+        Skill,
+        SkillSpec,
+        SkillVersion,
+        export_skills,
+        fork_skill,
+        get_skill,
+        import_skills,
+        list_skills,
+        list_versions,
+        read_skills,
+        rollback_skill,
+        update_skill,
+    )
+    from amelio.workspace import Workspace, init_workspace, open_workspace
 
 __all__ = [
     "AmelioError",
@@ -104,3 +113,27 @@ __all__ = [
     "rollback_skill",
     "update_skill",
 ]
+
+#: Where each public name lives; the module is imported on first use.
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(("Settings", "find_workspace", "load_settings"), "amelio.config"),
+    **dict.fromkeys((
+        "AmelioError", "AuthError", "ConfigError", "Conflict", "DatabaseError",
+        "EvalRuleError", "Forbidden", "InputTooLarge", "InvalidInput", "NotFound",
+        "NotMigrated", "ProjectNotFound", "SkillFileError", "SkillNotFound",
+        "WorkspaceNotFound"), "amelio.errors"),
+    **dict.fromkeys((
+        "EvalReport", "EvalResult", "EvalRule", "EvalSpec", "RuleType", "Verdict",
+        "append_footnotes", "evaluate", "parse_eval_file", "parse_rules",
+        "render_footnotes"), "amelio.evals"),
+    "hookimpl": "amelio.hookspecs",
+    **dict.fromkeys((
+        "ImportReport", "Skill", "SkillSpec", "SkillVersion", "export_skills", "fork_skill",
+        "get_skill", "import_skills", "list_skills", "list_versions", "read_skills",
+        "rollback_skill", "update_skill"), "amelio.skills"),
+    **dict.fromkeys(("Workspace", "init_workspace", "open_workspace"), "amelio.workspace"),
+}
+
+
+if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and flag typos
+    __getattr__, __dir__ = _lazy_namespace('amelio', _LAZY, globals(), __all__)

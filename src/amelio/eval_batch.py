@@ -18,13 +18,15 @@ Two inputs are read:
 from __future__ import annotations
 
 import json
-import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from amelio import evals
 from amelio.errors import InvalidInput
+
+if TYPE_CHECKING:
+    import xml.etree.ElementTree as ET
 
 __all__ = ["BatchItem", "BatchResult", "check_batch", "junit_suite", "parse_batch",
            "render_junit", "render_markdown"]
@@ -143,6 +145,8 @@ def junit_suite(parent: ET.Element | None, name: str, classname: str,
     """One JUnit test suite for a report, a case per rule: failed warnings are
     failures, rules that could not be checked errors, failed infos pass with a
     note, so a CI dashboard matches the exit code."""
+    import xml.etree.ElementTree as ET
+
     attributes = {"name": name, "tests": str(len(report.results)),
                   "failures": str(sum(1 for r in report.failed
                                       if r.severity == "warning" and not r.error)),
@@ -166,6 +170,8 @@ def junit_suite(parent: ET.Element | None, name: str, classname: str,
 
 def render_junit(results: list[BatchResult]) -> str:
     """One test suite per output (see :func:`junit_suite`)."""
+    import xml.etree.ElementTree as ET
+
     root = ET.Element("testsuites", tests=str(sum(len(r.report.results) for r in results)))
     for result in results:
         junit_suite(root, result.item.id, result.suite, result.report)

@@ -3,6 +3,10 @@
 Each type is a factory: it validates a rule's parameters once (raising
 :class:`~amelio.evals.RuleParamError` naming the field) and returns the check
 that :func:`amelio.evals.evaluate` calls on every answer.
+
+``re2`` is imported when a pattern is first compiled, and ``jsonschema`` and
+``referencing`` when a ``json_schema`` rule is: checking other rules (``amelio
+eval``) does not pay for them.
 """
 
 from __future__ import annotations
@@ -11,12 +15,6 @@ import functools
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
-
-import jsonschema  # type: ignore[import-untyped]
-import re2  # type: ignore[import-untyped]
-import referencing
-import referencing.exceptions
-import referencing.jsonschema
 
 from amelio.evals import (
     REGEX_MAX_MEM,
@@ -253,6 +251,8 @@ def _re2(pattern: str) -> Any:
     """Compile for RE2 under a memory cap. Patterns are compiled as UTF-8 bytes and
     answers encoded once per check: that keeps RE2's UTF-8 semantics (``.`` is one
     character) without the wrapper's per-match offset bookkeeping."""
+    import re2  # type: ignore[import-untyped]
+
     options = re2.Options()
     options.max_mem = REGEX_MAX_MEM
     options.log_errors = False
@@ -350,6 +350,8 @@ def _re2_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> It
     """JSON Schema's ``pattern`` keyword on RE2 instead of Python's backtracking ``re``."""
     if validator.is_type(instance, "string") and \
             _search(_re2(pattern), _encode(instance)) is None:
+        import jsonschema  # type: ignore[import-untyped]
+
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
@@ -376,6 +378,8 @@ def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> It
     for item in instance:
         key = json.dumps(_canonical(item), sort_keys=True)
         if key in seen:
+            import jsonschema
+
             yield jsonschema.ValidationError(f"array has non-unique elements ({key[:60]})")
             return
         seen.add(key)
@@ -399,6 +403,8 @@ def _charged(keyword: Callable[..., Any]) -> Callable[..., Any]:
 def _validator_class(base: Any) -> Any:
     """``base`` with RE2 patterns, linear ``uniqueItems`` and every keyword charged."""
     if base not in _RE2_VALIDATORS:
+        import jsonschema
+
         keywords = dict(base.VALIDATORS) | {"pattern": _re2_pattern,
                                              "uniqueItems": _unique_items}
         _RE2_VALIDATORS[base] = jsonschema.validators.extend(
@@ -446,6 +452,10 @@ def _check_refs(schema: Mapping[str, Any], base: Any) -> None:
     refs = list(_refs(schema))
     if not refs:
         return
+    import referencing
+    import referencing.exceptions
+    import referencing.jsonschema
+
     dialect = schema.get("$schema") or base.META_SCHEMA.get("$schema") \
         or base.META_SCHEMA.get("$id")
     spec = referencing.jsonschema.specification_with(
@@ -461,6 +471,9 @@ def _check_refs(schema: Mapping[str, Any], base: Any) -> None:
 
 
 def _json_schema(params: Mapping[str, Any]) -> Check:
+    import jsonschema
+    from jsonschema.exceptions import best_match  # type: ignore[import-untyped]
+
     schema = params["schema"]
     if not isinstance(schema, Mapping):
         raise RuleParamError("schema", f"must be a JSON Schema object, not {json_kind(schema)}")
@@ -498,7 +511,7 @@ def _json_schema(params: Mapping[str, Any]) -> Check:
         data, problem = _load_json(text)
         if problem is not None:
             return Verdict(False, problem)
-        error = jsonschema.exceptions.best_match(validator.iter_errors(data))
+        error = best_match(validator.iter_errors(data))
         if error is None:
             return yes
         return Verdict(False, f"answer JSON does not match the schema at {error.json_path}: "

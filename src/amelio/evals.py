@@ -33,7 +33,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -42,11 +41,11 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from amelio.errors import EvalRuleError, InputTooLarge
-from amelio.plugins import get_plugin_manager
+from amelio.plugins import get_plugin_manager, is_builtin
 
 __all__ = [
-    "DEFAULT_SEVERITY", "SEVERITIES", "EvalReport", "EvalResult", "EvalRule", "EvalSpec",
-    "RuleParamError", "RuleType", "Verdict", "WorkBudget", "WorkBudgetExceeded",
+    "DEFAULT_SEVERITY", "MAX_TEXT_CHARS", "SEVERITIES", "EvalReport", "EvalResult", "EvalRule",
+    "EvalSpec", "RuleParamError", "RuleType", "Verdict", "WorkBudget", "WorkBudgetExceeded",
     "append_footnotes", "charge", "evaluate", "json_kind", "parse_eval_file", "parse_rules",
     "render_footnotes", "rule_types",
 ]
@@ -66,6 +65,9 @@ REGEX_MAX_PATTERN_CHARS = 10_000
 #: (measured worst case about 1 ns per unit: 0.1 s).
 REGEX_MAX_PROGRAM = 2_000
 REGEX_MAX_WORK = 100_000_000
+#: The longest text :func:`evaluate` takes unless told otherwise, in characters: the
+#: default of the ``max_text_chars`` setting.
+MAX_TEXT_CHARS = 1_000_000
 #: Most rules one list may hold: bounds the work a single check can ask for.
 MAX_RULES = 200
 #: Work one :func:`evaluate` call may spend across its rules, in units of about a
@@ -249,7 +251,7 @@ def _metered(limit: int) -> Iterator[WorkBudget]:
         _budget.reset(token)
 
 
-def evaluate(text: str, rules: Sequence[EvalRule], *, max_chars: int = 1_000_000,
+def evaluate(text: str, rules: Sequence[EvalRule], *, max_chars: int = MAX_TEXT_CHARS,
              work_budget: int = WORK_BUDGET) -> EvalReport:
     """Run every rule on ``text``. A check that raises is recorded as an errored,
     failed result rather than raised: one broken plugin rule must not lose the
@@ -313,13 +315,12 @@ def rule_types() -> dict[str, RuleType]:
     """Every registered rule type by name. Built-ins claim their names first; a
     plugin that reuses a name, registers something else or raises is logged and
     skipped, because a broken third-party package must not disable evals."""
-    builtins = sys.modules.get("amelio.eval_types")
     impls = [
         impl
         for impl in get_plugin_manager().hook.register_rule_types.get_hookimpls()
         if not (impl.hookwrapper or impl.wrapper)
     ]
-    impls.sort(key=lambda impl: impl.plugin is not builtins)  # stable: built-ins first
+    impls.sort(key=lambda impl: not is_builtin(impl.plugin_name))  # stable: built-ins first
     found: dict[str, RuleType] = {}
     for impl in impls:
 

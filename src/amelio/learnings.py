@@ -27,6 +27,9 @@ Under ``pii_scrub = all`` a rule is scrubbed (:mod:`amelio.pii`) before it is
 stored, whichever way it comes in (added, or typed into learnings.md and read
 back), and so is every line written to the mirror, unreadable ones included:
 the file is storage too, and a rule never needs a person's phone number.
+
+The database layer (SQLAlchemy) is imported by the functions that use it, so the
+names and parsers here cost nothing to import (``amelio learnings --help``).
 """
 
 from __future__ import annotations
@@ -39,18 +42,18 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
-import sqlalchemy as sa
-
-from amelio import db
-from amelio.db.schema import aware, learning_files, learnings, utcnow
 from amelio.errors import InvalidInput, NotFound
-from amelio.pii import scrub_for_storage
 from amelio.projects import DEFAULT_PROJECT, ensure_project, project_id
 from amelio.text import normalize, tokens
-from amelio.workspace import Workspace
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from amelio.workspace import Workspace
 
 __all__ = [
     "HEADERS",
@@ -194,6 +197,10 @@ def _add(conn: sa.Connection, pid: int, rule: str, source: str, skill: str | Non
     ``from_file``: the rule is a line of learnings.md being read back, so a known
     rule is not "seen again" and the file's section decides its skill scope.
     """
+    import sqlalchemy as sa
+
+    from amelio.db.schema import learnings, utcnow
+
     key = _key(rule)
     existing = conn.execute(
         sa.select(learnings).where(learnings.c.project_id == pid, learnings.c.rule_key == key)
@@ -239,6 +246,12 @@ def add_learning(
     skill: str | None = None, at: datetime | None = None,
 ) -> tuple[Learning, str]:
     """Add a rule; returns the stored item and ``added``, ``merged`` or ``reactivated``."""
+    import sqlalchemy as sa
+
+    from amelio import db
+    from amelio.db.schema import learnings, utcnow
+    from amelio.pii import scrub_for_storage
+
     text = _clean_rule(scrub_for_storage(ws.settings, str(rule), "learnings"))
     src = _check_source(source)
     sync_file(ws, project)
@@ -252,6 +265,8 @@ def add_learning(
 
 
 def _retire(conn: sa.Connection, where: sa.ColumnElement[bool], reason: str) -> int:
+    from amelio.db.schema import learnings, utcnow
+
     result = conn.execute(
         learnings.update().where(where, learnings.c.status == "active")
         .values(status="retired", retired_reason=reason, updated_at=utcnow())
@@ -262,6 +277,11 @@ def _retire(conn: sa.Connection, where: sa.ColumnElement[bool], reason: str) -> 
 def delete_learning(ws: Workspace, learning_id: int, *, project: str = DEFAULT_PROJECT,
                     reason: str = "deleted") -> Learning:
     """Retire a learning: it leaves prompts and learnings.md but stays on record."""
+    import sqlalchemy as sa
+
+    from amelio import db
+    from amelio.db.schema import learnings
+
     sync_file(ws, project)
     with db.transaction(ws.engine) as conn:
         pid = project_id(conn, project)
@@ -280,6 +300,11 @@ def record_outcome(ws: Workspace, learning_ids: Iterable[int], *, helpful: bool,
                    project: str = DEFAULT_PROJECT) -> list[int]:
     """Count feedback on an answer whose prompt used these learnings; returns the ids
     retired because their harmful count overtook their helpful count."""
+    import sqlalchemy as sa
+
+    from amelio import db
+    from amelio.db.schema import learnings
+
     ids = sorted(set(learning_ids))
     if not ids:
         return []
@@ -312,6 +337,11 @@ def list_learnings(
 
     ``conn``: read on this connection (one request can share one connection).
     """
+    import sqlalchemy as sa
+
+    from amelio import db
+    from amelio.db.schema import learnings
+
     if sync:
         sync_file(ws, project)
     with db.reading(conn or ws.engine) as conn:
@@ -330,18 +360,24 @@ def _header(setting: str) -> str:
     return HEADERS.get(setting, setting)
 
 
-# Runs on every prompt, so it is built once: only the columns the block needs, and
-# only the rules it may use (global ones and the hinted skills'), in
-# list_learnings' order. An empty expanding IN matches nothing.
-_BLOCK_QUERY = (
-    sa.select(learnings.c.id, learnings.c.rule, learnings.c.helpful, learnings.c.harmful,
-              learnings.c.last_seen_at)
-    .where(learnings.c.project_id == sa.bindparam("project_id"),
-           learnings.c.status == "active",
-           sa.or_(learnings.c.skill.is_(None),
-                  learnings.c.skill.in_(sa.bindparam("skills", expanding=True))))
-    .order_by(learnings.c.last_seen_at.desc(), learnings.c.id.desc())
-)
+@cache
+def _block_query() -> sa.Select[Any]:
+    """Runs on every prompt, so it is built once: only the columns the block needs, and
+    only the rules it may use (global ones and the hinted skills'), in
+    list_learnings' order. An empty expanding IN matches nothing."""
+    import sqlalchemy as sa
+
+    from amelio.db.schema import learnings
+
+    return (
+        sa.select(learnings.c.id, learnings.c.rule, learnings.c.helpful, learnings.c.harmful,
+                  learnings.c.last_seen_at)
+        .where(learnings.c.project_id == sa.bindparam("project_id"),
+               learnings.c.status == "active",
+               sa.or_(learnings.c.skill.is_(None),
+                      learnings.c.skill.in_(sa.bindparam("skills", expanding=True))))
+        .order_by(learnings.c.last_seen_at.desc(), learnings.c.id.desc())
+    )
 
 
 def prompt_block(
@@ -354,12 +390,14 @@ def prompt_block(
     ``newest`` first (the seed's order) or ``helpful`` first; a rule that does not
     fit whole is skipped and later, shorter ones may still fit.
     """
+    from amelio import db
+
     settings = ws.settings
     budget = settings.learnings_budget if budget is None else budget
     ordering = ordering or settings.learnings_ordering
     sync_file(ws, project)
     with db.reading(conn or ws.engine) as c:
-        items = list(c.execute(_BLOCK_QUERY, {"project_id": project_id(c, project),
+        items = list(c.execute(_block_query(), {"project_id": project_id(c, project),
                                               "skills": sorted(set(skills))}))
     if ordering == "helpful":
         items.sort(key=lambda x: (-(x.helpful - x.harmful), -x.last_seen_at.timestamp(), -x.id))
@@ -384,6 +422,8 @@ def prompt_block(
 
 def parse_learnings_md(text: str) -> tuple[list[ParsedLine], list[ParseError]]:
     """Every rule line of a learnings.md, and every line that could not be read."""
+    from amelio.db.schema import aware
+
     entries: list[ParsedLine] = []
     errors: list[ParseError] = []
     skill: str | None = None
@@ -456,6 +496,10 @@ def _hash(text: str) -> str:
 
 def _write_file(ws: Workspace, project: str, unreadable: Sequence[str] = ()) -> None:
     """Rewrite learnings.md from the database, atomically, and remember its hash."""
+    from amelio import db
+    from amelio.db.schema import learning_files, utcnow
+    from amelio.pii import scrub_for_storage
+
     items = list_learnings(ws, project=project, sync=False)
     path = learnings_path(ws, project)
     if not unreadable and path.is_file():
@@ -487,6 +531,12 @@ def sync_file(ws: Workspace, project: str = DEFAULT_PROJECT) -> SyncReport:
     added (merging duplicates), rules whose line was removed are retired, and
     the file is rewritten in canonical form with any unreadable lines kept.
     """
+    import sqlalchemy as sa
+
+    from amelio import db
+    from amelio.db.schema import learning_files, learnings
+    from amelio.pii import scrub_for_storage
+
     path = learnings_path(ws, project)
     try:
         stat = path.stat()

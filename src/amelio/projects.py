@@ -1,4 +1,9 @@
-"""Projects (tenants) inside one workspace; ``default`` always exists."""
+"""Projects (tenants) inside one workspace; ``default`` always exists.
+
+:data:`DEFAULT_PROJECT` and :func:`validate_name` are cheap to import (every
+command module needs them); the functions that query the database import
+SQLAlchemy when first called.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,12 @@ import re
 import weakref
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
-
-from amelio import db
-from amelio.db.schema import projects, utcnow
 from amelio.errors import InvalidInput, ProjectNotFound
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 __all__ = [
     "DEFAULT_PROJECT",
@@ -55,6 +60,10 @@ def project_id(conn: sa.Connection, name: str) -> int:
     cache = _ids.setdefault(conn.engine, {})
     if name in cache:
         return cache[name]
+    import sqlalchemy as sa
+
+    from amelio.db.schema import projects
+
     validate_name(name)
     row = conn.execute(sa.select(projects.c.id).where(projects.c.name == name)).first()
     if row is None:
@@ -73,6 +82,8 @@ def require_project(engine: sa.Engine, name: str) -> int:
     known = _ids.get(engine, {}).get(name)
     if known is not None:
         return known
+    from amelio import db
+
     with db.reading(engine) as conn:
         return project_id(conn, name)
 
@@ -80,6 +91,11 @@ def require_project(engine: sa.Engine, name: str) -> int:
 def ensure_project(conn: sa.Connection, name: str) -> int:
     """The id of project ``name``, creating it if needed (safe under concurrency:
     a second creator's insert is a no-op, not a unique-constraint error)."""
+    import sqlalchemy as sa
+
+    from amelio import db
+    from amelio.db.schema import projects, utcnow
+
     validate_name(name)
     try:
         return project_id(conn, name)
@@ -91,6 +107,11 @@ def ensure_project(conn: sa.Connection, name: str) -> int:
 
 
 def create_project(engine: sa.Engine, name: str) -> Project:
+    import sqlalchemy as sa
+
+    from amelio import db
+    from amelio.db.schema import projects
+
     with db.transaction(engine) as conn:
         pid = ensure_project(conn, name)
         row = conn.execute(sa.select(projects).where(projects.c.id == pid)).one()
@@ -98,6 +119,10 @@ def create_project(engine: sa.Engine, name: str) -> Project:
 
 
 def list_projects(engine: sa.Engine) -> list[Project]:
+    import sqlalchemy as sa
+
+    from amelio.db.schema import projects
+
     with engine.connect() as conn:
         rows = conn.execute(sa.select(projects).order_by(projects.c.name)).all()
     return [Project(r.id, r.name, r.created_at) for r in rows]

@@ -49,6 +49,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 __all__ = [
+    "IMPORT_PROBE",
     "FakeLLMServer",
     "FakeRequest",
     "LiveServer",
@@ -58,6 +59,28 @@ __all__ = [
     "read_fake_claude_calls",
     "write_fake_claude_cli",
 ]
+
+#: A ``python -c`` script that runs ``amelio ARGS`` as ``python -m amelio`` does, for
+#: measuring start-up under ``python -X importtime`` (tests/test_cli_startup.py,
+#: benchmarks/cli_startup.py). ``importlib.import_module`` (which the lazy command
+#: group and the plugins use) goes through ``__import__``, so that ``-X importtime``,
+#: which logs only import statements, counts the modules it loads; with
+#: $STARTUP_MODULES_OUT set, every module left in ``sys.modules`` is written there.
+IMPORT_PROBE = """
+import atexit, importlib, json, os, runpy, sys
+out = os.environ.get("STARTUP_MODULES_OUT")
+if out:
+    atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+_import_module = importlib.import_module
+def _logged(name, package=None):
+    if package or name.startswith("."):
+        return _import_module(name, package)
+    __import__(name)
+    return sys.modules[name]
+importlib.import_module = _logged
+sys.argv = ["amelio", *sys.argv[1:]]
+runpy.run_module("amelio", run_name="__main__", alter_sys=True)
+"""
 
 ProtocolName = Literal["anthropic", "openai"]
 

@@ -1,21 +1,134 @@
-"""Plumbing shared by the command modules: the root group, errors, output."""
+"""Plumbing shared by the command modules: the root group, errors, output.
+
+The root group is lazy: it knows every command's name, module and one-line help
+(:data:`COMMANDS`), so ``amelio --help`` lists them all without importing any, and
+a command's module (with what it imports: the database, search, the service) is
+imported only when that command runs. ``tests/test_cli_startup.py`` checks the
+table against the commands themselves.
+"""
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import wraps
+from gettext import gettext as _
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 import amelio
 from amelio.errors import AmelioError
-from amelio.workspace import Workspace, open_workspace
+
+if TYPE_CHECKING:
+    from amelio.workspace import Workspace
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: Every top-level command: the module under ``amelio.cli`` that defines it, and the
+#: one-line help ``amelio --help`` shows for it (its docstring's first sentence).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "backup": ("ops", "Write a consistent copy of the workspace to FILE (a zip): database, "
+                      "search corpus, secret key, amelio.toml and learnings.md files."),
+    "bench": ("sage", "A/B benchmark of a proposal: old vs new skill, eval rules and an LLM "
+                      "judge."),
+    "chat": ("assistant", "Ask the assistant; the answer streams, then its eval footnotes."),
+    "config": ("admin", "Inspect settings."),
+    "corpus": ("search", "The search corpus: the workspace's documents and their index "
+                         "(search_backend)."),
+    "db": ("admin", "Database migrations."),
+    "demo": ("admin", "Create (or reuse) a demo workspace with the example skills and serve "
+                      "it."),
+    "eval": ("evals", "Check the text in FILE (default: stdin) against eval rules."),
+    "evals": ("evals", "Manage eval rules."),
+    "feedback": ("feedback", "Answer feedback and feedback events: two different things."),
+    "improve": ("improve", "Find underperforming skills and propose improvements (run it "
+                           "nightly)."),
+    "init": ("admin", "Create a workspace in DIRECTORY (amelio.toml, skills/, migrated "
+                      "database)."),
+    "keys": ("admin", "API keys for the service."),
+    "knowledge": ("knowledge", "Notebooks: sync sources, ask with citations, dead letters."),
+    "learnings": ("context", "Rules learned from corrections, injected into prompts."),
+    "log": ("assistant", "Record an exchange answered elsewhere; its evals run and it counts "
+                         "in quality."),
+    "mcp": ("mcp", "Serve Amelio's MCP server on stdin/stdout (an MCP client starts this "
+                   "command)."),
+    "projects": ("admin", "Projects (tenants) of the workspace."),
+    "prompt": ("context", "Print the full prompt Amelio would send for MESSAGE."),
+    "proposals": ("improve", "Review proposed skill changes: list, show, diff, approve, "
+                             "reject."),
+    "quality": ("assistant", "Quality metrics per skill: use, success rate, feedback, failing "
+                             "rules."),
+    "restore": ("ops", "Restore the backup FILE into the workspace; `-w DIR` may name a new "
+                       "folder."),
+    "route": ("context", "Rank the skills that fit MESSAGE, with scores and the terms that "
+                         "matched."),
+    "sage": ("sage", "Sage: LLM-written skill updates from the evidence."),
+    "search": ("search", "Search the corpus, as POST /v1/search does (the impression is "
+                         "logged)."),
+    "serve": ("admin", "Run the API service on the workspace (its database must be "
+                       "migrated)."),
+    "signals": ("search", "Per (query, document) signals learned from impressions and "
+                          "feedback events."),
+    "simulate": ("search", "Simulated users click on search results; report NDCG@10 and "
+                           "CTR@3 per profile."),
+    "skills": ("skills", "Import, list, show, export and sync skills."),
+    "vespa": ("vespa", "Search at scale on Vespa (see docs/scale.md)."),
+    "watch": ("knowledge", "Keep a notebook in sync with DIRECTORY's .md, .txt and .html "
+                           "files (Ctrl-C stops)."),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose commands are imported when first asked for (click's lazy-loading
+    recipe: ``list_commands`` names them all, ``get_command`` imports one).
+
+    ``lazy_commands`` maps a name to ``(module under amelio.cli, short help)``;
+    importing the module registers the command on this group as usual
+    (``@main.command``). The help listing uses the short help for commands not
+    imported yet; an unknown name loads them all, so click can suggest the closest.
+    """
+
+    def __init__(self, *args: Any, lazy_commands: Mapping[str, tuple[str, str]] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = dict(lazy_commands or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.lazy_commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy_commands:
+            importlib.import_module(f"amelio.cli.{self.lazy_commands[cmd_name][0]}")
+        return self.commands.get(cmd_name)
+
+    def load_all(self, ctx: click.Context) -> None:
+        """Import every command (shell completion and "did you mean" need them all)."""
+        for name in self.list_commands(ctx):
+            self.get_command(ctx, name)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]
+                        ) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and self.get_command(ctx, args[0]) is None:
+            self.load_all(ctx)  # an unknown name: let click suggest the closest ones
+        return super().resolve_command(ctx, args)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's own listing, with a stand-in for each command not imported yet."""
+        rows: list[tuple[str, click.Command]] = []
+        for name in self.list_commands(ctx):
+            cmd = self.commands.get(name)
+            if cmd is None:
+                cmd = click.Command(name, help=self.lazy_commands[name][1])
+            if not cmd.hidden:
+                rows.append((name, cmd))
+        if rows:
+            limit = formatter.width - 6 - max(len(name) for name, _cmd in rows)
+            with formatter.section(_("Commands")):
+                formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in rows])
 
 
 # -- plumbing ---------------------------------------------------------------------------
@@ -43,6 +156,8 @@ def handle_errors(func: F) -> F:
 
 def workspace(ctx: click.Context, *, migrate: bool = False) -> Workspace:
     """Open the workspace named by --workspace / AMELIO_WORKSPACE / an amelio.toml above."""
+    from amelio.workspace import open_workspace
+
     ws: Workspace = open_workspace(ctx.obj.get("workspace"), migrate=migrate)
     ctx.call_on_close(ws.dispose)
     return ws
@@ -71,7 +186,8 @@ project_option = click.option(
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=LazyGroup, lazy_commands=COMMANDS,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(amelio.__version__, prog_name="amelio")
 @click.option(
     "--workspace", "-w", type=click.Path(file_okay=False, path_type=Path), default=None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,9 +18,9 @@ from amelio.cli._common import (
     table,
     workspace,
 )
-from amelio.config import load_settings
-from amelio.identity import secret_key
-from amelio.workspace import Workspace, init_workspace
+
+if TYPE_CHECKING:
+    from amelio.workspace import Workspace
 
 # -- init, config, db -------------------------------------------------------------------
 
@@ -29,6 +30,8 @@ from amelio.workspace import Workspace, init_workspace
 @handle_errors
 def init(directory: Path) -> None:
     """Create a workspace in DIRECTORY (amelio.toml, skills/, migrated database)."""
+    from amelio.workspace import init_workspace
+
     ws, created = init_workspace(directory)
     ws.dispose()
     verb = "Created" if created else "Updated existing"
@@ -48,6 +51,8 @@ def config() -> None:
 @handle_errors
 def config_show(ctx: click.Context, as_json: bool) -> None:
     """Print the effective settings (secrets masked) and where each came from."""
+    from amelio.config import load_settings
+
     settings = load_settings(ctx.obj.get("workspace"))
     rows = list(settings.rows())
     if as_json:
@@ -67,6 +72,8 @@ def db_group() -> None:
 @handle_errors
 def db_upgrade(ctx: click.Context) -> None:
     """Apply pending migrations to the workspace's database."""
+    from amelio.config import load_settings
+
     settings = load_settings(ctx.obj.get("workspace"))
     engine = db.create_engine(settings.effective_database_url)
     try:
@@ -85,6 +92,8 @@ def db_upgrade(ctx: click.Context) -> None:
 @handle_errors
 def db_status(ctx: click.Context, as_json: bool) -> None:
     """Show the database's migration and the code's."""
+    from amelio.config import load_settings
+
     settings = load_settings(ctx.obj.get("workspace"))
     engine = db.create_engine(settings.effective_database_url)
     try:
@@ -195,6 +204,8 @@ def keys_revoke(ctx: click.Context, key_id: int) -> None:
 
 def _serve(ws: Workspace, host: str | None, port: int | None, workers: int = 1) -> None:
     import uvicorn
+
+    from amelio.identity import secret_key
 
     host = host or ws.settings.host
     port = port or ws.settings.port

@@ -7,11 +7,8 @@ import sys
 
 import click
 
-from amelio.assistant import Reply, log_exchange, respond_stream
 from amelio.cli._common import handle_errors, json_option, main, print_json, table, workspace
-from amelio.llm import TextDelta
 from amelio.projects import DEFAULT_PROJECT
-from amelio.quality import quality_metrics
 
 
 @main.command("chat")
@@ -24,6 +21,9 @@ from amelio.quality import quality_metrics
 def chat(ctx: click.Context, message: str, project: str, user: str | None,
          as_json: bool) -> None:
     """Ask the assistant; the answer streams, then its eval footnotes."""
+    from amelio.assistant import Reply, respond_stream
+    from amelio.llm import TextDelta
+
     reply: Reply | None = None
     for event in respond_stream(workspace(ctx), message, project=project, user=user):
         if isinstance(event, TextDelta):
@@ -66,6 +66,8 @@ def log_command(ctx: click.Context, message: str, answer: str, project: str,
 
     MESSAGE or ANSWER '-' reads that one from standard input.
     """
+    from amelio.assistant import log_exchange
+
     if message == "-" or answer == "-":
         if message == answer:
             raise click.UsageError("Only one of MESSAGE and ANSWER can be read from stdin.")
@@ -91,6 +93,8 @@ def log_command(ctx: click.Context, message: str, answer: str, project: str,
 @handle_errors
 def quality_command(ctx: click.Context, project: str | None, as_json: bool) -> None:
     """Quality metrics per skill: use, success rate, feedback, failing rules."""
+    from amelio.quality import quality_metrics
+
     metrics = quality_metrics(workspace(ctx), project)
     if as_json:
         print_json([m.to_dict() for m in metrics])

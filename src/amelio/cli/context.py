@@ -7,8 +7,6 @@ import click
 from amelio import learnings
 from amelio.cli._common import handle_errors, json_option, main, print_json, short, table, workspace
 from amelio.projects import DEFAULT_PROJECT
-from amelio.prompt import build_prompt
-from amelio.router import route_message
 
 project_option = click.option("--project", "-p", default=DEFAULT_PROJECT, show_default=True,
                               help="Project (tenant).")
@@ -25,6 +23,8 @@ project_option = click.option("--project", "-p", default=DEFAULT_PROJECT, show_d
 def route_command(ctx: click.Context, message: str, project: str, scorer: str | None,
                   limit: int | None, as_json: bool) -> None:
     """Rank the skills that fit MESSAGE, with scores and the terms that matched."""
+    from amelio.router import route_message
+
     route = route_message(workspace(ctx), message, project=project, scorer=scorer, limit=limit)
     if as_json:
         print_json(route.to_dict())
@@ -47,6 +47,8 @@ def route_command(ctx: click.Context, message: str, project: str, scorer: str | 
 def prompt_command(ctx: click.Context, message: str, project: str, scorer: str | None,
                    as_json: bool) -> None:
     """Print the full prompt Amelio would send for MESSAGE."""
+    from amelio.prompt import build_prompt
+
     prompt = build_prompt(workspace(ctx), message, project=project, scorer=scorer)
     if as_json:
         print_json(prompt.to_dict())

@@ -1,10 +1,14 @@
-"""``amelio eval`` (a CI gate) and ``amelio evals`` (rule management)."""
+"""``amelio eval`` (a CI gate) and ``amelio evals`` (rule management).
+
+``amelio eval --rules`` (and ``--batch`` with rules given inline or by ``--rules``)
+runs without a workspace, so it imports no database, settings or YAML library
+unless it finds a workspace or needs one: CI pays the start-up on every call.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import IO, Any
 
@@ -12,7 +16,7 @@ import click
 
 from amelio import evals, projects, skills
 from amelio.cli._common import handle_errors, main, print_json, project_option, table, workspace
-from amelio.config import Settings, load_settings
+from amelio.discovery import ENV_PREFIX, find_workspace
 from amelio.errors import (
     AmelioError,
     EvalRuleError,
@@ -21,7 +25,6 @@ from amelio.errors import (
     SkillFileError,
     WorkspaceNotFound,
 )
-from amelio.promptfoo import import_promptfoo
 
 
 def _read_limited(stream: IO[str], limit: int, name: str) -> str:
@@ -50,6 +53,8 @@ def _rules_from_file(path: Path) -> tuple[evals.EvalRule, ...]:
 
 
 def _junit(report: evals.EvalReport, suite: str) -> str:
+    import xml.etree.ElementTree as ET
+
     from amelio.eval_batch import junit_suite
 
     root = junit_suite(None, suite, suite, report)
@@ -75,11 +80,20 @@ def _print_report(report: evals.EvalReport) -> None:
 
 def _text_limit(ctx: click.Context) -> int:
     """``max_text_chars`` of the workspace, or without one of the environment and
-    defaults: checking against a rules file needs no workspace."""
+    defaults: checking against a rules file needs no workspace. Without a workspace
+    and without AMELIO_MAX_TEXT_CHARS it is the default, and the settings are not
+    loaded at all."""
     try:
-        return load_settings(ctx.obj.get("workspace")).max_text_chars
+        root = find_workspace(ctx.obj.get("workspace"))
     except WorkspaceNotFound:
+        if f"{ENV_PREFIX}MAX_TEXT_CHARS" not in os.environ:
+            return evals.MAX_TEXT_CHARS
+        from amelio.config import Settings
+
         return Settings().max_text_chars
+    from amelio.config import load_settings
+
+    return load_settings(root).max_text_chars
 
 
 def _check(ctx: click.Context, file: IO[str], skill: str | None, rules_path: Path | None,
@@ -242,6 +256,8 @@ def import_promptfoo_command(ctx: click.Context, config_file: Path, skill: str,
     Assertions without an equivalent (llm-rubric, similar, javascript, …) are
     listed, one line each, and left out.
     """
+    from amelio.promptfoo import import_promptfoo
+
     result = import_promptfoo(config_file.read_text(encoding="utf-8"), source=str(config_file))
     ws = workspace(ctx)
     current = skills.get_skill(ws.engine, skill, project or projects.DEFAULT_PROJECT)

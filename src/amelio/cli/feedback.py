@@ -19,15 +19,7 @@ from pathlib import Path
 import click
 
 from amelio.cli._common import handle_errors, json_option, main, print_json, workspace
-from amelio.feedback import (
-    Collector,
-    feedback_stats,
-    json_schema,
-    purge_events,
-    verify_events,
-)
-from amelio.feedback.collector import EventStatus
-from amelio.quality import ANSWER_FEEDBACK_KINDS, give_answer_feedback
+from amelio.quality import ANSWER_FEEDBACK_KINDS
 
 _SHOWN_REJECTIONS = 20
 _ANSWER_COMMANDS = ("give",)
@@ -87,6 +79,8 @@ def give_command(ctx: click.Context, interaction_id: int, kind: str, comment: st
 
     👎 and Fix It become learnings; `amelio feedback ID KIND` runs this too.
     """
+    from amelio.quality import give_answer_feedback
+
     result = give_answer_feedback(workspace(ctx), interaction_id, kind, comment=comment,
                                   user=user)
     if as_json:
@@ -103,6 +97,8 @@ def give_command(ctx: click.Context, interaction_id: int, kind: str, comment: st
 @feedback_group.command("schema", short_help="Print the JSON Schema of MartyFeedbackEventV1.")
 def schema_command() -> None:
     """Feedback events: print the JSON Schema of MartyFeedbackEventV1."""
+    from amelio.feedback import json_schema
+
     print_json(json_schema())
 
 
@@ -118,6 +114,9 @@ def ingest_command(ctx: click.Context, file: Path, as_json: bool) -> None:
     The same checks apply (schema, consent, tokens, anonymization, duplicates),
     without the API's rate limits. Rejections name the line and the field.
     """
+    from amelio.feedback import Collector
+    from amelio.feedback.collector import EventStatus
+
     collector = Collector(workspace(ctx))
     counts = dict.fromkeys(("accepted", "duplicate", "rejected", "dropped"), 0)
     rejected: list[EventStatus] = []
@@ -144,6 +143,8 @@ def ingest_command(ctx: click.Context, file: Path, as_json: bool) -> None:
 def verify_command(ctx: click.Context, as_json: bool) -> None:
     """Feedback events: check the signature chain of the stored events; exit 1 at the
     first tampered or missing event."""
+    from amelio.feedback import verify_events
+
     report = verify_events(workspace(ctx))
     if as_json:
         print_json(report.to_dict())
@@ -169,6 +170,8 @@ def verify_command(ctx: click.Context, as_json: bool) -> None:
 @handle_errors
 def purge_command(ctx: click.Context, older_than: int | None, as_json: bool) -> None:
     """Feedback events: delete old ones (retention); the chain stays verifiable."""
+    from amelio.feedback import purge_events
+
     report = purge_events(workspace(ctx), older_than)
     if as_json:
         print_json(report.to_dict())
@@ -183,6 +186,8 @@ def purge_command(ctx: click.Context, older_than: int | None, as_json: bool) -> 
 @handle_errors
 def stats_command(ctx: click.Context, as_json: bool) -> None:
     """Feedback events: how many are stored per type, and the chain's length."""
+    from amelio.feedback import feedback_stats
+
     stats = feedback_stats(workspace(ctx))
     if as_json:
         print_json(stats)

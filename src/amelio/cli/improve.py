@@ -9,7 +9,6 @@ import click
 
 from amelio.cli._common import handle_errors, json_option, main, print_json, short, table, workspace
 from amelio.improve import proposals as props
-from amelio.improve.nightly import run_improve
 from amelio.projects import DEFAULT_PROJECT
 
 
@@ -34,6 +33,8 @@ def _actor() -> str:
 def improve(ctx: click.Context, project: str | None, all_projects: bool, dry_run: bool,
             no_notify: bool, use_sage: bool, as_json: bool) -> None:
     """Find underperforming skills and propose improvements (run it nightly)."""
+    from amelio.improve.nightly import run_improve
+
     if project and all_projects:
         raise click.UsageError("Give --project P or --all, not both.")
     ws = workspace(ctx)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,10 +19,11 @@ from amelio.cli._common import (
     workspace,
 )
 from amelio.errors import InvalidInput
-from amelio.knowledge.sync import DrainReport
-from amelio.knowledge.watcher import SUFFIXES, FolderReport
 from amelio.projects import DEFAULT_PROJECT
-from amelio.workspace import Workspace
+
+if TYPE_CHECKING:
+    from amelio.knowledge import DrainReport, FolderReport
+    from amelio.workspace import Workspace
 
 notebook_option = click.option("--notebook", "-n", required=True, help="Notebook name.")
 project_option = click.option("--project", "-p", default=DEFAULT_PROJECT, show_default=True,
@@ -43,6 +44,8 @@ def _print_drain(report: DrainReport) -> None:
 def _read_sources(ws: Workspace, path: Path, kind: str | None, source_id: str | None
                   ) -> list[knowledge.Source]:
     """A JSON source (or a list of them), JSON lines, or one document file."""
+    from amelio.knowledge.watcher import SUFFIXES
+
     limit = ws.settings.max_text_chars
     suffix = path.suffix.lower()
     if suffix in SUFFIXES:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from amelio.cli._common import handle_errors, json_option, main, print_json, short, table, workspace
-from amelio.improve.bench import BenchmarkReport, run_benchmark
-from amelio.improve.sage import analyze
 from amelio.projects import DEFAULT_PROJECT
+
+if TYPE_CHECKING:
+    from amelio.improve.bench import BenchmarkReport
 
 
 def print_report(report: BenchmarkReport) -> None:
@@ -48,6 +51,8 @@ def print_report(report: BenchmarkReport) -> None:
 def bench(ctx: click.Context, proposal_id: int, scenarios: str | None, no_swap: bool,
           seed: int | None, as_json: bool) -> None:
     """A/B benchmark of a proposal: old vs new skill, eval rules and an LLM judge."""
+    from amelio.improve.bench import run_benchmark
+
     report = run_benchmark(workspace(ctx), proposal_id, scenarios=scenarios,
                            swap=False if no_swap else None, seed=seed)
     if as_json:
@@ -71,6 +76,8 @@ def sage_group() -> None:
 def sage_analyze(ctx: click.Context, project: str, skills: tuple[str, ...], no_bench: bool,
                  as_json: bool) -> None:
     """Rewrite the weakest skills (underperformers first) as benchmarked proposals."""
+    from amelio.improve.sage import analyze
+
     results = analyze(workspace(ctx), project=project, skills=skills or None,
                       benchmark=not no_bench)
     if as_json:

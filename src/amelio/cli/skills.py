@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -19,7 +20,9 @@ from amelio.cli._common import (
     table,
     workspace,
 )
-from amelio.skills import sync as skill_sync
+
+if TYPE_CHECKING:
+    from amelio.skills import sync as skill_sync
 
 # -- skills -----------------------------------------------------------------------------
 
@@ -179,6 +182,8 @@ def skills_sync(ctx: click.Context, directory: Path, watch: bool, dry_run: bool,
     proposed as a new skill; a deleted one is reported. Exit 1 when a file could
     not be read or proposed.
     """
+    from amelio.skills import sync as skill_sync
+
     if watch and dry_run:
         raise click.UsageError("--watch and --dry-run do not go together.")
     ws = workspace(ctx)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from amelio.cli._common import handle_errors, json_option, main, print_json, workspace
-from amelio.search.documents import read_documents
-from amelio.search.engine import workspace_corpus
-from amelio.search.vespa import FeedReport, feed, sync_signals, write_package
+
+if TYPE_CHECKING:
+    from amelio.search.vespa import FeedReport
 
 _URL = click.option("--url", default=None,
                     help="Vespa endpoint (default: AMELIO_VESPA_URL / vespa_url).")
@@ -41,6 +42,8 @@ def _report(what: str, report: FeedReport, as_json: bool) -> None:
 @handle_errors
 def package_command(ctx: click.Context, out: Path, rerank: int | None) -> None:
     """Write the Vespa application package (services.xml, schemas/doc.sd) to OUT."""
+    from amelio.search.vespa import write_package
+
     settings = workspace(ctx).settings
     files = write_package(out, rerank=rerank or settings.search_candidates)
     click.echo("Wrote " + ", ".join(str(f.relative_to(out)) for f in files)
@@ -59,6 +62,10 @@ def package_command(ctx: click.Context, out: Path, rerank: int | None) -> None:
 def feed_command(ctx: click.Context, file: Path | None, url: str | None, concurrency: int,
                  as_json: bool) -> None:
     """Send the corpus to Vespa (document/v1; a known id is replaced)."""
+    from amelio.search.documents import read_documents
+    from amelio.search.engine import workspace_corpus
+    from amelio.search.vespa import feed
+
     ws = workspace(ctx)
     items = (list(read_documents(file)) if file is not None
              else workspace_corpus(ws.settings).all_documents())
@@ -74,6 +81,8 @@ def feed_command(ctx: click.Context, file: Path | None, url: str | None, concurr
 @handle_errors
 def sync_command(ctx: click.Context, url: str | None, concurrency: int, as_json: bool) -> None:
     """Push feedback scores to Vespa as partial updates (run after `amelio signals update`)."""
+    from amelio.search.vespa import sync_signals
+
     ws = workspace(ctx)
     report = sync_signals(ws, url or ws.settings.vespa_url, concurrency=concurrency)
     _report("update(s)", report, as_json)

@@ -1,0 +1,114 @@
+"""CLI start-up: what `amelio` imports before it does anything (target ≤ 150 ms).
+
+Each command runs in a fresh process, from an empty folder (no workspace), under
+``python -X importtime``; its import time is the sum of the top-level cumulative
+entries, that is everything the process imported, interpreter start-up included
+(``importlib.import_module``, which the lazy command group and the plugins use, is
+routed through the import statement there, since ``-X importtime`` logs only that).
+Every figure is the median of several runs; wall-clock is measured in separate
+runs without ``-X importtime`` (which slows imports a little). The outside floor:
+``python -c pass`` and ``python -c "import click"``, the least any click command
+can cost. ``tests/test_cli_startup.py`` keeps the heavy libraries out of these
+commands; this script says what they cost in milliseconds on this machine.
+Run: ``python benchmarks/cli_startup.py [--runs N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchlib import median_of, target
+
+from amelio.testing import IMPORT_PROBE
+
+#: The issue's target for `amelio --help`, `amelio eval` and `amelio route`.
+TARGET_MS = 150.0
+ANSWER = "## Verdict\n\nApprove: the retry loop is right.\n"
+RULES = [{"id": "verdict", "type": "string_contains", "value": "Verdict"},
+         {"id": "short", "type": "max_length", "value": 2000}]
+#: ``python -m amelio ARGS``, counting what ``importlib.import_module`` loads.
+RUN_AMELIO = IMPORT_PROBE
+
+
+def import_ms(stderr: str) -> tuple[float, list[str]]:
+    """The top-level cumulative import time in ms, and every module imported."""
+    total_us, modules = 0, []
+    for line in stderr.splitlines():
+        if not line.startswith("import time:"):
+            continue
+        fields = line.removeprefix("import time:").split("|")
+        if len(fields) != 3 or not fields[1].strip().isdigit():
+            continue  # the header line
+        name = fields[2].rstrip()
+        modules.append(name.strip())
+        if not name.startswith("  ", 1):  # nested imports are indented by two spaces
+            total_us += int(fields[1])
+    return total_us / 1000, modules
+
+
+def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
+
+
+def measure(argv: list[str], cwd: Path, env: dict[str, str], runs: int
+            ) -> tuple[float, float, int]:
+    """Median import ms, median wall ms, and how many modules one run imports."""
+    imports, walls, count = [], [], 0
+    logged = ["-c", RUN_AMELIO, *argv[2:]] if argv[:2] == ["-m", "amelio"] else argv
+    for _ in range(runs):
+        done = _run([sys.executable, "-X", "importtime", *logged], cwd, env)
+        ms, modules = import_ms(done.stderr)
+        imports.append(ms)
+        count = len(modules)
+        started = time.perf_counter()
+        _run([sys.executable, *argv], cwd, env)
+        walls.append((time.perf_counter() - started) * 1000)
+    return median_of(imports), median_of(walls), count
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    env = {k: v for k, v in os.environ.items() if k != "AMELIO_WORKSPACE"}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        (folder / "rules.json").write_text(json.dumps(RULES), encoding="utf-8")
+        (folder / "answer.md").write_text(ANSWER, encoding="utf-8")
+        (folder / "batch.jsonl").write_text("".join(
+            json.dumps({"id": f"o{i}", "text": ANSWER, "rules": RULES}) + "\n"
+            for i in range(20)), encoding="utf-8")
+        cases = [
+            ("python -c pass (floor)", ["-c", "pass"]),
+            ('python -c "import click" (floor)', ["-c", "import click"]),
+            ("amelio --help", ["-m", "amelio", "--help"]),
+            ("amelio route --help", ["-m", "amelio", "route", "--help"]),
+            ("amelio eval --rules", ["-m", "amelio", "eval", "--rules", "rules.json",
+                                     "answer.md"]),
+            ("amelio eval --batch", ["-m", "amelio", "eval", "--batch", "batch.jsonl"]),
+        ]
+        print(f"median of {args.runs} runs each, from an empty folder (no workspace)")
+        if sys.flags.dont_write_bytecode and not sys.pycache_prefix:
+            print("PYTHONDONTWRITEBYTECODE is set: modules without a cached .pyc (an editable "
+                  "install's) are compiled on every start, so these figures are high")
+        print(f"{'command':<34} {'import ms':>10} {'wall ms':>9} {'modules':>8}")
+        slowest = 0.0
+        for label, argv in cases:
+            imported, wall, count = measure(argv, folder, env, args.runs)
+            if label.startswith("amelio"):
+                slowest = max(slowest, imported)
+            print(f"{label:<34} {imported:>10.1f} {wall:>9.1f} {count:>8}")
+    target("import time of the slowest of these commands (median)", slowest, TARGET_MS, "ms",
+           higher_is_better=False)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,210 @@
+"""`amelio` starts fast: the commands a CI job or a newcomer runs first import no
+database, service, template, numeric or LLM library.
+
+The guard is the set of modules a fresh process imports (``python -X importtime``),
+which does not depend on the machine; the milliseconds it took are only reported in
+the failure messages (``benchmarks/cli_startup.py`` measures them against the
+150 ms target). The lazy machinery stays honest too: the root group's table of
+commands, the lazy package namespaces and the built-in plugin stand-ins are each
+checked against what they stand for.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pluggy
+import pytest
+from click.testing import CliRunner
+
+import amelio.cli
+from amelio import hookspecs
+from amelio.cli import main
+from amelio.cli._common import COMMANDS
+from amelio.testing import IMPORT_PROBE
+
+#: Libraries that none of the start-up commands below may import.
+FORBIDDEN = ("sqlalchemy", "alembic", "pydantic_settings", "pydantic", "fastapi", "starlette",
+             "uvicorn", "jinja2", "numpy", "openai", "anthropic", "httpx", "jsonschema", "yaml",
+             "tantivy")
+RULES = [{"id": "verdict", "type": "string_contains", "value": "Verdict"},
+         {"id": "short", "type": "max_length", "value": 2000}]
+ANSWER = "## Verdict\n\nApprove.\n"
+
+
+def _env() -> dict[str, str]:
+    """The test's environment, without a workspace, at a known terminal width."""
+    return {k: v for k, v in os.environ.items() if k not in ("AMELIO_WORKSPACE",
+                                                             "AMELIO_MAX_TEXT_CHARS")
+            } | {"COLUMNS": "82"}  # click wraps help at 80, as CliRunner does
+
+
+PROBE = IMPORT_PROBE
+
+
+def imported(args: list[str], cwd: Path, code: str = PROBE
+             ) -> tuple[float, set[str], subprocess.CompletedProcess[str]]:
+    """Run ``amelio ARGS`` (or ``code``) under ``python -X importtime`` in a fresh process:
+    the top-level cumulative import time in ms, the modules it imported, the process."""
+    out = cwd / "modules.json"
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", code, *args], cwd=cwd,
+                          env=_env() | {"STARTUP_MODULES_OUT": str(out)},
+                          capture_output=True, text=True, check=False, timeout=120)
+    modules: set[str] = set(json.loads(out.read_text())) if out.exists() else set()
+    total_us = 0
+    for line in done.stderr.splitlines():
+        fields = line.removeprefix("import time:").split("|")
+        if not line.startswith("import time:") or len(fields) != 3 \
+                or not fields[1].strip().isdigit():
+            continue
+        modules.add(fields[2].strip())
+        if not fields[2].startswith("  ", 1):  # nested imports are indented
+            total_us += int(fields[1])
+    return total_us / 1000, modules, done
+
+
+def _heavy(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if m.split(".")[0] in FORBIDDEN)
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Path:
+    (tmp_path / "rules.json").write_text(json.dumps(RULES), encoding="utf-8")
+    (tmp_path / "answer.md").write_text(ANSWER, encoding="utf-8")
+    (tmp_path / "batch.jsonl").write_text("".join(
+        json.dumps({"id": f"o{i}", "text": ANSWER, "rules": RULES}) + "\n" for i in range(3)),
+        encoding="utf-8")
+    return tmp_path
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--help"], "Commands:"),
+    (["route", "--help"], "Rank the skills that fit MESSAGE"),
+    (["eval", "--rules", "rules.json", "answer.md"], "2 rules: 2 passed"),
+    (["eval", "--batch", "batch.jsonl"], "3 of 3 outputs pass"),
+])
+def test_start_up_commands_import_nothing_heavy(files: Path, args: list[str],
+                                                expected: str) -> None:
+    ms, modules, done = imported(args, files)
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    assert expected in done.stdout
+    where = f"`amelio {' '.join(args)}` imported in {ms:.0f} ms ({len(modules)} modules)"
+    assert not _heavy(modules), f"{where}, including {_heavy(modules)}"
+    commands = sorted(m for m in modules
+                      if m.startswith("amelio.cli.") and m != "amelio.cli._common")
+    if args == ["--help"]:
+        assert not commands, f"{where}: --help imported command modules {commands}"
+    else:
+        assert len(commands) == 1, f"{where}: one command module, not {commands}"
+
+
+def test_a_json_schema_rule_imports_jsonschema_when_it_is_used(tmp_path: Path) -> None:
+    (tmp_path / "rules.json").write_text(json.dumps([
+        {"id": "shape", "type": "json_schema", "schema": {"type": "object"}}]), encoding="utf-8")
+    (tmp_path / "answer.json").write_text('{"ok": true}', encoding="utf-8")
+    _ms, modules, done = imported(["eval", "--rules", "rules.json", "answer.json"], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+    assert "jsonschema" in modules
+    assert not _heavy(modules - {m for m in modules if m.startswith("jsonschema")})
+
+
+def test_library_entry_points_stay_cheap(tmp_path: Path) -> None:
+    """``import amelio`` and the modules the commands above need load no database."""
+    code = ("import amelio, amelio.skills, amelio.skills.model, amelio.knowledge, "
+            "amelio.learnings, amelio.projects, amelio.evals, amelio.cli.context\n"
+            "import json, os, sys\n"
+            "open(os.environ['STARTUP_MODULES_OUT'], 'w').write(json.dumps(list(sys.modules)))")
+    _ms, modules, done = imported([], tmp_path, code)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not _heavy(modules), _heavy(modules)
+
+
+# -- the lazy root group ----------------------------------------------------------------
+
+
+def _load_every_command_module() -> None:
+    for info in pkgutil.iter_modules(amelio.cli.__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"amelio.cli.{info.name}")
+
+
+def test_the_command_table_matches_the_commands() -> None:
+    """Each registered name is defined by the module the table names, and the listing's
+    stand-in shows exactly the short help the command itself would, at any width."""
+    ctx = click.Context(main)
+    for name, (module, short_help) in COMMANDS.items():
+        command = main.get_command(ctx, name)
+        assert command is not None, f"amelio.cli.{module} defines no command {name!r}"
+        assert command.callback is not None
+        assert command.callback.__module__ == f"amelio.cli.{module}", name
+        assert not command.hidden, f"{name}: the lazy listing does not hide commands"
+        stand_in = click.Command(name, help=short_help)
+        for limit in (20, 45, 60, 80, 1000):
+            assert stand_in.get_short_help_str(limit) == command.get_short_help_str(limit), (
+                f"COMMANDS[{name!r}] in amelio/cli/_common.py: use "
+                f"{command.get_short_help_str(10_000)!r}")
+
+
+def test_every_command_is_in_the_table() -> None:
+    """A command added with ``@main.command`` must be in COMMANDS, or --help omits it."""
+    _load_every_command_module()
+    missing = sorted(set(main.commands) - set(COMMANDS))
+    assert not missing, f"add {missing} to COMMANDS in amelio/cli/_common.py"
+
+
+def test_the_lazy_help_is_the_help_of_the_loaded_commands(tmp_path: Path) -> None:
+    """``amelio --help`` from a fresh process (nothing imported) is, byte for byte, the
+    help click renders once every command is loaded."""
+    _ms, modules, lazy = imported(["--help"], tmp_path)
+    assert lazy.returncode == 0
+    assert "amelio.cli.skills" not in modules
+    _load_every_command_module()
+    loaded = CliRunner().invoke(main, ["--help"], prog_name="python -m amelio")  # 80 wide
+    assert loaded.exit_code == 0
+    assert lazy.stdout == loaded.output
+
+
+def test_a_mistyped_command_still_gets_suggestions() -> None:
+    result = CliRunner().invoke(main, ["evl"])
+    assert result.exit_code == 2
+    assert "eval" in result.output
+
+
+# -- lazy namespaces and plugins --------------------------------------------------------
+
+
+@pytest.mark.parametrize("package", ["amelio", "amelio.skills", "amelio.knowledge"])
+def test_lazy_namespaces_resolve_every_public_name(package: str) -> None:
+    module = importlib.import_module(package)
+    assert set(module._LAZY) == set(module.__all__) - {"__version__"}
+    for name in module.__all__:
+        value = getattr(module, name)
+        assert value is getattr(importlib.import_module(module._LAZY.get(name, package)), name)
+    assert set(module.__all__) <= set(dir(module))
+    with pytest.raises(AttributeError):
+        _ = module.no_such_name
+
+
+def test_builtin_plugins_implement_exactly_the_hooks_listed() -> None:
+    """The stand-ins forward the hooks the table lists; the modules must implement those,
+    no others, and as plain hooks (the stand-ins carry no hookimpl options)."""
+    from amelio.plugins import _BUILTIN_PLUGINS
+
+    pm = pluggy.PluginManager("amelio")
+    pm.add_hookspecs(hookspecs)
+    default = {"wrapper": False, "hookwrapper": False, "optionalhook": False,
+               "tryfirst": False, "trylast": False, "specname": None}
+    for name, hooks in _BUILTIN_PLUGINS.items():
+        module = importlib.import_module(name)
+        found = {attr: pm.parse_hookimpl_opts(module, attr) for attr in dir(module)}
+        found = {attr: opts for attr, opts in found.items() if opts is not None}
+        assert set(found) == set(hooks), name
+        for attr, opts in found.items():
+            assert dict(opts) == default, f"{name}.{attr}"
