@@ -21,12 +21,14 @@ from benchlib import RESULTS_ENV, Target
 HERE = Path(__file__).resolve().parent
 #: In the order they run: cheap and self-contained first.
 BENCHMARKS = (
+    "cli_startup",
     "evals_throughput",
     "router_accuracy",
     "respond_overhead",
     "proxy_overhead",
     "feedback_ingest",
     "search_latency",
+    "evals_vs_promptfoo",
     "load",
 )
 
