@@ -76,7 +76,7 @@ def test_route_and_prompt_routes(api: tuple[TestClient, dict[str, dict]]) -> Non
     client, h = api
     r = client.post("/v1/route", headers=h["bot"], json={"message": "git push rejected"})
     assert r.status_code == 200 and r.json()["skills"][0]["name"] == "git-help"
-    assert r.json()["scorer"] == "hybrid"
+    assert r.json()["scorer"] == "learned"
     r = client.post("/v1/route", headers=h["bot"], json={"message": "x", "scorer": "nope"})
     assert r.status_code == 422 and r.json()["error"]["details"]["field"] == "scorer"
     assert client.post("/v1/route", headers=h["client"],

@@ -168,7 +168,7 @@ def test_route_message_uses_project_view_and_settings(workspace: Workspace,
                                                       examples: Path) -> None:
     skills.import_skills(workspace.engine, examples)
     route = route_message(workspace, "please review this pull request")
-    assert route.scorer == "hybrid"
+    assert route.scorer == "learned"
     assert route.names[0] == "code-review"
     assert route_message(workspace, "git push rejected", scorer="keywords").names == (
         "git-help",)

@@ -26,7 +26,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from amelio.errors import ConfigError, WorkspaceNotFound
+from amelio.discovery import CONFIG_FILE, DATA_DIR, ENV_PREFIX, find_workspace
+from amelio.errors import ConfigError
+from amelio.evals import MAX_TEXT_CHARS
 
 __all__ = [
     "CONFIG_FILE",
@@ -37,9 +39,6 @@ __all__ = [
     "load_settings",
 ]
 
-CONFIG_FILE = "amelio.toml"
-DATA_DIR = ".amelio"
-ENV_PREFIX = "AMELIO_"
 
 class Settings(BaseSettings):
     """Amelio's settings. Field descriptions are the user-facing help text."""
@@ -284,7 +283,7 @@ class Settings(BaseSettings):
     host: str = Field(default="127.0.0.1", description="Address `amelio serve` binds to.")
     port: int = Field(default=8000, ge=1, le=65535, description="Port `amelio serve` binds to.")
     max_text_chars: int = Field(
-        default=1_000_000,
+        default=MAX_TEXT_CHARS,
         ge=1,
         description="Largest text (answer, message) the eval engine and API accept, in chars.",
     )
@@ -293,8 +292,22 @@ class Settings(BaseSettings):
         description="Base system prompt that SKILLS_HINT and LEARNINGS are added to.",
     )
     router_scorer: str = Field(
-        default="hybrid", description="Context-router scorer: hybrid, keywords (the seed's), "
-        "bm25 or one a plugin adds."
+        default="learned", description="Context-router scorer: learned (metadata, examples "
+        "and embeddings), hybrid, keywords (the seed's), bm25 or one a plugin adds."
+    )
+    router_embedding_model: str = Field(
+        default="wordllama", description="Embeddings the learned router compares messages "
+        "with skills and examples by: wordllama (amelio[semantic]; without it routing is "
+        "lexical), a sentence-transformers model, or '' for lexical routing."
+    )
+    router_min_score: float | None = Field(
+        default=None, description="Out-of-scope threshold of the learned router: a message "
+        "no skill scores above it gets no SKILLS_HINT. Unset: learned from the examples "
+        "(1.5 until there are 20; 1.0 without embeddings)."
+    )
+    router_max_examples: int = Field(
+        default=50, ge=0, le=1000, description="Kept answers the learned router learns from "
+        "per skill and project, newest first (SKILL.md examples come on top)."
     )
     router_limit: int = Field(default=5, ge=1, le=50,
                               description="How many skills the SKILLS_HINT block lists.")
@@ -413,29 +426,6 @@ def _read_toml(path: Path) -> dict[str, Any]:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}", file=str(path)) from exc
-
-
-def find_workspace(explicit: str | os.PathLike[str] | None = None, *, cwd: Path | None = None
-                   ) -> Path:
-    """The workspace: ``explicit``, else ``AMELIO_WORKSPACE``, else the nearest
-    ``amelio.toml`` at or above ``cwd`` (as git finds ``.git``)."""
-    chosen = explicit if explicit is not None else os.environ.get(ENV_PREFIX + "WORKSPACE")
-    if chosen:
-        path = Path(chosen).resolve()
-        if not (path / CONFIG_FILE).is_file():
-            via = "--workspace" if explicit is not None else "AMELIO_WORKSPACE"
-            raise WorkspaceNotFound(
-                f"{path} (from {via}) is not an Amelio workspace: it has no {CONFIG_FILE}. "
-                f"Create one with `amelio init {chosen}`, or fix the path.")
-        return path
-    here = (cwd or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        if (folder / CONFIG_FILE).is_file():
-            return folder
-    raise WorkspaceNotFound(
-        f"No Amelio workspace here: no {CONFIG_FILE} in {here} or above. "
-        "Create one with `amelio init DIR`, or pass --workspace DIR / set AMELIO_WORKSPACE."
-    )
 
 
 def load_settings(workspace: str | os.PathLike[str] | None = None, **overrides: Any) -> Settings:

@@ -32,7 +32,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from amelio import db, learnings
+from amelio import db, learnings, routing_examples
 from amelio.db.schema import aware, eval_results, feedback, interactions, projects, utcnow
 from amelio.errors import AmelioError, InvalidInput, NotFound
 from amelio.identity import user_ref
@@ -179,6 +179,7 @@ def give_answer_feedback(ws: Workspace, interaction_id: int, kind: str, *,
             feedback_id = int(previous.id)
             conn.execute(feedback.update().where(feedback.c.id == feedback_id)
                          .values(kind=kind, comment=comment, updated_at=now))
+        routing_examples.on_answer_feedback(conn, row, kind)
     project = str(row.project)
     changed = previous is None or previous.kind != kind or previous.comment != comment
 

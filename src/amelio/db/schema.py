@@ -264,6 +264,34 @@ eval_results = sa.Table(
 
 # A person's reaction to an answer. One row per (interaction, user, channel):
 # a user's repeated 👍/👎 replaces their earlier vote, Fix It is its own channel.
+# Messages the learned router learns a skill from (amelio.routing_examples): a kept
+# answer's message (👍, evals passed, no correction) or one an admin added. An admin's
+# removal sets removed_at and keeps the row, so a later 👍 on the same interaction
+# does not bring the example back; a later 👎 or Fix It deletes it.
+routing_examples = sa.Table(
+    "routing_examples",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column(
+        "project_id", sa.Integer, sa.ForeignKey("projects.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("skill", sa.String(100), nullable=False),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("source", sa.String(20), nullable=False),
+    sa.Column(
+        "interaction_id", sa.Integer, sa.ForeignKey("interactions.id", ondelete="CASCADE"),
+        nullable=True, unique=True,
+    ),
+    sa.Column("author", sa.String(200), nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("removed_at", Timestamp, nullable=True),
+    sa.Column("removed_by", sa.String(200), nullable=True),
+    sa.Index("ix_routing_examples_project_skill", "project_id", "skill"),
+    sa.CheckConstraint("source IN ('interaction', 'manual')", name="source"),
+)
+
+
 feedback = sa.Table(
     "feedback",
     metadata,
@@ -317,6 +345,9 @@ proposals = sa.Table(
     sa.Column("run_id", sa.Integer, nullable=True),
     sa.Column("created_at", Timestamp, nullable=False),
     sa.Column("new_skill", sa.JSON(none_as_null=True), nullable=True),
+    # For a routing proposal (amelio skills suggest-triggers): the triggers and keywords
+    # approval gives the skill, its content unchanged.
+    sa.Column("routing", sa.JSON(none_as_null=True), nullable=True),
     sa.CheckConstraint("status IN ('pending', 'approved', 'rejected', 'superseded')",
                        name="status"),
     sa.CheckConstraint("proposed_by IN ('template', 'sage', 'generator', 'human')",

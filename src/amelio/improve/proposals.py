@@ -23,6 +23,7 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -93,15 +94,25 @@ class Proposal:
     #: For scope "new": the skill's front matter (description, triggers, keywords,
     #: extra), its eval rules (or None) and the scope it will be created in.
     new_skill: dict[str, Any] | None = None
+    #: For a routing proposal: ``{"triggers": [...], "keywords": [...]}`` as approval
+    #: sets them, with ``"before"`` holding the lists it was written against.
+    routing: dict[str, Any] | None = None
 
     def diff(self) -> str:
-        """A unified diff from the content it was written against to the proposal."""
+        """A unified diff from the content it was written against to the proposal
+        (for a routing proposal, of the triggers and keywords lines)."""
         before = f"{self.skill} (new skill)" if self.scope == "new" else \
             f"{self.skill} v{self.base_version}"
+        after = f"{self.skill} proposal #{self.id}"
+        if self.routing is not None:
+            old = self.routing.get("before", {})
+            return "".join(difflib.unified_diff(
+                [f"{k}: {', '.join(old.get(k, []))}\n" for k in ("triggers", "keywords")],
+                [f"{k}: {', '.join(self.routing[k])}\n" for k in ("triggers", "keywords")],
+                fromfile=before, tofile=after))
         return "".join(difflib.unified_diff(
             self.current_content.splitlines(keepends=True),
-            self.proposed_content.splitlines(keepends=True),
-            fromfile=before, tofile=f"{self.skill} proposal #{self.id}"))
+            self.proposed_content.splitlines(keepends=True), fromfile=before, tofile=after))
 
     def to_dict(self, *, with_content: bool = False) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -112,6 +123,7 @@ class Proposal:
             "decidedBy": self.decided_by, "decisionReason": self.decision_reason,
             "decidedAt": self.decided_at.isoformat() if self.decided_at else None,
             "resultVersion": self.result_version, "newSkill": self.new_skill,
+            "routing": self.routing,
         }
         if with_content:
             data |= {"currentContent": self.current_content,
@@ -142,6 +154,7 @@ def _from_row(row: sa.Row[Any]) -> Proposal:
         decision_reason=m["decision_reason"], decided_at=m["decided_at"],
         result_version=m["result_version"],
         new_skill=None if new_skill is None else dict(new_skill),
+        routing=None if m["routing"] is None else dict(m["routing"]),
     )
 
 
@@ -184,20 +197,40 @@ def pending_for(conn: sa.Connection, skill_id: int) -> int | None:
 
 
 def create_proposal(
-    ws: Workspace, skill: str, *, proposed_content: str, rationale: str,
+    ws: Workspace, skill: str, *, proposed_content: str | None = None, rationale: str,
     proposed_by: str = "human", author: str, project: str = DEFAULT_PROJECT,
     evidence: dict[str, Any] | None = None, run_id: int | None = None,
+    routing: dict[str, Sequence[str]] | None = None,
 ) -> Proposal:
-    """Propose new content for the skill ``project`` sees (one pending proposal per skill)."""
+    """Propose new content for the skill ``project`` sees (one pending proposal per skill).
+
+    ``routing`` (``{"triggers": [...], "keywords": [...]}``) proposes new routing
+    metadata instead; the content then stays as it is unless also given."""
     if proposed_by not in PROPOSERS:
         raise InvalidInput(f"Unknown proposer {proposed_by!r}: use {', '.join(PROPOSERS)}.",
                            field="proposedBy")
-    content = proposed_content.strip("\n") + "\n" if proposed_content.strip() else ""
-    if not content or "\x00" in content:
+    if proposed_content is None and routing is None:
+        raise InvalidInput("A proposal needs content or routing.", field="proposedContent")
+    content = (proposed_content or "").strip("\n") + "\n" if (proposed_content or "").strip() \
+        else ""
+    if proposed_content is not None and (not content or "\x00" in content):
         raise InvalidInput("A proposal needs non-empty text content.", field="proposedContent")
     with db.transaction(ws.engine) as conn:
         current = get_skill(conn, skill, project)
-        if content == current.spec.content:
+        stored_routing: dict[str, Any] | None = None
+        if routing is not None:
+            stored_routing = {k: [str(t) for t in routing.get(k, ())]
+                              for k in ("triggers", "keywords")}
+            stored_routing["before"] = {"triggers": list(current.spec.triggers),
+                                        "keywords": list(current.spec.keywords)}
+            if stored_routing["triggers"] == stored_routing["before"]["triggers"] and \
+                    stored_routing["keywords"] == stored_routing["before"]["keywords"] and \
+                    proposed_content is None:
+                raise InvalidInput(f"The proposal is identical to {skill} v{current.version}.",
+                                   field="routing")
+        if proposed_content is None:
+            content = current.spec.content
+        elif content == current.spec.content and routing is None:
             raise InvalidInput(f"The proposal is identical to {skill} v{current.version}.",
                                field="proposedContent")
         pending = pending_for(conn, current.id)
@@ -210,7 +243,7 @@ def create_proposal(
             proposed_content=content,
             rationale=rationale, evidence=json.loads(json.dumps(evidence or {}, default=str)),
             status="pending", proposed_by=proposed_by, author=author[:200], run_id=run_id,
-            created_at=utcnow()))
+            created_at=utcnow(), routing=stored_routing))
         assert result.inserted_primary_key is not None
         new_id = int(result.inserted_primary_key[0])
         record_event(conn, current.id, "proposal", actor=author, reason=rationale[:500],
@@ -351,6 +384,9 @@ def _approve(ws: Workspace, proposal_id: int, actor: str, reason: str | None,
                 current_version=skill_row.version)
         spec = replace(spec_from_row(skill_row._mapping, skill_row.name),
                        content=row.proposed_content)
+        if row.routing is not None:
+            spec = replace(spec, triggers=tuple(row.routing["triggers"]),
+                           keywords=tuple(row.routing["keywords"]))
         why = f"approved proposal #{proposal_id}" + (f": {reason}" if reason else "")
         version = write_version(conn, spec, skill_row.project_id, author=actor, reason=why,
                                  expected_version=row.base_version, kind="approval",

@@ -59,6 +59,11 @@ def _read_text(path: Path) -> str:
         raise SkillFileError(f"cannot read: {exc.strerror}", file=str(path)) from exc
 
 
+#: Bounds of SKILL.md ``examples:``, the messages a skill is for (the learned router's).
+MAX_EXAMPLES = 200
+MAX_EXAMPLE_CHARS = 1000
+
+
 def _string_list(value: Any, *, file: str, field: str) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -184,6 +189,15 @@ def parse_skill_md(
     keywords = _string_list(meta.get("keywords", entry.get("keywords")), file=source,
                             field="keywords")
     extra = {k: v for k, v in meta.items() if k not in _KNOWN_KEYS}
+    if "examples" in extra:
+        examples = _string_list(extra["examples"], file=source, field="examples")
+        if len(examples) > MAX_EXAMPLES:
+            raise SkillFileError(f"at most {MAX_EXAMPLES} examples", file=source,
+                                 field="examples")
+        if any(len(e) > MAX_EXAMPLE_CHARS for e in examples):
+            raise SkillFileError(f"an example is at most {MAX_EXAMPLE_CHARS} characters",
+                                 file=source, field="examples")
+        extra["examples"] = list(examples)
     for key, value in extra.items():
         if not isinstance(key, str):
             raise SkillFileError(f"front matter keys must be strings, not {key!r}", file=source,

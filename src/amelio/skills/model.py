@@ -31,6 +31,15 @@ class SkillSpec:
     extra: Mapping[str, Any] = field(default_factory=dict)
     source: str | None = field(default=None, compare=False)
 
+    @property
+    def examples(self) -> tuple[str, ...]:
+        """Messages this skill is for (front matter ``examples:``): the learned router
+        learns from them before the skill has served anyone."""
+        found = self.extra.get("examples")
+        if not isinstance(found, list):
+            return ()
+        return tuple(e for e in found if isinstance(e, str) and e.strip())
+
     def content_hash(self) -> str:
         """Identifies the skill's substance; re-importing the same files is a no-op."""
         payload = {

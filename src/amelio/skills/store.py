@@ -360,7 +360,8 @@ def update_skill(
     engine: sa.Engine, name: str, *, project: str | None = None, author: str, reason: str,
     content: str = _UNSET, description: str = _UNSET, triggers: Sequence[str] = _UNSET,
     keywords: Sequence[str] = _UNSET, rules: Sequence[Mapping[str, Any]] | None = _UNSET,
-    expected_version: int | None = None, kind: str = "edit", proposal_id: int | None = None,
+    examples: Sequence[str] = _UNSET, expected_version: int | None = None, kind: str = "edit",
+    proposal_id: int | None = None,
 ) -> Skill:
     """Change a skill in its own scope, as a new version (rules are validated first).
 
@@ -386,6 +387,10 @@ def update_skill(
     with _writing(engine) as conn:
         row, scope = _resolve(conn, name, project)
         spec = replace(spec_from_row(row._mapping, name), **changes)
+        if examples is not _UNSET:  # SKILL.md's examples: live in the front matter's extra
+            extra = {k: v for k, v in spec.extra.items() if k != "examples"}
+            kept = list(dict.fromkeys(e.strip() for e in examples if e.strip()))
+            spec = replace(spec, extra={**extra, "examples": kept} if kept else extra)
         pid = row.project_id
         if expected_version is not None and expected_version != row.version:
             raise Conflict(

@@ -1,0 +1,388 @@
+"""The learning router: skill metadata, examples of real use and meaning in one score.
+
+The metadata-only scorers read what a skill's author wrote. Every answer a user
+kept (👍, evals passed, no correction) is also a labelled example of the skill that
+served it, and an author can list ``examples:`` in SKILL.md; this scorer learns
+from both (:mod:`amelio.routing_examples` collects them). A message's score for a
+skill is the sum of
+
+* the seed's points (+2 per trigger, +1 per keyword found), as ``keywords``;
+* :data:`LEXICAL_WEIGHT` × BM25 over the skill's metadata *and examples*, as a
+  share of the best the message could score (in [0, 1], as ``hybrid``);
+* :data:`SEMANTIC_WEIGHT` × the cosine between the message and the skill's
+  metadata, and :data:`EXAMPLES_WEIGHT` × the cosine between the message and the
+  mean of the skill's examples, with the static embeddings ``amelio[semantic]``
+  ships (an embedding is a token-vector average: ~0.1 ms a message on a CPU).
+  Without the extra, or with ``router_embedding_model = ""``, the lexical parts alone.
+
+The weights were picked on CLINC150 (``benchmarks/router_accuracy.py``) from a
+plateau: every setting within one unit of them routes within half a point of the
+best, with 5, 10 or 20 examples a skill.
+
+Out-of-scope messages are rejected by a threshold learned from the examples: each
+sampled example is routed as if it were new (its own contribution to its skill's
+BM25 counts and mean vector taken out) and the threshold is the score under which
+:data:`REJECT_RATE` of the correctly routed examples fall. So about that share of
+in-scope messages is given up to reject what fits no skill. A project with fewer
+than :data:`MIN_CALIBRATION` examples uses :data:`COLD_MIN_SCORE`; the setting
+``router_min_score`` overrides both.
+
+Building is a pass over token counts and cached vectors: an example's terms and
+vector are computed once per process, so adding one example re-indexes in
+milliseconds, and the threshold is re-learned only when the examples grew or
+shrank by a tenth (:data:`RECALIBRATE_AT`).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from amelio.text import tokens
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from amelio.embeddings import Embedder
+    from amelio.skills.model import SkillSpec
+
+__all__ = [
+    "COLD_MIN_SCORE",
+    "EXAMPLES_WEIGHT",
+    "LEXICAL_WEIGHT",
+    "REJECT_RATE",
+    "SEMANTIC_WEIGHT",
+    "Calibration",
+    "LearnedIndex",
+    "TrainingData",
+]
+
+LEXICAL_WEIGHT = 4.0
+SEMANTIC_WEIGHT = 3.0
+EXAMPLES_WEIGHT = 8.0
+#: The share of correctly routed examples the learned threshold gives up.
+REJECT_RATE = 0.015
+#: Examples routed to learn the threshold (a deterministic sample of them).
+CALIBRATION_SAMPLE = 1000
+#: The threshold is learned again once the examples grew or shrank by this share.
+RECALIBRATE_AT = 0.1
+#: Below this many correctly routed examples the threshold is not learned.
+MIN_CALIBRATION = 20
+#: The threshold without examples: with embeddings, and lexical only. Both reject
+#: less than the learned one would (on CLINC150 they give up under 1 point of top-1).
+COLD_MIN_SCORE = 1.5
+COLD_MIN_SCORE_LEXICAL = 1.0
+#: How many of the best-scoring skills a message's scores keep (the router shows 5).
+_CANDIDATES = 50
+_K1, _B = 1.2, 0.75
+
+try:  # numpy comes with amelio[semantic]; without it routing is lexical and needs none
+    import numpy as _np
+except ImportError:  # pragma: no cover - the dev install has it
+    _np = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """What a learning scorer learns from beside the skills themselves.
+
+    ``examples[i]`` are messages that skill ``i`` served well (SKILL.md ``examples:``
+    and kept answers); ``embedder`` is None for lexical routing."""
+
+    examples: Sequence[Sequence[str]] = ()
+    embedder: Embedder | None = None
+    #: A fixed out-of-scope threshold (the ``router_min_score`` setting), else learned.
+    min_score: float | None = None
+    #: The threshold learned last time for the same skills: kept while the examples
+    #: stay within a tenth of the count it was learned from (:data:`RECALIBRATE_AT`).
+    previous: Calibration | None = None
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Where a router's out-of-scope threshold came from, for `amelio route --json`."""
+
+    threshold: float
+    source: str  # "examples", "default" or "setting"
+    examples: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"threshold": round(self.threshold, 4), "source": self.source,
+                "examples": self.examples}
+
+
+# -- per-text work, done once per process --------------------------------------------------
+
+_cache_lock = threading.Lock()
+_terms_cache: OrderedDict[str, tuple[tuple[str, ...], tuple[str, ...]]] = OrderedDict()
+_vector_cache: OrderedDict[tuple[str, str], Any] = OrderedDict()
+#: Texts (examples, skills) whose terms and vector are kept: ~1 KB a vector.
+_CACHE_SIZE = 20_000
+
+
+def _analyzed(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A text's router tokens (with breaks) and its BM25 terms, cached."""
+    from amelio.router import bm25_terms
+
+    with _cache_lock:
+        found = _terms_cache.get(text)
+    if found is None:
+        toks = tokens(text, breaks=True)
+        found = (toks, tuple(bm25_terms(toks)))
+        with _cache_lock:
+            _terms_cache[text] = found
+            if len(_terms_cache) > _CACHE_SIZE:
+                _terms_cache.popitem(last=False)
+    return found
+
+
+def _vectors(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
+    """Unit vectors of ``texts``; only the ones this process has not seen are embedded."""
+    import numpy as np
+
+    model = embedder.model
+    with _cache_lock:
+        missing = list(dict.fromkeys(t for t in texts if (model, t) not in _vector_cache))
+    if missing:
+        fresh = np.asarray(embedder.embed(missing), dtype=np.float32)
+        with _cache_lock:
+            for text, vector in zip(missing, fresh, strict=True):
+                _vector_cache[model, text] = vector
+            while len(_vector_cache) > _CACHE_SIZE:
+                _vector_cache.popitem(last=False)
+    with _cache_lock:
+        found = [_vector_cache.get((model, t)) for t in texts]
+    present = [v for v in found if v is not None]
+    if len(present) < len(found):  # evicted meanwhile by a huge batch: embed directly
+        return np.asarray(embedder.embed(list(texts)), dtype=np.float32)
+    return np.stack(present) if present else np.zeros((0, 0), dtype=np.float32)
+
+
+# -- BM25 with its counts kept, so an example can be left out -------------------------------
+
+
+class _Bm25:
+    """Okapi BM25 (Lucene's idf) over one document per skill, keeping each document's
+    term counts so that :meth:`score_without` can score it without one example."""
+
+    def __init__(self, docs: Sequence[Sequence[str]]) -> None:
+        self.counts = [Counter(d) for d in docs]
+        self.lengths = [len(d) for d in docs]
+        n = len(docs)
+        self.avgdl = (sum(self.lengths) / n) if n else 0.0
+        df: Counter[str] = Counter()
+        for c in self.counts:
+            df.update(c.keys())
+        self.idf = {t: math.log(1 + (n - f + 0.5) / (f + 0.5)) for t, f in df.items()}
+        #: The idf of a term no skill has: the rarest possible.
+        self.unknown = math.log(1 + (n + 0.5) / 0.5)
+        postings: dict[str, list[tuple[int, float]]] = {}
+        for i, c in enumerate(self.counts):
+            norm = self._norm(self.lengths[i])
+            for t, f in c.items():
+                postings.setdefault(t, []).append((i, self.idf[t] * f * (_K1 + 1) / (f + norm)))
+        self.postings = postings
+        #: The same postings as arrays, for scoring every skill at once with numpy.
+        self.arrays: dict[str, tuple[Any, Any]] = {}
+        if _np is not None:
+            self.arrays = {t: (_np.fromiter((i for i, _ in p), dtype=_np.intp, count=len(p)),
+                               _np.fromiter((w for _, w in p), dtype=_np.float32,
+                                            count=len(p)))
+                           for t, p in postings.items()}
+
+    def _norm(self, length: int) -> float:
+        return _K1 * (1 - _B + _B * length / self.avgdl) if self.avgdl else _K1
+
+    def ceiling(self, terms: Sequence[str]) -> float:
+        """The most any skill could score: every term matched at its idf."""
+        return sum(self.idf.get(t, self.unknown) for t in terms) * (_K1 + 1)
+
+    def score(self, terms: Sequence[str]) -> dict[int, tuple[float, list[str]]]:
+        found: dict[int, tuple[float, list[str]]] = {}
+        for t in terms:
+            for i, w in self.postings.get(t, ()):
+                total, matched = found.get(i, (0.0, []))
+                matched.append(t)
+                found[i] = (total + w, matched)
+        return found
+
+    def score_without(self, i: int, terms: Sequence[str], removed: Counter[str]) -> float:
+        """Document ``i``'s score for ``terms`` with ``removed``'s counts taken out."""
+        counts = self.counts[i]
+        norm = self._norm(self.lengths[i] - sum(removed.values()))
+        total = 0.0
+        for t in terms:
+            f = counts.get(t, 0) - removed.get(t, 0)
+            if f > 0:
+                total += self.idf[t] * f * (_K1 + 1) / (f + norm)
+        return total
+
+
+# -- the index ------------------------------------------------------------------------------
+
+
+class LearnedIndex:
+    """Skills, their examples and (optionally) vectors, indexed to score messages."""
+
+    def __init__(self, skills: Sequence[SkillSpec], data: TrainingData) -> None:
+        from amelio.router import bm25_terms, keyword_scorer
+
+        n = len(skills)
+        examples = [list(dict.fromkeys(data.examples[i])) if i < len(data.examples) else []
+                    for i in range(n)]
+        self._keywords = keyword_scorer(skills)
+        docs: list[list[str]] = []
+        for spec, own in zip(skills, examples, strict=True):
+            doc = bm25_terms([
+                *tokens(spec.name.replace("-", " ")), *tokens(spec.description),
+                *(t for term in spec.triggers for t in tokens(term)),
+                *(t for term in spec.keywords for t in tokens(term))])
+            for text in own:
+                doc.extend(_analyzed(text)[1])
+            docs.append(doc)
+        self._bm25 = _Bm25(docs)
+        self.examples = sum(len(e) for e in examples)
+        self.semantic = data.embedder is not None
+        self._embedder = data.embedder
+        if data.embedder is not None:
+            import numpy as np
+
+            self._meta = _vectors(data.embedder, [_skill_text(s) for s in skills]) if n \
+                else np.zeros((0, 0), dtype=np.float32)
+            flat = [t for own in examples for t in own]
+            vectors = _vectors(data.embedder, flat) if flat else None
+            dim = self._meta.shape[1] if n else 0
+            self._sums = np.zeros((n, dim), dtype=np.float32)
+            self._counts = np.zeros(n, dtype=np.float32)
+            start = 0
+            for i, own in enumerate(examples):
+                if own and vectors is not None:
+                    self._sums[i] = vectors[start:start + len(own)].sum(axis=0)
+                    self._counts[i] = len(own)
+                    start += len(own)
+            norms = np.linalg.norm(self._sums, axis=1, keepdims=True)
+            self._centroids = np.divide(self._sums, norms, out=np.zeros_like(self._sums),
+                                        where=norms > 0)
+            # One matrix, one product per message: metadata and examples side by side.
+            self._matrix = np.concatenate([self._meta, self._centroids], axis=0)
+        previous = data.previous
+        if data.min_score is not None:
+            self.calibration = Calibration(data.min_score, "setting", self.examples)
+        elif previous is not None and previous.source == "examples" and \
+                abs(self.examples - previous.examples) < RECALIBRATE_AT * previous.examples:
+            self.calibration = previous
+        else:
+            self.calibration = self._calibrate(examples)
+
+    @property
+    def min_score(self) -> float:
+        return self.calibration.threshold
+
+    def _dense(self, vector: np.ndarray) -> np.ndarray:
+        n = len(self._bm25.lengths)
+        both = self._matrix @ vector
+        return SEMANTIC_WEIGHT * both[:n] + EXAMPLES_WEIGHT * both[n:]  # type: ignore[no-any-return]
+
+    def _lexical(self, toks: tuple[str, ...], terms: Sequence[str]
+                 ) -> tuple[dict[int, tuple[float, list[str]]], float]:
+        """The seed's points plus the weighted BM25 share per skill, and the ceiling."""
+        found = self._keywords(toks)
+        ceiling = self._bm25.ceiling(terms)
+        if ceiling > 0:
+            for i, (s, matched) in self._bm25.score(terms).items():
+                points, seen = found.get(i, (0.0, []))
+                found[i] = (points + LEXICAL_WEIGHT * s / ceiling, seen or matched)
+        return found, ceiling
+
+    def score(self, message: str, toks: tuple[str, ...], limit: int = _CANDIDATES
+              ) -> dict[int, tuple[float, list[str]]]:
+        """The ``limit`` best candidate skills' scores and the terms each matched."""
+        from amelio.router import bm25_terms
+
+        terms = list(dict.fromkeys(bm25_terms(toks)))
+        if self._embedder is None or not len(self._bm25.lengths):
+            return self._lexical(toks, terms)[0]
+        # A message is embedded anew each time: only skills' and examples' vectors are
+        # cached (a message cache would grow with traffic and flatter a benchmark).
+        vector = _np.asarray(self._embedder.embed([message])[0], dtype=_np.float32)
+        dense = self._dense(vector)
+        ceiling = self._bm25.ceiling(terms)
+        if ceiling > 0:
+            share = LEXICAL_WEIGHT / ceiling
+            for t in terms:
+                found_t = self._bm25.arrays.get(t)
+                if found_t is not None:
+                    dense[found_t[0]] += share * found_t[1]
+        points = self._keywords(toks)
+        for i, (s, _) in points.items():
+            dense[i] += s
+        keep = min(max(limit, 1), len(dense))
+        top = _np.argpartition(-dense, keep - 1)[:keep] if keep < len(dense) else \
+            _np.arange(len(dense))
+        counts = self._bm25.counts
+        return {i: (s, points[i][1] if i in points else [t for t in terms if t in counts[i]])
+                for i, s in zip(top.tolist(), dense[top].tolist(), strict=True)}
+
+    # -- the out-of-scope threshold --------------------------------------------------
+
+    def _calibrate(self, examples: Sequence[Sequence[str]]) -> Calibration:
+        cold = COLD_MIN_SCORE if self.semantic else COLD_MIN_SCORE_LEXICAL
+        flat = [(i, text) for i, own in enumerate(examples) for text in own]
+        if len(flat) < MIN_CALIBRATION:
+            return Calibration(cold, "default", len(flat))
+        sample = flat[::max(1, len(flat) // CALIBRATION_SAMPLE)]
+        kept = [own for own, best_other in self._left_out(sample) if own > best_other]
+        if len(kept) < MIN_CALIBRATION:
+            return Calibration(cold, "default", len(flat))
+        kept.sort()
+        return Calibration(kept[int(REJECT_RATE * len(kept))], "examples", len(flat))
+
+    def _left_out(self, sample: Sequence[tuple[int, str]]) -> list[tuple[float, float]]:
+        """Each example ``(i, text)`` routed as a new message: its own skill's score
+        with the example taken out of that skill, and the best other skill's score."""
+        n = len(self._bm25.lengths)
+        dense: Any = None
+        if self._embedder is not None:
+            import numpy as np
+
+            vectors = _vectors(self._embedder, [text for _, text in sample])
+            both = vectors @ self._matrix.T  # (examples, 2n): metadata, then centroids
+            dense = SEMANTIC_WEIGHT * both[:, :n] + EXAMPLES_WEIGHT * both[:, n:]
+            sum_norms = np.linalg.norm(self._sums, axis=1)
+        out: list[tuple[float, float]] = []
+        for k, (i, text) in enumerate(sample):
+            toks, all_terms = _analyzed(text)
+            terms = list(dict.fromkeys(all_terms))
+            found, ceiling = self._lexical(toks, terms)
+            own = self._keywords(toks).get(i, (0.0, []))[0]
+            if ceiling > 0:
+                own += LEXICAL_WEIGHT * self._bm25.score_without(
+                    i, terms, Counter(all_terms)) / ceiling
+            if dense is None:
+                out.append((own, max((s for j, (s, _) in found.items() if j != i),
+                                     default=0.0)))
+                continue
+            # The mean of the skill's other examples: |s - v|² = |s|² - 2 s·v + 1 for a
+            # unit v, and s·v is the centroid's cosine times |s|.
+            if self._counts[i] > 1:
+                dot = float(both[k, n + i]) * float(sum_norms[i])
+                rest = float(sum_norms[i]) ** 2 - 2 * dot + 1
+                if rest > 1e-9:
+                    own += EXAMPLES_WEIGHT * (dot - 1) / rest ** 0.5
+            own += SEMANTIC_WEIGHT * float(both[k, i])
+            row = dense[k].copy()
+            for j, (s, _) in found.items():
+                row[j] += s
+            row[i] = -np.inf
+            out.append((own, float(row.max()) if n > 1 else 0.0))
+        return out
+
+
+def _skill_text(spec: SkillSpec) -> str:
+    """What a skill's metadata vector is made of."""
+    return " ".join([spec.name.replace("-", " "), spec.description, *spec.triggers,
+                     *spec.keywords])
