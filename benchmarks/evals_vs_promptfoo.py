@@ -45,6 +45,12 @@ not only timed: promptfoo must report 1,000 results with 10 assertion results ea
 tools must fail exactly the same set of assertions; any disagreement fails the
 benchmark (exit 1), as does a missed target.
 
+Amelio runs as pip installs it, with its modules' compiled bytecode: its environment
+drops ``PYTHONDONTWRITEBYTECODE`` (set on some CI machines and sandboxes), so the
+warm-up run writes the ``.pyc`` files that ``pip install`` writes at install time;
+otherwise every run would compile Amelio's sources anew (~30 ms). promptfoo's
+environment is left as it is.
+
 Wall time is from process start to exit (Python's ``perf_counter`` around the
 child, reaped with ``os.wait4``; the GNU time launcher below adds about a
 millisecond to each tool alike), the median of the repeats, with min-max beside it;
@@ -492,13 +498,14 @@ def main() -> int:
               f"{args.promptfoo_jobs or 'default (4)'}; peak memory: tree RSS every "
               f"{SAMPLE_S * 1000:.0f} ms"
               + (" and ru_maxrss via GNU time" if GNU_TIME else " only (no GNU time)"))
+        amelio_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         failing = 0
         try:
             for repeat in range(args.repeats + 1):
                 reference: Verdicts = {}
                 for row in rows:
                     run = measure(row.command, cwd=work,
-                                  env=env if row is rows[0] else dict(os.environ),
+                                  env=env if row is rows[0] else amelio_env,
                                   stdout=work / row.stdout, stderr=work / "stderr.txt")
                     err = (work / "stderr.txt").read_text(encoding="utf-8", errors="replace")
                     if run.returncode not in (0, 1, 100):

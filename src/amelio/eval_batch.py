@@ -89,6 +89,9 @@ def parse_batch(text: str, name: str, *, max_chars: int) -> list[BatchItem]:
         if isinstance(whole, dict) and "results" in whole:
             return _promptfoo_outputs(whole, name)
     items: list[BatchItem] = []
+    # Lines usually repeat the same rules (promptfoo's defaultTest, one gate's rules):
+    # each distinct list is validated and compiled once.
+    parsed: dict[str, tuple[evals.EvalRule, ...]] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -118,7 +121,10 @@ def parse_batch(text: str, name: str, *, max_chars: int) -> list[BatchItem]:
             if not isinstance(raw_rules, list):
                 raise InvalidInput(f"{where}: \"rules\" must be a list of rules.",
                                    field="rules")
-            rules = evals.parse_rules(raw_rules, source=where)
+            key = json.dumps(raw_rules, sort_keys=True, ensure_ascii=False)
+            rules = parsed.get(key)
+            if rules is None:
+                rules = parsed[key] = evals.parse_rules(raw_rules, source=where)
         items.append(BatchItem(str(record.get("id", number)), output, where, skill, project,
                                rules))
         if len(items) > MAX_OUTPUTS:
@@ -166,6 +172,20 @@ def junit_suite(parent: ET.Element | None, name: str, classname: str,
         else:
             ET.SubElement(case, "failure", message=r.detail, type=r.type)
     return suite
+
+
+def render_json(results: list[BatchResult], max_failures: int = 0) -> str:
+    """The batch as one JSON object: the totals, then one result per line. Per-line
+    (not indented) results keep a 1,000-output report readable and let the C encoder
+    write it; an indented dump is written by Python's slow path."""
+    failed = sum(not r.report.success for r in results)
+    head = {"outputs": len(results), "failedOutputs": failed,
+            "checks": sum(len(r.report.results) for r in results),
+            "maxFailures": max_failures, "success": failed <= max_failures}
+    lines = ",\n".join(f"    {json.dumps(r.to_dict(), ensure_ascii=False, default=str)}"
+                        for r in results)
+    return json.dumps(head, ensure_ascii=False)[:-1] + (
+        f', "results": [\n{lines}\n]}}' if results else ', "results": []}')
 
 
 def render_junit(results: list[BatchResult]) -> str:

@@ -549,6 +549,11 @@ _BUILTIN_TYPES = (
 )
 
 
+#: The built-in types by name. A plugin cannot take one of these names (built-ins
+#: register first), so rules that use only these need no plugin discovery.
+BUILTIN_RULE_TYPES: dict[str, RuleType] = {t.name: t for t in _BUILTIN_TYPES}
+
+
 @hookimpl
 def register_rule_types(register: Callable[..., Any]) -> None:
     """The built-ins go through the same hook as any plugin, so plugins are first-class."""

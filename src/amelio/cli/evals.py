@@ -192,10 +192,7 @@ def _eval_batch(ctx: click.Context, file: IO[str], skill: str | None, rules_path
         ctx.exit(2)
     failed = [r for r in results if not r.report.success]
     if fmt == "json":
-        print_json({"outputs": len(results), "failedOutputs": len(failed),
-                    "checks": sum(len(r.report.results) for r in results),
-                    "maxFailures": max_failures, "success": len(failed) <= max_failures,
-                    "results": [r.to_dict() for r in results]})
+        click.echo(eval_batch.render_json(results, max_failures))
     elif fmt == "junit":
         click.echo(eval_batch.render_junit(results))
     elif fmt == "markdown":
