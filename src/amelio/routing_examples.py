@@ -220,15 +220,16 @@ def remove(ws: Workspace, skill: str, ref: str, *, project: str = DEFAULT_PROJEC
     (:func:`remove_example`) or ``md<N>``, the N-th SKILL.md example
     (:func:`remove_skill_example`, a new version of the skill)."""
     ref = ref.strip()
-    if ref.startswith("md") and ref[2:].isdigit():
+    digits = ref[2:] if ref.startswith("md") else ref
+    if not (digits.isascii() and digits.isdigit()):
+        raise InvalidInput(f"{ref!r} names no example: use a number or md<N> from "
+                           "`amelio skills examples list`.", field="ref")
+    if ref.startswith("md"):
         listed = [e for e in list_examples(ws, skill, project=project) if e.ref == ref]
         if not listed:
             raise NotFound(f"Skill {skill!r} has no SKILL.md example {ref}.", skill=skill)
         remove_skill_example(ws, skill, listed[0].text, project=project, author=author)
         return listed[0]
-    if not ref.isdigit():
-        raise InvalidInput(f"{ref!r} names no example: use a number or md<N> from "
-                           "`amelio skills examples list`.", field="ref")
     return remove_example(ws, int(ref), project=project, author=author, skill=skill)
 
 
@@ -258,7 +259,8 @@ def remove_example(ws: Workspace, example_id: int, *, project: str = DEFAULT_PRO
 def remove_skill_example(ws: Workspace, skill: str, text: str, *,
                          project: str = DEFAULT_PROJECT, author: str = "admin") -> int:
     """Drop ``text`` from ``skill``'s SKILL.md ``examples:``: a new version of the skill
-    (of the row ``project`` sees: its fork, else the global skill). Returns it."""
+    (in the default project, of the row it sees; another project's fork, made first
+    if need be). Returns the new version number."""
     from amelio.skills.store import get_skill, update_project_skill
 
     found = get_skill(ws.engine, skill, project)
@@ -266,7 +268,10 @@ def remove_skill_example(ws: Workspace, skill: str, text: str, *,
     if len(kept) == len(found.spec.examples):
         raise NotFound(f"Skill {skill!r} has no example {text!r} in its SKILL.md.",
                        skill=skill)
-    updated = update_project_skill(ws.engine, skill, project, author=author,
+    # The default project edits the skill where it sees it (a global one in place), as
+    # every other edit from the default project does; another project forks first.
+    scope = None if project == DEFAULT_PROJECT else project
+    updated = update_project_skill(ws.engine, skill, scope, author=author,
                                    reason=f"routing example removed: {text[:80]}",
                                    expected_version=found.version, examples=kept)
     return updated.version

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -145,8 +146,6 @@ def skills_rollback(ctx: click.Context, name: str, version: int, project: str | 
     click.echo(f"{name} is now v{skill.version} (content of v{version}).")
 
 
-
-
 @skills_group.command("log")
 @click.argument("name")
 @project_option
@@ -163,6 +162,159 @@ def skills_log(ctx: click.Context, name: str, project: str | None, as_json: bool
           [(f"{e.created_at:%Y-%m-%d %H:%M}", e.kind, e.version or "-",
             f"#{e.proposal_id}" if e.proposal_id else "-", e.actor, short(e.reason, 60))
            for e in events])
+
+
+# -- routing examples and suggested triggers ----------------------------------------------
+
+#: How an example is named on the command line: its id, or md<N> for a SKILL.md one
+#: (ASCII digits only, and few enough that any database can look the id up).
+_EXAMPLE_REF = re.compile(r"(md)?[0-9]{1,18}")
+
+
+def _author() -> str:
+    return os.environ.get("USER", "cli")
+
+
+@skills_group.group("examples")
+def examples_group() -> None:
+    """The examples the learned router learns a skill from: list, add, remove."""
+
+
+@examples_group.command("list")
+@click.argument("name")
+@project_option
+@click.option("--removed", is_flag=True, help="Also the removed ones.")
+@json_option
+@click.pass_context
+@handle_errors
+def examples_list(ctx: click.Context, name: str, project: str | None, removed: bool,
+                  as_json: bool) -> None:
+    """The routing examples of skill NAME: SKILL.md's (md1, md2…), then logged and added
+    ones by id, newest first."""
+    from amelio import routing_examples
+
+    project = project or projects.DEFAULT_PROJECT
+    found = routing_examples.list_examples(workspace(ctx), name, project=project,
+                                           removed=removed)
+    if as_json:
+        print_json({"skill": name, "project": project,
+                    "examples": [e.to_dict() for e in found]})
+        return
+    headers = ["ref", "source", "text", "author", "created"]
+    rows = [[e.ref, e.source, short(e.text, 60), e.author or "-",
+             f"{e.created_at:%Y-%m-%d %H:%M}" if e.created_at else "-"] for e in found]
+    if removed:
+        headers.append("removed")
+        for row, e in zip(rows, found, strict=True):
+            row.append(f"{e.removed_at:%Y-%m-%d %H:%M} by {e.removed_by or '-'}"
+                       if e.removed_at else "-")
+    if not found:
+        click.echo(f"{name} has no routing examples in project {project}: kept answers add "
+                   f"them, or `amelio skills examples add {name} TEXT`.")
+        return
+    table(headers, rows)
+
+
+@examples_group.command("add")
+@click.argument("name")
+@click.argument("text")
+@project_option
+@json_option
+@click.pass_context
+@handle_errors
+def examples_add(ctx: click.Context, name: str, text: str, project: str | None,
+                 as_json: bool) -> None:
+    """Teach the router that TEXT is a message for skill NAME."""
+    from amelio import routing_examples
+
+    example = routing_examples.add_example(workspace(ctx), name, text,
+                                           project=project or projects.DEFAULT_PROJECT,
+                                           author=_author())
+    if as_json:
+        print_json(example.to_dict())
+        return
+    click.echo(f"Example {example.ref} added to {name} (project {example.project}): "
+               f"{short(example.text, 60)}")
+
+
+@examples_group.command("remove")
+@click.argument("name")
+@click.argument("ref")
+@project_option
+@json_option
+@click.pass_context
+@handle_errors
+def examples_remove(ctx: click.Context, name: str, ref: str, project: str | None,
+                    as_json: bool) -> None:
+    """Remove example REF (an id, or md<N>: a SKILL.md one) of skill NAME.
+
+    A logged one is kept as removed, so the same answer is not learned again;
+    removing a SKILL.md one writes a new version of the skill.
+    """
+    from amelio import routing_examples
+    from amelio.errors import InvalidInput
+
+    if not _EXAMPLE_REF.fullmatch(ref.strip()):
+        raise InvalidInput(f"{ref!r} names no example: use a number or md<N> from "
+                           f"`amelio skills examples list {name}`.", field="ref")
+    ws = workspace(ctx)
+    project = project or projects.DEFAULT_PROJECT
+    example = routing_examples.remove(ws, name, ref, project=project, author=_author())
+    if as_json:
+        print_json(example.to_dict())
+        return
+    if example.source == "skill":
+        version = skills.get_skill(ws.engine, name, project).version
+        click.echo(f"Removed {example.ref} from {name}'s SKILL.md examples (now v{version}): "
+                   f"{short(example.text, 60)}")
+    else:
+        click.echo(f"Removed example {example.ref} of {name}: {short(example.text, 60)}")
+
+
+@skills_group.command("suggest-triggers")
+@click.argument("name")
+@project_option
+@click.option("--dry-run", is_flag=True, help="Show the terms; propose nothing.")
+@click.option("--max-triggers", type=click.IntRange(min=0), default=3, show_default=True,
+              help="At most this many new triggers (word pairs).")
+@click.option("--max-keywords", type=click.IntRange(min=0), default=10, show_default=True,
+              help="At most this many new keywords (words).")
+@json_option
+@click.pass_context
+@handle_errors
+def skills_suggest_triggers(ctx: click.Context, name: str, project: str | None, dry_run: bool,
+                            max_triggers: int, max_keywords: int, as_json: bool) -> None:
+    """Mine skill NAME's routing examples for triggers and keywords, as a proposal.
+
+    Terms many of its examples use and few other skills' do; nothing changes until
+    a person approves the proposal (`amelio proposals approve ID`).
+    """
+    from amelio.improve.triggers import suggest_triggers
+
+    suggestion = suggest_triggers(workspace(ctx), name,
+                                  project=project or projects.DEFAULT_PROJECT,
+                                  author=_author(), max_triggers=max_triggers,
+                                  max_keywords=max_keywords, propose=not dry_run)
+    if as_json:
+        print_json(suggestion.to_dict())
+        return
+    s = suggestion
+    click.echo(f"{s.skill}: {s.examples} routing examples in project {s.project}.")
+    if not s.terms:
+        click.echo("Nothing to add: no word or pair is common in its examples and rare "
+                   "elsewhere.")
+        return
+    table(["kind", "term", "in examples", "elsewhere"],
+          [(t.kind, t.term, f"{t.in_examples} of {t.examples}", t.elsewhere) for t in s.terms])
+    click.echo(f"On metadata alone, {s.routed_before} of {s.examples} examples route to "
+               f"{s.skill} first now, {s.routed_after} with these terms.")
+    if s.proposal is not None:
+        click.echo(f"Proposal #{s.proposal.id} filed: review it with `amelio proposals diff "
+                   f"{s.proposal.id}`, approve with `amelio proposals approve "
+                   f"{s.proposal.id}`.")
+    else:
+        click.echo("Dry run: nothing proposed.")
+
 
 
 @skills_group.command("sync")

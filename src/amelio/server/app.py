@@ -49,7 +49,7 @@ def create_app(workspace: Workspace) -> FastAPI:
     keyed = (401, 403, 413, 422)
     areas = (
         (health.router, (413, 422, 503)),
-        (skills.router, (*keyed, 404)),
+        (skills.router, (*keyed, 404, 409)),  # 409: a proposal pending, a concurrent edit
         (evals.router, (*keyed, 404, 409)),
         (context.router, (*keyed, 404, 409)),
         (assistant.router, (*keyed, 404, 409, 502, 503)),

@@ -15,16 +15,18 @@ import sqlalchemy as sa
 
 from amelio.db.schema import eval_results, feedback, interactions, learnings, projects
 from amelio.errors import SkillNotFound
+from amelio.improve.triggers import MIN_EXAMPLES
 from amelio.learnings import HEADERS
 from amelio.prompt import MESSAGE_HEADER, assemble, skill_block
 from amelio.router import RouteHit, hint_block
+from amelio.routing_examples import list_examples
 from amelio.search import Searcher
 from amelio.search.service import query_key
 from amelio.search.signals import busiest_queries, load_propensities, signals_for
 from amelio.skills.store import list_skills, list_versions
 from amelio.workspace import Workspace
 
-__all__ = ["recent_interactions", "search_view", "version_history"]
+__all__ = ["recent_interactions", "routing_view", "search_view", "version_history"]
 
 
 def version_history(ws: Workspace, skill: str, project: str) -> list[dict[str, Any]]:
@@ -41,6 +43,16 @@ def version_history(ws: Workspace, skill: str, project: str) -> list[dict[str, A
                     "at": v.created_at, "diff": diff})
         previous = v.spec.content
     return list(reversed(out))
+
+
+def routing_view(ws: Workspace, skill: str, project: str) -> dict[str, Any]:
+    """The Routing tab: the examples the learned router learns ``skill`` from (SKILL.md's
+    first, then kept and added ones, newest first), and how many are removed."""
+    listed = list_examples(ws, skill, project=project, removed=True)
+    active = [e for e in listed if e.removed_at is None]
+    return {"examples": active, "removed_count": len(listed) - len(active),
+            "min_examples": MIN_EXAMPLES,
+            "has_skill_md": any(e.source == "skill" for e in active)}
 
 
 def _prompt(ws: Workspace, row: Any, rules: dict[int, str], project: str) -> tuple[str, bool]:

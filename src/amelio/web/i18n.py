@@ -50,6 +50,27 @@ _EN = {
     "examination": "Examination probability by rank (fitted position bias)",
     "busiest_queries": "Most clicked queries", "documents": "documents",
     "clicks_header": "Clicks", "pins_hides": "Pins / hides", "votes": "Votes + / −",
+    "routing": "Routing", "ref": "Ref", "remove": "Remove",
+    "examples_help": "The messages the learned router learns this skill from: its SKILL.md "
+                     "examples (md1, md2…), then answers people kept and examples added here, "
+                     "newest first.",
+    "no_examples": "No examples yet: answers people keep (👍, evals passed) add them, and so "
+                   "can an admin, here.",
+    "example_text": "Example message", "add_example": "Add example",
+    "source_skill": "SKILL.md", "source_interaction": "kept answer",
+    "source_manual": "added by hand",
+    "skill_md_note": "Removing a SKILL.md example (md…) writes a new version of the skill.",
+    "removed_examples": "{n} removed (kept, so the same answer is not learned again).",
+    "suggest_triggers": "Suggest triggers",
+    "suggest_help": "Mines the words and word pairs many of these examples use and few other "
+                    "skills' do, and proposes them as triggers and keywords for review.",
+    "suggest_needs": "Suggesting triggers needs at least {m} examples.",
+    "example_added": "Example {ref} added.", "example_removed": "Example {ref} removed.",
+    "skill_example_removed": "SKILL.md example {ref} removed: the skill is now v{version}.",
+    "no_such_example": "{ref} names no example of this skill.",
+    "nothing_to_add": "Nothing to add: no word or pair is common in these examples and rare "
+                      "elsewhere.",
+    "triggers_proposed": "Proposal #{id} filed: {terms}.",
 }
 _FR = {
     "skills": "Compétences", "quality": "Qualité", "learnings": "Apprentissages",
@@ -96,6 +117,32 @@ _FR = {
     "examination": "Probabilité d'examen par rang (biais de position estimé)",
     "busiest_queries": "Requêtes les plus cliquées", "documents": "documents",
     "clicks_header": "Clics", "pins_hides": "Épinglés / masqués", "votes": "Votes + / −",
+    "routing": "Routage", "ref": "Réf.", "remove": "Supprimer",
+    "examples_help": "Les messages dont le routeur par apprentissage se sert pour reconnaître "
+                     "cette compétence : les exemples de son SKILL.md (md1, md2…), puis les "
+                     "réponses gardées et les exemples ajoutés ici, du plus récent au plus "
+                     "ancien.",
+    "no_examples": "Pas encore d'exemple : les réponses gardées (👍, évaluations réussies) en "
+                   "ajoutent, et un administrateur peut en ajouter ici.",
+    "example_text": "Message d'exemple", "add_example": "Ajouter l'exemple",
+    "source_skill": "SKILL.md", "source_interaction": "réponse gardée",
+    "source_manual": "ajouté à la main",
+    "skill_md_note": "Supprimer un exemple du SKILL.md (md…) crée une nouvelle version de la "
+                     "compétence.",
+    "removed_examples": "{n} supprimé(s) (conservés, pour que la même réponse ne soit pas "
+                        "réapprise).",
+    "suggest_triggers": "Suggérer des déclencheurs",
+    "suggest_help": "Cherche les mots et paires de mots que beaucoup de ces exemples emploient "
+                    "et peu d'exemples d'autres compétences, et les propose comme déclencheurs "
+                    "et mots-clés, à relire.",
+    "suggest_needs": "Suggérer des déclencheurs demande au moins {m} exemples.",
+    "example_added": "Exemple {ref} ajouté.", "example_removed": "Exemple {ref} supprimé.",
+    "skill_example_removed": "Exemple {ref} du SKILL.md supprimé : la compétence est "
+                             "maintenant en v{version}.",
+    "no_such_example": "{ref} ne désigne aucun exemple de cette compétence.",
+    "nothing_to_add": "Rien à ajouter : aucun mot ni paire n'est fréquent dans ces exemples et "
+                      "rare ailleurs.",
+    "triggers_proposed": "Proposition n° {id} créée : {terms}.",
 }
 
 

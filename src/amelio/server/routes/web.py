@@ -3,13 +3,14 @@
 Pages need a session (log in with a ``bot`` or ``admin`` API key: a ``client``
 key only sends feedback events, so it gets no session); every form POST carries
 a CSRF token; only an ``admin`` session sees, and may use, the approve, reject,
-benchmark, rollback, Sage and learning-editing controls. A key bound to projects
+benchmark, rollback, Sage, routing-example and learning-editing controls. A key bound to projects
 sees those projects only, in every page and project menu.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -19,9 +20,10 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from markdown_it import MarkdownIt
 
-from amelio import keys, learnings, skills
+from amelio import keys, learnings, routing_examples, skills
 from amelio.errors import AmelioError, Forbidden
 from amelio.improve import proposals as props
+from amelio.improve import triggers
 from amelio.improve.bench import latest_verdict, list_benchmarks, run_benchmark
 from amelio.improve.nightly import last_report
 from amelio.improve.sage import analyze
@@ -52,7 +54,7 @@ _markdown = MarkdownIt("commonmark", {"html": False}).enable("table")
 templates.env.filters["markdown"] = _markdown.render
 templates.env.globals["line_chart"] = line_chart
 STATIC_DIR = _WEB / "static"
-TABS = ("content", "evals", "evolution", "prs")
+TABS = ("content", "evals", "evolution", "routing", "prs")
 #: Roles that may log in: the dashboard shows interactions, learnings and search.
 DASHBOARD_ROLES = ("admin", "bot")
 
@@ -128,10 +130,16 @@ def _render(request: Request, template: str, session: Session | None, **context:
     return response
 
 
-def _back(path: str, message: str | None = None) -> RedirectResponse:
+def _back(path: str, message: str | None = None, anchor: str = "") -> RedirectResponse:
     sep = "&" if "?" in path else "?"
     target = f"{path}{sep}msg={quote(message)}" if message else path
-    return RedirectResponse(target, status_code=303)
+    return RedirectResponse(target + (f"#{anchor}" if anchor else ""), status_code=303)
+
+
+def _strings(request: Request) -> dict[str, str]:
+    """The dashboard's strings in the request's language (for flash messages)."""
+    return strings(pick_language(_ws(request).settings.ui_language,
+                                 request.headers.get("accept-language")))
 
 
 # -- login --------------------------------------------------------------------------------
@@ -221,6 +229,8 @@ def skill_page(request: Request, name: str, project: str = "", q: str = "",
     elif tab == "evolution":
         context |= {"history": data.version_history(ws, name, project),
                     "events": skills.skill_log(ws.engine, name, project)}
+    elif tab == "routing":
+        context |= data.routing_view(ws, name, project)
     else:
         found = props.list_proposals(ws, skill=name, project=project)
         context |= {"proposals": [(p, latest_verdict(ws, p.id)) for p in found]}
@@ -284,6 +294,69 @@ def rollback(request: Request, name: str, version: Annotated[int, Form(ge=1, le=
                                   author=f"key:{session.name}")
     return _back(f"/skills/{quote(name)}?project={quote(project)}&tab=evolution",
                  f"v{version} → v{skill.version}")
+
+
+def _skill_tab(name: str, project: str, tab: str) -> str:
+    return f"/skills/{quote(name)}?project={quote(project)}&tab={tab}"
+
+
+#: An example as the Routing tab names it: its id, or md<N> for a SKILL.md one.
+_EXAMPLE_REF = re.compile(r"(md)?[0-9]{1,10}")
+
+
+@router.post("/skills/{name}/examples")
+def add_routing_example(request: Request, name: str, text: Annotated[str, Form()],
+                        csrf: Annotated[str, Form()] = "",
+                        project: Annotated[str, Form()] = DEFAULT_PROJECT) -> Response:
+    session = _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
+    try:
+        example = routing_examples.add_example(_ws(request), name, text, project=project,
+                                               author=f"key:{session.name}")
+        message = _strings(request)["example_added"].format(ref=example.ref)
+    except AmelioError as exc:
+        message = exc.message
+    return _back(_skill_tab(name, project, "routing"), message)
+
+
+@router.post("/skills/{name}/examples/{ref}/remove")
+def remove_routing_example(request: Request, name: str, ref: str,
+                           csrf: Annotated[str, Form()] = "",
+                           project: Annotated[str, Form()] = DEFAULT_PROJECT) -> Response:
+    session = _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
+    ws = _ws(request)
+    t = _strings(request)
+    back = _skill_tab(name, project, "routing")
+    if not _EXAMPLE_REF.fullmatch(ref) or (ref.isdigit() and int(ref) > MAX_ID):
+        return _back(back, t["no_such_example"].format(ref=ref))
+    try:
+        example = routing_examples.remove(ws, name, ref, project=project,
+                                          author=f"key:{session.name}")
+    except AmelioError as exc:
+        return _back(back, exc.message)
+    if example.source == "skill":
+        version = skills.get_skill(ws.engine, name, project).version
+        return _back(back, t["skill_example_removed"].format(ref=ref, version=version))
+    return _back(back, t["example_removed"].format(ref=ref))
+
+
+@router.post("/skills/{name}/suggest-triggers")
+def suggest_triggers(request: Request, name: str, csrf: Annotated[str, Form()] = "",
+                     project: Annotated[str, Form()] = DEFAULT_PROJECT) -> Response:
+    """Mine the skill's examples into a routing proposal, shown on its PRs tab."""
+    session = _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
+    t = _strings(request)
+    back = _skill_tab(name, project, "routing")
+    try:
+        suggestion = triggers.suggest_triggers(_ws(request), name, project=project,
+                                               author=f"key:{session.name}")
+    except AmelioError as exc:
+        return _back(back, exc.message)
+    if suggestion.proposal is None:
+        return _back(back, t["nothing_to_add"])
+    added = ", ".join(term.term for term in suggestion.terms)
+    return _back(_skill_tab(name, project, "prs"),
+                 t["triggers_proposed"].format(id=suggestion.proposal.id, terms=added),
+                 anchor=f"proposal-{suggestion.proposal.id}")
 
 
 @router.post("/sage/analyze")
