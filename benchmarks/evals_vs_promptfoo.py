@@ -28,6 +28,11 @@ What runs, per repeat (default 3), in this order:
   measured against the target).
 * **amelio, JSON lines + --rules**: the same outputs as ``{"id", "text"}`` lines and
   the rules once in a file, ``--rules rules.json``.
+* **amelio, JSONL + a skill's**: ``amelio --workspace ws eval --batch skill.jsonl``, each
+  line ``{"id", "text", "skill"}`` naming a skill whose eval rules are the same 10, in
+  a workspace on SQLite: the form a team whose rules live in Amelio uses. It opens
+  the workspace, so it pays for the database layer's imports (SQLAlchemy, alembic)
+  and a query; no target, shown so that cost is known.
 * **amelio, promptfoo's JSON**: ``amelio eval --batch results.json --rules rules.json
   --format json`` on the output file promptfoo wrote (the migration path: same
   outputs, read from promptfoo's results).
@@ -95,6 +100,8 @@ from typing import Any
 from benchlib import load_line, median_of, target
 
 from amelio.promptfoo import import_promptfoo
+from amelio.skills import import_skills
+from amelio.workspace import init_workspace
 
 #: The newest promptfoo that supports Node 20 (0.122 and later need Node ≥ 22.22).
 PROMPTFOO_VERSION = "0.121.20"
@@ -474,6 +481,22 @@ def main() -> int:
         with (work / "plain.jsonl").open("w", encoding="utf-8") as f:
             for key, i in ids.items():
                 f.write(json.dumps({"id": key, "text": texts[i]}) + "\n")
+        # The same rules as a skill's, in a workspace on SQLite (made before timing).
+        skill_dir = work / "skills" / "review-verdict"
+        skill_dir.mkdir(parents=True)
+        (skill_dir / "SKILL.md").write_text("---\nname: review-verdict\ndescription: Code "
+                                            "review verdicts.\n---\n\nGive a verdict.\n",
+                                            encoding="utf-8")
+        (skill_dir / "review-verdict.evals.json").write_text(
+            json.dumps({"version": 1, "skill": "review-verdict", "rules": rules}),
+            encoding="utf-8")
+        ws, _ = init_workspace(work / "ws")
+        import_skills(ws.engine, work / "skills")
+        ws.dispose()
+        with (work / "skill.jsonl").open("w", encoding="utf-8") as f:
+            for key, i in ids.items():
+                f.write(json.dumps({"id": key, "text": texts[i], "skill": "review-verdict"})
+                        + "\n")
         promptfoo_ids = {f"test-{i}-prompt-0": i for i in range(len(texts))}
         jobs = [] if args.promptfoo_jobs is None else ["-j", str(args.promptfoo_jobs)]
         rows = [
@@ -489,6 +512,9 @@ def main() -> int:
             Row("amelio, promptfoo's JSON", [str(amelio), "eval", "--batch", "results.json",
                                              "--rules", "rules.json", "--format", "json"],
                 "from-promptfoo.json", []),
+            Row("amelio, JSONL + a skill's", [str(amelio), "--workspace", "ws", "eval",
+                                              "--batch", "skill.jsonl", "--format", "json"],
+                "skill.json", []),
         ]
         print(f"promptfoo {promptfoo_version} ({how}); node {node_version}; "
               f"amelio {importlib.metadata.version('amelio')} (Python "

@@ -87,3 +87,14 @@ def test_postgres_replaces_a_pooled_connection_that_died_while_idle(
         assert second != first
     finally:
         engine.dispose()
+
+
+def test_the_head_revision_constant_is_alembics_head() -> None:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from amelio.db.engine import _MIGRATIONS, HEAD_REVISION
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    assert ScriptDirectory.from_config(cfg).get_current_head() == HEAD_REVISION

@@ -14,10 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config as AlembicConfig
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -160,7 +156,16 @@ def _ping_when_idle(engine: sa.Engine) -> None:
             raise sa.exc.DisconnectionError(f"stale pooled connection: {exc}") from exc
 
 
-def _alembic_config(engine: sa.Engine) -> AlembicConfig:
+#: The newest migration this code ships. Opening a workspace compares the database
+#: with it, so that a command need not import alembic and read every migration
+#: script to learn it (~0.2 s); tests/test_db.py checks it is alembic's head.
+HEAD_REVISION = "0014_routing_examples"
+_CURRENT = sa.text("SELECT version_num FROM alembic_version")
+
+
+def _alembic_config(engine: sa.Engine) -> Any:
+    from alembic.config import Config as AlembicConfig
+
     cfg = AlembicConfig()
     cfg.set_main_option("script_location", str(_MIGRATIONS))
     cfg.attributes["engine"] = engine
@@ -169,14 +174,14 @@ def _alembic_config(engine: sa.Engine) -> AlembicConfig:
 
 def head_revision() -> str:
     """The newest migration this code ships."""
-    head = ScriptDirectory.from_config(_alembic_config(sa.create_engine("sqlite://"))).get_current_head()
-    assert head is not None
-    return head
+    return HEAD_REVISION
 
 
 def known_revisions() -> tuple[str, ...]:
     """Every migration this code ships, newest first (a restore refuses a backup
     whose migration is not among them: it comes from newer code)."""
+    from alembic.script import ScriptDirectory
+
     script = ScriptDirectory(str(_MIGRATIONS))
     return tuple(r.revision for r in script.walk_revisions())
 
@@ -185,7 +190,9 @@ def current_revision(engine: sa.Engine) -> str | None:
     """The migration the database is at (None when it was never migrated)."""
     try:
         with engine.connect() as conn:
-            return MigrationContext.configure(conn).get_current_revision()
+            if not sa.inspect(conn).has_table("alembic_version"):
+                return None
+            return conn.execute(_CURRENT).scalar()
     except sa.exc.OperationalError as exc:
         raise DatabaseError(
             f"Cannot reach the database at "
@@ -195,6 +202,8 @@ def current_revision(engine: sa.Engine) -> str | None:
 
 def upgrade(engine: sa.Engine, revision: str = "head") -> tuple[str | None, str]:
     """Apply migrations up to ``revision``; returns (before, after)."""
+    from alembic import command
+
     before = current_revision(engine)
     command.upgrade(_alembic_config(engine), revision)
     after = current_revision(engine)
