@@ -352,6 +352,8 @@ class Router:
         self._stored = [s if isinstance(s, Skill) else None for s in skills]
         self._projects = [s.project if isinstance(s, Skill) else None for s in skills]
         chosen = available[scorer]
+        #: Whether the scorer learns from examples (a router to rebuild when they change).
+        self.learns = chosen.learns
         self._learned: LearnedScoreFn | None = None
         if chosen.learns:
             if data is None:  # the defaults: SKILL.md examples, the default embeddings
@@ -437,13 +439,17 @@ def project_router(ws: Workspace, *, project: str = DEFAULT_PROJECT,
     bind = conn or ws.engine
     visible = visible_skills(bind, project)
     name = scorer or ws.settings.router_scorer
-    learns = name in scorers() and scorers()[name].learns
-    stamp = routing_examples.stamp(bind, project) if learns else None
     engine = bind.engine if isinstance(bind, sa.Connection) else bind
     with _cache_lock:
         cached = _routers.get(engine, {}).get((project, name))
-    if cached is not None and cached[0] is visible and cached[1] == stamp:
-        return cached[2]
+    if cached is not None and cached[0] is visible:
+        if cached[2].learns is False:  # the skills alone decide: they did not change
+            return cached[2]
+        if cached[1] == routing_examples.stamp(bind, project):
+            return cached[2]
+    available = scorers()
+    learns = name in available and available[name].learns
+    stamp = routing_examples.stamp(bind, project) if learns else None
     data = None
     if learns:
         previous = cached[2].calibration if cached is not None and cached[0] is visible else None
