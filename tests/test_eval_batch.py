@@ -6,10 +6,12 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from amelio import skills
 from amelio.cli import main
+from amelio.errors import InvalidInput
 from amelio.workspace import Workspace
 
 RULES = {"version": 1, "skill": "demo", "rules": [
@@ -108,3 +110,18 @@ def test_skills_from_the_workspace(sqlite_workspace: Workspace, examples: Path,
     write(batch, [{"id": "x", "text": "t", "skill": "no-such-skill"}])
     code, _, err = run("-w", str(sqlite_workspace.root), "eval", "--batch", str(batch))
     assert code == 2 and "no-such-skill" in err
+
+
+def test_lines_repeating_rules_share_them_and_type_differences_count(tmp_path: Path) -> None:
+    """One compiled rule set serves every line that carries the same list; a list
+    that differs only by a value's JSON type (1 vs true) is parsed on its own."""
+    from amelio import eval_batch
+
+    same = {"id": "x", "type": "max_length", "value": 1}
+    lines = [json.dumps({"id": f"o{i}", "text": "ab", "rules": [same]}) for i in range(3)]
+    lines.append(json.dumps({"id": "bad", "text": "ab",
+                             "rules": [{**same, "value": True}]}))
+    with pytest.raises(InvalidInput, match="line 4"):
+        eval_batch.parse_batch("\n".join(lines), "f.jsonl", max_chars=1000)
+    items = eval_batch.parse_batch("\n".join(lines[:3]), "f.jsonl", max_chars=1000)
+    assert items[0].rules is items[2].rules
