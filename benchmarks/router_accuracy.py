@@ -101,6 +101,8 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data" / "routing-clinc150"
 #: DESIGN.md: "router ≤ 1 ms for 200 skills".
 TARGET_SKILLS = 200
 TARGET_P95_US = 1000.0
+#: The issue's warm-mode targets are set for 10 examples per skill.
+WARM_TARGET_K = 10
 LIMIT = DEFAULT_LIMIT
 
 Queries = list[tuple[str, str | None]]
@@ -543,7 +545,9 @@ def main() -> int:
     print()
     target(f"{data.name} cold: {DEFAULT_SCORER} top-1", 100 * free["top1"], 78, "%")
     target(f"{data.name} cold: {DEFAULT_SCORER} top-5", 100 * free["top5"], 95, "%")
-    if warm is not None:
+    if warm is not None and args.warm != WARM_TARGET_K:
+        print(f"(the warm targets are for k = {WARM_TARGET_K}; k = {args.warm} is reported only)")
+    if warm is not None and args.warm == WARM_TARGET_K:
         target(f"{data.name} warm k={args.warm}: top-1 (mean of {args.seeds})",
                100 * warm["top1"], 88, "%")
         target(f"{data.name} warm k={args.warm}: top-5", 100 * warm["top5"], 97, "%")
