@@ -193,10 +193,19 @@ project_option = click.option(
     "--workspace", "-w", type=click.Path(file_okay=False, path_type=Path), default=None,
     help="Workspace folder (default: AMELIO_WORKSPACE, else the nearest amelio.toml above).",
 )
+@click.option("--verbose", "-v", count=True,
+              help="Log INFO (-v) or DEBUG (-vv) on stderr; default: warnings only.")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
+              envvar="AMELIO_LOG_FORMAT", show_default=True,
+              help="Log records as text, or as one JSON object per line (AMELIO_LOG_FORMAT).")
 @click.pass_context
-def main(ctx: click.Context, workspace: Path | None) -> None:
+def main(ctx: click.Context, workspace: Path | None, verbose: int, log_format: str) -> None:
     """Amelio: assistants and search that improve from their own use."""
+    from amelio.logs import configure_logging
+
+    configure_logging(verbose, log_format)
     ctx.ensure_object(dict)
     ctx.obj["workspace"] = workspace
+    ctx.obj["log_format"] = log_format
 
 

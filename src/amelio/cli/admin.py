@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -202,10 +202,16 @@ def keys_revoke(ctx: click.Context, key_id: int) -> None:
 # -- serve, demo ------------------------------------------------------------------------
 
 
-def _serve(ws: Workspace, host: str | None, port: int | None, workers: int = 1) -> None:
+def _serve(ws: Workspace, host: str | None, port: int | None, workers: int = 1,
+           log_format: str = "text") -> None:
     import uvicorn
 
     from amelio.identity import secret_key
+    from amelio.logs import uvicorn_log_config
+
+    log_config = uvicorn_log_config(log_format)
+    logging_options: dict[str, Any] = {"log_level": "info"} if log_config is None else {
+        "log_level": "info", "log_config": log_config}
 
     host = host or ws.settings.host
     port = port or ws.settings.port
@@ -215,7 +221,7 @@ def _serve(ws: Workspace, host: str | None, port: int | None, workers: int = 1) 
     if workers == 1:
         from amelio.server import create_app
 
-        uvicorn.run(create_app(ws), host=host, port=port, log_level="info")
+        uvicorn.run(create_app(ws), host=host, port=port, **logging_options)
         return
     # uvicorn starts each worker as a fresh process from an import string, so the
     # workers build their own app from the environment: the same workspace, the same
@@ -226,7 +232,7 @@ def _serve(ws: Workspace, host: str | None, port: int | None, workers: int = 1) 
     secret_key(ws.settings)
     os.environ["AMELIO_WORKSPACE"] = str(ws.root)
     uvicorn.run("amelio.server:app_from_env", factory=True, host=host, port=port,
-                workers=workers, http=NoDelayH11Protocol, log_level="info")
+                workers=workers, http=NoDelayH11Protocol, **logging_options)
 
 
 @main.command()
@@ -240,7 +246,7 @@ def _serve(ws: Workspace, host: str | None, port: int | None, workers: int = 1) 
 @handle_errors
 def serve(ctx: click.Context, host: str | None, port: int | None, workers: int) -> None:
     """Run the API service on the workspace (its database must be migrated)."""
-    _serve(workspace(ctx), host, port, workers)
+    _serve(workspace(ctx), host, port, workers, ctx.obj.get("log_format", "text"))
 
 
 @main.command()
@@ -265,5 +271,5 @@ def demo(directory: Path, skills_path: Path | None, host: str, port: int, no_ser
     if no_serve:
         ws.dispose()
         return
-    _serve(ws, host, port)
+    _serve(ws, host, port, log_format=click.get_current_context().obj.get("log_format", "text"))
 
