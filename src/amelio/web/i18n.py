@@ -30,6 +30,8 @@ _EN = {
     "old": "Old", "new": "New", "reason": "Judge's reason", "no_benchmark":
     "No benchmark yet.", "show_report": "Show benchmark report", "rationale": "Rationale",
     "diff": "Diff", "success_rate": "Success rate", "feedback": "Feedback",
+    # Answer feedback as glyphs every font has (no emoji font on many servers).
+    "fb_up": "▲ up", "fb_down": "▼ down", "fb_fixit": "✎ fix it",
     "applied": "Uses", "last_report": "Last nightly report", "no_report": "No run yet.",
     "add": "Add", "retire": "Retire", "rule_text": "Rule", "skill": "Skill",
     "source": "Source", "message": "Message", "answer": "Answer", "prompt": "Prompt",
@@ -54,7 +56,7 @@ _EN = {
     "examples_help": "The messages the learned router learns this skill from: its SKILL.md "
                      "examples (md1, md2…), then answers people kept and examples added here, "
                      "newest first.",
-    "no_examples": "No examples yet: answers people keep (👍, evals passed) add them, and so "
+    "no_examples": "No examples yet: answers people keep (voted up, evals passed) add them, and so "
                    "can an admin, here.",
     "example_text": "Example message", "add_example": "Add example",
     "source_skill": "SKILL.md", "source_interaction": "kept answer",
@@ -94,6 +96,7 @@ _FR = {
     "new": "Nouveau", "reason": "Raison du juge", "no_benchmark": "Pas encore de benchmark.",
     "show_report": "Voir le rapport de benchmark", "rationale": "Justification",
     "diff": "Différences", "success_rate": "Taux de succès", "feedback": "Retours",
+    "fb_up": "▲ pour", "fb_down": "▼ contre", "fb_fixit": "✎ à corriger",
     "applied": "Utilisations", "last_report": "Dernier rapport nocturne",
     "no_report": "Pas encore d'exécution.", "add": "Ajouter", "retire": "Retirer",
     "rule_text": "Règle", "skill": "Compétence", "source": "Source", "message": "Message",
@@ -122,7 +125,7 @@ _FR = {
                      "cette compétence : les exemples de son SKILL.md (md1, md2…), puis les "
                      "réponses gardées et les exemples ajoutés ici, du plus récent au plus "
                      "ancien.",
-    "no_examples": "Pas encore d'exemple : les réponses gardées (👍, évaluations réussies) en "
+    "no_examples": "Pas encore d'exemple : les réponses gardées (votées pour, évaluations réussies) en "
                    "ajoutent, et un administrateur peut en ajouter ici.",
     "example_text": "Message d'exemple", "add_example": "Ajouter l'exemple",
     "source_skill": "SKILL.md", "source_interaction": "réponse gardée",
