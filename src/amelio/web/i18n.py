@@ -125,8 +125,8 @@ _FR = {
                      "cette compétence : les exemples de son SKILL.md (md1, md2…), puis les "
                      "réponses gardées et les exemples ajoutés ici, du plus récent au plus "
                      "ancien.",
-    "no_examples": "Pas encore d'exemple : les réponses gardées (votées pour, évaluations réussies) en "
-                   "ajoutent, et un administrateur peut en ajouter ici.",
+    "no_examples": "Pas encore d'exemple : les réponses gardées (votées pour, évaluations "
+                   "réussies) en ajoutent, et un administrateur peut en ajouter ici.",
     "example_text": "Message d'exemple", "add_example": "Ajouter l'exemple",
     "source_skill": "SKILL.md", "source_interaction": "réponse gardée",
     "source_manual": "ajouté à la main",
