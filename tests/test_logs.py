@@ -44,10 +44,12 @@ def test_configure_logging_levels(capsys: pytest.CaptureFixture[str]) -> None:
     root = logging.getLogger()
     saved = root.level, list(root.handlers)
     try:
-        configure_logging(0, "text")
+        configure_logging(2, "json")  # pytest's handlers are there: left alone
+        assert root.handlers == saved[1]
+        configure_logging(0, "text", force=True)
         logging.getLogger("amelio.test").info("hidden")
         logging.getLogger("amelio.test").warning("shown")
-        configure_logging(2, "json")
+        configure_logging(2, "json", force=True)
         logging.getLogger("amelio.test").debug("debug %s", "too")
         err = capsys.readouterr().err.splitlines()
     finally:

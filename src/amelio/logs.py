@@ -46,11 +46,16 @@ def formatter(fmt: str) -> logging.Formatter:
     return logging.Formatter(_TEXT)
 
 
-def configure_logging(verbosity: int = 0, fmt: str = "text") -> None:
-    """One stderr handler on the root logger, at the level ``verbosity`` asks for."""
+def configure_logging(verbosity: int = 0, fmt: str = "text", *, force: bool = False) -> None:
+    """One stderr handler on the root logger, at the level ``verbosity`` asks for.
+
+    A process whose logging is already configured (an application that calls
+    ``amelio.cli.main`` in-process, a test runner) keeps its own unless ``force``."""
+    root = logging.getLogger()
+    if root.handlers and not force:
+        return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter(fmt))
-    root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level_for(verbosity))
 
