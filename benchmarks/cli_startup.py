@@ -26,7 +26,7 @@ from pathlib import Path
 
 from benchlib import median_of, target
 
-from amelio.testing import IMPORT_PROBE
+from amelio.testing import IMPORT_PROBE, import_time
 
 #: The issue's target for `amelio --help`, `amelio eval` and `amelio route`.
 TARGET_MS = 150.0
@@ -35,22 +35,6 @@ RULES = [{"id": "verdict", "type": "string_contains", "value": "Verdict"},
          {"id": "short", "type": "max_length", "value": 2000}]
 #: ``python -m amelio ARGS``, counting what ``importlib.import_module`` loads.
 RUN_AMELIO = IMPORT_PROBE
-
-
-def import_ms(stderr: str) -> tuple[float, list[str]]:
-    """The top-level cumulative import time in ms, and every module imported."""
-    total_us, modules = 0, []
-    for line in stderr.splitlines():
-        if not line.startswith("import time:"):
-            continue
-        fields = line.removeprefix("import time:").split("|")
-        if len(fields) != 3 or not fields[1].strip().isdigit():
-            continue  # the header line
-        name = fields[2].rstrip()
-        modules.append(name.strip())
-        if not name.startswith("  ", 1):  # nested imports are indented by two spaces
-            total_us += int(fields[1])
-    return total_us / 1000, modules
 
 
 def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -64,7 +48,7 @@ def measure(argv: list[str], cwd: Path, env: dict[str, str], runs: int
     logged = ["-c", RUN_AMELIO, *argv[2:]] if argv[:2] == ["-m", "amelio"] else argv
     for _ in range(runs):
         done = _run([sys.executable, "-X", "importtime", *logged], cwd, env)
-        ms, modules = import_ms(done.stderr)
+        ms, modules = import_time(done.stderr)
         imports.append(ms)
         count = len(modules)
         started = time.perf_counter()

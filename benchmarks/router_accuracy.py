@@ -89,6 +89,7 @@ from amelio.router import (
     Router,
     project_router,
     scorers,
+    skill_text,
 )
 from amelio.skills import import_skills, read_skills
 from amelio.skills.model import SkillSpec
@@ -177,12 +178,6 @@ def latency_run(route: RouteFn, messages: Sequence[str]) -> tuple[float, float]:
 
 
 # -- the outside baseline ---------------------------------------------------------------
-
-
-def skill_text(spec: SkillSpec) -> str:
-    """What Amelio's ``bm25`` scorer indexes for a skill, as one text."""
-    return "\n".join([spec.name.replace("-", " "), spec.description, *spec.triggers,
-                      *spec.keywords])
 
 
 class Bm25s:

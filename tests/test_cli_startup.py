@@ -28,7 +28,7 @@ import amelio.cli
 from amelio import hookspecs
 from amelio.cli import main
 from amelio.cli._common import COMMANDS
-from amelio.testing import IMPORT_PROBE
+from amelio.testing import IMPORT_PROBE, import_time
 
 #: Libraries that none of the start-up commands below may import.
 FORBIDDEN = ("sqlalchemy", "alembic", "pydantic_settings", "pydantic", "fastapi", "starlette",
@@ -58,16 +58,8 @@ def imported(args: list[str], cwd: Path, code: str = PROBE
                           env=_env() | {"STARTUP_MODULES_OUT": str(out)},
                           capture_output=True, text=True, check=False, timeout=120)
     modules: set[str] = set(json.loads(out.read_text())) if out.exists() else set()
-    total_us = 0
-    for line in done.stderr.splitlines():
-        fields = line.removeprefix("import time:").split("|")
-        if not line.startswith("import time:") or len(fields) != 3 \
-                or not fields[1].strip().isdigit():
-            continue
-        modules.add(fields[2].strip())
-        if not fields[2].startswith("  ", 1):  # nested imports are indented
-            total_us += int(fields[1])
-    return total_us / 1000, modules, done
+    ms, logged = import_time(done.stderr)
+    return ms, modules | set(logged), done
 
 
 def _heavy(modules: set[str]) -> list[str]:

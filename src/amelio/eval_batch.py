@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from amelio import evals
 from amelio.errors import InvalidInput
+from amelio.text import json_lines
 
 if TYPE_CHECKING:
     import xml.etree.ElementTree as ET
@@ -93,14 +94,7 @@ def parse_batch(text: str, name: str, *, max_chars: int) -> list[BatchItem]:
     # Lines usually repeat the same rules (promptfoo's defaultTest, one gate's rules):
     # each distinct list is validated and compiled once.
     parsed: dict[bytes, tuple[evals.EvalRule, ...]] = {}
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{name} line {number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InvalidInput(f"{where}: not valid JSON ({exc.msg}).") from exc
+    for number, where, record in json_lines(text.splitlines(), name):
         if not isinstance(record, dict):
             raise InvalidInput(f"{where}: an output is a JSON object with id and text.")
         output = record.get("text")

@@ -35,7 +35,6 @@ shrank by a tenth (:data:`RECALIBRATE_AT`).
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
@@ -78,7 +77,6 @@ COLD_MIN_SCORE = 1.5
 COLD_MIN_SCORE_LEXICAL = 1.0
 #: How many of the best-scoring skills a message's scores keep (the router shows 5).
 _CANDIDATES = 50
-_K1, _B = 1.2, 0.75
 
 try:  # numpy comes with amelio[semantic]; without it routing is lexical and needs none
     import numpy as _np
@@ -162,66 +160,6 @@ def _vectors(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
     return np.stack(present) if present else np.zeros((0, 0), dtype=np.float32)
 
 
-# -- BM25 with its counts kept, so an example can be left out -------------------------------
-
-
-class _Bm25:
-    """Okapi BM25 (Lucene's idf) over one document per skill, keeping each document's
-    term counts so that :meth:`score_without` can score it without one example."""
-
-    def __init__(self, docs: Sequence[Sequence[str]]) -> None:
-        self.counts = [Counter(d) for d in docs]
-        self.lengths = [len(d) for d in docs]
-        n = len(docs)
-        self.avgdl = (sum(self.lengths) / n) if n else 0.0
-        df: Counter[str] = Counter()
-        for c in self.counts:
-            df.update(c.keys())
-        self.idf = {t: math.log(1 + (n - f + 0.5) / (f + 0.5)) for t, f in df.items()}
-        #: The idf of a term no skill has: the rarest possible.
-        self.unknown = math.log(1 + (n + 0.5) / 0.5)
-        postings: dict[str, list[tuple[int, float]]] = {}
-        for i, c in enumerate(self.counts):
-            norm = self._norm(self.lengths[i])
-            for t, f in c.items():
-                postings.setdefault(t, []).append((i, self.idf[t] * f * (_K1 + 1) / (f + norm)))
-        self.postings = postings
-        #: The same postings as arrays, for scoring every skill at once with numpy.
-        self.arrays: dict[str, tuple[Any, Any]] = {}
-        if _np is not None:
-            self.arrays = {t: (_np.fromiter((i for i, _ in p), dtype=_np.intp, count=len(p)),
-                               _np.fromiter((w for _, w in p), dtype=_np.float32,
-                                            count=len(p)))
-                           for t, p in postings.items()}
-
-    def _norm(self, length: int) -> float:
-        return _K1 * (1 - _B + _B * length / self.avgdl) if self.avgdl else _K1
-
-    def ceiling(self, terms: Sequence[str]) -> float:
-        """The most any skill could score: every term matched at its idf."""
-        return sum(self.idf.get(t, self.unknown) for t in terms) * (_K1 + 1)
-
-    def score(self, terms: Sequence[str]) -> dict[int, tuple[float, list[str]]]:
-        found: dict[int, tuple[float, list[str]]] = {}
-        for t in terms:
-            for i, w in self.postings.get(t, ()):
-                total, matched = found.get(i, (0.0, []))
-                matched.append(t)
-                found[i] = (total + w, matched)
-        return found
-
-    def score_without(self, i: int, terms: Sequence[str], removed: Counter[str]) -> float:
-        """Document ``i``'s score for ``terms`` with ``removed``'s counts taken out."""
-        counts = self.counts[i]
-        norm = self._norm(self.lengths[i] - sum(removed.values()))
-        total = 0.0
-        for t in terms:
-            f = counts.get(t, 0) - removed.get(t, 0)
-            if f > 0:
-                total += self.idf[t] * f * (_K1 + 1) / (f + norm)
-        return total
-
-
 # -- the index ------------------------------------------------------------------------------
 
 
@@ -229,7 +167,7 @@ class LearnedIndex:
     """Skills, their examples and (optionally) vectors, indexed to score messages."""
 
     def __init__(self, skills: Sequence[SkillSpec], data: TrainingData) -> None:
-        from amelio.router import bm25_terms, keyword_scorer
+        from amelio.router import Bm25, keyword_scorer, skill_terms, skill_text
 
         n = len(skills)
         examples = [list(dict.fromkeys(data.examples[i])) if i < len(data.examples) else []
@@ -237,21 +175,18 @@ class LearnedIndex:
         self._keywords = keyword_scorer(skills)
         docs: list[list[str]] = []
         for spec, own in zip(skills, examples, strict=True):
-            doc = bm25_terms([
-                *tokens(spec.name.replace("-", " ")), *tokens(spec.description),
-                *(t for term in spec.triggers for t in tokens(term)),
-                *(t for term in spec.keywords for t in tokens(term))])
+            doc = skill_terms(spec)
             for text in own:
                 doc.extend(_analyzed(text)[1])
             docs.append(doc)
-        self._bm25 = _Bm25(docs)
+        self._bm25 = Bm25(docs)
         self.examples = sum(len(e) for e in examples)
         self.semantic = data.embedder is not None
         self._embedder = data.embedder
         if data.embedder is not None:
             import numpy as np
 
-            self._meta = _vectors(data.embedder, [_skill_text(s) for s in skills]) if n \
+            self._meta = _vectors(data.embedder, [skill_text(s) for s in skills]) if n \
                 else np.zeros((0, 0), dtype=np.float32)
             flat = [t for own in examples for t in own]
             vectors = _vectors(data.embedder, flat) if flat else None
@@ -267,6 +202,11 @@ class LearnedIndex:
             norms = np.linalg.norm(self._sums, axis=1, keepdims=True)
             self._centroids = np.divide(self._sums, norms, out=np.zeros_like(self._sums),
                                         where=norms > 0)
+            # The BM25 postings as arrays, to score every skill at once.
+            self._arrays = {t: (np.fromiter((i for i, _ in p), dtype=np.intp, count=len(p)),
+                                np.fromiter((w for _, w in p), dtype=np.float32,
+                                            count=len(p)))
+                            for t, p in self._bm25.postings.items()}
             # One matrix, one product per message: metadata and examples side by side.
             self._matrix = np.concatenate([self._meta, self._centroids], axis=0)
         previous = data.previous
@@ -287,15 +227,17 @@ class LearnedIndex:
         both = self._matrix @ vector
         return SEMANTIC_WEIGHT * both[:n] + EXAMPLES_WEIGHT * both[n:]  # type: ignore[no-any-return]
 
-    def _lexical(self, toks: tuple[str, ...], terms: Sequence[str]
+    def _lexical(self, toks: tuple[str, ...], terms: Sequence[str],
+                 points: dict[int, tuple[float, list[str]]] | None = None
                  ) -> tuple[dict[int, tuple[float, list[str]]], float]:
-        """The seed's points plus the weighted BM25 share per skill, and the ceiling."""
-        found = self._keywords(toks)
+        """The seed's points (``points``, when the caller has them) plus the weighted
+        BM25 share per skill, and the ceiling."""
+        found = dict(self._keywords(toks) if points is None else points)
         ceiling = self._bm25.ceiling(terms)
         if ceiling > 0:
             for i, (s, matched) in self._bm25.score(terms).items():
-                points, seen = found.get(i, (0.0, []))
-                found[i] = (points + LEXICAL_WEIGHT * s / ceiling, seen or matched)
+                seed, seen = found.get(i, (0.0, []))
+                found[i] = (seed + LEXICAL_WEIGHT * s / ceiling, seen or matched)
         return found, ceiling
 
     def score(self, message: str, toks: tuple[str, ...], limit: int = _CANDIDATES
@@ -314,7 +256,7 @@ class LearnedIndex:
         if ceiling > 0:
             share = LEXICAL_WEIGHT / ceiling
             for t in terms:
-                found_t = self._bm25.arrays.get(t)
+                found_t = self._arrays.get(t)
                 if found_t is not None:
                     dense[found_t[0]] += share * found_t[1]
         points = self._keywords(toks)
@@ -357,8 +299,9 @@ class LearnedIndex:
         for k, (i, text) in enumerate(sample):
             toks, all_terms = _analyzed(text)
             terms = list(dict.fromkeys(all_terms))
-            found, ceiling = self._lexical(toks, terms)
-            own = self._keywords(toks).get(i, (0.0, []))[0]
+            points = self._keywords(toks)
+            found, ceiling = self._lexical(toks, terms, points)
+            own = points.get(i, (0.0, []))[0]
             if ceiling > 0:
                 own += LEXICAL_WEIGHT * self._bm25.score_without(
                     i, terms, Counter(all_terms)) / ceiling
@@ -380,9 +323,3 @@ class LearnedIndex:
             row[i] = -np.inf
             out.append((own, float(row.max()) if n > 1 else 0.0))
         return out
-
-
-def _skill_text(spec: SkillSpec) -> str:
-    """What a skill's metadata vector is made of."""
-    return " ".join([spec.name.replace("-", " "), spec.description, *spec.triggers,
-                     *spec.keywords])

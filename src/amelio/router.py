@@ -32,13 +32,14 @@ import logging
 import math
 import threading
 import weakref
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
 
+from amelio.embeddings import WORDLLAMA
 from amelio.errors import InvalidInput
 from amelio.hookspecs import hookimpl
 from amelio.learned_router import Calibration, LearnedIndex, TrainingData
@@ -59,6 +60,7 @@ __all__ = [
     "BM25_STOPWORDS",
     "DEFAULT_LIMIT",
     "DEFAULT_SCORER",
+    "Bm25",
     "Calibration",
     "LearnedScoreFn",
     "Route",
@@ -74,6 +76,8 @@ __all__ = [
     "router_embedder",
     "router_for",
     "scorers",
+    "skill_terms",
+    "skill_text",
     "training_data",
 ]
 
@@ -82,8 +86,6 @@ __all__ = [
 #: benchmarks/router_accuracy.py.
 DEFAULT_SCORER = "learned"
 DEFAULT_LIMIT = 5
-#: The setting ``router_embedding_model``'s default (``amelio.embeddings.WORDLLAMA``).
-DEFAULT_EMBEDDING_MODEL = "wordllama"
 TRIGGER_WEIGHT = 2.0
 KEYWORD_WEIGHT = 1.0
 HINT_HEADER = "SKILLS_HINT (skills most relevant to this message, best first):"
@@ -228,70 +230,100 @@ def bm25_terms(toks: Iterable[str]) -> list[str]:
     return terms
 
 
-def _bm25_index(skills: Sequence[SkillSpec], k1: float = 1.2, b: float = 0.75
-                ) -> tuple[dict[str, list[tuple[int, float]]], dict[str, float], float]:
-    """Okapi BM25 postings with each term's weight per skill precomputed, the idf of
-    each term, and the idf of a term no skill has (the rarest possible)."""
-    docs = [
-        bm25_terms([
-            *tokens(spec.name.replace("-", " ")), *tokens(spec.description),
-            *(t for term in spec.triggers for t in tokens(term)),
-            *(t for term in spec.keywords for t in tokens(term))])
-        for spec in skills
-    ]
-    n = len(docs)
-    avgdl = (sum(len(d) for d in docs) / n) if n else 0.0
-    postings: dict[str, list[tuple[int, float]]] = defaultdict(list)
-    for i, doc in enumerate(docs):
-        tf: dict[str, int] = defaultdict(int)
-        for tok in doc:
-            tf[tok] += 1
-        norm = k1 * (1 - b + b * len(doc) / avgdl) if avgdl else k1
-        for tok, f in tf.items():
-            postings[tok].append((i, f * (k1 + 1) / (f + norm)))
-    index: dict[str, list[tuple[int, float]]] = {}
-    idf: dict[str, float] = {}
-    for tok, plist in postings.items():
-        idf[tok] = math.log(1 + (n - len(plist) + 0.5) / (len(plist) + 0.5))
-        index[tok] = [(i, idf[tok] * w) for i, w in plist]
-    return index, idf, math.log(1 + (n + 0.5) / 0.5) * (k1 + 1)
+def skill_text(spec: SkillSpec) -> str:
+    """A skill's routing metadata as one text: name (hyphens as spaces), description,
+    triggers and keywords. What its metadata vector is made of, and what an outside
+    baseline indexes for it."""
+    return " ".join([spec.name.replace("-", " "), spec.description, *spec.triggers,
+                     *spec.keywords])
 
 
-def _bm25_lookup(index: dict[str, list[tuple[int, float]]], terms: Iterable[str]
-                 ) -> dict[int, tuple[float, list[str]]]:
-    """A message costs one dictionary lookup per distinct term."""
-    found: dict[int, tuple[float, list[str]]] = {}
-    for tok in terms:
-        for i, w in index.get(tok, ()):
-            total, matched = found.get(i, (0.0, []))
-            matched.append(tok)
-            found[i] = (total + w, matched)
-    return found
+def skill_terms(spec: SkillSpec) -> list[str]:
+    """The BM25 terms of a skill's metadata (:func:`bm25_terms` of each field)."""
+    return bm25_terms([
+        *tokens(spec.name.replace("-", " ")), *tokens(spec.description),
+        *(t for term in spec.triggers for t in tokens(term)),
+        *(t for term in spec.keywords for t in tokens(term))])
 
 
-def _bm25_scorer(index: dict[str, list[tuple[int, float]]]) -> ScoreFn:
-    def score(message: tuple[str, ...]) -> dict[int, tuple[float, list[str]]]:
-        return _bm25_lookup(index, dict.fromkeys(bm25_terms(message)))
+class Bm25:
+    """Okapi BM25 (Lucene's idf) over one document per skill, each term's weight per
+    skill precomputed, so a message costs one dictionary lookup per distinct term.
 
-    return score
+    Each document's term counts are kept, so that :meth:`score_without` can score a
+    document without one of its parts (the learned router's left-out examples)."""
+
+    def __init__(self, docs: Sequence[Sequence[str]], k1: float = 1.2, b: float = 0.75
+                 ) -> None:
+        self.k1, self.b = k1, b
+        self.counts = [Counter(d) for d in docs]
+        self.lengths = [len(d) for d in docs]
+        n = len(docs)
+        self.avgdl = (sum(self.lengths) / n) if n else 0.0
+        df: Counter[str] = Counter()
+        for c in self.counts:
+            df.update(c.keys())
+        self.idf = {t: math.log(1 + (n - f + 0.5) / (f + 0.5)) for t, f in df.items()}
+        #: The idf of a term no skill has: the rarest possible.
+        self.unknown = math.log(1 + (n + 0.5) / 0.5)
+        postings: dict[str, list[tuple[int, float]]] = {}
+        for i, c in enumerate(self.counts):
+            norm = self._norm(self.lengths[i])
+            for t, f in c.items():
+                postings.setdefault(t, []).append((i, self.idf[t] * f * (k1 + 1) / (f + norm)))
+        self.postings = postings
+
+    def _norm(self, length: int) -> float:
+        return self.k1 * (1 - self.b + self.b * length / self.avgdl) if self.avgdl else self.k1
+
+    def ceiling(self, terms: Iterable[str]) -> float:
+        """The most any skill could score: every term matched at its idf (a term no
+        skill has at the rarest idf)."""
+        return sum(self.idf.get(t, self.unknown) for t in terms) * (self.k1 + 1)
+
+    def score(self, terms: Iterable[str]) -> dict[int, tuple[float, list[str]]]:
+        """Each matching skill's score for the distinct ``terms``, and the terms matched."""
+        found: dict[int, tuple[float, list[str]]] = {}
+        for t in terms:
+            for i, w in self.postings.get(t, ()):
+                total, matched = found.get(i, (0.0, []))
+                matched.append(t)
+                found[i] = (total + w, matched)
+        return found
+
+    def score_without(self, i: int, terms: Iterable[str], removed: Counter[str]) -> float:
+        """Document ``i``'s score for ``terms`` with ``removed``'s counts taken out."""
+        counts = self.counts[i]
+        norm = self._norm(self.lengths[i] - sum(removed.values()))
+        total = 0.0
+        for t in terms:
+            f = counts.get(t, 0) - removed.get(t, 0)
+            if f > 0:
+                total += self.idf[t] * f * (self.k1 + 1) / (f + norm)
+        return total
 
 
 def _bm25(skills: Sequence[SkillSpec]) -> ScoreFn:
-    return _bm25_scorer(_bm25_index(skills)[0])
+    index = Bm25([skill_terms(s) for s in skills])
+
+    def score(message: tuple[str, ...]) -> dict[int, tuple[float, list[str]]]:
+        return index.score(dict.fromkeys(bm25_terms(message)))
+
+    return score
 
 
 def _hybrid(skills: Sequence[SkillSpec], k1: float = 1.2) -> ScoreFn:
     """BM25 divided by the most any skill could score for this message (every BM25 term
     of it matched at its idf, unknown terms at the rarest idf), so the bonus is in
     [0, 1] and a match on a common word alone stays near 0."""
-    index, idf, unknown = _bm25_index(skills, k1=k1)
+    index = Bm25([skill_terms(s) for s in skills], k1=k1)
     keyword_score = keyword_scorer(skills)
 
     def score(message: tuple[str, ...]) -> dict[int, tuple[float, list[str]]]:
         seed = keyword_score(message)
         terms = dict.fromkeys(bm25_terms(message))
-        lexical = _bm25_lookup(index, terms)
-        ceiling = sum(idf[t] * (k1 + 1) if t in idf else unknown for t in terms)
+        lexical = index.score(terms)
+        ceiling = index.ceiling(terms)
         found: dict[int, tuple[float, list[str]]] = {}
         for i in seed.keys() | lexical.keys():
             s, matched = seed.get(i, (0.0, []))
@@ -358,7 +390,7 @@ class Router:
         if chosen.learns:
             if data is None:  # the defaults: SKILL.md examples, the default embeddings
                 data = TrainingData(examples=[s.examples for s in self._skills],
-                                    embedder=load_router_embedder(DEFAULT_EMBEDDING_MODEL))
+                                    embedder=load_router_embedder(WORDLLAMA))
             self._learned = chosen.build(self._skills, data)
             self.calibration = self._learned.calibration
         else:
@@ -442,14 +474,16 @@ def project_router(ws: Workspace, *, project: str = DEFAULT_PROJECT,
     engine = bind.engine if isinstance(bind, sa.Connection) else bind
     with _cache_lock:
         cached = _routers.get(engine, {}).get((project, name))
-    if cached is not None and cached[0] is visible:
-        if cached[2].learns is False:  # the skills alone decide: they did not change
-            return cached[2]
-        if cached[1] == routing_examples.stamp(bind, project):
-            return cached[2]
-    available = scorers()
-    learns = name in available and available[name].learns
+    # Whether the scorer learns is the cached router's to say: the plugin manager is
+    # asked only before the first build.
+    if cached is not None:
+        learns = cached[2].learns
+    else:
+        available = scorers()
+        learns = name in available and available[name].learns
     stamp = routing_examples.stamp(bind, project) if learns else None
+    if cached is not None and cached[0] is visible and cached[1] == stamp:
+        return cached[2]
     data = None
     if learns:
         previous = cached[2].calibration if cached is not None and cached[0] is visible else None
@@ -491,7 +525,7 @@ def load_router_embedder(name: str) -> Embedder | None:
     """The embedder ``name`` names, None for ``""`` or when the default model's extra
     (``amelio[semantic]``) is not installed: routing is lexical then, said once."""
     global _unavailable_logged
-    from amelio.embeddings import WORDLLAMA, EmbedderUnavailable, load_embedder
+    from amelio.embeddings import EmbedderUnavailable, load_embedder
 
     if not name:
         return None

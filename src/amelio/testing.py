@@ -55,6 +55,7 @@ __all__ = [
     "LiveServer",
     "Reply",
     "count_tokens",
+    "import_time",
     "postgres_database",
     "read_fake_claude_calls",
     "write_fake_claude_cli",
@@ -81,6 +82,21 @@ importlib.import_module = _logged
 sys.argv = ["amelio", *sys.argv[1:]]
 runpy.run_module("amelio", run_name="__main__", alter_sys=True)
 """
+
+def import_time(stderr: str) -> tuple[float, list[str]]:
+    """From ``python -X importtime`` output: the sum of the top-level cumulative
+    entries in ms (everything the process imported) and every module, in order."""
+    total_us, modules = 0, []
+    for line in stderr.splitlines():
+        fields = line.removeprefix("import time:").split("|")
+        if not line.startswith("import time:") or len(fields) != 3 \
+                or not fields[1].strip().isdigit():
+            continue  # other output, or the header line
+        modules.append(fields[2].strip())
+        if not fields[2].startswith("  ", 1):  # nested imports are indented by two spaces
+            total_us += int(fields[1])
+    return total_us / 1000, modules
+
 
 ProtocolName = Literal["anthropic", "openai"]
 

@@ -9,8 +9,10 @@ phrases.
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
+from collections.abc import Iterable, Iterator
 from functools import lru_cache
 
 __all__ = ["BREAK", "fold", "normalize", "tokens"]
@@ -50,3 +52,19 @@ def normalize(text: str) -> str:
     """Folded tokens joined by single spaces: equal for texts that differ only in
     case, accents, punctuation or spacing."""
     return " ".join(tokens(text))
+
+
+def json_lines(lines: Iterable[str], name: str) -> Iterator[tuple[int, str, object]]:
+    """Each non-blank line of a JSON-lines file parsed, with its number and where it
+    is (``NAME line N``) for the caller's own errors; a line that is not JSON is an
+    :class:`~amelio.errors.InvalidInput` naming its line."""
+    from amelio.errors import InvalidInput
+
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{name} line {number}"
+        try:
+            yield number, where, json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"{where}: not valid JSON ({exc.msg}).") from exc

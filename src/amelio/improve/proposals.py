@@ -211,28 +211,21 @@ def create_proposal(
                            field="proposedBy")
     if proposed_content is None and routing is None:
         raise InvalidInput("A proposal needs content or routing.", field="proposedContent")
-    content = (proposed_content or "").strip("\n") + "\n" if (proposed_content or "").strip() \
-        else ""
-    if proposed_content is not None and (not content or "\x00" in content):
+    if proposed_content is not None and (not proposed_content.strip()
+                                         or "\x00" in proposed_content):
         raise InvalidInput("A proposal needs non-empty text content.", field="proposedContent")
     with db.transaction(ws.engine) as conn:
         current = get_skill(conn, skill, project)
-        stored_routing: dict[str, Any] | None = None
-        if routing is not None:
-            stored_routing = {k: [str(t) for t in routing.get(k, ())]
-                              for k in ("triggers", "keywords")}
-            stored_routing["before"] = {"triggers": list(current.spec.triggers),
-                                        "keywords": list(current.spec.keywords)}
-            if stored_routing["triggers"] == stored_routing["before"]["triggers"] and \
-                    stored_routing["keywords"] == stored_routing["before"]["keywords"] and \
-                    proposed_content is None:
-                raise InvalidInput(f"The proposal is identical to {skill} v{current.version}.",
-                                   field="routing")
-        if proposed_content is None:
-            content = current.spec.content
-        elif content == current.spec.content and routing is None:
+        before = {"triggers": list(current.spec.triggers),
+                  "keywords": list(current.spec.keywords)}
+        content = current.spec.content if proposed_content is None else \
+            proposed_content.strip("\n") + "\n"
+        lists = before if routing is None else {
+            k: [str(t) for t in routing.get(k, ())] for k in ("triggers", "keywords")}
+        if content == current.spec.content and lists == before:
             raise InvalidInput(f"The proposal is identical to {skill} v{current.version}.",
-                               field="proposedContent")
+                               field="proposedContent" if routing is None else "routing")
+        stored_routing = None if routing is None else {**lists, "before": before}
         pending = pending_for(conn, current.id)
         if pending is not None:
             raise Conflict(f"Proposal #{pending} for {skill} is still pending: approve or "

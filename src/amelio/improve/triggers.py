@@ -30,8 +30,7 @@ from amelio.errors import InvalidInput
 from amelio.improve.proposals import Proposal, create_proposal
 from amelio.learned_router import TrainingData
 from amelio.projects import DEFAULT_PROJECT
-from amelio.router import BM25_STOPWORDS, Router, bm25_terms, router_embedder
-from amelio.skills.model import SkillSpec
+from amelio.router import BM25_STOPWORDS, Router, bm25_terms, skill_text, training_data
 from amelio.skills.store import visible_skills
 from amelio.text import BREAK, tokens
 from amelio.workspace import Workspace
@@ -91,11 +90,6 @@ def _words(text: str) -> tuple[set[str], set[str]]:
     return unigrams, pairs
 
 
-def _metadata_text(spec: SkillSpec) -> str:
-    return " ".join([spec.name.replace("-", " "), spec.description, *spec.triggers,
-                     *spec.keywords])
-
-
 def _mine(own: Sequence[str], background: Sequence[str], known: Iterable[str]
           ) -> list[TermEvidence]:
     seen = {" ".join(tokens(k)) for k in known}
@@ -132,17 +126,14 @@ def suggest_triggers(ws: Workspace, skill: str, *, project: str = DEFAULT_PROJEC
                      propose: bool = True) -> TriggerSuggestion:
     """Mine ``skill``'s examples (in ``project``) for triggers and keywords; with
     ``propose``, file them as a routing proposal when there is anything to add."""
-    from amelio import routing_examples
-
     visible = visible_skills(ws.engine, project)
     by_name = {s.name: s for s in visible}
     if skill not in by_name:
         from amelio.skills.store import get_skill
 
         get_skill(ws.engine, skill, project)  # raises the usual SkillNotFound
-    logged = routing_examples.examples_by_skill(ws.engine, project,
-                                                per_skill=ws.settings.router_max_examples)
-    examples = {s.name: [*s.spec.examples, *logged.get(s.name, ())] for s in visible}
+    data = training_data(ws, visible, project)  # what the router learns from, as it does
+    examples = {s.name: list(texts) for s, texts in zip(visible, data.examples, strict=True)}
     own = examples[skill]
     if len(own) < MIN_EXAMPLES:
         raise InvalidInput(
@@ -151,7 +142,7 @@ def suggest_triggers(ws: Workspace, skill: str, *, project: str = DEFAULT_PROJEC
             "passed) add examples, as do SKILL.md examples: and `amelio skills examples add`.",
             field="skill")
     background = [t for name, texts in examples.items() if name != skill for t in texts]
-    background += [_metadata_text(s.spec) for s in visible if s.name != skill]
+    background += [skill_text(s.spec) for s in visible if s.name != skill]
     spec = by_name[skill].spec
     terms = _mine(own, background, [*spec.triggers, *spec.keywords])
     new_triggers = [t for t in terms if t.kind == "trigger"][:max_triggers]
@@ -161,11 +152,10 @@ def suggest_triggers(ws: Workspace, skill: str, *, project: str = DEFAULT_PROJEC
     keywords = (*spec.keywords, *(t.term for t in new_keywords))
 
     # What the change is worth: the skill's examples routed on metadata alone.
-    embedder = router_embedder(ws.settings)
     specs = [s.spec for s in visible]
     proposed = [replace(s, triggers=triggers, keywords=keywords) if s.name == skill else s
                 for s in specs]
-    blank = TrainingData(examples=[], embedder=embedder, min_score=-math.inf)
+    blank = TrainingData(examples=[], embedder=data.embedder, min_score=-math.inf)
     before = Router(specs, "learned", data=blank)
     after = Router(proposed, "learned", data=blank)
     routed_before = sum(before.route(t, limit=1).names == (skill,) for t in own)

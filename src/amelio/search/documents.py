@@ -11,13 +11,13 @@ true`` (or ``"op": "delete"``) deletes its document; a known id is replaced.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from amelio.errors import InvalidInput
+from amelio.text import json_lines
 
 if TYPE_CHECKING:
     import numpy as np
@@ -86,14 +86,7 @@ def parse_line(record: object, where: str) -> Document | Deletion:
 def read_documents(path: Path) -> Iterator[Document | Deletion]:
     """The documents and deletions of a JSONL file, in order (errors name the line)."""
     with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path.name} line {number}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InvalidInput(f"{where}: not valid JSON ({exc.msg}).") from exc
+        for _number, where, record in json_lines(f, path.name):
             yield parse_line(record, where)
 
 

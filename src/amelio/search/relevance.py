@@ -4,7 +4,6 @@ ranking against them (``amelio simulate``, the quality benchmarks)."""
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -12,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amelio.errors import InvalidInput
+from amelio.text import json_lines
 
 __all__ = ["TOP", "Dataset", "load_dataset", "ndcg_at"]
 
@@ -47,11 +47,11 @@ def load_dataset(directory: Path) -> Dataset:
                 qrels[row[0]][row[1]] = int(row[2])
     queries: dict[str, str] = {}
     with queries_path.open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                record = json.loads(line)
-                if str(record["_id"]) in qrels:
-                    queries[str(record["_id"])] = record["text"]
+        for _number, where, record in json_lines(f, queries_path.name):
+            if not isinstance(record, dict):
+                raise InvalidInput(f"{where}: a query is a JSON object with _id and text.")
+            if str(record["_id"]) in qrels:
+                queries[str(record["_id"])] = record["text"]
     if not queries:
         raise InvalidInput(f"{directory}: no query has a positive judgment.")
     return Dataset(corpus, queries, dict(qrels))

@@ -64,6 +64,17 @@ MAX_EXAMPLES = 200
 MAX_EXAMPLE_CHARS = 1000
 
 
+def check_examples(value: Any, *, file: str) -> list[str]:
+    """SKILL.md ``examples:`` as stored: distinct non-blank strings, within bounds."""
+    examples = _string_list(value, file=file, field="examples")
+    if len(examples) > MAX_EXAMPLES:
+        raise SkillFileError(f"at most {MAX_EXAMPLES} examples", file=file, field="examples")
+    if any(len(e) > MAX_EXAMPLE_CHARS for e in examples):
+        raise SkillFileError(f"an example is at most {MAX_EXAMPLE_CHARS} characters",
+                             file=file, field="examples")
+    return list(examples)
+
+
 def _string_list(value: Any, *, file: str, field: str) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -190,14 +201,7 @@ def parse_skill_md(
                             field="keywords")
     extra = {k: v for k, v in meta.items() if k not in _KNOWN_KEYS}
     if "examples" in extra:
-        examples = _string_list(extra["examples"], file=source, field="examples")
-        if len(examples) > MAX_EXAMPLES:
-            raise SkillFileError(f"at most {MAX_EXAMPLES} examples", file=source,
-                                 field="examples")
-        if any(len(e) > MAX_EXAMPLE_CHARS for e in examples):
-            raise SkillFileError(f"an example is at most {MAX_EXAMPLE_CHARS} characters",
-                                 file=source, field="examples")
-        extra["examples"] = list(examples)
+        extra["examples"] = check_examples(extra["examples"], file=source)
     for key, value in extra.items():
         if not isinstance(key, str):
             raise SkillFileError(f"front matter keys must be strings, not {key!r}", file=source,

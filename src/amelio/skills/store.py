@@ -389,7 +389,7 @@ def update_skill(
         spec = replace(spec_from_row(row._mapping, name), **changes)
         if examples is not _UNSET:  # SKILL.md's examples: live in the front matter's extra
             extra = {k: v for k, v in spec.extra.items() if k != "examples"}
-            kept = list(dict.fromkeys(e.strip() for e in examples if e.strip()))
+            kept = files.check_examples(list(examples), file=f"skill {name}")
             spec = replace(spec, extra={**extra, "examples": kept} if kept else extra)
         pid = row.project_id
         if expected_version is not None and expected_version != row.version:
