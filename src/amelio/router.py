@@ -509,7 +509,9 @@ def training_data(ws: Workspace, skills: Sequence[Skill], project: str = DEFAULT
     logged = routing_examples.examples_by_skill(conn or ws.engine, project,
                                                 per_skill=ws.settings.router_max_examples)
     examples = [[*s.spec.examples, *logged.get(s.name, ())] for s in skills]
-    return TrainingData(examples=examples, embedder=router_embedder(ws.settings),
+    # With no skill there is nothing to compare with: the model is not worth loading.
+    embedder = router_embedder(ws.settings) if skills else None
+    return TrainingData(examples=examples, embedder=embedder,
                         min_score=ws.settings.router_min_score, previous=previous)
 
 
