@@ -386,5 +386,7 @@ def test_improve_sends_a_signed_webhook(ws: Workspace, monkeypatch: pytest.Monke
     sent = json.loads(body)
     assert sent["kind"] == "improve.report" and sent["payload"]["runId"] == report.run_id
     pid = report.proposals[0]["id"]
-    assert {"label": f"Approve #{pid} git-help", "action": "approve", "proposalId": pid,
-            "url": f"https://amelio.example/v1/proposals/{pid}/approve"} in sent["actions"]
+    # The link opens the proposal on the dashboard, where a signed-in admin decides: the
+    # API's approve route is a POST with an admin key, which no chat client can send.
+    assert {"label": f"Review #{pid} git-help", "action": "review", "proposalId": pid,
+            "url": f"https://amelio.example/proposals/{pid}"} in sent["actions"]

@@ -277,4 +277,4 @@ def test_plugin_notifiers_run_and_their_failures_are_recorded(receiver: Receiver
     ]
     assert sent == [NOTE]
     assert len(receiver.requests) == 1
-    assert set(notifier_types()) == {"webhook"}
+    assert set(notifier_types()) == {"webhook", "telegram"}

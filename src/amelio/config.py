@@ -130,6 +130,18 @@ class Settings(BaseSettings):
     public_url: str = Field(
         default="", description="The service's public address, for links in notifications."
     )
+    telegram_token: SecretStr = Field(
+        default=SecretStr(""), description="The bot's token from BotFather, for `amelio "
+        "telegram run` and the telegram notifier (empty: off)."
+    )
+    telegram_api_url: str = Field(
+        default="https://api.telegram.org", description="The Bot API server: requests go to "
+        "{url}/bot{token}/{method} (a local Bot API server, or a test server)."
+    )
+    telegram_allowed_chats: str = Field(
+        default="", description="Comma-separated chat ids that may use the bot (empty: any "
+        "chat that redeems an invite code)."
+    )
     sage_model: str = Field(default="", description="Model Sage writes with (empty: llm_model).")
     sage_max_skills: int = Field(default=5, ge=1, le=50,
                                  description="Most skills one Sage analysis rewrites.")
@@ -357,6 +369,20 @@ class Settings(BaseSettings):
         return self.workspace / DATA_DIR
 
     @property
+    def telegram_allowed_chat_ids(self) -> frozenset[int]:
+        """``telegram_allowed_chats`` as ids; a value that is not one is a clear error."""
+        ids = set()
+        for part in self.telegram_allowed_chats.split(","):
+            if part.strip():
+                try:
+                    ids.add(int(part.strip()))
+                except ValueError:
+                    raise ConfigError(
+                        f"AMELIO_TELEGRAM_ALLOWED_CHATS: {part.strip()!r} is not a chat id "
+                        "(integers, comma-separated).") from None
+        return frozenset(ids)
+
+    @property
     def effective_database_url(self) -> str:
         if self.database_url:
             return self.database_url
@@ -389,7 +415,8 @@ class Settings(BaseSettings):
                 value = _mask(value.get_secret_value())
             elif name == "database_url":
                 value = _mask_url(self.effective_database_url)
-            elif name in ("llm_base_url", "vespa_url", "notify_webhook_url") and value:
+            elif name in ("llm_base_url", "vespa_url", "notify_webhook_url",
+                          "telegram_api_url") and value:
                 value = _mask_url(value)
             yield SettingRow(name, env_name, str(value), source, field.description or "")
 

@@ -38,6 +38,7 @@ _BUILTIN_PLUGINS: dict[str, tuple[str, ...]] = {
     "amelio.llm.openai": ("register_llm_providers",),
     "amelio.llm.claude_cli": ("register_llm_providers",),
     "amelio.improve.notifiers": ("register_notifiers",),
+    "amelio.telegram.notifier": ("register_notifiers",),
     "amelio.search.engine": ("register_search_engines",),
 }
 

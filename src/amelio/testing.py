@@ -39,7 +39,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequenc
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 import httpx
 import uvicorn
@@ -52,14 +52,29 @@ __all__ = [
     "IMPORT_PROBE",
     "FakeLLMServer",
     "FakeRequest",
+    "FakeTelegramServer",
     "LiveServer",
     "Reply",
+    "ThreadedServer",
     "count_tokens",
     "import_time",
     "postgres_database",
     "read_fake_claude_calls",
     "write_fake_claude_cli",
 ]
+
+if TYPE_CHECKING:
+    from amelio.fake_telegram import FakeTelegramServer
+
+
+def __getattr__(name: str) -> Any:
+    """``FakeTelegramServer`` is imported from :mod:`amelio.fake_telegram` on first use,
+    so that importing this module stays as cheap as it was for tests that never use it."""
+    if name == "FakeTelegramServer":
+        from amelio.fake_telegram import FakeTelegramServer
+
+        return FakeTelegramServer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: A ``python -c`` script that runs ``amelio ARGS`` as ``python -m amelio`` does, for
 #: measuring start-up under ``python -X importtime`` (tests/test_cli_startup.py,
@@ -266,7 +281,80 @@ def _pieces(text: str) -> list[str]:
     return _PIECE.findall(text)
 
 
-class FakeLLMServer:
+class ThreadedServer:
+    """An ASGI ``app`` served by uvicorn in a background thread on a free loopback
+    port: what every fake server here shares. Use it as a context manager, or call
+    :meth:`start` and :meth:`stop`; :meth:`_wake` releases what waits on the server
+    (long polls, scripted hangs) as it stops."""
+
+    app: Any
+
+    def __init__(self) -> None:
+        self._stopping = threading.Event()
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._port = 0
+
+    @property
+    def url(self) -> str:
+        """The server's root, e.g. ``http://127.0.0.1:54321``."""
+        if not self._port:
+            raise RuntimeError(f"{type(self).__name__} is not running: call start() or use "
+                               "`with`.")
+        return f"http://127.0.0.1:{self._port}"
+
+    def start(self, timeout: float = 10.0) -> Self:
+        """Start serving on a free port; return once the port accepts connections."""
+        if self._thread is not None:
+            return self
+        self._stopping.clear()
+        # h11/asyncio/no websockets: no optional extras, no deprecation warnings;
+        # log_config=None: a test helper must not reconfigure the host's logging.
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=0, http="h11", ws="none", loop="asyncio",
+            lifespan="off", log_config=None, log_level="warning", access_log=False,
+            timeout_graceful_shutdown=2,
+        )
+        server = uvicorn.Server(config)
+        name = f"amelio-{type(self).__name__}"
+        thread = threading.Thread(target=server.run, name=name, daemon=True)
+        self._server, self._thread = server, thread
+        thread.start()
+        deadline = time.monotonic() + timeout
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{type(self).__name__} did not start (see the uvicorn "
+                                   "log above).")
+            time.sleep(0.005)
+        self._port = server.servers[0].sockets[0].getsockname()[1]
+        with socket.create_connection(("127.0.0.1", self._port), timeout=timeout):
+            pass
+        return self
+
+    def _wake(self) -> None:
+        """Release whatever waits on the server, so that it can stop at once."""
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server and join its thread; waiting responses are cut short."""
+        self._stopping.set()
+        self._wake()
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                raise RuntimeError(f"{type(self).__name__}'s thread did not stop in time.")
+        self._server, self._thread, self._port = None, None, 0
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+class FakeLLMServer(ThreadedServer):
     """A real HTTP server on 127.0.0.1 that speaks the Anthropic and OpenAI chat APIs.
 
     Answers come from ``replies`` in order, then from ``default``. ``api_key``, when
@@ -288,15 +376,12 @@ class FakeLLMServer:
         self.token_delay = token_delay
         self.api_key = api_key
         self.models = tuple(models)
+        super().__init__()
         self._lock = threading.Lock()
         self._replies: deque[Reply] = deque(replies)
         self._failures: deque[_Failure] = deque()
         self._hangs: deque[float] = deque()
         self._requests: list[FakeRequest] = []
-        self._stopping = threading.Event()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._port = 0
         self.app = Starlette(
             routes=[
                 Route("/v1/messages", self._anthropic_messages, methods=["POST"]),
@@ -353,13 +438,6 @@ class FakeLLMServer:
     # -- addresses -------------------------------------------------------------
 
     @property
-    def url(self) -> str:
-        """The server's root, e.g. ``http://127.0.0.1:54321``."""
-        if not self._port:
-            raise RuntimeError("FakeLLMServer is not running: call start() or use `with`.")
-        return f"http://127.0.0.1:{self._port}"
-
-    @property
     def anthropic_base_url(self) -> str:
         """``base_url`` for ``anthropic.Anthropic``: the root, as that SDK adds ``/v1``."""
         return self.url
@@ -368,52 +446,6 @@ class FakeLLMServer:
     def openai_base_url(self) -> str:
         """``base_url`` for ``openai.OpenAI``: the root plus ``/v1``, which that SDK expects."""
         return f"{self.url}/v1"
-
-    # -- lifecycle -------------------------------------------------------------
-
-    def start(self, timeout: float = 10.0) -> Self:
-        """Start serving on a free port; return once the port accepts connections."""
-        if self._thread is not None:
-            return self
-        self._stopping.clear()
-        # h11/asyncio/no websockets: no optional extras, no deprecation warnings;
-        # log_config=None: a test helper must not reconfigure the host's logging.
-        config = uvicorn.Config(
-            self.app, host="127.0.0.1", port=0, http="h11", ws="none", loop="asyncio",
-            lifespan="off", log_config=None, log_level="warning", access_log=False,
-            timeout_graceful_shutdown=2,
-        )
-        server = uvicorn.Server(config)
-        thread = threading.Thread(target=server.run, name="amelio-fake-llm", daemon=True)
-        self._server, self._thread = server, thread
-        thread.start()
-        deadline = time.monotonic() + timeout
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("FakeLLMServer did not start (see the uvicorn log above).")
-            time.sleep(0.005)
-        self._port = server.servers[0].sockets[0].getsockname()[1]
-        with socket.create_connection(("127.0.0.1", self._port), timeout=timeout):
-            pass
-        return self
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop the server and join its thread; hung responses are cut short."""
-        self._stopping.set()
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                raise RuntimeError("FakeLLMServer's thread did not stop in time.")
-        self._server, self._thread, self._port = None, None, 0
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
 
     @contextmanager
     def lockstep(self, held: Callable[[], int], *, give_up: float = 10.0
@@ -794,14 +826,15 @@ class LiveServer:
     """Any ASGI app (say ``amelio.server.create_app(ws)``) on a real loopback port,
     for end-to-end tests over real HTTP: ``with LiveServer(app) as base_url: ...``."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, *, lifespan: Literal["on", "off"] = "off") -> None:
         self.app = app
+        self.lifespan = lifespan
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> str:
         config = uvicorn.Config(self.app, host="127.0.0.1", port=0, http="h11", ws="none",
-                                loop="asyncio", lifespan="off", log_config=None,
+                                loop="asyncio", lifespan=self.lifespan, log_config=None,
                                 log_level="warning", access_log=False)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="amelio-live",

@@ -76,6 +76,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("search", "Simulated users click on search results; report NDCG@10 and "
                            "CTR@3 per profile."),
     "skills": ("skills", "Import, list, show, export and sync skills."),
+    "telegram": ("telegram", "The Telegram bot: chat with the assistant, vote, fix, approve "
+                             "proposals."),
     "vespa": ("vespa", "Search at scale on Vespa (see docs/scale.md)."),
     "watch": ("knowledge", "Keep a notebook in sync with DIRECTORY's .md, .txt and .html "
                            "files (Ctrl-C stops)."),

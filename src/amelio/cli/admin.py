@@ -202,27 +202,41 @@ def keys_revoke(ctx: click.Context, key_id: int) -> None:
 # -- serve, demo ------------------------------------------------------------------------
 
 
-def _serve(ws: Workspace, host: str | None, port: int | None, workers: int = 1,
-           log_format: str = "text") -> None:
-    import uvicorn
-
-    from amelio.identity import secret_key
+def _logging_options(log_format: str) -> dict[str, Any]:
     from amelio.logs import uvicorn_log_config
 
     log_config = uvicorn_log_config(log_format)
-    logging_options: dict[str, Any] = {"log_level": "info"} if log_config is None else {
+    return {"log_level": "info"} if log_config is None else {
         "log_level": "info", "log_config": log_config}
+
+
+def _serve_app(ws: Workspace, app: Any, host: str | None, port: int | None,
+               log_format: str = "text") -> None:
+    """Serve ``app`` (the service, maybe with more routes) in this process."""
+    import uvicorn
 
     host = host or ws.settings.host
     port = port or ws.settings.port
-    processes = f", {workers} worker processes" if workers > 1 else ""
     click.echo(f"Amelio {amelio.__version__} serving {ws.root} at http://{host}:{port}/ "
-               f"(API docs: http://{host}:{port}/docs{processes})")
+               f"(API docs: http://{host}:{port}/docs)")
+    uvicorn.run(app, host=host, port=port, **_logging_options(log_format))
+
+
+def _serve(ws: Workspace, host: str | None, port: int | None, workers: int = 1,
+           log_format: str = "text") -> None:
     if workers == 1:
         from amelio.server import create_app
 
-        uvicorn.run(create_app(ws), host=host, port=port, **logging_options)
+        _serve_app(ws, create_app(ws), host, port, log_format)
         return
+    import uvicorn
+
+    from amelio.identity import secret_key
+
+    host = host or ws.settings.host
+    port = port or ws.settings.port
+    click.echo(f"Amelio {amelio.__version__} serving {ws.root} at http://{host}:{port}/ "
+               f"(API docs: http://{host}:{port}/docs, {workers} worker processes)")
     # uvicorn starts each worker as a fresh process from an import string, so the
     # workers build their own app from the environment: the same workspace, the same
     # AMELIO_* settings. The generated secret is written once here, before they start,
@@ -232,7 +246,7 @@ def _serve(ws: Workspace, host: str | None, port: int | None, workers: int = 1,
     secret_key(ws.settings)
     os.environ["AMELIO_WORKSPACE"] = str(ws.root)
     uvicorn.run("amelio.server:app_from_env", factory=True, host=host, port=port,
-                workers=workers, http=NoDelayH11Protocol, **logging_options)
+                workers=workers, http=NoDelayH11Protocol, **_logging_options(log_format))
 
 
 @main.command()

@@ -645,3 +645,47 @@ search_state = sa.Table(
     sa.Column("updated_ms", sa.BigInteger, nullable=False),
     sa.CheckConstraint("id = 1", name="single_row"),
 )
+
+# -- Telegram: one-time invite codes, and the chats they linked -----------------------
+# A code is stored as its SHA-256 only (like an API key): the database never holds a
+# usable code. ``used_at`` is set once, by the UPDATE that redeems it, so two chats
+# racing for one code cannot both win.
+telegram_invites = sa.Table(
+    "telegram_invites",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("code_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column(
+        "project_id", sa.Integer, sa.ForeignKey("projects.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("role", sa.String(20), nullable=False),
+    sa.Column("created_by", sa.String(200), nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("expires_at", Timestamp, nullable=False),
+    sa.Column("used_at", Timestamp, nullable=True),
+    sa.Column("used_by_chat", sa.BigInteger, nullable=True),
+    sa.CheckConstraint("role IN ('user', 'admin')", name="role"),
+)
+
+# A chat is linked to one project with one role; linking it again (a new code)
+# replaces the link. Telegram chat ids go beyond 32 bits (groups are -100…).
+telegram_chats = sa.Table(
+    "telegram_chats",
+    metadata,
+    sa.Column("chat_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column(
+        "project_id", sa.Integer, sa.ForeignKey("projects.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("role", sa.String(20), nullable=False),
+    sa.Column("title", sa.String(200), nullable=True),
+    sa.Column("linked_by", sa.String(200), nullable=True),
+    sa.Column("linked_at", Timestamp, nullable=False),
+    sa.Column(
+        "invite_id", sa.Integer, sa.ForeignKey("telegram_invites.id", ondelete="SET NULL"),
+        nullable=True,
+    ),
+    sa.Index("ix_telegram_chats_project_role", "project_id", "role"),
+    sa.CheckConstraint("role IN ('user', 'admin')", name="role"),
+)

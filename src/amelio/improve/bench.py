@@ -36,6 +36,7 @@ from amelio import db
 from amelio.assistant import answer_with
 from amelio.db.schema import benchmark_runs, benchmark_scenarios, interactions, projects, utcnow
 from amelio.errors import AmelioError, InvalidInput, LLMError
+from amelio.improve.notifiers import Notification, notify_all
 from amelio.improve.proposals import get_proposal
 from amelio.improve.stats import bootstrap_mean_ci, min_scenarios, wilcoxon_signed_rank
 from amelio.llm import Completion, LLMRequest, Provider, get_provider
@@ -214,9 +215,11 @@ def _with_model(ws: Workspace, model: str) -> Any:
 def run_benchmark(
     ws: Workspace, proposal_id: int, *, scenarios: str | int | None = None,
     swap: bool | None = None, seed: int | None = None, provider: Provider | None = None,
-    judge: Provider | None = None,
+    judge: Provider | None = None, notify: bool = True,
 ) -> BenchmarkReport:
-    """Benchmark a proposal's new content against the content it would replace."""
+    """Benchmark a proposal's new content against the content it would replace; the
+    notifiers hear the verdict (``benchmark.report``) unless ``notify`` is False
+    (a caller that reports the run itself)."""
     settings = ws.settings
     proposal = get_proposal(ws, proposal_id)
     if proposal.scope == "new":
@@ -246,7 +249,28 @@ def run_benchmark(
             conn.execute(benchmark_runs.update().where(benchmark_runs.c.id == run_id).values(
                 status="error", error=exc.message, finished_at=utcnow()))
         raise
+    if notify:
+        notify_all(settings, benchmark_notification(ws, proposal, report))
     return report
+
+
+def benchmark_notification(ws: Workspace, proposal: Any, report: BenchmarkReport
+                           ) -> Notification:
+    """What the notifiers receive when a benchmark finishes: the verdict, and the
+    proposal to review (a chat notifier shows its card with the new badge)."""
+    from amelio.improve.nightly import proposal_actions
+
+    gain = (f" ({report.improvement_pct:+.1f} %)" if report.improvement_pct is not None
+            else "")
+    title = f"Benchmark of proposal #{proposal.id} ({proposal.skill}): {report.verdict}{gain}"
+    count, needed = report.summary.get("scenarioCount", 0), report.summary.get("minScenarios", 0)
+    note = (f"\n\nNot significant with {count} scenarios: run at least {needed}."
+            if count < needed else "")
+    return Notification(
+        kind="benchmark.report", title=title, text=title + note,
+        payload={"project": proposal.project, "skill": proposal.skill,
+                 **{k: v for k, v in report.to_dict().items() if k != "scenarios"}},
+        actions=proposal_actions(ws, [{"id": proposal.id, "skill": proposal.skill}]))
 
 
 def _run(ws: Workspace, run_id: int, proposal: Any, skill: Any, plan: ScenarioPlan,

@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -165,7 +165,8 @@ def run_improve(ws: Workspace, *, projects: Sequence[str] | None = None, dry_run
         assert result.inserted_primary_key is not None
         report.run_id = int(result.inserted_primary_key[0])
     if notify:
-        report.deliveries = [d.__dict__ for d in notify_all(ws.settings, _notification(ws, report))]
+        report.deliveries = [d.to_dict() for d in
+                             notify_all(ws.settings, improve_notification(ws, report))]
     stem = ws.root / "reports" / f"improve-{report.started_at.replace(':', '')}"
     _atomic_write(stem.with_suffix(".json"), json.dumps(report.to_dict(), indent=2,
                                                          ensure_ascii=False) + "\n")
@@ -177,19 +178,25 @@ def run_improve(ws: Workspace, *, projects: Sequence[str] | None = None, dry_run
     return report
 
 
-def _notification(ws: Workspace, report: ImproveReport) -> Notification:
+def proposal_actions(ws: Workspace, proposals: Sequence[Mapping[str, Any]]
+                     ) -> tuple[NotificationAction, ...]:
+    """One "review" action per proposal. Its link opens the proposal on the dashboard,
+    where a signed-in admin decides: the API's approve and reject routes need an
+    admin key in a POST, which no chat client can send from a link."""
     base = ws.settings.public_url.rstrip("/")
-    actions = []
-    for p in report.proposals:
-        for action in ("approve", "reject"):
-            url = f"{base}/v1/proposals/{p['id']}/{action}" if base else None
-            actions.append(NotificationAction(label=f"{action.title()} #{p['id']} {p['skill']}",
-                                              url=url, proposal_id=p["id"], action=action))
+    return tuple(NotificationAction(label=f"Review #{p['id']} {p['skill']}",
+                                    url=f"{base}/proposals/{p['id']}" if base else None,
+                                    proposal_id=p["id"], action="review")
+                 for p in proposals if p.get("id") is not None)
+
+
+def improve_notification(ws: Workspace, report: ImproveReport) -> Notification:
+    """What the notifiers receive after an improve run (``improve.report``)."""
     count = len(report.proposals)
     return Notification(kind="improve.report",
                         title=f"Amelio improve: {count} new proposal{'s' * (count != 1)}",
                         text=report.markdown(), payload=report.to_dict(),
-                        actions=tuple(actions))
+                        actions=proposal_actions(ws, report.proposals))
 
 
 def last_report(ws: Workspace) -> dict[str, Any] | None:

@@ -25,7 +25,14 @@ import sqlalchemy as sa
 from amelio.db.schema import benchmark_runs, benchmark_scenarios, proposals
 from amelio.errors import AmelioError, InvalidInput
 from amelio.improve.bench import run_benchmark
-from amelio.improve.nightly import Drafted, Proposer, run_improve
+from amelio.improve.nightly import (
+    Drafted,
+    Proposer,
+    improve_notification,
+    proposal_actions,
+    run_improve,
+)
+from amelio.improve.notifiers import Notification, notify_all
 from amelio.improve.proposals import create_proposal, pending_for
 from amelio.learnings import list_learnings
 from amelio.llm import LLMRequest, Provider, get_provider
@@ -228,14 +235,31 @@ def analyze(ws: Workspace, *, project: str = DEFAULT_PROJECT, skills: Sequence[s
             on_proposal(proposal.id)
         elif benchmark:
             try:
-                report = run_benchmark(ws, proposal.id, provider=provider)
+                report = run_benchmark(ws, proposal.id, provider=provider, notify=False)
                 verdict = {"runId": report.run_id, "verdict": report.verdict,
                            "improvementPct": report.improvement_pct}
             except AmelioError as exc:
                 verdict = {"error": exc.message}
         results.append(SageResult(name, project, "proposed", draft.rationale, proposal.id,
                                   verdict))
+    proposed = [r for r in results if r.proposal_id is not None]
+    if proposed:
+        notify_all(ws.settings, sage_notification(ws, project, proposed))
     return results
+
+
+def sage_notification(ws: Workspace, project: str, results: Sequence[SageResult]
+                      ) -> Notification:
+    """What the notifiers receive after a Sage analysis that proposed something."""
+    lines = [f"- #{r.proposal_id} {r.skill}: {r.reason}"
+             + (f" (benchmark: {r.benchmark.get('verdict') or r.benchmark.get('error')})"
+                if r.benchmark else "") for r in results]
+    count = len(results)
+    return Notification(
+        kind="sage.report", title=f"Sage: {count} new proposal{'s' * (count != 1)} in {project}",
+        text="\n".join(lines), payload={"project": project,
+                                        "results": [r.to_dict() for r in results]},
+        actions=proposal_actions(ws, [{"id": r.proposal_id, "skill": r.skill} for r in results]))
 
 
 def improve_with_sage(ws: Workspace, *, projects: Sequence[str] | None = None,
@@ -244,15 +268,20 @@ def improve_with_sage(ws: Workspace, *, projects: Sequence[str] | None = None,
     """``amelio improve --sage``: the nightly loop with Sage writing the proposals,
     each then benchmarked."""
     provider = provider or _sage_provider(ws)
+    # The notifiers hear of the run once its benchmarks are done, so that each
+    # proposal arrives with its verdict rather than before it.
     report = run_improve(ws, projects=projects, dry_run=dry_run, proposer=sage_proposer(provider),
-                         mode="sage", notify=notify)
+                         mode="sage", notify=False)
     for made in report.proposals:
         if made.get("id") is None:
             continue
         try:
-            bench = run_benchmark(ws, made["id"], provider=provider)
+            bench = run_benchmark(ws, made["id"], provider=provider, notify=False)
             made["benchmark"] = {"verdict": bench.verdict, "improvementPct":
                                  bench.improvement_pct}
         except AmelioError as exc:
             made["benchmark"] = {"error": exc.message}
+    if notify and not dry_run:
+        report.deliveries = [d.to_dict() for d in
+                             notify_all(ws.settings, improve_notification(ws, report))]
     return report

@@ -255,6 +255,18 @@ def _proposal_path(ws: Workspace, proposal_id: int) -> str:
     return f"/skills/{quote(p.skill)}?project={quote(p.project)}&tab=prs"
 
 
+@router.get("/proposals/{proposal_id}")
+def proposal_page(request: Request, proposal_id: Id) -> Response:
+    """Where a notification's link lands: the page that shows the proposal, with its
+    Approve and Reject buttons (after signing in, for a visitor who is not)."""
+    _require(request)  # signed in before anything about the proposal is said
+    ws = _ws(request)
+    proposal = props.get_proposal(ws, proposal_id)
+    _require(request, project=proposal.project)
+    return RedirectResponse(f"{_proposal_path(ws, proposal_id)}#proposal-{proposal_id}",
+                            status_code=303)
+
+
 @router.post("/proposals/{proposal_id}/{action}")
 def proposal_action(request: Request, proposal_id: Id, action: str, tasks: BackgroundTasks,
                     csrf: Annotated[str, Form()] = "", reason: Annotated[str, Form()] = ""

@@ -1,0 +1,2 @@
+"""The Telegram front door: the bot (`amelio telegram run`), chat links and invites, and the
+admin notifier."""

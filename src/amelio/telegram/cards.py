@@ -1,0 +1,208 @@
+"""Proposal cards in admin chats: what a proposal changes, and the buttons to decide.
+
+A card shows the skill, the rationale, a diff summary and the benchmark badge, with
+Approve, Reject, Diff and Run benchmark. The buttons call the library functions the
+API calls (:func:`~amelio.improve.proposals.approve_proposal`, …), with the Telegram
+user as the decision's author; a proposal already decided or gone stale answers
+with the same reason as the API's 409, in the chat. Two admins pressing Approve at
+once get one winner: the proposals module decides under a row lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from typing import TYPE_CHECKING, Any
+
+from telegram import (
+    Bot,
+    ForceReply,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    Update,
+)
+from telegram.constants import ParseMode
+from telegram.error import TelegramError
+
+from amelio.errors import AmelioError, Conflict
+from amelio.improve.bench import latest_verdict, run_benchmark
+from amelio.improve.proposals import (
+    Proposal,
+    approve_proposal,
+    get_proposal,
+    reject_proposal,
+)
+from amelio.telegram import links
+from amelio.telegram.client import author, call
+from amelio.telegram.render import escape, render_parts
+from amelio.workspace import Workspace
+
+if TYPE_CHECKING:
+    from amelio.telegram.bot import TelegramBot
+
+log = logging.getLogger(__name__)
+
+__all__ = ["badge", "card_buttons", "card_text", "on_proposal_button", "reject", "send_card"]
+
+#: Rationale shown on a card; the whole text is one Diff press away.
+MAX_RATIONALE = 600
+
+
+def badge(verdict: dict[str, Any] | None) -> str:
+    """The benchmark badge as plain text: the verdict and the gain, or "not run"."""
+    if not verdict:
+        return "not run"
+    mark = {"PASSED": "✅", "FAILED": "❌", "TIE": "➖"}.get(str(verdict["verdict"]), "•")
+    gain = verdict.get("improvementPct")
+    return f"{mark} {verdict['verdict']}" + (f" ({gain:+.1f} %)" if gain is not None else "")
+
+
+def _diff_summary(proposal: Proposal) -> str:
+    added = removed = 0
+    for line in proposal.diff().splitlines():
+        if line.startswith("+") and not line.startswith("+++"):
+            added += 1
+        elif line.startswith("-") and not line.startswith("---"):
+            removed += 1
+    kind = {"new": "new skill", "global": "global skill", "project": "project skill"}
+    what = "triggers and keywords" if proposal.routing is not None else kind.get(
+        proposal.scope, proposal.scope)
+    return f"{what}: +{added} −{removed} lines"
+
+
+def card_text(proposal: Proposal, verdict: dict[str, Any] | None) -> str:
+    """The card in MarkdownV2 (every value escaped: a skill or rationale can hold
+    any character)."""
+    rationale = " ".join(proposal.rationale.split())
+    if len(rationale) > MAX_RATIONALE:
+        rationale = rationale[:MAX_RATIONALE - 1] + "…"
+    lines = [
+        f"*Proposal \\#{proposal.id}* · skill *{escape(proposal.skill)}* · "
+        f"project {escape(proposal.project)}",
+        f"Rationale: {escape(rationale) or '—'}",
+        f"Diff: {escape(_diff_summary(proposal))}",
+        f"Benchmark: {escape(badge(verdict))}",
+        f"Proposed by {escape(proposal.proposed_by)}",
+    ]
+    if proposal.status != "pending":
+        by = f" by {proposal.decided_by}" if proposal.decided_by else ""
+        version = f" → v{proposal.result_version}" if proposal.result_version else ""
+        lines.append(f"*{escape(proposal.status.capitalize() + by + version)}*")
+    return "\n".join(lines)
+
+
+def card_buttons(proposal: Proposal) -> InlineKeyboardMarkup | None:
+    """Approve / Reject / Diff / Run benchmark while pending; only Diff after."""
+    diff = InlineKeyboardButton("Diff", callback_data=f"p:diff:{proposal.id}")
+    if proposal.status != "pending":
+        return InlineKeyboardMarkup([[diff]])
+    rows = [[InlineKeyboardButton("✅ Approve", callback_data=f"p:approve:{proposal.id}"),
+             InlineKeyboardButton("✖️ Reject", callback_data=f"p:reject:{proposal.id}")],
+            [diff]]
+    if proposal.scope != "new":  # a new skill has no old version to benchmark against
+        rows[1].append(InlineKeyboardButton("Run benchmark",
+                                            callback_data=f"p:bench:{proposal.id}"))
+    return InlineKeyboardMarkup(rows)
+
+
+def _card(ws: Workspace, proposal_id: int) -> tuple[Proposal, dict[str, Any] | None]:
+    return get_proposal(ws, proposal_id), latest_verdict(ws, proposal_id)
+
+
+async def send_card(bot: Bot, chat_id: int, proposal: Proposal,
+                    verdict: dict[str, Any] | None) -> None:
+    await call(lambda: bot.send_message(chat_id, card_text(proposal, verdict),
+                                         parse_mode=ParseMode.MARKDOWN_V2,
+                                         reply_markup=card_buttons(proposal)))
+
+
+async def _refresh(update: Update, proposal: Proposal, verdict: dict[str, Any] | None) -> None:
+    """Show the decision on the card that was pressed (if it is still there)."""
+    query = update.callback_query
+    if query is None or query.message is None:
+        return
+    try:
+        await call(lambda: query.edit_message_text(
+            card_text(proposal, verdict), parse_mode=ParseMode.MARKDOWN_V2,
+            reply_markup=card_buttons(proposal)))
+    except TelegramError as exc:  # cosmetic: "not modified", a deleted message
+        log.debug("telegram: card not refreshed: %s", exc)
+
+
+async def on_proposal_button(owner: TelegramBot, update: Update, link: links.ChatLink,
+                             action: str, proposal_id: int) -> None:
+    query = update.callback_query
+    assert query is not None
+    ws = owner.ws
+    try:
+        proposal = await asyncio.to_thread(get_proposal, ws, proposal_id)
+    except AmelioError as exc:
+        refused = exc.message[:200]
+        await call(lambda: query.answer(refused, show_alert=True))
+        return
+    if proposal.project != link.project:
+        await call(lambda: query.answer("That proposal is not in this chat's project.",
+                                        show_alert=True))
+        return
+    bot = update.get_bot()
+    chat_id = link.chat_id
+    if action == "approve":
+        try:
+            done = await asyncio.to_thread(approve_proposal, ws, proposal_id,
+                                           actor=author(query))
+        except Conflict as exc:
+            said = f"#{proposal_id}: {exc.message}"
+            await call(lambda: query.answer("Not approved: see the chat."))
+            await call(lambda: bot.send_message(chat_id, said))
+            await _refresh(update, *await asyncio.to_thread(_card, ws, proposal_id))
+            return
+        await call(lambda: query.answer(f"Approved: {done.skill} v{done.result_version}"))
+        await _refresh(update, done, await asyncio.to_thread(latest_verdict, ws, proposal_id))
+    elif action == "reject":
+        if proposal.status != "pending":
+            await call(lambda: query.answer(
+                f"Proposal #{proposal_id} is already {proposal.status}.", show_alert=True))
+            return
+        await call(lambda: query.answer())
+        await call(lambda: bot.send_message(
+            chat_id, f"Reject #{proposal_id} ({proposal.skill}): why? Reply to this message "
+                     "with the reason, or reply /skip to reject without one.",
+            reply_markup=ForceReply(selective=True, input_field_placeholder="The reason")))
+    elif action == "diff":
+        await call(lambda: query.answer())
+        diff = proposal.diff() or "(no change)"
+        # A skill's own code fences are in its diff: the block's fence must be longer.
+        fence = "`" * max(3, max((len(run) for run in re.findall(r"`+", diff)), default=0) + 1)
+        for part in render_parts(f"{fence}diff\n{diff}\n{fence}"):
+            await call(lambda part=part: bot.send_message(  # type: ignore[misc]
+                chat_id, part, parse_mode=ParseMode.MARKDOWN_V2))
+    elif action == "bench":
+        await call(lambda: query.answer("Benchmark started: the verdict arrives here."))
+        try:
+            # run_benchmark tells the notifiers, so the new card arrives by that path.
+            await asyncio.to_thread(run_benchmark, ws, proposal_id, provider=owner.provider)
+        except AmelioError as exc:
+            failed = f"Benchmark of #{proposal_id}: {exc.message}"
+            await call(lambda: bot.send_message(chat_id, failed))
+    else:
+        await call(lambda: query.answer("This button is not one of mine."))
+
+
+async def reject(owner: TelegramBot, update: Update, link: links.ChatLink, proposal_id: int,
+                 reason: str | None, author: str) -> None:
+    """Reject with the reason an admin replied (or none, for /skip)."""
+    ws = owner.ws
+    bot = update.get_bot()
+    try:
+        proposal = await asyncio.to_thread(get_proposal, ws, proposal_id)
+        if proposal.project != link.project:
+            raise Conflict("That proposal is not in this chat's project.")
+        done = await asyncio.to_thread(reject_proposal, ws, proposal_id, actor=author,
+                                       reason=(reason or "").strip() or None)
+    except AmelioError as exc:
+        refused = f"#{proposal_id}: {exc.message}"
+        await call(lambda: bot.send_message(link.chat_id, refused))
+        return
+    why = f": {done.decision_reason}" if done.decision_reason else ""
+    await call(lambda: bot.send_message(link.chat_id, f"Rejected #{proposal_id}{why}"))
