@@ -5,6 +5,7 @@ real bot, against a local fake of the Bot API that speaks its HTTP protocol
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -139,7 +140,11 @@ def test_invite_checks_its_input(ws: Workspace) -> None:
 
 def test_an_answer_has_footnotes_and_buttons_and_a_fix_becomes_a_learning(
         ws: Workspace, server: FakeTelegramServer) -> None:
-    provider = ScriptedProvider([FORCE], default=SAFE)
+    def slow_force(request: LLMRequest) -> str:
+        time.sleep(0.5)  # long enough for "typing…" to show
+        return FORCE
+
+    provider = ScriptedProvider([slow_force], default=SAFE)
     with BotThread(ws, provider=provider):
         link(server, ws, USER_CHAT)
         sent = len(server.messages_to(USER_CHAT))

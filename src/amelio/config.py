@@ -128,7 +128,8 @@ class Settings(BaseSettings):
         "X-Amelio-Signature header."
     )
     public_url: str = Field(
-        default="", description="The service's public address, for links in notifications."
+        default="", description="The service's public address, for the links in "
+        "notifications (a proposal's opens /proposals/{id} on the dashboard)."
     )
     telegram_token: SecretStr = Field(
         default=SecretStr(""), description="The bot's token from BotFather, for `amelio "

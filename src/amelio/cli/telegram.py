@@ -48,10 +48,13 @@ def telegram_run(ctx: click.Context, webhook_url: str | None, host: str | None,
         _serve_app(ws, app, host, port, ctx.obj.get("log_format", "text"))
         return
 
+    from amelio.assistant import warm_up
     from amelio.telegram.bot import build_bot, run_polling
 
     _, application = build_bot(ws)
     api = settings.telegram_api_url
+    if settings.warm_up:  # the first person to write should not wait for it
+        click.echo(f"Warmed up in {warm_up(ws):.1f} s.")
 
     async def polling() -> None:
         stop = asyncio.Event()

@@ -82,7 +82,10 @@ log = logging.getLogger(__name__)
 #: Only these updates are asked for: the rest (edits, reactions, member changes)
 #: would cost a round trip each for nothing.
 ALLOWED_UPDATES = ["message", "callback_query"]
-#: Telegram shows "typing…" for 5 s after a chat action; renewed a little before.
+#: "typing…" is sent only for an answer not ready within this many seconds: an
+#: instant answer needs none, and each chat action counts against Telegram's flood
+#: limits like a message. Telegram shows it for 5 s; it is renewed a little before.
+TYPING_AFTER = 0.2
 TYPING_EVERY = 4.5
 
 #: Footnotes shown under an answer; more are counted (each is one line, under 200
@@ -283,29 +286,40 @@ class TelegramBot:
 
     async def on_message(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         message = update.effective_message
-        if message is None or not message.text:
-            return
-        link = await self._link(update)
-        if link is None:
+        chat = update.effective_chat
+        if message is None or not message.text or chat is None:
             return
         asked = self._question(update, message)
-        if asked:
+        if asked and (_FIX.search(asked) or _REJECT.search(asked)):
+            link = await self._link(update)
+            if link is None:
+                return
             if fix := _FIX.search(asked):
                 await self._fixit(update, link, int(fix.group(1)), message.text)
-                return
-            if reject := _REJECT.search(asked):
+            elif reject := _REJECT.search(asked):
                 await self._reject(update, link, int(reject.group(1)), message.text, message)
-                return
-        await self._answer(update, link, message.text)
+            return
+        allowed = self.ws.settings.telegram_allowed_chat_ids
+        if allowed and chat.id not in allowed:
+            await self._tell(update, NOT_ALLOWED)
+            return
+        await self._answer(update, chat.id, message.text)
 
-    async def _answer(self, update: Update, link: links.ChatLink, text: str) -> None:
-        chat_id = update.effective_chat.id if update.effective_chat else 0
+    def _respond_if_linked(self, chat_id: int, text: str, user: str | None
+                           ) -> Reply | None:
+        """The chat's link and the answer, in one trip to a worker thread (the common
+        case, so its cost is the bot's per-message overhead); None when unlinked."""
+        link = links.get_link(self.ws, chat_id)
+        if link is None:
+            return None
+        return respond(self.ws, text, project=link.project, user=user, provider=self.provider)
+
+    async def _answer(self, update: Update, chat_id: int, text: str) -> None:
         bot = self._bot(update)
         typing = asyncio.create_task(self._typing(bot, chat_id))
         try:
-            reply: Reply = await asyncio.to_thread(
-                respond, self.ws, text, project=link.project, user=user_ref(update),
-                provider=self.provider)
+            reply = await asyncio.to_thread(self._respond_if_linked, chat_id, text,
+                                            user_ref(update))
         except LLMError as exc:
             log.warning("telegram: the LLM failed for chat %s: %s", chat_id, exc.message)
             await self._tell(update, LLM_DOWN)
@@ -317,11 +331,16 @@ class TelegramBot:
             typing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await typing
+        if reply is None:
+            await self._tell(update, UNLINKED)
+            return
         await self._send_answer(bot, chat_id, reply)
 
     @staticmethod
     async def _typing(bot: Bot, chat_id: int) -> None:
-        """"typing…" until cancelled: the LLM may take longer than one action lasts."""
+        """"typing…" until cancelled, once the answer is late: the LLM may take longer
+        than one action lasts."""
+        await asyncio.sleep(TYPING_AFTER)
         while True:
             try:
                 await bot.send_chat_action(chat_id, ChatAction.TYPING)

@@ -159,10 +159,16 @@ def _link(row: sa.Row[tuple[object, ...]]) -> ChatLink:
                     m["linked_by"], _aware(m["linked_at"]))
 
 
+#: Built once: every update the bot receives asks it (SQLAlchemy caches its compiled
+#: form, so only the parameter changes).
+_BY_CHAT = _links().where(telegram_chats.c.chat_id == sa.bindparam("chat_id"))
+
+
 def get_link(ws: Workspace, chat_id: int) -> ChatLink | None:
-    """The link of ``chat_id``, or None: asked for every update the bot receives."""
+    """The link of ``chat_id``, or None. Read from the database on every update, not
+    cached: an unlink takes effect on the next message, in every process."""
     with db.reading(ws.engine) as conn:
-        row = conn.execute(_links().where(telegram_chats.c.chat_id == chat_id)).first()
+        row = conn.execute(_BY_CHAT, {"chat_id": chat_id}).first()
     return _link(row) if row is not None else None
 
 

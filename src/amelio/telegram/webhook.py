@@ -12,6 +12,7 @@ before it sends the chat's next update, and the LLM may take seconds.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -24,6 +25,7 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 from telegram import Update
 
+from amelio.assistant import warm_up
 from amelio.errors import ConfigError
 from amelio.llm.base import Provider
 from amelio.telegram.bot import ALLOWED_UPDATES, build_bot, check_token
@@ -60,6 +62,8 @@ def webhook_router(ws: Workspace, url: str, *, provider: Provider | None = None,
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await check_token(application, ws.settings.telegram_api_url)
+        if ws.settings.warm_up:  # as the service's own lifespan does for /v1/chat
+            await asyncio.to_thread(warm_up, ws)
         if register:
             await call(lambda: application.bot.set_webhook(
                 url, secret_token=secret, allowed_updates=ALLOWED_UPDATES))
