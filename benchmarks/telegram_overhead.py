@@ -39,6 +39,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from benchlib import Clock, percentile, target
+from respond_overhead import MESSAGES
 
 from amelio import skills
 from amelio.assistant import respond
@@ -51,14 +52,6 @@ from amelio.workspace import init_workspace
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "123456:BENCH-token"
 CHAT = 4242
-MESSAGES = [
-    "please review this pull request before I merge it",
-    "git push rejected after rebase, what now",
-    "deploy the api to production tonight",
-    "the server is slow: audit disk, RAM and CPU",
-    "draft release notes for version 2.4.0",
-    "what is the capital of Australia",
-]
 ANSWER = ("Run `git pull --rebase`, then `git push --force-with-lease`. Rollback: redeploy "
           "the previous tag. Verify with a smoke test. ")
 TARGET_MS = 20.0
