@@ -117,3 +117,28 @@ def _impressions(ws: Workspace) -> int:
 
     with ws.engine.connect() as conn:
         return int(conn.scalar(sa.select(sa.func.count()).select_from(search_impressions)))
+
+
+def test_a_notification_link_opens_the_proposal_after_signing_in(
+        sqlite_workspace: Workspace, examples: Path) -> None:
+    ws = sqlite_workspace
+    skills.import_skills(ws.engine, examples)
+    git = skills.get_skill(ws.engine, "git-help")
+    proposal = props.create_proposal(ws, "git-help", proposed_content=git.spec.content + "\nx\n",
+                                     rationale="r", proposed_by="template", author="t")
+    new = props.create_skill_proposal(ws, NEW_SKILL, rationale="wiki", proposed_by="generator",
+                                      author="generator")
+    _, admin = keys.create_key(ws.engine, name="ana", role="admin")
+    with TestClient(create_app(ws)) as client:
+        r = client.get(f"/proposals/{proposal.id}", follow_redirects=False)
+        assert r.status_code == 303  # not signed in: to the login page, and back after
+        assert r.headers["location"] == f"/login?next=/proposals/{proposal.id}"
+        login(client, admin)
+        r = client.get(f"/proposals/{proposal.id}", follow_redirects=False)
+        assert r.headers["location"] == (f"/skills/git-help?project=default&tab=prs"
+                                         f"#proposal-{proposal.id}")
+        page = client.get(r.headers["location"]).text
+        assert f'id="proposal-{proposal.id}"' in page
+        r = client.get(f"/proposals/{new.id}", follow_redirects=False)
+        assert r.headers["location"] == f"/skills?project=default#proposal-{new.id}"
+        assert client.get("/proposals/99999", follow_redirects=False).status_code == 404

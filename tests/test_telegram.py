@@ -416,3 +416,69 @@ def test_allowed_chats_keep_others_out(ws: Workspace, server: FakeTelegramServer
             assert last(server, USER_CHAT, 1).text.startswith("Linked")
     finally:
         allowed.dispose()
+
+
+def test_cli_webhook_mode_checks_the_token_before_serving(
+        tmp_path: Path, server: FakeTelegramServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    runner = CliRunner()
+    assert runner.invoke(main, ["init", str(tmp_path / "w")]).exit_code == 0
+    monkeypatch.setenv("AMELIO_TELEGRAM_TOKEN", "999:wrong")
+    monkeypatch.setenv("AMELIO_TELEGRAM_API_URL", server.url)
+    done = runner.invoke(main, ["-w", str(tmp_path / "w"), "telegram", "run", "--webhook",
+                                "https://bot.example/hook", "--port", "1"])
+    assert done.exit_code == 1 and "refused AMELIO_TELEGRAM_TOKEN" in done.output
+    done = runner.invoke(main, ["-w", str(tmp_path / "w"), "telegram", "run", "--webhook",
+                                "ftp://bot.example/hook"])
+    assert done.exit_code == 1 and "is not an http(s) URL" in done.output
+
+
+def test_the_commands_say_what_their_names_say(ws: Workspace,
+                                               server: FakeTelegramServer) -> None:
+    with BotThread(ws, provider=ScriptedProvider(default=FORCE)):
+        link(server, ws, USER_CHAT)
+        n = len(server.messages_to(USER_CHAT))
+        server.user_message(USER_CHAT, "/learnings")
+        assert last(server, USER_CHAT, n + 1).text.startswith("No learnings yet")
+        learnings.add_learning(ws, "Prefer --force-with-lease.", skill="git-help")
+        server.user_message(USER_CHAT, "/learnings")
+        assert "[git-help] Prefer --force-with-lease." in last(server, USER_CHAT, n + 2).text
+        server.user_message(USER_CHAT, "/skills")
+        listed = last(server, USER_CHAT, n + 3).text
+        assert listed.startswith("Skills:") and "• git-help (v1)" in listed
+        server.user_message(USER_CHAT, "git push rejected")
+        last(server, USER_CHAT, n + 4)
+        server.user_message(USER_CHAT, "/quality")
+        assert "• git-help: 0% passed (0/1)" in last(server, USER_CHAT, n + 5).text
+        server.user_message(USER_CHAT, "/project")
+        assert last(server, USER_CHAT, n + 6).text == ("This chat is in project default as "
+                                                      "user.")
+        server.user_message(USER_CHAT, "/help")
+        helped = last(server, USER_CHAT, n + 7).text
+        assert "/learnings" in helped and "admin chat" not in helped
+        server.user_message(USER_CHAT, "/frobnicate")
+        assert last(server, USER_CHAT, n + 8).text.startswith("Unknown command.")
+
+
+def test_run_benchmark_from_a_card_sends_the_verdict_card(
+        ws: Workspace, server: FakeTelegramServer) -> None:
+    def llm(request: LLMRequest) -> str:
+        if "ANSWER A:" in request.messages[-1].content:  # the judge
+            return '{"score_a": 4, "score_b": 8, "reason": "B is safer"}'
+        return SAFE
+
+    with BotThread(ws, provider=ScriptedProvider(default=llm)):
+        _admin_setup(ws, server, ADMIN_CHAT)
+        [made] = run_improve(ws).proposals
+        card = _card(server, ADMIN_CHAT)
+        server.press_button(ADMIN_CHAT, card.message_id, f"p:bench:{made['id']}")
+        verdict = server.wait_for(lambda: next(
+            (m for m in server.messages_to(ADMIN_CHAT)
+             if m.text.startswith(f"Benchmark of proposal #{made['id']}")), None),
+            timeout=30, what="the benchmark's summary")
+        new_card = server.wait_for(lambda: next(
+            (m for m in server.messages_to(ADMIN_CHAT)[::-1] if m.text.startswith("Proposal #")
+             and "Benchmark: not run" not in m.text), None), what="the card with its badge")
+    assert "git-help" in verdict.text
+    assert "Benchmark: " in new_card.text and new_card.callback_data[0] == \
+        f"p:approve:{made['id']}"
+    assert server.callback_answers[-1].text == "Benchmark started: the verdict arrives here."

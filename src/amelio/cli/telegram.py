@@ -6,11 +6,15 @@ import asyncio
 import os
 import signal
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import click
 
 from amelio.cli._common import handle_errors, json_option, main, print_json, table, workspace
 from amelio.projects import DEFAULT_PROJECT
+
+if TYPE_CHECKING:
+    from amelio.workspace import Workspace
 
 
 @main.group("telegram")
@@ -42,6 +46,7 @@ def telegram_run(ctx: click.Context, webhook_url: str | None, host: str | None,
         from amelio.telegram.webhook import webhook_path, webhook_router
 
         path = webhook_path(webhook_url)
+        _check_token(ws)  # a refused token is said here, not as a failed start-up
         app = create_app(ws)
         app.include_router(webhook_router(ws, webhook_url))
         click.echo(f"Telegram updates arrive at {webhook_url} (route {path}).")
@@ -67,6 +72,18 @@ def telegram_run(ctx: click.Context, webhook_url: str | None, host: str | None,
 
     asyncio.run(polling())
     click.echo("Stopped.")
+
+
+def _check_token(ws: Workspace) -> None:
+    from amelio.telegram.bot import build_bot, check_token
+
+    _, probe = build_bot(ws)
+
+    async def check() -> None:
+        await check_token(probe, ws.settings.telegram_api_url)
+        await probe.shutdown()
+
+    asyncio.run(check())
 
 
 @telegram_group.command("invite")
