@@ -207,6 +207,27 @@ class Settings(BaseSettings):
         "and eval rules in the background as it starts, so the first answer does not wait "
         "for them."
     )
+    improve_schedule: str = Field(
+        default="0 3 * * *", description="When `amelio serve` runs `amelio improve`: a cron "
+        "expression (minute hour day month weekday) in `timezone`, or off."
+    )
+    signals_schedule: str = Field(
+        default="off", description="When `amelio serve` aggregates search signals (cron, "
+        "or off: the search service aggregates as impressions arrive)."
+    )
+    timezone: str = Field(
+        default="UTC", description="The workspace's time zone (IANA name, e.g. Europe/Paris), "
+        "for the schedules."
+    )
+    schedule_catch_up: bool = Field(
+        default=True, description="A scheduled run missed while no server was up runs once "
+        "when one starts."
+    )
+    schedule_lease_seconds: int = Field(
+        default=600, ge=30, le=86_400, description="How long a replica's claim on a running "
+        "job lasts without renewal (it renews while the job runs): a replica killed "
+        "mid-run frees the job after this."
+    )
     knowledge_worker: bool = Field(
         default=True, description="`amelio serve` runs the knowledge sync worker in the "
         "background (false: drain the queue with `amelio knowledge drain`)."

@@ -67,6 +67,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "route": ("context", "Rank the skills that fit MESSAGE, with scores and the terms that "
                          "matched."),
     "sage": ("sage", "Sage: LLM-written skill updates from the evidence."),
+    "schedule": ("ops", "The jobs `amelio serve` runs on its own: next runs and the last "
+                        "outcome."),
     "search": ("search", "Search the corpus, as POST /v1/search does (the impression is "
                          "logged)."),
     "serve": ("admin", "Run the API service on the workspace (its database must be "

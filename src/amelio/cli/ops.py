@@ -1,13 +1,15 @@
-"""Backup and restore of a SQLite workspace (see :mod:`amelio.ops.backup`)."""
+"""Backup and restore of a SQLite workspace (see :mod:`amelio.ops.backup`), and the
+schedule `amelio serve` keeps (:mod:`amelio.ops.schedule`)."""
 
 from __future__ import annotations
 
 import os
+from datetime import datetime
 from pathlib import Path
 
 import click
 
-from amelio.cli._common import handle_errors, json_option, main, print_json
+from amelio.cli._common import handle_errors, json_option, main, print_json, table, workspace
 from amelio.discovery import find_workspace
 from amelio.errors import WorkspaceNotFound
 
@@ -89,3 +91,31 @@ def _target(ctx: click.Context) -> Path:
         raise WorkspaceNotFound(
             "No workspace here to restore into: name the folder with `amelio -w DIR restore "
             "FILE` (a new folder is made).") from exc
+
+
+@main.command("schedule")
+@click.option("--next", "count", type=click.IntRange(1, 20), default=3, show_default=True,
+              help="How many next runs to show per job.")
+@json_option
+@click.pass_context
+@handle_errors
+def schedule_command(ctx: click.Context, count: int, as_json: bool) -> None:
+    """The jobs `amelio serve` runs on its own: next runs and the last outcome."""
+    from amelio.ops.schedule import job_status, zone
+
+    ws = workspace(ctx)
+    found = job_status(ws, count=count)
+    if as_json:
+        print_json([j.to_dict() for j in found])
+        return
+    local = zone(ws.settings)
+
+    def when(value: datetime | None) -> str:
+        return value.astimezone(local).strftime("%Y-%m-%d %H:%M") if value else "—"
+
+    table(["job", "schedule", "next runs", "last run", "outcome"],
+          [(j.name, f"{j.expression} ({j.explained})" if j.expression else "off",
+            ", ".join(when(t) for t in j.next_runs) or "—", when(j.started_at),
+            (f"{j.outcome}: {j.detail}" if j.detail else j.outcome or "—")
+            + (f" (held by {j.holder})" if j.holder else "")) for j in found])
+    click.echo(f"Times in {ws.settings.timezone}.")

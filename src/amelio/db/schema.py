@@ -689,3 +689,23 @@ telegram_chats = sa.Table(
     sa.Index("ix_telegram_chats_project_role", "project_id", "role"),
     sa.CheckConstraint("role IN ('user', 'admin')", name="role"),
 )
+
+# -- the schedule: one row per job, claimed by one replica at a time ------------------
+# ``due_at`` is the scheduled time the last claim was for: a replica claims a time
+# only if it is later than ``due_at`` (or that run was interrupted: ``outcome`` still
+# "running" with its lease expired), by one conditional UPDATE, so each scheduled
+# time runs once however many replicas race for it.
+scheduled_jobs = sa.Table(
+    "scheduled_jobs",
+    metadata,
+    sa.Column("name", sa.String(50), primary_key=True),
+    sa.Column("holder", sa.String(200), nullable=True),
+    sa.Column("lease_expires_at", Timestamp, nullable=True),
+    sa.Column("due_at", Timestamp, nullable=True),
+    sa.Column("started_at", Timestamp, nullable=True),
+    sa.Column("finished_at", Timestamp, nullable=True),
+    sa.Column("outcome", sa.String(20), nullable=True),
+    sa.Column("detail", sa.Text, nullable=True),
+    sa.Column("runs", sa.Integer, nullable=False, default=0),
+    sa.CheckConstraint("outcome IN ('running', 'ok', 'error')", name="outcome"),
+)

@@ -1,10 +1,16 @@
-"""Proposals, their decisions, the nightly run and skill evolution."""
+"""Proposals, their decisions, the nightly run and skill evolution.
+
+The router's lifespan runs the schedule (:mod:`amelio.ops.schedule`) with the app:
+`amelio improve` every night without a cron entry, claimed by one replica.
+"""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from amelio import skills
@@ -12,11 +18,23 @@ from amelio.improve import proposals as props
 from amelio.improve.bench import latest_verdict
 from amelio.improve.nightly import last_report, run_improve
 from amelio.keys import ApiKey
+from amelio.ops.schedule import Scheduler, job_status
 from amelio.projects import DEFAULT_PROJECT
 from amelio.server.auth import authorize_project, require, visible
 from amelio.server.params import Id, OptionalProjectQuery, ProjectField, ProjectQuery
 
-router = APIRouter(tags=["improve"])
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    scheduler = Scheduler(app.state.workspace)  # a wrong cron or zone stops the start
+    scheduler.start()
+    try:
+        yield
+    finally:
+        scheduler.stop()
+
+
+router = APIRouter(tags=["improve"], lifespan=lifespan)
 
 Reader = Annotated[ApiKey, Depends(require("bot"))]
 Admin = Annotated[ApiKey, Depends(require())]
@@ -111,6 +129,11 @@ def improve(request: Request, _: Admin, body: ImproveRequest | None = None) -> d
                          projects=[body.project] if body.project else None,
                          dry_run=body.dry_run)
     return report.to_dict()
+
+
+@router.get("/v1/schedule", summary="The scheduled jobs: next runs and the last outcome")
+def schedule(request: Request, _: Admin) -> dict[str, Any]:
+    return {"jobs": [j.to_dict() for j in job_status(request.app.state.workspace)]}
 
 
 @router.get("/v1/improve/last", summary="The last improve run's report")
