@@ -7,13 +7,15 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from itertools import count
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from amelio import keys, skills
+from amelio import keys, knowledge, skills
 from amelio.demo import load_demo_corpus, load_recorded_interactions
 from amelio.improve.nightly import run_improve
 from amelio.server import create_app
@@ -43,6 +45,8 @@ def brain(request: FakeRequest) -> str:
         return json.dumps({"score_a": 9 if "lease" in a else 3,
                            "score_b": 9 if "lease" in b else 3,
                            "reason": "the answer with --force-with-lease is safe"})
+    if "knowledge notebook" in request.system:
+        return "Open the self-service portal and choose Reset. [1]"
     if "amelio:improvements" in request.system:
         return "Run `git pull --rebase`, then git push --force-with-lease."
     return "Run git push --force."
@@ -57,7 +61,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     llm = FakeLLMServer(default=brain).start()
     env = {"AMELIO_LLM_PROVIDER": "openai", "AMELIO_LLM_BASE_URL": llm.openai_base_url,
            "AMELIO_LLM_MODEL": "fake", "AMELIO_LLM_MAX_RETRIES": "0",
-           "AMELIO_UI_LANGUAGE": "en"}
+           # The browser's Accept-Language picks the language (each context sets its locale);
+           # no sync worker, so the knowledge test decides when the queue is drained.
+           "AMELIO_UI_LANGUAGE": "auto", "AMELIO_KNOWLEDGE_WORKER": "false"}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     ws, _ = init_workspace(root / "ws")
@@ -92,7 +98,7 @@ def page(site: dict[str, Any]) -> Iterator[Any]:
             "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update",
             "--disable-sync"])
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
         page = context.new_page()
         page.set_default_timeout(15_000)
         yield page
@@ -207,6 +213,117 @@ def test_non_admin_sees_no_controls_and_forged_posts_fail(page: Any, site: dict[
     assert r.status_code == 303 and "/login" in r.headers["location"]
     assert httpx.get(f"{site['base']}/v1/proposals/{pid}", headers={
         "Authorization": f"Bearer {site['tokens']['bot']}"}).json()["status"] == "pending"
+
+
+def _broken_indexer(source: knowledge.Source) -> Any:
+    raise OSError("disk full")
+
+
+def _dead_letter(ws: Any, source: knowledge.Source) -> None:
+    """Queue ``source`` in notebook ``support`` and fail every try of it: the library's
+    drain, with an indexer that always raises and a clock stepping past each backoff,
+    moves it to the dead letters."""
+    knowledge.enqueue(ws, "support", [source])
+    start, step = datetime.now(UTC), count()
+    report = knowledge.drain(ws, indexer=_broken_indexer,
+                             clock=lambda: start + timedelta(seconds=10 * next(step)))
+    assert report.dead == [source.source_id]
+
+
+def _as(page: Any, locale: str, cookies: list[Any]) -> Any:
+    """A new page in a browser context with ``locale`` (its Accept-Language) and the
+    session ``cookies``."""
+    context = page.context.browser.new_context(viewport={"width": 1280, "height": 900},
+                                               locale=locale)
+    context.add_cookies(cookies)
+    other = context.new_page()
+    other.set_default_timeout(15_000)
+    return other
+
+
+@pytest.mark.slow
+def test_knowledge_page_in_the_browser(page: Any, site: dict[str, Any], tmp_path: Path) -> None:
+    ws = site["ws"]
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "vpn.md").write_text("# VPN password reset\n\nTo reset the VPN password, open the "
+                                "self-service portal and choose Reset.\n", encoding="utf-8")
+    knowledge.create_notebook(ws, "support")
+    knowledge.sync_folder(ws, raw, "support")
+    assert knowledge.drain(ws).indexed == ["vpn.md"]
+    t0 = datetime(2026, 5, 1, 10, tzinfo=UTC)
+    _dead_letter(ws, knowledge.Source("T-1042", "Refunds are paid back within five days.", t0,
+                                      kind="ticket", title="Refund delay"))
+
+    login(page, site, "admin")
+    page.get_by_role("link", name="Knowledge").click()
+    page.wait_for_url(re.compile(r".*/knowledge\?project=default"))
+    row = page.locator("tr[data-notebook=support]")
+    health = {cell: row.locator(f"td.{cell}").inner_text()
+              for cell in ("sources", "chunks", "pending", "dead", "last-sync")}
+    assert (health["sources"], health["chunks"], health["pending"], health["dead"]) == (
+        "1", "1", "0", "1")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", health["last-sync"])
+    row.get_by_role("link", name="support").click()
+    page.wait_for_url(re.compile(r".*/knowledge/support\?.*"))
+    assert "vpn.md" in page.locator("table.sources").inner_text()
+    page.get_by_label("Question").fill("How do I reset my VPN password?")
+    page.get_by_role("button", name="Ask").click()
+    page.get_by_test_id("knowledge-answer").wait_for()
+    answer = page.get_by_test_id("knowledge-answer").inner_text()
+    assert "choose Reset. [1]" in answer and "generated" in answer
+    citation = page.get_by_test_id("citation").first.inner_text()
+    assert "[1]" in citation and "VPN password reset" in citation and "vpn.md" in citation
+    assert "self-service portal" in citation and "cited" in citation
+    dead = page.locator("table.dead-letters")
+    assert "T-1042" in dead.inner_text() and "OSError: disk full" in dead.inner_text()
+    assert dead.get_by_role("button", name="Retry").count() == 1
+    shot(page, "knowledge", tmp_path)
+
+    viewer = _as(page, "en-US", [])
+    login(viewer, site, "bot")
+    bot_cookies = viewer.context.cookies()
+    viewer.goto(f"{site['base']}/knowledge/support")
+    assert "OSError: disk full" in viewer.locator("table.dead-letters").inner_text()
+    assert viewer.get_by_role("button", name="Retry").count() == 0
+    viewer.context.close()
+
+    dead.get_by_role("button", name="Retry").click()
+    assert "is back in the queue" in page.locator(".flash").inner_text()
+    shown = page.get_by_test_id("notebook-health")
+    assert (shown.locator("dd.pending").inner_text(), shown.locator("dd.dead").inner_text()
+            ) == ("1", "0")
+    assert page.locator("table.dead-letters").count() == 0
+    assert knowledge.failures(ws, notebook="support") == []
+    assert knowledge.drain(ws).indexed == ["T-1042"]  # the retried job indexes now
+
+    # In French: the same page, its health, a question, and Retry for the admin only.
+    _dead_letter(ws, knowledge.Source("T-2001", "Les factures partent le premier du mois.",
+                                      t0, kind="ticket", title="Factures"))
+    fr = _as(page, "fr-FR", page.context.cookies())
+    fr.goto(f"{site['base']}/skills")
+    fr.get_by_role("link", name="Connaissances").click()
+    fr.wait_for_url(re.compile(r".*/knowledge\?project=default"))
+    assert "Lettres mortes" in fr.locator("table.notebooks thead").inner_text()
+    row = fr.locator("tr[data-notebook=support]")
+    assert (row.locator("td.sources").inner_text(), row.locator("td.dead").inner_text()) == (
+        "2", "1")
+    row.get_by_role("link", name="support").click()
+    fr.get_by_label("Question").fill("mot de passe VPN")
+    fr.get_by_role("button", name="Demander").click()
+    fr.get_by_test_id("knowledge-answer").wait_for()
+    assert "générée" in fr.get_by_test_id("knowledge-answer").inner_text()
+    assert "vpn.md" in fr.get_by_test_id("citation").first.inner_text()
+    assert "citée" in fr.get_by_test_id("citation").first.inner_text()
+    french_viewer = _as(page, "fr-FR", bot_cookies)
+    french_viewer.goto(f"{site['base']}/knowledge/support")
+    assert "Factures" in french_viewer.locator("table.dead-letters").inner_text()
+    assert french_viewer.get_by_role("button", name="Réessayer").count() == 0
+    french_viewer.context.close()
+    fr.get_by_role("button", name="Réessayer").click()
+    assert "est de retour dans la file" in fr.locator(".flash").inner_text()
+    assert fr.get_by_text("Aucune lettre morte.").count() == 1
+    fr.context.close()
 
 
 def test_language_choice() -> None:

@@ -142,3 +142,115 @@ def test_a_notification_link_opens_the_proposal_after_signing_in(
         r = client.get(f"/proposals/{new.id}", follow_redirects=False)
         assert r.headers["location"] == f"/skills?project=default#proposal-{new.id}"
         assert client.get("/proposals/99999", follow_redirects=False).status_code == 404
+
+
+def _dead_letter(ws: Workspace, notebook: str, source: dict[str, str], *,
+                 project: str = "default") -> int:
+    """Queue ``source`` and fail every try of it (the library's drain with an indexer
+    that always raises, its clock stepping past each backoff): a dead letter."""
+    from datetime import UTC, datetime, timedelta
+    from itertools import count
+
+    from amelio import knowledge
+    from amelio.knowledge.index import IndexedSource
+
+    knowledge.enqueue(ws, notebook, [knowledge.Source.parse(source, max_chars=10_000)],
+                      project=project)
+    start, step = datetime.now(UTC), count()
+
+    def broken(_: knowledge.Source) -> IndexedSource:
+        raise OSError("disk <b>full</b>")
+
+    report = knowledge.drain(ws, indexer=broken,
+                             clock=lambda: start + timedelta(seconds=10 * next(step)))
+    assert report.dead == [source["sourceId"]]
+    [dead] = [f for f in knowledge.failures(ws, notebook=notebook, project=project)
+              if f.source_id == source["sourceId"]]
+    return dead.id
+
+
+def _dead_ids(ws: Workspace, notebook: str, project: str = "default") -> list[int]:
+    from amelio import knowledge
+
+    return [f.id for f in knowledge.failures(ws, notebook=notebook, project=project)]
+
+
+def test_knowledge_retry_needs_an_admin_a_csrf_token_and_the_project(
+        sqlite_workspace: Workspace) -> None:
+    from amelio import knowledge
+
+    ws = sqlite_workspace
+    knowledge.create_notebook(ws, "support")
+    knowledge.create_notebook(ws, "billing")
+    dead = _dead_letter(ws, "support", {"sourceId": "T-7", "text": "Refunds take five days.",
+                                        "updatedAt": "2026-05-01T10:00:00Z"})
+    elsewhere = _dead_letter(ws, "billing", {"sourceId": "B-1", "text": "Invoices are monthly.",
+                                             "updatedAt": "2026-05-01T10:00:00Z"})
+    _, admin = keys.create_key(ws.engine, name="ana", role="admin")
+    _, bot = keys.create_key(ws.engine, name="bob", role="bot")
+    _, bound = keys.create_key(ws.engine, name="acme-bot", role="bot", projects=["acme"])
+    retry = f"/knowledge/support/failures/{dead}/retry"
+    with TestClient(create_app(ws)) as client:
+        assert client.get("/knowledge", follow_redirects=False).status_code == 303
+        csrf = login(client, bot)
+        page = client.get("/knowledge/support").text
+        assert "OSError: disk &lt;b&gt;full&lt;/b&gt;" in page  # a viewer sees the error…
+        assert "/retry" not in page and ">Retry<" not in page  # …and no button
+        assert client.post(retry, data={"csrf": csrf}).status_code == 403
+        client.post("/logout", data={"csrf": csrf})
+
+        csrf = login(client, bound)  # a key of another project
+        assert client.get("/knowledge/support?project=default").status_code == 403
+        assert 'data-notebook="support"' not in client.get("/knowledge").text  # acme's page
+        client.post("/logout", data={"csrf": csrf})
+
+        csrf = login(client, admin)
+        assert ">Retry<" in client.get("/knowledge/support").text
+        assert client.post(retry, data={"csrf": "forged"}).status_code == 403
+        assert client.post(retry, data={}).status_code == 403
+        assert _dead_ids(ws, "support") == [dead]  # nothing above retried it
+        # Another notebook's dead letter is not retried through this one's page.
+        r = client.post(f"/knowledge/support/failures/{elsewhere}/retry", data={"csrf": csrf},
+                        follow_redirects=False)
+        assert r.status_code == 303 and "not%20a%20dead%20letter" in r.headers["location"]
+        assert _dead_ids(ws, "billing") == [elsewhere]
+        r = client.post(retry, data={"csrf": csrf}, follow_redirects=False)
+        assert r.status_code == 303
+        assert r.headers["location"].startswith("/knowledge/support?project=default&msg=")
+        assert _dead_ids(ws, "support") == []
+
+
+def test_knowledge_page_escapes_sources_and_answers_without_an_llm(
+        sqlite_workspace: Workspace) -> None:
+    from amelio import knowledge
+
+    ws = sqlite_workspace
+    assert ws.settings.llm_provider == "none"
+    knowledge.create_notebook(ws, "support")
+    evil = "<script>alert('id')</script>"
+    knowledge.enqueue(ws, "support", [knowledge.Source.parse({
+        "sourceId": evil, "title": "<script>alert('title')</script> VPN",
+        "text": "To reset the VPN password, open the <script>alert('text')</script> portal.",
+        "url": "https://crm.example/t?a=1&b=<x>", "updatedAt": "2026-05-01T10:00:00Z"},
+        max_chars=10_000)])
+    knowledge.drain(ws)
+    _dead_letter(ws, "support", {"sourceId": "<script>alert('dead')</script>",
+                                 "text": "Refunds.", "updatedAt": "2026-05-01T10:00:00Z"})
+    _, bot = keys.create_key(ws.engine, name="bob", role="bot")
+    with TestClient(create_app(ws)) as client:
+        login(client, bot)
+        listing = client.get("/knowledge").text
+        assert 'data-notebook="support"' in listing and '<span class="badge warn">1' in listing
+        page = client.get("/knowledge/support", params={
+            "q": "VPN password <script>alert('q')</script>"})
+        assert page.status_code == 200
+        text = page.text
+        assert "<script>alert(" not in text
+        for what in ("id", "title", "text", "dead", "q"):
+            assert f"&lt;script&gt;alert(&#39;{what}&#39;)&lt;/script&gt;" in text, what
+        assert 'href="https://crm.example/t?a=1&amp;b=&lt;x&gt;"' in text
+        # No LLM: the library's extractive answer, with its citation.
+        assert "Extractive answer (no LLM configured)" in text
+        assert 'id="citation-1"' in text and "open the &lt;script&gt;" in text
+        empty = client.get("/knowledge/support", params={"q": "   "}).text
+        assert "The question is empty." in empty

@@ -9,10 +9,12 @@ from __future__ import annotations
 import difflib
 import hashlib
 from collections import defaultdict
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
+from amelio import knowledge
 from amelio.db.schema import eval_results, feedback, interactions, learnings, projects
 from amelio.errors import SkillNotFound
 from amelio.improve.triggers import MIN_EXAMPLES
@@ -26,7 +28,14 @@ from amelio.search.signals import busiest_queries, load_propensities, signals_fo
 from amelio.skills.store import list_skills, list_versions
 from amelio.workspace import Workspace
 
-__all__ = ["recent_interactions", "routing_view", "search_view", "version_history"]
+__all__ = [
+    "knowledge_answer",
+    "knowledge_view",
+    "recent_interactions",
+    "routing_view",
+    "search_view",
+    "version_history",
+]
 
 
 def version_history(ws: Workspace, skill: str, project: str) -> list[dict[str, Any]]:
@@ -138,3 +147,43 @@ def search_view(searcher: Searcher, query: str, profile: str, alpha: float | Non
          "feedback": d.feedback, "signals": signals.get(d.doc_id)}
         for rank, d in enumerate(ranking, start=1)]
     return view
+
+
+#: Links a citation or source may carry (``Source.parse`` admits no others).
+_LINKABLE = ("http://", "https://", "file://")
+EXCERPT_CHARS = 320
+
+
+def _link(url: str | None) -> str | None:
+    return url if url and url.startswith(_LINKABLE) else None
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """A passage shortened for a citation, on one line."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+
+
+def knowledge_view(ws: Workspace, notebook: str, project: str) -> dict[str, Any]:
+    """A notebook's page: its health, its sources and its dead letters, from the
+    functions behind ``GET /v1/knowledge/notebooks``, ``…/{name}/sources`` and
+    ``GET /v1/knowledge/failures`` (:class:`NotFound` for an unknown notebook)."""
+    found = knowledge.get_notebook(ws, notebook, project=project)
+    sources = [s | {"href": _link(s["url"]), "synced": datetime.fromisoformat(s["indexedAt"]),
+                    "updated": datetime.fromisoformat(s["updatedAt"])}
+               for s in knowledge.list_sources(ws, notebook, project=project)]
+    return {"notebook": found, "sources": sources,
+            "failures": knowledge.failures(ws, notebook=notebook, project=project)}
+
+
+def knowledge_answer(ws: Workspace, notebook: str, project: str, question: str
+                     ) -> dict[str, Any]:
+    """A question asked of a notebook through :func:`amelio.knowledge.answer_question`
+    (what ``POST /v1/knowledge/query`` calls): the answer, its mode, and each
+    citation ``[n]`` with an excerpt of its passage."""
+    answer = knowledge.answer_question(ws, notebook, question, project=project)
+    return {"answer": answer, "citations": [
+        {"n": n, "title": p.title, "source_id": p.source_id, "kind": p.kind,
+         "position": p.position, "href": _link(p.url), "url": p.url,
+         "excerpt": excerpt(p.text), "cited": n in answer.cited}
+        for n, p in enumerate(answer.citations, start=1)]}

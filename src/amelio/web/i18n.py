@@ -73,6 +73,26 @@ _EN = {
     "nothing_to_add": "Nothing to add: no word or pair is common in these examples and rare "
                       "elsewhere.",
     "triggers_proposed": "Proposal #{id} filed: {terms}.",
+    "knowledge": "Knowledge", "notebook": "Notebook", "notebooks": "Notebooks",
+    "sources": "Sources", "chunks": "Chunks", "last_sync": "Last sync",
+    "pending_jobs": "Pending", "dead_letters": "Dead letters", "never": "never",
+    "no_notebooks": "No notebook in this project yet: create one with `amelio knowledge "
+                    "create NAME` (or POST /v1/knowledge/notebooks), then sync sources into it.",
+    "sync_worker": "Sync worker", "worker_running": "running", "worker_stopped": "stopped",
+    "worker_off": "off (drain the queue with `amelio knowledge drain`)",
+    "all_notebooks": "All notebooks", "question": "Question", "ask": "Ask",
+    "ask_help": "Answers from this notebook's passages only, citing them as [1], [2]… "
+                "Without an LLM the answer is extractive: the sentences that best match.",
+    "mode_generated": "generated", "mode_extractive": "extractive",
+    "llm_error": "The LLM did not answer", "citations": "Citations", "cited": "cited",
+    "chunk": "chunk", "title": "Title", "kind": "Kind", "updated": "Updated",
+    "synced": "Last synced", "no_sources": "No source synced yet.",
+    "dead_letters_help": "Sources that failed every try. Retry puts one back in the queue "
+                         "with fresh tries.",
+    "no_dead_letters": "No dead letters.", "tries": "Tries", "error": "Error",
+    "failed_at": "Failed", "retry": "Retry",
+    "retried": "Dead letter #{id} is back in the queue.",
+    "not_dead_letter": "#{id} is not a dead letter of this notebook.",
 }
 _FR = {
     "skills": "Compétences", "quality": "Qualité", "learnings": "Apprentissages",
@@ -146,6 +166,29 @@ _FR = {
     "nothing_to_add": "Rien à ajouter : aucun mot ni paire n'est fréquent dans ces exemples et "
                       "rare ailleurs.",
     "triggers_proposed": "Proposition n° {id} créée : {terms}.",
+    "knowledge": "Connaissances", "notebook": "Carnet", "notebooks": "Carnets",
+    "sources": "Sources", "chunks": "Fragments", "last_sync": "Dernière synchronisation",
+    "pending_jobs": "En attente", "dead_letters": "Lettres mortes", "never": "jamais",
+    "no_notebooks": "Pas encore de carnet dans ce projet : créez-en un avec `amelio knowledge "
+                    "create NOM` (ou POST /v1/knowledge/notebooks), puis synchronisez-y des "
+                    "sources.",
+    "sync_worker": "Synchronisation en arrière-plan", "worker_running": "en marche",
+    "worker_stopped": "arrêtée",
+    "worker_off": "désactivée (videz la file avec `amelio knowledge drain`)",
+    "all_notebooks": "Tous les carnets", "question": "Question", "ask": "Demander",
+    "ask_help": "Répond uniquement à partir des passages de ce carnet, en les citant [1], "
+                "[2]… Sans LLM, la réponse est extractive : les phrases qui correspondent le "
+                "mieux.",
+    "mode_generated": "générée", "mode_extractive": "extractive",
+    "llm_error": "Le LLM n'a pas répondu", "citations": "Citations", "cited": "citée",
+    "chunk": "fragment", "title": "Titre", "kind": "Type", "updated": "Mise à jour",
+    "synced": "Dernière synchronisation", "no_sources": "Aucune source synchronisée.",
+    "dead_letters_help": "Les sources qui ont échoué à chaque essai. Réessayer en remet une "
+                         "dans la file, avec de nouveaux essais.",
+    "no_dead_letters": "Aucune lettre morte.", "tries": "Essais", "error": "Erreur",
+    "failed_at": "Échec", "retry": "Réessayer",
+    "retried": "La lettre morte n° {id} est de retour dans la file.",
+    "not_dead_letter": "N° {id} n'est pas une lettre morte de ce carnet.",
 }
 
 

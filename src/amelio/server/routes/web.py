@@ -3,8 +3,8 @@
 Pages need a session (log in with a ``bot`` or ``admin`` API key: a ``client``
 key only sends feedback events, so it gets no session); every form POST carries
 a CSRF token; only an ``admin`` session sees, and may use, the approve, reject,
-benchmark, rollback, Sage, routing-example and learning-editing controls. A key bound to projects
-sees those projects only, in every page and project menu.
+benchmark, rollback, Sage, routing-example, learning-editing and dead-letter retry
+controls. A key bound to projects sees those projects only, in every page and project menu.
 """
 
 from __future__ import annotations
@@ -20,14 +20,15 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from markdown_it import MarkdownIt
 
-from amelio import keys, learnings, routing_examples, skills
-from amelio.errors import AmelioError, Forbidden
+from amelio import keys, knowledge, learnings, routing_examples, skills
+from amelio.errors import AmelioError, Forbidden, NotFound
 from amelio.improve import proposals as props
 from amelio.improve import triggers
 from amelio.improve.bench import latest_verdict, list_benchmarks, run_benchmark
 from amelio.improve.nightly import last_report
 from amelio.improve.sage import analyze
 from amelio.keys import ApiKey
+from amelio.knowledge.sync import SyncWorker
 from amelio.projects import DEFAULT_PROJECT, list_projects, validate_name
 from amelio.quality import (
     DailyMetrics,
@@ -474,3 +475,72 @@ def search_page(request: Request, q: str = "", profile: str = "", alpha: str = "
         view = data.search_view(engine, "", chosen, None)
     return _render(request, "search.html", session, q=q, profiles=PROFILES, profile=chosen,
                    alpha=alpha, error=error, project=project, **view)
+
+
+# -- knowledge ------------------------------------------------------------------------
+
+
+def _knowledge_worker(request: Request) -> SyncWorker | None:
+    """The app's sync worker (the knowledge routes' lifespan starts it), if any."""
+    worker: SyncWorker | None = getattr(request.app.state, "knowledge_worker", None)
+    return worker
+
+
+def _notebook_path(name: str, project: str) -> str:
+    return f"/knowledge/{quote(name, safe='')}?project={quote(project)}"
+
+
+@router.get("/knowledge")
+def knowledge_page(request: Request, project: str = "") -> HTMLResponse:
+    """The project's notebooks with their health (``GET /v1/knowledge/notebooks``)."""
+    session = _require(request)
+    project = _project(request, project)
+    worker = _knowledge_worker(request)
+    return _render(request, "knowledge.html", session, notebook=None,
+                   notebooks=knowledge.list_notebooks(_ws(request), project=project),
+                   worker="off" if worker is None else "running" if worker.running
+                   else "stopped", worker_error=worker.last_error if worker else None,
+                   project=project)
+
+
+@router.get("/knowledge/{name}")
+def notebook_page(request: Request, name: str, project: str = "", q: str = "") -> Response:
+    """A notebook: its sources, its dead letters (Retry for admins) and a query box
+    that asks it as ``POST /v1/knowledge/query`` does."""
+    session = _require(request)
+    project = _project(request, project)
+    ws = _ws(request)
+    try:
+        view = data.knowledge_view(ws, name, project)
+    except NotFound as exc:  # e.g. the project menu, from a notebook another project lacks
+        return _back(f"/knowledge?project={quote(project)}", exc.message)
+    asked: dict[str, Any] = {"answer": None, "citations": []}
+    error = None
+    if q:
+        try:
+            asked = data.knowledge_answer(ws, name, project, q)
+        except AmelioError as exc:
+            error = exc.message
+    return _render(request, "knowledge.html", session, q=q, error=error, project=project,
+                   **view, **asked)
+
+
+@router.post("/knowledge/{name}/failures/{failure_id}/retry")
+def retry_dead_letter(request: Request, name: str, failure_id: Id,
+                      csrf: Annotated[str, Form()] = "",
+                      project: Annotated[str, Form()] = DEFAULT_PROJECT) -> Response:
+    """Put one of the notebook's dead letters back in the queue with fresh tries
+    (:func:`amelio.knowledge.retry`, as ``POST /v1/knowledge/failures/retry``)."""
+    _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
+    t = _strings(request)
+    back = _notebook_path(name, project)
+    try:
+        retried = knowledge.retry(_ws(request), [failure_id], notebook=name, project=project)
+    except AmelioError as exc:
+        return _back(back, exc.message)
+    if not retried:
+        return _back(back, t["not_dead_letter"].format(id=failure_id), anchor="dead-letters")
+    worker = _knowledge_worker(request)
+    if worker is not None:
+        worker.wake()
+    return _back(back, t["retried"].format(id=failure_id), anchor="dead-letters")
