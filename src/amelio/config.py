@@ -207,6 +207,13 @@ class Settings(BaseSettings):
         "and eval rules in the background as it starts, so the first answer does not wait "
         "for them."
     )
+    metrics_port: int = Field(
+        default=0, ge=0, le=65535, description="Also serve the Prometheus metrics without a "
+        "key on this port (0: only GET /metrics on the API port, with an admin key)."
+    )
+    metrics_host: str = Field(
+        default="127.0.0.1", description="The address the metrics port listens on."
+    )
     improve_schedule: str = Field(
         default="0 3 * * *", description="When `amelio serve` runs `amelio improve`: a cron "
         "expression (minute hour day month weekday) in `timezone`, or off."

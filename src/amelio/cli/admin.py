@@ -229,6 +229,16 @@ def _serve(ws: Workspace, host: str | None, port: int | None, workers: int = 1,
 
         _serve_app(ws, create_app(ws), host, port, log_format)
         return
+    # Each worker counts its own requests; pointed at one folder, prometheus_client
+    # sums them, so a scrape that reaches any worker sees them all. Set before the
+    # workers (and this process) import it.
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        import shutil
+
+        folder = ws.settings.data_dir / "metrics"
+        shutil.rmtree(folder, ignore_errors=True)  # counters start again with the service
+        folder.mkdir(parents=True)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
     import uvicorn
 
     from amelio.identity import secret_key

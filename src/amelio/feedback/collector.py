@@ -57,6 +57,7 @@ from amelio.feedback.schema import (
 from amelio.feedback.store import PreparedEvent, PurgeReport, VerifyReport
 from amelio.feedback.tokens import TokenSigner, check_binding, token_signer
 from amelio.identity import secret_key
+from amelio.ops.metrics import record_feedback
 from amelio.workspace import Workspace
 
 __all__ = [
@@ -273,6 +274,7 @@ class Collector:
             refusal = self.limiter.try_acquire(api_key, sessions, key_cost=len(items))
             if refusal is not None:
                 wait = RateLimiter.retry_after(refusal)
+                record_feedback(("rate_limited", None) for _ in items)
                 raise RateLimited(f"Too many feedback events for this {refusal.scope}; "
                                   f"retry in {wait} s. Nothing from this request was "
                                   "stored.", retry_after=wait, scope=refusal.scope)
@@ -280,7 +282,9 @@ class Collector:
         for (offset, event), new in zip(ready, fresh, strict=True):
             statuses[offset] = EventStatus(where[offset], "accepted" if new else "duplicate",
                                            event.event_id)
-        return IngestResult(tuple(s for s in statuses if s is not None))
+        done = tuple(s for s in statuses if s is not None)
+        record_feedback((s.status, s.field if s.status == "rejected" else None) for s in done)
+        return IngestResult(done)
 
     # -- one event ---------------------------------------------------------------------
 

@@ -51,4 +51,6 @@ def get_provider(settings: Settings, *, purpose: str = "This") -> Provider:
     if provider_type is None:
         raise InvalidInput(f"Unknown LLM provider {settings.llm_provider!r}; use one of: "
                            f"{', '.join(sorted(types))}, none.", field="llm_provider")
-    return provider_type.build(settings)
+    from amelio.ops.metrics import InstrumentedProvider
+
+    return InstrumentedProvider(provider_type.build(settings))  # type: ignore[return-value]

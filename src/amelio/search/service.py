@@ -48,6 +48,7 @@ from amelio.errors import InvalidInput
 from amelio.feedback.anonymize import SaltedHasher, day_from_index
 from amelio.feedback.tokens import token_signer
 from amelio.identity import secret_key
+from amelio.ops.metrics import record_search_cache
 from amelio.pii import scrub_for_storage
 from amelio.projects import validate_name
 from amelio.search.cache import LRUCache
@@ -310,6 +311,7 @@ class Searcher:
             cache_key = (*source, key, beta, limit, version)
             ranking = self.cache.get(cache_key)
             cached = ranking is not None
+            record_search_cache(cached)
             if ranking is None:
                 ranking = self._rank(conn, source, key, beta, limit, propensities, embedder)
                 self.cache.put(cache_key, ranking)

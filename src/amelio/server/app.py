@@ -9,6 +9,7 @@ from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 import amelio
+from amelio.ops.metrics import MetricsMiddleware
 from amelio.server.errors import error_responses, install_error_handlers
 from amelio.server.limits import BodySizeLimit, RefuseNul
 from amelio.server.routes import (
@@ -44,6 +45,7 @@ def create_app(workspace: Workspace) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(RefuseNul)
     app.add_middleware(BodySizeLimit, limit=workspace.settings.max_request_bytes)
+    app.add_middleware(MetricsMiddleware)  # outermost: it times what the others refuse too
     # Every route may answer 413 (body limit) and 422 (invalid input, NUL guard);
     # each area documents the other errors its routes give.
     keyed = (401, 403, 413, 422)
