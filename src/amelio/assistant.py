@@ -34,6 +34,7 @@ from amelio.db.schema import eval_results, interactions, projects, utcnow
 from amelio.errors import Conflict, InputTooLarge, InvalidInput, LLMError, NotFound
 from amelio.identity import user_ref
 from amelio.llm import Completion, LLMRequest, Provider, TextDelta, get_provider
+from amelio.ops.tracing import span
 from amelio.pii import scrub_for_storage
 from amelio.projects import DEFAULT_PROJECT, project_id, require_project
 from amelio.prompt import Prompt, build_prompt
@@ -192,7 +193,12 @@ def _store(ws: Workspace, *, project: str, user: str | None, message: str,
     """Evaluate ``completion.text`` with the applied skill's rules and store it all: the
     one write path of every interaction, whoever made the answer."""
     rules = _rules(applied) if applied is not None else ()
-    report = evals.evaluate(completion.text, rules, max_chars=ws.settings.max_text_chars)
+    with span("amelio.evals", {"amelio.evals.rules": len(rules)}) as checking:
+        report = evals.evaluate(completion.text, rules, max_chars=ws.settings.max_text_chars)
+        if checking is not None:
+            checking.set_attributes({"amelio.evals.success": report.success,
+                                     "amelio.evals.failed": sum(
+                                         not r.passed for r in report.results)})
     footnotes = tuple(evals.render_footnotes(report))
     total_ms = (time.perf_counter() - started) * 1000
 

@@ -214,6 +214,11 @@ class Settings(BaseSettings):
     metrics_host: str = Field(
         default="127.0.0.1", description="The address the metrics port listens on."
     )
+    tracing: Literal["off", "otlp", "console", "global"] = Field(
+        default="off", description="OpenTelemetry traces (amelio[otel]): otlp exports over "
+        "OTLP/HTTP (OTEL_EXPORTER_OTLP_* variables), console prints them, global leaves them "
+        "to the process's tracer provider, off."
+    )
     improve_schedule: str = Field(
         default="0 3 * * *", description="When `amelio serve` runs `amelio improve`: a cron "
         "expression (minute hour day month weekday) in `timezone`, or off."

@@ -13,6 +13,7 @@ from typing import Any
 
 from amelio import db
 from amelio.learnings import LearningsBlock, prompt_block
+from amelio.ops.tracing import span
 from amelio.projects import DEFAULT_PROJECT
 from amelio.router import Route, route_message
 from amelio.skills.model import Skill
@@ -78,15 +79,24 @@ def build_prompt(ws: Workspace, message: str, *, project: str = DEFAULT_PROJECT,
     """
     settings = ws.settings
     with db.reading(ws.engine) as conn:
-        route = route_message(ws, message, project=project, scorer=scorer, conn=conn)
-        hinted = list(route.names)
-        applied: Skill | None = None
-        if skill is not None:
-            applied = get_skill(conn, skill, project)
-            hinted.append(skill)
-        elif settings.apply_skill == "top" and route.top is not None:
-            applied = route.top.skill or get_skill(conn, route.top.name, project)
-        block = prompt_block(ws, project=project, skills=hinted, conn=conn)
+        with span("amelio.route", {"amelio.project": project}) as routed:
+            route = route_message(ws, message, project=project, scorer=scorer, conn=conn)
+            if routed is not None:
+                routed.set_attributes({"amelio.route.scorer": route.scorer,
+                                       "amelio.route.skills": list(route.names)})
+        with span("amelio.prompt", {"amelio.project": project}) as prompting:
+            hinted = list(route.names)
+            applied: Skill | None = None
+            if skill is not None:
+                applied = get_skill(conn, skill, project)
+                hinted.append(skill)
+            elif settings.apply_skill == "top" and route.top is not None:
+                applied = route.top.skill or get_skill(conn, route.top.name, project)
+            block = prompt_block(ws, project=project, skills=hinted, conn=conn)
+            if prompting is not None:
+                prompting.set_attributes({"amelio.prompt.learnings": len(block.ids),
+                                          "amelio.prompt.skill": applied.name if applied
+                                          else ""})
     if applied is not None and content is not None:
         applied = replace(applied, spec=replace(applied.spec, content=content))
     body = ""

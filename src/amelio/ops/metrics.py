@@ -47,6 +47,7 @@ from amelio.db.schema import (
     search_impressions,
     search_state,
 )
+from amelio.ops.tracing import span
 
 if TYPE_CHECKING:
     from amelio.llm.base import Completion, LLMRequest, Provider, StreamEvent
@@ -129,13 +130,34 @@ class InstrumentedProvider:
     def _failed(self) -> None:
         LLM_CALLS.labels(self.name, self.model, "error").inc()
 
+    def _span(self, request: LLMRequest) -> Any:
+        """The call's span, as OpenTelemetry's GenAI semantic conventions name it."""
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat", "gen_ai.provider.name": self.name,
+            "gen_ai.request.model": self.model, "gen_ai.request.max_tokens": request.max_tokens}
+        if request.temperature is not None:
+            attributes["gen_ai.request.temperature"] = request.temperature
+        return span(f"chat {self.model}", attributes, client=True)
+
+    @staticmethod
+    def _usage(current: Any, completion: Completion) -> None:
+        if current is None:
+            return
+        current.set_attribute("gen_ai.response.model", completion.model)
+        if completion.input_tokens is not None:
+            current.set_attribute("gen_ai.usage.input_tokens", completion.input_tokens)
+        if completion.output_tokens is not None:
+            current.set_attribute("gen_ai.usage.output_tokens", completion.output_tokens)
+
     def complete(self, request: LLMRequest) -> Completion:
         started = time.perf_counter()
-        try:
-            completion = self.inner.complete(request)
-        except Exception:
-            self._failed()
-            raise
+        with self._span(request) as current:
+            try:
+                completion = self.inner.complete(request)
+            except Exception:
+                self._failed()
+                raise
+            self._usage(current, completion)
         self._done(completion, time.perf_counter() - started)
         return completion
 
@@ -143,16 +165,18 @@ class InstrumentedProvider:
         from amelio.llm.base import Completion
 
         started = time.perf_counter()
-        try:
-            for event in self.inner.stream(request):
-                if isinstance(event, Completion):
-                    self._done(event, time.perf_counter() - started)
-                yield event
-        except GeneratorExit:
-            raise
-        except Exception:
-            self._failed()
-            raise
+        with self._span(request) as current:
+            try:
+                for event in self.inner.stream(request):
+                    if isinstance(event, Completion):
+                        self._usage(current, event)
+                        self._done(event, time.perf_counter() - started)
+                    yield event
+            except GeneratorExit:
+                raise
+            except Exception:
+                self._failed()
+                raise
 
 
 class DatabaseCollector(Collector):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+from typing import Any
 from urllib.parse import quote
 
 from fastapi import FastAPI, Request
@@ -9,6 +11,7 @@ from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 import amelio
+from amelio.ops import tracing
 from amelio.ops.metrics import MetricsMiddleware
 from amelio.server.errors import error_responses, install_error_handlers
 from amelio.server.limits import BodySizeLimit, RefuseNul
@@ -31,6 +34,14 @@ from amelio.workspace import Workspace
 __all__ = ["create_app"]
 
 
+#: FastAPI 0.165 and later trace and count requests by themselves whenever OpenTelemetry
+#: is installed; the ``tracing`` setting decides instead (:func:`tracing.instrument`,
+#: which works with every FastAPI version), and Prometheus counts.
+_NO_NATIVE_TELEMETRY: dict[str, Any] = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {})
+
+
 def create_app(workspace: Workspace) -> FastAPI:
     """The service for ``workspace``, whose database must already be migrated."""
     app = FastAPI(
@@ -39,6 +50,7 @@ def create_app(workspace: Workspace) -> FastAPI:
         summary="Assistants and search that improve from their own use.",
         docs_url="/docs",
         redoc_url=None,
+        **_NO_NATIVE_TELEMETRY,
     )
     app.state.workspace = workspace
     app.state.settings = workspace.settings
@@ -46,6 +58,7 @@ def create_app(workspace: Workspace) -> FastAPI:
     app.add_middleware(RefuseNul)
     app.add_middleware(BodySizeLimit, limit=workspace.settings.max_request_bytes)
     app.add_middleware(MetricsMiddleware)  # outermost: it times what the others refuse too
+    tracing.instrument(app, workspace)
     # Every route may answer 413 (body limit) and 422 (invalid input, NUL guard);
     # each area documents the other errors its routes give.
     keyed = (401, 403, 413, 422)
