@@ -270,7 +270,7 @@ def test_vespa_errors_are_503_with_what_to_check(
 
 
 @pytest.mark.skipif(not LIVE_VESPA, reason="set AMELIO_VESPA_URL to a Vespa running the "
-                    "package from `amelio vespa package` (see docs/scale.md) to run this")
+                    "package from `amelio vespa package` (see docs/scaling.md) to run this")
 def test_live_vespa_feeds_searches_and_takes_signals(sqlite_workspace: Workspace) -> None:
     doc_id = f"amelio-test-{uuid.uuid4().hex[:8]}"
     report = feed(LIVE_VESPA, [Document(doc_id, f"Zyxquo {doc_id}", "a rare test word")])

@@ -448,10 +448,10 @@ class Settings(BaseSettings):
             if isinstance(value, SecretStr):
                 value = _mask(value.get_secret_value())
             elif name == "database_url":
-                value = _mask_url(self.effective_database_url)
+                value = mask_url(self.effective_database_url)
             elif name in ("llm_base_url", "vespa_url", "notify_webhook_url",
                           "telegram_api_url") and value:
-                value = _mask_url(value)
+                value = mask_url(value)
             yield SettingRow(name, env_name, str(value), source, field.description or "")
 
 
@@ -470,7 +470,7 @@ def _mask(secret: str) -> str:
     return secret[:4] + "…" + "*" * 4 if len(secret) > 8 else "****"
 
 
-def _mask_url(url: str) -> str:
+def mask_url(url: str) -> str:
     """Hide a password in a database URL, keep the rest readable."""
     from sqlalchemy.engine import make_url
 

@@ -60,6 +60,22 @@ def secret_key(settings: Settings) -> bytes:
     return _file_key((settings.data_dir / _KEY_FILE).resolve())
 
 
+def install_secret_key(settings: Settings, key: bytes) -> None:
+    """Make ``key`` the workspace's generated secret key (an import brings its
+    source's, so that the feedback chain verifies and pseudonyms stay the same).
+    Written to a private file and moved into place; this process forgets the old one."""
+    path = (settings.data_dir / _KEY_FILE).resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(key.strip() + b"\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(staged, path)
+    _file_key.cache_clear()
+
+
 def user_ref(settings: Settings, user: str | None) -> str:
     """A stable pseudonym for ``user`` (``anonymous`` when there is none)."""
     if not user:

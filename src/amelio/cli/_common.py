@@ -39,12 +39,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("admin", "Inspect settings."),
     "corpus": ("search", "The search corpus: the workspace's documents and their index "
                          "(search_backend)."),
-    "db": ("admin", "Database migrations."),
+    "db": ("admin", "Database migrations, and the move to another database."),
     "demo": ("admin", "Create (or reuse) a demo workspace with the example skills and serve "
                       "it."),
     "eval": ("evals", "Check the text in FILE (default: stdin) against eval rules."),
     "evals": ("evals", "Manage eval rules."),
+    "export": ("ops", "Write every table to DIRECTORY as versioned JSONL, with a manifest."),
     "feedback": ("feedback", "Answer feedback and feedback events: two different things."),
+    "import": ("ops", "Load the export in DIRECTORY into this workspace, whose database must "
+                      "be empty."),
     "improve": ("improve", "Find underperforming skills and propose improvements (run it "
                            "nightly)."),
     "init": ("admin", "Create a workspace in DIRECTORY (amelio.toml, skills/, migrated "
@@ -80,7 +83,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "skills": ("skills", "Import, list, show, export and sync skills."),
     "telegram": ("telegram", "The Telegram bot: chat with the assistant, vote, fix, approve "
                              "proposals."),
-    "vespa": ("vespa", "Search at scale on Vespa (see docs/scale.md)."),
+    "vespa": ("vespa", "Search at scale on Vespa (see docs/scaling.md#search-at-scale-on-vespa)."),
     "watch": ("knowledge", "Keep a notebook in sync with DIRECTORY's .md, .txt and .html "
                            "files (Ctrl-C stops)."),
 }

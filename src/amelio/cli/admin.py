@@ -64,7 +64,35 @@ def config_show(ctx: click.Context, as_json: bool) -> None:
 
 @main.group("db")
 def db_group() -> None:
-    """Database migrations."""
+    """Database migrations, and the move to another database."""
+
+
+@db_group.command("copy")
+@click.option("--to", "url", required=True, metavar="URL",
+              help="The target database, e.g. postgresql+psycopg://user@host/amelio.")
+@click.option("--force", is_flag=True, help="Replace what the target already holds.")
+@json_option
+@click.pass_context
+@handle_errors
+def db_copy(ctx: click.Context, url: str, force: bool, as_json: bool) -> None:
+    """Copy the workspace's database into URL (stop `amelio serve` first), then check
+    every table's row count and the feedback chain there."""
+    from amelio.ops.transfer import copy_database
+
+    report = copy_database(workspace(ctx), url, force=force)
+    if as_json:
+        print_json(report.to_dict())
+    else:
+        table(["table", "source", "target"],
+              [(name, n, report.copied.get(name, "")) for name, n in report.source.items()
+               if n or report.copied.get(name)])
+        click.echo(f"Feedback chain on the target: {report.chain}.")
+    if not report.ok:
+        raise click.exceptions.Exit(1)
+    if not as_json:
+        click.echo(f"Copied to {report.target}. Set database_url in amelio.toml (or "
+                   "AMELIO_DATABASE_URL) to it, then start the service; the old database "
+                   "is left as it was.")
 
 
 @db_group.command("upgrade")

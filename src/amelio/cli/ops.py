@@ -119,3 +119,47 @@ def schedule_command(ctx: click.Context, count: int, as_json: bool) -> None:
             (f"{j.outcome}: {j.detail}" if j.detail else j.outcome or "—")
             + (f" (held by {j.holder})" if j.holder else "")) for j in found])
     click.echo(f"Times in {ws.settings.timezone}.")
+
+
+@main.command("export")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Write into a folder that is not empty.")
+@click.option("--with-secret-key", is_flag=True,
+              help="Include the workspace's secret key (the feedback chain and user "
+                   "pseudonyms are keyed by it): keep the export private.")
+@json_option
+@click.pass_context
+@handle_errors
+def export_command(ctx: click.Context, directory: Path, force: bool, with_secret_key: bool,
+                   as_json: bool) -> None:
+    """Write every table to DIRECTORY as versioned JSONL, with a manifest."""
+    from amelio.ops.transfer import export_workspace
+
+    report = export_workspace(workspace(ctx), directory, force=force,
+                              with_secret_key=with_secret_key)
+    if as_json:
+        print_json(report.to_dict())
+        return
+    click.echo(f"Exported {sum(report.tables.values())} rows of {len(report.tables)} tables "
+               f"to {directory} (migration {report.revision}).")
+    if not with_secret_key:
+        click.echo("The secret key is not in it: give the target the same AMELIO_SECRET_KEY "
+                   "(or .amelio/secret_key) to verify the feedback chain there.")
+
+
+@main.command("import")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@json_option
+@click.pass_context
+@handle_errors
+def import_command(ctx: click.Context, directory: Path, as_json: bool) -> None:
+    """Load the export in DIRECTORY into this workspace, whose database must be empty."""
+    from amelio.ops.transfer import import_workspace
+
+    report = import_workspace(workspace(ctx), directory)
+    if as_json:
+        print_json(report.to_dict())
+        return
+    click.echo(f"Imported {sum(report.tables.values())} rows of {len(report.tables)} tables "
+               f"from {directory}. Secret key: {report.secret_key}. Feedback chain: "
+               f"{report.chain}.")

@@ -20,7 +20,7 @@ _CONCURRENCY = click.option("--concurrency", type=click.IntRange(1, 256), defaul
 
 @main.group("vespa")
 def vespa_group() -> None:
-    """Search at scale on Vespa (see docs/scale.md)."""
+    """Search at scale on Vespa (see docs/scaling.md#search-at-scale-on-vespa)."""
 
 
 def _report(what: str, report: FeedReport, as_json: bool) -> None:

@@ -23,6 +23,7 @@ from amelio.errors import DatabaseError
 from amelio.keys import ApiKey
 from amelio.ops import metrics
 from amelio.server.auth import require
+from amelio.server.errors import error_responses
 
 
 @asynccontextmanager
@@ -46,7 +47,8 @@ Admin = Annotated[ApiKey, Depends(require())]
 
 @router.get("/metrics", summary="Prometheus metrics (admin)", response_class=Response,
             responses={200: {"content": {metrics.CONTENT_TYPE_LATEST: {}},
-                             "description": "Prometheus' text format"}})
+                             "description": "Prometheus' text format"},
+                       **error_responses(401, 403)})
 async def prometheus(request: Request, _: Admin) -> Response:
     body = await asyncio.to_thread(metrics.exposition, request.app.state.workspace)
     return Response(body, media_type=metrics.CONTENT_TYPE_LATEST)

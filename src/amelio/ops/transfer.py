@@ -1,0 +1,408 @@
+"""Moving a workspace's data: export to JSONL, import, and copy to another database.
+
+The three share one idea: every table of :data:`amelio.db.schema.metadata`, parents
+before children, row by row, with the same values. So they cover every entity
+(skills and their versions, evals, learnings, proposals, benchmarks, interactions
+and their feedback, feedback events and their chain, search impressions and
+signals, knowledge, API key hashes, Telegram links, the schedule) without a list
+to keep up to date: a new table is exported the day its migration lands.
+
+* :func:`export_workspace` writes ``tables/<name>.jsonl`` and a ``manifest.json``
+  (format, Amelio version, migration revision, each file's rows and SHA-256), read
+  in one snapshot, so that the export is one moment of the database.
+* :func:`import_workspace` loads an export into an empty workspace at the same
+  revision, after checking every file against the manifest, in one transaction.
+* :func:`copy_database` copies the workspace's database into another one (SQLite to
+  PostgreSQL, the path out of one machine), in one transaction on the target, then
+  compares the row counts and verifies the feedback chain there.
+
+Values cross JSON by their column's type: timestamps as ISO 8601 with their zone
+(SQLite keeps none; Amelio writes UTC), JSON columns as JSON, the rest as they are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+import amelio
+from amelio import db
+from amelio.db.schema import metadata, utcnow
+from amelio.errors import ConfigError, InvalidInput
+from amelio.workspace import Workspace
+
+__all__ = ["FORMAT", "CopyReport", "ExportReport", "ImportReport", "copy_database",
+           "export_workspace", "import_workspace"]
+
+FORMAT = "amelio-export/1"
+MANIFEST = "manifest.json"
+BATCH = 1000
+#: What ``amelio init`` puts in a new database: a workspace holding only these rows
+#: is empty, and an import or a copy replaces them with the source's.
+SEEDED = frozenset({"projects", "search_state", "feedback_chain"})
+SECRET_FILE = "secret_key"  # noqa: S105 -- a file name
+
+
+def _tables() -> list[sa.Table]:
+    return list(metadata.sorted_tables)
+
+
+def _order(table: sa.Table) -> list[sa.ColumnElement[Any]]:
+    return list(table.primary_key.columns) or list(table.columns)
+
+
+# -- values ---------------------------------------------------------------------------
+
+
+def _encode(column: sa.Column[Any], value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
+    if isinstance(value, bytes | bytearray | memoryview):
+        raise InvalidInput(f"{column.table.name}.{column.name} holds bytes, which this export "
+                           "format does not carry.")
+    return value
+
+
+def _decode(column: sa.Column[Any], value: Any) -> Any:
+    kind = column.type.impl if isinstance(column.type, sa.TypeDecorator) else column.type
+    if value is not None and isinstance(kind, sa.DateTime):
+        return datetime.fromisoformat(value)
+    return value
+
+
+def _line(table: sa.Table, row: sa.Row[Any]) -> str:
+    m = row._mapping
+    return json.dumps({c.name: _encode(c, m[c.name]) for c in table.columns},
+                      ensure_ascii=False, sort_keys=True, separators=(",", ":")) + "\n"
+
+
+# -- reading one snapshot ---------------------------------------------------------------
+
+
+@contextmanager
+def _snapshot(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """A connection whose reads all see one moment of the database: a repeatable-read
+    transaction on PostgreSQL, one read transaction on SQLite (WAL keeps its view)."""
+    with engine.connect() as conn:
+        if conn.dialect.name == "postgresql":
+            conn = conn.execution_options(isolation_level="REPEATABLE READ")
+        with conn.begin():
+            yield conn
+
+
+def _rows(conn: sa.Connection, table: sa.Table) -> Iterator[sa.Row[Any]]:
+    result = conn.execution_options(yield_per=BATCH).execute(
+        sa.select(table).order_by(*_order(table)))
+    yield from result
+
+
+def _counts(conn: sa.Connection) -> dict[str, int]:
+    return {t.name: int(conn.scalar(sa.select(sa.func.count()).select_from(t)) or 0)
+            for t in _tables()}
+
+
+def _holds_data(conn: sa.Connection) -> list[str]:
+    """The tables holding more than a new workspace has (its seeds: the default
+    project, the search state and the chain's head)."""
+    busy = [name for name, n in _counts(conn).items() if n and name not in SEEDED]
+    projects = metadata.tables["projects"]
+    if conn.scalar(sa.select(sa.func.count()).select_from(projects)
+                   .where(projects.c.name != "default")):
+        busy.append("projects")
+    return busy
+
+
+# -- writing into a database -----------------------------------------------------------
+
+
+def _empty(conn: sa.Connection) -> None:
+    """Delete every row, children before parents (the target's own seeds included)."""
+    for table in reversed(_tables()):
+        conn.execute(table.delete())
+
+
+def _insert(conn: sa.Connection, table: sa.Table, rows: Iterable[dict[str, Any]]) -> int:
+    count, batch = 0, []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == BATCH:
+            conn.execute(table.insert(), batch)
+            count, batch = count + len(batch), []
+    if batch:
+        conn.execute(table.insert(), batch)
+        count += len(batch)
+    return count
+
+
+def _reset_sequences(conn: sa.Connection) -> None:
+    """PostgreSQL hands out ids from sequences that an explicit insert does not move:
+    set each to its table's largest id, so the next row gets the next one."""
+    if conn.dialect.name != "postgresql":
+        return
+    for table in _tables():
+        for column in table.primary_key.columns:
+            if not (isinstance(column.type, sa.Integer) and column.autoincrement is not False):
+                continue
+            sequence = conn.scalar(sa.text("SELECT pg_get_serial_sequence(:t, :c)"),
+                                   {"t": table.name, "c": column.name})
+            if sequence:
+                # Names from Amelio's own schema, not from input.
+                conn.execute(sa.text(
+                    f'SELECT setval(:s, COALESCE((SELECT max("{column.name}") FROM '  # noqa: S608
+                    f'"{table.name}"), 1), (SELECT max("{column.name}") FROM '
+                    f'"{table.name}") IS NOT NULL)'), {"s": sequence})
+
+
+def _verify_chain(ws: Workspace, engine: sa.Engine) -> str:
+    """The feedback chain on ``engine``, verified with ``ws``'s secret key (as
+    ``amelio feedback verify`` does): "ok", or what is wrong (a different secret key,
+    most often)."""
+    from amelio.feedback.collector import verify_events
+
+    report = verify_events(Workspace(ws.settings, engine))
+    return "ok" if report.ok else (report.problem or "does not verify")
+
+
+# -- export -------------------------------------------------------------------------------
+
+
+@dataclass
+class ExportReport:
+    path: str
+    revision: str
+    tables: dict[str, int] = field(default_factory=dict)
+    with_secret_key: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "format": FORMAT, "revision": self.revision,
+                "rows": sum(self.tables.values()), "tables": self.tables,
+                "withSecretKey": self.with_secret_key}
+
+
+def _digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def export_workspace(ws: Workspace, dest: Path, *, force: bool = False,
+                     with_secret_key: bool = False) -> ExportReport:
+    """Write every table of ``ws`` to ``dest`` as JSONL, with a manifest."""
+    dest = Path(dest)
+    if dest.exists() and not dest.is_dir():
+        raise InvalidInput(f"{dest} exists and is not a folder.")
+    if dest.exists() and any(dest.iterdir()) and not force:
+        raise InvalidInput(f"{dest} is not empty: choose a new folder, or pass --force to "
+                           "write over it.")
+    (dest / "tables").mkdir(parents=True, exist_ok=True)
+    revision = db.current_revision(ws.engine) or ""
+    files: dict[str, dict[str, Any]] = {}
+    report = ExportReport(str(dest), revision, with_secret_key=with_secret_key)
+    with _snapshot(ws.engine) as conn:
+        for table in _tables():
+            path = dest / "tables" / f"{table.name}.jsonl"
+            count = 0
+            with path.open("w", encoding="utf-8", newline="\n") as out:
+                for row in _rows(conn, table):
+                    out.write(_line(table, row))
+                    count += 1
+            report.tables[table.name] = count
+            files[table.name] = {"file": f"tables/{table.name}.jsonl", "rows": count,
+                                 "sha256": _digest(path)}
+    if with_secret_key:
+        from amelio.identity import secret_key
+
+        secret = dest / SECRET_FILE
+        secret.write_bytes(secret_key(ws.settings))
+        os.chmod(secret, 0o600)
+    manifest = {"format": FORMAT, "amelio": amelio.__version__, "revision": revision,
+                "database": ws.engine.dialect.name, "createdAt": utcnow().isoformat(),
+                "secretKey": SECRET_FILE if with_secret_key else None, "tables": files}
+    (dest / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return report
+
+
+# -- import -------------------------------------------------------------------------------
+
+
+@dataclass
+class ImportReport:
+    path: str
+    revision: str
+    tables: dict[str, int] = field(default_factory=dict)
+    chain: str = ""
+    secret_key: str = "the workspace's own"  # noqa: S105 -- which key, not a key
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "revision": self.revision,
+                "rows": sum(self.tables.values()), "tables": self.tables,
+                "feedbackChain": self.chain, "secretKey": self.secret_key}
+
+
+def _read_manifest(src: Path) -> dict[str, Any]:
+    try:
+        manifest = json.loads((src / MANIFEST).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InvalidInput(f"{src} holds no {MANIFEST}: not an Amelio export.") from None
+    except (OSError, ValueError) as exc:
+        raise InvalidInput(f"{src / MANIFEST} cannot be read: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise InvalidInput(f"{src / MANIFEST}: format {manifest.get('format')!r} is not "
+                           f"{FORMAT!r}." if isinstance(manifest, dict) else
+                           f"{src / MANIFEST} is not an export manifest.")
+    return manifest
+
+
+def _check_files(src: Path, manifest: dict[str, Any]) -> None:
+    """Every file the manifest names is there, whole: checked before anything is
+    written, so a damaged export changes nothing."""
+    known = {t.name for t in _tables()}
+    tables = manifest.get("tables") or {}
+    unknown = sorted(set(tables) - known)
+    if unknown:
+        raise InvalidInput(f"The export has tables this Amelio does not know: "
+                           f"{', '.join(unknown)}.")
+    missing = sorted(known - set(tables))
+    if missing:
+        raise InvalidInput(f"The export lacks tables: {', '.join(missing)}.")
+    for name, entry in tables.items():
+        path = src / str(entry.get("file", ""))
+        if not path.is_file() or src.resolve() not in path.resolve().parents:
+            raise InvalidInput(f"The export's {name} file ({entry.get('file')}) is missing.")
+        if _digest(path) != entry.get("sha256"):
+            raise InvalidInput(f"{path} does not match its SHA-256 in the manifest: the "
+                               "export is damaged or was edited.")
+
+
+def _lines(path: Path, table: sa.Table) -> Iterator[dict[str, Any]]:
+    columns = {c.name: c for c in table.columns}
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            try:
+                data = json.loads(line)
+            except ValueError as exc:
+                raise InvalidInput(f"{path} line {number}: {exc}") from None
+            if not isinstance(data, dict) or set(data) - set(columns):
+                raise InvalidInput(f"{path} line {number}: not a row of {table.name}.")
+            yield {name: _decode(columns[name], value) for name, value in data.items()}
+
+
+def import_workspace(ws: Workspace, src: Path) -> ImportReport:
+    """Load the export in ``src`` into ``ws``, whose database must be empty."""
+    src = Path(src)
+    manifest = _read_manifest(src)
+    revision = db.current_revision(ws.engine) or ""
+    if manifest.get("revision") != revision:
+        raise InvalidInput(f"The export is at migration {manifest.get('revision')!r} and this "
+                           f"workspace at {revision!r}: upgrade the older one first "
+                           "(amelio db upgrade), then export again.")
+    _check_files(src, manifest)
+    brought = _secret(src, manifest)
+    report = ImportReport(str(src), revision)
+    with db.transaction(ws.engine) as conn:
+        busy = _holds_data(conn)
+        if busy:
+            raise InvalidInput(f"This workspace already holds data (in {', '.join(busy)}): "
+                               "import into a new one (amelio init DIR).")
+        _empty(conn)
+        for table in _tables():
+            entry = manifest["tables"][table.name]
+            report.tables[table.name] = _insert(conn, table, _lines(src / entry["file"], table))
+        _reset_sequences(conn)
+    if brought is not None:
+        report.secret_key = _adopt_secret(ws, brought)
+    report.chain = _verify_chain(ws, ws.engine)
+    return report
+
+
+def _secret(src: Path, manifest: dict[str, Any]) -> bytes | None:
+    """The secret key an export carries (``--with-secret-key``), or None."""
+    name = manifest.get("secretKey")
+    if not name:
+        return None
+    try:
+        key = (src / SECRET_FILE).read_bytes().strip()
+    except OSError as exc:
+        raise InvalidInput(f"The manifest names a secret key, but {src / SECRET_FILE} "
+                           f"cannot be read: {exc}") from None
+    if not key:
+        raise InvalidInput(f"{src / SECRET_FILE} is empty.")
+    return key
+
+
+def _adopt_secret(ws: Workspace, key: bytes) -> str:
+    """Use the export's secret key, unless the settings name one explicitly."""
+    from amelio.identity import install_secret_key
+
+    configured = ws.settings.secret_key.get_secret_value()
+    if configured:
+        return ("kept AMELIO_SECRET_KEY" if configured.encode() == key else
+                "kept AMELIO_SECRET_KEY, which differs from the export's")
+    install_secret_key(ws.settings, key)
+    return "installed from the export"
+
+
+# -- copy to another database -------------------------------------------------------------
+
+
+@dataclass
+class CopyReport:
+    target: str
+    source: dict[str, int] = field(default_factory=dict)
+    copied: dict[str, int] = field(default_factory=dict)
+    chain: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.source == self.copied and self.chain == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "ok": self.ok, "feedbackChain": self.chain,
+                "tables": {name: {"source": self.source[name],
+                                  "target": self.copied.get(name)} for name in self.source}}
+
+
+def copy_database(ws: Workspace, url: str, *, force: bool = False) -> CopyReport:
+    """Copy ``ws``'s database into the one at ``url`` (migrated first), then check it."""
+    from amelio.config import mask_url
+
+    if url == ws.settings.effective_database_url:
+        raise InvalidInput("The target is the workspace's own database.")
+    try:
+        target = db.connect(url, migrate=True)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(f"Cannot open the target database {mask_url(url)}: {exc}") from None
+    report = CopyReport(mask_url(url))
+    try:
+        with _snapshot(ws.engine) as source, db.transaction(target) as conn:
+            busy = _holds_data(conn)
+            if busy and not force:
+                raise InvalidInput(f"The target already holds data (in {', '.join(busy)}): "
+                                   "pass --force to replace it.")
+            _empty(conn)
+            for table in _tables():
+                columns = [c.name for c in table.columns]
+                rows = ({c: row._mapping[c] for c in columns} for row in _rows(source, table))
+                report.source[table.name] = _insert(conn, table, rows)
+            _reset_sequences(conn)
+        with target.connect() as check:
+            report.copied = _counts(check)
+        report.chain = _verify_chain(ws, target)
+    finally:
+        target.dispose()
+    return report
