@@ -44,14 +44,29 @@ def server() -> Iterator[FakeTelegramServer]:
         yield fake
 
 
-@pytest.fixture
-def ws(workspace: Workspace, examples: Path, server: FakeTelegramServer,
-       monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
+def _configured(base: Workspace, examples: Path, server: FakeTelegramServer,
+                monkeypatch: pytest.MonkeyPatch) -> Workspace:
     """The example skills, and settings that point the bot and the notifier at the fake."""
-    skills.import_skills(workspace.engine, examples)
+    skills.import_skills(base.engine, examples)
     monkeypatch.setenv("AMELIO_TELEGRAM_TOKEN", TOKEN)
     monkeypatch.setenv("AMELIO_TELEGRAM_API_URL", server.url)
-    configured = open_workspace(workspace.root)
+    return open_workspace(base.root)
+
+
+@pytest.fixture
+def ws(sqlite_workspace: Workspace, examples: Path, server: FakeTelegramServer,
+       monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
+    """On SQLite: what the bot does is the same on both databases; the races, whose
+    outcome is each database's to decide, run on both (``any_ws``)."""
+    configured = _configured(sqlite_workspace, examples, server, monkeypatch)
+    yield configured
+    configured.dispose()
+
+
+@pytest.fixture
+def any_ws(workspace: Workspace, examples: Path, server: FakeTelegramServer,
+           monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
+    configured = _configured(workspace, examples, server, monkeypatch)
     yield configured
     configured.dispose()
 
@@ -107,7 +122,8 @@ def test_an_invite_links_one_chat_once_and_expires(ws: Workspace,
     assert [(c.chat_id, c.role) for c in links.list_links(ws)] == [(10, "user")]
 
 
-def test_two_chats_racing_for_one_code_link_exactly_one(ws: Workspace) -> None:
+def test_two_chats_racing_for_one_code_link_exactly_one(any_ws: Workspace) -> None:
+    ws = any_ws
     _, code = links.create_invite(ws, project="default", role="admin")
     barrier = threading.Barrier(6)
     outcomes: list[str] = []
@@ -279,7 +295,8 @@ def test_an_admin_card_approves_a_new_version_and_rotates_skill_md(
 
 
 def test_two_admins_approving_at_once_get_one_winner(
-        ws: Workspace, server: FakeTelegramServer) -> None:
+        any_ws: Workspace, server: FakeTelegramServer) -> None:
+    ws = any_ws
     with BotThread(ws, provider=ScriptedProvider(default=SAFE)):
         _admin_setup(ws, server, ADMIN_CHAT, OTHER_ADMIN)
         [made] = run_improve(ws).proposals
