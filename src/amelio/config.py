@@ -131,6 +131,11 @@ class Settings(BaseSettings):
         default="", description="The service's public address, for the links in "
         "notifications (a proposal's opens /proposals/{id} on the dashboard)."
     )
+    cors_origins: str = Field(
+        default="", pattern=r"^\s*(?:(?:\*|[a-z][a-z0-9+.-]*://[^\s,/]+)\s*(?:,\s*|$))*$",
+        description="Comma-separated origins (scheme://host[:port], no path) whose pages may "
+        "call the API from the browser, as amelio.js does (empty: no CORS; * any origin)."
+    )
     telegram_token: SecretStr = Field(
         default=SecretStr(""), description="The bot's token from BotFather, for `amelio "
         "telegram run` and the telegram notifier (empty: off)."

@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import quote
 
 from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
@@ -57,6 +58,11 @@ def create_app(workspace: Workspace) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(RefuseNul)
     app.add_middleware(BodySizeLimit, limit=workspace.settings.max_request_bytes)
+    origins = [o.strip() for o in workspace.settings.cors_origins.split(",") if o.strip()]
+    if origins:  # pages on these origins may call the API (amelio.js); keys, not cookies
+        app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["POST"],
+                           allow_headers=["Authorization", "Content-Type"],
+                           expose_headers=["Retry-After"], max_age=600)
     app.add_middleware(MetricsMiddleware)  # outermost: it times what the others refuse too
     tracing.instrument(app, workspace)
     # Every route may answer 413 (body limit) and 422 (invalid input, NUL guard);

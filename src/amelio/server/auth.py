@@ -27,7 +27,7 @@ from amelio.projects import require_project, validate_name
 
 __all__ = ["authorize_project", "require", "visible"]
 
-_bearer = HTTPBearer(auto_error=False, description="An Amelio API key: `amelio keys create`.")
+bearer = HTTPBearer(auto_error=False, description="An Amelio API key: `amelio keys create`.")
 T = TypeVar("T")
 
 
@@ -37,7 +37,7 @@ def require(*roles: str) -> Callable[..., ApiKey]:
 
     def dependency(
         request: Request,
-        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     ) -> ApiKey:
         if credentials is None:
             raise AuthError("Missing API key: send `Authorization: Bearer <key>` "

@@ -5,30 +5,61 @@ from __future__ import annotations
 import threading
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.security import HTTPAuthorizationCredentials
 from starlette.concurrency import run_in_threadpool
 
-from amelio.errors import InputTooLarge
+from amelio.errors import AuthError, Forbidden, InputTooLarge, InvalidInput
 from amelio.feedback import Collector, feedback_stats, json_schema
-from amelio.keys import ApiKey
-from amelio.server.auth import require
+from amelio.keys import ApiKey, authenticate
+from amelio.server.auth import bearer, require
 
 router = APIRouter(tags=["feedback"])
 
-Client = Annotated[ApiKey, Depends(require("client", "bot"))]
 Bot = Annotated[ApiKey, Depends(require("bot"))]
+_client_or_bot = require("client", "bot")
 _collector_lock = threading.Lock()
 
 _BODY_DOC: dict[str, Any] = {
     "requestBody": {
         "required": True,
         "description": "A JSON array of MartyFeedbackEventV1 (GET /v1/feedback/schema), or "
-                       "NDJSON: one event per line. At most feedback_max_events events and "
+                       "NDJSON: one event per line, whatever the Content-Type (sendBeacon "
+                       "sends text/plain). At most feedback_max_events events and "
                        "feedback_max_bytes bytes.",
         "content": {"application/json": {"schema": {"type": "array", "items": {}}},
                     "application/x-ndjson": {"schema": {"type": "string"}}},
     }
 }
+
+
+def _sender(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+    key: Annotated[str | None, Query(
+        max_length=200, description="A `client` key, for `navigator.sendBeacon`, which "
+        "cannot set an Authorization header. Client keys only: a URL ends up in access "
+        "logs, and a client key can do nothing but send events (it is in the page "
+        "anyway).")] = None,
+) -> ApiKey:
+    """The key in the Authorization header (client, bot or admin), or a client key in
+    ``?key=`` (amelio.js sends its last events with sendBeacon as a page goes away)."""
+    if key is None:
+        return _client_or_bot(request, credentials)
+    if credentials is not None:
+        raise InvalidInput("Send the API key once: in the Authorization header or as "
+                           "?key=, not both.", field="key")
+    found = authenticate(request.app.state.workspace.engine, key)
+    if found is None:
+        raise AuthError("Invalid or revoked API key.")
+    if found.role != "client":
+        raise Forbidden(f"Only a 'client' key may be sent as ?key= (URLs end up in logs); "
+                        f"send a {found.role!r} key in `Authorization: Bearer`.",
+                        role=found.role)
+    return found
+
+
+Client = Annotated[ApiKey, Depends(_sender)]
 
 
 def _collector(request: Request) -> Collector:
