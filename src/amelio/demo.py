@@ -1,8 +1,9 @@
 """The demo workspace behind ``make demo``: example skills, help-desk articles to
-search, and an admin key.
+search, an admin key, and a public search page (``/demo/search``) that sends
+feedback with ``amelio.js``.
 
 Running it again reuses the workspace: skills re-import as no-ops (or as new
-versions if the examples changed) and the saved admin key keeps working.
+versions if the examples changed) and the saved keys keep working.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import sqlalchemy as sa
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import HTMLResponse
+from pydantic import BaseModel, ConfigDict, Field
 
 import amelio
 from amelio import keys, skills
@@ -30,10 +34,12 @@ from amelio.search.engine import workspace_corpus
 from amelio.search.simulate import click_events
 from amelio.workspace import Workspace, init_workspace
 
-__all__ = ["example_skills_path", "load_demo_corpus", "load_demo_searches",
-           "load_recorded_interactions", "prepare_demo"]
+__all__ = ["create_demo_app", "demo_client_key", "demo_router", "example_skills_path",
+           "load_demo_corpus", "load_demo_searches", "load_recorded_interactions",
+           "prepare_demo"]
 
 _KEY_FILE = "demo-admin-key"
+_CLIENT_KEY_FILE = "demo-client-key"
 
 
 def _example(name: str) -> Path:
@@ -113,18 +119,31 @@ def load_demo_searches(ws: Workspace, path: Path | None = None) -> int:
     return count
 
 
-def _admin_key(ws: Workspace) -> str:
-    path = ws.settings.data_dir / _KEY_FILE
+def _saved_key(ws: Workspace, file: str, name: str, role: str) -> str:
+    """The key saved in ``file`` of the data folder, made (and saved) when missing or
+    revoked."""
+    path = ws.settings.data_dir / file
     if path.is_file():
         token = path.read_text(encoding="utf-8").strip()
-        if keys.authenticate(ws.engine, token) is not None:
+        found = keys.authenticate(ws.engine, token)
+        if found is not None and found.role == role:
             return token
-    _, token = keys.create_key(ws.engine, name="demo admin", role="admin")
+    _, token = keys.create_key(ws.engine, name=name, role=role)
     path.unlink(missing_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # never world-readable
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(token + "\n")
     return token
+
+
+def _admin_key(ws: Workspace) -> str:
+    return _saved_key(ws, _KEY_FILE, "demo admin", "admin")
+
+
+def demo_client_key(ws: Workspace) -> str:
+    """The demo search page's ``client`` key: it can only send feedback events, so it
+    may be given to the browser."""
+    return _saved_key(ws, _CLIENT_KEY_FILE, "demo search page", "client")
 
 
 def prepare_demo(directory: Path, skills_path: Path | None = None) -> tuple[Workspace, str]:
@@ -139,4 +158,56 @@ def prepare_demo(directory: Path, skills_path: Path | None = None) -> tuple[Work
         load_demo_searches(ws)
     if skills_path is None and load_recorded_interactions(ws):
         run_improve(ws, notify=False)
+    demo_client_key(ws)
     return ws, _admin_key(ws)
+
+
+# -- the demo search page ----------------------------------------------------------------
+
+
+class DemoQuery(BaseModel):
+    """What the demo page sends its own backend: the text, and amelio.js's tab session
+    id once the person consented (so searches and events join)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: Annotated[str, Field(min_length=1, max_length=500)]
+    sessionId: Annotated[str | None, Field(default=None, min_length=1, max_length=128)] = None
+
+
+def demo_router(client_key: str) -> APIRouter:
+    """``GET /demo/search``, a public search page over the demo corpus using
+    ``/static/amelio.js``, and ``POST /demo/search/query``, its backend: it searches as
+    ``POST /v1/search`` does, on the server, so no bot key reaches the browser."""
+    from starlette.concurrency import run_in_threadpool
+
+    from amelio.server.routes.search import searcher
+    from amelio.server.routes.web import templates
+
+    router = APIRouter(prefix="/demo/search", include_in_schema=False)
+
+    @router.get("", response_class=HTMLResponse)
+    def page(request: Request) -> HTMLResponse:
+        response = templates.TemplateResponse(request, "demo_search.html",
+                                              {"client_key": client_key})
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+    @router.post("/query")
+    async def query(body: DemoQuery, request: Request) -> dict[str, Any]:
+        engine = searcher(request)
+        response = await run_in_threadpool(engine.search, body.query, limit=10,
+                                           session=body.sessionId)
+        return response.to_dict()
+
+    return router
+
+
+def create_demo_app(ws: Workspace) -> FastAPI:
+    """The service for ``ws`` (as ``amelio serve`` runs it) plus the demo search page:
+    what ``amelio demo`` serves."""
+    from amelio.server import create_app
+
+    app = create_app(ws)
+    app.include_router(demo_router(demo_client_key(ws)))
+    return app

@@ -313,15 +313,17 @@ def serve(ctx: click.Context, host: str | None, port: int | None, workers: int) 
 def demo(directory: Path, skills_path: Path | None, host: str, port: int, no_serve: bool
          ) -> None:
     """Create (or reuse) a demo workspace with the example skills and serve it."""
-    from amelio.demo import prepare_demo
+    from amelio.demo import create_demo_app, prepare_demo
 
     ws, admin_key = prepare_demo(directory, skills_path)
     click.echo(f"Demo workspace: {ws.root}")
     click.echo(f"Admin API key:  {admin_key}")
     click.echo(f"Dashboard:      http://{host}:{port}/  (log in with the admin key)")
+    click.echo(f"Search page:    http://{host}:{port}/demo/search  (feedback with amelio.js)")
     click.echo(f"Try: curl -H 'Authorization: Bearer {admin_key}' http://{host}:{port}/v1/skills")
     if no_serve:
         ws.dispose()
         return
-    _serve(ws, host, port, log_format=click.get_current_context().obj.get("log_format", "text"))
+    _serve_app(ws, create_demo_app(ws), host, port,
+               click.get_current_context().obj.get("log_format", "text"))
 

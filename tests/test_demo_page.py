@@ -1,0 +1,142 @@
+"""``/demo/search``, the public search page ``amelio demo`` serves, in a real browser
+(Debian's Chromium driven by Playwright): its consent banner keeps amelio.js quiet until
+Accept, then a click on a result is stored as ``result_clicked`` with its rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+
+from amelio import keys
+from amelio.db.schema import feedback_events
+from amelio.demo import create_demo_app, demo_client_key, prepare_demo
+from amelio.server import create_app
+from amelio.testing import LiveServer
+from amelio.workspace import Workspace
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Workspace, str]]:
+    ws, _ = prepare_demo(tmp_path_factory.mktemp("demo") / "ws")
+    with LiveServer(create_demo_app(ws), lifespan="on") as base:
+        yield ws, base
+    ws.dispose()
+
+
+def count_events(ws: Workspace) -> int:
+    with ws.engine.connect() as conn:
+        return int(conn.scalar(sa.select(sa.func.count()).select_from(feedback_events)) or 0)
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 8.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
+
+
+def test_the_page_has_a_client_key_and_searches_server_side(
+        demo: tuple[Workspace, str]) -> None:
+    ws, base = demo
+    key = demo_client_key(ws)
+    assert demo_client_key(ws) == key  # saved: a re-run gives the page the same key
+    found = keys.authenticate(ws.engine, key)
+    assert found is not None and found.role == "client"
+    page = httpx.get(f"{base}/demo/search")
+    assert page.status_code == 200
+    assert f'data-key="{key}"' in page.text and "/static/amelio.js" in page.text
+    response = httpx.post(f"{base}/demo/search/query", json={"query": "undo the last commit"})
+    assert response.status_code == 200
+    body = response.json()
+    assert body["queryId"] and body["feedbackToken"]
+    assert [r["rank"] for r in body["results"]] == list(range(1, len(body["results"]) + 1))
+    assert httpx.post(f"{base}/demo/search/query", json={"query": ""}).status_code == 422
+
+
+def test_plain_serve_has_no_demo_routes(demo: tuple[Workspace, str]) -> None:
+    ws, _ = demo
+    with TestClient(create_app(ws)) as client:  # what `amelio serve` runs
+        assert client.get("/demo/search").status_code == 404
+        assert client.post("/demo/search/query", json={"query": "git"}).status_code in {
+            404, 405}
+
+
+@pytest.mark.slow
+def test_consent_then_a_click_is_stored(demo: tuple[Workspace, str]) -> None:
+    if CHROMIUM is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI needs Chromium for the demo page test: apt-get install chromium")
+        pytest.skip("Chromium is not installed (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    ws, base = demo
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update",
+            "--disable-sync"])
+        try:
+            ctx = browser.new_context(locale="en-US")
+            ctx.set_default_timeout(10_000)
+            sent: list[str] = []
+            ctx.on("request", lambda r: sent.append(r.url)
+                   if "/v1/feedback/events" in r.url else None)
+            page = ctx.new_page()
+            page.goto(f"{base}/demo/search")
+            assert page.is_visible("#consent")
+
+            # Before consent: search, click; nothing leaves the page.
+            before = count_events(ws)
+            page.fill("#q", "undo the last commit")
+            page.click("#search button[type=submit]")
+            page.wait_for_selector("body[data-ready] #results li a")
+            page.click("#results li:nth-child(2) a")
+            time.sleep(1.5)  # past the page's 1 s flush interval
+            assert sent == []
+            assert count_events(ws) == before
+
+            # Accept: the choice is kept, and the next search's click is stored.
+            page.click("#consent-accept")
+            assert not page.is_visible("#consent")
+            assert page.evaluate("localStorage.getItem('amelio-demo-consent')") == "granted"
+            page.fill("#q", "rotate a leaked secret")
+            page.evaluate("delete document.body.dataset.ready")
+            page.click("#search button[type=submit]")
+            page.wait_for_selector("body[data-ready] #results li a")
+            query_id = page.evaluate("document.body.dataset.ready")
+            doc_id = page.get_attribute("#results li:nth-child(2)", "data-doc-id")
+            page.click("#results li:nth-child(2) a")
+
+            def clicked() -> list[Any]:
+                with ws.engine.connect() as conn:
+                    return list(conn.execute(sa.select(feedback_events).where(
+                        feedback_events.c.query_id == query_id,
+                        feedback_events.c.event_type == "result_clicked")).mappings())
+
+            rows = wait_for(clicked)
+            assert len(rows) == 1
+            assert rows[0]["doc_id"] == doc_id and rows[0]["rank_shown"] == 2
+            assert json.loads(rows[0]["payload"])["consent"]["telemetry"] == "granted"
+
+            # A reload remembers the choice: no banner.
+            page.reload()
+            page.wait_for_selector("#q")
+            assert not page.is_visible("#consent")
+            assert page.evaluate("window.amelio.consent") == "granted"
+            ctx.close()
+        finally:
+            browser.close()
+
