@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from amelio.testing import postgres_database
 from amelio.workspace import Workspace, init_workspace
@@ -208,11 +209,41 @@ def postgres_url() -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="session")
+def _migrated_template() -> Iterator[str | None]:
+    """A PostgreSQL database migrated once, that each workspace's database copies:
+    hundreds of tests would otherwise each run every migration."""
+    if not PG_URL:
+        yield None
+        return
+    from amelio import db
+
+    with postgres_database(PG_URL, prefix="amelio_template") as url:
+        db.connect(url, migrate=True).dispose()  # no connection may stay open on it
+        yield sa.make_url(url).database
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def migrated_database_url(request: pytest.FixtureRequest, tmp_path: Path,
+                          _migrated_template: str | None) -> Iterator[str]:
+    """A new database of each kind for a workspace (which migrates it): a SQLite
+    file, or a PostgreSQL copy of the migrated template."""
+    global _pg_skipped
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'db' / 'amelio.db'}"
+        return
+    if not PG_URL:
+        _pg_skipped += 1
+        pytest.skip("PostgreSQL tests need AMELIO_TEST_POSTGRES_URL")
+    with postgres_database(PG_URL, template=_migrated_template) as url:
+        yield url
+
+
 @pytest.fixture
-def workspace(tmp_path: Path, database_url: str, monkeypatch: pytest.MonkeyPatch
+def workspace(tmp_path: Path, migrated_database_url: str, monkeypatch: pytest.MonkeyPatch
               ) -> Iterator[Workspace]:
     """A migrated workspace on each database kind."""
-    monkeypatch.setenv("AMELIO_DATABASE_URL", database_url)
+    monkeypatch.setenv("AMELIO_DATABASE_URL", migrated_database_url)
     ws, _ = init_workspace(tmp_path / "ws")
     yield ws
     ws.dispose()

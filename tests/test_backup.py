@@ -274,7 +274,7 @@ def test_postgresql_is_left_to_pg_dump(tmp_path: Path, monkeypatch: pytest.Monke
     assert not (tmp_path / "new").exists()
 
 
-@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("migrated_database_url", ["postgresql"], indirect=True)
 def test_a_postgresql_workspace_says_pg_dump(workspace: Workspace, tmp_path: Path) -> None:
     refused = run("-w", str(workspace.root), "backup", str(tmp_path / "pg.zip"))
     assert refused.exit_code == 1 and "Error: " in refused.output

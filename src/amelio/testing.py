@@ -189,18 +189,21 @@ class ServeProcess:
 
 
 @contextmanager
-def postgres_database(server_url: str, *, prefix: str = "amelio_test") -> Iterator[str]:
+def postgres_database(server_url: str, *, prefix: str = "amelio_test",
+                      template: str | None = None) -> Iterator[str]:
     """A new, empty PostgreSQL database on the server at ``server_url`` (whose own
     database is only used to create and drop it); yields its URL and drops it,
     connections and all, afterwards. For tests, benchmarks and fuzzing runs that
-    must not share state."""
+    must not share state. ``template`` names a database to copy instead (one
+    migrated once: PostgreSQL copies it in a fraction of the migrations' time)."""
     import sqlalchemy as sa
 
     admin = sa.create_engine(server_url, isolation_level="AUTOCOMMIT")
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    copy = f' TEMPLATE "{template}"' if template else ""
     try:
         with admin.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"{copy}'))
         yield admin.url.set(database=name).render_as_string(hide_password=False)
     finally:
         with admin.connect() as conn:
