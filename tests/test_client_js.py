@@ -489,7 +489,9 @@ def test_static_amelio_js_and_its_types_are_served(sqlite_workspace: Workspace) 
         assert r.status_code == 200
         assert "javascript" in r.headers["content-type"]
         assert "export const Amelio" in r.text
-        assert client.get("/static/amelio.d.ts").text == (STATIC / "amelio.d.ts").read_text()
+        types = client.get("/static/amelio.d.ts")
+        assert types.text == (STATIC / "amelio.d.ts").read_text()
+        assert types.headers["content-type"] == "text/plain; charset=utf-8"  # not video/mp2t
 
 
 def test_a_client_key_may_come_as_a_query_parameter_only_for_events(

@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import RedirectResponse
+from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 import amelio
@@ -91,9 +91,20 @@ def create_app(workspace: Workspace) -> FastAPI:
     return app
 
 
+class _StaticFiles(StaticFiles):
+    """The dashboard's files and amelio.js. ``amelio.d.ts`` is text: Python's table of
+    types knows ``.ts`` only as an MPEG transport stream (video/mp2t)."""
+
+    def file_response(self, full_path: Any, *args: Any, **kwargs: Any) -> Response:
+        response = super().file_response(full_path, *args, **kwargs)
+        if str(full_path).endswith(".d.ts"):
+            response.headers["content-type"] = "text/plain; charset=utf-8"
+        return response
+
+
 def _add_dashboard(app: FastAPI) -> None:
     """The web dashboard at /, its static files, and its login redirect."""
-    app.mount("/static", StaticFiles(directory=web.STATIC_DIR), name="static")
+    app.mount("/static", _StaticFiles(directory=web.STATIC_DIR), name="static")
     app.include_router(web.router)
 
     @app.exception_handler(web.LoginRequired)
