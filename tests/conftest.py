@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shutil
 import socket
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -184,28 +186,35 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A new, empty database of each kind: a SQLite file, a PostgreSQL database."""
+@contextmanager
+def _new_database(kind: str, tmp_path: Path, template: str | None = None) -> Iterator[str]:
+    """A new database of ``kind``: a SQLite file, or a PostgreSQL database (empty, or
+    a copy of ``template``); PostgreSQL tests are skipped, and counted, without one."""
     global _pg_skipped
-    if request.param == "sqlite":
+    if kind == "sqlite":
         yield f"sqlite:///{tmp_path / 'db' / 'amelio.db'}"
         return
     if not PG_URL:
         _pg_skipped += 1
         pytest.skip("PostgreSQL tests need AMELIO_TEST_POSTGRES_URL")
-    with postgres_database(PG_URL) as url:
+    with postgres_database(PG_URL, template=template) as url:
+        yield url
+
+
+_KINDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(params=_KINDS)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A new, empty database of each kind: a SQLite file, a PostgreSQL database."""
+    with _new_database(request.param, tmp_path) as url:
         yield url
 
 
 @pytest.fixture
-def postgres_url() -> Iterator[str]:
+def postgres_url(tmp_path: Path) -> Iterator[str]:
     """A new, empty PostgreSQL database, for tests of PostgreSQL alone."""
-    global _pg_skipped
-    if not PG_URL:
-        _pg_skipped += 1
-        pytest.skip("PostgreSQL tests need AMELIO_TEST_POSTGRES_URL")
-    with postgres_database(PG_URL) as url:
+    with _new_database("postgresql", tmp_path) as url:
         yield url
 
 
@@ -223,19 +232,12 @@ def _migrated_template() -> Iterator[str | None]:
         yield sa.make_url(url).database
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+@pytest.fixture(params=_KINDS)
 def migrated_database_url(request: pytest.FixtureRequest, tmp_path: Path,
                           _migrated_template: str | None) -> Iterator[str]:
     """A new database of each kind for a workspace (which migrates it): a SQLite
     file, or a PostgreSQL copy of the migrated template."""
-    global _pg_skipped
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'db' / 'amelio.db'}"
-        return
-    if not PG_URL:
-        _pg_skipped += 1
-        pytest.skip("PostgreSQL tests need AMELIO_TEST_POSTGRES_URL")
-    with postgres_database(PG_URL, template=_migrated_template) as url:
+    with _new_database(request.param, tmp_path, _migrated_template) as url:
         yield url
 
 
@@ -260,3 +262,18 @@ def sqlite_workspace(tmp_path: Path) -> Iterator[Workspace]:
 @pytest.fixture
 def examples() -> Path:
     return EXAMPLES
+
+
+#: Debian's Chromium, which the browser tests drive with Playwright (None without it).
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Chromium's path. Without it a browser test is skipped, except in CI, where it
+    fails: .ci/run installs it, so a missing browser there is a broken machine."""
+    if CHROMIUM is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI needs Chromium for the browser tests: apt-get install chromium")
+        pytest.skip("Chromium is not installed (apt-get install chromium)")
+    return CHROMIUM

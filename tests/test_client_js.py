@@ -11,8 +11,6 @@ origin) and binds the results with a client key, which can only send events.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -39,7 +37,6 @@ from amelio.server import create_app
 from amelio.testing import LiveServer
 from amelio.workspace import Workspace, init_workspace, open_workspace
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 STATIC = Path(__file__).resolve().parent.parent / "src" / "amelio" / "web" / "static"
 
 DOCS = [
@@ -164,10 +161,8 @@ def page_app(cfg: dict[str, Any]) -> Starlette:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    if CHROMIUM is None:
-        yield {}
-        return
+def site(tmp_path_factory: pytest.TempPathFactory, chromium: str
+         ) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("client-js")
     cfg: dict[str, Any] = {"served": []}
     with LiveServer(page_app(cfg)) as page_base:
@@ -192,15 +187,11 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def browser(site: dict[str, Any]) -> Iterator[Any]:
-    if CHROMIUM is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI needs Chromium for the amelio.js tests: apt-get install chromium")
-        pytest.skip("Chromium is not installed (apt-get install chromium)")
+def browser(site: dict[str, Any], chromium: str) -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+        browser = p.chromium.launch(executable_path=chromium, args=[
             "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update",
             "--disable-sync"])

@@ -23,17 +23,8 @@ from amelio.testing import FakeLLMServer, FakeRequest, LiveServer
 from amelio.web.session import COOKIE, dump_session
 from amelio.workspace import init_workspace, open_workspace
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "docs" / "screenshots"
-
-
-def _need_browser() -> str:
-    if CHROMIUM is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI needs Chromium for the dashboard tests: apt-get install chromium")
-        pytest.skip("Chromium is not installed (apt-get install chromium)")
-    return CHROMIUM
 
 
 def brain(request: FakeRequest) -> str:
@@ -53,10 +44,8 @@ def brain(request: FakeRequest) -> str:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    if CHROMIUM is None:
-        yield {}
-        return
+def site(tmp_path_factory: pytest.TempPathFactory, chromium: str
+         ) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("dash")
     llm = FakeLLMServer(default=brain).start()
     env = {"AMELIO_LLM_PROVIDER": "openai", "AMELIO_LLM_BASE_URL": llm.openai_base_url,
@@ -89,8 +78,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
 
 
 @pytest.fixture
-def page(site: dict[str, Any]) -> Iterator[Any]:
-    executable = _need_browser()
+def page(site: dict[str, Any], chromium: str) -> Iterator[Any]:
+    executable = chromium
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

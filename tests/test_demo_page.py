@@ -5,8 +5,6 @@ Accept, then a click on a result is stored as ``result_clicked`` with its rank."
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,8 +20,6 @@ from amelio.demo import create_demo_app, demo_client_key, prepare_demo
 from amelio.server import create_app
 from amelio.testing import LiveServer
 from amelio.workspace import Workspace
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 @pytest.fixture(scope="module")
@@ -75,16 +71,12 @@ def test_plain_serve_has_no_demo_routes(demo: tuple[Workspace, str]) -> None:
 
 
 @pytest.mark.slow
-def test_consent_then_a_click_is_stored(demo: tuple[Workspace, str]) -> None:
-    if CHROMIUM is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI needs Chromium for the demo page test: apt-get install chromium")
-        pytest.skip("Chromium is not installed (apt-get install chromium)")
+def test_consent_then_a_click_is_stored(demo: tuple[Workspace, str], chromium: str) -> None:
     from playwright.sync_api import sync_playwright
 
     ws, base = demo
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+        browser = p.chromium.launch(executable_path=chromium, args=[
             "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update",
             "--disable-sync"])

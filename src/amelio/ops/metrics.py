@@ -23,7 +23,6 @@ import os
 import re
 import time
 from collections.abc import Iterable, Iterator
-from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -239,9 +238,7 @@ class DatabaseCollector(Collector):
                 if row.outcome in ("ok", "error"):
                     last_ok.add_metric([row.name], 1 if row.outcome == "ok" else 0)
                 if row.finished_at is not None:
-                    at = row.finished_at
-                    at = at if at.tzinfo else at.replace(tzinfo=UTC)  # SQLite drops it
-                    finished.add_metric([row.name], at.timestamp())
+                    finished.add_metric([row.name], row.finished_at.timestamp())
             yield runs
             yield last_ok
             yield finished

@@ -121,11 +121,6 @@ def last_time(job: Job, settings: Settings, now: datetime) -> datetime | None:
     return found.astimezone(UTC)
 
 
-def _aware(value: datetime | None) -> datetime | None:
-    """SQLite hands timestamps back without their zone; they were written in UTC."""
-    return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)
-
-
 # -- claims -------------------------------------------------------------------------------
 
 
@@ -252,10 +247,10 @@ def job_status(ws: Workspace, *, count: int = 3, now: datetime | None = None
         row = rows.get(job.name)
         out.append(JobStatus(
             job.name, expression, explained, tuple(next_times(job, ws.settings, now, count)),
-            _aware(row.due_at) if row else None, _aware(row.started_at) if row else None,
-            _aware(row.finished_at) if row else None, row.outcome if row else None,
+            row.due_at if row else None, row.started_at if row else None,
+            row.finished_at if row else None, row.outcome if row else None,
             row.detail if row else None, int(row.runs) if row else 0,
-            row.holder if row else None, _aware(row.lease_expires_at) if row else None))
+            row.holder if row else None, row.lease_expires_at if row else None))
     return out
 
 
@@ -295,9 +290,9 @@ class Scheduler:
             _ensure(conn, job.name, latest)
             row = conn.execute(sa.select(scheduled_jobs)
                                .where(scheduled_jobs.c.name == job.name)).one()
-        due = _aware(row.due_at)
+        due = row.due_at
         interrupted = row.outcome == "running" and (
-            _aware(row.lease_expires_at) or now) < now
+            row.lease_expires_at or now) < now
         missed = latest is not None and (due is None or due < latest)
         if self.ws.settings.schedule_catch_up and (missed or interrupted):
             when = latest if missed else due

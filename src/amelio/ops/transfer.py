@@ -28,7 +28,7 @@ import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ import sqlalchemy as sa
 
 import amelio
 from amelio import db
-from amelio.db.schema import metadata, utcnow
+from amelio.db.schema import aware, metadata, utcnow
 from amelio.errors import ConfigError, InvalidInput
 from amelio.workspace import Workspace
 
@@ -67,7 +67,7 @@ def _encode(column: sa.Column[Any], value: Any) -> Any:
     if value is None:
         return None
     if isinstance(value, datetime):
-        return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
+        return aware(value).isoformat()
     if isinstance(value, bytes | bytearray | memoryview):
         raise InvalidInput(f"{column.table.name}.{column.name} holds bytes, which this export "
                            "format does not carry.")
@@ -383,7 +383,7 @@ def copy_database(ws: Workspace, url: str, *, force: bool = False) -> CopyReport
         raise InvalidInput("The target is the workspace's own database.")
     try:
         target = db.connect(url, migrate=True)
-    except ConfigError:
+    except ConfigError:  # already says what is wrong
         raise
     except Exception as exc:
         raise ConfigError(f"Cannot open the target database {mask_url(url)}: {exc}") from None

@@ -28,7 +28,7 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from telegram import (
@@ -121,6 +121,11 @@ class TelegramBot:
 
     ws: Workspace
     provider: Provider | None = None
+    #: ``telegram_allowed_chats``, parsed once: every update asks it.
+    _allowed: frozenset[int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._allowed = self.ws.settings.telegram_allowed_chat_ids
 
     # -- the application ------------------------------------------------------------
 
@@ -151,16 +156,19 @@ class TelegramBot:
         """The chat's link, or None after telling the chat what it needs (once per
         update, and nothing else)."""
         chat = update.effective_chat
-        if chat is None:
-            return None
-        allowed = self.ws.settings.telegram_allowed_chat_ids
-        if allowed and chat.id not in allowed:
-            await self._tell(update, NOT_ALLOWED)
+        if chat is None or await self._refused(update, chat.id):
             return None
         link = await asyncio.to_thread(links.get_link, self.ws, chat.id)
         if link is None:
             await self._tell(update, UNLINKED)
         return link
+
+    async def _refused(self, update: Update, chat_id: int) -> bool:
+        """Whether ``telegram_allowed_chats`` keeps this chat out (it is then told so)."""
+        if self._allowed and chat_id not in self._allowed:
+            await self._tell(update, NOT_ALLOWED)
+            return True
+        return False
 
     async def _tell(self, update: Update, text: str) -> None:
         """A plain-text answer: to a button press as its toast, else as a message."""
@@ -169,21 +177,13 @@ class TelegramBot:
             await call(lambda: query.answer(text[:200], show_alert=True))
         elif update.effective_chat is not None:
             chat_id = update.effective_chat.id
-            await call(lambda: self._bot(update).send_message(chat_id, text))
-
-    @staticmethod
-    def _bot(update: Update) -> Bot:
-        return update.get_bot()
+            await call(lambda: update.get_bot().send_message(chat_id, text))
 
     # -- commands ---------------------------------------------------------------------
 
     async def on_start(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         chat = update.effective_chat
-        if chat is None:
-            return
-        allowed = self.ws.settings.telegram_allowed_chat_ids
-        if allowed and chat.id not in allowed:
-            await self._tell(update, NOT_ALLOWED)
+        if chat is None or await self._refused(update, chat.id):
             return
         code = context.args[0] if context.args else ""
         if not code:
@@ -299,9 +299,7 @@ class TelegramBot:
             elif reject := _REJECT.search(asked):
                 await self._reject(update, link, int(reject.group(1)), message.text, message)
             return
-        allowed = self.ws.settings.telegram_allowed_chat_ids
-        if allowed and chat.id not in allowed:
-            await self._tell(update, NOT_ALLOWED)
+        if await self._refused(update, chat.id):
             return
         await self._answer(update, chat.id, message.text)
 
@@ -315,7 +313,7 @@ class TelegramBot:
         return respond(self.ws, text, project=link.project, user=user, provider=self.provider)
 
     async def _answer(self, update: Update, chat_id: int, text: str) -> None:
-        bot = self._bot(update)
+        bot = update.get_bot()
         typing = asyncio.create_task(self._typing(bot, chat_id))
         try:
             reply = await asyncio.to_thread(self._respond_if_linked, chat_id, text,
@@ -376,7 +374,7 @@ class TelegramBot:
     async def _send_text(self, update: Update, text: str) -> None:
         """Plain text of any length, in as many messages as it takes."""
         chat_id = update.effective_chat.id if update.effective_chat else 0
-        bot = self._bot(update)
+        bot = update.get_bot()
         for part in render_parts(text):
             await call(lambda part=part: bot.send_message(  # type: ignore[misc]
                 chat_id, part, parse_mode=ParseMode.MARKDOWN_V2))
@@ -421,7 +419,7 @@ class TelegramBot:
         if kind == "fixit":
             await call(lambda: query.answer())
             chat_id = query.message.chat.id if query.message else link.chat_id
-            await call(lambda: self._bot(update).send_message(
+            await call(lambda: update.get_bot().send_message(
                 chat_id, f"🛠️ Fix #{interaction_id}: what should it have said? Reply to this "
                          "message.",
                 reply_markup=ForceReply(selective=True,
@@ -479,10 +477,9 @@ def build_bot(ws: Workspace, *, provider: Provider | None = None
     if not token:
         raise ConfigError("Set AMELIO_TELEGRAM_TOKEN to the bot's token from BotFather "
                           "(docs/telegram.md).")
-    settings.telegram_allowed_chat_ids  # noqa: B018 -- a malformed list fails here, at start
     if not settings.telegram_api_url.startswith(("http://", "https://")):
         raise ConfigError("AMELIO_TELEGRAM_API_URL must start with http:// or https://.")
-    bot = TelegramBot(ws, provider)
+    bot = TelegramBot(ws, provider)  # a malformed allowed-chats list fails here, at start
     return bot, bot.application(token, settings.telegram_api_url)
 
 

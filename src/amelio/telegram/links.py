@@ -81,11 +81,6 @@ def _hash(code: str) -> str:
     return hashlib.sha256(code.encode("utf-8")).hexdigest()
 
 
-def _aware(value: datetime) -> datetime:
-    """SQLite hands timestamps back without their zone; they were written in UTC."""
-    return value if value.tzinfo else value.replace(tzinfo=utcnow().tzinfo)
-
-
 def create_invite(ws: Workspace, *, project: str, role: str, ttl: timedelta = DEFAULT_TTL,
                   created_by: str | None = None) -> tuple[Invite, str]:
     """A one-time code that links the chat which sends ``/start CODE`` to ``project``
@@ -144,7 +139,7 @@ def _refuse(conn: sa.Connection, code: str) -> NoReturn:
         raise InvalidInput("This invite code is not valid.", field="code")
     if row.used_at is not None:
         raise Conflict("This invite code was already used: ask for a new one.")
-    raise InvalidInput(f"This invite code expired at {_aware(row.expires_at):%Y-%m-%d %H:%M} "
+    raise InvalidInput(f"This invite code expired at {row.expires_at:%Y-%m-%d %H:%M} "
                        "UTC: ask for a new one.", field="code")
 
 
@@ -156,7 +151,7 @@ def _links() -> sa.Select[tuple[object, ...]]:
 def _link(row: sa.Row[tuple[object, ...]]) -> ChatLink:
     m = row._mapping
     return ChatLink(int(m["chat_id"]), str(m["project"]), str(m["role"]), m["title"],
-                    m["linked_by"], _aware(m["linked_at"]))
+                    m["linked_by"], m["linked_at"])
 
 
 #: Built once: every update the bot receives asks it (SQLAlchemy caches its compiled
