@@ -59,8 +59,8 @@ def feedback_group() -> None:
       counts in `amelio quality`.
     Feedback events: typed, anonymized MartyFeedbackEventV1 events that
       search and assistant clients send (clicks, dwell, reformulations,
-      votes on results) for the relevance loop; `ingest`, `verify`, `purge`,
-      `stats` and `schema` work on their store.
+      votes on results) for the relevance loop; `ingest`, `export`, `verify`,
+      `purge`, `stats` and `schema` work on their store.
     """
 
 
@@ -102,18 +102,53 @@ def schema_command() -> None:
     print_json(json_schema())
 
 
+def _action_map(values: tuple[str, ...]) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for value in values:
+        action, sep, event_type = value.partition("=")
+        if not sep or not action or not event_type:
+            raise click.BadParameter(f"{value!r} is not ACTION=EVENT_TYPE "
+                                     "(e.g. add_to_cart=result_pinned)", param_hint="--map")
+        pairs[action] = event_type
+    return pairs
+
+
 @feedback_group.command(
-    "ingest", short_help="Ingest events from an NDJSON file (or a JSON array), as the API would.")
+    "ingest", short_help="Ingest events from an NDJSON file (or a JSON array), as the API "
+    "would; --format ubi for OpenSearch UBI.")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["marty", "ubi"]), default="marty",
+              show_default=True, help="marty: MartyFeedbackEventV1 events; ubi: OpenSearch "
+              "User Behavior Insights queries and events (docs/feedback.md#opensearch-ubi).")
+@click.option("--consent", type=click.Choice(["granted", "denied", "unknown"]), default=None,
+              help="UBI only, and required there: UBI events carry no consent, so say "
+              "whether the source collected them with consent (only granted ones are kept).")
+@click.option("--project", default="default", show_default=True,
+              help="UBI only: the project whose impressions the UBI queries become.")
+@click.option("--map", "mappings", multiple=True, metavar="ACTION=EVENT_TYPE",
+              help="UBI only: take this action_name as this event type (repeatable), e.g. "
+              "add_to_cart=result_pinned.")
 @json_option
 @click.pass_context
 @handle_errors
-def ingest_command(ctx: click.Context, file: Path, as_json: bool) -> None:
+def ingest_command(ctx: click.Context, file: Path, fmt: str, consent: str | None,
+                   project: str, mappings: tuple[str, ...], as_json: bool) -> None:
     """Feedback events: ingest an NDJSON file (or a JSON array), as the API would.
 
     The same checks apply (schema, consent, tokens, anonymization, duplicates),
     without the API's rate limits. Rejections name the line and the field.
+
+    With --format ubi the file holds OpenSearch UBI records (ubi_queries and/or
+    ubi_events, one per line): each is validated against the UBI 1.3.0 schema;
+    queries become search impressions, events become MartyFeedbackEventV1 events
+    and go through the same checks. Importing a file twice stores nothing new.
     """
+    if fmt == "ubi":
+        _ingest_ubi(ctx, file, consent, project, _action_map(mappings), as_json)
+        return
+    if consent is not None or mappings or project != "default":
+        raise click.UsageError("--consent, --map and --project apply to --format ubi only "
+                               "(MartyFeedbackEventV1 events carry their own consent).")
     from amelio.feedback import Collector
     from amelio.feedback.collector import EventStatus
 
@@ -133,6 +168,65 @@ def ingest_command(ctx: click.Context, file: Path, as_json: bool) -> None:
     if len(rejected) > _SHOWN_REJECTIONS:
         click.echo(f"… and {len(rejected) - _SHOWN_REJECTIONS} more rejections (--json "
                    "lists them all).")
+
+
+def _ingest_ubi(ctx: click.Context, file: Path, consent: str | None, project: str,
+                actions: dict[str, str], as_json: bool) -> None:
+    from amelio.feedback.ubi import ingest_ubi
+
+    if consent is None:
+        raise click.UsageError("UBI events carry no consent: pass --consent granted to state "
+                               "that the source collected them with consent (events "
+                               "without it are dropped, as the API drops them).")
+    report = ingest_ubi(workspace(ctx), file, consent=consent, project=project,
+                        actions=actions)
+    if as_json:
+        print_json(report.to_dict())
+        return
+    q, e = report.queries, report.events
+    click.echo(f"queries: {q['imported']} imported, {q['duplicate']} duplicate, "
+               f"{q['rejected']} rejected")
+    click.echo("events: " + ", ".join(f"{n} {name}" for name, n in e.items()))
+    for line, where, reason in report.problems[:_SHOWN_REJECTIONS]:
+        click.echo(f"line {line}: {where or 'record'}: {reason}")
+    if len(report.problems) > _SHOWN_REJECTIONS:
+        click.echo(f"… and {len(report.problems) - _SHOWN_REJECTIONS} more (--json lists "
+                   "them all).")
+
+
+@feedback_group.command(
+    "export", short_help="Write stored search feedback as OpenSearch UBI queries and events.")
+@click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["ubi"]), required=True,
+              help="ubi: OpenSearch User Behavior Insights 1.3.0 (ubi_queries.ndjson and "
+              "ubi_events.ndjson).")
+@click.option("--since", "since_days", type=click.IntRange(min=0), default=None,
+              metavar="DAYS", help="Only what happened in the last DAYS days.")
+@click.option("--force", is_flag=True, help="Replace the files if DIR already has them.")
+@json_option
+@click.pass_context
+@handle_errors
+def export_command(ctx: click.Context, out_dir: Path, fmt: str, since_days: int | None,
+                   force: bool, as_json: bool) -> None:
+    """Feedback events: write them out in a standard format (--format ubi).
+
+    ubi_queries.ndjson gets one UBI query per logged search impression (its hits in
+    rank order), ubi_events.ndjson one UBI event per stored search event (clicks,
+    dwell, reformulations, pins, hides). Identities are the stored pseudonyms; every
+    record is validated against the UBI schema before it is written.
+    """
+    import time
+
+    from amelio.feedback.ubi import export_ubi
+
+    since_ms = None if since_days is None else int((time.time() - since_days * 86_400) * 1000)
+    report = export_ubi(workspace(ctx), out_dir, since_ms=since_ms, force=force)
+    if as_json:
+        print_json(report.to_dict())
+        return
+    click.echo(f"{report.queries} queries and {report.events} events written to {out_dir}"
+               + (f" ({report.skipped} events about assistant answers left out: UBI is "
+                  "about search)" if report.skipped else "") + ".")
 
 
 @feedback_group.command(
