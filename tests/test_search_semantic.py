@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -153,3 +154,44 @@ def test_semantic_switched_off_names_the_setting(sqlite_workspace: Workspace,
     searcher.settings = searcher.settings.model_copy(update={"search_embedding_model": ""})
     with pytest.raises(SemanticUnavailable, match="AMELIO_SEARCH_EMBEDDING_MODEL=wordllama"):
         searcher.search("password", profile="semantic")
+
+
+def test_with_contributions_on_documents_wait_for_browsers(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """With ``contributions`` on, neither the import nor a semantic search embeds the
+    documents on the server (that is the browsers' work); hybrid still finds them
+    lexically, and ``amelio corpus embed`` is the server's own fallback."""
+    from click.testing import CliRunner
+
+    from amelio.cli import main
+    from amelio.search.engine import workspace_corpus
+    from amelio.workspace import init_workspace
+
+    monkeypatch.setenv("AMELIO_CONTRIBUTIONS", "true")
+    monkeypatch.setenv("AMELIO_SEARCH_EMBEDDING_MODEL", "wordllama")
+    ws, _ = init_workspace(tmp_path / "ws")
+    try:
+        runner = CliRunner()
+        w = ["-w", str(ws.root)]
+        docs = write_jsonl(tmp_path / "docs.jsonl", DOCS)
+        imported = runner.invoke(main, [*w, "corpus", "import", str(docs)])
+        assert imported.exit_code == 0, imported.output
+        assert "browsers running amelio.js embed them" in imported.stdout
+        store = workspace_corpus(ws.settings)
+        assert store.defer_missing_vectors
+        assert len(store.missing_vectors("wordllama")) == len(DOCS)
+        searcher = Searcher(ws, background_aggregation=False)
+        assert searcher.rank("forgot my login", profile="semantic") == ()
+        hybrid = searcher.rank("reset password", profile="hybrid")
+        assert hybrid and hybrid[0].doc_id == "reset"
+        assert len(store.missing_vectors("wordllama")) == len(DOCS)  # still not embedded
+
+        embedded = runner.invoke(main, [*w, "corpus", "embed", "--json"])
+        assert embedded.exit_code == 0, embedded.output
+        assert json.loads(embedded.stdout)["embedded"] == len(DOCS)
+        assert store.missing_vectors("wordllama") == []
+        assert searcher.rank("forgot my login", profile="semantic")[0].doc_id in {
+            "reset", "sso", "expire"}
+    finally:
+        ws.dispose()

@@ -331,6 +331,27 @@ class Settings(BaseSettings):
         "FTS5), vespa, or one a plugin adds.",
     )
     vespa_url: str = Field(default="", description="Vespa endpoint when search_backend=vespa.")
+    contributions: bool = Field(
+        default=False, description="Let browsers running amelio.js lend idle compute: they "
+        "embed search documents that have no vector yet (GET /v1/contributions/tasks), and "
+        "results two clients agree on are stored (off: no tasks are handed out)."
+    )
+    contributions_batch: int = Field(
+        default=8, ge=1, le=64, description="Documents per contributed task (texts one "
+        "browser embeds at once)."
+    )
+    contributions_lease_seconds: int = Field(
+        default=120, ge=10, le=3600, description="Seconds a browser has to return a leased "
+        "task; after that its result is refused (409) and the task goes to another."
+    )
+    contributions_tolerance: float = Field(
+        default=0.9999, gt=0, le=1, description="Cosine every vector of two contributed "
+        "results (or of a result and the server's own) must reach for them to agree."
+    )
+    contributions_spot_check: float = Field(
+        default=0.05, ge=0, le=1, description="Share of agreeing contributions the server "
+        "checks by embedding the texts itself (a disagreement is always checked)."
+    )
     host: str = Field(default="127.0.0.1", description="Address `amelio serve` binds to.")
     port: int = Field(default=8000, ge=1, le=65535, description="Port `amelio serve` binds to.")
     max_text_chars: int = Field(

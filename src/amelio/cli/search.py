@@ -17,9 +17,9 @@ from amelio.cli._common import (
     table,
     workspace,
 )
-from amelio.search import PROFILES, Searcher, aggregate, optional_embedder, rebuild
-from amelio.search.engine import workspace_corpus
-from amelio.search.service import query_key
+from amelio.search import PROFILES, Searcher, aggregate, rebuild
+from amelio.search.engine import browsers_embed, workspace_corpus
+from amelio.search.service import import_embedder, query_key, search_embedder
 from amelio.search.signals import signals_for
 from amelio.search.simulate import USER_MODELS, simulate
 
@@ -37,15 +37,37 @@ def corpus_group() -> None:
 def import_command(ctx: click.Context, file: Path, as_json: bool) -> None:
     """Import BEIR JSONL (_id, title, text) or NDJSON (docId, title, body); a known id is
     replaced, a line with "deleted": true deletes its document. With amelio[semantic]
-    installed, documents are embedded for the semantic profiles as they are imported."""
+    installed, documents are embedded for the semantic profiles as they are imported,
+    unless contributions are on: browsers embed them then (`amelio corpus embed` does
+    it here)."""
     ws = workspace(ctx)
     report = workspace_corpus(ws.settings).import_file(
-        file, embedder=optional_embedder(ws.settings))
+        file, embedder=import_embedder(ws.settings))
     if as_json:
         print_json(report.to_dict())
         return
     click.echo(f"{report.upserted} document(s) imported, {report.deleted} deleted; "
                f"{report.total} in the corpus.")
+    if browsers_embed(ws.settings) and report.upserted:
+        click.echo("Not embedded: contributions are on, so browsers running amelio.js embed "
+                   "them (`amelio corpus embed` does it here).")
+
+
+@corpus_group.command("embed")
+@json_option
+@click.pass_context
+@handle_errors
+def embed_command(ctx: click.Context, as_json: bool) -> None:
+    """Embed here the documents that have no vector yet for search_embedding_model:
+    those left to browsers (contributions on), or imported without amelio[semantic]."""
+    ws = workspace(ctx)
+    started = time.perf_counter()
+    count = workspace_corpus(ws.settings).embed_missing(search_embedder(ws.settings))
+    seconds = time.perf_counter() - started
+    if as_json:
+        print_json({"embedded": count, "seconds": round(seconds, 3)})
+        return
+    click.echo(f"{count} document(s) embedded in {seconds:.1f} s.")
 
 
 @corpus_group.command("reindex")

@@ -18,6 +18,11 @@ __all__ = [
     "aware",
     "benchmark_runs",
     "benchmark_scenarios",
+    "contribution_clients",
+    "contribution_leases",
+    "contribution_results",
+    "contribution_task_docs",
+    "contribution_tasks",
     "eval_results",
     "feedback",
     "feedback_chain",
@@ -708,4 +713,103 @@ scheduled_jobs = sa.Table(
     sa.Column("detail", sa.Text, nullable=True),
     sa.Column("runs", sa.Integer, nullable=False, default=0),
     sa.CheckConstraint("outcome IN ('running', 'ok', 'error')", name="outcome"),
+)
+
+# -- idle compute lent by browsers (MartyContributionV1, issue 20) ---------------------
+# A client is one browser the server issued a signed clientToken to; ``trust`` rises
+# when its results agree with others' and falls sharply when a spot-check proves
+# one wrong. A task is a batch of search documents to embed; ``input`` holds the
+# exact texts and ``input_digest`` their SHA-256, checked again against the store
+# before accepted vectors are written. contribution_task_docs claims each document
+# for one open task (its primary key is the guard against two processes tasking
+# the same document); the claim goes when the task is accepted or cancelled.
+# ``(task_id, client_id)`` is unique in leases and in results: a client never gets
+# a task twice, and a result counts once. Times are Unix milliseconds.
+contribution_clients = sa.Table(
+    "contribution_clients",
+    metadata,
+    sa.Column("id", sa.String(26), primary_key=True),
+    sa.Column("tier", sa.String(10), nullable=False),
+    sa.Column("trust", sa.Float, nullable=False),
+    sa.Column("tasks_leased", sa.Integer, nullable=False, default=0),
+    sa.Column("results_accepted", sa.Integer, nullable=False, default=0),
+    sa.Column("results_rejected", sa.Integer, nullable=False, default=0),
+    sa.Column("cpu_ms", sa.Float, nullable=False, default=0.0),
+    sa.Column("created_ms", sa.BigInteger, nullable=False),
+    sa.Column("last_seen_ms", sa.BigInteger, nullable=False),
+)
+
+contribution_tasks = sa.Table(
+    "contribution_tasks",
+    metadata,
+    sa.Column("id", sa.String(26), primary_key=True),
+    sa.Column("task_type", sa.String(32), nullable=False),
+    sa.Column("purpose", sa.String(32), nullable=False),
+    sa.Column("model", sa.String(200), nullable=False),
+    sa.Column("doc_ids", sa.JSON, nullable=False),
+    sa.Column("input_digest", sa.String(71), nullable=False),
+    sa.Column("input", sa.JSON, nullable=False),
+    sa.Column("state", sa.String(10), nullable=False),
+    sa.Column("spot_checks", sa.Integer, nullable=False, default=0),
+    sa.Column("disagreements", sa.Integer, nullable=False, default=0),
+    sa.Column("reason", sa.Text, nullable=True),
+    sa.Column("created_ms", sa.BigInteger, nullable=False),
+    sa.Column("accepted_ms", sa.BigInteger, nullable=True),
+    sa.Index("ix_contribution_tasks_state", "state", "model"),
+    sa.CheckConstraint("state IN ('open', 'accepted', 'cancelled')", name="state"),
+)
+
+contribution_task_docs = sa.Table(
+    "contribution_task_docs",
+    metadata,
+    sa.Column("model", sa.String(200), primary_key=True),
+    sa.Column("doc_id", sa.String(256), primary_key=True),
+    sa.Column(
+        "task_id", sa.String(26), sa.ForeignKey("contribution_tasks.id", ondelete="CASCADE"),
+        nullable=False, index=True,
+    ),
+)
+
+contribution_leases = sa.Table(
+    "contribution_leases",
+    metadata,
+    sa.Column("id", sa.String(26), primary_key=True),
+    sa.Column(
+        "task_id", sa.String(26), sa.ForeignKey("contribution_tasks.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column(
+        "client_id", sa.String(26),
+        sa.ForeignKey("contribution_clients.id", ondelete="CASCADE"), nullable=False,
+        index=True,
+    ),
+    sa.Column("leased_ms", sa.BigInteger, nullable=False),
+    sa.Column("expires_ms", sa.BigInteger, nullable=False),
+    sa.Column("state", sa.String(10), nullable=False),
+    sa.UniqueConstraint("task_id", "client_id", name="uq_contribution_leases_task_client"),
+    sa.CheckConstraint("state IN ('leased', 'submitted')", name="state"),
+)
+
+contribution_results = sa.Table(
+    "contribution_results",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column(
+        "task_id", sa.String(26), sa.ForeignKey("contribution_tasks.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column(
+        "client_id", sa.String(26),
+        sa.ForeignKey("contribution_clients.id", ondelete="CASCADE"), nullable=False,
+    ),
+    sa.Column("lease_id", sa.String(26), nullable=False),
+    sa.Column("vectors", sa.JSON, nullable=False),
+    sa.Column("status", sa.String(10), nullable=False),
+    sa.Column("reason", sa.Text, nullable=True),
+    sa.Column("compute_ms", sa.Float, nullable=False),
+    sa.Column("received_ms", sa.BigInteger, nullable=False),
+    sa.UniqueConstraint("task_id", "client_id", name="uq_contribution_results_task_client"),
+    sa.Index("ix_contribution_results_client_time", "client_id", "received_ms"),
+    sa.CheckConstraint("status IN ('pending', 'accepted', 'rejected', 'cancelled')",
+                       name="status"),
 )

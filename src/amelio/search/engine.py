@@ -49,6 +49,7 @@ __all__ = [
     "EngineType",
     "RankingEngine",
     "SearchEngine",
+    "browsers_embed",
     "open_collection",
     "open_engine",
     "search_engines",
@@ -120,13 +121,27 @@ class EngineType:
 def _open_tantivy(settings: Settings) -> SearchEngine:
     from amelio.search.tantivy_engine import TantivyEngine
 
-    return TantivyEngine.for_workspace(settings.data_dir)
+    store = TantivyEngine.for_workspace(settings.data_dir)
+    store.defer_missing_vectors = browsers_embed(settings)
+    return store
 
 
 def _open_fts5(settings: Settings) -> SearchEngine:
     from amelio.search.corpus import Corpus
 
-    return Corpus.for_workspace(settings.data_dir)
+    store = Corpus.for_workspace(settings.data_dir)
+    store.defer_missing_vectors = browsers_embed(settings)
+    return store
+
+
+def browsers_embed(settings: Settings) -> bool:
+    """Whether the corpus's missing vectors are left to browsers that lend idle compute
+    (:mod:`amelio.contributions`): ``contributions`` is on and the search model is
+    the one their worker runs. Imports then store documents without embedding them,
+    and semantic search does not embed them either."""
+    from amelio.embeddings import WORDLLAMA
+
+    return settings.contributions and settings.search_embedding_model == WORDLLAMA
 
 
 def _open_vespa(settings: Settings) -> SearchEngine:

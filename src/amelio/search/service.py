@@ -57,6 +57,7 @@ from amelio.search.engine import RankingEngine, SearchEngine, open_engine
 from amelio.search.fusion import first_phase
 from amelio.search.scoring import FEEDBACK_BOUND, FeedbackScorer, RankedDoc
 from amelio.search.signals import aggregate, signals_for
+from amelio.search.store import DocumentStore
 from amelio.text import normalize
 from amelio.workspace import Workspace
 
@@ -66,7 +67,8 @@ if TYPE_CHECKING:
 #: FEEDBACK_BOUND, FeedbackScorer and RankedDoc live in :mod:`amelio.search.scoring`
 #: and are re-exported here, where callers have always found them.
 __all__ = ["FEEDBACK_BOUND", "MAX_ID_CHARS", "PROFILES", "FeedbackScorer", "RankedDoc",
-           "SearchResponse", "Searcher", "SemanticUnavailable", "optional_embedder",
+           "SearchResponse", "Searcher", "SemanticUnavailable", "import_embedder",
+           "optional_embedder",
            "query_key", "search_embedder"]
 
 log = logging.getLogger("amelio.search")
@@ -158,6 +160,14 @@ def optional_embedder(settings: Settings) -> Embedder | None:
     except SemanticUnavailable as exc:
         log.info("documents are not embedded: %s", exc.message)
         return None
+
+
+def import_embedder(settings: Settings) -> Embedder | None:
+    """What an import embeds its documents with: :func:`optional_embedder`, or None
+    when browsers embed them (:func:`~amelio.search.engine.browsers_embed`)."""
+    from amelio.search.engine import browsers_embed
+
+    return None if browsers_embed(settings) else optional_embedder(settings)
 
 
 def check_request(query: str, profile: str, alpha: float, limit: int) -> str:
@@ -300,7 +310,7 @@ class Searcher:
             and self._rng.random() < self.settings.search_thompson
         # What the first phase depends on: also the candidate cache's key.
         source = (query_norm, profile, alpha, self.engine.generation(),
-                  embedder.model if embedder else None)
+                  embedder.model if embedder else None, self._vectors_stamp(embedder))
         with self.workspace.engine.connect() as conn:
             propensities = load_propensities(conn) if beta > 0 else None
             if sample:
@@ -316,6 +326,13 @@ class Searcher:
                 ranking = self._rank(conn, source, key, beta, limit, propensities, embedder)
                 self.cache.put(cache_key, ranking)
         return _Ranking(ranking, profile, alpha, beta, query_norm, key, cached=cached)
+
+    def _vectors_stamp(self, embedder: Embedder | None) -> int | None:
+        """What semantic rankings depend on beside the corpus generation: vectors
+        stored from elsewhere (browsers' contributions) without a document changing."""
+        if embedder is None or not isinstance(self.engine, DocumentStore):
+            return None
+        return self.engine.vectors_generation()
 
     # -- ranking -----------------------------------------------------------------------
 
@@ -340,7 +357,7 @@ class Searcher:
               rng: random.Random | None = None) -> tuple[RankedDoc, ...]:
         """The best ``limit`` candidates; with ``rng``, feedback scores are posterior
         samples (Thompson sampling) rather than posterior means. ``source`` is
-        (normalized query, profile, alpha, corpus generation, model); ``key`` is
+        (normalized query, profile, alpha, corpus generation, model, vectors stamp); ``key`` is
         the query's :func:`query_key`, which its signals are kept under."""
         query_norm, profile, alpha = source[:3]
         if profile == "bm25":

@@ -64,17 +64,21 @@ CREATE TABLE IF NOT EXISTS meta (
     value INTEGER NOT NULL
 );
 INSERT OR IGNORE INTO meta (key, value) VALUES ('generation', 0);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('vectors', 0);
 """
 #: What a document's embedding is computed from: its start says what it is about,
 #: and a static-embedding average only blurs with more text.
 EMBED_CHARS = 2000
 _EMBED_BATCH = 256
+#: The text a document is embedded from (bind EMBED_CHARS), in SQL: one definition, so
+#: what the server embeds and what it hands to others to embed never drift apart.
+_EMBED_TEXT = "substr(d.title || char(10) || d.body, 1, ?)"
 
 
 class _Matrix(NamedTuple):
-    """The store's vectors for one model, as of one generation."""
+    """The store's vectors for one model, as of one generation and vectors stamp."""
 
-    generation: int
+    stamp: tuple[int, int]
     model: str
     doc_ids: list[str]
     rows: dict[str, int]
@@ -83,6 +87,20 @@ class _Matrix(NamedTuple):
 
 def _generation(conn: sqlite3.Connection) -> int:
     return int(conn.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()[0])
+
+
+def _stamp(conn: sqlite3.Connection) -> tuple[int, int]:
+    rows = dict(conn.execute("SELECT key, value FROM meta WHERE key IN ('generation', "
+                             "'vectors')").fetchall())
+    return int(rows.get("generation", 0)), int(rows.get("vectors", 0))
+
+
+def _bump_vectors(conn: sqlite3.Connection) -> None:
+    """Vectors that came from elsewhere (browsers, ``amelio corpus embed``) change
+    semantic rankings without changing the documents: a counter of their own tells
+    every process's matrix and ranking cache, and leaves the lexical index alone."""
+    conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('vectors', 0)")
+    conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'vectors'")
 
 
 class DocumentStore(ABC):
@@ -94,6 +112,11 @@ class DocumentStore(ABC):
 
     #: The registry name (see :mod:`amelio.search.engine`).
     name = "store"
+    #: Leave documents without a vector to browsers (the ``contributions`` setting):
+    #: a semantic search then ranks the documents that have one, instead of
+    #: embedding the rest itself first, which would leave browsers nothing to do.
+    #: :meth:`embed_missing` (``amelio corpus embed``) is the server's fallback.
+    defer_missing_vectors = False
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -231,6 +254,17 @@ class DocumentStore(ABC):
         log.warning("search index (%s) rebuilt from %d documents in %.1f s", self.name, count,
                     time.perf_counter() - started)
 
+    def embed_missing(self, embedder: Embedder) -> int:
+        """Embed, here, every document that has no vector for ``embedder``'s model and
+        return how many: what browsers were left to do (``contributions``), when the
+        operator would rather not wait for them."""
+        with self._writer() as conn:
+            count = self._embed_missing(conn, embedder)
+            if count:
+                _bump_vectors(conn)
+            conn.execute("COMMIT")
+        return count
+
     def reindex(self) -> int:
         """Index every stored document again, under the store's write lock, and
         return how many there are: ``amelio search reindex``, after the engine
@@ -249,7 +283,7 @@ class DocumentStore(ABC):
         import numpy as np
 
         missing = conn.execute(
-            "SELECT d.rowid, substr(d.title || char(10) || d.body, 1, ?) AS t FROM docs d "
+            f"SELECT d.rowid, {_EMBED_TEXT} AS t FROM docs d "  # noqa: S608
             "LEFT JOIN vectors v ON v.rowid = d.rowid AND v.model = ? WHERE v.rowid IS NULL",
             (EMBED_CHARS, embedder.model)).fetchall()
         missing.sort(key=lambda r: len(r[1]))
@@ -286,7 +320,8 @@ class DocumentStore(ABC):
     def put_vectors(self, model: str, vectors: Mapping[str, Sequence[float]]) -> int:
         """Store vectors computed elsewhere (knowledge keeps its chunks' embeddings in
         the database) for the stored documents among ``vectors``' keys; returns how
-        many were written. Derived data: the generation stays."""
+        many were written. Derived data: the generation stays (the lexical index is
+        untouched); :meth:`vectors_generation` moves, so semantic rankings follow."""
         import numpy as np
 
         with self._writer() as conn:
@@ -296,9 +331,9 @@ class DocumentStore(ABC):
             conn.executemany("INSERT OR REPLACE INTO vectors (rowid, model, vec) VALUES (?, ?, ?)",
                              [(rowid, model, np.asarray(vectors[doc_id], np.float32).tobytes())
                               for doc_id, rowid in rows])
+            if rows:
+                _bump_vectors(conn)
             conn.execute("COMMIT")
-        with self._matrix_lock:
-            self._matrix = None
         return len(rows)
 
     def get_meta(self, key: str) -> int | None:
@@ -326,6 +361,12 @@ class DocumentStore(ABC):
         row = self._reader.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
         return int(row[0]) if row else 0
 
+    def vectors_generation(self) -> int:
+        """A number bumped whenever vectors computed elsewhere are stored (in any
+        process): what semantic rankings depend on beside :meth:`generation`."""
+        row = self._reader.execute("SELECT value FROM meta WHERE key = 'vectors'").fetchone()
+        return int(row[0]) if row else 0
+
     @abstractmethod
     def lexical(self, query: str, limit: int) -> list[Hit]:
         """The best ``limit`` documents by BM25 (higher is better): the engine's."""
@@ -338,6 +379,8 @@ class DocumentStore(ABC):
 
         [vector] = embedder.embed([query])
         matrix = self._vectors(embedder)
+        if not matrix.doc_ids:  # nothing embedded yet (an empty store, or left to browsers)
+            return [], {}
         query_vector = np.asarray(vector, dtype=np.float32)
         if query_vector.shape != (matrix.vectors.shape[1],):
             raise InvalidInput(f"The query vector has shape {query_vector.shape}; the "
@@ -349,35 +392,57 @@ class DocumentStore(ABC):
 
     def _vectors(self, embedder: Embedder) -> _Matrix:
         """The in-memory matrix for ``embedder``'s model, reloaded when the store
-        changed; documents without a vector are embedded first."""
+        changed; documents without a vector are embedded first (unless they are left
+        to browsers: :attr:`defer_missing_vectors`)."""
         import numpy as np
 
-        generation = self.generation()
+        stamp = (self.generation(), self.vectors_generation())
         matrix = self._matrix
-        if matrix is not None and matrix.generation == generation \
-                and matrix.model == embedder.model:
+        if matrix is not None and matrix.stamp == stamp and matrix.model == embedder.model:
             return matrix
         with self._matrix_lock:
             matrix = self._matrix
-            if matrix is not None and matrix.generation == generation \
+            if matrix is not None and matrix.stamp == stamp \
                     and matrix.model == embedder.model:
                 return matrix
             # Vectors are derived data: filling them in keeps the generation, so the
             # cached rankings of other processes stay valid.
             with self._writer() as conn:
-                self._embed_missing(conn, embedder)
+                if not self.defer_missing_vectors:
+                    self._embed_missing(conn, embedder)
                 conn.execute("COMMIT")
-                generation = _generation(conn)
+                stamp = _stamp(conn)
                 rows = conn.execute(
                     "SELECT d.doc_id, v.vec FROM vectors v JOIN docs d ON d.rowid = v.rowid "
                     "WHERE v.model = ? ORDER BY d.rowid", (embedder.model,)).fetchall()
             doc_ids = [r[0] for r in rows]
             vectors = (np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
                        .reshape(len(rows), -1) if rows else np.zeros((0, 1), np.float32))
-            matrix = _Matrix(generation, embedder.model, doc_ids,
+            matrix = _Matrix(stamp, embedder.model, doc_ids,
                              {d: i for i, d in enumerate(doc_ids)}, vectors)
             self._matrix = matrix
             return matrix
+
+    def missing_vectors(self, model: str, *, limit: int | None = None,
+                        doc_ids: Sequence[str] | None = None) -> list[tuple[str, str]]:
+        """``(doc_id, text)`` of the documents without a vector for ``model``, oldest
+        first, each text exactly what :meth:`_embed_missing` would embed; at most
+        ``limit``, and only among ``doc_ids`` when given. Browsers that lend compute
+        embed these (:mod:`amelio.contributions`), and the same call tells whether a
+        task's texts are still the documents' when its vectors come back."""
+        sql = (f"SELECT d.doc_id, {_EMBED_TEXT} FROM docs d LEFT JOIN vectors v "  # noqa: S608
+               "ON v.rowid = d.rowid AND v.model = ? WHERE v.rowid IS NULL")
+        params: list[object] = [EMBED_CHARS, model]
+        if doc_ids is not None:
+            if not doc_ids:
+                return []
+            sql += f" AND d.doc_id IN ({','.join('?' * len(doc_ids))})"  # placeholders only
+            params += list(doc_ids)
+        sql += " ORDER BY d.rowid"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(max(limit, 0))
+        return [(r[0], r[1]) for r in self._reader.execute(sql, params)]
 
     def documents(self, doc_ids: Sequence[str]) -> dict[str, Document]:
         """The stored documents among ``doc_ids``."""

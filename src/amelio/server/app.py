@@ -19,11 +19,13 @@ from amelio.server.limits import BodySizeLimit, RefuseNul
 from amelio.server.routes import (
     assistant,
     context,
+    contributions,
     evals,
     feedback,
     health,
     improve,
     knowledge,
+    models,
     openai,
     sage,
     search,
@@ -60,7 +62,7 @@ def create_app(workspace: Workspace) -> FastAPI:
     app.add_middleware(BodySizeLimit, limit=workspace.settings.max_request_bytes)
     origins = [o.strip() for o in workspace.settings.cors_origins.split(",") if o.strip()]
     if origins:  # pages on these origins may call the API (amelio.js); keys, not cookies
-        app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["POST"],
+        app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"],
                            expose_headers=["Retry-After"], max_age=600)
     app.add_middleware(MetricsMiddleware)  # outermost: it times what the others refuse too
@@ -79,6 +81,8 @@ def create_app(workspace: Workspace) -> FastAPI:
         (feedback.router, (*keyed, 429)),
         (knowledge.router, (*keyed, 404, 409, 502, 503)),  # its lifespan runs the sync worker
         (search.router, (*keyed, 404, 503)),
+        (contributions.router, (*keyed, 404, 409, 429, 503)),
+        (models.router, (404, 413, 422, 503)),
     )
     for router, statuses in areas:
         app.include_router(router, responses=error_responses(*sorted(statuses)))

@@ -15,7 +15,15 @@ from typing import Any
 import sqlalchemy as sa
 
 from amelio import knowledge
-from amelio.db.schema import eval_results, feedback, interactions, learnings, projects
+from amelio.contributions import CPU_SECONDS_PER_HOUR, TRUST_FLOOR, contribution_stats
+from amelio.db.schema import (
+    contribution_clients,
+    eval_results,
+    feedback,
+    interactions,
+    learnings,
+    projects,
+)
 from amelio.errors import SkillNotFound
 from amelio.improve.triggers import MIN_EXAMPLES
 from amelio.learnings import HEADERS
@@ -29,6 +37,7 @@ from amelio.skills.store import list_skills, list_versions
 from amelio.workspace import Workspace
 
 __all__ = [
+    "contributions_view",
     "knowledge_answer",
     "knowledge_view",
     "recent_interactions",
@@ -187,3 +196,24 @@ def knowledge_answer(ws: Workspace, notebook: str, project: str, question: str
          "position": p.position, "href": _link(p.url), "url": p.url,
          "excerpt": excerpt(p.text), "cited": n in answer.cited}
         for n, p in enumerate(answer.citations, start=1)]}
+
+
+def contributions_view(ws: Workspace) -> dict[str, Any]:
+    """The Contributions page: ``GET /v1/contributions/stats``, plus the clients of each
+    tier with their trust, the CPU-seconds they gave and their results' outcomes."""
+    c = contribution_clients.c
+    query = (sa.select(c.tier, sa.func.count(), sa.func.avg(c.trust),
+                       sa.func.sum(sa.case((c.trust < TRUST_FLOOR, 1), else_=0)),
+                       sa.func.sum(c.cpu_ms), sa.func.sum(c.tasks_leased),
+                       sa.func.sum(c.results_accepted), sa.func.sum(c.results_rejected))
+             .group_by(c.tier))
+    with ws.engine.connect() as conn:
+        rows = conn.execute(query).all()
+    tiers = [{"tier": r[0], "clients": int(r[1]), "trust": float(r[2] or 0.0),
+              "low_trust": int(r[3] or 0), "cpu_seconds": float(r[4] or 0.0) / 1000,
+              "leased": int(r[5] or 0), "accepted": int(r[6] or 0),
+              "rejected": int(r[7] or 0)} for r in rows]
+    order = {tier: i for i, tier in enumerate(CPU_SECONDS_PER_HOUR)}
+    tiers.sort(key=lambda t: order.get(t["tier"], len(order)))
+    return {"stats": contribution_stats(ws), "tiers": tiers,
+            "enabled": ws.settings.contributions, "budgets": CPU_SECONDS_PER_HOUR}

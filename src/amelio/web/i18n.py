@@ -93,6 +93,19 @@ _EN = {
     "failed_at": "Failed", "retry": "Retry",
     "retried": "Dead letter #{id} is back in the queue.",
     "not_dead_letter": "#{id} is not a dead letter of this notebook.",
+    "contributions": "Contributions",
+    "contributions_help": "Idle compute lent by browsers running amelio.js: they embed "
+                          "search documents that have no vector yet, and a result counts "
+                          "once two clients agree or the server's spot-check confirms it.",
+    "contributions_on": "on", "contributions_off": "off (contributions = false)",
+    "clients": "Clients", "tier": "Tier", "low_trust": "Low trust",
+    "avg_trust": "Average trust", "cpu_seconds": "CPU-seconds given",
+    "tasks_open": "Open", "tasks_leased": "Leased", "tasks_accepted": "Accepted",
+    "tasks_cancelled": "Cancelled", "results_accepted": "Accepted results",
+    "results_rejected": "Rejected results", "results_pending": "Pending results",
+    "disagreements": "Disagreements", "spot_checks": "Spot-checks",
+    "documents_embedded": "Documents embedded", "tasks": "Tasks",
+    "no_clients": "No browser has contributed yet.",
 }
 _FR = {
     "skills": "Compétences", "quality": "Qualité", "learnings": "Apprentissages",
@@ -189,6 +202,21 @@ _FR = {
     "failed_at": "Échec", "retry": "Réessayer",
     "retried": "La lettre morte n° {id} est de retour dans la file.",
     "not_dead_letter": "N° {id} n'est pas une lettre morte de ce carnet.",
+    "contributions": "Contributions",
+    "contributions_help": "Calcul prêté par les navigateurs qui utilisent amelio.js quand ils "
+                          "sont inactifs : ils calculent les vecteurs des documents de "
+                          "recherche qui n'en ont pas encore, et un résultat compte quand "
+                          "deux clients concordent ou que la vérification du serveur le "
+                          "confirme.",
+    "contributions_on": "activées", "contributions_off": "désactivées (contributions = false)",
+    "clients": "Clients", "tier": "Niveau", "low_trust": "Confiance faible",
+    "avg_trust": "Confiance moyenne", "cpu_seconds": "Secondes de CPU données",
+    "tasks_open": "Ouvertes", "tasks_leased": "Prêtées", "tasks_accepted": "Acceptées",
+    "tasks_cancelled": "Annulées", "results_accepted": "Résultats acceptés",
+    "results_rejected": "Résultats rejetés", "results_pending": "Résultats en attente",
+    "disagreements": "Désaccords", "spot_checks": "Vérifications du serveur",
+    "documents_embedded": "Documents vectorisés", "tasks": "Tâches",
+    "no_clients": "Aucun navigateur n'a encore contribué.",
 }
 
 

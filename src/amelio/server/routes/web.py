@@ -477,6 +477,19 @@ def search_page(request: Request, q: str = "", profile: str = "", alpha: str = "
                    alpha=alpha, error=error, project=project, **view)
 
 
+# -- contributions --------------------------------------------------------------------
+
+
+@router.get("/contributions")
+def contributions_page(request: Request, project: str = "") -> HTMLResponse:
+    """What browsers lent (``GET /v1/contributions/stats``, admin): clients by tier,
+    tasks, results, disagreements and CPU-seconds given."""
+    session = _require(request, admin=True)
+    project = _project(request, project)
+    return _render(request, "contributions.html", session, project=project,
+                   **data.contributions_view(_ws(request)))
+
+
 # -- knowledge ------------------------------------------------------------------------
 
 

@@ -1,0 +1,45 @@
+"""Idle compute lent by browsers (MartyContributionV1, issue 20).
+
+Pages running ``amelio.js`` may, with the person's consent and within a CPU
+budget for their device's tier, embed search documents the server has not
+embedded yet. :mod:`~amelio.contributions.schema` is the contract (the result a
+browser sends), :mod:`~amelio.contributions.tokens` the server-issued client
+identity, and :mod:`~amelio.contributions.service` leases tasks, verifies
+results (two clients agreeing, or the server's own spot-check), keeps each
+client's trust and writes accepted vectors to the search store. Off unless the
+operator sets ``contributions = true``.
+"""
+
+from amelio.contributions.schema import (
+    CPU_SECONDS_PER_HOUR,
+    Contribution,
+    MartyContributionV1,
+    contribution_adapter,
+    json_schema,
+)
+from amelio.contributions.service import (
+    DIMENSIONS,
+    INITIAL_TRUST,
+    TRUST_FLOOR,
+    Contributions,
+    contribution_stats,
+    input_digest,
+)
+from amelio.contributions.tokens import ClientTokens, InvalidClientToken, client_tokens
+
+__all__ = [
+    "CPU_SECONDS_PER_HOUR",
+    "DIMENSIONS",
+    "INITIAL_TRUST",
+    "TRUST_FLOOR",
+    "ClientTokens",
+    "Contribution",
+    "Contributions",
+    "InvalidClientToken",
+    "MartyContributionV1",
+    "client_tokens",
+    "contribution_adapter",
+    "contribution_stats",
+    "input_digest",
+    "json_schema",
+]

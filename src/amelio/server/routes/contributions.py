@@ -1,0 +1,148 @@
+"""Idle compute lent by browsers (MartyContributionV1): leases, results, stats.
+
+``GET /v1/contributions/tasks`` leases work to a browser, ``POST
+/v1/contributions`` takes one result back, ``GET /v1/contributions/stats`` (admin)
+says what browsers have given, and ``GET /v1/contributions/schema`` (public) is
+the result's JSON Schema. The first two take the same keys as ``POST
+/v1/feedback/events`` (a ``client`` key, also as ``?key=``, or a bot or admin
+key): a page's client key can send events and run contributions, nothing else.
+The work is :class:`amelio.contributions.Contributions`'; this module is HTTP only.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
+
+from amelio.contributions import Contributions, json_schema
+from amelio.contributions.schema import MAX_VECTORS, TASK_TYPES
+from amelio.contributions.service import MAX_TASKS_PER_LEASE
+from amelio.contributions.tokens import CLIENT_TOKEN_PATTERN
+from amelio.feedback.schema import DeviceTier
+from amelio.keys import ApiKey
+from amelio.server.auth import require
+from amelio.server.routes.feedback import Client
+
+router = APIRouter(tags=["contributions"])
+
+Admin = Annotated[ApiKey, Depends(require())]
+_lock = threading.Lock()
+
+_BODY_DOC: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": "One MartyContributionV1 (its JSON Schema: GET "
+                       "/v1/contributions/schema): the result of one task leased from GET "
+                       "/v1/contributions/tasks.",
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    }
+}
+
+
+class Budget(BaseModel):
+    cpuSecondsPerHour: int = Field(description="The tier's hourly CPU budget, in seconds.")
+    usedLastHour: float = Field(description="CPU-seconds this client gave in the last hour "
+                                "(the larger of the server's count and the client's report).")
+
+
+class TaskInput(BaseModel):
+    texts: list[str] = Field(max_length=MAX_VECTORS, description="The texts to embed, "
+                             "exactly as the server would.")
+
+
+class LeasedTask(BaseModel):
+    taskId: str
+    leaseId: str
+    taskType: str = Field(description="embed_documents")
+    purpose: str = Field(description="search_index")
+    model: str
+    dimensions: int
+    inputDigest: str = Field(description="Echo it in the result.")
+    input: TaskInput
+    leaseExpiresMs: int = Field(description="Unix milliseconds; a result after it gets 409.")
+
+
+class Lease(BaseModel):
+    clientId: str | None = Field(description="This client's id (null only while "
+                                 "contributions are off and no clientToken was sent).")
+    clientToken: str | None = Field(description="Send it with every later request.")
+    trust: float | None = Field(description="0 to 1; under 0.2 the client gets no tasks.")
+    budget: Budget
+    leaseSeconds: int
+    retryAfterMs: int = Field(description="When to ask again (0: as soon as these are done).")
+    tasks: list[LeasedTask]
+    reason: str | None = Field(description="Why tasks is empty (null when it is not).")
+
+
+class Verdict(BaseModel):
+    status: str = Field(description="pending, accepted, rejected or duplicate.")
+    reason: str
+    trust: float
+
+
+def service(request: Request) -> Contributions:
+    """The app's one contribution service (it keeps the store open)."""
+    state = request.app.state
+    found: Contributions | None = getattr(state, "contributions", None)
+    if found is None:
+        with _lock:
+            found = getattr(state, "contributions", None)
+            if found is None:
+                found = state.contributions = Contributions(state.workspace)
+    return found
+
+
+def _split(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+@router.get("/v1/contributions/schema",
+            summary="JSON Schema of MartyContributionV1 (public)")
+def schema() -> dict[str, Any]:
+    return json_schema()
+
+
+@router.get("/v1/contributions/tasks", response_model=Lease,
+            summary="Lease tasks to a browser (empty, with a reason, when there is none)")
+def tasks(
+    request: Request,
+    _: Client,
+    tier: Annotated[DeviceTier, Query(description="The device's tier (amelio.js measures "
+                                      "it); it sets the hourly CPU budget.")],
+    purposes: Annotated[str, Query(max_length=200, description="Comma-separated purposes "
+                                   "the person consented to, e.g. search_index.")],
+    types: Annotated[str, Query(max_length=200, description="Comma-separated task types "
+                                "the client runs.")] = ",".join(TASK_TYPES),
+    max_tasks: Annotated[int, Query(alias="max", ge=1, le=MAX_TASKS_PER_LEASE,
+                                    description="The most tasks to lease (fewer as the "
+                                    "client's trust falls).")] = 1,
+    client_token: Annotated[str | None, Query(
+        alias="clientToken", max_length=512, pattern=CLIENT_TOKEN_PATTERN,
+        description="The token an earlier response gave; without it a new client is "
+        "issued one. A forged or altered token is answered 422 "
+        "(invalid_client_token).")] = None,
+    cpu_seconds: Annotated[float | None, Query(
+        alias="cpuSecondsLastHour", ge=0, le=3600, allow_inf_nan=False,
+        description="CPU-seconds the client counts for itself over the last hour; the "
+        "larger of it and the server's count is held against the budget.")] = None,
+) -> dict[str, Any]:
+    return service(request).lease(tier=tier, purposes=_split(purposes), types=_split(types),
+                                  max_tasks=max_tasks, client_token=client_token,
+                                  reported_cpu_s=cpu_seconds)
+
+
+@router.post("/v1/contributions", response_model=Verdict, openapi_extra=_BODY_DOC,
+             summary="Send one task's result: pending, accepted, rejected or duplicate")
+async def contribute(request: Request, _: Client) -> dict[str, Any]:
+    body = await request.body()
+    return await run_in_threadpool(service(request).submit_json, body)
+
+
+@router.get("/v1/contributions/stats",
+            summary="What browsers have given: clients, tasks, results, checks")
+def stats(request: Request, _: Admin) -> dict[str, Any]:
+    return service(request).stats()

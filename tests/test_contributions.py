@@ -1,0 +1,599 @@
+"""Idle compute lent by browsers (MartyContributionV1): leases, verification, trust,
+budgets, stats and the dashboard page, over HTTP against a real workspace, real
+documents and the real wordllama embedder, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+from pydantic import ValidationError
+
+from amelio import keys
+from amelio.contributions import (
+    TRUST_FLOOR,
+    ClientTokens,
+    Contributions,
+    InvalidClientToken,
+    contribution_adapter,
+    input_digest,
+)
+from amelio.db.schema import contribution_task_docs, contribution_tasks
+from amelio.embeddings import Embedder, load_embedder
+from amelio.search.documents import Document
+from amelio.search.engine import workspace_corpus
+from amelio.search.store import DocumentStore
+from amelio.server import create_app
+from amelio.workspace import Workspace
+from test_dashboard_forms import login
+
+pytest.importorskip("wordllama")
+
+TASKS = "/v1/contributions/tasks"
+SEND = "/v1/contributions"
+STATS = "/v1/contributions/stats"
+MODEL = "wordllama"
+TOPICS = ("reset a password", "download an invoice", "ask for a refund", "change the email",
+          "close the account", "update a card", "export the data", "invite a colleague",
+          "enable two-factor login", "rename a project", "delete a file", "restore a backup")
+
+
+def corpus(n: int) -> list[Document]:
+    return [Document(f"doc-{i}", f"How to {TOPICS[i % len(TOPICS)]}",
+                     f"Step {i}: open Settings, then follow the guide to "
+                     f"{TOPICS[i % len(TOPICS)]}.", {}) for i in range(n)]
+
+
+
+class Counting:
+    """The real embedder, counting the texts the server embeds (spot-checks)."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner = inner
+        self.model = inner.model
+        self.texts = 0
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.texts += len(texts)
+        return self.inner.embed(texts)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def wordllama() -> Embedder:
+    return load_embedder(MODEL)
+
+
+@dataclass
+class Site:
+    ws: Workspace
+    http: TestClient
+    service: Contributions
+    store: DocumentStore
+    clock: Clock
+    embedder: Counting
+    client_key: str
+    admin_key: str
+    browsers: list[Browser] = field(default_factory=list)
+
+    def browser(self, tier: str = "MID") -> Browser:
+        found = Browser(self, tier)
+        self.browsers.append(found)
+        return found
+
+    def stats(self) -> dict[str, Any]:
+        r = self.http.get(STATS, headers={"Authorization": f"Bearer {self.admin_key}"})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def vectors(self) -> dict[str, np.ndarray]:
+        """The store's vectors of the model, read from its file."""
+        conn = sqlite3.connect(self.store.path)
+        try:
+            rows = conn.execute("SELECT d.doc_id, v.vec FROM vectors v JOIN docs d "
+                                "ON d.rowid = v.rowid WHERE v.model = ?", (MODEL,)).fetchall()
+        finally:
+            conn.close()
+        return {doc_id: np.frombuffer(vec, dtype=np.float32) for doc_id, vec in rows}
+
+
+class Browser:
+    """One amelio.js client: leases with its token and sends results."""
+
+    def __init__(self, site: Site, tier: str) -> None:
+        self.site = site
+        self.tier = tier
+        self.token: str | None = None
+        self.headers = {"Authorization": f"Bearer {site.client_key}"}
+
+    def lease(self, n: int = 1, **extra: Any) -> dict[str, Any]:
+        params: dict[str, Any] = {"tier": self.tier, "purposes": "search_index", "max": n}
+        if self.token:
+            params["clientToken"] = self.token
+        r = self.site.http.get(TASKS, params=params | extra, headers=self.headers)
+        assert r.status_code == 200, r.text
+        body: dict[str, Any] = r.json()
+        self.token = body["clientToken"] or self.token
+        return body
+
+    def tasks(self, n: int = 1) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = self.lease(n)["tasks"]
+        return found
+
+    def body(self, task: dict[str, Any], vectors: list[list[float]] | None = None,
+             compute_ms: float = 4.0) -> dict[str, Any]:
+        if vectors is None:
+            vectors = self.site.embedder.inner.embed(task["input"]["texts"])
+        return {"contributionVersion": "v1", "taskId": task["taskId"],
+                "leaseId": task["leaseId"], "clientToken": self.token,
+                "taskType": task["taskType"], "inputDigest": task["inputDigest"],
+                "result": {"model": task["model"], "dimensions": task["dimensions"],
+                           "vectors": vectors},
+                "deviceTier": self.tier, "clientVersion": "amelio.js/1",
+                "timings": {"leasedMs": 1, "startedMs": 2, "finishedMs": 3,
+                            "computeMs": compute_ms},
+                "consent": {"compute": "granted", "purpose": "search_index"}}
+
+    def send(self, task: dict[str, Any], vectors: list[list[float]] | None = None,
+             compute_ms: float = 4.0, body: dict[str, Any] | None = None) -> httpx.Response:
+        return self.site.http.post(SEND, json=body or self.body(task, vectors, compute_ms),
+                                   headers=self.headers)
+
+    def verdict(self, task: dict[str, Any], vectors: list[list[float]] | None = None,
+                compute_ms: float = 4.0) -> dict[str, Any]:
+        r = self.send(task, vectors, compute_ms)
+        assert r.status_code == 200, r.text
+        found: dict[str, Any] = r.json()
+        return found
+
+
+def tampered(vectors: list[list[float]]) -> list[list[float]]:
+    """Honest vectors with the first one nudged off (still a unit vector)."""
+    out = np.asarray(vectors, dtype=np.float64)
+    out[0] += np.random.default_rng(7).normal(0, 0.05, out.shape[1])
+    out[0] /= np.linalg.norm(out[0])
+    return out.tolist()
+
+
+@contextmanager
+def open_site(ws: Workspace, wordllama: Embedder, docs: int = 6, **settings: Any
+              ) -> Iterator[Site]:
+    options = {"contributions": True, "contributions_batch": 3,
+               "contributions_spot_check": 0.0} | settings
+    ws = Workspace(ws.settings.model_copy(update=options), ws.engine)
+    store = workspace_corpus(ws.settings)
+    store.apply(corpus(docs))  # no embedder: the documents wait for their vectors
+    clock, embedder = Clock(), Counting(wordllama)
+    service = Contributions(ws, store=store, embedder=embedder, clock=clock)
+    _, client_key = keys.create_key(ws.engine, name="page", role="client")
+    _, admin_key = keys.create_key(ws.engine, name="ops", role="admin")
+    app = create_app(ws)
+    app.state.contributions = service
+    with TestClient(app) as http:
+        yield Site(ws, http, service, store, clock, embedder, client_key, admin_key)
+
+
+@pytest.fixture
+def site(workspace: Workspace, wordllama: Embedder) -> Iterator[Site]:
+    """Contributions on, six documents without vectors, tasks of three; both databases."""
+    with open_site(workspace, wordllama) as found:
+        yield found
+
+
+@pytest.fixture
+def lite(sqlite_workspace: Workspace, wordllama: Embedder) -> Iterator[Site]:
+    """The same on SQLite only, for what does not depend on the database."""
+    with open_site(sqlite_workspace, wordllama) as found:
+        yield found
+
+
+def cosine(a: np.ndarray, b: Sequence[float]) -> float:
+    v = np.asarray(b, dtype=np.float32)
+    return float(a @ v / (np.linalg.norm(a) * np.linalg.norm(v)))
+
+
+# -- the happy path -------------------------------------------------------------------
+
+
+def test_two_clients_agree_and_the_store_gets_their_vectors(site: Site,
+                                                            wordllama: Embedder) -> None:
+    alice, bob = site.browser("MID"), site.browser("HIGH")
+    [task] = alice.tasks()
+    assert (task["taskType"], task["purpose"], task["model"], task["dimensions"]) == (
+        "embed_documents", "search_index", MODEL, 256)
+    texts = task["input"]["texts"]
+    assert texts == [f"{d.title}\n{d.body}" for d in corpus(3)]  # what the server embeds
+    assert task["inputDigest"] == input_digest(texts)
+    [same] = bob.tasks()
+    assert same["taskId"] == task["taskId"] and same["leaseId"] != task["leaseId"]
+
+    first = alice.verdict(task)
+    assert first == {"status": "pending", "reason": first["reason"], "trust": 0.5}
+    assert site.vectors() == {}
+    second = bob.verdict(same)
+    assert second["status"] == "accepted" and second["trust"] > 0.5
+
+    stored = site.vectors()
+    assert sorted(stored) == ["doc-0", "doc-1", "doc-2"]
+    own = wordllama.embed(texts)  # what the server would have computed
+    for i, doc_id in enumerate(["doc-0", "doc-1", "doc-2"]):
+        assert cosine(stored[doc_id], own[i]) >= 0.9999
+    assert site.embedder.texts == 0  # the server embedded nothing itself
+    assert [d for d, _ in site.store.missing_vectors(MODEL)] == ["doc-3", "doc-4", "doc-5"]
+
+    again = alice.send(task)  # the same (task, client) again: counted once
+    assert again.status_code == 200
+    assert again.json()["status"] == "duplicate" and "accepted" in again.json()["reason"]
+    assert alice.lease()["trust"] > 0.5  # alice's pending result was accepted by bob's
+
+    stats = site.stats()
+    assert stats["clients"] == {"total": 2, "byTier": {"MID": 1, "HIGH": 1}, "lowTrust": 0}
+    assert stats["tasks"]["accepted"] == 1 and stats["results"]["accepted"] == 2
+    assert stats["documentsEmbedded"] == 3 and stats["disagreements"] == 0
+    assert stats["cpuSecondsGiven"] == pytest.approx(0.008)
+
+
+def test_a_random_spot_check_confirms_an_agreement(sqlite_workspace: Workspace,
+                                                   wordllama: Embedder) -> None:
+    with open_site(sqlite_workspace, wordllama, contributions_spot_check=1.0) as site:
+        alice, bob = site.browser(), site.browser()
+        [task], [same] = alice.tasks(), bob.tasks()
+        assert alice.verdict(task)["status"] == "pending"
+        assert bob.verdict(same)["status"] == "accepted"
+        assert site.embedder.texts == 3  # one spot-check of the three texts
+        assert site.stats()["spotChecks"] == 1 and len(site.vectors()) == 3
+
+
+# -- wrong results ---------------------------------------------------------------------
+
+
+def test_a_tampered_result_is_caught_and_its_client_loses_trust(site: Site) -> None:
+    honest, cheat = site.browser(), site.browser()
+    [task], [same] = honest.tasks(), cheat.tasks()
+    assert honest.verdict(task)["status"] == "pending"
+    caught = cheat.verdict(same, tampered(cheat.site.embedder.inner.embed(
+        same["input"]["texts"])))
+    assert caught["status"] == "rejected" and "spot-check" in caught["reason"]
+    assert caught["trust"] < TRUST_FLOOR  # one proven lie is enough to stop it
+    assert site.embedder.texts == 3  # the disagreement was checked by the server
+
+    assert honest.lease()["trust"] > 0.5  # the honest one was accepted
+    assert len(site.vectors()) == 3
+    refused = cheat.lease()
+    assert refused["tasks"] == [] and "trust" in refused["reason"]
+    assert refused["retryAfterMs"] > 0
+    stats = site.stats()
+    assert stats["disagreements"] == 1 and stats["spotChecks"] == 1
+    assert stats["results"] == {"accepted": 1, "rejected": 1, "pending": 0, "cancelled": 0}
+    assert stats["clients"]["lowTrust"] == 1
+
+
+def test_results_that_do_not_fit_the_task_are_refused(lite: Site) -> None:
+    alice = lite.browser()
+    [task] = alice.tasks()
+    good = alice.body(task)
+
+    def refused(change: dict[str, Any], field: str) -> None:
+        body = good | change
+        r = alice.send(task, body=body)
+        assert r.status_code == 422, (field, r.text)
+        assert r.json()["error"]["details"]["field"] == field, r.text
+
+    refused({"inputDigest": "sha256:" + "0" * 64}, "inputDigest")
+    refused({"result": good["result"] | {"dimensions": 255,
+                                         "vectors": [v[:255] for v in good["result"]
+                                                     ["vectors"]]}}, "result.dimensions")
+    refused({"result": good["result"] | {"vectors": good["result"]["vectors"][:2]}},
+            "result.vectors")
+    refused({"result": good["result"] | {"model": "other-model"}}, "result.model")
+    doubled = [[2 * x for x in v] for v in good["result"]["vectors"]]
+    refused({"result": good["result"] | {"vectors": doubled}}, "result.vectors.0")
+    # the schema's own checks: unknown fields, numbers as strings, ragged vectors
+    refused({"extra": 1}, "extra")
+    refused({"timings": {"computeMs": "4"}}, "timings.computeMs")
+    ragged = [good["result"]["vectors"][0][:-1], *good["result"]["vectors"][1:]]
+    refused({"result": good["result"] | {"vectors": ragged}}, "result")
+    assert alice.verdict(task)["status"] == "pending"  # none of them counted
+
+
+def test_the_schema_is_public_and_strict(lite: Site) -> None:
+    r = lite.http.get("/v1/contributions/schema")
+    assert r.status_code == 200
+    schema = r.json()
+    assert schema["title"] == "MartyContributionV1"
+    assert schema["$id"].endswith("MartyContributionV1.json")
+    assert schema["additionalProperties"] is False
+    assert {"taskId", "leaseId", "clientToken", "inputDigest", "result", "deviceTier",
+            "timings", "consent"} <= set(schema["required"])
+
+    good = {"contributionVersion": "v1", "taskId": "01J0000000000000000000000A",
+            "leaseId": "01J0000000000000000000000B", "clientToken": "c1.x.y",
+            "taskType": "embed_documents", "inputDigest": "sha256:" + "a" * 64,
+            "result": {"model": MODEL, "dimensions": 2, "vectors": [[0.6, 0.8], [1, 0]]},
+            "deviceTier": "LOW+", "timings": {"computeMs": 1.5},
+            "consent": {"compute": "granted", "purpose": "search_index"}}
+    adapter = contribution_adapter()
+    assert adapter.validate_python(good)["result"]["vectors"][1] == [1.0, 0.0]
+    for bad in (good | {"surprise": True},
+                good | {"result": good["result"] | {"norm": 1}},
+                good | {"result": good["result"] | {"vectors": [[0.6, 0.8], [1.0]]}},
+                good | {"result": good["result"] | {"dimensions": 3}},
+                good | {"deviceTier": "ULTRA"},
+                good | {"consent": {"compute": "denied", "purpose": "search_index"}}):
+        with pytest.raises(ValidationError):
+            adapter.validate_python(bad)
+    with pytest.raises(ValidationError, match="finite"):
+        adapter.validate_json(b'{"result": {"model": "m", "dimensions": 1, '
+                              b'"vectors": [[NaN]]}}')
+
+
+# -- leases ------------------------------------------------------------------------------
+
+
+def test_an_expired_lease_is_refused_and_the_task_leased_again(site: Site) -> None:
+    alice, bob, carol = site.browser(), site.browser(), site.browser()
+    [task] = alice.tasks()
+    [same] = bob.tasks()
+    assert carol.tasks()[0]["taskId"] != task["taskId"]  # two clients hold it already
+    site.clock.now += 121  # contributions_lease_seconds is 120
+    r = alice.send(task)
+    assert r.status_code == 409 and "expired" in r.json()["error"]["message"]
+    [again] = site.browser().tasks()  # bob's lease expired too: a newcomer gets it
+    assert again["taskId"] == task["taskId"]
+    for t in alice.tasks(4):
+        assert t["taskId"] != task["taskId"]  # never the same task twice
+    assert bob.send(same).status_code == 409
+
+
+def test_a_lease_is_this_clients_only(lite: Site) -> None:
+    alice, mallory = lite.browser(), lite.browser()
+    [task] = alice.tasks()
+    mallory.lease()  # a genuine client of its own
+    stolen = mallory.send(task)  # alice's lease with mallory's token
+    assert stolen.status_code == 409
+    unknown = alice.send(task, body=alice.body(task) | {"leaseId": "01J0000000000000000000000Z"})
+    assert unknown.status_code == 409
+
+
+def test_a_forged_client_token_is_refused(lite: Site) -> None:
+    alice = lite.browser()
+    [task] = alice.tasks()
+    assert alice.token is not None
+    version, client_id, mac = alice.token.split(".")
+    other = "01J0000000000000000000000Q"
+    altered = mac[:-1] + ("A" if mac[-1] != "A" else "B")
+    forged = (f"{version}.{other}.{mac}",  # someone else's id under alice's signature
+              f"{version}.{client_id}.{altered}")  # an altered signature
+    for token in (*forged, "c1.not-a-ulid.x", "nonsense"):
+        r = lite.http.get(TASKS, params={"tier": "MID", "purposes": "search_index",
+                                         "clientToken": token}, headers=alice.headers)
+        assert r.status_code == 422, token
+        error = r.json()["error"]
+        if token in forged:  # the signature gives it away
+            assert error["code"] == "invalid_client_token" and "forged" in error["message"]
+        else:  # it does not even look like one
+            assert "clientToken" in error["message"]
+        sent = alice.send(task, body=alice.body(task) | {"clientToken": token})
+        assert sent.status_code == 422, token
+        assert sent.json()["error"]["code"] == "invalid_client_token"
+        assert sent.json()["error"]["details"]["field"] == "clientToken"
+    # a token another workspace signed does not verify here either
+    elsewhere = ClientTokens(b"another workspace's secret").issue(client_id)
+    with pytest.raises(InvalidClientToken, match="signature"):
+        lite.service.tokens.read(elsewhere)
+
+
+def test_keys_and_roles(lite: Site) -> None:
+    params = {"tier": "MID", "purposes": "search_index"}
+    assert lite.http.get(TASKS, params=params).status_code == 401
+    as_query = lite.http.get(TASKS, params=params | {"key": lite.client_key})
+    assert as_query.status_code == 200 and as_query.json()["tasks"]  # like sendBeacon
+    _, bot = keys.create_key(lite.ws.engine, name="bot", role="bot")
+    assert lite.http.get(TASKS, params=params,
+                         headers={"Authorization": f"Bearer {bot}"}).status_code == 200
+    client = {"Authorization": f"Bearer {lite.client_key}"}
+    assert lite.http.get(STATS, headers=client).status_code == 403  # stats are the admin's
+    assert lite.http.get(TASKS, params={"tier": "MID"}, headers=client).status_code == 422
+    assert lite.http.get(TASKS, params=params | {"tier": "ULTRA"},
+                         headers=client).status_code == 422
+    assert lite.http.get(TASKS, params=params | {"max": 9}, headers=client).status_code == 422
+
+
+# -- no tasks, with a reason -----------------------------------------------------------
+
+
+def test_degraded_devices_and_spent_budgets_get_no_tasks(lite: Site) -> None:
+    degraded = lite.browser("DEGRADED").lease()
+    assert degraded["tasks"] == [] and "DEGRADED" in degraded["reason"]
+    assert degraded["budget"]["cpuSecondsPerHour"] == 0
+
+    low = lite.browser("LOW")  # 15 CPU-seconds an hour
+    [task] = low.tasks()
+    assert low.verdict(task, compute_ms=15_000)["status"] == "pending"
+    spent = low.lease()
+    assert spent["tasks"] == [] and "budget" in spent["reason"]
+    assert spent["budget"] == {"cpuSecondsPerHour": 15, "usedLastHour": 15.0}
+    assert 3_000_000 < spent["retryAfterMs"] <= 3_600_000
+    lite.clock.now += 3601  # an hour later the budget is back
+    assert low.tasks()
+
+    reported = lite.browser("MID").lease(cpuSecondsLastHour=50)  # over MID's 45
+    assert reported["tasks"] == [] and "budget" in reported["reason"]
+    unconsented = lite.browser("MID").lease(purposes="analytics")
+    assert unconsented["tasks"] == [] and "consented" in unconsented["reason"]
+
+
+def test_contributions_off_gives_nothing(sqlite_workspace: Workspace,
+                                         wordllama: Embedder) -> None:
+    with open_site(sqlite_workspace, wordllama, contributions=False) as site:
+        body = site.browser().lease()
+        assert body["tasks"] == [] and body["clientId"] is None
+        assert "contributions = true" in body["reason"] and body["retryAfterMs"] > 0
+        assert site.stats()["clients"]["total"] == 0  # no identity handed out while off
+        late = Browser(site, "MID")  # a result for a lease given before it was turned off
+        late.token = site.service.tokens.issue("01J0000000000000000000000C")
+        task = {"taskId": "01J0000000000000000000000D", "leaseId": "01J0000000000000000000000E",
+                "taskType": "embed_documents", "inputDigest": input_digest(["x"]),
+                "model": MODEL, "dimensions": 256, "input": {"texts": ["x"]}}
+        r = late.send(task)
+        assert r.status_code == 409 and "off" in r.json()["error"]["message"]
+    with open_site(sqlite_workspace, wordllama, search_embedding_model="") as site:
+        body = site.browser().lease()
+        assert body["tasks"] == [] and "search_embedding_model" in body["reason"]
+
+
+def test_nothing_to_do_once_every_document_has_a_vector(lite: Site) -> None:
+    lite.store.apply([], embedder=lite.embedder.inner)  # the server embeds the rest itself
+    body = lite.browser().lease()
+    assert body["tasks"] == [] and "Nothing to embed" in body["reason"]
+
+
+# -- documents that change -----------------------------------------------------------------
+
+
+def test_a_document_changed_since_its_task_cancels_it(site: Site) -> None:
+    alice, bob = site.browser(), site.browser()
+    [task], [same] = alice.tasks(), bob.tasks()
+    changed = Document("doc-1", "How to reset a password", "Use the new portal instead.", {})
+    site.store.apply([changed])
+    assert alice.verdict(task)["status"] == "pending"
+    cancelled = bob.verdict(same)
+    assert cancelled["status"] == "rejected" and "cancelled" in cancelled["reason"]
+    assert cancelled["trust"] == 0.5  # not the client's fault
+    assert site.vectors() == {}  # nothing written
+    assert site.stats()["tasks"]["cancelled"] == 1
+    fresh = site.browser().tasks(2)  # the documents are tasked again, with the new text
+    assert task["taskId"] not in {t["taskId"] for t in fresh}
+    texts = [text for t in fresh for text in t["input"]["texts"]]
+    assert f"{changed.title}\n{changed.body}" in texts and len(texts) == 6
+
+
+def test_a_task_gone_stale_before_it_is_leased_is_cancelled(lite: Site) -> None:
+    alice = lite.browser()
+    [task] = alice.tasks()
+    lite.store.apply([Document("doc-0", "Retitled", "New body.", {})])
+    others = lite.browser().tasks(2)
+    assert others and task["taskId"] not in {t["taskId"] for t in others}
+    assert "Retitled\nNew body." in [text for t in others for text in t["input"]["texts"]]
+    with lite.ws.engine.connect() as conn:
+        state = conn.scalar(sa.select(contribution_tasks.c.state)
+                            .where(contribution_tasks.c.id == task["taskId"]))
+    assert state == "cancelled"
+
+
+# -- concurrency -------------------------------------------------------------------------
+
+
+def slowed(find: Callable[..., list[tuple[str, str]]]) -> Callable[..., list[tuple[str, str]]]:
+    def slow(model: str, **options: Any) -> list[tuple[str, str]]:
+        found = find(model, **options)
+        if options.get("limit") is not None:  # looking for documents to task
+            time.sleep(0.03)
+        return found
+
+    return slow
+
+
+
+def test_concurrent_leases_never_task_a_document_twice(workspace: Workspace,
+                                                       wordllama: Embedder,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two services (as two processes would, each with its own store object) and many
+    threads lease at once: no document is in two tasks, and no client holds a task twice.
+    Finding the documents to task is slowed down, so that on PostgreSQL the threads all
+    pick the same documents before any of them commits, and the claims must decide."""
+    ws = Workspace(workspace.settings.model_copy(update={
+        "contributions": True, "contributions_batch": 2}), workspace.engine)
+    workspace_corpus(ws.settings).apply(corpus(40))
+    services = []
+    for _ in range(2):
+        store = workspace_corpus(ws.settings)
+        monkeypatch.setattr(store, "missing_vectors", slowed(store.missing_vectors))
+        services.append(Contributions(ws, store=store, embedder=wordllama))
+    barrier = threading.Barrier(8)
+    leases: list[tuple[str, list[str]]] = []
+    errors: list[BaseException] = []
+
+    def lease(service: Contributions, token: str | None) -> None:
+        try:
+            barrier.wait()
+            got = service.lease(tier="HIGH", purposes=["search_index"], max_tasks=3,
+                                client_token=token)
+            leases.append((got["clientId"], [t["taskId"] for t in got["tasks"]]))
+        except BaseException as exc:  # reported below, with the thread's traceback
+            errors.append(exc)
+
+    def run(tokens: Sequence[str | None]) -> None:
+        threads = [threading.Thread(target=lease, args=(services[i % 2], token))
+                   for i, token in enumerate(tokens)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+
+    run([None] * 8)  # eight new clients at once
+    regular = services[0].lease(tier="HIGH", purposes=["search_index"], max_tasks=1)
+    run([regular["clientToken"]] * 8)  # one client asking from eight tabs at once
+
+    with workspace.engine.connect() as conn:
+        tasks = conn.execute(sa.select(contribution_tasks)).all()
+        claims = conn.execute(sa.select(contribution_task_docs)).all()
+    docs = [d for t in tasks for d in t.doc_ids]
+    assert len(docs) == len(set(docs)) and set(docs) <= {f"doc-{i}" for i in range(40)}
+    assert {c.doc_id for c in claims} == set(docs)
+    by_client: dict[str, list[str]] = {}
+    for client_id, task_ids in leases:
+        by_client.setdefault(client_id, []).extend(task_ids)
+    by_client[regular["clientId"]] += [t["taskId"] for t in regular["tasks"]]
+    for client_id, task_ids in by_client.items():
+        assert len(task_ids) == len(set(task_ids)), client_id
+    assert len(by_client[regular["clientId"]]) >= 2  # the tabs shared the work
+
+
+# -- the dashboard ---------------------------------------------------------------------------
+
+
+def test_the_dashboard_page_shows_what_browsers_gave(lite: Site) -> None:
+    alice, bob, cheat = lite.browser("MID"), lite.browser("HIGH"), lite.browser("LOW")
+    [task], [same] = alice.tasks(), bob.tasks()
+    alice.verdict(task, compute_ms=1500)
+    bob.verdict(same, compute_ms=500)
+    [other] = cheat.tasks()
+    honest = lite.browser("MID")
+    [second] = honest.tasks()
+    assert second["taskId"] == other["taskId"]
+    honest.verdict(second)
+    cheat.verdict(other, tampered(lite.embedder.inner.embed(other["input"]["texts"])))
+
+    _, bot = keys.create_key(lite.ws.engine, name="bot", role="bot")
+    login(lite.http, bot)
+    assert ">Contributions</a>" not in lite.http.get("/skills").text  # admins only
+    assert lite.http.get("/contributions", follow_redirects=False).status_code == 403
+    login(lite.http, lite.admin_key)
+    page = lite.http.get("/contributions")
+    assert page.status_code == 200
+    html = page.text
+    assert 'aria-current="page">Contributions</a>' in html
+    assert 'class="results-accepted">3<' in html and 'class="results-rejected">1<' in html
+    assert 'class="disagreements">1<' in html and 'class="cpu-seconds">2.0<' in html
+    assert 'data-tier="LOW"' in html and 'data-tier="HIGH"' in html
+    french = lite.http.get("/contributions", headers={"Accept-Language": "fr"}).text
+    assert "Désaccords" in french and "Secondes de CPU données" in french
