@@ -1,6 +1,7 @@
 """The demo workspace behind ``make demo``: example skills, help-desk articles to
 search, an admin key, and a public search page (``/demo/search``) that sends
-feedback with ``amelio.js``.
+feedback with ``amelio.js`` and, with the visitor's consent, lends the browser's idle
+time to the search index (``contributions``, on in the demo's ``amelio.toml``).
 
 Running it again reuses the workspace: skills re-import as no-ops (or as new
 versions if the examples changed) and the saved keys keep working.
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -23,16 +25,18 @@ from pydantic import BaseModel, ConfigDict, Field
 import amelio
 from amelio import keys, skills
 from amelio.assistant import respond
+from amelio.config import CONFIG_FILE
 from amelio.db.schema import interactions, search_impressions
 from amelio.errors import ConfigError
 from amelio.feedback import Collector
 from amelio.improve.nightly import run_improve
 from amelio.llm.fake import ScriptedProvider
 from amelio.quality import give_answer_feedback
-from amelio.search import Searcher, aggregate, optional_embedder
+from amelio.search import Searcher, aggregate
 from amelio.search.engine import workspace_corpus
+from amelio.search.service import import_embedder
 from amelio.search.simulate import click_events
-from amelio.workspace import Workspace, init_workspace
+from amelio.workspace import Workspace, init_workspace, open_workspace
 
 __all__ = ["create_demo_app", "demo_client_key", "demo_router", "example_skills_path",
            "load_demo_corpus", "load_demo_searches", "load_recorded_interactions",
@@ -40,6 +44,12 @@ __all__ = ["create_demo_app", "demo_client_key", "demo_router", "example_skills_
 
 _KEY_FILE = "demo-admin-key"
 _CLIENT_KEY_FILE = "demo-client-key"
+#: What the demo adds to its workspace's amelio.toml (once: a value someone set stays).
+_DEMO_SETTINGS = """
+# Added by `amelio demo`: browsers of the demo search page may lend idle compute
+# (amelio.js, docs/client.md#idle-compute). AMELIO_CONTRIBUTIONS=0 overrides it.
+contributions = true
+"""
 
 
 def _example(name: str) -> Path:
@@ -81,12 +91,14 @@ def load_recorded_interactions(ws: Workspace, path: Path | None = None) -> int:
 def load_demo_corpus(ws: Workspace, path: Path | None = None) -> int:
     """Index the demo help-desk articles so search, feedback and signals work at
     once; returns how many were imported. Does nothing when the corpus already
-    has documents: a re-run must not replace what someone imported."""
+    has documents: a re-run must not replace what someone imported. With
+    ``contributions`` on (the demo's default) their vectors are left to the browsers
+    of the demo page that lend idle compute, as ``amelio corpus import`` does."""
     corpus = workspace_corpus(ws.settings)
     if corpus.count():
         return 0
     return corpus.import_file(path or _example("demo") / "corpus.jsonl",
-                              embedder=optional_embedder(ws.settings)).upserted
+                              embedder=import_embedder(ws.settings)).upserted
 
 
 def load_demo_searches(ws: Workspace, path: Path | None = None) -> int:
@@ -146,6 +158,19 @@ def demo_client_key(ws: Workspace) -> str:
     return _saved_key(ws, _CLIENT_KEY_FILE, "demo search page", "client")
 
 
+def _demo_settings(ws: Workspace) -> Workspace:
+    """The workspace with the demo's settings in its amelio.toml (``contributions``),
+    written unless the file already sets them: a re-run, or a value someone chose,
+    keeps what is there."""
+    toml = ws.root / CONFIG_FILE
+    text = toml.read_text(encoding="utf-8") if toml.is_file() else ""
+    if re.search(r"^\s*contributions\s*=", text, re.MULTILINE):
+        return ws
+    toml.write_text(text.rstrip("\n") + "\n" + _DEMO_SETTINGS, encoding="utf-8")
+    ws.dispose()
+    return open_workspace(ws.root)
+
+
 def prepare_demo(directory: Path, skills_path: Path | None = None) -> tuple[Workspace, str]:
     """Make the demo workspace ready to serve; returns it and an admin key.
 
@@ -153,6 +178,7 @@ def prepare_demo(directory: Path, skills_path: Path | None = None) -> tuple[Work
     loop, so metrics, underperformers and proposals are there at once.
     """
     ws, _ = init_workspace(directory)
+    ws = _demo_settings(ws)
     skills.import_skills(ws.engine, skills_path or example_skills_path(), author="demo")
     if load_demo_corpus(ws):
         load_demo_searches(ws)
@@ -177,8 +203,9 @@ class DemoQuery(BaseModel):
 
 def demo_router(client_key: str) -> APIRouter:
     """``GET /demo/search``, a public search page over the demo corpus using
-    ``/static/amelio.js``, and ``POST /demo/search/query``, its backend: it searches as
-    ``POST /v1/search`` does, on the server, so no bot key reaches the browser."""
+    ``/static/amelio.js`` (feedback, and idle compute with its settings panel), and
+    ``POST /demo/search/query``, its backend: it searches as ``POST /v1/search`` does,
+    on the server, so no bot key reaches the browser."""
     from starlette.concurrency import run_in_threadpool
 
     from amelio.server.routes.search import searcher
