@@ -29,6 +29,7 @@ BENCHMARKS = (
     "proxy_overhead",
     "feedback_ingest",
     "search_latency",
+    "client_compute",
     "evals_vs_promptfoo",
     "load",
 )
