@@ -38,7 +38,14 @@ real worker (``amelio-embed-worker.js``) in its real scheduling.
 The vectors stored are checked against the server's own: the smallest cosine is a
 target (≥ 0.9999, the protocol's tolerance).
 
-    python benchmarks/client_compute.py [--docs 1000] [--clients 2] [--batch 8] [--timeout 300]
+Each result carries its vectors as one base64 string of the n×256 float32 matrix
+(MartyContributionV1's ``result.vectors``); ``--batch`` sets ``contributions_batch``
+(default: the server's), ``--per-lease`` amelio.js's ``tasksPerLease`` (default: its
+own, which asks for up to 4 tasks a lease once a task has run; the server gives
+⌊8 × trust⌋ at most).
+
+    python benchmarks/client_compute.py [--docs 1000] [--clients 2] [--batch N]
+        [--per-lease N] [--timeout 300]
 """
 
 from __future__ import annotations
@@ -67,7 +74,7 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
 from amelio import keys
-from amelio.config import load_settings
+from amelio.config import Settings, load_settings
 from amelio.embeddings import load_embedder
 from amelio.search.engine import workspace_corpus
 from amelio.testing import LiveServer, ServeProcess
@@ -85,7 +92,7 @@ PAGE = """<!doctype html>
 import { Amelio } from "%(amelio)s/static/amelio.js";
 const amelio = window.amelio = Amelio.init({
   endpoint: "%(amelio)s", key: "%(key)s",
-  compute: { idleAfterMs: 0, tasksPerLease: 8 },
+  compute: { idleAfterMs: 0%(per_lease)s },
   onError: (e) => (window.errors = window.errors || []).push(e.message),
 });
 window.computed = 0;
@@ -184,11 +191,16 @@ def main() -> int:
     parser.add_argument("--docs", type=int, default=1000)
     parser.add_argument("--clients", type=int, default=2,
                         help="browser contexts: distinct contributing clients (at least 2)")
-    parser.add_argument("--batch", type=int, default=8,
-                        help="documents per task: the server's contributions_batch (1-64)")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="documents per task: the server's contributions_batch (1-256; "
+                        "default: the server's default)")
+    parser.add_argument("--per-lease", type=int, default=None,
+                        help="amelio.js's tasksPerLease (1-8; default: amelio.js's default)")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds to wait for every document to be embedded")
     args = parser.parse_args()
+    if args.batch is None:
+        args.batch = Settings.model_fields["contributions_batch"].default
     if args.clients < 2:
         parser.error("--clients: a task is accepted when two clients agree; at least 2")
     from playwright.sync_api import sync_playwright
@@ -209,7 +221,8 @@ def main() -> int:
         pristine = Path(tmp) / "pristine"
         shutil.copytree(root, pristine)  # for the server's own embedding, after the run
 
-        cfg = {"amelio": "", "key": client_key}
+        cfg = {"amelio": "", "key": client_key, "per_lease": "" if args.per_lease is None
+               else f", tasksPerLease: {args.per_lease}"}
         with page_site(cfg) as page_base:
             env = {**os.environ, "AMELIO_CONTRIBUTIONS": "1", "AMELIO_CORS_ORIGINS": page_base,
                    "AMELIO_WARM_UP": "0", "AMELIO_CONTRIBUTIONS_BATCH": str(args.batch)}
@@ -248,7 +261,7 @@ def run_browsers(sync_playwright: Any, server: ServeProcess, page_base: str,
                 if request.method == "POST" and request.url.endswith("/v1/contributions"):
                     body = json.loads(request.post_data or "{}")
                     with lock:
-                        sent[i] = sent.get(i, 0) + len(body["result"]["vectors"])
+                        sent[i] = sent.get(i, 0) + vector_count(body["result"])
 
             ctx.on("request", count_docs)
             page = ctx.new_page()
@@ -294,7 +307,9 @@ def report(args: argparse.Namespace, source: str, texts: dict[str, str], idle_ra
     count = len(texts)
     per_k = 1000 / count
     net = max(0.0, r["server_cpu"] - idle_rate * r["wall"])
+    per_lease = "amelio.js's default" if args.per_lease is None else args.per_lease
     print(f"Idle compute: {count} {source} documents in tasks of {args.batch}, "
+          f"tasksPerLease {per_lease}, "
           f"{args.clients} Chromium contexts (distinct clients), intensity max, idle forced; "
           "amelio serve in its own process")
     print(f"Every document stored with an accepted vector: {r['done']}/{count} in "
@@ -338,6 +353,12 @@ def report(args: argparse.Namespace, source: str, texts: dict[str, str], idle_ra
     target("stored browser vectors vs the server's own, largest 1 - cosine", 1 - cos, 1e-4,
            "", higher_is_better=False)
     target("documents embedded by browsers", r["done"], count, "docs")
+
+
+def vector_count(result: dict[str, Any]) -> int:
+    """How many vectors a result's base64 ``vectors`` holds (n of the n×d float32s)."""
+    text = result["vectors"]
+    return (len(text) * 3 // 4 - text[-2:].count("=")) // (4 * result["dimensions"])
 
 
 def min_cosine(vectors: dict[str, np.ndarray], texts: dict[str, str]) -> float:

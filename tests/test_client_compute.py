@@ -29,6 +29,7 @@ from starlette.routing import Route
 
 from amelio import keys
 from amelio.config import load_settings
+from amelio.contributions import decode_vectors, encode_vectors
 from amelio.demo import create_demo_app, prepare_demo
 from amelio.embeddings import load_embedder
 from amelio.search.engine import workspace_corpus
@@ -118,7 +119,8 @@ def site(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator[di
         ws, _ = init_workspace(root / "ws")
         ws.dispose()
         settings = load_settings(root / "ws", cors_origins=page_base, search_thompson=0.0,
-                                 search_exploration=0.0, warm_up=False, contributions=True)
+                                 search_exploration=0.0, warm_up=False, contributions=True,
+                                 contributions_batch=8)
         ws = open_workspace(root / "ws", settings=settings)
         # No document yet: each test that computes imports its own, so the leases the
         # other tests make find nothing to do.
@@ -446,7 +448,10 @@ def test_a_browser_that_tampers_with_its_vectors_is_rejected_and_loses_trust(
             route.continue_()
             return
         body = json.loads(route.request.post_data or "{}")
-        body["result"]["vectors"] = [v[::-1] for v in body["result"]["vectors"]]
+        result = body["result"]  # the wire form: base64 of the n×d float32 matrix
+        vectors = decode_vectors(result["vectors"], result["dimensions"])
+        assert vectors.shape == (8, 256)  # a task of contributions_batch texts
+        result["vectors"] = encode_vectors(vectors[:, ::-1])
         response = route.fetch(post_data=json.dumps(body))
         verdicts.append(response.json())
         route.fulfill(response=response)

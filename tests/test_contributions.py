@@ -26,6 +26,8 @@ from amelio.contributions import (
     Contributions,
     InvalidClientToken,
     contribution_adapter,
+    decode_vectors,
+    encode_vectors,
     input_digest,
 )
 from amelio.db.schema import contribution_task_docs, contribution_tasks
@@ -145,7 +147,7 @@ class Browser:
                 "leaseId": task["leaseId"], "clientToken": self.token,
                 "taskType": task["taskType"], "inputDigest": task["inputDigest"],
                 "result": {"model": task["model"], "dimensions": task["dimensions"],
-                           "vectors": vectors},
+                           "vectors": encode_vectors(vectors)},
                 "deviceTier": self.tier, "clientVersion": "amelio.js/1",
                 "timings": {"leasedMs": 1, "startedMs": 2, "finishedMs": 3,
                             "computeMs": compute_ms},
@@ -296,20 +298,29 @@ def test_results_that_do_not_fit_the_task_are_refused(lite: Site) -> None:
         assert r.status_code == 422, (field, r.text)
         assert r.json()["error"]["details"]["field"] == field, r.text
 
+    honest = decode_vectors(good["result"]["vectors"], 256)
+    assert honest.shape == (3, 256) and honest.dtype == np.float32
+
+    def result(vectors: Any, **change: Any) -> dict[str, Any]:
+        return {"result": good["result"] | {"vectors": encode_vectors(vectors)} | change}
+
     refused({"inputDigest": "sha256:" + "0" * 64}, "inputDigest")
-    refused({"result": good["result"] | {"dimensions": 255,
-                                         "vectors": [v[:255] for v in good["result"]
-                                                     ["vectors"]]}}, "result.dimensions")
-    refused({"result": good["result"] | {"vectors": good["result"]["vectors"][:2]}},
-            "result.vectors")
+    refused(result(honest[:, :255], dimensions=255), "result.dimensions")
+    refused(result(honest[:2]), "result.vectors")  # two vectors for three texts
     refused({"result": good["result"] | {"model": "other-model"}}, "result.model")
-    doubled = [[2 * x for x in v] for v in good["result"]["vectors"]]
-    refused({"result": good["result"] | {"vectors": doubled}}, "result.vectors.0")
-    # the schema's own checks: unknown fields, numbers as strings, ragged vectors
+    refused(result(2 * honest), "result.vectors.0")  # not unit vectors
+    # the schema's own checks: unknown fields, numbers as strings, a matrix that does
+    # not split into vectors of `dimensions`, numbers that are not finite, not base64
     refused({"extra": 1}, "extra")
     refused({"timings": {"computeMs": "4"}}, "timings.computeMs")
-    ragged = [good["result"]["vectors"][0][:-1], *good["result"]["vectors"][1:]]
-    refused({"result": good["result"] | {"vectors": ragged}}, "result")
+    ragged = good["result"] | {"vectors": encode_vectors(honest.ravel()[:-1])}
+    refused({"result": ragged}, "result")
+    nan = honest.copy()
+    nan[1, 7] = np.nan
+    refused(result(nan), "result")
+    refused({"result": good["result"] | {"vectors": good["result"]["vectors"][:-1]}},
+            "result.vectors")  # padding cut: not base64
+    refused({"result": good["result"] | {"vectors": [[1.0] * 256] * 3}}, "result.vectors")
     assert alice.verdict(task)["status"] == "pending"  # none of them counted
 
 
@@ -326,22 +337,34 @@ def test_the_schema_is_public_and_strict(lite: Site) -> None:
     good = {"contributionVersion": "v1", "taskId": "01J0000000000000000000000A",
             "leaseId": "01J0000000000000000000000B", "clientToken": "c1.x.y",
             "taskType": "embed_documents", "inputDigest": "sha256:" + "a" * 64,
-            "result": {"model": MODEL, "dimensions": 2, "vectors": [[0.6, 0.8], [1, 0]]},
+            "result": {"model": MODEL, "dimensions": 2,
+                       "vectors": encode_vectors([[0.6, 0.8], [1, 0]])},
             "deviceTier": "LOW+", "timings": {"computeMs": 1.5},
             "consent": {"compute": "granted", "purpose": "search_index"}}
+    vectors = schema["$defs"]["Result"]["properties"]["vectors"]
+    assert vectors["type"] == "string" and vectors["contentEncoding"] == "base64"
     adapter = contribution_adapter()
-    assert adapter.validate_python(good)["result"]["vectors"][1] == [1.0, 0.0]
+    sent = adapter.validate_python(good)["result"]["vectors"]
+    assert sent == "mpkZP83MTD8AAIA/AAAAAA=="  # 0.6, 0.8, 1, 0 as little-endian float32
+    assert decode_vectors(sent, 2).tolist() == [[np.float32(0.6), np.float32(0.8)], [1, 0]]
     for bad in (good | {"surprise": True},
                 good | {"result": good["result"] | {"norm": 1}},
-                good | {"result": good["result"] | {"vectors": [[0.6, 0.8], [1.0]]}},
+                good | {"result": good["result"] | {"vectors": encode_vectors([0.6, 0.8, 1])}},
+                good | {"result": good["result"] | {"vectors": [[0.6, 0.8], [1, 0]]}},
+                good | {"result": good["result"] | {"vectors": "mpkZP83MTD8AAIA/AAAAAA"}},
+                good | {"result": good["result"] | {"vectors": "mpkZP83MTD8AAIA_AAAAAA=="}},
+                good | {"result": good["result"] | {"vectors": ""}},
                 good | {"result": good["result"] | {"dimensions": 3}},
                 good | {"deviceTier": "ULTRA"},
                 good | {"consent": {"compute": "denied", "purpose": "search_index"}}):
         with pytest.raises(ValidationError):
             adapter.validate_python(bad)
     with pytest.raises(ValidationError, match="finite"):
-        adapter.validate_json(b'{"result": {"model": "m", "dimensions": 1, '
-                              b'"vectors": [[NaN]]}}')
+        adapter.validate_python(good | {"result": good["result"] | {
+            "vectors": encode_vectors([[float("nan"), 1]])}})
+    with pytest.raises(ValidationError, match="at most 256"):
+        adapter.validate_python(good | {"result": good["result"] | {
+            "vectors": encode_vectors(np.ones((257, 2)))}})
 
 
 # -- leases ------------------------------------------------------------------------------

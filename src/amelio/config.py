@@ -337,8 +337,11 @@ class Settings(BaseSettings):
         "results two clients agree on are stored (off: no tasks are handed out)."
     )
     contributions_batch: int = Field(
-        default=8, ge=1, le=64, description="Documents per contributed task (texts one "
-        "browser embeds at once)."
+        default=64, ge=1, le=256, description="Documents per contributed task (texts one "
+        "browser embeds at once). Every task costs the server two leases and two results "
+        "whatever its size, so larger tasks cost it less per document (benchmarks/"
+        "client_compute.py: 3.5-4.7 CPU-s per 1,000 WordLlama documents in tasks of 8, "
+        "0.9-1.9 in tasks of 64); 64 is still ~10-15 ms of a browser's time."
     )
     contributions_lease_seconds: int = Field(
         default=120, ge=10, le=3600, description="Seconds a browser has to return a leased "

@@ -15,6 +15,8 @@ from amelio.contributions.schema import (
     Contribution,
     MartyContributionV1,
     contribution_adapter,
+    decode_vectors,
+    encode_vectors,
     json_schema,
 )
 from amelio.contributions.service import (
@@ -40,6 +42,8 @@ __all__ = [
     "client_tokens",
     "contribution_adapter",
     "contribution_stats",
+    "decode_vectors",
+    "encode_vectors",
     "input_digest",
     "json_schema",
 ]

@@ -56,6 +56,7 @@ from amelio.contributions.schema import (
     TASK_TYPES,
     Contribution,
     contribution_adapter,
+    decode_vectors,
 )
 from amelio.contributions.tokens import client_tokens
 from amelio.db.engine import reading, transaction
@@ -111,6 +112,7 @@ _HOUR_MS = 3_600_000
 _RETRY_MS = {"off": 600_000, "idle": 60_000, "refused": 600_000, "trust": 3_600_000,
              "busy": 5_000}
 _DOC_ID_CHARS = 256
+_WAITING = "Waiting for a second client's result for this task."
 
 RESULTS = Counter(
     "amelio_contributions_results_total", "Contributed results by outcome (pending, "
@@ -136,6 +138,15 @@ def _matrix(vectors: Sequence[Sequence[float]]) -> npt.NDArray[np.float32]:
     return np.asarray(vectors, dtype=np.float32)
 
 
+def _stored(raw: bytes, dimensions: int) -> npt.NDArray[np.float32]:
+    """A stored result's vectors (``contribution_results.vectors``: the little-endian
+    float32 matrix's bytes, as the result carried them)."""
+    import numpy as np
+
+    return np.frombuffer(raw, dtype="<f4").reshape(-1, dimensions).astype(np.float32,
+                                                                        copy=False)
+
+
 def _agree(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32], tolerance: float) -> bool:
     """Every row of ``a`` has cosine at least ``tolerance`` with the same row of ``b``."""
     import numpy as np
@@ -152,11 +163,18 @@ def _insert_ignore(conn: sa.Connection, table: sa.Table, values: dict[str, Any],
                    key: Sequence[str]) -> bool:
     """INSERT unless a row with the same ``key`` exists; whether it was inserted. A
     concurrent insert of the same key waits for the first, then becomes a no-op."""
+    return _insert_returning(conn, table, values, key, table.c[key[0]]) is not None
+
+
+def _insert_returning(conn: sa.Connection, table: sa.Table, values: dict[str, Any],
+                      key: Sequence[str], column: sa.ColumnElement[Any]) -> Any:
+    """:func:`_insert_ignore` that answers the inserted row's ``column`` (None when
+    nothing was inserted): RETURNING, not rowcount (psycopg reports -1 for an INSERT …
+    ON CONFLICT), and no second statement to read a generated key back."""
     insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-    # RETURNING, not rowcount: psycopg reports -1 for an INSERT … ON CONFLICT.
     statement = (insert(table).values(values).on_conflict_do_nothing(index_elements=list(key))
-                 .returning(table.c[key[0]]))
-    return conn.execute(statement).first() is not None
+                 .returning(column))
+    return conn.execute(statement).scalar()
 
 
 def _counts(conn: sa.Connection, query: sa.Select[Any]) -> dict[str, int]:
@@ -427,10 +445,17 @@ class Contributions:
                 id=task_id, task_type=TASK_TYPES[0], purpose=PURPOSES[0], model=self.model,
                 state="open", spot_checks=0, disagreements=0, created_ms=now,
                 **_task_input(chunk)))
-            got = [(doc_id, text) for doc_id, text in chunk if _insert_ignore(
-                conn, contribution_task_docs,
-                {"model": self.model, "doc_id": doc_id, "task_id": task_id},
-                ("model", "doc_id"))]
+            # One INSERT … ON CONFLICT DO NOTHING RETURNING for the whole chunk (not one a
+            # document: that was most of a lease's cost): the claims it made are the
+            # documents it returns; one another process holds is skipped, as before.
+            insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+            claimed_now = set(conn.scalars(
+                insert(contribution_task_docs)
+                .values([{"model": self.model, "doc_id": doc_id, "task_id": task_id}
+                         for doc_id, _ in chunk])
+                .on_conflict_do_nothing(index_elements=["model", "doc_id"])
+                .returning(d.doc_id)))
+            got = [(doc_id, text) for doc_id, text in chunk if doc_id in claimed_now]
             if not got:
                 conn.execute(contribution_tasks.delete().where(t.id == task_id))
                 continue
@@ -492,9 +517,15 @@ class Contributions:
             return recorded
         task, mine, others = recorded
         verdicts, vectors, checked, disagreed = self._verify(task, mine, others)
-        with transaction(self.workspace.engine) as conn:
-            status, reason, trust = self._settle(conn, task.id, mine, verdicts, vectors,
-                                                 checked, disagreed, now)
+        if not verdicts and vectors is None and not checked and not disagreed:
+            # The first result of a task: nothing to settle, so no second transaction
+            # (a second client's result settles both, under the task's lock).
+            status, reason, trust = "pending", _WAITING, mine.trust
+        else:
+            owners = {p.id: p.client_id for p in (mine, *others)}
+            with transaction(self.workspace.engine) as conn:
+                status, reason, trust = self._settle(conn, task.id, mine, owners, verdicts,
+                                                     vectors, checked, disagreed, now)
         RESULTS.labels(status).inc()
         # A cancelled task's results are "rejected" to the client (the protocol's four
         # statuses); the reason says why, and its trust did not move.
@@ -505,51 +536,60 @@ class Contributions:
                 ) -> dict[str, Any] | tuple[sa.Row[Any], _Pending, list[_Pending]]:
         """Check the lease and the result against the task, store the result as pending;
         the task, this result and the task's other pending or accepted results (or,
-        for a result already received, the answer to give)."""
+        for a result already received, the answer to give). Six statements: every one
+        of them does something a submit needs (this is the server's hottest path)."""
         le, t, r = contribution_leases.c, contribution_tasks.c, contribution_results.c
         cl = contribution_clients.c
-        lease = conn.execute(sa.select(contribution_leases).where(le.id == c["leaseId"].upper())
-                             ).first()
-        if lease is None or lease.client_id != client_id or lease.task_id != c["taskId"].upper():
+        # The lease and its task in one read, taking the task's row lock, which
+        # serializes the results of one task (PostgreSQL's FOR NO KEY UPDATE, which
+        # leases' foreign-key checks do not wait for; SQLite's write transactions are
+        # serialized anyway). A missing lease locks nothing.
+        found = conn.execute(
+            sa.select(contribution_tasks, le.client_id.label("lease_client_id"),
+                      le.state.label("lease_state"), le.expires_ms.label("lease_expires_ms"))
+            .join(contribution_leases, le.task_id == t.id)
+            .where(le.id == c["leaseId"].upper())
+            .with_for_update(key_share=True, of=contribution_tasks)).first()
+        if found is None or found.lease_client_id != client_id \
+                or found.id != c["taskId"].upper():
             raise Conflict("No such lease for this client and task: send the leaseId and "
                            "taskId GET /v1/contributions/tasks gave this clientToken.",
                            leaseId=c["leaseId"], taskId=c["taskId"])
-        # The task's row lock serializes the results of one task (PostgreSQL's FOR NO KEY
-        # UPDATE, which leases' foreign-key checks do not wait for; SQLite's write
-        # transactions are serialized anyway).
-        task = conn.execute(sa.select(contribution_tasks).where(t.id == lease.task_id)
-                            .with_for_update(key_share=True)).one()
-        trust = float(conn.scalar(sa.select(cl.trust).where(cl.id == client_id)) or 0.0)
-        earlier = conn.execute(sa.select(r.status).where(r.task_id == task.id,
-                                                         r.client_id == client_id)).first()
-        if earlier is not None:
+        task, lease_id = found, c["leaseId"].upper()
+        earlier_status = (sa.select(r.status).where(r.task_id == task.id,
+                                                    r.client_id == client_id)
+                          .scalar_subquery())
+        known = conn.execute(sa.select(cl.trust, earlier_status)
+                             .where(cl.id == client_id)).first()
+        trust = float(known[0]) if known is not None else 0.0
+        if known is not None and known[1] is not None:
             return {"status": "duplicate", "reason": f"This client's result for the task "
-                    f"was already received ({earlier.status}).", "trust": round(trust, 4)}
-        if lease.state != "leased" or lease.expires_ms <= now:
-            raise Conflict(f"The lease expired {(now - lease.expires_ms) / 1000:.0f} s ago "
-                           f"(leases last {self.settings.contributions_lease_seconds} s): the "
-                           "task was given to another client; ask for new tasks.",
-                           leaseId=lease.id)
+                    f"was already received ({known[1]}).", "trust": round(trust, 4)}
+        if found.lease_state != "leased" or found.lease_expires_ms <= now:
+            raise Conflict(f"The lease expired {(now - found.lease_expires_ms) / 1000:.0f} s "
+                           f"ago (leases last {self.settings.contributions_lease_seconds} s): "
+                           "the task was given to another client; ask for new tasks.",
+                           leaseId=lease_id)
         vectors = self._check_result(c, task)
         compute_ms = float(c["timings"]["computeMs"])
-        if not _insert_ignore(conn, contribution_results, {
-                "task_id": task.id, "client_id": client_id, "lease_id": lease.id,
-                "vectors": c["result"]["vectors"], "status": "pending",
-                "compute_ms": compute_ms, "received_ms": now}, ("task_id", "client_id")):
+        mine_id = _insert_returning(conn, contribution_results, {
+            "task_id": task.id, "client_id": client_id, "lease_id": lease_id,
+            "vectors": vectors.astype("<f4", copy=False).tobytes(), "status": "pending",
+            "compute_ms": compute_ms, "received_ms": now}, ("task_id", "client_id"), r.id)
+        if mine_id is None:
             return {"status": "duplicate", "reason": "This client's result for the task was "
                     "already received.", "trust": round(trust, 4)}
-        mine_id = conn.execute(sa.select(r.id).where(r.task_id == task.id,
-                                                     r.client_id == client_id)).scalar_one()
-        conn.execute(contribution_leases.update().where(le.id == lease.id)
+        conn.execute(contribution_leases.update().where(le.id == lease_id)
                      .values(state="submitted"))
         conn.execute(contribution_clients.update().where(cl.id == client_id).values(
             cpu_ms=cl.cpu_ms + compute_ms, last_seen_ms=now, tier=c["deviceTier"]))
-        others = [_Pending(row.id, row.client_id, row.status, _matrix(row.vectors))
+        dimensions = DIMENSIONS[task.model]
+        others = [_Pending(row.id, row.client_id, row.status, _stored(row.vectors, dimensions))
                   for row in conn.execute(
                       sa.select(r.id, r.client_id, r.status, r.vectors)
                       .where(r.task_id == task.id, r.client_id != client_id,
                              r.status.in_(("pending", "accepted"))).order_by(r.id))]
-        return task, _Pending(int(mine_id), client_id, "pending", vectors), others
+        return task, _Pending(int(mine_id), client_id, "pending", vectors, trust), others
 
     def _check_result(self, c: Contribution, task: sa.Row[Any]) -> npt.NDArray[np.float32]:
         """The result's vectors, if it is one for this task; InvalidInput otherwise."""
@@ -557,6 +597,8 @@ class Contributions:
 
         result = c["result"]
         texts = task.input["texts"]
+        count = len(result["vectors"]) * 3 // 4 - result["vectors"][-2:].count("=")
+        count //= 4 * result["dimensions"]  # the schema checked it divides exactly
         problems = (
             ("taskType", c["taskType"] != task.task_type,
              f"the task is {task.task_type!r}, not {c['taskType']!r}"),
@@ -568,14 +610,14 @@ class Contributions:
              f"the task's model is {task.model!r}"),
             ("result.dimensions", result["dimensions"] != DIMENSIONS[task.model],
              f"{task.model} vectors have {DIMENSIONS[task.model]} dimensions"),
-            ("result.vectors", len(result["vectors"]) != len(texts),
-             f"the task has {len(texts)} texts, so {len(texts)} vectors, not "
-             f"{len(result['vectors'])}"),
+            ("result.vectors", count != len(texts),
+             f"the task has {len(texts)} texts, so {len(texts)} vectors "
+             f"({len(texts)}×{result['dimensions']}×4 bytes), not {count}"),
         )
         for field, wrong, why in problems:
             if wrong:
                 raise InvalidInput(f"{field} does not match the task: {why}.", field=field)
-        vectors = _matrix(result["vectors"])
+        vectors = decode_vectors(result["vectors"], result["dimensions"])
         norms = np.linalg.norm(vectors, axis=1)
         if not np.all(np.abs(norms - 1.0) <= 1e-3):
             bad = int(np.argmax(np.abs(norms - 1.0)))
@@ -626,11 +668,13 @@ class Contributions:
         return verdicts, truth if right else None, cause, disagreed
 
     def _settle(self, conn: sa.Connection, task_id: str, mine: _Pending,
-                verdicts: dict[int, _Verdict], vectors: npt.NDArray[np.float32] | None,
-                checked: str | None, disagreed: bool, now: int) -> tuple[str, str, float]:
+                owners: dict[int, str], verdicts: dict[int, _Verdict],
+                vectors: npt.NDArray[np.float32] | None, checked: str | None,
+                disagreed: bool, now: int) -> tuple[str, str, float]:
         """Apply the verdicts under the task's row lock: write the vectors (once),
         judge each result still pending, move trust. This result's status, reason,
-        and its client's trust."""
+        and its client's trust. ``owners`` maps result ids to their clients (what
+        :meth:`_record` read, so they need no second read)."""
         t, r, cl = contribution_tasks.c, contribution_results.c, contribution_clients.c
         task = conn.execute(sa.select(contribution_tasks).where(t.id == task_id)
                             .with_for_update(key_share=True)).one()
@@ -644,33 +688,45 @@ class Contributions:
                 disagreements=t.disagreements + (1 if disagreed else 0)))
             if checked:
                 SPOT_CHECKS.labels(checked).inc()
-        owners = {int(i): str(client) for i, client in conn.execute(
-            sa.select(r.id, r.client_id).where(r.id.in_(list(verdicts))))}
+        settled: tuple[str, str, float] | None = None
         for result_id in sorted(verdicts, key=lambda i: owners.get(i, "")):  # lock order
-            self._judge(conn, result_id, owners.get(result_id), verdicts[result_id])
-        row = conn.execute(sa.select(r.status, r.reason).where(r.id == mine.id)).one()
-        trust = float(conn.scalar(sa.select(cl.trust).where(cl.id == mine.client_id)) or 0.0)
-        reason = row.reason or "Waiting for a second client's result for this task."
-        return row.status, reason, trust
+            trust = self._judge(conn, result_id, owners.get(result_id), verdicts[result_id])
+            if result_id == mine.id and trust is not None:
+                settled = verdicts[result_id].status, verdicts[result_id].reason, trust
+        if settled is not None:
+            return settled
+        row = conn.execute(sa.select(r.status, r.reason, cl.trust)
+                           .join(contribution_clients, cl.id == r.client_id)
+                           .where(r.id == mine.id)).one()
+        return row.status, row.reason or _WAITING, float(row.trust or 0.0)
 
     @staticmethod
     def _judge(conn: sa.Connection, result_id: int, client_id: str | None,
-               verdict: _Verdict) -> None:
+               verdict: _Verdict) -> float | None:
         """Settle one pending result (once: a result judged meanwhile is left alone) and
-        move its client's trust: up a little when accepted, down sharply when wrong."""
+        move its client's trust: up a little when accepted, down sharply when wrong.
+        The client's trust after it, or None when the result was judged meanwhile (or
+        its client is unknown)."""
         r, cl = contribution_results.c, contribution_clients.c
         done = conn.execute(contribution_results.update()
                             .where(r.id == result_id, r.status == "pending")
                             .values(status=verdict.status, reason=verdict.reason)).rowcount
-        if not done or client_id is None or verdict.status == "cancelled":
-            return
-        if verdict.status == "accepted":
+        if not done or client_id is None:
+            return None
+        if verdict.status == "cancelled":
+            change: dict[str, Any] = {}
+        elif verdict.status == "accepted":
             change = {"trust": cl.trust + TRUST_GAIN * (1 - cl.trust),
                       "results_accepted": cl.results_accepted + 1}
         else:
             change = {"trust": cl.trust * TRUST_PENALTY,
                       "results_rejected": cl.results_rejected + 1}
-        conn.execute(contribution_clients.update().where(cl.id == client_id).values(**change))
+        if not change:
+            trust = conn.scalar(sa.select(cl.trust).where(cl.id == client_id))
+        else:
+            trust = conn.execute(contribution_clients.update().where(cl.id == client_id)
+                                 .values(**change).returning(cl.trust)).scalar()
+        return None if trust is None else float(trust)
 
     def _accept(self, conn: sa.Connection, task: sa.Row[Any],
                 vectors: npt.NDArray[np.float32], now: int) -> bool:
@@ -729,6 +785,8 @@ class _Pending:
     client_id: str
     status: str
     vectors: npt.NDArray[np.float32]
+    #: The client's trust when the result was recorded (this request's result only).
+    trust: float = 0.0
 
 
 def _task_input(chunk: Sequence[tuple[str, str]]) -> dict[str, Any]:

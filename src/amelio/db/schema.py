@@ -803,7 +803,7 @@ contribution_results = sa.Table(
         sa.ForeignKey("contribution_clients.id", ondelete="CASCADE"), nullable=False,
     ),
     sa.Column("lease_id", sa.String(26), nullable=False),
-    sa.Column("vectors", sa.JSON, nullable=False),
+    sa.Column("vectors", sa.LargeBinary, nullable=False),
     sa.Column("status", sa.String(10), nullable=False),
     sa.Column("reason", sa.Text, nullable=True),
     sa.Column("compute_ms", sa.Float, nullable=False),

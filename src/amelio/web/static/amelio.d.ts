@@ -68,7 +68,8 @@ export interface ComputeOptions {
   idleAfterMs?: number;
   /** Lower the tier's hourly CPU budget; a larger value changes nothing. */
   cpuSecondsPerHour?: number;
-  /** Tasks asked for per lease, 1–8 (default 1). */
+  /** Tasks asked for per lease, 1–8 (default: up to 4, as many as the hourly budget
+   *  left covers at the last task's cost; 1 until a task has run). */
   tasksPerLease?: number;
   /** The embedding worker (default `amelio-embed-worker.js` beside amelio.js). */
   workerUrl?: string | URL;

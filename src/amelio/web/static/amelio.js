@@ -809,7 +809,9 @@ export class AmelioClient {
  *   long makes the page idle (default 30000); a hidden page is idle at once.
  * @property {number} [cpuSecondsPerHour] Lower the tier's hourly CPU budget (a larger
  *   value changes nothing: the page cannot raise it).
- * @property {number} [tasksPerLease] Tasks asked for per lease, 1–8 (default 1).
+ * @property {number} [tasksPerLease] Tasks asked for per lease, 1–8 (default: up to 4,
+ *   as many as the hourly budget left covers at the last task's cost; 1 until a task
+ *   has run).
  * @property {string|URL} [workerUrl] The embedding worker (default
  *   `amelio-embed-worker.js` beside amelio.js).
  * @property {(status: ComputeStatus) => void} [onStatus] Called on every status change
@@ -870,6 +872,35 @@ const DEFAULT_DAILY_QUOTA_S = 600;
 const DEFAULT_IDLE_AFTER_MS = 30_000;
 const MAX_COMPUTE_BACKOFF_MS = 10 * 60_000;
 const INIT_TIMEOUT_MS = 60_000;
+/** Tasks per lease when the page does not say: fewer round trips for the server (each
+ * lease is a request, whatever it holds) while still a few tens of milliseconds of work
+ * at ~5,000 documents/s, so a person coming back drops little. */
+const AUTO_TASKS_PER_LEASE = 4;
+const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+
+/**
+ * `result.vectors` on the wire: base64 (standard alphabet, padded) of the n×d float32
+ * matrix, little-endian and row-major. Why not a JSON array: 1 KB of bytes per vector of
+ * 256 dimensions instead of ~5 KB of decimal text that the server parses number by
+ * number. `rows` is what the worker answered (arrays or Float32Arrays of `dimensions`).
+ * @param {ArrayLike<number>[]} rows
+ * @param {number} dimensions
+ * @returns {string}
+ */
+function encodeVectors(rows, dimensions) {
+  const matrix = new Float32Array(rows.length * dimensions);
+  rows.forEach((row, i) => matrix.set(row, i * dimensions));
+  if (!LITTLE_ENDIAN) { // no browser in use is big-endian; the wire is little-endian
+    const view = new DataView(matrix.buffer);
+    matrix.forEach((x, i) => view.setFloat32(4 * i, x, true));
+  }
+  const bytes = new Uint8Array(matrix.buffer);
+  const chunks = [];
+  for (let i = 0; i < bytes.length; i += 0x8000) { // a call takes ~64K arguments at most
+    chunks.push(String.fromCharCode(...bytes.subarray(i, i + 0x8000)));
+  }
+  return btoa(chunks.join(""));
+}
 const HHMM = /^([01]\d|2[0-3]):([0-5]\d)$/;
 const NAME = /^[a-z][a-z0-9_]{0,39}$/;
 const ACTIVITY = ["pointerdown", "pointermove", "keydown", "wheel", "touchstart", "scroll"];
@@ -1059,7 +1090,8 @@ export class ComputeController extends EventTarget {
   /** @type {AmelioClient} */ #client;
   #cap;
   #idleAfterMs;
-  #perLease;
+  /** @type {number|null} */ #perLease;
+  #taskCostS = 0; // CPU-seconds the last task was charged
   #workerUrl;
   #onStatus;
   #scope;
@@ -1106,7 +1138,8 @@ export class ComputeController extends EventTarget {
     this.#cap = o.cpuSecondsPerHour != null && cap >= 0 ? cap : Infinity;
     const idle = Number(o.idleAfterMs ?? DEFAULT_IDLE_AFTER_MS);
     this.#idleAfterMs = idle >= 0 ? idle : DEFAULT_IDLE_AFTER_MS;
-    this.#perLease = Math.max(1, Math.min(8, Math.round(Number(o.tasksPerLease ?? 1)) || 1));
+    this.#perLease = o.tasksPerLease == null ? null // auto: see #leaseSize
+      : Math.max(1, Math.min(8, Math.round(Number(o.tasksPerLease)) || 1));
     this.#workerUrl = new URL(String(o.workerUrl || new URL("./amelio-embed-worker.js",
                                                             import.meta.url)), location.href);
     this.#onStatus = o.onStatus || null;
@@ -1447,6 +1480,19 @@ export class ComputeController extends EventTarget {
     }
   }
 
+  /**
+   * Tasks to ask for: `tasksPerLease` when the page set it; otherwise up to
+   * AUTO_TASKS_PER_LEASE, as many as the hourly budget left covers at the cost of the
+   * last task (1 before any ran), so a lease never holds work the budget cannot pay for
+   * (its tasks would only expire on the server).
+   */
+  #leaseSize() {
+    if (this.#perLease != null) return this.#perLease;
+    if (!(this.#taskCostS > 0)) return 1;
+    const left = this.#budget() - this.#usage(Date.now()).lastHour;
+    return Math.max(1, Math.min(AUTO_TASKS_PER_LEASE, Math.floor(left / this.#taskCostS)));
+  }
+
   #headers(json = false) {
     /** @type {Record<string, string>} */
     const headers = { Authorization: `Bearer ${this.#client._key}` };
@@ -1461,7 +1507,7 @@ export class ComputeController extends EventTarget {
       tier: /** @type {string} */ (this.tier),
       purposes: [...new Set(pairs.map((x) => x.purpose))].join(","),
       types: [...new Set(pairs.map((x) => x.taskType))].join(","),
-      max: String(this.#perLease),
+      max: String(this.#leaseSize()),
       cpuSecondsLastHour: this.#usage(Date.now()).lastHour.toFixed(3),
     });
     if (state.clientToken) params.set("clientToken", state.clientToken);
@@ -1643,13 +1689,15 @@ export class ComputeController extends EventTarget {
       this.#charge((performance.now() - started) / 1000); // what it took, even if dropped
     }
     const wallMs = performance.now() - started;
-    const vectors = Array.isArray(answer.vectors) ? answer.vectors.map((v) => Array.from(v)) : [];
-    if (vectors.length !== task.input.texts.length
-        || vectors.some((v) => v.length !== task.dimensions)) {
+    this.#taskCostS = wallMs / 1000;
+    const rows = Array.isArray(answer.vectors) ? answer.vectors : [];
+    if (rows.length !== task.input.texts.length
+        || rows.some((v) => !v || v.length !== task.dimensions)) {
       this.#counts.failed++;
       this.#error = "the worker returned vectors of the wrong count or size";
       return null;
     }
+    const vectors = encodeVectors(rows, task.dimensions);
     const computeMs = Number(answer.computeMs) >= 0 ? Number(answer.computeMs) : wallMs;
     return { vectors, leasedMs, startedMs, finishedMs: Date.now(), computeMs, wallMs };
   }
