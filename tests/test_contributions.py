@@ -620,3 +620,26 @@ def test_the_dashboard_page_shows_what_browsers_gave(lite: Site) -> None:
     assert 'data-tier="LOW"' in html and 'data-tier="HIGH"' in html
     french = lite.http.get("/contributions", headers={"Accept-Language": "fr"}).text
     assert "Désaccords" in french and "Secondes de CPU données" in french
+
+
+def test_new_identities_are_rate_limited(sqlite_workspace: Workspace,
+                                         wordllama: Embedder) -> None:
+    """A page's client key is public: without a limit, anyone could mint identities
+    (rows, and fresh trust) by the thousand. Known clients are not charged."""
+    with open_site(sqlite_workspace, wordllama,
+                   contributions_new_clients_per_minute=2) as site:
+        first, second = site.browser(), site.browser()
+        first.lease()
+        second.lease()
+        params = {"tier": "MID", "purposes": "search_index"}
+        refused = site.http.get(TASKS, params=params, headers=first.headers)
+        assert refused.status_code == 429
+        assert int(refused.headers["Retry-After"]) >= 1
+        assert refused.json()["error"]["details"]["scope"] == "client key"
+        assert first.lease()["clientToken"]  # a known client leases as before
+        _, other = keys.create_key(site.ws.engine, name="other page", role="client")
+        same_address = site.http.get(TASKS, params=params,
+                                     headers={"Authorization": f"Bearer {other}"})
+        assert same_address.status_code == 429
+        assert same_address.json()["error"]["details"]["scope"] == "address"
+        assert site.stats()["clients"]["total"] == 2

@@ -351,6 +351,12 @@ class Settings(BaseSettings):
         default=0.9999, gt=0, le=1, description="Cosine every vector of two contributed "
         "results (or of a result and the server's own) must reach for them to agree."
     )
+    contributions_new_clients_per_minute: int = Field(
+        default=30, ge=0, description="New browser identities (GET /v1/contributions/tasks "
+        "without a clientToken) a client key, and a remote address, may get per minute, "
+        "with as many at once; beyond, 429 with Retry-After. Each is a row, and a flood of "
+        "fresh identities is how one party would pose as many. 0: no limit."
+    )
     contributions_spot_check: float = Field(
         default=0.05, ge=0, le=1, description="Share of agreeing contributions the server "
         "checks by embedding the texts itself (a disagreement is always checked)."

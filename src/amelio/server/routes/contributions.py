@@ -22,6 +22,8 @@ from amelio.contributions import Contributions, json_schema
 from amelio.contributions.schema import MAX_VECTORS, TASK_TYPES
 from amelio.contributions.service import MAX_TASKS_PER_LEASE
 from amelio.contributions.tokens import CLIENT_TOKEN_PATTERN
+from amelio.errors import RateLimited
+from amelio.feedback.ratelimit import Bucket, RateLimiter
 from amelio.feedback.schema import DeviceTier
 from amelio.keys import ApiKey
 from amelio.server.auth import require
@@ -100,6 +102,35 @@ def _split(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
+def _new_clients(request: Request) -> RateLimiter:
+    """The app's one limiter of new identities (its buckets must outlive a request):
+    per client key and per remote address, ``contributions_new_clients_per_minute``."""
+    state = request.app.state
+    limiter: RateLimiter | None = getattr(state, "contribution_identities", None)
+    if limiter is None:
+        with _lock:
+            limiter = getattr(state, "contribution_identities", None)
+            if limiter is None:
+                per_minute = state.settings.contributions_new_clients_per_minute
+                bucket = Bucket(per_minute / 60, per_minute)  # rate 0: unlimited
+                limiter = state.contribution_identities = RateLimiter(per_key=bucket,
+                                                                      per_session=bucket)
+    return limiter
+
+
+def _charge_new_client(request: Request, key: ApiKey) -> None:
+    """A request without a clientToken makes a new client (a row, and a fresh trust):
+    refuse it with 429 past the per-minute allowance of its key and address."""
+    address = request.client.host if request.client else "unknown"
+    refusal = _new_clients(request).try_acquire(str(key.id), {address: 1}, key_cost=1)
+    if refusal is not None:
+        wait = RateLimiter.retry_after(refusal)
+        by = "client key" if refusal.scope == "key" else "address"
+        raise RateLimited(f"Too many new contributing clients for this {by}; retry in {wait} "
+                          "s, or send the clientToken an earlier response gave.",
+                          retry_after=wait, scope=by)
+
+
 @router.get("/v1/contributions/schema",
             summary="JSON Schema of MartyContributionV1 (public)")
 def schema() -> dict[str, Any]:
@@ -110,7 +141,7 @@ def schema() -> dict[str, Any]:
             summary="Lease tasks to a browser (empty, with a reason, when there is none)")
 def tasks(
     request: Request,
-    _: Client,
+    key: Client,
     tier: Annotated[DeviceTier, Query(description="The device's tier (amelio.js measures "
                                       "it); it sets the hourly CPU budget.")],
     purposes: Annotated[str, Query(max_length=200, description="Comma-separated purposes "
@@ -130,6 +161,8 @@ def tasks(
         description="CPU-seconds the client counts for itself over the last hour; the "
         "larger of it and the server's count is held against the budget.")] = None,
 ) -> dict[str, Any]:
+    if client_token is None and request.app.state.settings.contributions:
+        _charge_new_client(request, key)
     return service(request).lease(tier=tier, purposes=_split(purposes), types=_split(types),
                                   max_tasks=max_tasks, client_token=client_token,
                                   reported_cpu_s=cpu_seconds)
