@@ -351,3 +351,15 @@ def test_cli_ingest_and_export(sqlite_workspace: Workspace, tmp_path: Path) -> N
     [event] = [json.loads(x) for x in (out / EVENTS_FILE).read_text().splitlines()]
     assert event["action_name"] == "result_pinned"
     assert event["event_attributes"]["object"]["object_id"] == "b"
+
+
+def test_a_query_with_a_bad_timestamp_is_a_rejected_query(sqlite_workspace: Workspace,
+                                                           tmp_path: Path) -> None:
+    """The schema's date-time is only an annotation: the import parses it, and a bad
+    one is the query's rejection, not an event's."""
+    path = _ndjson(tmp_path / "q.ndjson", [{"query_id": "q1", "user_query": "toner",
+                                            "timestamp": "last tuesday"}])
+    report = ingest_ubi(sqlite_workspace, path, consent="granted")
+    assert report.queries == {"imported": 0, "duplicate": 0, "rejected": 1}
+    assert report.events["rejected"] == 0
+    assert report.problems[0][:2] == (1, "timestamp")

@@ -57,10 +57,9 @@ from ulid import ULID
 from amelio.db import transaction
 from amelio.db.schema import feedback_events, search_impressions
 from amelio.errors import InvalidInput
-from amelio.feedback.anonymize import SaltedHasher
-from amelio.feedback.collector import Collector
+from amelio.feedback.anonymize import SaltedHasher, day_from_index
+from amelio.feedback.collector import Collector, _file_batches, _Unparsable
 from amelio.feedback.schema import EVENT_TYPES
-from amelio.identity import secret_key
 from amelio.workspace import Workspace
 
 __all__ = [
@@ -163,8 +162,12 @@ def _kind(record: Mapping[str, Any]) -> Kind:
 
 def _time_ms(text: str) -> int:
     """UBI's ISO 8601 timestamp in Unix ms; one without an offset is taken as UTC
-    (the schema's own example ``2018-11-13T20:20:39`` has none)."""
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    (the schema's own example ``2018-11-13T20:20:39`` has none). The schema's
+    ``date-time`` is only an annotation, so a bad one is refused here."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError as exc:
+        raise _Refused("timestamp", str(exc)) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
@@ -213,30 +216,16 @@ class _Refused(Exception):
         self.where, self.reason = where, reason
 
 
-def _lines(path: Path) -> Iterator[tuple[int, object]]:
-    """``(line number, decoded JSON or the error)`` of an NDJSON file; a file that is
-    one JSON array gives its items, numbered from 1."""
-    text = path.read_text(encoding="utf-8")
-    if text.lstrip().startswith("["):
-        try:
-            items = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise InvalidInput(f"{path.name} is not a JSON array ({exc.msg} at line "
-                               f"{exc.lineno})") from exc
-        yield from enumerate(items, start=1)
-        return
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            yield number, json.loads(line)
-        except json.JSONDecodeError as exc:
-            yield number, _Refused("", f"not valid JSON ({exc.msg})")
+def _records(path: Path) -> Iterator[tuple[int, object]]:
+    """``(line number or array position, decoded record)``, read as ``amelio feedback
+    ingest`` reads an event file (NDJSON or one JSON array; a line that is not JSON is
+    an :class:`_Unparsable` of its own, its neighbours go on)."""
+    for numbers, items in _file_batches(path, 1000):
+        yield from zip(numbers, items, strict=True)
 
 
 def _query_impression(record: Mapping[str, Any], settings: Any, project: str,
                       hasher: SaltedHasher, now_ms: int) -> dict[str, Any]:
-    from amelio.feedback.anonymize import day_from_index
     from amelio.search.service import query_key
 
     query_id = record.get("query_id")
@@ -329,7 +318,6 @@ def ingest_ubi(workspace: Workspace, path: Path | str, *, consent: str,
         mapping[name] = mapped
     settings = workspace.settings
     collector = Collector(workspace)
-    hasher = SaltedHasher(secret_key(settings))
     now_ms = int(datetime.now(UTC).timestamp() * 1000)
     report = UbiIngestReport()
     tokens: dict[str, str] = {}
@@ -340,10 +328,10 @@ def ingest_ubi(workspace: Workspace, path: Path | str, *, consent: str,
 
     impressions: list[tuple[int, dict[str, Any]]] = []
     events: list[tuple[int, dict[str, Any]]] = []
-    for number, item in _lines(Path(path)):
+    for number, item in _records(Path(path)):
         try:
-            if isinstance(item, _Refused):
-                raise item
+            if isinstance(item, _Unparsable):
+                raise _Refused("", item.reason)
             if not isinstance(item, dict):
                 raise _Refused("", "a UBI record is a JSON object")
             kind = _kind(item)
@@ -352,7 +340,7 @@ def ingest_ubi(workspace: Workspace, path: Path | str, *, consent: str,
                 where, _, reason = errors[0].partition(": ")
                 raise _Refused(where, f"not a UBI {kind} ({reason})")
             if kind == "query":
-                row = _query_impression(item, settings, project, hasher, now_ms)
+                row = _query_impression(item, settings, project, collector.hasher, now_ms)
                 request_ids[row["query_id"]] = row["request_id"]
                 impressions.append((number, row))
                 continue
@@ -370,9 +358,6 @@ def ingest_ubi(workspace: Workspace, path: Path | str, *, consent: str,
             which = "queries" if isinstance(item, dict) and _kind(item) == "query" else "events"
             getattr(report, which)["rejected"] += 1
             report.problems.append((number, refusal.where, refusal.reason))
-        except ValueError as exc:  # a timestamp the schema's format check let through
-            report.events["rejected"] += 1
-            report.problems.append((number, "timestamp", str(exc)))
     _store_impressions(workspace, impressions, report)
     for start in range(0, len(events), settings.feedback_max_events):
         chunk = events[start:start + settings.feedback_max_events]

@@ -121,17 +121,13 @@ class EngineType:
 def _open_tantivy(settings: Settings) -> SearchEngine:
     from amelio.search.tantivy_engine import TantivyEngine
 
-    store = TantivyEngine.for_workspace(settings.data_dir)
-    store.defer_missing_vectors = browsers_embed(settings)
-    return store
+    return TantivyEngine.for_workspace(settings.data_dir)
 
 
 def _open_fts5(settings: Settings) -> SearchEngine:
     from amelio.search.corpus import Corpus
 
-    store = Corpus.for_workspace(settings.data_dir)
-    store.defer_missing_vectors = browsers_embed(settings)
-    return store
+    return Corpus.for_workspace(settings.data_dir)
 
 
 def browsers_embed(settings: Settings) -> bool:
@@ -173,13 +169,20 @@ def search_engines() -> dict[str, EngineType]:
 
 
 def open_engine(settings: Settings, name: str | None = None) -> SearchEngine:
-    """The engine ``name`` (default: the ``search_backend`` setting) for ``settings``."""
+    """The engine ``name`` (default: the ``search_backend`` setting) for ``settings``;
+    a document store (any engine built on one, a plugin's too) leaves its missing
+    vectors to browsers when :func:`browsers_embed` says so."""
+    from amelio.search.store import DocumentStore
+
     name = name or settings.search_backend
     engines = search_engines()
     if name not in engines:
         raise InvalidInput(f"Unknown search engine {name!r} (search_backend); use one of: "
                            f"{', '.join(sorted(engines))}.", field="search_backend")
-    return engines[name].open(settings)
+    engine = engines[name].open(settings)
+    if isinstance(engine, DocumentStore):
+        engine.defer_missing_vectors = browsers_embed(settings)
+    return engine
 
 
 def workspace_corpus(settings: Settings) -> DocumentStore:

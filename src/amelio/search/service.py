@@ -309,8 +309,8 @@ class Searcher:
         sample = explore and beta > 0 and self.settings.search_thompson > 0 \
             and self._rng.random() < self.settings.search_thompson
         # What the first phase depends on: also the candidate cache's key.
-        source = (query_norm, profile, alpha, self.engine.generation(),
-                  embedder.model if embedder else None, self._vectors_stamp(embedder))
+        source = (query_norm, profile, alpha, self._corpus_stamp(embedder),
+                  embedder.model if embedder else None)
         with self.workspace.engine.connect() as conn:
             propensities = load_propensities(conn) if beta > 0 else None
             if sample:
@@ -327,12 +327,13 @@ class Searcher:
                 self.cache.put(cache_key, ranking)
         return _Ranking(ranking, profile, alpha, beta, query_norm, key, cached=cached)
 
-    def _vectors_stamp(self, embedder: Embedder | None) -> int | None:
-        """What semantic rankings depend on beside the corpus generation: vectors
-        stored from elsewhere (browsers' contributions) without a document changing."""
-        if embedder is None or not isinstance(self.engine, DocumentStore):
-            return None
-        return self.engine.vectors_generation()
+    def _corpus_stamp(self, embedder: Embedder | None) -> int | tuple[int, int]:
+        """The corpus generation; with an embedder on a document store, also the
+        vectors stamp (vectors stored from elsewhere, browsers' contributions, change
+        semantic rankings without a document changing), read at once."""
+        if embedder is not None and isinstance(self.engine, DocumentStore):
+            return self.engine.stamp()
+        return self.engine.generation()
 
     # -- ranking -----------------------------------------------------------------------
 
@@ -357,7 +358,7 @@ class Searcher:
               rng: random.Random | None = None) -> tuple[RankedDoc, ...]:
         """The best ``limit`` candidates; with ``rng``, feedback scores are posterior
         samples (Thompson sampling) rather than posterior means. ``source`` is
-        (normalized query, profile, alpha, corpus generation, model, vectors stamp); ``key`` is
+        (normalized query, profile, alpha, corpus stamp, model); ``key`` is
         the query's :func:`query_key`, which its signals are kept under."""
         query_norm, profile, alpha = source[:3]
         if profile == "bm25":

@@ -98,8 +98,8 @@ def _stamp(conn: sqlite3.Connection) -> tuple[int, int]:
 def _bump_vectors(conn: sqlite3.Connection) -> None:
     """Vectors that came from elsewhere (browsers, ``amelio corpus embed``) change
     semantic rankings without changing the documents: a counter of their own tells
-    every process's matrix and ranking cache, and leaves the lexical index alone."""
-    conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('vectors', 0)")
+    every process's matrix and ranking cache, and leaves the lexical index alone.
+    (Opening the store creates the row.)"""
     conn.execute("UPDATE meta SET value = value + 1 WHERE key = 'vectors'")
 
 
@@ -321,7 +321,7 @@ class DocumentStore(ABC):
         """Store vectors computed elsewhere (knowledge keeps its chunks' embeddings in
         the database) for the stored documents among ``vectors``' keys; returns how
         many were written. Derived data: the generation stays (the lexical index is
-        untouched); :meth:`vectors_generation` moves, so semantic rankings follow."""
+        untouched); :meth:`stamp` moves, so semantic rankings follow."""
         import numpy as np
 
         with self._writer() as conn:
@@ -361,11 +361,10 @@ class DocumentStore(ABC):
         row = self._reader.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
         return int(row[0]) if row else 0
 
-    def vectors_generation(self) -> int:
-        """A number bumped whenever vectors computed elsewhere are stored (in any
-        process): what semantic rankings depend on beside :meth:`generation`."""
-        row = self._reader.execute("SELECT value FROM meta WHERE key = 'vectors'").fetchone()
-        return int(row[0]) if row else 0
+    def stamp(self) -> tuple[int, int]:
+        """:meth:`generation`, and a number bumped whenever vectors computed elsewhere
+        are stored (in any process): what semantic rankings depend on, in one read."""
+        return _stamp(self._reader)
 
     @abstractmethod
     def lexical(self, query: str, limit: int) -> list[Hit]:
@@ -396,7 +395,7 @@ class DocumentStore(ABC):
         to browsers: :attr:`defer_missing_vectors`)."""
         import numpy as np
 
-        stamp = (self.generation(), self.vectors_generation())
+        stamp = self.stamp()
         matrix = self._matrix
         if matrix is not None and matrix.stamp == stamp and matrix.model == embedder.model:
             return matrix
