@@ -55,7 +55,6 @@ import json
 import os
 import shutil
 import sqlite3
-import statistics
 import sys
 import tempfile
 import threading
@@ -67,7 +66,7 @@ from typing import Any
 
 import httpx
 import numpy as np
-from benchlib import load_line, target
+from benchlib import load_line, median_of, target
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
@@ -124,11 +123,6 @@ def documents(count: int) -> tuple[list[dict[str, Any]], str]:
     return docs, source.parent.name
 
 
-def process_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def server_cpu(server: ServeProcess) -> float:
     cpu = server.cpu_seconds()
     if cpu is None:
@@ -167,7 +161,7 @@ def own_embedding(copy_of: Path, runs: int = 3) -> tuple[float, float, int]:
                     for i in range(0, len(texts), 256):
                         embedder.embed(texts[i:i + 256])
                     bare_cpu.append(time.process_time() - started)
-    return statistics.median(path_cpu), statistics.median(bare_cpu), count
+    return median_of(path_cpu), median_of(bare_cpu), count
 
 
 @contextmanager

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,6 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
 from amelio import keys
-from amelio.config import load_settings
 from amelio.contributions import decode_vectors, encode_vectors
 from amelio.demo import create_demo_app, prepare_demo
 from amelio.embeddings import load_embedder
@@ -36,7 +34,7 @@ from amelio.search.engine import workspace_corpus
 from amelio.search.store import EMBED_CHARS
 from amelio.server import create_app
 from amelio.testing import LiveServer
-from amelio.workspace import init_workspace, open_workspace
+from browser_support import launch_chromium, wait_for, workspace_with
 
 CORPUS = Path(__file__).resolve().parent.parent / "examples" / "demo" / "corpus.jsonl"
 TASKS_PATH = "/v1/contributions/tasks"
@@ -116,12 +114,9 @@ def site(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator[di
     root = tmp_path_factory.mktemp("client-compute")
     cfg: dict[str, Any] = {}
     with LiveServer(page_app(cfg)) as page_base:
-        ws, _ = init_workspace(root / "ws")
-        ws.dispose()
-        settings = load_settings(root / "ws", cors_origins=page_base, search_thompson=0.0,
-                                 search_exploration=0.0, warm_up=False, contributions=True,
-                                 contributions_batch=8)
-        ws = open_workspace(root / "ws", settings=settings)
+        ws = workspace_with(root / "ws", cors_origins=page_base, search_thompson=0.0,
+                            search_exploration=0.0, warm_up=False, contributions=True,
+                            contributions_batch=8)
         # No document yet: each test that computes imports its own, so the leases the
         # other tests make find nothing to do.
         _, cfg["client"] = keys.create_key(ws.engine, name="web", role="client")
@@ -135,15 +130,8 @@ def site(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator[di
 
 @pytest.fixture(scope="module")
 def browser(site: dict[str, Any], chromium: str) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update",
-            "--disable-sync"])
+    with launch_chromium(chromium) as browser:
         yield browser
-        browser.close()
 
 
 class Browser:
@@ -185,21 +173,6 @@ def browsers(browser: Any, site: dict[str, Any]) -> Iterator[Callable[[], Browse
     yield make
     for b in made:
         b.close()
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 15.0, *, page: Any = None) -> Any:
-    """``check()`` once truthy, or its last value after ``timeout`` seconds. With a
-    ``page``, the wait runs in Playwright, which then delivers the browser's events
-    (requests seen) to this thread: the sync API delivers them only during its calls."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        if page is not None:
-            page.wait_for_timeout(50)
-        else:
-            time.sleep(0.05)
 
 
 def status(page: Any) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from amelio.search.engine import workspace_corpus
 from amelio.server import create_app
 from amelio.testing import LiveServer
 from amelio.workspace import Workspace, init_workspace, open_workspace
+from browser_support import launch_chromium, wait_for, workspace_with
 
 STATIC = Path(__file__).resolve().parent.parent / "src" / "amelio" / "web" / "static"
 
@@ -166,11 +167,8 @@ def site(tmp_path_factory: pytest.TempPathFactory, chromium: str
     root = tmp_path_factory.mktemp("client-js")
     cfg: dict[str, Any] = {"served": []}
     with LiveServer(page_app(cfg)) as page_base:
-        ws, _ = init_workspace(root / "ws")
-        ws.dispose()
-        settings = load_settings(root / "ws", cors_origins=page_base, search_thompson=0.0,
-                                 search_exploration=0.0, warm_up=False)
-        ws = open_workspace(root / "ws", settings=settings)
+        ws = workspace_with(root / "ws", cors_origins=page_base, search_thompson=0.0,
+                            search_exploration=0.0, warm_up=False)
         docs = root / "docs.jsonl"
         docs.write_text("".join(json.dumps(d) + "\n" for d in DOCS), encoding="utf-8")
         workspace_corpus(ws.settings).import_file(docs)
@@ -188,15 +186,8 @@ def site(tmp_path_factory: pytest.TempPathFactory, chromium: str
 
 @pytest.fixture(scope="module")
 def browser(site: dict[str, Any], chromium: str) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update",
-            "--disable-sync"])
+    with launch_chromium(chromium) as browser:
         yield browser
-        browser.close()
 
 
 def close(ctx: Any, site: dict[str, Any]) -> None:
@@ -224,15 +215,6 @@ def stored(site: dict[str, Any], since: float) -> list[dict[str, Any]]:
                             .where(feedback_events.c.query_id.in_(queries))
                             .order_by(feedback_events.c.seq)).mappings().all()
     return [{**row, "event": json.loads(row["payload"])} for row in rows]
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 8.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.05)
 
 
 def open_search(context: Any, site: dict[str, Any], query: str, **params: str) -> Any:

@@ -30,12 +30,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from amelio.config import load_settings
 from amelio.embeddings import load_embedder
 from amelio.server import create_app
 from amelio.server.routes.models import DIMENSIONS, FILES
 from amelio.testing import LiveServer
-from amelio.workspace import init_workspace, open_workspace
+from browser_support import launch_chromium, workspace_with
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("wordllama") is None,
                                 reason="needs amelio[semantic] (wordllama)")
@@ -116,10 +115,7 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     """The Amelio service and another site, each on a real loopback port."""
     root = tmp_path_factory.mktemp("embed-worker")
     with LiveServer(Starlette(routes=[Route("/", blank_page)])) as site:
-        ws, _ = init_workspace(root / "ws")
-        ws.dispose()
-        settings = load_settings(root / "ws", warm_up=False, cors_origins=site)
-        ws = open_workspace(root / "ws", settings=settings)
+        ws = workspace_with(root / "ws", warm_up=False, cors_origins=site)
         try:
             with LiveServer(create_app(ws)) as base:
                 yield Servers(base, site)
@@ -172,22 +168,13 @@ class Browser:
 @pytest.fixture(scope="module")
 def browser(amelio: str, chromium: str) -> Iterator[Browser]:
     """A page on the Amelio origin with one worker, ``main``, loaded from the server."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chrome = p.chromium.launch(executable_path=chromium, args=[
-            "--no-sandbox", "--disable-gpu", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync"])
-        try:
-            page = chrome.new_context().new_page()
-            page.goto(f"{amelio}/v1/health")
-            page.evaluate(HELPER, WORKER)
-            page.evaluate("window.startWorker('main')")
-            ready = ask(page, "main", {"type": "init",
-                                       "modelBase": f"{amelio}{MODELS}/wordllama/"})
-            yield Browser(page, ready)
-        finally:
-            chrome.close()
+    with launch_chromium(chromium) as chrome:
+        page = chrome.new_context().new_page()
+        page.goto(f"{amelio}/v1/health")
+        page.evaluate(HELPER, WORKER)
+        page.evaluate("window.startWorker('main')")
+        ready = ask(page, "main", {"type": "init", "modelBase": f"{amelio}{MODELS}/wordllama/"})
+        yield Browser(page, ready)
 
 
 @pytest.fixture

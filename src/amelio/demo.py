@@ -14,6 +14,7 @@ import os
 import random
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 import amelio
 from amelio import keys, skills
 from amelio.assistant import respond
-from amelio.config import CONFIG_FILE
+from amelio.config import CONFIG_FILE, load_settings
 from amelio.db.schema import interactions, search_impressions
 from amelio.errors import ConfigError
 from amelio.feedback import Collector
@@ -36,7 +37,7 @@ from amelio.search import Searcher, aggregate
 from amelio.search.engine import workspace_corpus
 from amelio.search.service import import_embedder
 from amelio.search.simulate import click_events
-from amelio.workspace import Workspace, init_workspace, open_workspace
+from amelio.workspace import Workspace, init_workspace
 
 __all__ = ["create_demo_app", "demo_client_key", "demo_router", "example_skills_path",
            "load_demo_corpus", "load_demo_searches", "load_recorded_interactions",
@@ -167,8 +168,7 @@ def _demo_settings(ws: Workspace) -> Workspace:
     if re.search(r"^\s*contributions\s*=", text, re.MULTILINE):
         return ws
     toml.write_text(text.rstrip("\n") + "\n" + _DEMO_SETTINGS, encoding="utf-8")
-    ws.dispose()
-    return open_workspace(ws.root)
+    return replace(ws, settings=load_settings(ws.root))  # the same database, so its engine
 
 
 def prepare_demo(directory: Path, skills_path: Path | None = None) -> tuple[Workspace, str]:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CPU_SECONDS_PER_HOUR",
     "DEVICE_TIERS",
+    "HOUR_MS",
     "MAX_DIMENSIONS",
     "MAX_VECTORS",
     "MAX_VECTORS_CHARS",
@@ -72,7 +73,7 @@ MAX_VECTORS_CHARS = 4 * -(-MAX_VECTORS * MAX_DIMENSIONS * 4 // 3)
 #: Standard base64 (RFC 4648 §4: ``+/``, ``=`` padding), whole quanta only.
 BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
-_HOUR_MS = 3_600_000
+HOUR_MS = 3_600_000
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
 _ok = with_config(_STRICT)
@@ -144,7 +145,7 @@ class Timings(TypedDict, total=False):
     startedMs: Ms
     finishedMs: Ms
     computeMs: Required[Annotated[float, Field(
-        ge=0, le=_HOUR_MS, allow_inf_nan=False,
+        ge=0, le=HOUR_MS, allow_inf_nan=False,
         description="CPU milliseconds the result took; counted against the client's "
         "hourly budget.")]]
 

@@ -46,12 +46,11 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from prometheus_client import Counter
 from pydantic import ValidationError
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from ulid import ULID
 
 from amelio.contributions.schema import (
     CPU_SECONDS_PER_HOUR,
+    HOUR_MS,
     PURPOSES,
     TASK_TYPES,
     Contribution,
@@ -59,7 +58,7 @@ from amelio.contributions.schema import (
     decode_vectors,
 )
 from amelio.contributions.tokens import client_tokens
-from amelio.db.engine import reading, transaction
+from amelio.db.engine import insert_ignore, reading, transaction
 from amelio.db.schema import (
     contribution_clients,
     contribution_leases,
@@ -107,7 +106,6 @@ MAX_TASKS_PER_LEASE = 8
 CLIENTS_PER_TASK = 2
 #: Open tasks kept at most: the work in flight, and the claims a new batch skips.
 MAX_OPEN_TASKS = 256
-_HOUR_MS = 3_600_000
 #: When to ask again (``retryAfterMs``), by why no task was given.
 _RETRY_MS = {"off": 600_000, "idle": 60_000, "refused": 600_000, "trust": 3_600_000,
              "busy": 5_000}
@@ -157,24 +155,6 @@ def _agree(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32], tolerance: fl
     if not np.all(norms > 0):
         return False
     return bool(np.all(np.sum(a * b, axis=1) / norms >= tolerance))
-
-
-def _insert_ignore(conn: sa.Connection, table: sa.Table, values: dict[str, Any],
-                   key: Sequence[str]) -> bool:
-    """INSERT unless a row with the same ``key`` exists; whether it was inserted. A
-    concurrent insert of the same key waits for the first, then becomes a no-op."""
-    return _insert_returning(conn, table, values, key, table.c[key[0]]) is not None
-
-
-def _insert_returning(conn: sa.Connection, table: sa.Table, values: dict[str, Any],
-                      key: Sequence[str], column: sa.ColumnElement[Any]) -> Any:
-    """:func:`_insert_ignore` that answers the inserted row's ``column`` (None when
-    nothing was inserted): RETURNING, not rowcount (psycopg reports -1 for an INSERT …
-    ON CONFLICT), and no second statement to read a generated key back."""
-    insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-    statement = (insert(table).values(values).on_conflict_do_nothing(index_elements=list(key))
-                 .returning(column))
-    return conn.execute(statement).scalar()
 
 
 def _counts(conn: sa.Connection, query: sa.Select[Any]) -> dict[str, int]:
@@ -297,7 +277,7 @@ class Contributions:
             if reason is None and used_s >= budget_s:
                 reason = (f"The hourly CPU budget of tier {tier} ({budget_s} s) is spent "
                           f"({used_s:.1f} s in the last hour).")
-                retry = max((oldest_ms or now) + _HOUR_MS - now, _RETRY_MS["busy"])
+                retry = max((oldest_ms or now) + HOUR_MS - now, _RETRY_MS["busy"])
             if reason is None:
                 wanted = min(max_tasks, _tasks_for(trust))
                 response["tasks"] = self._lease_tasks(conn, client_id, wanted, now)
@@ -342,10 +322,9 @@ class Contributions:
                              .values(tier=tier, last_seen_ms=now))
                 return client_id, float(trust)
         client_id = client_id or str(ULID())
-        if not _insert_ignore(conn, contribution_clients, {
-                "id": client_id, "tier": tier, "trust": INITIAL_TRUST, "tasks_leased": 0,
-                "results_accepted": 0, "results_rejected": 0, "cpu_ms": 0.0,
-                "created_ms": now, "last_seen_ms": now}, ("id",)):
+        if not insert_ignore(conn, contribution_clients, {
+                "id": client_id, "tier": tier, "trust": INITIAL_TRUST, "created_ms": now,
+                "last_seen_ms": now}, ("id",), returning=c.id):
             return self._client(conn, client_id, tier, now)  # another request made it
         return client_id, INITIAL_TRUST
 
@@ -357,7 +336,7 @@ class Contributions:
         row = conn.execute(sa.select(sa.func.coalesce(sa.func.sum(r.compute_ms), 0.0),
                                      sa.func.min(r.received_ms))
                            .where(r.client_id == client_id,
-                                  r.received_ms > now - _HOUR_MS)).one()
+                                  r.received_ms > now - HOUR_MS)).one()
         return float(row[0]), None if row[1] is None else int(row[1])
 
     def _lease_tasks(self, conn: sa.Connection, client_id: str, wanted: int, now: int
@@ -384,10 +363,10 @@ class Contributions:
                     stale = True
                     continue
                 lease_id = str(ULID())
-                if not _insert_ignore(conn, contribution_leases, {
+                if not insert_ignore(conn, contribution_leases, {
                         "id": lease_id, "task_id": task.id, "client_id": client_id,
                         "leased_ms": now, "expires_ms": expires, "state": "leased"},
-                        ("task_id", "client_id")):
+                        ("task_id", "client_id"), returning=contribution_leases.c.task_id):
                     continue  # this client took it in another request meanwhile
                 leased.append({
                     "taskId": task.id, "leaseId": lease_id, "taskType": task.task_type,
@@ -396,10 +375,6 @@ class Contributions:
                     "input": task.input, "leaseExpiresMs": expires})
             if len(leased) == wanted or not stale:
                 break
-        if leased:
-            c = contribution_clients.c
-            conn.execute(contribution_clients.update().where(c.id == client_id)
-                         .values(tasks_leased=c.tasks_leased + len(leased)))
         return leased
 
     def _eligible(self, conn: sa.Connection, client_id: str, now: int) -> list[str]:
@@ -448,13 +423,10 @@ class Contributions:
             # One INSERT … ON CONFLICT DO NOTHING RETURNING for the whole chunk (not one a
             # document: that was most of a lease's cost): the claims it made are the
             # documents it returns; one another process holds is skipped, as before.
-            insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-            claimed_now = set(conn.scalars(
-                insert(contribution_task_docs)
-                .values([{"model": self.model, "doc_id": doc_id, "task_id": task_id}
-                         for doc_id, _ in chunk])
-                .on_conflict_do_nothing(index_elements=["model", "doc_id"])
-                .returning(d.doc_id)))
+            claimed_now = set(insert_ignore(
+                conn, contribution_task_docs,
+                [{"model": self.model, "doc_id": doc_id, "task_id": task_id}
+                 for doc_id, _ in chunk], ("model", "doc_id"), returning=d.doc_id))
             got = [(doc_id, text) for doc_id, text in chunk if doc_id in claimed_now]
             if not got:
                 conn.execute(contribution_tasks.delete().where(t.id == task_id))
@@ -572,24 +544,25 @@ class Contributions:
                            leaseId=lease_id)
         vectors = self._check_result(c, task)
         compute_ms = float(c["timings"]["computeMs"])
-        mine_id = _insert_returning(conn, contribution_results, {
-            "task_id": task.id, "client_id": client_id, "lease_id": lease_id,
+        inserted = insert_ignore(conn, contribution_results, {
+            "task_id": task.id, "client_id": client_id,
             "vectors": vectors.astype("<f4", copy=False).tobytes(), "status": "pending",
-            "compute_ms": compute_ms, "received_ms": now}, ("task_id", "client_id"), r.id)
-        if mine_id is None:
+            "compute_ms": compute_ms, "received_ms": now}, ("task_id", "client_id"),
+            returning=r.id)
+        if not inserted:
             return {"status": "duplicate", "reason": "This client's result for the task was "
                     "already received.", "trust": round(trust, 4)}
         conn.execute(contribution_leases.update().where(le.id == lease_id)
                      .values(state="submitted"))
         conn.execute(contribution_clients.update().where(cl.id == client_id).values(
-            cpu_ms=cl.cpu_ms + compute_ms, last_seen_ms=now, tier=c["deviceTier"]))
+            last_seen_ms=now, tier=c["deviceTier"]))
         dimensions = DIMENSIONS[task.model]
         others = [_Pending(row.id, row.client_id, row.status, _stored(row.vectors, dimensions))
                   for row in conn.execute(
                       sa.select(r.id, r.client_id, r.status, r.vectors)
                       .where(r.task_id == task.id, r.client_id != client_id,
                              r.status.in_(("pending", "accepted"))).order_by(r.id))]
-        return task, _Pending(int(mine_id), client_id, "pending", vectors, trust), others
+        return task, _Pending(int(inserted[0]), client_id, "pending", vectors, trust), others
 
     def _check_result(self, c: Contribution, task: sa.Row[Any]) -> npt.NDArray[np.float32]:
         """The result's vectors, if it is one for this task; InvalidInput otherwise."""
@@ -597,8 +570,8 @@ class Contributions:
 
         result = c["result"]
         texts = task.input["texts"]
-        count = len(result["vectors"]) * 3 // 4 - result["vectors"][-2:].count("=")
-        count //= 4 * result["dimensions"]  # the schema checked it divides exactly
+        vectors = decode_vectors(result["vectors"], result["dimensions"])
+        count = len(vectors)
         problems = (
             ("taskType", c["taskType"] != task.task_type,
              f"the task is {task.task_type!r}, not {c['taskType']!r}"),
@@ -617,7 +590,6 @@ class Contributions:
         for field, wrong, why in problems:
             if wrong:
                 raise InvalidInput(f"{field} does not match the task: {why}.", field=field)
-        vectors = decode_vectors(result["vectors"], result["dimensions"])
         norms = np.linalg.norm(vectors, axis=1)
         if not np.all(np.abs(norms - 1.0) <= 1e-3):
             bad = int(np.argmax(np.abs(norms - 1.0)))
@@ -714,18 +686,12 @@ class Contributions:
         if not done or client_id is None:
             return None
         if verdict.status == "cancelled":
-            change: dict[str, Any] = {}
-        elif verdict.status == "accepted":
-            change = {"trust": cl.trust + TRUST_GAIN * (1 - cl.trust),
-                      "results_accepted": cl.results_accepted + 1}
-        else:
-            change = {"trust": cl.trust * TRUST_PENALTY,
-                      "results_rejected": cl.results_rejected + 1}
-        if not change:
             trust = conn.scalar(sa.select(cl.trust).where(cl.id == client_id))
         else:
+            moved = (cl.trust + TRUST_GAIN * (1 - cl.trust) if verdict.status == "accepted"
+                     else cl.trust * TRUST_PENALTY)
             trust = conn.execute(contribution_clients.update().where(cl.id == client_id)
-                                 .values(**change).returning(cl.trust)).scalar()
+                                 .values(trust=moved).returning(cl.trust)).scalar()
         return None if trust is None else float(trust)
 
     def _accept(self, conn: sa.Connection, task: sa.Row[Any],
@@ -811,7 +777,7 @@ def contribution_stats(ws: Workspace, *, now_ms: int | None = None) -> dict[str,
     with reading(ws.engine) as conn:
         by_tier = _counts(conn, sa.select(cl.tier, sa.func.count()).group_by(cl.tier))
         low = conn.scalar(sa.select(sa.func.count()).where(cl.trust < TRUST_FLOOR)) or 0
-        cpu_ms = conn.scalar(sa.select(sa.func.coalesce(sa.func.sum(cl.cpu_ms), 0.0))) or 0.0
+        cpu_ms = conn.scalar(sa.select(sa.func.coalesce(sa.func.sum(r.compute_ms), 0.0))) or 0.0
         states = _counts(conn, sa.select(t.state, sa.func.count()).group_by(t.state))
         leased = conn.scalar(
             sa.select(sa.func.count(sa.distinct(le.task_id)))

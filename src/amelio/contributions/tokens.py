@@ -30,9 +30,10 @@ __all__ = ["CLIENT_TOKEN_PATTERN", "ClientTokens", "InvalidClientToken", "client
 
 _VERSION = "c1"
 _PURPOSE = b"amelio.contributions.client.v1"
-_ULID = re.compile(r"^[0-7][0-9A-HJKMNP-TV-Z]{25}$")
+_ULID_CHARS = r"[0-7][0-9A-HJKMNP-TV-Z]{25}"  # upper-case, as issued
+_ULID = re.compile(f"^{_ULID_CHARS}$")
 #: What a token looks like (documentation for the API; :meth:`ClientTokens.read` checks).
-CLIENT_TOKEN_PATTERN = r"^c1\.[0-7][0-9A-HJKMNP-TV-Z]{25}\.[A-Za-z0-9_-]{43}$"  # noqa: S105
+CLIENT_TOKEN_PATTERN = rf"^{_VERSION}\.{_ULID_CHARS}\.[A-Za-z0-9_-]{{43}}$"
 
 
 class InvalidClientToken(InvalidInput):

@@ -69,12 +69,20 @@ def transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
             yield conn
 
 
-def insert_ignore(conn: sa.Connection, table: sa.Table, values: dict[str, Any],
-                  key: Sequence[str]) -> None:
-    """INSERT unless a row with the same ``key`` exists, without a race: a second
-    writer's insert becomes a no-op instead of a unique-constraint error."""
+def insert_ignore(conn: sa.Connection, table: sa.Table,
+                  values: dict[str, Any] | list[dict[str, Any]], key: Sequence[str], *,
+                  returning: sa.ColumnElement[Any] | None = None) -> list[Any]:
+    """INSERT (one row or many) unless a row with the same ``key`` exists, without a
+    race: a second writer's insert becomes a no-op instead of a unique-constraint
+    error. With ``returning``, that column of the rows actually inserted (RETURNING:
+    psycopg reports a rowcount of -1 for INSERT … ON CONFLICT, and a generated key
+    needs no second statement to read back); else an empty list."""
     insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-    conn.execute(insert(table).values(values).on_conflict_do_nothing(index_elements=list(key)))
+    statement = insert(table).values(values).on_conflict_do_nothing(index_elements=list(key))
+    if returning is None:
+        conn.execute(statement)
+        return []
+    return list(conn.scalars(statement.returning(returning)))
 
 
 @contextmanager

@@ -724,17 +724,15 @@ scheduled_jobs = sa.Table(
 # for one open task (its primary key is the guard against two processes tasking
 # the same document); the claim goes when the task is accepted or cancelled.
 # ``(task_id, client_id)`` is unique in leases and in results: a client never gets
-# a task twice, and a result counts once. Times are Unix milliseconds.
+# a task twice, and a result counts once (so a result's lease is the one of its task and
+# client). A client's tasks leased, results and CPU time are counted from the leases
+# and results, not stored twice. Times are Unix milliseconds.
 contribution_clients = sa.Table(
     "contribution_clients",
     metadata,
     sa.Column("id", sa.String(26), primary_key=True),
     sa.Column("tier", sa.String(10), nullable=False),
     sa.Column("trust", sa.Float, nullable=False),
-    sa.Column("tasks_leased", sa.Integer, nullable=False, default=0),
-    sa.Column("results_accepted", sa.Integer, nullable=False, default=0),
-    sa.Column("results_rejected", sa.Integer, nullable=False, default=0),
-    sa.Column("cpu_ms", sa.Float, nullable=False, default=0.0),
     sa.Column("created_ms", sa.BigInteger, nullable=False),
     sa.Column("last_seen_ms", sa.BigInteger, nullable=False),
 )
@@ -802,7 +800,6 @@ contribution_results = sa.Table(
         "client_id", sa.String(26),
         sa.ForeignKey("contribution_clients.id", ondelete="CASCADE"), nullable=False,
     ),
-    sa.Column("lease_id", sa.String(26), nullable=False),
     sa.Column("vectors", sa.LargeBinary, nullable=False),
     sa.Column("status", sa.String(10), nullable=False),
     sa.Column("reason", sa.Text, nullable=True),

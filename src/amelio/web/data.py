@@ -18,6 +18,8 @@ from amelio import knowledge
 from amelio.contributions import CPU_SECONDS_PER_HOUR, TRUST_FLOOR, contribution_stats
 from amelio.db.schema import (
     contribution_clients,
+    contribution_leases,
+    contribution_results,
     eval_results,
     feedback,
     interactions,
@@ -200,19 +202,30 @@ def knowledge_answer(ws: Workspace, notebook: str, project: str, question: str
 
 def contributions_view(ws: Workspace) -> dict[str, Any]:
     """The Contributions page: ``GET /v1/contributions/stats``, plus the clients of each
-    tier with their trust, the CPU-seconds they gave and their results' outcomes."""
-    c = contribution_clients.c
+    tier with their trust, the tasks they leased, the CPU-seconds they gave and their
+    results' outcomes (counted from the leases and results)."""
+    c, le, r = contribution_clients.c, contribution_leases.c, contribution_results.c
+    leases = (sa.select(le.client_id, sa.func.count().label("n"))
+              .group_by(le.client_id).subquery())
+    results = (sa.select(r.client_id, sa.func.sum(r.compute_ms).label("cpu_ms"),
+                         sa.func.sum(sa.case((r.status == "accepted", 1), else_=0))
+                         .label("accepted"),
+                         sa.func.sum(sa.case((r.status == "rejected", 1), else_=0))
+                         .label("rejected"))
+               .group_by(r.client_id).subquery())
     query = (sa.select(c.tier, sa.func.count(), sa.func.avg(c.trust),
                        sa.func.sum(sa.case((c.trust < TRUST_FLOOR, 1), else_=0)),
-                       sa.func.sum(c.cpu_ms), sa.func.sum(c.tasks_leased),
-                       sa.func.sum(c.results_accepted), sa.func.sum(c.results_rejected))
+                       sa.func.sum(results.c.cpu_ms), sa.func.sum(leases.c.n),
+                       sa.func.sum(results.c.accepted), sa.func.sum(results.c.rejected))
+             .outerjoin(leases, leases.c.client_id == c.id)
+             .outerjoin(results, results.c.client_id == c.id)
              .group_by(c.tier))
     with ws.engine.connect() as conn:
         rows = conn.execute(query).all()
-    tiers = [{"tier": r[0], "clients": int(r[1]), "trust": float(r[2] or 0.0),
-              "low_trust": int(r[3] or 0), "cpu_seconds": float(r[4] or 0.0) / 1000,
-              "leased": int(r[5] or 0), "accepted": int(r[6] or 0),
-              "rejected": int(r[7] or 0)} for r in rows]
+    tiers = [{"tier": row[0], "clients": int(row[1]), "trust": float(row[2] or 0.0),
+              "low_trust": int(row[3] or 0), "cpu_seconds": float(row[4] or 0.0) / 1000,
+              "leased": int(row[5] or 0), "accepted": int(row[6] or 0),
+              "rejected": int(row[7] or 0)} for row in rows]
     order = {tier: i for i, tier in enumerate(CPU_SECONDS_PER_HOUR)}
     tiers.sort(key=lambda t: order.get(t["tier"], len(order)))
     return {"stats": contribution_stats(ws), "tiers": tiers,

@@ -12,7 +12,8 @@ The work is :class:`amelio.contributions.Contributions`'; this module is HTTP on
 from __future__ import annotations
 
 import threading
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
@@ -32,6 +33,7 @@ from amelio.server.routes.feedback import Client
 router = APIRouter(tags=["contributions"])
 
 Admin = Annotated[ApiKey, Depends(require())]
+T = TypeVar("T")
 _lock = threading.Lock()
 
 _BODY_DOC: dict[str, Any] = {
@@ -86,36 +88,38 @@ class Verdict(BaseModel):
     trust: float
 
 
-def service(request: Request) -> Contributions:
-    """The app's one contribution service (it keeps the store open)."""
+def _app_once(request: Request, name: str, make: Callable[[Any], T]) -> T:
+    """The app's one ``name`` (``make(app.state)`` on first use, under a lock)."""
     state = request.app.state
-    found: Contributions | None = getattr(state, "contributions", None)
+    found: T | None = getattr(state, name, None)
     if found is None:
         with _lock:
-            found = getattr(state, "contributions", None)
+            found = getattr(state, name, None)
             if found is None:
-                found = state.contributions = Contributions(state.workspace)
+                found = make(state)
+                setattr(state, name, found)
     return found
+
+
+def service(request: Request) -> Contributions:
+    """The app's one contribution service (it keeps the store open)."""
+    return _app_once(request, "contributions", lambda state: Contributions(state.workspace))
 
 
 def _split(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
 
 
+def _limiter(state: Any) -> RateLimiter:
+    per_minute = state.settings.contributions_new_clients_per_minute
+    bucket = Bucket(per_minute / 60, per_minute)  # rate 0: unlimited
+    return RateLimiter(per_key=bucket, per_session=bucket)
+
+
 def _new_clients(request: Request) -> RateLimiter:
     """The app's one limiter of new identities (its buckets must outlive a request):
     per client key and per remote address, ``contributions_new_clients_per_minute``."""
-    state = request.app.state
-    limiter: RateLimiter | None = getattr(state, "contribution_identities", None)
-    if limiter is None:
-        with _lock:
-            limiter = getattr(state, "contribution_identities", None)
-            if limiter is None:
-                per_minute = state.settings.contributions_new_clients_per_minute
-                bucket = Bucket(per_minute / 60, per_minute)  # rate 0: unlimited
-                limiter = state.contribution_identities = RateLimiter(per_key=bucket,
-                                                                      per_session=bucket)
-    return limiter
+    return _app_once(request, "contribution_identities", _limiter)
 
 
 def _charge_new_client(request: Request, key: ApiKey) -> None:

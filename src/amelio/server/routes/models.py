@@ -35,6 +35,7 @@ from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
 
+from amelio.contributions import DIMENSIONS as MODEL_DIMENSIONS
 from amelio.embeddings import WORDLLAMA, EmbedderUnavailable
 from amelio.errors import NotFound
 
@@ -42,9 +43,9 @@ __all__ = ["DIMENSIONS", "FILES", "router"]
 
 router = APIRouter(tags=["contributions"])
 
-#: The vectors' size: ``l2_supercat`` at 256 dimensions, as :mod:`amelio.embeddings`
-#: loads it (the weights file below is that size's matrix).
-DIMENSIONS = 256
+#: The vectors' size: ``l2_supercat`` at the dimensions tasks name (256), as
+#: :mod:`amelio.embeddings` loads it (the weights file below is that size's matrix).
+DIMENSIONS = MODEL_DIMENSIONS[WORDLLAMA]
 
 
 @dataclass(frozen=True)
@@ -158,12 +159,8 @@ def _not_modified(request: Request, etag: str) -> bool:
     return "*" in tags or etag in tags
 
 
-def _listing_headers(etag: str) -> dict[str, str]:
-    return {"Cache-Control": _LISTING_CACHE, "ETag": etag}
-
-
-def _file_headers(etag: str) -> dict[str, str]:
-    return {"Cache-Control": _FILE_CACHE, "ETag": etag}
+def _headers(etag: str, cache: str) -> dict[str, str]:
+    return {"Cache-Control": cache, "ETag": etag}
 
 
 _HEADERS = {"ETag": {"description": "The content's SHA-256, quoted.",
@@ -189,9 +186,10 @@ def model_listing(request: Request, model: ModelName) -> Response:
     body = ModelListing(model=model, dimensions=DIMENSIONS, files={
         name: ModelFile(bytes=f.bytes, sha256=f.sha256) for name, f in files.items()})
     etag = _etag(hashlib.sha256(body.model_dump_json().encode()).hexdigest())
+    headers = _headers(etag, _LISTING_CACHE)
     if _not_modified(request, etag):
-        return Response(status_code=304, headers=_listing_headers(etag))
-    return JSONResponse(body.model_dump(), headers=_listing_headers(etag))
+        return Response(status_code=304, headers=headers)
+    return JSONResponse(body.model_dump(), headers=headers)
 
 
 @router.get(
@@ -215,6 +213,7 @@ def model_file(request: Request, model: ModelName, file: FileName) -> Response:
                        files=sorted(FILES))
     found = _found(file)
     etag = _etag(found.sha256)
+    headers = _headers(etag, _FILE_CACHE)
     if _not_modified(request, etag):
-        return Response(status_code=304, headers=_file_headers(etag))
-    return FileResponse(found.path, media_type=found.media_type, headers=_file_headers(etag))
+        return Response(status_code=304, headers=headers)
+    return FileResponse(found.path, media_type=found.media_type, headers=headers)

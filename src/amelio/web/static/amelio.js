@@ -157,12 +157,74 @@ export function similarity(a, b) {
   return (2 * matched) / (a.length + b.length);
 }
 
-function storage() {
+/**
+ * The tab session's store (sessionStorage: the feedback client) or the browser's
+ * (localStorage: idle compute), or null.
+ * @param {"sessionStorage" | "localStorage"} [kind]
+ * @returns {Storage|null}
+ */
+function storage(kind = "sessionStorage") {
   try {
-    return window.sessionStorage;
+    return window[kind];
   } catch {
     return null; // disabled, or a sandboxed frame
   }
+}
+
+/** The JSON value `store` keeps under `key`, or null (none, unreadable, or no store). */
+function readJson(store, key) {
+  try {
+    return store ? JSON.parse(store.getItem(key) || "null") : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Keep `value` as JSON under `key`; false when there is no store, or it is full or refused. */
+function writeJson(store, key, value) {
+  if (!store) return false;
+  try {
+    store.setItem(key, JSON.stringify(value));
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The wait a 429 or 503 asks for, or 0. Retry-After is readable cross-origin because
+ * the server exposes it (CORS); the error body says the same (details.retryAfter) in
+ * case a proxy hid it.
+ * @param {Response|null} response
+ * @returns {Promise<number>} milliseconds
+ */
+async function retryAfterMs(response) {
+  if (!response) return 0;
+  const header = response.headers.get("Retry-After");
+  if (header) {
+    return /^\d+$/.test(header.trim()) ? Number(header) * 1000
+      : Math.max(0, Date.parse(header) - Date.now()) || 0;
+  }
+  const body = await response.clone().json().catch(() => null);
+  const seconds = Number(body && body.error && body.error.details && body.error.details.retryAfter);
+  return seconds > 0 ? seconds * 1000 : 0;
+}
+
+/** Exponential back-off with jitter: 1 s, 2 s, 4 s … up to `maxMs`, half to all of it. */
+function backoffMs(attempt, maxMs) {
+  const base = Math.min(maxMs, 1000 * 2 ** (attempt - 1));
+  return base / 2 + Math.random() * (base / 2);
+}
+
+/**
+ * An error answer's `{code, message}` (Amelio's `{"error": {...}}` body).
+ * @param {Response} response
+ * @param {string} [fallback] the message when the body has none
+ */
+async function errorOf(response, fallback = `answered ${response.status}`) {
+  const body = await response.json().catch(() => null);
+  const error = (body && body.error) || {};
+  return { code: String(error.code || ""), message: String(error.message || fallback) };
 }
 
 /** The feedback client; make one with `Amelio.init(options)`. */
@@ -574,7 +636,7 @@ export class AmelioClient {
     try {
       response = await fetch(this.endpoint + EVENTS_PATH, {
         method: "POST", body, keepalive, mode: "cors", credentials: "omit",
-        headers: { Authorization: `Bearer ${this._key}`, "Content-Type": "application/json" },
+        headers: this._headers(true),
       });
     } catch {
       response = null; // offline, refused, or blocked by CORS: back off and retry
@@ -594,12 +656,18 @@ export class AmelioClient {
     } else {
       this._done(inflight.ids);
       this.stats.rejected += batch.length;
-      const error = await response.json().catch(() => null);
-      this._onError({ message: (error && error.error && error.error.message)
-                        || `the collector answered ${response.status}`,
-                      status: response.status });
+      const error = await errorOf(response, `the collector answered ${response.status}`);
+      this._onError({ message: error.message, status: response.status });
       this._schedule(this._flushMs);
     }
+  }
+
+  /** The client key's headers (idle compute sends them too), with a JSON body or none. */
+  _headers(json = false) {
+    /** @type {Record<string, string>} */
+    const headers = { Authorization: `Bearer ${this._key}` };
+    if (json) headers["Content-Type"] = "application/json";
+    return headers;
   }
 
   _done(ids) {
@@ -623,26 +691,8 @@ export class AmelioClient {
   async _retry(response) {
     this.stats.retries++;
     this._attempt++;
-    let waitMs = 0;
-    if (response && response.status === 429) {
-      // Retry-After is readable cross-origin because the server exposes it (CORS);
-      // the error body says the same (details.retryAfter) in case a proxy hid it.
-      const header = response.headers.get("Retry-After");
-      if (header) {
-        waitMs = /^\d+$/.test(header.trim()) ? Number(header) * 1000
-          : Math.max(0, Date.parse(header) - Date.now()) || 0;
-      } else {
-        const body = await response.json().catch(() => null);
-        const seconds = Number(body && body.error && body.error.details
-                               && body.error.details.retryAfter);
-        if (seconds > 0) waitMs = seconds * 1000;
-      }
-    }
-    if (!waitMs) {
-      const base = Math.min(MAX_BACKOFF_MS, 1000 * 2 ** (this._attempt - 1));
-      waitMs = base / 2 + Math.random() * (base / 2);
-    }
-    this._waitingUntil = Date.now() + waitMs;
+    const asked = response && response.status === 429 ? await retryAfterMs(response) : 0;
+    this._waitingUntil = Date.now() + (asked || backoffMs(this._attempt, MAX_BACKOFF_MS));
     this._schedule(0);
   }
 
@@ -676,12 +726,9 @@ export class AmelioClient {
     this._queue = this._inflight && this._inflight.keepalive
       ? this._queue.filter((e) => kept.has(e.eventId)) : [];
     const store = storage();
-    if (store && left.length) { // the next page of the tab session sends them
-      try {
-        store.setItem(this._prefix + "queue", JSON.stringify(left.slice(-this._maxQueue)));
-      } catch {
-        this.stats.dropped += left.length;
-      }
+    if (store && left.length // the next page of the tab session sends them
+        && !writeJson(store, this._prefix + "queue", left.slice(-this._maxQueue))) {
+      this.stats.dropped += left.length;
     }
   }
 
@@ -701,33 +748,15 @@ export class AmelioClient {
   // -- the tab session's state (sessionStorage, only with consent) ----------------------
 
   _state() {
-    const store = storage();
     if (this._memory) {
       return this._memory; // sessionStorage refused a write: this page keeps its own
     }
-    if (store) {
-      try {
-        const saved = JSON.parse(store.getItem(this._prefix + "state") || "null");
-        if (saved) return saved;
-      } catch {
-        // unreadable: start again
-      }
-    }
-    return { last: null, pending: null };
+    return readJson(storage(), this._prefix + "state") || { last: null, pending: null };
   }
 
   _save(state) {
     if (!this._granted()) return;
-    const store = storage();
-    if (!store) {
-      this._memory = state;
-      return;
-    }
-    try {
-      store.setItem(this._prefix + "state", JSON.stringify(state));
-    } catch {
-      this._memory = state;
-    }
+    if (!writeJson(storage(), this._prefix + "state", state)) this._memory = state;
   }
 
   // -- lifecycle ----------------------------------------------------------------------
@@ -1043,38 +1072,9 @@ function mergePreferences(prefs, changes) {
   return next;
 }
 
-function local() {
-  try {
-    return window.localStorage;
-  } catch {
-    return null; // disabled, or a sandboxed frame
-  }
-}
-
 function localDay(ms) {
   const d = new Date(ms);
   return `${d.getFullYear()}-${d.getMonth() + 1}-${d.getDate()}`;
-}
-
-/** The wait a 429 or 503 asks for (Retry-After, or the error body's details), or 0. */
-async function retryAfterMs(response) {
-  if (!response) return 0;
-  const header = response.headers.get("Retry-After");
-  if (header) {
-    return /^\d+$/.test(header.trim()) ? Number(header) * 1000
-      : Math.max(0, Date.parse(header) - Date.now()) || 0;
-  }
-  const body = await response.clone().json().catch(() => null);
-  const seconds = Number(body && body.error && body.error.details && body.error.details.retryAfter);
-  return seconds > 0 ? seconds * 1000 : 0;
-}
-
-/** An error answer's `{code, message}` (Amelio's `{"error": {...}}` body). */
-async function errorOf(response) {
-  const body = await response.json().catch(() => null);
-  const error = (body && body.error) || {};
-  return { code: String(error.code || ""),
-           message: String(error.message || `answered ${response.status}`) };
 }
 
 /** The worker went away mid-call: the person came back, or the controller stopped. */
@@ -1430,12 +1430,8 @@ export class ComputeController extends EventTarget {
 
   async #backoff(response, reason) {
     this.#attempt++;
-    let ms = await retryAfterMs(response);
-    if (!ms) {
-      const base = Math.min(MAX_COMPUTE_BACKOFF_MS, 1000 * 2 ** (this.#attempt - 1));
-      ms = base / 2 + Math.random() * (base / 2);
-    }
-    this.#wait(ms, reason);
+    const asked = await retryAfterMs(response);
+    this.#wait(asked || backoffMs(this.#attempt, MAX_COMPUTE_BACKOFF_MS), reason);
   }
 
   #fail(message, status) {
@@ -1493,13 +1489,6 @@ export class ComputeController extends EventTarget {
     return Math.max(1, Math.min(AUTO_TASKS_PER_LEASE, Math.floor(left / this.#taskCostS)));
   }
 
-  #headers(json = false) {
-    /** @type {Record<string, string>} */
-    const headers = { Authorization: `Bearer ${this.#client._key}` };
-    if (json) headers["Content-Type"] = "application/json";
-    return headers;
-  }
-
   async #lease(gen) {
     const pairs = this.#consented();
     const state = this.#state();
@@ -1508,7 +1497,7 @@ export class ComputeController extends EventTarget {
       purposes: [...new Set(pairs.map((x) => x.purpose))].join(","),
       types: [...new Set(pairs.map((x) => x.taskType))].join(","),
       max: String(this.#leaseSize()),
-      cpuSecondsLastHour: this.#usage(Date.now()).lastHour.toFixed(3),
+      cpuSecondsLastHour: this.#usage(Date.now(), state).lastHour.toFixed(3),
     });
     if (state.clientToken) params.set("clientToken", state.clientToken);
     const abort = new AbortController();
@@ -1516,7 +1505,7 @@ export class ComputeController extends EventTarget {
     let response = null;
     try {
       response = await fetch(`${this.#client.endpoint}/v1/contributions/tasks?${params}`, {
-        headers: this.#headers(), mode: "cors", credentials: "omit", cache: "no-store",
+        headers: this.#client._headers(), mode: "cors", credentials: "omit", cache: "no-store",
         signal: abort.signal });
     } catch {
       response = null;
@@ -1718,7 +1707,7 @@ export class ComputeController extends EventTarget {
       let response = null;
       try {
         response = await fetch(`${this.#client.endpoint}/v1/contributions`, {
-          method: "POST", body, headers: this.#headers(true), mode: "cors",
+          method: "POST", body, headers: this.#client._headers(true), mode: "cors",
           credentials: "omit" });
       } catch {
         response = null;
@@ -1758,13 +1747,7 @@ export class ComputeController extends EventTarget {
   // -- what it keeps: preferences, and the client's token and CPU use -------------------
 
   #loadPrefs() {
-    const store = local();
-    let saved = this.#memory.prefs;
-    try {
-      if (store) saved = JSON.parse(store.getItem(this.#prefsKey) || "null") || saved;
-    } catch {
-      // unreadable: the defaults
-    }
+    const saved = readJson(storage("localStorage"), this.#prefsKey) || this.#memory.prefs;
     try {
       return saved ? mergePreferences(defaultPreferences(), saved) : defaultPreferences();
     } catch {
@@ -1773,36 +1756,20 @@ export class ComputeController extends EventTarget {
   }
 
   #savePrefs() {
-    this.#memory.prefs = this.#prefs;
-    const store = local();
-    try {
-      if (store) store.setItem(this.#prefsKey, JSON.stringify(this.#prefs));
-    } catch {
-      // full or refused: they last as long as the page
-    }
+    this.#memory.prefs = this.#prefs; // localStorage refusing, they last as long as the page
+    writeJson(storage("localStorage"), this.#prefsKey, this.#prefs);
   }
 
   /** The client's token, trust and CPU use, shared by the browser's tabs. */
   #state() {
-    const store = local();
-    let state = this.#memory.state;
-    try {
-      if (store) state = JSON.parse(store.getItem(this.#stateKey) || "null") || state;
-    } catch {
-      // unreadable: start again
-    }
+    const state = readJson(storage("localStorage"), this.#stateKey) || this.#memory.state;
     return { clientToken: null, clientId: null, trust: null, minutes: {}, day: "",
              daySeconds: 0, ...(state || {}) };
   }
 
   #saveState(state) {
     this.#memory.state = state;
-    const store = local();
-    try {
-      if (store) store.setItem(this.#stateKey, JSON.stringify(state));
-    } catch {
-      // kept in memory
-    }
+    writeJson(storage("localStorage"), this.#stateKey, state);
   }
 
   /** Consent withdrawn: the client's token goes (its CPU use stays, so the budget holds). */
@@ -1835,8 +1802,8 @@ export class ComputeController extends EventTarget {
     this.#saveState(state);
   }
 
-  #usage(now) {
-    const state = this.#state();
+  /** CPU-seconds used in the last hour and today, from `state` (default: as kept now). */
+  #usage(now, state = this.#state()) {
     const minute = Math.floor(now / 60_000);
     let lastHour = 0;
     for (const [at, used] of Object.entries(state.minutes)) {
@@ -1848,8 +1815,8 @@ export class ComputeController extends EventTarget {
   // -- status ---------------------------------------------------------------------------
 
   #snapshot(state, reason, resumeAtMs) {
-    const usage = this.#usage(Date.now());
     const saved = this.#state();
+    const usage = this.#usage(Date.now(), saved);
     return {
       state, reason, resumeAtMs, tier: this.tier, intensity: this.#prefs.intensity,
       cpuSecondsPerHour: Math.round(this.#budget() * 1000) / 1000,
@@ -1862,17 +1829,16 @@ export class ComputeController extends EventTarget {
   }
 
   #show(state, reason, resumeAtMs) {
-    this.#status = this.#snapshot(state, reason, resumeAtMs);
-    this.#emit();
+    this.#emit(this.#snapshot(state, reason, resumeAtMs));
   }
 
-  #emit() {
-    const status = this.#snapshot(this.#status.state, this.#status.reason,
-                                  this.#status.resumeAtMs);
+  /** Keep `status` (default: the current one, its counts and use read again), and tell
+   *  the listeners when it changed (a later resumeAtMs alone is no change). */
+  #emit(status = this.status()) {
+    this.#status = status;
     const shown = JSON.stringify({ ...status, resumeAtMs: null });
     if (shown === this.#shown) return;
     this.#shown = shown;
-    this.#status = status;
     this.dispatchEvent(new CustomEvent("status", { detail: status }));
     if (this.#onStatus) {
       try {
