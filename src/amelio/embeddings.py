@@ -5,9 +5,9 @@ vectors of two models are never compared. :func:`load_embedder` resolves a name:
 
 * ``wordllama`` — WordLlama's ``l2_supercat`` static embeddings (256 dimensions),
   whose weights and tokenizer ship inside the ``wordllama`` wheel
-  (``pip install 'amelio[semantic]'``). They are loaded from the installed package
-  and downloads are disabled: a server that cannot reach a model hub still has
-  semantic search, and nothing is fetched at run time. Static embeddings are a
+  (``pip install 'amelio[semantic]'``). They are read from the installed package's
+  files: a server that cannot reach a model hub still has semantic search, and
+  nothing is fetched at run time. Static embeddings are a
   token-vector average, so a query embeds in well under a millisecond on a CPU.
 * any other name — a sentence-transformers model (``pip install
   'amelio[embeddings]'``), which must already be in the local model cache when the
@@ -18,16 +18,25 @@ One embedder is kept per name and process: loading is the slow part.
 
 from __future__ import annotations
 
-import logging
+import importlib.util
+import json
+import struct
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 from amelio.errors import ConfigError
 
-__all__ = ["WORDLLAMA", "Embedder", "EmbedderUnavailable", "load_embedder"]
+__all__ = [
+    "WORDLLAMA",
+    "WORDLLAMA_TOKENIZER",
+    "WORDLLAMA_WEIGHTS",
+    "Embedder",
+    "EmbedderUnavailable",
+    "load_embedder",
+    "wordllama_dir",
+]
 
 WORDLLAMA = "wordllama"
 
@@ -47,45 +56,106 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
 
 
-@contextmanager
-def _root_logging_untouched() -> Iterator[None]:
-    """Importing wordllama calls ``logging.basicConfig(level=INFO)``, after which every
-    library's INFO lines (httpx, alembic…) flood the host process's output: keep
-    the root logger's level and handlers as the application set them."""
-    root = logging.getLogger()
-    level, handlers = root.level, list(root.handlers)
+#: The ``l2_supercat`` files inside the installed ``wordllama`` package, relative to
+#: its folder: the tokenizer and the fp16 embedding matrix (256 dimensions).
+WORDLLAMA_TOKENIZER = ("tokenizers", "l2_supercat_tokenizer_config.json")
+WORDLLAMA_WEIGHTS = ("weights", "l2_supercat_256.safetensors")
+_NOT_INSTALLED = ("The wordllama embedding model is not installed: pip install "
+                  "'amelio[semantic]'.")
+
+
+def wordllama_dir() -> Path:
+    """The installed ``wordllama`` package's folder, found without importing it:
+    importing it loads ``requests`` and more (a quarter of a second) and calls
+    ``logging.basicConfig``, and only its two data files are needed."""
     try:
-        yield
-    finally:
-        root.setLevel(level)
-        root.handlers[:] = handlers
+        spec = importlib.util.find_spec(WORDLLAMA)
+    except (ImportError, ValueError):  # a broken install, or a module without a spec
+        spec = None
+    if spec is None or not spec.origin:
+        raise EmbedderUnavailable(_NOT_INSTALLED)
+    return Path(spec.origin).parent
+
+
+def _safetensors_matrix(path: Path, key: str = "embedding.weight") -> Any:
+    """The fp16 matrix ``key`` of a safetensors file, memory-mapped (not read): a
+    text's rows are converted to float32 when it is embedded, so loading costs
+    nothing and the 32,000 × 256 matrix is never held twice."""
+    import numpy as np
+
+    with open(path, "rb") as fh:
+        (size,) = struct.unpack("<Q", fh.read(8))
+        header = json.loads(fh.read(size))
+    entry = header.get(key)
+    if not isinstance(entry, dict) or entry.get("dtype") != "F16" or \
+            len(entry.get("shape", ())) != 2:
+        raise EmbedderUnavailable(f"{path} holds no fp16 matrix {key!r}: reinstall "
+                                  "'amelio[semantic]'.")
+    start, stop = entry["data_offsets"]
+    rows, dim = entry["shape"]
+    if stop - start != rows * dim * 2:
+        raise EmbedderUnavailable(f"{path} is truncated: reinstall 'amelio[semantic]'.")
+    return np.asarray(np.memmap(path, dtype="<f2", mode="r", offset=8 + size + start,
+                                shape=(rows, dim)))  # a plain array: memmap slicing is slower
 
 
 class _WordLlama:
-    """The shipped static-embedding model (``amelio[semantic]``)."""
+    """The shipped static-embedding model (``amelio[semantic]``), read from the
+    ``wordllama`` wheel's files rather than through its package.
+
+    The computation is WordLlama's ``embed(texts, norm=True)`` step for step: the
+    Llama-2 tokenizer without special tokens or truncation, each token's row of the
+    matrix (fp16, widened to float32), their mean, then the unit vector.
+    ``tests/test_embeddings.py`` checks the result equals the package's own, bit for
+    bit. Doing it here keeps ``import wordllama`` (``requests``, logging set-up)
+    out of every process that embeds, ``amelio route`` first."""
 
     model = WORDLLAMA
+    #: Texts embedded per padded batch (WordLlama's own default).
+    batch_size = 64
 
     def __init__(self) -> None:
+        folder = wordllama_dir()
         try:
-            with _root_logging_untouched():
-                import wordllama  # type: ignore[import-untyped]
+            from tokenizers import Tokenizer
         except ImportError as exc:
-            raise EmbedderUnavailable(
-                "The wordllama embedding model is not installed: pip install "
-                "'amelio[semantic]'.") from exc
-        # The wheel carries weights/ and tokenizers/; pointing the cache at the package
-        # finds both, and disable_download makes a missing file an error, not a fetch.
-        package = Path(wordllama.__file__).parent
-        self._model = wordllama.WordLlama.load(cache_dir=package, disable_download=True)
+            raise EmbedderUnavailable(_NOT_INSTALLED) from exc
+        try:
+            self._tokenizer = Tokenizer.from_file(str(folder.joinpath(*WORDLLAMA_TOKENIZER)))
+            self._matrix = _safetensors_matrix(folder.joinpath(*WORDLLAMA_WEIGHTS))
+        except EmbedderUnavailable:
+            raise
+        except Exception as exc:  # the tokenizer's errors are its own types
+            raise EmbedderUnavailable(f"The wordllama model files cannot be read ({exc}): "
+                                      "reinstall 'amelio[semantic]'.") from exc
+        self._tokenizer.enable_padding()
+        self._tokenizer.no_truncation()
         self._lock = threading.Lock()
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
-        with self._lock:  # the tokenizer pads in place: one caller at a time
-            vectors: Any = self._model.embed(list(texts), norm=True)
-        return vectors.tolist()  # type: ignore[no-any-return]
+        return self.embed_array(texts).tolist()  # type: ignore[no-any-return]
+
+    def embed_array(self, texts: Sequence[str]) -> Any:
+        """The unit vectors of ``texts`` as one float32 matrix (n × 256)."""
+        import numpy as np
+
+        rows, dim = self._matrix.shape
+        out = np.empty((len(texts), dim), dtype=np.float32)
+        for start in range(0, len(texts), self.batch_size):
+            chunk = list(texts[start:start + self.batch_size])
+            with self._lock:  # the tokenizer pads in place: one caller at a time
+                encoded = self._tokenizer.encode_batch(chunk, add_special_tokens=False)
+            ids = np.array([e.ids for e in encoded], dtype=np.int32)
+            mask = np.array([e.attention_mask for e in encoded], dtype=np.float32)
+            np.clip(ids, 0, rows - 1, out=ids)
+            vectors = np.asarray(self._matrix[ids], dtype=np.float32)
+            counts = np.maximum(mask.sum(axis=1, keepdims=True), 1.0).astype(np.float32)
+            pooled = np.sum(vectors * mask[..., np.newaxis], axis=1, dtype=np.float32) / counts
+            pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
+            out[start:start + len(chunk)] = pooled
+        return out
 
 
 class _SentenceTransformer:

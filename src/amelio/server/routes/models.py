@@ -23,7 +23,6 @@ each file URL (``?v=``), so an upgraded package is a new URL, not a stale cache 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 from dataclasses import dataclass
 from functools import lru_cache
@@ -36,7 +35,13 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from pydantic import BaseModel, Field
 
 from amelio.contributions import DIMENSIONS as MODEL_DIMENSIONS
-from amelio.embeddings import WORDLLAMA, EmbedderUnavailable
+from amelio.embeddings import (
+    WORDLLAMA,
+    WORDLLAMA_TOKENIZER,
+    WORDLLAMA_WEIGHTS,
+    EmbedderUnavailable,
+    wordllama_dir,
+)
 from amelio.errors import NotFound
 
 __all__ = ["DIMENSIONS", "FILES", "router"]
@@ -59,19 +64,14 @@ class _File:
 #: The served names and the package files behind them: the only files these routes
 #: can ever read. The names are the worker's; the paths are wordllama's own.
 FILES: dict[str, _File] = {
-    "tokenizer.json": _File(("tokenizers", "l2_supercat_tokenizer_config.json"),
-                            "application/json"),
-    "weights.safetensors": _File(("weights", f"l2_supercat_{DIMENSIONS}.safetensors"),
-                                 "application/octet-stream"),
+    "tokenizer.json": _File(WORDLLAMA_TOKENIZER, "application/json"),
+    "weights.safetensors": _File(WORDLLAMA_WEIGHTS, "application/octet-stream"),
 }
 
 _FILE_CACHE = "public, max-age=86400, immutable"
 #: The listing is small and names the digests, so it is revalidated every time (a 304
 #: while the package is unchanged) and an upgrade is seen at once.
 _LISTING_CACHE = "no-cache"
-_NOT_INSTALLED = ("The wordllama embedding model is not installed, so its files cannot be "
-                  "served: pip install 'amelio[semantic]'.")
-
 
 class ModelFile(BaseModel):
     """One file of the model, as the worker downloads and checks it."""
@@ -93,18 +93,6 @@ ModelName = Annotated[str, PathParam(description="The embedding model; only `wor
                                      examples=[WORDLLAMA])]
 FileName = Annotated[str, PathParam(description=f"One of {', '.join(sorted(FILES))}.",
                                     examples=["tokenizer.json"])]
-
-
-def _package_dir() -> Path:
-    """The installed ``wordllama`` package's folder, found without importing it (an
-    import loads numpy and reconfigures logging, for no use here)."""
-    try:
-        spec = importlib.util.find_spec(WORDLLAMA)
-    except (ImportError, ValueError):  # a broken install, or a module without a spec
-        spec = None
-    if spec is None or not spec.origin:
-        raise EmbedderUnavailable(_NOT_INSTALLED)
-    return Path(spec.origin).parent
 
 
 @lru_cache(maxsize=16)
@@ -135,7 +123,7 @@ def _check_model(model: str) -> None:
 def _found(name: str) -> _Found:
     """The allow-listed file ``name`` of the installed package, with its digest."""
     entry = FILES[name]
-    path = _package_dir().joinpath(*entry.parts)
+    path = wordllama_dir().joinpath(*entry.parts)
     try:
         stat = os.stat(path)
     except OSError as exc:
