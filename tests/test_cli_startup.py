@@ -107,6 +107,28 @@ def test_a_json_schema_rule_imports_jsonschema_when_it_is_used(tmp_path: Path) -
     assert not _heavy(modules - {m for m in modules if m.startswith("jsonschema")})
 
 
+def test_route_on_a_workspace_opens_no_database_layer_once_it_has_a_snapshot(
+        tmp_path: Path, examples: Path) -> None:
+    """The first `amelio route` goes through the database and saves a snapshot; the
+    next one routes from it with the standard library's sqlite3 and numpy (for the
+    message's embedding), and prints the same."""
+    from amelio.skills import import_skills
+    from amelio.workspace import init_workspace
+
+    ws, _ = init_workspace(tmp_path / "ws")
+    import_skills(ws.engine, examples)
+    ws.dispose()
+    args = ["-w", str(tmp_path / "ws"), "route", "is this SQL injection safe?", "--json"]
+    _ms, first_modules, first = imported(args, tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "sqlalchemy" in first_modules  # no snapshot yet: the full path
+    ms, modules, again = imported(args, tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout == first.stdout and json.loads(again.stdout)["skills"]
+    heavy = _heavy(modules - {m for m in modules if m.split(".")[0] == "numpy"})
+    assert not heavy, f"`amelio route` from a snapshot imported {heavy} ({ms:.0f} ms)"
+
+
 def test_library_entry_points_stay_cheap(tmp_path: Path) -> None:
     """``import amelio`` and the modules the commands above need load no database."""
     code = ("import amelio, amelio.skills, amelio.skills.model, amelio.knowledge, "

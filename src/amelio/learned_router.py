@@ -58,6 +58,8 @@ __all__ = [
     "Calibration",
     "LearnedIndex",
     "TrainingData",
+    "known_vectors",
+    "remember_vectors",
 ]
 
 LEXICAL_WEIGHT = 4.0
@@ -158,6 +160,22 @@ def _vectors(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
     if len(present) < len(found):  # evicted meanwhile by a huge batch: embed directly
         return np.asarray(embedder.embed(list(texts)), dtype=np.float32)
     return np.stack(present) if present else np.zeros((0, 0), dtype=np.float32)
+
+
+def known_vectors(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
+    """The unit vectors the index uses for ``texts`` (embedding those not seen yet):
+    what a routing snapshot saves (:mod:`amelio.route_snapshot`)."""
+    return _vectors(embedder, texts)
+
+
+def remember_vectors(model: str, texts: Sequence[str], vectors: np.ndarray) -> None:
+    """Take ``vectors`` (one row per text) as ``model``'s vectors of ``texts``, so an
+    index built from a snapshot embeds only the message it routes."""
+    with _cache_lock:
+        for text, vector in zip(texts, vectors, strict=True):
+            _vector_cache[model, text] = vector
+        while len(_vector_cache) > _CACHE_SIZE:
+            _vector_cache.popitem(last=False)
 
 
 # -- the index ------------------------------------------------------------------------------

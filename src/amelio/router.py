@@ -37,22 +37,23 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-import sqlalchemy as sa
-
 from amelio.embeddings import WORDLLAMA
 from amelio.errors import InvalidInput
 from amelio.hookspecs import hookimpl
 from amelio.learned_router import Calibration, LearnedIndex, TrainingData
-from amelio.plugins import get_plugin_manager
 from amelio.projects import DEFAULT_PROJECT
 from amelio.skills.model import Skill, SkillSpec
-from amelio.skills.store import visible_skills
 from amelio.text import BREAK, tokens
-from amelio.workspace import Workspace
 
+# The database layer and the plugin manager are imported where they are used: a router
+# built from a snapshot (amelio.route_snapshot) needs neither, and `amelio route`
+# starts without them.
 if TYPE_CHECKING:
+    import sqlalchemy as sa
+
     from amelio.config import Settings
     from amelio.embeddings import Embedder
+    from amelio.workspace import Workspace
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ __all__ = [
     "Scorer",
     "TrainingData",
     "bm25_terms",
+    "builtin_scorers",
     "hint_block",
     "keyword_scorer",
     "project_router",
@@ -352,8 +354,15 @@ def register_router_scorers(register: Callable[[Scorer], None]) -> None:
         register(scorer)
 
 
+def builtin_scorers() -> dict[str, Scorer]:
+    """Amelio's own scorers by name, without asking the plugins."""
+    return {s.name: s for s in _BUILTIN_SCORERS}
+
+
 def scorers() -> dict[str, Scorer]:
     """Every registered scorer by name (first registration of a name wins)."""
+    from amelio.plugins import get_plugin_manager
+
     found: dict[str, Scorer] = {}
 
     def register(scorer: Scorer) -> None:
@@ -371,18 +380,25 @@ class Router:
     """A skill set indexed for one scorer. Build once per skill set, route many messages.
 
     ``data`` feeds a learning scorer (``learned``): the skills' examples, the
-    embedder, a fixed threshold. Other scorers ignore it."""
+    embedder, a fixed threshold. Other scorers ignore it. ``scopes`` gives each
+    skill's project (None: global) when ``skills`` are specs; ``registry`` is where
+    ``scorer`` is looked up (default: every registered scorer, plugins included)."""
 
     def __init__(self, skills: Sequence[Skill | SkillSpec], scorer: str = DEFAULT_SCORER,
-                 *, data: TrainingData | None = None) -> None:
-        available = scorers()
+                 *, data: TrainingData | None = None,
+                 scopes: Sequence[str | None] | None = None,
+                 registry: dict[str, Scorer] | None = None) -> None:
+        available = scorers() if registry is None else registry
         if scorer not in available:
             raise InvalidInput(f"Unknown router scorer {scorer!r}; use one of: "
                                f"{', '.join(sorted(available))}.", field="scorer")
         self.scorer = scorer
         self._skills = [s.spec if isinstance(s, Skill) else s for s in skills]
         self._stored = [s if isinstance(s, Skill) else None for s in skills]
-        self._projects = [s.project if isinstance(s, Skill) else None for s in skills]
+        self._projects = list(scopes) if scopes is not None else \
+            [s.project if isinstance(s, Skill) else None for s in skills]
+        #: What a learning scorer was built from (a snapshot saves it).
+        self.data = data
         chosen = available[scorer]
         #: Whether the scorer learns from examples (a router to rebuild when they change).
         self.learns = chosen.learns
@@ -391,6 +407,7 @@ class Router:
             if data is None:  # the defaults: SKILL.md examples, the default embeddings
                 data = TrainingData(examples=[s.examples for s in self._skills],
                                     embedder=load_router_embedder(WORDLLAMA))
+                self.data = data
             self._learned = chosen.build(self._skills, data)
             self.calibration = self._learned.calibration
         else:
@@ -400,6 +417,16 @@ class Router:
 
     def __len__(self) -> int:
         return len(self._skills)
+
+    @property
+    def specs(self) -> tuple[SkillSpec, ...]:
+        """The skills routed, in index order."""
+        return tuple(self._skills)
+
+    @property
+    def scopes(self) -> tuple[str | None, ...]:
+        """Each skill's project (None: global), in index order."""
+        return tuple(self._projects)
 
     def route(self, message: str, *, limit: int = DEFAULT_LIMIT,
               min_score: float | None = None) -> Route:
@@ -466,7 +493,10 @@ def route_message(ws: Workspace, message: str, *, project: str = DEFAULT_PROJECT
 def project_router(ws: Workspace, *, project: str = DEFAULT_PROJECT,
                    scorer: str | None = None, conn: sa.Connection | None = None) -> Router:
     """The router :func:`route_message` uses for ``project``, built or reused."""
+    import sqlalchemy as sa
+
     from amelio import routing_examples
+    from amelio.skills.store import visible_skills
 
     bind = conn or ws.engine
     visible = visible_skills(bind, project)

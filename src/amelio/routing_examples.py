@@ -41,6 +41,7 @@ __all__ = [
     "remove_example",
     "remove_skill_example",
     "stamp",
+    "stamp_query",
 ]
 
 
@@ -116,6 +117,12 @@ def stamp(bind: sa.Engine | sa.Connection, project: str = DEFAULT_PROJECT) -> tu
             per_engine.clear()
         per_engine[project] = (now, writes, found)
     return found
+
+
+def stamp_query(project: str = DEFAULT_PROJECT) -> sa.Select[int, Any]:
+    """The query behind :func:`stamp`, its project bound: its row changes whenever an
+    example of ``project`` is added or removed (for :mod:`amelio.route_snapshot`)."""
+    return _STAMP.params(project=project)
 
 
 def examples_by_skill(bind: sa.Engine | sa.Connection, project: str = DEFAULT_PROJECT,

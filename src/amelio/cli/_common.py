@@ -67,7 +67,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                              "rules."),
     "restore": ("ops", "Restore the backup FILE into the workspace; `-w DIR` may name a new "
                        "folder."),
-    "route": ("context", "Rank the skills that fit MESSAGE, with scores and the terms that "
+    "route": ("route", "Rank the skills that fit MESSAGE, with scores and the terms that "
                          "matched."),
     "sage": ("sage", "Sage: LLM-written skill updates from the evidence."),
     "schedule": ("ops", "The jobs `amelio serve` runs on its own: next runs and the last "

@@ -1,4 +1,5 @@
-"""Routing, prompts and learnings: ``amelio route``, ``amelio prompt``, ``amelio learnings``."""
+"""Prompts and learnings: ``amelio prompt``, ``amelio learnings`` (``amelio route`` is in
+:mod:`amelio.cli.route`, which starts without the database layer)."""
 
 from __future__ import annotations
 
@@ -10,31 +11,6 @@ from amelio.projects import DEFAULT_PROJECT
 
 project_option = click.option("--project", "-p", default=DEFAULT_PROJECT, show_default=True,
                               help="Project (tenant).")
-
-
-@main.command("route")
-@click.argument("message")
-@project_option
-@click.option("--scorer", default=None, help="Router scorer (default: setting router_scorer).")
-@click.option("--limit", type=click.IntRange(1, 50), default=None, help="How many skills.")
-@json_option
-@click.pass_context
-@handle_errors
-def route_command(ctx: click.Context, message: str, project: str, scorer: str | None,
-                  limit: int | None, as_json: bool) -> None:
-    """Rank the skills that fit MESSAGE, with scores and the terms that matched."""
-    from amelio.router import route_message
-
-    route = route_message(workspace(ctx), message, project=project, scorer=scorer, limit=limit)
-    if as_json:
-        print_json(route.to_dict())
-        return
-    if not route.hits:
-        click.echo(f"No skill matches (scorer {route.scorer}).")
-        return
-    table(["#", "skill", "score", "matched"],
-          [(n, h.name, f"{h.score:g}", ", ".join(h.matched))
-           for n, h in enumerate(route.hits, start=1)])
 
 
 @main.command("prompt")

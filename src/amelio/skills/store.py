@@ -46,6 +46,7 @@ __all__ = [
     "save_skills",
     "skill_log",
     "spec_from_row",
+    "stamp_queries",
     "update_project_skill",
     "update_skill",
     "visible_skills",
@@ -282,6 +283,21 @@ _STAMP_GLOBAL = sa.select(skills.c.id, skills.c.version).where(
 _STAMP = sa.select(skills.c.id, skills.c.version).where(sa.or_(
     skills.c.project_id.is_(None), skills.c.project_id == sa.bindparam("project_id"))
 ).order_by(skills.c.id)
+
+
+def stamp_queries(conn: sa.Connection, project: str | None = None) -> list[sa.Select[Any]]:
+    """Queries whose rows change whenever the skills ``project`` sees change: its id,
+    and the ``(id, version)`` stamp :func:`visible_skills` compares. A routing snapshot
+    (:mod:`amelio.route_snapshot`) keeps them with their rows, to know it is current
+    without this module."""
+    from amelio.db.schema import projects
+
+    pid = _pid(conn, project)
+    found: list[sa.Select[Any]] = []
+    if project is not None:
+        found.append(sa.select(projects.c.id).where(projects.c.name == project))
+    found.append(_STAMP_GLOBAL if pid is None else _STAMP.params(project_id=pid))
+    return found
 
 
 def visible_skills(engine: sa.Engine | sa.Connection, project: str | None = None
