@@ -461,6 +461,14 @@ def total(clocks: Sequence[Clock]) -> str:
     return f"{sum(c.wall for c in clocks):6.2f} / {sum(c.cpu for c in clocks):6.2f}"
 
 
+def _figure(name: str, measured: float, goal: float, unit: str, *,
+            higher_is_better: bool = True) -> None:
+    """A CLINC150 target's figure on other data: printed, not judged."""
+    sign = "≥" if higher_is_better else "≤"
+    print(f"figure {name}: {measured:.1f} {unit} (CLINC150's target, {sign} {goal:g} {unit}, "
+          "is not checked on other data)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
@@ -542,20 +550,24 @@ def main() -> int:
     warm = warm_mode(data, args.warm, args.seeds) if args.warm > 0 else None
 
     print()
-    target(f"{data.name} cold: {DEFAULT_SCORER} top-1", 100 * free["top1"], 78, "%")
-    target(f"{data.name} cold: {DEFAULT_SCORER} top-5", 100 * free["top5"], 95, "%")
+    # The issue's absolute targets are set on CLINC150; on other data (intent_data.py)
+    # the same figures are printed without a verdict, and the relative targets below
+    # (against the seed's rule and the outside BM25) are checked everywhere.
+    absolute = target if data.folder.resolve() == DEFAULT_DATA.resolve() else _figure
+    absolute(f"{data.name} cold: {DEFAULT_SCORER} top-1", 100 * free["top1"], 78, "%")
+    absolute(f"{data.name} cold: {DEFAULT_SCORER} top-5", 100 * free["top5"], 95, "%")
     if warm is not None and args.warm != WARM_TARGET_K:
         print(f"(the warm targets are for k = {WARM_TARGET_K}; k = {args.warm} is reported only)")
     if warm is not None and args.warm == WARM_TARGET_K:
-        target(f"{data.name} warm k={args.warm}: top-1 (mean of {args.seeds})",
-               100 * warm["top1"], 88, "%")
-        target(f"{data.name} warm k={args.warm}: top-5", 100 * warm["top5"], 97, "%")
+        absolute(f"{data.name} warm k={args.warm}: top-1 (mean of {args.seeds})",
+                 100 * warm["top1"], 88, "%")
+        absolute(f"{data.name} warm k={args.warm}: top-5", 100 * warm["top5"], 97, "%")
         if data.out_of_scope:
-            target(f"{data.name} warm k={args.warm}: out-of-scope rejection at the learned "
-                   "threshold", 100 * warm["oos_rejected"], 50, "%")
-            target(f"{data.name} warm k={args.warm}: top-1 given up by the threshold",
-                   100 * (warm["top1"] - warm["top1_kept"]), 2, "pt",
-                   higher_is_better=False)
+            absolute(f"{data.name} warm k={args.warm}: out-of-scope rejection at the learned "
+                     "threshold", 100 * warm["oos_rejected"], 50, "%")
+            absolute(f"{data.name} warm k={args.warm}: top-1 given up by the threshold",
+                     100 * (warm["top1"] - warm["top1_kept"]), 2, "pt",
+                     higher_is_better=False)
     target(f"{data.name}: {DEFAULT_SCORER} top-1 vs keywords", 100 * default["top1"],
            100 * seed["top1"], "%")
     if data.out_of_scope:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from amelio import routing_examples, skills
@@ -276,3 +277,73 @@ def test_another_process_example_is_seen_once_the_stamp_expires(
     monkeypatch.setattr(routing_examples, "STAMP_TTL_S", 0.0)
     assert routing_examples.stamp(ws.engine) == (before[0] + 1, before[1] + 1)
     assert route_message(ws, "charged twice").names[:1] == ("billing",)
+
+
+# -- the examples' log-odds ---------------------------------------------------------------
+
+LISTS = [SkillSpec(name="list-add", description="Add an item to a list."),
+         SkillSpec(name="list-remove", description="Remove an item from a list."),
+         SKILLS[2]]
+LIST_EXAMPLES = [
+    ["put milk on the shopping list", "add eggs to my shopping list",
+     "add bread to the grocery list", "put apples on my list", "add rice to the list",
+     "put soap on the shopping list", "add tea to my grocery list", "put jam on the list"],
+    ["remove milk from the shopping list", "take eggs off my shopping list",
+     "remove bread from the grocery list", "take apples off my list",
+     "remove rice from the list", "take soap off the shopping list",
+     "remove tea from my grocery list", "take jam off the list"],
+    ["will it rain tomorrow", "is it sunny in Rome", "forecast for the weekend",
+     "do I need an umbrella", "rain in Paris today", "sunny or cloudy", "weekend rain",
+     "forecast please"],
+]
+
+
+def _words(text: str) -> tuple[str, ...]:
+    from amelio.learned_router import _analyzed
+    from amelio.learned_router import _words as words_of
+
+    return words_of(_analyzed(text)[0])
+
+
+def test_log_odds_tell_apart_skills_whose_examples_share_their_words() -> None:
+    from amelio.learned_router import LogOdds
+
+    odds = LogOdds([[_words(t) for t in own] for own in LIST_EXAMPLES])
+    add, remove, weather = odds.scores(_words("take milk off the grocery list")).tolist()
+    assert remove > add > weather
+    assert odds.scores(_words("zzz qqq")) is None  # no word any example used
+    # "on" and "off" are all that separate these two: stopwords are kept
+    assert odds.scores(_words("milk on"))[0] > odds.scores(_words("milk on"))[1]
+    assert odds.scores(_words("milk off"))[1] > odds.scores(_words("milk off"))[0]
+    # the learned router, lexical, routes with them once there are enough examples
+    router = Router(LISTS, "learned", data=TrainingData(examples=LIST_EXAMPLES))
+    assert router.route("take the milk off the list", min_score=-1e9).names[0] == "list-remove"
+    assert router.route("put the milk on the list", min_score=-1e9).names[0] == "list-add"
+
+
+def test_log_odds_leave_one_out_is_the_model_without_that_example() -> None:
+    from collections import Counter
+
+    from amelio.learned_router import LogOdds
+
+    examples = [[_words(t) for t in own] for own in LIST_EXAMPLES]
+    gone = examples[1][0]  # "remove milk from the shopping list": every word used elsewhere
+    without = LogOdds([examples[0], examples[1][1:], examples[2]])
+    message = _words("remove the milk from my list")
+    expected = without.scores(message)
+    got = LogOdds(examples).scores(message, without=(1, Counter(gone)))
+    assert expected is not None and got is not None
+    assert np.allclose(got, expected)
+
+
+def test_a_skill_without_examples_is_never_pushed_down_by_the_log_odds() -> None:
+    from amelio.learned_router import MIN_CALIBRATION, LearnedIndex, LogOdds
+
+    odds = LogOdds([[_words(t) for t in LIST_EXAMPLES[0]], [],
+                    [_words(t) for t in LIST_EXAMPLES[2]]])
+    scores = odds.scores(_words("remove the milk"))
+    assert scores is not None and scores[1] == max(scores[0], scores[2])
+    few = [own[:3] for own in LIST_EXAMPLES]  # 9 examples: too few to weigh words
+    assert sum(map(len, few)) < MIN_CALIBRATION
+    assert LearnedIndex(LISTS, TrainingData(examples=few))._odds is None
+    assert LearnedIndex(LISTS, TrainingData(examples=LIST_EXAMPLES))._odds is not None
