@@ -152,6 +152,10 @@ def test_a_shared_rules_tail_is_decoded_once_and_read_as_a_full_decode_would(
     ]
     with pytest.raises(InvalidInput, match=r"line 7: not valid JSON"):
         eval_batch.parse_batch("\n".join(lines), "f.jsonl", max_chars=1000)
+    for bad in ('{"id": "h", "text": "ok",\u3000' + tail,  # not JSON whitespace
+                "{, " + tail, "{ ,\t" + tail):  # no member before the comma
+        with pytest.raises(InvalidInput, match=r"line 2: not valid JSON"):
+            eval_batch.parse_batch("\n".join([lines[0], bad]), "f.jsonl", max_chars=1000)
     items = eval_batch.parse_batch("\n".join(lines[:6]), "f.jsonl", max_chars=1000)
     for item, line in zip(items, lines[:6], strict=True):
         record = json.loads(line)

@@ -145,6 +145,79 @@ def test_any_change_makes_the_snapshot_stale_and_the_next_run_saves_a_new_one(
     assert _fast(ws, message) == fresh
 
 
+def test_the_newest_example_taken_back_then_another_added_makes_the_snapshot_stale(
+        ws: Workspace) -> None:
+    """A 👎 deletes its example's row, and SQLite gives that id to the next example:
+    the stamp must still move (it holds the newest creation time too)."""
+    from amelio.assistant import log_exchange
+    from amelio.quality import give_answer_feedback
+
+    for text in EXAMPLES["weather"][:3]:
+        routing_examples.add_example(ws, "weather", text)
+    kept = log_exchange(ws, "hail storm tonight", "Stay in.", project="default",
+                        skills=["weather"])
+    give_answer_feedback(ws, kept.interaction_id, "up", user="u")
+    newest = routing_examples.list_examples(ws, "weather")[0]
+    assert newest.text == "hail storm tonight"
+    message = "hail storm tonight"
+    _full(ws, message)
+    assert _fast(ws, message) is not None
+    give_answer_feedback(ws, kept.interaction_id, "down", user="u")  # the row is deleted
+    again = routing_examples.add_example(ws, "billing", "hail storm tonight")
+    assert again.id == newest.id  # the id is given again: (count, last id) did not move
+    assert _fast(ws, message) is None
+    fresh = _full(ws, message)
+    assert _fast(ws, message) == fresh
+
+
+def test_a_plugin_scorer_under_a_builtin_name_gets_no_snapshot(ws: Workspace) -> None:
+    from amelio.hookspecs import hookimpl
+    from amelio.plugins import get_plugin_manager
+    from amelio.router import Scorer
+
+    def first(skills_: object) -> object:
+        return lambda message: {0: (9.0, ["plugin"])}
+
+    class Plugin:
+        @hookimpl
+        def register_router_scorers(self, register: object) -> None:
+            register(Scorer("bm25", first))  # type: ignore[operator]
+
+    pm = get_plugin_manager()
+    plugin = Plugin()
+    pm.register(plugin)
+    try:
+        route = _full(ws, MESSAGES[2], scorer="bm25")
+        assert route["skills"][0]["score"] == 9.0  # the plugin's scorer routed
+        assert not snapshot_path(ws.root, "default", "bm25").exists()
+    finally:
+        pm.unregister(plugin)
+    _full(ws, MESSAGES[2], scorer="bm25")
+    assert snapshot_path(ws.root, "default", "bm25").exists()
+
+
+def test_a_package_installed_or_a_database_replaced_makes_the_snapshot_stale(
+        ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import shutil
+    import sys
+
+    site = tmp_path / "lib" / "site-packages"
+    site.mkdir(parents=True)
+    monkeypatch.setattr(sys, "path", [*sys.path, str(site)])
+    _full(ws, MESSAGES[0])
+    assert _fast(ws, MESSAGES[0]) is not None
+    (site / "some_plugin-1.0.dist-info").mkdir()  # as pip install does
+    os.utime(site, ns=(1, 1))  # a time that differs whatever the clock's resolution
+    assert _fast(ws, MESSAGES[0]) is None
+    _full(ws, MESSAGES[0])
+    assert _fast(ws, MESSAGES[0]) is not None
+    database = ws.root / ".amelio" / "amelio.db"
+    shutil.copy(database, tmp_path / "restored.db")  # the same rows, another file
+    os.replace(tmp_path / "restored.db", database)
+    assert _fast(ws, MESSAGES[0]) is None
+
+
 def test_a_new_embedding_model_file_makes_the_snapshot_stale(
         ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     _full(ws, MESSAGES[2])

@@ -107,8 +107,9 @@ class _WordLlama:
     Llama-2 tokenizer without special tokens or truncation, each token's row of the
     matrix (fp16, widened to float32), their mean, then the unit vector.
     ``tests/test_embeddings.py`` checks the result equals the package's own, bit for
-    bit. Doing it here keeps ``import wordllama`` (``requests``, logging set-up)
-    out of every process that embeds, ``amelio route`` first."""
+    bit; a text with no token is the zero vector here (NaNs there). Doing it here
+    keeps ``import wordllama`` (``requests``, logging set-up) out of every process
+    that embeds, ``amelio route`` first."""
 
     model = WORDLLAMA
     #: Texts embedded per padded batch (WordLlama's own default).
@@ -153,8 +154,11 @@ class _WordLlama:
             vectors = np.asarray(self._matrix[ids], dtype=np.float32)
             counts = np.maximum(mask.sum(axis=1, keepdims=True), 1.0).astype(np.float32)
             pooled = np.sum(vectors * mask[..., np.newaxis], axis=1, dtype=np.float32) / counts
-            pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
-            out[start:start + len(chunk)] = pooled
+            norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+            # A text with no token (""): a zero vector, where WordLlama divides 0 by 0
+            # and returns NaNs that would poison every score they meet.
+            np.divide(pooled, norms, out=out[start:start + len(chunk)], where=norms > 0)
+            out[start:start + len(chunk)][norms[:, 0] == 0] = 0.0
         return out
 
 

@@ -78,6 +78,11 @@ def _promptfoo_outputs(data: dict[str, Any], name: str) -> list[BatchItem]:
     return items
 
 
+#: JSON's whitespace (str.strip's default would also take U+3000 and the like, which
+#: JSON rejects).
+_JSON_SPACE = " \t\r\n"
+
+
 class _SharedTail:
     """The raw text of a rule list that ends line after line, decoded once.
 
@@ -103,8 +108,9 @@ class _SharedTail:
         line does not end with the known tail."""
         if not self.tail or not line.endswith(self.tail):
             return None, None
-        head = line[:len(line) - len(self.tail)].rstrip()
-        if not head.endswith(","):
+        head = line[:len(line) - len(self.tail)].rstrip(_JSON_SPACE)
+        # A comma after at least one member: "{," would read as "{}" and hide the error.
+        if not head.endswith(",") or head[:-1].rstrip(_JSON_SPACE).endswith("{"):
             return None, None
         try:
             record = json.loads(head[:-1] + "}")

@@ -131,9 +131,10 @@ class EvalRule:
 
     @cached_property
     def passed(self) -> EvalResult:
-        """This rule's result for an answer that passes it: the same immutable object
-        every time, since it says nothing about the answer (a batch of 1,000 outputs ×
-        10 rules builds a result only for the failures)."""
+        """This rule's result for an answer that passes it, built once and shared (it
+        says nothing about the answer, and it is immutable): a batch of 1,000 outputs ×
+        10 rules builds a result only for the failures. Two threads racing on a new
+        rule may each build one; they are equal."""
         return EvalResult(self.id, self.name, self.type, self.severity, True, "", False)
 
     def to_dict(self) -> dict[str, Any]:

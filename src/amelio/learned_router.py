@@ -239,17 +239,19 @@ class LogOdds:
         example had never been given."""
         import numpy as np
 
-        known = [w for w in words if w in self._postings]
-        if not known:
-            return None
         totals, everything, has = self._totals, self._all, self._has
         own, removed = without if without is not None else (-1, Counter())
+        smoothing = self._smoothing
         if without is not None:
             totals = totals.copy()
             totals[own] -= sum(removed.values())
             everything -= sum(removed.values())
             has = totals > 0
-        if not has.any():
+            # Words only that example used leave the vocabulary with it.
+            smoothing -= ODDS_ALPHA * sum(1 for w, c in removed.items()
+                                          if self._term_totals.get(w) == c)
+        known = [w for w in words if self._term_totals.get(w, 0) - removed[w] > 0]
+        if not known or not has.any():
             return None
         alpha = ODDS_ALPHA
         out = np.zeros(len(totals), dtype=np.float64)
@@ -263,7 +265,7 @@ class LogOdds:
             out += absent
             out[skills] += np.log(counts + alpha) - np.log(outside - counts + alpha) - absent
         out /= len(known)
-        out += np.log(everything - totals + self._smoothing) - np.log(totals + self._smoothing)
+        out += np.log(everything - totals + smoothing) - np.log(totals + smoothing)
         if not has.all():
             out[~has] = out[has].max()
         return out

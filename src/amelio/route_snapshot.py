@@ -12,25 +12,31 @@ keywords, scope), each skill's training examples, the vectors of all of them
 what makes it valid:
 
 * **inputs**: the workspace folder, the bytes of ``amelio.toml``, every ``AMELIO_*``
-  environment variable, the project, the ``--scorer`` asked for and Amelio's version,
-  hashed together; and the embedding model file's size and time. Any difference and
-  the snapshot is not used: settings are never re-derived outside
-  :mod:`amelio.config`.
+  environment variable, the project, the ``--scorer`` asked for, Amelio's version and
+  the times of the site-packages folders (a package installed or removed: a plugin,
+  ``amelio[semantic]``), hashed together; and the embedding model file's size and
+  time. Any difference and the snapshot is not used: settings are never re-derived
+  outside :mod:`amelio.config`.
 * **checks**: the queries whose rows change whenever a skill or an example the
   project sees changes (:func:`amelio.skills.store.stamp_queries`,
   :func:`amelio.routing_examples.stamp_query`), compiled for SQLite when the
   snapshot is written, with the rows they returned then. They run again on a
   read-only connection; any other row and the full path runs, and writes a new
   snapshot. The rows are read before the router is built, so a change made in
-  between leaves the snapshot stale, never wrong.
+  between leaves the snapshot stale, never wrong. The database file's identity
+  (device and inode) is checked first: a restored or copied database is another file.
 
 The router is built by the same :class:`amelio.router.Router` from the same inputs,
 so a snapshot's route equals the full path's (``tests/test_route_snapshot.py``).
 Only SQLite workspaces get one (a PostgreSQL driver alone takes longer to import
-than the whole fast path), and only Amelio's own scorers (a plugin's would need the
-plugin manager). The file is JSON and raw float32, never pickled, written atomically
-and readable by its owner only (it holds the examples, which are users' messages).
-Anything unexpected in it means the full path, never an error.
+than the whole fast path), and only Amelio's own scorers, when no plugin registers
+one under the same name (a plugin's would need the plugin manager). The file is JSON
+and raw float32, never pickled, written atomically and readable by its owner only (it
+holds the examples, which are users' messages). Anything unexpected in it (truncated,
+edited out of shape, pointing at a missing database) means the full path, never an
+error. It is trusted as the workspace's database is: whoever can write ``.amelio/``
+can write both, so a forged snapshot is not defended against (its checks run
+read-only, on the workspace's own database).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ import logging
 import os
 import sqlite3
 import struct
+import sys
 from collections.abc import Sequence
 from contextlib import closing
 from pathlib import Path
@@ -75,8 +82,12 @@ def _inputs(root: Path, project: str, scorer: str | None) -> str:
     digest = hashlib.sha256()
     toml = root / CONFIG_FILE
     env = sorted((k, v) for k, v in os.environ.items() if k.upper().startswith(ENV_PREFIX))
+    # Installing or removing a package (a plugin, amelio[semantic]) changes a
+    # site-packages folder's time: a snapshot never outlives what was installed with it.
+    installed = [(p, os.stat(p).st_mtime_ns) for p in sys.path
+                 if os.path.basename(p) in ("site-packages", "dist-packages") and os.path.isdir(p)]
     for part in (str(FORMAT), amelio.__version__, str(root), project, scorer or "",
-                 json.dumps(env)):
+                 json.dumps(env), json.dumps(installed)):
         digest.update(part.encode("utf-8", "surrogatepass") + b"\0")
     digest.update(toml.read_bytes() if toml.is_file() else b"")
     return digest.hexdigest()
@@ -136,6 +147,9 @@ def _load(path: Path, root: Path, project: str, scorer: str | None
     if header["modelFile"] != _model_file(model):
         raise _Stale("the embedding model changed")
     database = Path(header["database"])
+    stat = database.stat()
+    if [stat.st_dev, stat.st_ino] != header["databaseFile"]:
+        raise _Stale("the database file was replaced (a restore, a copy)")
     with closing(sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True)) as conn:
         for sql, rows in header["checks"]:
             if [list(r) for r in conn.execute(sql).fetchall()] != rows:
@@ -168,12 +182,13 @@ def route_and_save(ws: Workspace, message: str, *, project: str, scorer: str | N
                    limit: int | None = None) -> Route:
     """``message`` routed through the database (:func:`amelio.router.project_router`),
     then the router saved as the snapshot the next run will use, where it can be."""
-    from amelio.router import builtin_scorers, project_router
+    from amelio.router import builtin_scorers, project_router, scorers
 
     database = _sqlite_file(ws)
     name = scorer or ws.settings.router_scorer
     checks = None
-    if database is not None and name in builtin_scorers():
+    builtin = builtin_scorers().get(name)
+    if database is not None and builtin is not None and scorers().get(name) is builtin:
         with ws.engine.connect() as conn:  # read before the build: stale, never wrong
             checks = _checks(conn, project)
     router = project_router(ws, project=project, scorer=scorer)
@@ -200,7 +215,9 @@ def _checks(conn: sa.Connection, project: str) -> list[tuple[str, list[list[Any]
     found = []
     for query in [*stamp_queries(conn, project), routing_examples.stamp_query(project)]:
         sql = str(query.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
-        found.append((sql, [list(r) for r in conn.execute(query).all()]))
+        # Run as compiled, through the driver: the rows are the raw values sqlite3 will
+        # read back (a time as SQLite stores it, not as SQLAlchemy converts it).
+        found.append((sql, [list(r) for r in conn.exec_driver_sql(sql).all()]))
     return found
 
 
@@ -226,6 +243,7 @@ def _save(ws: Workspace, router: Router, project: str, scorer: str | None, datab
         "format": FORMAT,
         "inputs": _inputs(ws.root.resolve(), project, scorer),
         "database": str(database),
+        "databaseFile": [database.stat().st_dev, database.stat().st_ino],
         "checks": [[sql, rows] for sql, rows in checks],
         "scorer": router.scorer,
         "limit": ws.settings.router_limit,

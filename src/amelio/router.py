@@ -395,6 +395,8 @@ class Router:
         self.scorer = scorer
         self._skills = [s.spec if isinstance(s, Skill) else s for s in skills]
         self._stored = [s if isinstance(s, Skill) else None for s in skills]
+        if scopes is not None and len(scopes) != len(skills):
+            raise ValueError(f"{len(scopes)} scopes for {len(skills)} skills")
         self._projects = list(scopes) if scopes is not None else \
             [s.project if isinstance(s, Skill) else None for s in skills]
         #: What a learning scorer was built from (a snapshot saves it).

@@ -74,8 +74,12 @@ class RoutingExample:
 
 
 _active = routing_examples.c.removed_at.is_(None)
+# The newest creation time is in the stamp because a 👎 deletes an example's row, and
+# SQLite gives a deleted last row's id to the next insert: (count, last id) alone would
+# not move when the newest example is taken back and another one is added.
 _STAMP = (
-    sa.select(sa.func.count(routing_examples.c.id), sa.func.max(routing_examples.c.id))
+    sa.select(sa.func.count(routing_examples.c.id), sa.func.max(routing_examples.c.id),
+              sa.func.max(routing_examples.c.created_at))
     .select_from(routing_examples.join(projects,
                                        projects.c.id == routing_examples.c.project_id))
     .where(projects.c.name == sa.bindparam("project"), _active)
@@ -88,7 +92,8 @@ _STAMP = (
 STAMP_TTL_S = 1.0
 _writes = 0
 _stamps_lock = threading.Lock()
-_stamps: weakref.WeakKeyDictionary[sa.Engine, dict[str, tuple[float, int, tuple[int, int]]]] = \
+Stamp = tuple[int, int, object]
+_stamps: weakref.WeakKeyDictionary[sa.Engine, dict[str, tuple[float, int, Stamp]]] = \
     weakref.WeakKeyDictionary()
 
 
@@ -98,7 +103,7 @@ def _wrote() -> None:
         _writes += 1
 
 
-def stamp(bind: sa.Engine | sa.Connection, project: str = DEFAULT_PROJECT) -> tuple[int, int]:
+def stamp(bind: sa.Engine | sa.Connection, project: str = DEFAULT_PROJECT) -> Stamp:
     """Changes whenever an example of ``project`` is added or removed: at once for a
     change this process made, within :data:`STAMP_TTL_S` for another process's."""
     engine = bind.engine if isinstance(bind, sa.Connection) else bind
@@ -109,8 +114,8 @@ def stamp(bind: sa.Engine | sa.Connection, project: str = DEFAULT_PROJECT) -> tu
     if cached is not None and cached[1] == writes and now - cached[0] < STAMP_TTL_S:
         return cached[2]
     with db.reading(bind) as conn:
-        count, last = conn.execute(_STAMP, {"project": project}).one()
-    found = (int(count), int(last or 0))
+        count, last, newest = conn.execute(_STAMP, {"project": project}).one()
+    found = (int(count), int(last or 0), newest)
     with _stamps_lock:
         per_engine = _stamps.setdefault(engine, {})
         if len(per_engine) >= 1024:
@@ -119,7 +124,7 @@ def stamp(bind: sa.Engine | sa.Connection, project: str = DEFAULT_PROJECT) -> tu
     return found
 
 
-def stamp_query(project: str = DEFAULT_PROJECT) -> sa.Select[int, Any]:
+def stamp_query(project: str = DEFAULT_PROJECT) -> sa.Select[int, Any, Any]:
     """The query behind :func:`stamp`, its project bound: its row changes whenever an
     example of ``project`` is added or removed (for :mod:`amelio.route_snapshot`)."""
     return _STAMP.params(project=project)
