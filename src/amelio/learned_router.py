@@ -20,9 +20,9 @@ skill is the sum of
 
 The first weights were picked on CLINC150 (``benchmarks/router_accuracy.py``) from a
 plateau: every setting within one unit of them routes within half a point of the
-best, with 5, 10 or 20 examples a skill. :data:`ODDS_WEIGHT` and :data:`REJECT_RATE`
-were chosen on three intent data sets at once (CLINC150 and the two that
-``benchmarks/intent_data.py`` builds), never on one; docs/router.md has the figures.
+best, with 5, 10 or 20 examples a skill. :data:`ODDS_WEIGHT` was chosen on three
+intent data sets at once (CLINC150 and the two that ``benchmarks/intent_data.py``
+builds), never on one; docs/router.md has the figures.
 
 Out-of-scope messages are rejected by a threshold learned from the examples: each
 sampled example is routed as if it were new (its own contribution to its skill's
@@ -76,10 +76,8 @@ EXAMPLES_WEIGHT = 8.0
 #: The weight of the examples' log-odds (:class:`LogOdds`), and its smoothing.
 ODDS_WEIGHT = 2.0
 ODDS_ALPHA = 0.5
-#: The share of correctly routed examples the learned threshold gives up (1.5 % before
-#: the log-odds, which spread the examples' scores: 1 % keeps CLINC150's cost under 2
-#: points of top-1).
-REJECT_RATE = 0.01
+#: The share of correctly routed examples the learned threshold gives up.
+REJECT_RATE = 0.015
 #: Examples routed to learn the threshold (a deterministic sample of them).
 CALIBRATION_SAMPLE = 1000
 #: The threshold is learned again once the examples grew or shrank by this share.
