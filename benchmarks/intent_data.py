@@ -85,6 +85,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from amelio.skills.files import write_skills
+from amelio.skills.model import SkillSpec
+
 CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "amelio-bench"
 SOURCES_DIR = CACHE_DIR / "intent-sources"
 OUT_DIR = CACHE_DIR / "intents"
@@ -409,15 +412,6 @@ def top_terms(docs: Sequence[Sequence[str]], ngram: int, count: int) -> list[lis
     return out
 
 
-def skill_md(name: str, description: str, triggers: list[str], keywords: list[str]) -> str:
-    def q(value: object) -> str:
-        return json.dumps(value, ensure_ascii=False)
-
-    return (f"---\nname: {q(name)}\ndescription: {q(description)}\ntriggers: {q(triggers)}\n"
-            f"keywords: {q(keywords)}\n---\n\n# {description}\n\n"
-            f"Handle requests about {description.lower()}.\n")
-
-
 @dataclass
 class Built:
     skills: dict[str, tuple[str, list[str], list[str]]]  # slug -> description, meta, queries
@@ -505,10 +499,11 @@ def write(raw: RawSet, built: Built, out: Path, seed: int) -> None:
     names = list(built.skills)
     triggers = top_terms([built.skills[s][1] for s in names], 2, TRIGGERS)
     keywords = top_terms([built.skills[s][1] for s in names], 1, KEYWORDS)
-    for s, tr, kw in zip(names, triggers, keywords, strict=True):
-        (tmp / "skills" / s).mkdir()
-        (tmp / "skills" / s / "SKILL.md").write_text(
-            skill_md(s, built.skills[s][0], tr, kw), encoding="utf-8")
+    write_skills((SkillSpec(name=s, description=built.skills[s][0], triggers=tuple(tr),
+                            keywords=tuple(kw),
+                            content=f"# {built.skills[s][0]}\n\nHandle requests about "
+                                    f"{built.skills[s][0].lower()}.\n")
+                  for s, tr, kw in zip(names, triggers, keywords, strict=True)), tmp / "skills")
     with (tmp / "queries.jsonl").open("w", encoding="utf-8") as f:
         rows = [(t, s) for s in names for t in built.skills[s][2]]
         rows += [(t, None) for _, ss in built.held_out.values() for t in ss]

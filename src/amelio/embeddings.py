@@ -34,6 +34,7 @@ __all__ = [
     "WORDLLAMA_WEIGHTS",
     "Embedder",
     "EmbedderUnavailable",
+    "embed_matrix",
     "load_embedder",
     "wordllama_dir",
 ]
@@ -177,8 +178,22 @@ class _SentenceTransformer:
         self._model = SentenceTransformer(model)
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        vectors = self._model.encode(list(texts), normalize_embeddings=True)
-        return [[float(x) for x in v] for v in vectors]
+        return self.embed_array(texts).tolist()  # type: ignore[no-any-return]
+
+    def embed_array(self, texts: Sequence[str]) -> Any:
+        return self._model.encode(list(texts), normalize_embeddings=True)
+
+
+def embed_matrix(embedder: Embedder, texts: Sequence[str]) -> Any:
+    """The unit vectors of ``texts`` as one float32 numpy matrix (n × d): without a
+    round trip through Python lists when the embedder can give an array
+    (``embed_array``, as the shipped model does), else from :meth:`Embedder.embed`."""
+    import numpy as np
+
+    direct = getattr(embedder, "embed_array", None)
+    if direct is not None:
+        return np.asarray(direct(list(texts)), dtype=np.float32)
+    return np.asarray(embedder.embed(list(texts)), dtype=np.float32)
 
 
 _loaded: dict[str, Embedder] = {}

@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from amelio.embeddings import embed_matrix
 from amelio.text import BREAK, tokens
 
 if TYPE_CHECKING:
@@ -151,32 +152,22 @@ def _analyzed(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return found
 
 
-def _vectors(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
-    """Unit vectors of ``texts``; only the ones this process has not seen are embedded."""
+def known_vectors(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
+    """Unit vectors of ``texts``; only the ones this process has not seen are embedded
+    (what the index uses, and what a routing snapshot saves)."""
     import numpy as np
 
     model = embedder.model
     with _cache_lock:
         missing = list(dict.fromkeys(t for t in texts if (model, t) not in _vector_cache))
     if missing:
-        fresh = np.asarray(embedder.embed(missing), dtype=np.float32)
-        with _cache_lock:
-            for text, vector in zip(missing, fresh, strict=True):
-                _vector_cache[model, text] = vector
-            while len(_vector_cache) > _CACHE_SIZE:
-                _vector_cache.popitem(last=False)
+        remember_vectors(model, missing, embed_matrix(embedder, missing))
     with _cache_lock:
         found = [_vector_cache.get((model, t)) for t in texts]
     present = [v for v in found if v is not None]
     if len(present) < len(found):  # evicted meanwhile by a huge batch: embed directly
-        return np.asarray(embedder.embed(list(texts)), dtype=np.float32)
+        return embed_matrix(embedder, texts)  # type: ignore[no-any-return]
     return np.stack(present) if present else np.zeros((0, 0), dtype=np.float32)
-
-
-def known_vectors(embedder: Embedder, texts: Sequence[str]) -> np.ndarray:
-    """The unit vectors the index uses for ``texts`` (embedding those not seen yet):
-    what a routing snapshot saves (:mod:`amelio.route_snapshot`)."""
-    return _vectors(embedder, texts)
 
 
 def remember_vectors(model: str, texts: Sequence[str], vectors: np.ndarray) -> None:
@@ -229,6 +220,25 @@ class LogOdds:
         self._all = float(totals.sum())
         self._smoothing = ODDS_ALPHA * len(per_term)
         self._has = totals > 0
+        # What a message's evidence is made of, computed once: per word, its value for
+        # the skills whose examples never use it, and the difference for those that do;
+        # per skill, the size prior. Routing a message only adds them up.
+        self._words = {t: self._word(t, c, self._term_totals[t])
+                       for t, (_, c) in self._postings.items()}
+        self._prior = self._size_prior(totals, self._all, self._smoothing)
+
+    @staticmethod
+    def _word(word: str, counts: np.ndarray, total: float) -> tuple[float, np.ndarray]:
+        import numpy as np
+
+        absent = float(np.log(ODDS_ALPHA) - np.log(total + ODDS_ALPHA))
+        return absent, np.log(counts + ODDS_ALPHA) - np.log(total - counts + ODDS_ALPHA) - absent
+
+    @staticmethod
+    def _size_prior(totals: np.ndarray, everything: float, smoothing: float) -> np.ndarray:
+        import numpy as np
+
+        return np.log(everything - totals + smoothing) - np.log(totals + smoothing)
 
     def scores(self, words: Sequence[str], without: tuple[int, Counter[str]] | None = None
                ) -> np.ndarray | None:
@@ -237,36 +247,51 @@ class LogOdds:
         example had never been given."""
         import numpy as np
 
-        totals, everything, has = self._totals, self._all, self._has
-        own, removed = without if without is not None else (-1, Counter())
-        smoothing = self._smoothing
-        if without is not None:
-            totals = totals.copy()
+        if without is None:
+            known = [w for w in words if w in self._words]
+            parts = [(self._postings[w][0], *self._words[w]) for w in known]
+            prior, has = self._prior, self._has
+        else:
+            own, removed = without
+            totals = self._totals.copy()
             totals[own] -= sum(removed.values())
-            everything -= sum(removed.values())
             has = totals > 0
             # Words only that example used leave the vocabulary with it.
-            smoothing -= ODDS_ALPHA * sum(1 for w, c in removed.items()
-                                          if self._term_totals.get(w) == c)
-        known = [w for w in words if self._term_totals.get(w, 0) - removed[w] > 0]
+            smoothing = self._smoothing - ODDS_ALPHA * sum(
+                1 for w, c in removed.items() if self._term_totals.get(w) == c)
+            prior = self._size_prior(totals, self._all - sum(removed.values()), smoothing)
+            known = [w for w in words if self._term_totals.get(w, 0) - removed[w] > 0]
+            parts = []
+            for word in known:
+                skills, counts = self._postings[word]
+                if removed[word]:
+                    counts = counts.copy()
+                    counts[skills == own] -= removed[word]
+                parts.append((skills, *self._word(
+                    word, counts, self._term_totals[word] - removed[word])))
         if not known or not has.any():
             return None
-        alpha = ODDS_ALPHA
-        out = np.zeros(len(totals), dtype=np.float64)
-        for word in known:
-            skills, counts = self._postings[word]
-            outside = self._term_totals[word] - removed[word]
-            if removed[word]:
-                counts = counts.copy()
-                counts[skills == own] -= removed[word]
-            absent = np.log(alpha) - np.log(outside + alpha)
-            out += absent
-            out[skills] += np.log(counts + alpha) - np.log(outside - counts + alpha) - absent
+        out = np.full(len(prior), sum(absent for _, absent, _ in parts), dtype=np.float64)
+        for skills, _, delta in parts:
+            out[skills] += delta
         out /= len(known)
-        out += np.log(everything - totals + smoothing) - np.log(totals + smoothing)
+        out += prior
         if not has.all():
             out[~has] = out[has].max()
         return out
+
+
+def _with_odds(found: dict[int, tuple[float, list[str]]], odds: np.ndarray | None
+               ) -> dict[int, tuple[float, list[str]]]:
+    """Lexical scores with the weighted log-odds added: every skill has evidence, so
+    every skill gets a score (the matched terms stay the lexical ones)."""
+    if odds is None:
+        return found
+    merged = {}
+    for i, evidence in enumerate(odds.tolist()):
+        score, matched = found.get(i, (0.0, []))
+        merged[i] = (score + ODDS_WEIGHT * evidence, matched)
+    return merged
 
 
 def _words(toks: Sequence[str]) -> tuple[str, ...]:
@@ -303,10 +328,10 @@ class LearnedIndex:
         if data.embedder is not None:
             import numpy as np
 
-            self._meta = _vectors(data.embedder, [skill_text(s) for s in skills]) if n \
+            self._meta = known_vectors(data.embedder, [skill_text(s) for s in skills]) if n \
                 else np.zeros((0, 0), dtype=np.float32)
             flat = [t for own in examples for t in own]
-            vectors = _vectors(data.embedder, flat) if flat else None
+            vectors = known_vectors(data.embedder, flat) if flat else None
             dim = self._meta.shape[1] if n else 0
             self._sums = np.zeros((n, dim), dtype=np.float32)
             self._counts = np.zeros(n, dtype=np.float32)
@@ -365,15 +390,10 @@ class LearnedIndex:
         terms = list(dict.fromkeys(bm25_terms(toks)))
         odds = self._odds.scores(_words(toks)) if self._odds is not None else None
         if self._embedder is None or not len(self._bm25.lengths):
-            found = self._lexical(toks, terms)[0]
-            if odds is not None:
-                for i, evidence in enumerate(odds.tolist()):
-                    s, matched = found.get(i, (0.0, []))
-                    found[i] = (s + ODDS_WEIGHT * evidence, matched)
-            return found
+            return _with_odds(self._lexical(toks, terms)[0], odds)
         # A message is embedded anew each time: only skills' and examples' vectors are
         # cached (a message cache would grow with traffic and flatter a benchmark).
-        vector = _np.asarray(self._embedder.embed([message])[0], dtype=_np.float32)
+        vector = embed_matrix(self._embedder, [message])[0]
         dense = self._dense(vector)
         ceiling = self._bm25.ceiling(terms)
         if ceiling > 0:
@@ -416,7 +436,7 @@ class LearnedIndex:
         if self._embedder is not None:
             import numpy as np
 
-            vectors = _vectors(self._embedder, [text for _, text in sample])
+            vectors = known_vectors(self._embedder, [text for _, text in sample])
             both = vectors @ self._matrix.T  # (examples, 2n): metadata, then centroids
             dense = SEMANTIC_WEIGHT * both[:, :n] + EXAMPLES_WEIGHT * both[:, n:]
             sum_norms = np.linalg.norm(self._sums, axis=1)
@@ -436,12 +456,8 @@ class LearnedIndex:
             if odds is not None:
                 own += ODDS_WEIGHT * float(odds[i])
             if dense is None:
-                others = {j: s for j, (s, _) in found.items() if j != i}
-                if odds is not None:
-                    for j, evidence in enumerate(odds.tolist()):
-                        if j != i:
-                            others[j] = others.get(j, 0.0) + ODDS_WEIGHT * evidence
-                out.append((own, max(others.values(), default=0.0)))
+                out.append((own, max((s for j, (s, _) in _with_odds(found, odds).items()
+                                      if j != i), default=0.0)))
                 continue
             # The mean of the skill's other examples: |s - v|² = |s|² - 2 s·v + 1 for a
             # unit v, and s·v is the centroid's cosine times |s|.

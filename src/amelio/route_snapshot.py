@@ -50,6 +50,7 @@ import struct
 import sys
 from collections.abc import Sequence
 from contextlib import closing
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -250,8 +251,7 @@ def _save(ws: Workspace, router: Router, project: str, scorer: str | None, datab
         "minScore": data.min_score if data is not None else None,
         "model": embedder.model if embedder is not None else None,
         "modelFile": _model_file(embedder.model if embedder is not None else None),
-        "calibration": calibration.to_dict() | {"threshold": calibration.threshold}
-        if router.learns else None,
+        "calibration": asdict(calibration) if router.learns else None,
         "skills": [{"name": s.name, "description": s.description,
                     "triggers": list(s.triggers), "keywords": list(s.keywords),
                     "scope": scope} for s, scope in zip(specs, router.scopes, strict=True)],

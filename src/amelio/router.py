@@ -399,17 +399,17 @@ class Router:
             raise ValueError(f"{len(scopes)} scopes for {len(skills)} skills")
         self._projects = list(scopes) if scopes is not None else \
             [s.project if isinstance(s, Skill) else None for s in skills]
-        #: What a learning scorer was built from (a snapshot saves it).
-        self.data = data
         chosen = available[scorer]
         #: Whether the scorer learns from examples (a router to rebuild when they change).
         self.learns = chosen.learns
+        #: What a learning scorer was built from (a snapshot saves it); None otherwise.
+        self.data: TrainingData | None = None
         self._learned: LearnedScoreFn | None = None
         if chosen.learns:
             if data is None:  # the defaults: SKILL.md examples, the default embeddings
                 data = TrainingData(examples=[s.examples for s in self._skills],
                                     embedder=load_router_embedder(WORDLLAMA))
-                self.data = data
+            self.data = data
             self._learned = chosen.build(self._skills, data)
             self.calibration = self._learned.calibration
         else:

@@ -11,10 +11,7 @@ from __future__ import annotations
 import click
 
 from amelio.cli._common import handle_errors, json_option, main, print_json, table
-
-#: The default project's name (amelio.projects.DEFAULT_PROJECT, which the tests check);
-#: that module is not imported for it.
-DEFAULT_PROJECT = "default"
+from amelio.projects import DEFAULT_PROJECT
 
 
 @main.command("route")
