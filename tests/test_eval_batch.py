@@ -78,6 +78,10 @@ def test_a_malformed_line_stops_the_batch_before_anything_is_reported(tmp_path: 
     write(batch, [{"id": "a", "text": "no rules anywhere"}])
     code, _, err = run("eval", "--batch", str(batch))
     assert code == 2 and "line 1: no rules for this output" in err
+    batch.write_bytes(b'{"id": "a", "text": "caf\xe9"}\n')  # Latin-1, not UTF-8
+    code, out, err = run("eval", "--batch", "--rules", str(rules), str(batch))
+    assert code == 2 and out == ""
+    assert "outputs.jsonl: not UTF-8 text (invalid continuation byte at byte 24)" in err
 
 
 def test_promptfoo_output_json_is_read(tmp_path: Path) -> None:

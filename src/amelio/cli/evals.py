@@ -147,7 +147,12 @@ def eval_command(ctx: click.Context, file: IO[str], skill: str | None, rules_pat
     try:
         report, suite = _check(ctx, file, skill, rules_path, project)
     except (AmelioError, OSError, UnicodeDecodeError) as exc:
-        message = exc.message if isinstance(exc, AmelioError) else str(exc)
+        if isinstance(exc, AmelioError):
+            message = exc.message
+        elif isinstance(exc, UnicodeDecodeError):
+            message = f"{file.name}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+        else:
+            message = str(exc)
         click.echo(f"Error: {message}", err=True)
         ctx.exit(2)
     if fmt == "json":
@@ -187,7 +192,12 @@ def _eval_batch(ctx: click.Context, file: IO[str], skill: str | None, rules_path
         items = eval_batch.parse_batch(file.read(), file.name, max_chars=limit)
         results = eval_batch.check_batch(items, rules_for, max_chars=limit)
     except (AmelioError, OSError, UnicodeDecodeError) as exc:
-        message = exc.message if isinstance(exc, AmelioError) else str(exc)
+        if isinstance(exc, AmelioError):
+            message = exc.message
+        elif isinstance(exc, UnicodeDecodeError):
+            message = f"{file.name}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+        else:
+            message = str(exc)
         click.echo(f"Error: {message}", err=True)
         ctx.exit(2)
     failed = [r for r in results if not r.report.success]
