@@ -18,11 +18,13 @@ from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
 from amelio.cli import main
 from amelio.db.schema import feedback_events, search_impressions, search_signals
 from amelio.errors import InvalidInput
-from amelio.feedback import Collector
+from amelio.feedback import Collector, ubi
 from amelio.feedback.examples import example_event
+from amelio.feedback.tokens import TokenSigner
 from amelio.feedback.ubi import (
     EVENTS_FILE,
     QUERIES_FILE,
+    _first_error,
     _time_ms,
     export_ubi,
     ingest_ubi,
@@ -363,3 +365,208 @@ def test_a_query_with_a_bad_timestamp_is_a_rejected_query(sqlite_workspace: Work
     assert report.queries == {"imported": 0, "duplicate": 0, "rejected": 1}
     assert report.events["rejected"] == 0
     assert report.problems[0][:2] == (1, "timestamp")
+
+
+# -- what the import refuses, and how it says so ---------------------------------------
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _click(**fields: Any) -> dict[str, Any]:
+    return {"action_name": "click", "query_id": "q1", "session_id": "s1",
+            "timestamp": _now(),
+            "event_attributes": {"object": {"object_id": "a"}, "position": {"ordinal": 1}},
+            **fields}
+
+
+def test_bad_lines_are_rejected_by_line_and_ubi_field(sqlite_workspace: Workspace,
+                                                      tmp_path: Path) -> None:
+    """Every refusal names the line and the field the user wrote: never an abort of
+    the whole file, never a field of the MartyFeedbackEventV1 the import built."""
+    records: list[dict[str, Any]] = [
+        {"query_id": "q1", "user_query": "toner", "query_response_hit_ids": ["a", "b"]},
+        {"query_id": "", "user_query": "toner"},
+        {"query_id": "q2", "user_query": "toner", "query_response_hit_ids": ["a", "b", "a"]},
+        _click(query_id=""),
+        _click(query_id="q\n1"),
+        _click(event_attributes={"object": {"object_id": "a"}, "position": {"ordinal": 0}}),
+        _click(action_name="result_dwell_time", event_attributes={
+            "object": {"object_id": "a"}, "position": {"ordinal": 1}, "dwell_ms": -5}),
+        _click(timestamp="2999-01-01T00:00:00Z"),
+        _click(),
+    ]
+    report = ingest_ubi(sqlite_workspace, _ndjson(tmp_path / "bad.ndjson", records),
+                        consent="granted")
+    assert report.queries == {"imported": 1, "duplicate": 0, "rejected": 2}
+    assert report.events == {"accepted": 1, "duplicate": 0, "rejected": 5, "dropped": 0,
+                             "skipped": 0}
+    problems = {line: (where, reason) for line, where, reason in report.problems}
+    assert problems[2][0] == "query_id" and "empty" in problems[2][1]
+    assert problems[3] == ("query_response_hit_ids", "ranks 1 and 3 are the same document: "
+                           "a ranking shows each document once")
+    assert problems[4][0] == "query_id"
+    assert problems[5][0] == "query_id"
+    assert problems[6][0] == "event_attributes.position.ordinal"
+    assert problems[7][0] == "event_attributes.dwell_ms"
+    assert problems[8] == ("timestamp", "more than 5 minutes in the future")
+    assert 9 not in problems
+    with sqlite_workspace.engine.connect() as conn:
+        assert list(conn.scalars(sa.select(search_impressions.c.query_id))) == ["q1"]
+
+
+def test_a_map_must_name_a_type_a_ubi_event_can_become(sqlite_workspace: Workspace,
+                                                      tmp_path: Path) -> None:
+    path = _ndjson(tmp_path / "u.ndjson", [_click(action_name="add_to_cart")])
+    with pytest.raises(InvalidInput, match="result_clicked") as caught:
+        ingest_ubi(sqlite_workspace, path, consent="granted",
+                   actions={"add_to_cart": "vote_up"})  # an event type, but not from UBI
+    assert caught.value.details["field"] == "map" and "'vote_up'" in str(caught.value)
+
+
+def test_the_project_is_validated_up_front(sqlite_workspace: Workspace,
+                                           tmp_path: Path) -> None:
+    path = _ndjson(tmp_path / "u.ndjson", [{"query_id": "q1", "user_query": "toner"}])
+    with pytest.raises(InvalidInput) as caught:
+        ingest_ubi(sqlite_workspace, path, consent="granted", project="Not A/Project")
+    assert caught.value.details["field"] == "project"
+    with sqlite_workspace.engine.connect() as conn:
+        assert conn.scalar(sa.select(sa.func.count()).select_from(search_impressions)) == 0
+
+
+def test_the_first_error_is_a_schema_error_and_ubi_errors_lists_them_all() -> None:
+    record = {"user_query": "a", "query_response_hit_ids": [1, 2]}
+    assert ubi_errors(record, "query") == [
+        "query_response_hit_ids.0: 1 is not of type 'string'",
+        "query_response_hit_ids.1: 2 is not of type 'string'"]
+    first = _first_error(record, "query")
+    assert first is not None and first[0].startswith("query_response_hit_ids.")
+    assert first[1].endswith("is not of type 'string'")
+    assert _first_error({"user_query": "a"}, "query") is None
+
+
+# -- the import, batch by batch ----------------------------------------------------------
+
+
+def test_the_import_goes_batch_by_batch(workspace: Workspace, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small batches (and INSERTs of a few rows) give the counts one big batch gives:
+    a query repeated in a later batch is a duplicate, each batch's queries are logged
+    before its events are stored, and no token is minted on the way."""
+    monkeypatch.setattr(ubi, "_BATCH_LINES", 7)
+    monkeypatch.setattr(ubi, "_MAX_PARAMETERS", 30)  # two impressions an INSERT
+
+    def no_token(*args: Any, **kw: Any) -> str:
+        raise AssertionError("an import mints no feedbackToken")
+
+    monkeypatch.setattr(TokenSigner, "issue", no_token)
+    records: list[dict[str, Any]] = []
+    for n in range(25):
+        records.append({"query_id": f"q{n}", "user_query": "reset password",
+                        "client_id": f"browser-{n}", "timestamp": _now(),
+                        "query_response_hit_ids": ["sso", "reset"]})
+        records.append(_click(query_id=f"q{n}", session_id=f"s{n}"))
+    records.append({"query_id": "q3", "user_query": "again"})  # a line far below
+    seen: list[tuple[int, int | None]] = []
+    ingest = Collector.ingest
+
+    def counting(self: Collector, items: Any, **kw: Any) -> Any:
+        with workspace.engine.connect() as conn:
+            logged = conn.scalar(sa.select(sa.func.count()).select_from(search_impressions))
+        seen.append((len(items), logged))
+        return ingest(self, items, **kw)
+
+    monkeypatch.setattr(Collector, "ingest", counting)
+    report = ingest_ubi(workspace, _ndjson(tmp_path / "u.ndjson", records),
+                        consent="granted")
+    assert report.queries == {"imported": 25, "duplicate": 1, "rejected": 0}
+    assert report.events["accepted"] == 25 and report.problems == []
+    assert len(seen) > 3 and all(n <= 4 for n, _ in seen)
+    # The batch with the click of q{n} logged q{n} first: 7 lines hold 3 or 4 clicks.
+    assert [logged for _, logged in seen][:2] == [4, 7]
+
+
+def test_a_query_id_already_logged_is_kept(workspace: Workspace, tmp_path: Path) -> None:
+    path = _ndjson(tmp_path / "q.ndjson", [{"query_id": "q1", "user_query": "toner",
+                                            "query_response_hit_ids": ["a"]}])
+    assert ingest_ubi(workspace, path, consent="granted").queries["imported"] == 1
+    _ndjson(path, [{"query_id": "q1", "user_query": "other", "query_response_hit_ids": ["b"]},
+                   {"query_id": "q1", "user_query": "twice"},
+                   {"query_id": "q2", "user_query": "toner"}])
+    report = ingest_ubi(workspace, path, consent="granted")
+    assert report.queries == {"imported": 1, "duplicate": 2, "rejected": 0}
+    with workspace.engine.connect() as conn:
+        kept = conn.scalar(sa.select(search_impressions.c.results)
+                           .where(search_impressions.c.query_id == "q1"))
+    assert kept == [["a", 1, 0.0]]
+
+
+# -- the collector's token, waived for an operator's import only -------------------------
+
+
+def test_only_an_operator_import_may_go_without_a_token(sqlite_workspace: Workspace) -> None:
+    collector = Collector(sqlite_workspace)
+    event = example_event("result_clicked", signer=collector.signer)
+    del event["request"]["feedbackToken"]
+    refused = collector.ingest([event], rate_limit=False)
+    assert refused.statuses[0].status == "rejected"
+    assert refused.statuses[0].field == "request.feedbackToken"
+    assert collector.ingest([event], rate_limit=False,
+                            require_token=False).statuses[0].status == "accepted"
+    forged = example_event("result_clicked", signer=collector.signer)
+    forged["request"]["feedbackToken"] = "v1.forged.token"
+    [status] = collector.ingest([forged], rate_limit=False, require_token=False).statuses
+    assert (status.status, status.field) == ("rejected", "request.feedbackToken")
+
+
+# -- the export, all or nothing ---------------------------------------------------------
+
+
+def _exported_pair(workspace: Workspace, tmp_path: Path) -> Path:
+    path = _ndjson(tmp_path / "u.ndjson", [
+        {"query_id": "q1", "user_query": "toner", "query_response_hit_ids": ["a", "b"]},
+        _click()])
+    assert ingest_ubi(workspace, path, consent="granted").events["accepted"] == 1
+    out = tmp_path / "out"
+    assert export_ubi(workspace, out).events == 1
+    return out
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("disk full"), KeyboardInterrupt()])
+def test_a_failed_export_leaves_the_previous_pair(workspace: Workspace, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  failure: BaseException) -> None:
+    out = _exported_pair(workspace, tmp_path)
+    before = {p.name: p.read_text() for p in out.iterdir()}
+
+    def broken(row: Any, ranks: Any) -> Any:
+        raise failure
+
+    monkeypatch.setattr(ubi, "_event_record", broken)
+    with pytest.raises(type(failure)):
+        export_ubi(workspace, out, force=True)
+    assert {p.name: p.read_text() for p in out.iterdir()} == before  # no .partial either
+
+
+def test_an_export_that_would_not_be_ubi_writes_nothing(workspace: Workspace,
+                                                        tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    out = _exported_pair(workspace, tmp_path)
+    before = {p.name: p.read_text() for p in out.iterdir()}
+    monkeypatch.setattr(ubi, "_query_record", lambda row: {"user_query": 1})
+    with pytest.raises(RuntimeError, match="does not validate"):
+        export_ubi(workspace, out, force=True)
+    assert {p.name: p.read_text() for p in out.iterdir()} == before
+
+
+def test_cli_lists_the_first_problems_and_counts_the_rest(sqlite_workspace: Workspace,
+                                                          tmp_path: Path) -> None:
+    path = _ndjson(tmp_path / "u.ndjson", [_click(action_name="add_to_cart")] * 23)
+    result = CliRunner().invoke(main, ["-w", str(sqlite_workspace.root), "feedback", "ingest",
+                                       "--format", "ubi", str(path), "--consent", "granted"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("line ") == 20
+    assert "line 1: action_name: 'add_to_cart' has no Amelio event type" in result.stdout
+    assert "… and 3 more problems (--json lists them all)." in result.stdout

@@ -14,6 +14,7 @@ argument that is a number is routed to ``give``: scripts written for it keep wor
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -163,11 +164,20 @@ def ingest_command(ctx: click.Context, file: Path, fmt: str, consent: str | None
         print_json({**counts, "rejections": [s.to_dict() for s in rejected]})
         return
     click.echo(", ".join(f"{n} {name}" for name, n in counts.items()))
-    for status in rejected[:_SHOWN_REJECTIONS]:
-        click.echo(f"line {status.position}: {status.field or 'event'}: {status.reason}")
-    if len(rejected) > _SHOWN_REJECTIONS:
-        click.echo(f"… and {len(rejected) - _SHOWN_REJECTIONS} more rejections (--json "
-                   "lists them all).")
+    _echo_problems([(s.position, s.field, s.reason) for s in rejected], "event",
+                   "rejections")
+
+
+def _echo_problems(problems: Sequence[tuple[int, str | None, str | None]], unnamed: str,
+                   noun: str) -> None:
+    """The first problems of an import, one a line (``unnamed`` stands for a missing
+    field), and how many more ``--json`` lists: a terminal is no place for ten
+    thousand of them."""
+    for line, where, reason in problems[:_SHOWN_REJECTIONS]:
+        click.echo(f"line {line}: {where or unnamed}: {reason}")
+    if len(problems) > _SHOWN_REJECTIONS:
+        click.echo(f"… and {len(problems) - _SHOWN_REJECTIONS} more {noun} (--json lists "
+                   "them all).")
 
 
 def _ingest_ubi(ctx: click.Context, file: Path, consent: str | None, project: str,
@@ -187,11 +197,7 @@ def _ingest_ubi(ctx: click.Context, file: Path, consent: str | None, project: st
     click.echo(f"queries: {q['imported']} imported, {q['duplicate']} duplicate, "
                f"{q['rejected']} rejected")
     click.echo("events: " + ", ".join(f"{n} {name}" for name, n in e.items()))
-    for line, where, reason in report.problems[:_SHOWN_REJECTIONS]:
-        click.echo(f"line {line}: {where or 'record'}: {reason}")
-    if len(report.problems) > _SHOWN_REJECTIONS:
-        click.echo(f"… and {len(report.problems) - _SHOWN_REJECTIONS} more (--json lists "
-                   "them all).")
+    _echo_problems(report.problems, "record", "problems")
 
 
 @feedback_group.command(

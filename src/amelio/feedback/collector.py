@@ -6,7 +6,8 @@ Each event goes through, in order:
    and the time window (at most 5 minutes ahead, no older than the retention);
 2. **consent**: anything but ``consent.telemetry == "granted"`` is ``dropped``,
    before any of its data is looked at further;
-3. **token**: an event about a query must carry that query's ``feedbackToken``;
+3. **token**: an event about a query must carry that query's ``feedbackToken``
+   (an operator's import of a trusted file may waive it: ``require_token``);
 4. **anonymize**: raw session and user ids become daily-salted hashes, free
    text is scrubbed (unless ``pii_scrub`` is ``off``), the token is dropped;
 
@@ -237,13 +238,19 @@ class Collector:
         return self._ingest(items, api_key=api_key)
 
     def ingest(self, items: Sequence[object], *, api_key: str | None = None,
-               rate_limit: bool = True, indexes: Sequence[int] | None = None
-               ) -> IngestResult:
+               rate_limit: bool = True, require_token: bool = True,
+               indexes: Sequence[int] | None = None) -> IngestResult:
         """Process and store one batch of decoded JSON events; raises
         :class:`RateLimited` (storing nothing) when over a limit.
 
-        ``indexes`` name the items in the statuses (default: their positions)."""
-        return self._ingest(items, api_key=api_key, rate_limit=rate_limit, indexes=indexes)
+        ``indexes`` name the items in the statuses (default: their positions).
+        ``require_token=False`` is for an operator importing a file it trusts (the UBI
+        import): the token proves that a client saw the query, which an operator
+        holding the workspace's key could mint anyway, so its events about a query may
+        come without one. A token an event does carry is still checked, and every
+        other check still applies; the public endpoint never passes it."""
+        return self._ingest(items, api_key=api_key, rate_limit=rate_limit, indexes=indexes,
+                            require_token=require_token)
 
     def ingest_file(self, path: Path | str, *, batch: int | None = None
                     ) -> Iterator[IngestResult]:
@@ -255,14 +262,14 @@ class Collector:
 
     def _ingest(self, items: Sequence[object], *, api_key: str | None,
                 rate_limit: bool = True, indexes: Sequence[int] | None = None,
-                validated: bool = False) -> IngestResult:
+                validated: bool = False, require_token: bool = True) -> IngestResult:
         where = indexes if indexes is not None else range(len(items))
         batch = _Batch(int(self._clock() * 1000), self.settings.feedback_retention_days)
         statuses: list[EventStatus | None] = []
         ready: list[tuple[int, PreparedEvent]] = []
         prepare = self._prepare
         for offset, item in enumerate(items):
-            outcome = prepare(where[offset], item, validated, batch)
+            outcome = prepare(where[offset], item, validated, batch, require_token)
             if isinstance(outcome, EventStatus):
                 statuses.append(outcome)
             else:
@@ -288,8 +295,8 @@ class Collector:
 
     # -- one event ---------------------------------------------------------------------
 
-    def _prepare(self, index: int, item: object, validated: bool, batch: _Batch
-                 ) -> PreparedEvent | EventStatus:
+    def _prepare(self, index: int, item: object, validated: bool, batch: _Batch,
+                 require_token: bool = True) -> PreparedEvent | EventStatus:
         if validated:  # by the batch's validator: a dict of the schema's shape
             event = cast("dict[str, Any]", item)
         else:
@@ -316,7 +323,7 @@ class Collector:
             return EventStatus(index, "dropped", event_id)
         request: dict[str, Any] = event["request"]
         query_id = request.get("queryId")
-        if query_id is not None:
+        if query_id is not None and (require_token or "feedbackToken" in request):
             binding = (request.get("feedbackToken"), query_id, request.get("requestId"))
             if binding not in batch.tokens:  # a batch repeats a few tokens: check each once
                 batch.tokens[binding] = self._check_token(*binding, batch.now_ms)

@@ -32,8 +32,9 @@ Three things UBI does not carry are stated by the operator, not invented:
   events with consent;
 * **the feedback token** — events about a query must carry the token of the
   search response that showed it, which proves a client saw that query. An import is
-  the operator's, run with the workspace's own key, so ``ingest`` issues the token
-  for each query id it imports; the public endpoint still demands one;
+  the operator's, who holds the workspace's key and vouches for the file, so
+  ``ingest`` tells the collector not to ask for one (``require_token=False``); the
+  public endpoint still demands one;
 * **event ids** — UBI events have none; ``ingest`` derives a ULID from the event's
   time and a digest of its content, so importing a file twice stores nothing new.
 """
@@ -52,14 +53,16 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 from jsonschema import Draft202012Validator, FormatChecker  # type: ignore[import-untyped]
+from jsonschema.exceptions import ValidationError, best_match  # type: ignore[import-untyped]
 from ulid import ULID
 
-from amelio.db import transaction
+from amelio.db import insert_ignore, transaction
 from amelio.db.schema import feedback_events, search_impressions
 from amelio.errors import InvalidInput
 from amelio.feedback.anonymize import SaltedHasher, day_from_index
 from amelio.feedback.collector import Collector, _file_batches, _Unparsable
-from amelio.feedback.schema import EVENT_TYPES
+from amelio.feedback.schema import _KEY_PATTERN
+from amelio.projects import validate_name
 from amelio.workspace import Workspace
 
 __all__ = [
@@ -110,8 +113,25 @@ _ABOUT_RESULT = frozenset({"result_clicked", "result_dwell_time", "result_pinned
 #: Where an exported event keeps what UBI has no field for (its extension point).
 _EVENT_ID_ATTR = "amelio_event_id"
 _DWELL_ATTR = "dwell_ms"
-_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
+_KEY = re.compile(_KEY_PATTERN)
 _IMPRESSION_ID_CHARS = 64  # search_impressions.query_id / request_id
+#: Lines read, checked and stored at a time: a file's size does not bound memory.
+_BATCH_LINES = 1000
+#: Bound parameters per INSERT: what the oldest SQLite builds allow a statement.
+_MAX_PARAMETERS = 999
+#: Ids per ``IN (…)`` lookup, and rows fetched at a time by an export.
+_ID_CHUNK = 500
+_READ_BATCH = 1000
+#: A collector's rejection names a field of the MartyFeedbackEventV1 the import built;
+#: the user wrote the UBI one. (The session fields never get here: UBI's 100
+#: characters fit the collector's 200, and ``context.view`` is set only when valid.)
+_UBI_FIELDS: Mapping[str, str] = {
+    "eventTimeMs": "timestamp",
+    "request.queryId": "query_id",
+    "result.docId": "event_attributes.object.object_id",
+    "result.rankShown": "event_attributes.position.ordinal",
+    "outcome.dwellMs": f"event_attributes.{_DWELL_ATTR}",
+}
 
 
 def _open_choices(node: Any) -> Any:
@@ -152,7 +172,18 @@ def ubi_errors(record: object, kind: Kind) -> list[str]:
     """Why ``record`` is not a valid UBI ``kind`` (empty: it is), each reason prefixed
     with the path of the field at fault."""
     errors = sorted(_validator(kind).iter_errors(record), key=lambda e: list(e.path))
-    return [f"{'.'.join(str(p) for p in e.path) or kind}: {e.message}" for e in errors]
+    return [f"{_path(e) or kind}: {e.message}" for e in errors]
+
+
+def _first_error(record: object, kind: Kind) -> tuple[str, str] | None:
+    """``(field, reason)`` of the most telling error (None: ``record`` is valid): a
+    rejected line names one reason, so the others need not be sorted."""
+    error = best_match(_validator(kind).iter_errors(record))
+    return None if error is None else (_path(error) or kind, error.message)
+
+
+def _path(error: ValidationError) -> str:
+    return ".".join(str(p) for p in error.absolute_path)
 
 
 def _kind(record: Mapping[str, Any]) -> Kind:
@@ -216,14 +247,6 @@ class _Refused(Exception):
         self.where, self.reason = where, reason
 
 
-def _records(path: Path) -> Iterator[tuple[int, object]]:
-    """``(line number or array position, decoded record)``, read as ``amelio feedback
-    ingest`` reads an event file (NDJSON or one JSON array; a line that is not JSON is
-    an :class:`_Unparsable` of its own, its neighbours go on)."""
-    for numbers, items in _file_batches(path, 1000):
-        yield from zip(numbers, items, strict=True)
-
-
 def _query_impression(record: Mapping[str, Any], settings: Any, project: str,
                       hasher: SaltedHasher, now_ms: int) -> dict[str, Any]:
     from amelio.search.service import query_key
@@ -231,6 +254,8 @@ def _query_impression(record: Mapping[str, Any], settings: Any, project: str,
     query_id = record.get("query_id")
     if query_id is None:
         raise _Refused("query_id", "required: events join their query by it")
+    if not query_id:
+        raise _Refused("query_id", "empty: no event could name this query")
     if len(query_id) > _IMPRESSION_ID_CHARS:
         raise _Refused("query_id", f"at most {_IMPRESSION_ID_CHARS} characters here")
     request_id = record.get("query_response_id") or query_id
@@ -242,6 +267,12 @@ def _query_impression(record: Mapping[str, Any], settings: Any, project: str,
     hits = record.get("query_response_hit_ids") or []
     if any(not 1 <= len(h) <= 256 for h in hits):
         raise _Refused("query_response_hit_ids", "a document id is 1 to 256 characters")
+    first_rank: dict[str, int] = {}
+    for rank, doc in enumerate(hits, start=1):
+        if doc in first_rank:  # the signals would count the document shown twice
+            raise _Refused("query_response_hit_ids", f"ranks {first_rank[doc]} and {rank} "
+                           "are the same document: a ranking shows each document once")
+        first_rank[doc] = rank
     created_ms = _time_ms(record["timestamp"]) if "timestamp" in record else now_ms
     client = record.get("client_id")
     session_hash = (hasher.hash(client, day_from_index(created_ms // 86_400_000))
@@ -253,9 +284,11 @@ def _query_impression(record: Mapping[str, Any], settings: Any, project: str,
             "session_hash": session_hash, "user_hash": None}
 
 
-def _marty_event(record: Mapping[str, Any], event_type: str, consent: str,
-                 tokens: dict[str, str], issue: Any) -> dict[str, Any]:
-    """The ``MartyFeedbackEventV1`` a UBI event stands for; the collector checks it."""
+def _marty_event(record: Mapping[str, Any], event_type: str, consent: str) -> dict[str, Any]:
+    """The ``MartyFeedbackEventV1`` a UBI event stands for; the collector checks it.
+
+    It carries no feedbackToken: the import is the operator's, and the collector is
+    told not to ask for one (``require_token=False``)."""
     query_id = record.get("query_id")
     if query_id is None:
         raise _Refused("query_id", "required: Amelio's search events are about a query")
@@ -267,12 +300,9 @@ def _marty_event(record: Mapping[str, Any], event_type: str, consent: str,
     session: dict[str, Any] = {"sessionId": who}
     if record.get("user_id"):
         session["userId"] = record["user_id"]
-    if query_id not in tokens:
-        tokens[query_id] = issue(query_id)
     event: dict[str, Any] = {
         "eventVersion": "v1", "eventId": _event_id(time_ms, record), "eventTimeMs": time_ms,
-        "eventType": event_type, "session": session,
-        "request": {"queryId": query_id, "feedbackToken": tokens[query_id]},
+        "eventType": event_type, "session": session, "request": {"queryId": query_id},
         "consent": {"telemetry": consent}}
     application = record.get("application")
     if application and _KEY.match(application):
@@ -297,6 +327,29 @@ def _marty_event(record: Mapping[str, Any], event_type: str, consent: str,
     return event
 
 
+def _ubi_field(marty_field: str) -> str:
+    """The UBI field a collector's rejection of ``marty_field`` is about: the user
+    wrote the UBI record, never the event."""
+    for inner, outer in _UBI_FIELDS.items():
+        if marty_field == inner or marty_field.startswith(inner + "."):
+            return outer
+    return marty_field
+
+
+def _event_types(actions: Mapping[str, str] | None) -> dict[str, str]:
+    """UBI action name → event type: the standard's, then the operator's ``actions``,
+    which may only name a type :func:`_marty_event` can build."""
+    mapping = dict(ACTIONS)
+    allowed = sorted(set(ACTIONS.values()))
+    for name, mapped in (actions or {}).items():
+        if mapped not in allowed:
+            raise InvalidInput(f"{name}={mapped}: {mapped!r} is not an event type a UBI "
+                               f"event can become (one of {', '.join(allowed)})",
+                               field="map")
+        mapping[name] = mapped
+    return mapping
+
+
 def ingest_ubi(workspace: Workspace, path: Path | str, *, consent: str,
                project: str = "default", actions: Mapping[str, str] | None = None
                ) -> UbiIngestReport:
@@ -306,94 +359,94 @@ def ingest_ubi(workspace: Workspace, path: Path | str, *, consent: str,
     ``"granted"`` events are stored. ``actions`` maps more UBI action names onto
     Amelio event types (``{"add_to_cart": "result_pinned"}``); an action with no type
     is skipped and reported. Queries are logged as impressions of ``project``.
+
+    The file is read batch by batch, so its size does not bound memory: each batch's
+    queries are logged before its events are stored, which is all an event needs
+    (the aggregator joins an event to its impression later, wherever it came from).
     """
     if consent not in ("granted", "denied", "unknown"):
         raise InvalidInput(f"consent is granted, denied or unknown, not {consent!r}",
                            field="consent")
-    mapping = dict(ACTIONS)
-    for name, mapped in (actions or {}).items():
-        if mapped not in EVENT_TYPES:
-            raise InvalidInput(f"{name}={mapped}: {mapped!r} is not an event type "
-                               f"(one of {', '.join(EVENT_TYPES)})", field="map")
-        mapping[name] = mapped
-    settings = workspace.settings
+    validate_name(project)
+    mapping = _event_types(actions)
     collector = Collector(workspace)
     now_ms = int(datetime.now(UTC).timestamp() * 1000)
     report = UbiIngestReport()
-    tokens: dict[str, str] = {}
-    request_ids: dict[str, str] = {}
-
-    def issue(query_id: str) -> str:
-        return collector.signer.issue(query_id, request_ids.get(query_id) or query_id)
-
-    impressions: list[tuple[int, dict[str, Any]]] = []
-    events: list[tuple[int, dict[str, Any]]] = []
-    for number, item in _records(Path(path)):
-        try:
-            if isinstance(item, _Unparsable):
-                raise _Refused("", item.reason)
-            if not isinstance(item, dict):
-                raise _Refused("", "a UBI record is a JSON object")
-            kind = _kind(item)
-            errors = ubi_errors(item, kind)
-            if errors:
-                where, _, reason = errors[0].partition(": ")
-                raise _Refused(where, f"not a UBI {kind} ({reason})")
-            if kind == "query":
-                row = _query_impression(item, settings, project, collector.hasher, now_ms)
-                request_ids[row["query_id"]] = row["request_id"]
-                impressions.append((number, row))
-                continue
-            event_type = mapping.get(item["action_name"])
-            if event_type is None:
-                report.events["skipped"] += 1
-                report.problems.append((number, "action_name", (
-                    f"{item['action_name']!r} has no Amelio event type; map it with "
-                    "--map ACTION=EVENT_TYPE" if item["action_name"] not in ("impression",
-                                                                               "view")
-                    else "impressions come from the UBI queries' hit lists")))
-                continue
-            events.append((number, _marty_event(item, event_type, consent, tokens, issue)))
-        except _Refused as refusal:
-            which = "queries" if isinstance(item, dict) and _kind(item) == "query" else "events"
-            getattr(report, which)["rejected"] += 1
-            report.problems.append((number, refusal.where, refusal.reason))
-    _store_impressions(workspace, impressions, report)
-    for start in range(0, len(events), settings.feedback_max_events):
-        chunk = events[start:start + settings.feedback_max_events]
-        result = collector.ingest([e for _, e in chunk], rate_limit=False,
-                                  indexes=[n for n, _ in chunk])
-        for status in result.statuses:
-            report.events[status.status] += 1
-            if status.status == "rejected":
-                report.problems.append((status.position, status.field or "",
-                                        status.reason or ""))
+    for numbers, items in _file_batches(Path(path), _BATCH_LINES):
+        impressions: list[dict[str, Any]] = []
+        events: list[tuple[int, dict[str, Any]]] = []
+        for number, item in zip(numbers, items, strict=True):
+            kind: Kind = "event"
+            try:
+                if isinstance(item, _Unparsable):
+                    raise _Refused("", item.reason)
+                if not isinstance(item, dict):
+                    raise _Refused("", "a UBI record is a JSON object")
+                kind = _kind(item)
+                error = _first_error(item, kind)
+                if error is not None:
+                    where, reason = error
+                    raise _Refused(where, f"not a UBI {kind} ({reason})")
+                if kind == "query":
+                    impressions.append(_query_impression(
+                        item, workspace.settings, project, collector.hasher, now_ms))
+                    continue
+                event_type = mapping.get(item["action_name"])
+                if event_type is None:
+                    report.events["skipped"] += 1
+                    report.problems.append((number, "action_name", _unmapped(item)))
+                    continue
+                events.append((number, _marty_event(item, event_type, consent)))
+            except _Refused as refusal:
+                (report.queries if kind == "query" else report.events)["rejected"] += 1
+                report.problems.append((number, refusal.where, refusal.reason))
+        _store_impressions(workspace, impressions, report)
+        _store_events(collector, events, report)
     report.problems.sort()
     return report
 
 
-def _store_impressions(workspace: Workspace, rows: Sequence[tuple[int, dict[str, Any]]],
+def _unmapped(record: Mapping[str, Any]) -> str:
+    """Why an event with no Amelio type is skipped, and what to do about it."""
+    if record["action_name"] in ("impression", "view"):
+        return "impressions come from the UBI queries' hit lists"
+    return (f"{record['action_name']!r} has no Amelio event type; map it with "
+            "--map ACTION=EVENT_TYPE")
+
+
+def _store_events(collector: Collector, events: Sequence[tuple[int, dict[str, Any]]],
+                  report: UbiIngestReport) -> None:
+    """Hand a batch's ``(line, event)`` to the collector, naming each rejection by its
+    line and the UBI field it came from."""
+    size = collector.settings.feedback_max_events
+    for start in range(0, len(events), size):
+        chunk = events[start:start + size]
+        result = collector.ingest([e for _, e in chunk], rate_limit=False,
+                                  require_token=False, indexes=[n for n, _ in chunk])
+        for status in result.statuses:
+            report.events[status.status] += 1
+            if status.status == "rejected":
+                report.problems.append((status.position, _ubi_field(status.field or ""),
+                                        status.reason or ""))
+
+
+def _store_impressions(workspace: Workspace, rows: Sequence[dict[str, Any]],
                        report: UbiIngestReport) -> None:
-    """Log the imported queries as impressions, in one transaction; a query id the log
-    already holds (an earlier import, or a search this server answered) is kept."""
+    """Log a batch's queries as impressions, in one transaction. A query id the log
+    already holds (an earlier import, a line above, a search this server answered,
+    even one answered meanwhile) is kept and counted ``duplicate``: the insert ignores
+    it rather than failing on the unique key and losing the batch."""
     if not rows:
         return
+    per_statement = _MAX_PARAMETERS // len(rows[0])
+    imported = 0
     with transaction(workspace.engine) as conn:
-        known: set[str] = set()
-        ids = [r["query_id"] for _, r in rows]
-        for start in range(0, len(ids), 500):
-            known |= set(conn.scalars(sa.select(search_impressions.c.query_id).where(
-                search_impressions.c.query_id.in_(ids[start:start + 500]))))
-        fresh = []
-        for _, row in rows:
-            if row["query_id"] in known:
-                report.queries["duplicate"] += 1
-            else:
-                known.add(row["query_id"])
-                fresh.append(row)
-        if fresh:
-            conn.execute(search_impressions.insert(), fresh)
-        report.queries["imported"] += len(fresh)
+        for start in range(0, len(rows), per_statement):
+            imported += len(insert_ignore(
+                conn, search_impressions, list(rows[start:start + per_statement]),
+                ["query_id"], returning=search_impressions.c.query_id))
+    report.queries["imported"] += imported
+    report.queries["duplicate"] += len(rows) - imported
 
 
 # -- export ----------------------------------------------------------------------------
@@ -427,7 +480,7 @@ def _query_record(row: Any) -> dict[str, Any]:
     return record
 
 
-def _event_record(row: Any, ranks: Mapping[str, Mapping[str, int]]) -> dict[str, Any] | None:
+def _event_record(row: Any, ranks: Mapping[tuple[str, str], int]) -> dict[str, Any] | None:
     """The UBI event for a stored event, or None when UBI has no place for it."""
     exported = _EXPORTED.get(row.event_type)
     if exported is None or row.query_id is None:
@@ -445,7 +498,7 @@ def _event_record(row: Any, ranks: Mapping[str, Mapping[str, int]]) -> dict[str,
     attributes: dict[str, Any] = {_EVENT_ID_ATTR: row.event_id}
     if row.doc_id is not None:
         attributes["object"] = {"object_id": row.doc_id, "object_id_field": "_id"}
-        rank = row.rank_shown or ranks.get(row.query_id, {}).get(row.doc_id)
+        rank = row.rank_shown or ranks.get((row.query_id, row.doc_id))
         if rank is not None:
             attributes["position"] = {"ordinal": rank}
     dwell = (payload.get("outcome") or {}).get("dwellMs")
@@ -456,21 +509,43 @@ def _event_record(row: Any, ranks: Mapping[str, Mapping[str, int]]) -> dict[str,
     return record
 
 
+def _ranks(conn: sa.Connection, rows: Sequence[Any]) -> dict[tuple[str, str], int]:
+    """``(query id, doc id) → rank`` from the impression log, for the events of
+    ``rows`` that name a document but not its rank: only those need the log, so a
+    batch reads the few impressions it joins rather than the export the whole log."""
+    wanted = sorted({r.query_id for r in rows if r.doc_id is not None
+                     and r.rank_shown is None and r.query_id is not None})
+    ranks: dict[tuple[str, str], int] = {}
+    i = search_impressions.c
+    for start in range(0, len(wanted), _ID_CHUNK):
+        for imp in conn.execute(sa.select(i.query_id, i.results)
+                                .where(i.query_id.in_(wanted[start:start + _ID_CHUNK]))):
+            for doc, rank, _ in imp.results:
+                ranks.setdefault((imp.query_id, doc), rank)
+    return ranks
+
+
+def _partial(path: Path) -> Path:
+    return path.with_suffix(path.suffix + ".partial")
+
+
 def _write(path: Path, records: Iterable[dict[str, Any]], kind: Kind) -> int:
-    """Write ``records`` as NDJSON, each checked against the UBI schema first; the
-    file appears only once complete (a failed export leaves no half file)."""
-    partial = path.with_suffix(path.suffix + ".partial")
+    """Write ``records`` as NDJSON to ``path``'s ``.partial``, each checked against the
+    UBI schema first; whatever stops the writing (a record that does not validate, a
+    database or disk error) removes it, so no half file is left behind."""
+    partial = _partial(path)
     count = 0
-    with partial.open("w", encoding="utf-8") as out:
-        for record in records:
-            errors = ubi_errors(record, kind)
-            if errors:  # a mapping bug: stop rather than write what other tools refuse
-                out.close()
-                partial.unlink()
-                raise RuntimeError(f"An exported UBI {kind} does not validate: {errors}")
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
-            count += 1
-    partial.replace(path)
+    try:
+        with partial.open("w", encoding="utf-8") as out:
+            for record in records:
+                errors = ubi_errors(record, kind)
+                if errors:  # a mapping bug: stop rather than write what other tools refuse
+                    raise RuntimeError(f"An exported UBI {kind} does not validate: {errors}")
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                count += 1
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     return count
 
 
@@ -478,7 +553,11 @@ def export_ubi(workspace: Workspace, out_dir: Path | str, *, since_ms: int | Non
                force: bool = False) -> UbiExportReport:
     """Write ``ubi_queries.ndjson`` (one UBI query per logged impression) and
     ``ubi_events.ndjson`` (one UBI event per stored search event) to ``out_dir``,
-    from ``since_ms`` on (default: everything); refuses to overwrite without ``force``."""
+    from ``since_ms`` on (default: everything); refuses to overwrite without ``force``.
+
+    Both files are written in full before either replaces its namesake, so a failed
+    export leaves the previous pair as it was rather than one new file beside an old
+    one. Rows are read in batches, never the whole log at once."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     targets = [out / QUERIES_FILE, out / EVENTS_FILE]
@@ -490,25 +569,37 @@ def export_ubi(workspace: Workspace, out_dir: Path | str, *, since_ms: int | Non
     i, e = search_impressions.c, feedback_events.c
     with workspace.engine.connect() as conn:
         query = sa.select(i.query_id, i.request_id, i.project, i.query_norm, i.profile,
-                          i.results, i.created_ms, i.session_hash).order_by(i.id)
+                          i.results, i.created_ms, i.session_hash).order_by(i.id) \
+            .execution_options(yield_per=_READ_BATCH)
         if since_ms is not None:
             query = query.where(i.created_ms >= since_ms)
-        rows = list(conn.execute(query))
-        ranks = {r.query_id: {doc: rank for doc, rank, _ in r.results} for r in rows}
-        report.queries = _write(targets[0], (_query_record(r) for r in rows), "query")
         events = sa.select(e.event_id, e.event_type, e.event_time_ms, e.query_id, e.doc_id,
-                           e.rank_shown, e.payload).order_by(e.seq)
+                           e.rank_shown, e.payload).order_by(e.seq) \
+            .execution_options(yield_per=_READ_BATCH)
         if since_ms is not None:
             events = events.where(e.event_time_ms >= since_ms)
 
-        def records() -> Iterator[dict[str, Any]]:
-            for row in conn.execute(events):
-                record = _event_record(row, ranks)
-                if record is None:
-                    report.skipped += 1
-                else:
-                    yield record
+        def queries() -> Iterator[dict[str, Any]]:
+            for row in conn.execute(query):
+                yield _query_record(row)
 
-        report.events = _write(targets[1], records(), "event")
+        def records() -> Iterator[dict[str, Any]]:
+            for batch in conn.execute(events).partitions():
+                ranks = _ranks(conn, batch)
+                for row in batch:
+                    record = _event_record(row, ranks)
+                    if record is None:
+                        report.skipped += 1
+                    else:
+                        yield record
+
+        report.queries = _write(targets[0], queries(), "query")
+        try:
+            report.events = _write(targets[1], records(), "event")
+        except BaseException:
+            _partial(targets[0]).unlink(missing_ok=True)
+            raise
+    for target in targets:
+        _partial(target).replace(target)
     report.files = [str(p) for p in targets]
     return report
