@@ -643,3 +643,167 @@ def test_new_identities_are_rate_limited(sqlite_workspace: Workspace,
         assert same_address.status_code == 429
         assert same_address.json()["error"]["details"]["scope"] == "address"
         assert site.stats()["clients"]["total"] == 2
+
+
+# -- healing, and what the review asked for ---------------------------------------------
+
+
+def broken_spot_checks(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's embedder fails (the spot-check of a disagreement, or a random one)."""
+
+    def down(texts: Sequence[str]) -> list[list[float]]:
+        raise RuntimeError("the embedder is down")
+
+    monkeypatch.setattr(site.embedder, "embed", down)
+
+
+def failed_second_result(site: Site, monkeypatch: pytest.MonkeyPatch
+                         ) -> tuple[Browser, Browser, dict[str, Any], dict[str, Any]]:
+    """Two clients send a task's results; the second submit fails between recording its
+    result and settling both (its spot-check's embedder raises)."""
+    alice, bob = site.browser(), site.browser()
+    [task], [same] = alice.tasks(), bob.tasks()
+    assert alice.verdict(task)["status"] == "pending"
+    with monkeypatch.context() as patch:
+        broken_spot_checks(site, patch)
+        try:
+            failed = bob.send(same)
+        except RuntimeError:  # the test client re-raises what the server did not handle
+            pass
+        else:
+            assert failed.status_code == 500, failed.text
+    assert site.stats()["results"]["pending"] == 2 and site.vectors() == {}
+    return alice, bob, task, same
+
+
+def test_a_result_sent_again_settles_a_submit_that_failed(
+        workspace: Workspace, wordllama: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, both results stayed pending forever: the task was never leased again, a
+    retry answered duplicate, and its documents stayed claimed."""
+    with open_site(workspace, wordllama, contributions_spot_check=1.0) as site:
+        alice, bob, task, same = failed_second_result(site, monkeypatch)
+        newcomer = site.browser().tasks(2)
+        assert task["taskId"] not in {t["taskId"] for t in newcomer}  # two results hold it
+        again = bob.verdict(same)  # the client retries after the error: settled now
+        assert again["status"] == "accepted" and again["trust"] > 0.5
+        assert sorted(site.vectors()) == ["doc-0", "doc-1", "doc-2"]
+        assert alice.lease()["trust"] > 0.5  # alice's result was settled with it
+        stats = site.stats()
+        assert stats["tasks"]["accepted"] == 1 and stats["results"]["pending"] == 0
+        assert stats["spotChecks"] == 1
+        repeat = bob.send(same).json()  # settled: a plain duplicate from now on
+        assert repeat["status"] == "duplicate" and "accepted" in repeat["reason"]
+
+
+def test_a_lease_settles_a_task_left_unsettled(workspace: Workspace, wordllama: Embedder,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """No retry comes (the process died, or the client left): a later lease settles the
+    task once its results have waited longer than any submit takes."""
+    with open_site(workspace, wordllama, contributions_spot_check=1.0) as site:
+        _, bob, task, same = failed_second_result(site, monkeypatch)
+        early = site.browser().tasks(2)  # too soon: the submit might still be running
+        assert task["taskId"] not in {t["taskId"] for t in early} and site.vectors() == {}
+        site.clock.now += 61
+        site.browser().lease()
+        assert sorted(site.vectors()) == ["doc-0", "doc-1", "doc-2"]
+        stats = site.stats()
+        assert stats["tasks"]["accepted"] == 1 and stats["results"]["accepted"] == 2
+        assert bob.send(same).json()["status"] == "duplicate"
+
+
+def test_a_lease_that_cannot_settle_still_answers(lite: Site,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stuck task whose settling fails again (the embedder still down) does not fail the
+    lease that tried: the next poll tries again."""
+    lite.service.settings = lite.service.settings.model_copy(
+        update={"contributions_spot_check": 1.0})
+    failed_second_result(lite, monkeypatch)
+    broken_spot_checks(lite, monkeypatch)
+    lite.clock.now += 61
+    assert lite.browser().lease()["tasks"]  # the other documents' task
+    assert lite.stats()["results"]["pending"] == 2
+
+
+def test_a_document_changed_as_the_vectors_go_in_keeps_no_stale_vector(
+        site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store compares the texts in its own write transaction: a document updated
+    after the task's texts were checked is skipped, and tasked again with its new text."""
+    changed = Document("doc-1", "How to reset a password", "Use the new portal instead.", {})
+    put = site.store.put_vectors
+
+    def racing(model: str, vectors: Any, **options: Any) -> list[str]:
+        site.store.apply([changed])  # lands between the check and the write
+        return put(model, vectors, **options)
+
+    monkeypatch.setattr(site.store, "put_vectors", racing)
+    alice, bob = site.browser(), site.browser()
+    [task], [same] = alice.tasks(), bob.tasks()
+    assert alice.verdict(task)["status"] == "pending"
+    assert bob.verdict(same)["status"] == "accepted"
+    monkeypatch.undo()
+    assert sorted(site.vectors()) == ["doc-0", "doc-2"]
+    assert site.embedder.texts == 0  # nothing embedded by the server, either
+    texts = [text for t in site.browser().tasks(2) for text in t["input"]["texts"]]
+    assert f"{changed.title}\n{changed.body}" in texts
+
+
+def test_a_result_is_decoded_once(lite: Site, monkeypatch: pytest.MonkeyPatch) -> None:
+    from amelio.contributions import schema, service
+
+    calls: list[int] = []
+
+    def counting(text: str, dimensions: int) -> np.ndarray:
+        calls.append(dimensions)
+        return decode_vectors(text, dimensions)
+
+    monkeypatch.setattr(schema, "decode_vectors", counting)
+    monkeypatch.setattr(service, "decode_vectors", counting)
+    alice = lite.browser()
+    [task] = alice.tasks()
+    assert alice.verdict(task)["status"] == "pending"
+    assert calls == [256]
+
+
+def test_polling_while_off_writes_nothing(sqlite_workspace: Workspace,
+                                          wordllama: Embedder) -> None:
+    with open_site(sqlite_workspace, wordllama) as site:
+        alice = site.browser()
+        alice.lease()
+        off = Contributions(Workspace(site.ws.settings.model_copy(
+            update={"contributions": False}), site.ws.engine), store=site.store,
+            clock=site.clock)
+        with site.ws.engine.connect() as conn:
+            seen = conn.execute(sa.text("SELECT tier, last_seen_ms FROM "
+                                        "contribution_clients")).all()
+        site.clock.now += 30
+        body = off.lease(tier="HIGH", purposes=["search_index"], client_token=alice.token)
+        assert body["tasks"] == [] and "contributions = true" in body["reason"]
+        assert body["clientToken"] == alice.token and body["trust"] == 0.5
+        with site.ws.engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT tier, last_seen_ms FROM "
+                                        "contribution_clients")).all() == seen
+
+
+def test_browsers_embed_exactly_when_tasks_are_handed_out(sqlite_workspace: Workspace
+                                                          ) -> None:
+    from amelio.search.engine import browsers_embed
+
+    for options in ({"contributions": False}, {"contributions": True},
+                    {"contributions": True, "search_embedding_model": ""},
+                    {"contributions": True, "search_embedding_model": "all-MiniLM-L6-v2"}):
+        ws = Workspace(sqlite_workspace.settings.model_copy(
+            update={"search_embedding_model": MODEL} | options), sqlite_workspace.engine)
+        service = Contributions(ws)
+        assert browsers_embed(ws.settings) == (service.unavailable() is None), options
+
+
+def test_the_dashboard_labels_all_time_leases_apart(lite: Site) -> None:
+    [task], [same] = lite.browser("MID").tasks(), lite.browser("MID").tasks()
+    assert same["taskId"] == task["taskId"]
+    login(lite.http, lite.admin_key)
+    html = lite.http.get("/contributions").text
+    assert 'class="tasks-leased">1<' in html  # one open task a live lease holds now
+    assert "Leases (all time)" in html and 'class="leased">2<' in html  # two leases given
+    assert 'class="clients">2<' in html
+    french = lite.http.get("/contributions", headers={"Accept-Language": "fr"}).text
+    assert "Prêts (au total)" in french

@@ -195,3 +195,37 @@ def test_with_contributions_on_documents_wait_for_browsers(tmp_path: Path,
             "reset", "sso", "expire"}
     finally:
         ws.dispose()
+
+
+def test_put_vectors_skips_documents_whose_text_moved_on(corpus: Corpus,
+                                                         concepts: ConceptEmbedder) -> None:
+    """With the texts the vectors were computed from, the store writes only the documents
+    whose embed text is still that (checked in its own write transaction) and says which
+    it skipped: unknown ids too."""
+    corpus.apply([Document("a", "Reset", "your password.", {}),
+                  Document("b", "Pay", "an invoice.", {})])  # no embedder: no vectors
+    [va, vb] = concepts.embed(["x", "y"])
+    skipped = corpus.put_vectors(concepts.model, {"a": va, "b": vb, "nope": va},
+                                 texts={"a": "Reset\nyour password.", "b": "Pay\nold text.",
+                                        "nope": "?"})
+    assert skipped == ["b", "nope"]
+    assert [d for d, _ in corpus.missing_vectors(concepts.model)
+            if d in {"a", "b"}] == ["b"]
+    assert corpus.put_vectors(concepts.model, {"b": vb}) == []  # no texts: not compared
+
+
+def test_deferred_vectors_are_read_without_the_write_lock(corpus: Corpus,
+                                                          concepts: ConceptEmbedder) -> None:
+    """With missing vectors left to browsers, loading the matrix writes nothing, so it must
+    not wait for the write lock (browsers' vectors being stored hold it)."""
+    import sqlite3
+
+    corpus.defer_missing_vectors = True
+    writer = sqlite3.connect(corpus.path, timeout=0)
+    writer.execute("BEGIN IMMEDIATE")  # another writer holds the lock
+    try:
+        hits, _ = corpus.nearest("my bill", 3, concepts)
+        assert hits and hits[0].doc_id in {d["_id"] for d in DOCS}
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()

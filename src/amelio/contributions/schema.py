@@ -26,7 +26,7 @@ import base64
 import binascii
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Required, get_args
 
-from pydantic import AfterValidator, ConfigDict, Field, TypeAdapter, with_config
+from pydantic import AfterValidator, ConfigDict, Field, TypeAdapter, ValidationInfo, with_config
 from typing_extensions import TypedDict
 
 from amelio.feedback.schema import DEVICE_TIERS, ULID_PATTERN, DeviceTier
@@ -50,6 +50,7 @@ __all__ = [
     "decode_vectors",
     "encode_vectors",
     "json_schema",
+    "vectors_from_bytes",
 ]
 
 TaskType = Literal["embed_documents"]
@@ -104,13 +105,22 @@ def decode_vectors(text: str, dimensions: int) -> npt.NDArray[np.float32]:
     if not raw or len(raw) % row:
         raise ValueError(f"vectors decodes to {len(raw)} bytes, not a whole number of "
                          f"vectors of {dimensions} float32 ({row} bytes each)")
-    matrix = np.frombuffer(raw, dtype="<f4").reshape(-1, dimensions)
+    matrix = vectors_from_bytes(raw, dimensions)
     if len(matrix) > MAX_VECTORS:
         raise ValueError(f"vectors holds {len(matrix)} vectors; at most {MAX_VECTORS}")
     if not np.isfinite(matrix).all():
         bad = int(np.argmin(np.isfinite(matrix).all(axis=1)))
         raise ValueError(f"vector {bad} has a number that is not finite (NaN or infinity)")
-    return matrix.astype(np.float32, copy=False)
+    return matrix
+
+
+def vectors_from_bytes(raw: bytes, dimensions: int) -> npt.NDArray[np.float32]:
+    """The matrix of the wire form's bytes (what the server also stores), read in place:
+    one definition of the layout, for the result a client sends and the one kept."""
+    import numpy as np
+
+    return np.frombuffer(raw, dtype="<f4").reshape(-1, dimensions).astype(np.float32,
+                                                                        copy=False)
 
 
 @_ok
@@ -129,8 +139,12 @@ class Result(TypedDict):
         "[4·i·dimensions, 4·(i+1)·dimensions); n is the task's number of texts.")]
 
 
-def _decodable(result: Result) -> Result:
-    decode_vectors(result["vectors"], result["dimensions"])
+def _decodable(result: Result, info: ValidationInfo) -> Result:
+    """The contract's own check, for anyone validating a body with
+    :func:`contribution_adapter`. The server skips it (``context={"decode": False}``)
+    because it decodes the vectors anyway, once, to use them."""
+    if (info.context or {}).get("decode", True):
+        decode_vectors(result["vectors"], result["dimensions"])
     return result
 
 

@@ -20,7 +20,12 @@ sends is believed on its word:
   accepted`` by one conditional update under the task's row lock, then its vectors
   go into the store with :meth:`DocumentStore.put_vectors`: applied once. When a
   document changed since the task was made (its current text no longer matches)
-  the task is cancelled and nothing is written.
+  the task is cancelled and nothing is written; one that changes as the vectors go
+  in is skipped by the store's own check of the texts, and tasked again.
+* **Healing**: a submit records its result in one transaction and settles it in a
+  second, after verifying (which may embed). Results a failed submit left pending
+  are verified and settled again when their client sends them again, or when a
+  lease finds their task stuck (:meth:`Contributions._heal`).
 * **Trust** starts at 0.5, rises a little with each accepted result and drops
   sharply when a spot-check proves a result wrong; a client under
   :data:`TRUST_FLOOR` gets no tasks, and fewer tasks per lease as trust falls.
@@ -56,6 +61,7 @@ from amelio.contributions.schema import (
     Contribution,
     contribution_adapter,
     decode_vectors,
+    vectors_from_bytes,
 )
 from amelio.contributions.tokens import client_tokens
 from amelio.db.engine import insert_ignore, reading, transaction
@@ -66,15 +72,15 @@ from amelio.db.schema import (
     contribution_task_docs,
     contribution_tasks,
 )
-from amelio.embeddings import WORDLLAMA, Embedder, load_embedder
+from amelio.embeddings import WORDLLAMA, Embedder, embed_matrix, load_embedder
 from amelio.errors import Conflict, InvalidInput
 from amelio.ops.metrics import REGISTRY
-from amelio.search.store import EMBED_CHARS
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
+    from amelio.config import Settings
     from amelio.search.store import DocumentStore
     from amelio.workspace import Workspace
 
@@ -87,6 +93,7 @@ __all__ = [
     "Contributions",
     "contribution_stats",
     "input_digest",
+    "unavailable",
 ]
 
 log = logging.getLogger("amelio.contributions")
@@ -111,6 +118,10 @@ _RETRY_MS = {"off": 600_000, "idle": 60_000, "refused": 600_000, "trust": 3_600_
              "busy": 5_000}
 _DOC_ID_CHARS = 256
 _WAITING = "Waiting for a second client's result for this task."
+#: A submit settles its result within seconds of recording it; results pending longer
+#: than this beside enough others to settle were left by a submit that failed between
+#: its two transactions (:meth:`Contributions._heal`).
+_SETTLE_GRACE_MS = 60_000
 
 RESULTS = Counter(
     "amelio_contributions_results_total", "Contributed results by outcome (pending, "
@@ -130,19 +141,23 @@ def input_digest(texts: Sequence[str]) -> str:
     return "sha256:" + hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
 
-def _matrix(vectors: Sequence[Sequence[float]]) -> npt.NDArray[np.float32]:
-    import numpy as np
-
-    return np.asarray(vectors, dtype=np.float32)
-
-
-def _stored(raw: bytes, dimensions: int) -> npt.NDArray[np.float32]:
-    """A stored result's vectors (``contribution_results.vectors``: the little-endian
-    float32 matrix's bytes, as the result carried them)."""
-    import numpy as np
-
-    return np.frombuffer(raw, dtype="<f4").reshape(-1, dimensions).astype(np.float32,
-                                                                        copy=False)
+def unavailable(settings: Settings) -> str | None:
+    """Why a server with ``settings`` hands out no tasks at all, or None when it does.
+    Also what leaves the search store's missing vectors to browsers
+    (:func:`amelio.search.engine.browsers_embed`): one predicate, so documents never
+    wait for browsers that are given no tasks."""
+    model = settings.search_embedding_model
+    if not settings.contributions:
+        return ("Contributions are off on this server: the operator turns them on "
+                "with contributions = true (AMELIO_CONTRIBUTIONS).")
+    if model not in DIMENSIONS:
+        return (f"search_embedding_model is {model!r}; browsers compute "
+                f"{', '.join(DIMENSIONS)} embeddings only.")
+    if importlib.util.find_spec(model) is None:
+        return (f"The {model} model is not installed on the server (pip install "
+                "'amelio[semantic]'): browsers could not load it, nor the server "
+                "check their results.")
+    return None
 
 
 def _agree(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32], tolerance: float) -> bool:
@@ -214,7 +229,8 @@ class Contributions:
             self._embedder = search_embedder(self.settings, "contributions spot-check")
         embedder = self._embedder if self._embedder is not None \
             and self._embedder.model == model else load_embedder(model)
-        return _matrix(embedder.embed(list(texts)))
+        matrix: npt.NDArray[np.float32] = embed_matrix(embedder, texts)
+        return matrix
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -225,17 +241,7 @@ class Contributions:
 
     def unavailable(self) -> str | None:
         """Why this server hands out no tasks at all, or None when it does."""
-        if not self.settings.contributions:
-            return ("Contributions are off on this server: the operator turns them on "
-                    "with contributions = true (AMELIO_CONTRIBUTIONS).")
-        if self.model not in DIMENSIONS:
-            return (f"search_embedding_model is {self.model!r}; browsers compute "
-                    f"{', '.join(DIMENSIONS)} embeddings only.")
-        if importlib.util.find_spec(self.model) is None:
-            return (f"The {self.model} model is not installed on the server (pip install "
-                    "'amelio[semantic]'): browsers could not load it, nor the server "
-                    "check their results.")
-        return None
+        return unavailable(self.settings)
 
     # -- GET /v1/contributions/tasks ------------------------------------------------------
 
@@ -261,7 +267,17 @@ class Contributions:
             "leaseSeconds": self.settings.contributions_lease_seconds,
             "retryAfterMs": _RETRY_MS["off"], "tasks": [], "reason": None}
         off = self.unavailable()
-        if off is not None and client_id is None:  # no identity handed out while off
+        if off is not None:
+            # No identity is handed out while off, and a known client's row is only
+            # read: clients keep polling, and each poll would otherwise be a write.
+            if client_id is not None:
+                with reading(self.workspace.engine) as conn:
+                    trust = conn.scalar(sa.select(contribution_clients.c.trust)
+                                        .where(contribution_clients.c.id == client_id))
+                    used_ms, _ = self._used_last_hour(conn, client_id, now)
+                response["trust"] = None if trust is None else round(float(trust), 4)
+                response["budget"]["usedLastHour"] = round(
+                    max(used_ms / 1000, reported_cpu_s or 0.0), 3)
             response["reason"] = off
             return response
         with transaction(self.workspace.engine) as conn:
@@ -272,15 +288,15 @@ class Contributions:
             used_ms, oldest_ms = self._used_last_hour(conn, client_id, now)
             used_s = max(used_ms / 1000, reported_cpu_s or 0.0)
             response["budget"]["usedLastHour"] = round(used_s, 3)
-            reason, retry = self._refusal(off, tier, purposes, types, trust, used_s,
-                                          budget_s)
+            reason, retry = self._refusal(tier, purposes, types, trust, budget_s)
             if reason is None and used_s >= budget_s:
                 reason = (f"The hourly CPU budget of tier {tier} ({budget_s} s) is spent "
                           f"({used_s:.1f} s in the last hour).")
                 retry = max((oldest_ms or now) + HOUR_MS - now, _RETRY_MS["busy"])
+            stuck: list[str] = []
             if reason is None:
                 wanted = min(max_tasks, _tasks_for(trust))
-                response["tasks"] = self._lease_tasks(conn, client_id, wanted, now)
+                response["tasks"], stuck = self._lease_tasks(conn, client_id, wanted, now)
                 if response["tasks"]:
                     retry = 0
                 else:
@@ -288,14 +304,18 @@ class Contributions:
                               "or every open task already has enough clients.")
                     retry = _RETRY_MS["idle"]
             response["reason"], response["retryAfterMs"] = reason, retry
+        for task_id in stuck[:1]:  # one a poll: the answer is not held up for long
+            try:
+                self._heal(task_id, now)
+            except Exception:  # the next poll tries again; this client's lease stands
+                log.warning("contributions: task %s could not be settled again", task_id,
+                            exc_info=True)
         return response
 
     @staticmethod
-    def _refusal(off: str | None, tier: str, purposes: Sequence[str], types: Sequence[str],
-                 trust: float, used_s: float, budget_s: int) -> tuple[str | None, int]:
+    def _refusal(tier: str, purposes: Sequence[str], types: Sequence[str], trust: float,
+                 budget_s: int) -> tuple[str | None, int]:
         """Why a known client gets no task whatever the tasks are, and when to retry."""
-        if off is not None:
-            return off, _RETRY_MS["off"]
         if budget_s <= 0:
             return f"Tier {tier} devices do not lend compute.", _RETRY_MS["refused"]
         if not set(PURPOSES) & set(purposes):
@@ -340,17 +360,19 @@ class Contributions:
         return float(row[0]), None if row[1] is None else int(row[1])
 
     def _lease_tasks(self, conn: sa.Connection, client_id: str, wanted: int, now: int
-                     ) -> list[dict[str, Any]]:
+                     ) -> tuple[list[dict[str, Any]], list[str]]:
         """Lease up to ``wanted`` tasks to the client, making new ones when too few are
         open; a task whose documents changed meanwhile is cancelled on the way (and its
-        documents tasked again, with their new texts)."""
+        documents tasked again, with their new texts). Also the open tasks a failed
+        submit left unsettled (:meth:`_eligible`), for the caller to settle once this
+        transaction is over."""
         expires = now + self.settings.contributions_lease_seconds * 1000
         leased: list[dict[str, Any]] = []
         for _ in range(2):  # a second round when stale tasks were cancelled
-            eligible = self._eligible(conn, client_id, now)
+            eligible, stuck = self._eligible(conn, client_id, now)
             if len(eligible) < wanted - len(leased):
                 self._create_tasks(conn, wanted - len(leased) - len(eligible), now)
-                eligible = self._eligible(conn, client_id, now)
+                eligible, stuck = self._eligible(conn, client_id, now)
             stale = False
             for task_id in eligible:
                 if len(leased) == wanted:
@@ -375,17 +397,20 @@ class Contributions:
                     "input": task.input, "leaseExpiresMs": expires})
             if len(leased) == wanted or not stale:
                 break
-        return leased
+        return leased, stuck
 
-    def _eligible(self, conn: sa.Connection, client_id: str, now: int) -> list[str]:
+    def _eligible(self, conn: sa.Connection, client_id: str, now: int
+                  ) -> tuple[list[str], list[str]]:
         """The open tasks of the model that this client never leased and that fewer than
         :data:`CLIENTS_PER_TASK` clients hold (a live lease or a pending result): those
-        already half done first, then the oldest."""
+        already half done first, then the oldest. And the open tasks stuck with enough
+        pending results to settle, none of them received in the last
+        :data:`_SETTLE_GRACE_MS` (a submit failed between recording and settling)."""
         t, le, r = contribution_tasks.c, contribution_leases.c, contribution_results.c
         is_open = sa.and_(t.state == "open", t.model == self.model)
         tasks = conn.scalars(sa.select(t.id).where(is_open).order_by(t.created_ms, t.id)).all()
         if not tasks:
-            return []
+            return [], []
         mine = set(conn.scalars(sa.select(le.task_id)
                                 .join(contribution_tasks, t.id == le.task_id)
                                 .where(is_open, le.client_id == client_id)))
@@ -393,12 +418,19 @@ class Contributions:
                        .join(contribution_tasks, t.id == le.task_id)
                        .where(is_open, le.state == "leased", le.expires_ms > now)
                        .group_by(le.task_id))
-        pending = _counts(conn, sa.select(r.task_id, sa.func.count())
-                          .join(contribution_tasks, t.id == r.task_id)
-                          .where(is_open, r.status == "pending").group_by(r.task_id))
+        pending: dict[str, int] = {}
+        stuck: list[str] = []
+        for task_id, count, newest in conn.execute(
+                sa.select(r.task_id, sa.func.count(), sa.func.max(r.received_ms))
+                .join(contribution_tasks, t.id == r.task_id)
+                .where(is_open, r.status == "pending").group_by(r.task_id)):
+            pending[task_id] = int(count)
+            if count >= CLIENTS_PER_TASK and newest < now - _SETTLE_GRACE_MS:
+                stuck.append(task_id)
         found = [task_id for task_id in tasks if task_id not in mine
                  and live.get(task_id, 0) + pending.get(task_id, 0) < CLIENTS_PER_TASK]
-        return sorted(found, key=lambda task_id: -pending.get(task_id, 0))  # stable: oldest
+        found.sort(key=lambda task_id: -pending.get(task_id, 0))  # stable: then the oldest
+        return found, stuck
 
     def _create_tasks(self, conn: sa.Connection, count: int, now: int) -> None:
         """Up to ``count`` new tasks of documents that have no vector and are in no open
@@ -462,7 +494,9 @@ class Contributions:
     def submit_json(self, body: bytes) -> dict[str, Any]:
         """:meth:`submit` for a request body (JSON), checked against the schema first."""
         try:
-            contribution = contribution_adapter().validate_json(body)
+            # The vectors are decoded once, by submit (which uses them), not also here.
+            contribution = contribution_adapter().validate_json(body,
+                                                                context={"decode": False})
         except ValidationError as exc:
             error = exc.errors(include_url=False)[0]
             field = ".".join(str(p) for p in error["loc"]) or None
@@ -481,15 +515,19 @@ class Contributions:
         if not self.settings.contributions:
             raise Conflict("Contributions are off on this server (contributions = false): "
                            "the result was not used.")
+        try:  # before the transaction: the task's row lock is not held while it runs
+            sent = decode_vectors(c["result"]["vectors"], c["result"]["dimensions"])
+        except ValueError as exc:  # as the schema's own check words it
+            raise InvalidInput(f"The body is not a MartyContributionV1 (result: {exc}); see "
+                               "GET /v1/contributions/schema.", field="result") from None
         now = self._now_ms()
         with transaction(self.workspace.engine) as conn:
-            recorded = self._record(conn, c, client_id, now)
-        if isinstance(recorded, dict):
-            RESULTS.labels("duplicate").inc()
-            return recorded
+            recorded = self._record(conn, c, client_id, sent, now)
+        if isinstance(recorded, _Received):
+            return self._again(recorded, client_id, now)
         task, mine, others = recorded
         verdicts, vectors, checked, disagreed = self._verify(task, mine, others)
-        if not verdicts and vectors is None and not checked and not disagreed:
+        if not verdicts:
             # The first result of a task: nothing to settle, so no second transaction
             # (a second client's result settles both, under the task's lock).
             status, reason, trust = "pending", _WAITING, mine.trust
@@ -499,17 +537,70 @@ class Contributions:
                 status, reason, trust = self._settle(conn, task.id, mine, owners, verdicts,
                                                      vectors, checked, disagreed, now)
         RESULTS.labels(status).inc()
-        # A cancelled task's results are "rejected" to the client (the protocol's four
-        # statuses); the reason says why, and its trust did not move.
-        return {"status": "rejected" if status == "cancelled" else status, "reason": reason,
-                "trust": round(trust, 4)}
+        return _answer(status, reason, trust)
 
-    def _record(self, conn: sa.Connection, c: Contribution, client_id: str, now: int
-                ) -> dict[str, Any] | tuple[sa.Row[Any], _Pending, list[_Pending]]:
-        """Check the lease and the result against the task, store the result as pending;
-        the task, this result and the task's other pending or accepted results (or,
-        for a result already received, the answer to give). Six statements: every one
-        of them does something a submit needs (this is the server's hottest path)."""
+    def _again(self, earlier: _Received, client_id: str, now: int) -> dict[str, Any]:
+        """The answer to a result sent again. One still pending may be one whose submit
+        failed before settling it (its client retries after the error): it is settled
+        now, and the answer is its verdict; otherwise ``duplicate``."""
+        if earlier.status == "pending":
+            self._heal(earlier.task_id, now)
+            r, cl = contribution_results.c, contribution_clients.c
+            with reading(self.workspace.engine) as conn:
+                row = conn.execute(sa.select(r.status, r.reason, cl.trust)
+                                   .join(contribution_clients, cl.id == r.client_id)
+                                   .where(r.task_id == earlier.task_id,
+                                          r.client_id == client_id)).first()
+            if row is not None and row.status != "pending":
+                RESULTS.labels(row.status).inc()
+                return _answer(row.status, row.reason or "", float(row.trust))
+        RESULTS.labels("duplicate").inc()
+        return {"status": "duplicate", "reason": f"This client's result for the task was "
+                f"already received ({earlier.status}).", "trust": round(earlier.trust, 4)}
+
+    def _heal(self, task_id: str, now: int) -> None:
+        """Verify and settle again the pending results of a task that a submit left
+        between its two transactions (its spot-check's embedder failed, or its process
+        stopped). Unsettled, they would hold the task forever: counted against
+        :data:`CLIENTS_PER_TASK`, their documents claimed, each retry a ``duplicate``.
+        Nothing but the database says what is left, so a process that died heals too.
+        Safe beside a submit still in flight: a result is settled once, under the task's
+        row lock (:meth:`_settle`)."""
+        t, r = contribution_tasks.c, contribution_results.c
+        with reading(self.workspace.engine) as conn:
+            task = conn.execute(sa.select(contribution_tasks).where(t.id == task_id)).one()
+            rows = conn.execute(sa.select(r.id, r.client_id, r.status, r.vectors)
+                                .where(r.task_id == task_id,
+                                       r.status.in_(("pending", "accepted")))
+                                .order_by(r.id)).all()
+        dimensions = DIMENSIONS[task.model]
+        results = [_Pending(row.id, row.client_id, row.status,
+                            vectors_from_bytes(row.vectors, dimensions)) for row in rows]
+        pending = [p for p in results if p.status == "pending"]
+        if task.state == "open":  # one round judges them all; fewer than two: waiting
+            rounds = [(pending[-1], [p for p in results if p is not pending[-1]])] \
+                if len(pending) >= CLIENTS_PER_TASK else []
+        else:  # late results, or a cancelled task's: each judged on its own
+            accepted = [p for p in results if p.status == "accepted"]
+            rounds = [(p, accepted) for p in pending]
+        owners = {p.id: p.client_id for p in results}
+        for mine, others in rounds:
+            verdicts, vectors, checked, disagreed = self._verify(task, mine, others)
+            if verdicts:
+                with transaction(self.workspace.engine) as conn:
+                    self._settle(conn, task.id, mine, owners, verdicts, vectors, checked,
+                                 disagreed, now)
+        if rounds:
+            log.info("contributions: task %s's pending results were settled again", task_id)
+
+    def _record(self, conn: sa.Connection, c: Contribution, client_id: str,
+                vectors: npt.NDArray[np.float32], now: int
+                ) -> _Received | tuple[sa.Row[Any], _Pending, list[_Pending]]:
+        """Check the lease and the result (``vectors``: its decoded vectors) against the
+        task, store the result as pending; the task, this result and the task's other
+        pending or accepted results (or, for a result already received, what became of
+        it). Six statements: every one of them does something a submit needs (this is
+        the server's hottest path)."""
         le, t, r = contribution_leases.c, contribution_tasks.c, contribution_results.c
         cl = contribution_clients.c
         # The lease and its task in one read, taking the task's row lock, which
@@ -535,42 +626,43 @@ class Contributions:
                              .where(cl.id == client_id)).first()
         trust = float(known[0]) if known is not None else 0.0
         if known is not None and known[1] is not None:
-            return {"status": "duplicate", "reason": f"This client's result for the task "
-                    f"was already received ({known[1]}).", "trust": round(trust, 4)}
+            return _Received(task.id, str(known[1]), trust)
         if found.lease_state != "leased" or found.lease_expires_ms <= now:
             raise Conflict(f"The lease expired {(now - found.lease_expires_ms) / 1000:.0f} s "
                            f"ago (leases last {self.settings.contributions_lease_seconds} s): "
                            "the task was given to another client; ask for new tasks.",
                            leaseId=lease_id)
-        vectors = self._check_result(c, task)
+        self._check_result(c, task, vectors)
         compute_ms = float(c["timings"]["computeMs"])
         inserted = insert_ignore(conn, contribution_results, {
             "task_id": task.id, "client_id": client_id,
             "vectors": vectors.astype("<f4", copy=False).tobytes(), "status": "pending",
             "compute_ms": compute_ms, "received_ms": now}, ("task_id", "client_id"),
             returning=r.id)
-        if not inserted:
-            return {"status": "duplicate", "reason": "This client's result for the task was "
-                    "already received.", "trust": round(trust, 4)}
+        if not inserted:  # the same client's other request recorded it meanwhile
+            return _Received(task.id, "pending", trust)
         conn.execute(contribution_leases.update().where(le.id == lease_id)
                      .values(state="submitted"))
         conn.execute(contribution_clients.update().where(cl.id == client_id).values(
             last_seen_ms=now, tier=c["deviceTier"]))
         dimensions = DIMENSIONS[task.model]
-        others = [_Pending(row.id, row.client_id, row.status, _stored(row.vectors, dimensions))
+        others = [_Pending(row.id, row.client_id, row.status,
+                           vectors_from_bytes(row.vectors, dimensions))
                   for row in conn.execute(
                       sa.select(r.id, r.client_id, r.status, r.vectors)
                       .where(r.task_id == task.id, r.client_id != client_id,
                              r.status.in_(("pending", "accepted"))).order_by(r.id))]
         return task, _Pending(int(inserted[0]), client_id, "pending", vectors, trust), others
 
-    def _check_result(self, c: Contribution, task: sa.Row[Any]) -> npt.NDArray[np.float32]:
-        """The result's vectors, if it is one for this task; InvalidInput otherwise."""
+    @staticmethod
+    def _check_result(c: Contribution, task: sa.Row[Any], vectors: npt.NDArray[np.float32]
+                      ) -> None:
+        """InvalidInput unless the result (``vectors``: its decoded vectors) is one for
+        this task."""
         import numpy as np
 
         result = c["result"]
         texts = task.input["texts"]
-        vectors = decode_vectors(result["vectors"], result["dimensions"])
         count = len(vectors)
         problems = (
             ("taskType", c["taskType"] != task.task_type,
@@ -596,7 +688,6 @@ class Contributions:
             raise InvalidInput(f"result.vectors.{bad} is not a unit vector (norm "
                                f"{float(norms[bad]):.4f}): send L2-normalised vectors.",
                                field=f"result.vectors.{bad}")
-        return vectors
 
     def _verify(self, task: sa.Row[Any], mine: _Pending, others: list[_Pending]
                 ) -> tuple[dict[int, _Verdict], npt.NDArray[np.float32] | None, str | None,
@@ -650,6 +741,11 @@ class Contributions:
         t, r, cl = contribution_tasks.c, contribution_results.c, contribution_clients.c
         task = conn.execute(sa.select(contribution_tasks).where(t.id == task_id)
                             .with_for_update(key_share=True)).one()
+        if not conn.scalar(sa.select(sa.func.count()).where(r.id.in_(verdicts),
+                                                            r.status == "pending")):
+            # Settled meanwhile (a retry or a lease healed the task as this submit ran):
+            # the vectors, checks and trust were applied then, and are not again.
+            verdicts, vectors, checked, disagreed = {}, None, None, False
         if vectors is not None and not self._accept(conn, task, vectors, now):
             why = "its documents changed since the task was made"
             verdicts = {i: _Verdict("cancelled", f"The task was cancelled: {why}.")
@@ -712,35 +808,41 @@ class Contributions:
                              .values(state="accepted", accepted_ms=now)).rowcount
         if not moved:
             return True
-        generation = self.store.generation()
-        self.store.put_vectors(task.model, {doc_id: vectors[i].tolist()
-                                            for i, doc_id in enumerate(task.doc_ids)})
-        if self.store.generation() != generation:
-            self._heal(task)
+        # A document updated since _current read it is skipped by the store, which
+        # compares the texts inside its own write transaction: it never gets a vector
+        # of its old text, and, its claim gone, it is tasked again with the new one.
+        skipped = self.store.put_vectors(
+            task.model, dict(zip(task.doc_ids, vectors, strict=True)),
+            texts=dict(zip(task.doc_ids, task.input["texts"], strict=True)))
+        if skipped:
+            log.info("contributions: %d document(s) of task %s changed as its vectors were "
+                     "written; they are left to a new task", len(skipped), task.id)
         conn.execute(contribution_task_docs.delete()
                      .where(contribution_task_docs.c.task_id == task.id))
         TASKS.labels("accepted").inc()
         return True
-
-    def _heal(self, task: sa.Row[Any]) -> None:
-        """Documents were written while the vectors went in: any of the task's whose
-        text changed got a vector of its old text, so embed those here instead."""
-        texts = dict(zip(task.doc_ids, task.input["texts"], strict=True))
-        now = {doc_id: f"{doc.title}\n{doc.body}"[:EMBED_CHARS]
-               for doc_id, doc in self.store.documents(task.doc_ids).items()}
-        changed = {doc_id: text for doc_id, text in now.items() if text != texts[doc_id]}
-        if changed:
-            log.warning("contributions: %d document(s) of task %s changed as its vectors "
-                        "were written; embedding them here", len(changed), task.id)
-            fresh = self._embed(list(changed.values()), task.model)
-            self.store.put_vectors(task.model, {doc_id: fresh[i].tolist()
-                                                for i, doc_id in enumerate(changed)})
 
     # -- GET /v1/contributions/stats ------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
         """Clients, tasks and results by state, disagreements, spot-checks, CPU given."""
         return contribution_stats(self.workspace, now_ms=self._now_ms())
+
+
+@dataclass(frozen=True)
+class _Received:
+    """A result this client sent before: its task, its status, the client's trust."""
+
+    task_id: str
+    status: str
+    trust: float
+
+
+def _answer(status: str, reason: str, trust: float) -> dict[str, Any]:
+    """A verdict as the client gets it: a cancelled task's results are "rejected" (the
+    protocol's four statuses); the reason says why, and its trust did not move."""
+    return {"status": "rejected" if status == "cancelled" else status, "reason": reason,
+            "trust": round(trust, 4)}
 
 
 @dataclass(frozen=True)

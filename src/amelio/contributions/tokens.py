@@ -17,13 +17,13 @@ without one for a new identity.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import re
 
 from amelio.config import Settings
 from amelio.errors import InvalidInput
+from amelio.feedback.tokens import _b64
 from amelio.identity import secret_key
 
 __all__ = ["CLIENT_TOKEN_PATTERN", "ClientTokens", "InvalidClientToken", "client_tokens"]
@@ -49,8 +49,7 @@ class ClientTokens:
         self._key = hmac.new(key, _PURPOSE, hashlib.sha256).digest()
 
     def _mac(self, client_id: str) -> str:
-        digest = hmac.digest(self._key, client_id.encode("ascii"), "sha256")
-        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+        return _b64(hmac.digest(self._key, client_id.encode("ascii"), "sha256"))
 
     def issue(self, client_id: str) -> str:
         """The token of ``client_id`` (a ULID, upper-case)."""

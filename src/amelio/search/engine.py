@@ -132,12 +132,13 @@ def _open_fts5(settings: Settings) -> SearchEngine:
 
 def browsers_embed(settings: Settings) -> bool:
     """Whether the corpus's missing vectors are left to browsers that lend idle compute
-    (:mod:`amelio.contributions`): ``contributions`` is on and the search model is
-    the one their worker runs. Imports then store documents without embedding them,
-    and semantic search does not embed them either."""
-    from amelio.embeddings import WORDLLAMA
+    (:mod:`amelio.contributions`). Imports then store documents without embedding them,
+    and semantic search does not embed them either. It is exactly when the contribution
+    service hands out tasks (its ``unavailable`` is None): were the two to differ,
+    documents would wait for browsers that are never given them."""
+    from amelio.contributions.service import unavailable
 
-    return settings.contributions and settings.search_embedding_model == WORDLLAMA
+    return unavailable(settings) is None
 
 
 def _open_vespa(settings: Settings) -> SearchEngine:

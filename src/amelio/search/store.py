@@ -95,6 +95,18 @@ def _stamp(conn: sqlite3.Connection) -> tuple[int, int]:
     return int(rows.get("generation", 0)), int(rows.get("vectors", 0))
 
 
+def _stored_vectors(conn: sqlite3.Connection, model: str
+                    ) -> tuple[tuple[int, int], list[tuple[str, bytes]]]:
+    """The stamp, then every ``(doc_id, vector)`` of ``model``: read in that order, the
+    vectors are at least as new as the stamp, so a write between the two reads costs
+    one more reload at worst, never a stale matrix kept."""
+    stamp = _stamp(conn)
+    rows: list[tuple[str, bytes]] = conn.execute(
+        "SELECT d.doc_id, v.vec FROM vectors v JOIN docs d ON d.rowid = v.rowid "
+        "WHERE v.model = ? ORDER BY d.rowid", (model,)).fetchall()
+    return stamp, rows
+
+
 def _bump_vectors(conn: sqlite3.Connection) -> None:
     """Vectors that came from elsewhere (browsers, ``amelio corpus embed``) change
     semantic rankings without changing the documents: a counter of their own tells
@@ -280,7 +292,7 @@ class DocumentStore(ABC):
         """Embed the documents that have no vector for ``embedder.model`` (in the
         caller's transaction); similar lengths are batched together, so little
         padding is computed."""
-        import numpy as np
+        from amelio.embeddings import embed_matrix
 
         missing = conn.execute(
             f"SELECT d.rowid, {_EMBED_TEXT} AS t FROM docs d "  # noqa: S608
@@ -289,7 +301,7 @@ class DocumentStore(ABC):
         missing.sort(key=lambda r: len(r[1]))
         for start in range(0, len(missing), _EMBED_BATCH):
             chunk = missing[start:start + _EMBED_BATCH]
-            vectors = np.asarray(embedder.embed([t for _, t in chunk]), dtype=np.float32)
+            vectors = embed_matrix(embedder, [t for _, t in chunk])
             if vectors.shape[0] != len(chunk):
                 raise InvalidInput(f"The {embedder.model} embedder returned "
                                    f"{vectors.shape[0]} vectors for {len(chunk)} texts.")
@@ -317,24 +329,37 @@ class DocumentStore(ABC):
         assert cursor.lastrowid is not None
         self._index_add(conn, cursor.lastrowid, doc)
 
-    def put_vectors(self, model: str, vectors: Mapping[str, Sequence[float]]) -> int:
+    def put_vectors(self, model: str,
+                    vectors: Mapping[str, Sequence[float] | npt.NDArray[np.float32]], *,
+                    texts: Mapping[str, str] | None = None) -> list[str]:
         """Store vectors computed elsewhere (knowledge keeps its chunks' embeddings in
-        the database) for the stored documents among ``vectors``' keys; returns how
-        many were written. Derived data: the generation stays (the lexical index is
-        untouched); :meth:`stamp` moves, so semantic rankings follow."""
+        the database; browsers lend theirs) for the stored documents among
+        ``vectors``' keys; returns the ids it skipped. With ``texts`` (what each
+        vector was computed from), a document whose embed text is no longer that is
+        skipped too, compared inside this write transaction: however an update races
+        the vectors, a document never keeps a vector of its old text. Derived data:
+        the generation stays (the lexical index is untouched); :meth:`stamp` moves, so
+        semantic rankings follow."""
         import numpy as np
 
+        marks = ",".join("?" * len(vectors))  # placeholders only: values are bound
+        text = _EMBED_TEXT if texts is not None else "NULL"
         with self._writer() as conn:
-            rows = conn.execute(
-                f"SELECT doc_id, rowid FROM docs WHERE doc_id IN ({','.join('?' * len(vectors))})",  # noqa: S608
-                list(vectors)).fetchall() if vectors else []
+            found = conn.execute(
+                f"SELECT d.doc_id, d.rowid, {text} FROM docs d "  # noqa: S608
+                f"WHERE d.doc_id IN ({marks})",
+                [EMBED_CHARS, *vectors] if texts is not None else list(vectors),
+            ).fetchall() if vectors else []
+            rows = [(doc_id, rowid) for doc_id, rowid, now in found
+                    if texts is None or texts.get(doc_id) == now]
             conn.executemany("INSERT OR REPLACE INTO vectors (rowid, model, vec) VALUES (?, ?, ?)",
                              [(rowid, model, np.asarray(vectors[doc_id], np.float32).tobytes())
                               for doc_id, rowid in rows])
             if rows:
                 _bump_vectors(conn)
             conn.execute("COMMIT")
-        return len(rows)
+        written = {doc_id for doc_id, _ in rows}
+        return [doc_id for doc_id in vectors if doc_id not in written]
 
     def get_meta(self, key: str) -> int | None:
         """A number kept with the store under ``key`` (what a collection reflects)."""
@@ -404,16 +429,17 @@ class DocumentStore(ABC):
             if matrix is not None and matrix.stamp == stamp \
                     and matrix.model == embedder.model:
                 return matrix
-            # Vectors are derived data: filling them in keeps the generation, so the
-            # cached rankings of other processes stay valid.
-            with self._writer() as conn:
-                if not self.defer_missing_vectors:
+            if self.defer_missing_vectors:
+                # Nothing to write: read as any search does, not under the write lock
+                # that browsers' vectors (put_vectors) wait for.
+                stamp, rows = _stored_vectors(self._reader, embedder.model)
+            else:
+                # Vectors are derived data: filling them in keeps the generation, so
+                # the cached rankings of other processes stay valid.
+                with self._writer() as conn:
                     self._embed_missing(conn, embedder)
-                conn.execute("COMMIT")
-                stamp = _stamp(conn)
-                rows = conn.execute(
-                    "SELECT d.doc_id, v.vec FROM vectors v JOIN docs d ON d.rowid = v.rowid "
-                    "WHERE v.model = ? ORDER BY d.rowid", (embedder.model,)).fetchall()
+                    conn.execute("COMMIT")
+                    stamp, rows = _stored_vectors(conn, embedder.model)
             doc_ids = [r[0] for r in rows]
             vectors = (np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
                        .reshape(len(rows), -1) if rows else np.zeros((0, 1), np.float32))

@@ -201,9 +201,12 @@ def knowledge_answer(ws: Workspace, notebook: str, project: str, question: str
 
 
 def contributions_view(ws: Workspace) -> dict[str, Any]:
-    """The Contributions page: ``GET /v1/contributions/stats``, plus the clients of each
-    tier with their trust, the tasks they leased, the CPU-seconds they gave and their
-    results' outcomes (counted from the leases and results)."""
+    """The Contributions page: ``GET /v1/contributions/stats`` (its ``byTier`` gives each
+    tier's clients), plus what the stats do not split by tier: the clients' average
+    trust and how many are under the floor, the leases they were ever given, the
+    CPU-seconds they gave and their results' outcomes (counted from the leases and
+    results). The totals' "Leased" is the open tasks a live lease holds now; the
+    tiers' column is every lease given, under a label of its own."""
     c, le, r = contribution_clients.c, contribution_leases.c, contribution_results.c
     leases = (sa.select(le.client_id, sa.func.count().label("n"))
               .group_by(le.client_id).subquery())
@@ -213,20 +216,23 @@ def contributions_view(ws: Workspace) -> dict[str, Any]:
                          sa.func.sum(sa.case((r.status == "rejected", 1), else_=0))
                          .label("rejected"))
                .group_by(r.client_id).subquery())
-    query = (sa.select(c.tier, sa.func.count(), sa.func.avg(c.trust),
+    query = (sa.select(c.tier, sa.func.avg(c.trust),
                        sa.func.sum(sa.case((c.trust < TRUST_FLOOR, 1), else_=0)),
                        sa.func.sum(results.c.cpu_ms), sa.func.sum(leases.c.n),
                        sa.func.sum(results.c.accepted), sa.func.sum(results.c.rejected))
              .outerjoin(leases, leases.c.client_id == c.id)
              .outerjoin(results, results.c.client_id == c.id)
              .group_by(c.tier))
+    stats = contribution_stats(ws)
     with ws.engine.connect() as conn:
-        rows = conn.execute(query).all()
-    tiers = [{"tier": row[0], "clients": int(row[1]), "trust": float(row[2] or 0.0),
-              "low_trust": int(row[3] or 0), "cpu_seconds": float(row[4] or 0.0) / 1000,
-              "leased": int(row[5] or 0), "accepted": int(row[6] or 0),
-              "rejected": int(row[7] or 0)} for row in rows]
+        rows = {row[0]: row for row in conn.execute(query)}
+    tiers = [{"tier": tier, "clients": clients, "trust": float(row[1] or 0.0),
+              "low_trust": int(row[2] or 0), "cpu_seconds": float(row[3] or 0.0) / 1000,
+              "leased": int(row[4] or 0), "accepted": int(row[5] or 0),
+              "rejected": int(row[6] or 0)}
+             for tier, clients in stats["clients"]["byTier"].items()
+             if (row := rows.get(tier)) is not None]
     order = {tier: i for i, tier in enumerate(CPU_SECONDS_PER_HOUR)}
     tiers.sort(key=lambda t: order.get(t["tier"], len(order)))
-    return {"stats": contribution_stats(ws), "tiers": tiers,
+    return {"stats": stats, "tiers": tiers,
             "enabled": ws.settings.contributions, "budgets": CPU_SECONDS_PER_HOUR}

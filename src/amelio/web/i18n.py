@@ -104,7 +104,7 @@ _EN = {
     "tasks_cancelled": "Cancelled", "results_accepted": "Accepted results",
     "results_rejected": "Rejected results", "results_pending": "Pending results",
     "disagreements": "Disagreements", "spot_checks": "Spot-checks",
-    "documents_embedded": "Documents embedded", "tasks": "Tasks",
+    "documents_embedded": "Documents embedded", "leases_total": "Leases (all time)",
     "no_clients": "No browser has contributed yet.",
 }
 _FR = {
@@ -215,7 +215,7 @@ _FR = {
     "tasks_cancelled": "Annulées", "results_accepted": "Résultats acceptés",
     "results_rejected": "Résultats rejetés", "results_pending": "Résultats en attente",
     "disagreements": "Désaccords", "spot_checks": "Vérifications du serveur",
-    "documents_embedded": "Documents vectorisés", "tasks": "Tâches",
+    "documents_embedded": "Documents vectorisés", "leases_total": "Prêts (au total)",
     "no_clients": "Aucun navigateur n'a encore contribué.",
 }
 
