@@ -1,6 +1,7 @@
-"""What the browser tests share (test_client_js, test_client_compute, test_embed_worker):
-Debian's Chromium launched by Playwright, a workspace opened with the test's settings,
-and polling until a condition holds."""
+"""What the browser tests share (test_client_js, test_client_compute, test_embed_worker;
+test_dashboard and test_demo_page launch Chromium through it too): Debian's Chromium
+launched by Playwright, a workspace opened with the test's settings, and polling until a
+condition holds."""
 
 from __future__ import annotations
 

@@ -205,6 +205,8 @@ TIER_CASES: list[tuple[dict[str, Any], str]] = [
     ({"cores": 2, "memoryGb": 4, "battery": {"level": 0.9, "charging": False}}, "LOW"),
     ({"cores": 16, "memoryGb": 8, "battery": {"level": 0.29, "charging": False}}, "DEGRADED"),
     ({"cores": 16, "memoryGb": 8, "battery": {"level": 0.05, "charging": True}}, "HIGH"),
+    # A browser that does not say whether it charges is not taken as discharging.
+    ({"cores": 16, "memoryGb": 8, "battery": {"level": 0.05}}, "HIGH"),
 ]
 
 
@@ -332,6 +334,103 @@ def test_settings_panel_renders_and_changes_persist(browsers: Callable[[], Brows
                                       catch (e) { return e.name; } }""")
     assert error == "TypeError"
     assert again.evaluate("amelio.compute.preferences().intensity") == 99
+
+
+@pytest.mark.slow
+def test_consent_for_an_unknown_task_type_or_purpose_is_refused(
+        browsers: Callable[[], Browser]) -> None:
+    page = browsers().open()
+    refused = page.evaluate("""(cases) => cases.map((which) => {
+        try { amelio.compute.setConsent("granted", which); return null; }
+        catch (e) { return [e.name, e.message]; } })""", [
+        {"taskType": "classify"}, {"purpose": "ads"},
+        {"taskType": "embed_documents", "purpose": "ads"}])
+    assert [name for name, _ in refused] == ["TypeError"] * 3, refused
+    assert '"classify"' in refused[0][1] and "embed_documents" in refused[0][1]
+    assert '"ads"' in refused[1][1] and '"ads"' in refused[2][1]
+    assert page.evaluate("amelio.compute.preferences().consent") == {}
+    assert compute_keys(page) == []  # nothing kept under a guessed name either
+    page.evaluate("amelio.compute.setConsent('granted', "
+                  "{taskType: 'embed_documents', purpose: 'search_index'})")
+    assert page.evaluate("amelio.compute.preferences().consent") == GRANTED["consent"]
+
+
+@pytest.mark.slow
+def test_the_panel_edits_the_first_window_and_keeps_the_others(
+        browsers: Callable[[], Browser]) -> None:
+    second = {"days": [6], "from": "10:00", "to": "11:00"}
+    page = browsers().open({"windows": [{"from": "09:00", "to": "12:00"}, second]},
+                           panel=True)
+    assert page.locator("#window-from").input_value() == "09:00"
+    assert page.locator("#window-more").text_content() == "(and 1 other window, unchanged here)"
+    page.get_by_label("From").fill("08:30")
+    assert page.evaluate("amelio.compute.preferences().windows") == [
+        {"from": "08:30", "to": "12:00"}, second]
+    page.get_by_label("Only between").uncheck()  # any time: no window at all
+    assert page.evaluate("amelio.compute.preferences().windows") == []
+    assert page.locator("#window-more").text_content() == ""
+
+
+# navigator.getBattery answering a BatteryManager of the test's: 10 %, and whether it
+# charges unknown. It and navigator.connection (Chromium has it) count their listeners.
+FAKE_BATTERY = """(() => {
+  const counted = (target) => {
+    const add = target.addEventListener.bind(target);
+    const remove = target.removeEventListener.bind(target);
+    target.listeners = 0;
+    target.addEventListener = (...a) => { target.listeners++; add(...a); };
+    target.removeEventListener = (...a) => { target.listeners--; remove(...a); };
+    return target;
+  };
+  const battery = window.fakeBattery = counted(new EventTarget());
+  battery.level = 0.1;
+  battery.charging = undefined;
+  counted(navigator.connection);
+  window.getBatteryCalls = 0;
+  Object.defineProperty(Navigator.prototype, "getBattery", { configurable: true,
+    value() { window.getBatteryCalls++; return Promise.resolve(battery); } });
+})();"""
+
+HELD = "[fakeBattery.listeners, navigator.connection.listeners]"
+
+
+@pytest.mark.slow
+def test_battery_and_connection_are_followed_only_while_started(
+        browsers: Callable[[], Browser]) -> None:
+    b = browsers()
+    b.context.add_init_script(FAKE_BATTERY)
+    page = b.open(panel=True)
+    tier = page.evaluate("amelio.compute.detectTier()")  # the panel asked already
+    # One look at the battery, kept: and the panel, without consent, listens to nothing.
+    assert page.evaluate("window.getBatteryCalls") == 1
+    assert page.evaluate(HELD) == [0, 0]
+    # 10 % and charging unknown: the tier and the pause agree that it is not on battery.
+    assert tier == page.evaluate("""(tier) => amelioModule.deviceTier({
+        cores: navigator.hardwareConcurrency, memoryGb: navigator.deviceMemory,
+        webgpu: tier.endsWith("+")})""", tier)
+    page.evaluate("""() => { amelio.compute.setConsent("granted");
+                             amelio.compute.start(); }""")
+    assert wait_for(lambda: status(page)["reason"] == "active", page=page), status(page)
+    assert page.evaluate(HELD) == [2, 1]
+    # Unplugged: the battery's event pauses it.
+    page.evaluate("""() => { fakeBattery.charging = false;
+                             fakeBattery.dispatchEvent(new Event("chargingchange")); }""")
+    assert status(page)["reason"] == "battery" and status(page)["tier"] == "DEGRADED"
+    # Stopped: nothing listens, and the battery's events change nothing.
+    page.evaluate("amelio.compute.stop()")
+    assert page.evaluate(HELD) == [0, 0]
+    seen = page.evaluate("window.statuses.length")
+    page.evaluate("""() => { fakeBattery.charging = true;
+                             fakeBattery.dispatchEvent(new Event("chargingchange"));
+                             fakeBattery.dispatchEvent(new Event("levelchange")); }""")
+    page.wait_for_timeout(200)
+    assert page.evaluate("window.statuses.length") == seen
+    # Started again: it reads what changed meanwhile, and listens again.
+    page.evaluate("amelio.compute.start()")
+    assert status(page)["reason"] == "active" and status(page)["tier"] == tier
+    assert page.evaluate(HELD) == [2, 1]
+    assert page.evaluate("window.getBatteryCalls") == 1
+    assert b.leases == []
 
 
 @pytest.mark.slow
@@ -493,6 +592,68 @@ def test_a_hidden_page_works_and_the_person_coming_back_stops_the_worker(
     assert status(page)["reason"] == "active" and status(page)["tasks"]["computed"] == 0
     assert posts == []  # nothing sent: the lease simply expires on the server
     assert len(b.leases) == 1
+
+
+# A worker of the test's, on the page's origin (as `workerUrl`): it loads nothing and
+# answers each task at once, as MODE says: unit vectors of 256 dimensions ("ok"), of 255
+# ("short"), or an error ("error").
+FAKE_WORKER = """const MODE = "%s";
+self.onmessage = ({ data: m }) => {
+  if (m.type === "init") {
+    self.postMessage({ type: "ready", model: "wordllama", dimensions: 256, loadMs: 1 });
+  } else if (MODE === "error") {
+    self.postMessage({ type: "error", id: m.id, message: "out of memory" });
+  } else {
+    const d = MODE === "short" ? 255 : 256;
+    const vectors = new Float32Array(m.texts.length * d);
+    m.texts.forEach((_, i) => { vectors[i * d] = 1; });
+    self.postMessage({ type: "result", id: m.id, vectors, computeMs: 1 }, [vectors.buffer]);
+  }
+};"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "start", "says"), [
+    ("ok", 48, "compute: "),  # the server refuses the result: 422
+    ("error", 56, "compute: the worker: out of memory"),
+    ("short", 64, "compute: the worker returned vectors of the wrong count or size"),
+])
+def test_a_failed_task_is_reported_and_waits_before_leasing_again(
+        browsers: Callable[[], Browser], site: dict[str, Any], mode: str, start: int,
+        says: str) -> None:
+    """Failing again at once would loop lease, fail, lease: each failure waits 10 min."""
+    import_docs(site, corpus(start, 8))  # 1 task
+    b = browsers()
+    worker = f"{site['page']}/fake-worker-{mode}.js"
+    b.context.route(worker, lambda r: r.fulfill(body=FAKE_WORKER % mode,
+                                                content_type="text/javascript"))
+    refused: list[int] = []
+
+    def spoil(route: Any) -> None:
+        """The result made unreadable on its way, so the real server answers 422."""
+        if route.request.method != "POST":
+            route.continue_()
+            return
+        body = json.loads(route.request.post_data or "{}")
+        body["result"]["vectors"] = "not base64!"
+        response = route.fetch(post_data=json.dumps(body))
+        refused.append(response.status)
+        route.fulfill(response=response)
+
+    if mode == "ok":
+        b.context.route(f"{site['amelio']}/v1/contributions", spoil)
+    page = b.open({**GRANTED, "intensity": "max"}, **IDLE_MAX, workerUrl=worker)
+    failed = wait_for(lambda: (s := status(page))["reason"] == "error" and s, page=page)
+    assert failed, (status(page), page.evaluate("window.errors"))
+    assert failed["state"] == "waiting" and failed["tasks"]["failed"] == 1
+    assert failed["tasks"]["computed"] == 0
+    assert failed["resumeAtMs"] > page.evaluate("Date.now()") + 9 * 60_000
+    [error] = page.evaluate("window.errors")
+    assert error.startswith(says) and failed["error"] and failed["error"] in error
+    assert refused == ([422] if mode == "ok" else [])
+    page.wait_for_timeout(3000)  # no lease follows the failure
+    assert len(b.leases) == 1 and status(page)["reason"] == "error"
+    assert page.evaluate("window.errors") == [error]
 
 
 # -- the demo page ----------------------------------------------------------------------

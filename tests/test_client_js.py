@@ -314,7 +314,9 @@ def test_the_last_events_leave_with_sendbeacon_on_pagehide(context: Any,
     assert (by_type["result_pinned"]["doc_id"], by_type["result_pinned"]["rank_shown"]) == (
         docs[1], 2)
     assert by_type["result_hidden"]["event"]["hide"] == {"reason": "outdated"}
-    [call] = feedback_calls(site, sent_since)
+    # The recorder notes a call once the app has answered it, which is after its rows
+    # are stored: wait for the note too.
+    [call] = wait_for(lambda: feedback_calls(site, sent_since))
     assert call["status"] == 202
     assert call["query"].startswith("key=amk_") and not call["authorization"]
     assert call["type"].startswith("text/plain")  # CORS-safelisted: no preflight

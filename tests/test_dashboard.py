@@ -22,6 +22,7 @@ from amelio.server import create_app
 from amelio.testing import FakeLLMServer, FakeRequest, LiveServer
 from amelio.web.session import COOKIE, dump_session
 from amelio.workspace import init_workspace, open_workspace
+from browser_support import launch_chromium
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "docs" / "screenshots"
@@ -79,19 +80,11 @@ def site(tmp_path_factory: pytest.TempPathFactory, chromium: str
 
 @pytest.fixture
 def page(site: dict[str, Any], chromium: str) -> Iterator[Any]:
-    executable = chromium
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update",
-            "--disable-sync"])
+    with launch_chromium(chromium) as browser:
         context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
         page = context.new_page()
         page.set_default_timeout(15_000)
         yield page
-        browser.close()
 
 
 def login(page: Any, site: dict[str, Any], role: str) -> None:

@@ -20,6 +20,7 @@ from amelio.demo import create_demo_app, demo_client_key, prepare_demo
 from amelio.server import create_app
 from amelio.testing import LiveServer
 from amelio.workspace import Workspace
+from browser_support import launch_chromium
 
 
 @pytest.fixture(scope="module")
@@ -72,63 +73,53 @@ def test_plain_serve_has_no_demo_routes(demo: tuple[Workspace, str]) -> None:
 
 @pytest.mark.slow
 def test_consent_then_a_click_is_stored(demo: tuple[Workspace, str], chromium: str) -> None:
-    from playwright.sync_api import sync_playwright
-
     ws, base = demo
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update",
-            "--disable-sync"])
-        try:
-            ctx = browser.new_context(locale="en-US")
-            ctx.set_default_timeout(10_000)
-            sent: list[str] = []
-            ctx.on("request", lambda r: sent.append(r.url)
-                   if "/v1/feedback/events" in r.url else None)
-            page = ctx.new_page()
-            page.goto(f"{base}/demo/search")
-            assert page.is_visible("#consent")
+    with launch_chromium(chromium) as browser:
+        ctx = browser.new_context(locale="en-US")
+        ctx.set_default_timeout(10_000)
+        sent: list[str] = []
+        ctx.on("request", lambda r: sent.append(r.url)
+               if "/v1/feedback/events" in r.url else None)
+        page = ctx.new_page()
+        page.goto(f"{base}/demo/search")
+        assert page.is_visible("#consent")
 
-            # Before consent: search, click; nothing leaves the page.
-            before = count_events(ws)
-            page.fill("#q", "undo the last commit")
-            page.click("#search button[type=submit]")
-            page.wait_for_selector("body[data-ready] #results li a")
-            page.click("#results li:nth-child(2) a")
-            time.sleep(1.5)  # past the page's 1 s flush interval
-            assert sent == []
-            assert count_events(ws) == before
+        # Before consent: search, click; nothing leaves the page.
+        before = count_events(ws)
+        page.fill("#q", "undo the last commit")
+        page.click("#search button[type=submit]")
+        page.wait_for_selector("body[data-ready] #results li a")
+        page.click("#results li:nth-child(2) a")
+        time.sleep(1.5)  # past the page's 1 s flush interval
+        assert sent == []
+        assert count_events(ws) == before
 
-            # Accept: the choice is kept, and the next search's click is stored.
-            page.click("#consent-accept")
-            assert not page.is_visible("#consent")
-            assert page.evaluate("localStorage.getItem('amelio-demo-consent')") == "granted"
-            page.fill("#q", "rotate a leaked secret")
-            page.evaluate("delete document.body.dataset.ready")
-            page.click("#search button[type=submit]")
-            page.wait_for_selector("body[data-ready] #results li a")
-            query_id = page.evaluate("document.body.dataset.ready")
-            doc_id = page.get_attribute("#results li:nth-child(2)", "data-doc-id")
-            page.click("#results li:nth-child(2) a")
+        # Accept: the choice is kept, and the next search's click is stored.
+        page.click("#consent-accept")
+        assert not page.is_visible("#consent")
+        assert page.evaluate("localStorage.getItem('amelio-demo-consent')") == "granted"
+        page.fill("#q", "rotate a leaked secret")
+        page.evaluate("delete document.body.dataset.ready")
+        page.click("#search button[type=submit]")
+        page.wait_for_selector("body[data-ready] #results li a")
+        query_id = page.evaluate("document.body.dataset.ready")
+        doc_id = page.get_attribute("#results li:nth-child(2)", "data-doc-id")
+        page.click("#results li:nth-child(2) a")
 
-            def clicked() -> list[Any]:
-                with ws.engine.connect() as conn:
-                    return list(conn.execute(sa.select(feedback_events).where(
-                        feedback_events.c.query_id == query_id,
-                        feedback_events.c.event_type == "result_clicked")).mappings())
+        def clicked() -> list[Any]:
+            with ws.engine.connect() as conn:
+                return list(conn.execute(sa.select(feedback_events).where(
+                    feedback_events.c.query_id == query_id,
+                    feedback_events.c.event_type == "result_clicked")).mappings())
 
-            rows = wait_for(clicked)
-            assert len(rows) == 1
-            assert rows[0]["doc_id"] == doc_id and rows[0]["rank_shown"] == 2
-            assert json.loads(rows[0]["payload"])["consent"]["telemetry"] == "granted"
+        rows = wait_for(clicked)
+        assert len(rows) == 1
+        assert rows[0]["doc_id"] == doc_id and rows[0]["rank_shown"] == 2
+        assert json.loads(rows[0]["payload"])["consent"]["telemetry"] == "granted"
 
-            # A reload remembers the choice: no banner.
-            page.reload()
-            page.wait_for_selector("#q")
-            assert not page.is_visible("#consent")
-            assert page.evaluate("window.amelio.consent") == "granted"
-            ctx.close()
-        finally:
-            browser.close()
-
+        # A reload remembers the choice: no banner.
+        page.reload()
+        page.wait_for_selector("#q")
+        assert not page.is_visible("#consent")
+        assert page.evaluate("window.amelio.consent") == "granted"
+        ctx.close()

@@ -129,9 +129,13 @@ def amelio(servers: Servers) -> str:
 
 
 # A page helper: workers by name, and ask(name, message) -> the answer with its id
-# ("init" answers have id null), failing after 60 s rather than hanging the test.
-HELPER = """(url) => {
+# ("init" answers have id null), failing after 60 s rather than hanging the test. The
+# worker answers its vectors as one Float32Array (n × dimensions); ask() gives them as
+# rows, which Python compares, and the log keeps the answers as they came.
+HELPER = """([url, dimensions]) => {
   window.workers = {};
+  window.rows = (matrix) => Array.from({ length: matrix.length / dimensions },
+    (_, i) => Array.from(matrix.subarray(i * dimensions, (i + 1) * dimensions)));
   window.startWorker = (name) => {
     const worker = new Worker(url, { type: "module" });
     const waiting = new Map();
@@ -140,7 +144,9 @@ HELPER = """(url) => {
       entry.log.push(event.data);
       const key = event.data.id ?? null;
       const resolve = waiting.get(key);
-      if (resolve) { waiting.delete(key); resolve(event.data); }
+      const answer = event.data.vectors instanceof Float32Array
+        ? { ...event.data, vectors: window.rows(event.data.vectors) } : event.data;
+      if (resolve) { waiting.delete(key); resolve(answer); }
     };
     worker.onerror = (event) => {
       for (const resolve of waiting.values()) resolve({ type: "crash", message: event.message });
@@ -171,7 +177,7 @@ def browser(amelio: str, chromium: str) -> Iterator[Browser]:
     with launch_chromium(chromium) as chrome:
         page = chrome.new_context().new_page()
         page.goto(f"{amelio}/v1/health")
-        page.evaluate(HELPER, WORKER)
+        page.evaluate(HELPER, [WORKER, DIMENSIONS])
         page.evaluate("window.startWorker('main')")
         ready = ask(page, "main", {"type": "init", "modelBase": f"{amelio}{MODELS}/wordllama/"})
         yield Browser(page, ready)
@@ -210,6 +216,10 @@ def test_init_answers_ready_once_loaded(browser: Browser, amelio: str) -> None:
 def test_vectors_equal_the_servers(page: Any) -> None:
     answer = embed(page, TEXTS)
     assert answer["type"] == "result", answer
+    # As it came: one matrix of n × 256 float32, which the page sends as it is.
+    form = page.evaluate("(({vectors: v}) => [v.constructor.name, v.length, v.byteOffset])"
+                         "(window.workers.main.log.at(-1))")
+    assert form == ["Float32Array", len(TEXTS) * DIMENSIONS, 0]
     assert answer["id"] == "e1" and answer["computeMs"] >= 0
     vectors = answer["vectors"]
     expected = load_embedder("wordllama").embed(TEXTS)
@@ -308,6 +318,11 @@ CROSS_ORIGIN = """async ([amelio, texts]) => {
   worker.postMessage({ type: "embed", id: "c1", texts });
   const result = await answer;
   worker.terminate();
+  const d = ready.dimensions;  // the matrix as rows, for Python
+  if (result.vectors instanceof Float32Array) {
+    result.vectors = Array.from({ length: result.vectors.length / d },
+                                (_, i) => Array.from(result.vectors.subarray(i * d, (i + 1) * d)));
+  }
   return { direct, ready, result };
 }"""
 

@@ -17,7 +17,7 @@
  *                                                  dimensions: 256, loadMs}
  *                                                 or {type: "error", id: null, message}
  *   {type: "embed", id, texts: [string]}          {type: "result", id, vectors:
- *                                                  [[256 numbers], ...], computeMs}
+ *                                                  Float32Array(n × 256), computeMs}
  *                                                 or {type: "error", id, message}
  *   {type: "tokenize", id, texts: [string]}       {type: "tokens", id, ids: [[int]],
  *                                                  computeMs}   (tests and debugging)
@@ -27,8 +27,11 @@
  * answers `ready` again from the same load. `embed` and `tokenize` may be sent right
  * after `init`: they wait for the load, and fail with its error. `computeMs` is the
  * time spent embedding that batch only (no load, no waiting), which the server
- * counts against the page's CPU budget. Each vector is a unit vector (float32
- * values); a text with no token at all, the empty string, gets zeros.
+ * counts against the page's CPU budget. `vectors` is one row-major matrix, vector i
+ * at [i × 256, (i + 1) × 256), its buffer transferred (not copied): the page sends
+ * its bytes as they are (base64 of little-endian float32) with no repacking on its
+ * own thread. Each vector is a unit vector; a text with no token at all, the empty
+ * string, gets zeros.
  */
 
 import { DIMENSIONS, MODEL, loadWordLlama } from "./amelio-wordllama.js";
@@ -106,9 +109,10 @@ self.addEventListener("message", async (/** @type {MessageEvent} */ event) => {
         const texts = checkTexts(message.texts);
         const model = await loaded();
         const started = performance.now();
-        const vectors = texts.map((text) => Array.from(model.embed(text)));
+        const vectors = new Float32Array(texts.length * DIMENSIONS);
+        texts.forEach((text, i) => vectors.set(model.embed(text), i * DIMENSIONS));
         const computeMs = performance.now() - started;
-        self.postMessage({ type: "result", id, vectors, computeMs });
+        self.postMessage({ type: "result", id, vectors, computeMs }, [vectors.buffer]);
         return;
       }
       case "tokenize": {

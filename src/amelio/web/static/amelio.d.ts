@@ -85,8 +85,9 @@ export interface DeviceFacts {
   memoryGb?: number | null;
   /** A WebGPU adapter was found. */
   webgpu?: boolean;
-  /** `navigator.getBattery()`: level from 0 to 1. */
-  battery?: { level: number; charging: boolean } | null;
+  /** `navigator.getBattery()`: level from 0 to 1; `charging` unknown is not taken as
+   *  discharging. */
+  battery?: { level: number; charging?: boolean } | null;
   /** `navigator.connection.saveData` */
   saveData?: boolean;
 }
@@ -192,7 +193,8 @@ export class ComputeController extends EventTarget {
   /** Change and keep (localStorage) the person's preferences; throws a TypeError on a
    *  bad value. */
   setPreferences(changes: ComputePreferenceChanges): ComputePreferences;
-  /** Consent for one task type and purpose, or for every one this client knows. */
+  /** Consent for one task type and purpose, or for every one this client knows
+   *  (COMPUTE_TASKS); throws a TypeError on a task type or purpose it does not know. */
   setConsent(consent: Consent, which?: { taskType?: string; purpose?: string }): void;
   consentFor(taskType: string, purpose: string): Consent;
   /** Examine the device now (local: nothing is sent). */

@@ -802,8 +802,8 @@ export class AmelioClient {
  * @property {number|null} [cores] Logical processors (`navigator.hardwareConcurrency`).
  * @property {number|null} [memoryGb] `navigator.deviceMemory` (Chromium only; at most 8).
  * @property {boolean} [webgpu] A WebGPU adapter was found (`navigator.gpu`).
- * @property {{level: number, charging: boolean}|null} [battery] From
- *   `navigator.getBattery()`; `level` from 0 to 1.
+ * @property {{level: number, charging?: boolean}|null} [battery] From
+ *   `navigator.getBattery()`; `level` from 0 to 1; `charging` unknown is not discharging.
  * @property {boolean} [saveData] `navigator.connection.saveData` (the browser's data or
  *   battery saver).
  */
@@ -905,25 +905,20 @@ const INIT_TIMEOUT_MS = 60_000;
  * lease is a request, whatever it holds) while still a few tens of milliseconds of work
  * at ~5,000 documents/s, so a person coming back drops little. */
 const AUTO_TASKS_PER_LEASE = 4;
-const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+/** How long a task's lease lasts when the server does not say (its default). */
+const DEFAULT_LEASE_SECONDS = 120;
 
 /**
  * `result.vectors` on the wire: base64 (standard alphabet, padded) of the n×d float32
  * matrix, little-endian and row-major. Why not a JSON array: 1 KB of bytes per vector of
  * 256 dimensions instead of ~5 KB of decimal text that the server parses number by
- * number. `rows` is what the worker answered (arrays or Float32Arrays of `dimensions`).
- * @param {ArrayLike<number>[]} rows
- * @param {number} dimensions
+ * number. `matrix` is the worker's answer as it came; its bytes go as they are, since
+ * every browser in use is little-endian.
+ * @param {Float32Array} matrix
  * @returns {string}
  */
-function encodeVectors(rows, dimensions) {
-  const matrix = new Float32Array(rows.length * dimensions);
-  rows.forEach((row, i) => matrix.set(row, i * dimensions));
-  if (!LITTLE_ENDIAN) { // no browser in use is big-endian; the wire is little-endian
-    const view = new DataView(matrix.buffer);
-    matrix.forEach((x, i) => view.setFloat32(4 * i, x, true));
-  }
-  const bytes = new Uint8Array(matrix.buffer);
+function encodeVectors(matrix) {
+  const bytes = new Uint8Array(matrix.buffer, matrix.byteOffset, matrix.byteLength);
   const chunks = [];
   for (let i = 0; i < bytes.length; i += 0x8000) { // a call takes ~64K arguments at most
     chunks.push(String.fromCharCode(...bytes.subarray(i, i + 0x8000)));
@@ -944,10 +939,8 @@ const ACTIVITY = ["pointerdown", "pointermove", "keydown", "wheel", "touchstart"
 export function deviceTier(facts = {}) {
   const cores = Number(facts.cores) > 0 ? Number(facts.cores) : 2;
   const memory = Number(facts.memoryGb) > 0 ? Number(facts.memoryGb) : Infinity;
-  const battery = facts.battery || null;
-  const onBattery = !!battery && battery.charging === false;
-  if (facts.saveData) return "DEGRADED";
-  if (onBattery && Number(battery.level) < LOW_BATTERY_LEVEL) return "DEGRADED";
+  const onBattery = !!facts.battery && facts.battery.charging === false;
+  if (facts.saveData || lowBattery(facts)) return "DEGRADED";
   let level = cores >= 8 && memory >= 8 ? 0 : cores >= 4 && memory >= 4 ? 1
     : cores >= 2 && memory >= 2 ? 2 : 3;
   if (level === 3) return "DEGRADED";
@@ -955,16 +948,27 @@ export function deviceTier(facts = {}) {
   return /** @type {DeviceTier} */ (["HIGH", "MID", "LOW"][level] + (facts.webgpu ? "+" : ""));
 }
 
+/**
+ * On battery, known not to be charging, and under LOW_BATTERY_LEVEL. A browser that does
+ * not say whether it charges is not taken as discharging: one rule for the tier and for
+ * the controller's pause, so the two never disagree.
+ * @param {DeviceFacts} facts
+ */
+function lowBattery(facts) {
+  const battery = facts && facts.battery;
+  return !!battery && battery.charging === false && Number(battery.level) < LOW_BATTERY_LEVEL;
+}
+
 function withTimeout(promise, ms) {
   return Promise.race([promise, new Promise((resolve) => setTimeout(() => resolve(null), ms))]);
 }
 
 /**
- * This browser's facts for `deviceTier()`: cores, memory, a WebGPU adapter, battery,
- * Save-Data. Nothing leaves the page.
- * @returns {Promise<DeviceFacts>}
+ * This browser's facts and its BatteryManager (null where the browser has none), which
+ * the controller keeps to follow the battery's changes without asking for it again.
+ * @returns {Promise<{facts: DeviceFacts, battery: any}>}
  */
-export async function deviceFacts() {
+async function readDevice() {
   const nav = /** @type {any} */ (navigator);
   const [adapter, battery] = await Promise.all([
     nav.gpu && typeof nav.gpu.requestAdapter === "function"
@@ -973,12 +977,24 @@ export async function deviceFacts() {
       ? withTimeout(nav.getBattery().catch(() => null), 3000) : null,
   ]);
   return {
-    cores: nav.hardwareConcurrency || null,
-    memoryGb: nav.deviceMemory || null,
-    webgpu: !!adapter,
-    battery: battery ? { level: battery.level, charging: battery.charging } : null,
-    saveData: !!(nav.connection && nav.connection.saveData),
+    battery: battery || null,
+    facts: {
+      cores: nav.hardwareConcurrency || null,
+      memoryGb: nav.deviceMemory || null,
+      webgpu: !!adapter,
+      battery: battery ? { level: battery.level, charging: battery.charging } : null,
+      saveData: !!(nav.connection && nav.connection.saveData),
+    },
   };
+}
+
+/**
+ * This browser's facts for `deviceTier()`: cores, memory, a WebGPU adapter, battery,
+ * Save-Data. Nothing leaves the page.
+ * @returns {Promise<DeviceFacts>}
+ */
+export async function deviceFacts() {
+  return (await readDevice()).facts;
 }
 
 function minutesOf(hhmm) {
@@ -1106,6 +1122,8 @@ export class ComputeController extends EventTarget {
   #lastInput = Date.now();
   /** @type {DeviceFacts|null} */ #facts = null;
   #factsPromise = null;
+  #battery = null; // the BatteryManager, kept to follow its changes
+  #watching = false; // the battery and connection listeners are in #off
   #off = [];
   /** @type {Worker|null} */ #worker = null;
   #workerModel = null;
@@ -1118,10 +1136,10 @@ export class ComputeController extends EventTarget {
   #waitReason = null;
   #attempt = 0;
   #serverBudget = null;
-  #leaseSeconds = 120;
   #error = null;
   #shown = "";
-  /** @type {ComputeStatus} */ #status;
+  /** What changes only when shown; status() reads the rest afresh. */
+  #status = { state: "stopped", reason: null, resumeAtMs: null };
   /** @type {ComputeCounts} */
   #counts = { leased: 0, computed: 0, accepted: 0, pending: 0, rejected: 0, duplicate: 0,
               expired: 0, interrupted: 0, failed: 0 };
@@ -1147,7 +1165,6 @@ export class ComputeController extends EventTarget {
     this.#prefsKey = `amelio:compute:prefs:${this.#scope}`;
     this.#stateKey = `amelio:compute:state:${this.#scope}`;
     this.#prefs = this.#loadPrefs();
-    this.#status = this.#snapshot("stopped", null, null);
     if (o.enabled) this.start();
   }
 
@@ -1174,6 +1191,7 @@ export class ComputeController extends EventTarget {
         this.#recheck();
       }
     });
+    this.#watchDevice();
     this.#tick();
   }
 
@@ -1183,6 +1201,7 @@ export class ComputeController extends EventTarget {
     this.#started = false;
     for (const off of this.#off) off();
     this.#off = [];
+    this.#watching = false;
     this.#interrupt();
     clearTimeout(this.#timer);
     this.#timer = 0;
@@ -1191,7 +1210,8 @@ export class ComputeController extends EventTarget {
 
   /** @returns {ComputeStatus} */
   status() {
-    return this.#snapshot(this.#status.state, this.#status.reason, this.#status.resumeAtMs);
+    const { state, reason, resumeAtMs } = this.#status;
+    return this.#snapshot(state, reason, resumeAtMs);
   }
 
   /** @returns {ComputePreferences} a copy */
@@ -1216,22 +1236,29 @@ export class ComputeController extends EventTarget {
 
   /**
    * The person's compute consent, for one task type and purpose or (by default) for
-   * every one this client knows (COMPUTE_TASKS).
+   * every one this client knows (COMPUTE_TASKS). A task type or purpose it does not know
+   * throws a TypeError: a consent nothing would ever read must not look given.
    * @param {Consent} consent
    * @param {{taskType?: string, purpose?: string}} [which]
    */
   setConsent(consent, which = {}) {
+    const { taskType, purpose } = which || {};
+    if (taskType && !Object.hasOwn(COMPUTE_TASKS, taskType)) {
+      throw new TypeError(`unknown compute task type "${taskType}" (known: `
+                          + `${Object.keys(COMPUTE_TASKS).join(", ")})`);
+    }
+    const types = taskType ? [taskType] : Object.keys(COMPUTE_TASKS);
+    const known = [...new Set(types.flatMap((type) => COMPUTE_TASKS[type]))];
+    if (purpose && !known.includes(purpose)) {
+      throw new TypeError(`unknown purpose "${purpose}" for ${taskType || "compute"} `
+                          + `(known: ${known.join(", ")})`);
+    }
     /** @type {Object<string, Object<string, Consent>>} */
     const map = {};
-    for (const [type, purposes] of Object.entries(COMPUTE_TASKS)) {
-      if (which.taskType && which.taskType !== type) continue;
-      for (const purpose of purposes) {
-        if (which.purpose && which.purpose !== purpose) continue;
-        (map[type] = map[type] || {})[purpose] = consent;
+    for (const type of types) {
+      for (const p of COMPUTE_TASKS[type]) {
+        if (!purpose || purpose === p) (map[type] = map[type] || {})[p] = consent;
       }
-    }
-    if (which.taskType && !map[which.taskType]) {
-      (map[which.taskType] = {})[which.purpose || "search_index"] = consent;
     }
     this.setPreferences({ consent: map });
   }
@@ -1293,30 +1320,41 @@ export class ComputeController extends EventTarget {
 
   #loadFacts() {
     if (!this.#factsPromise) {
-      this.#factsPromise = deviceFacts().catch(() => ({})).then((facts) => {
-        this.#facts = facts;
-        const nav = /** @type {any} */ (navigator);
-        if (facts.battery) {
-          nav.getBattery().then((b) => {
-            const update = () => {
-              if (this.#facts) this.#facts.battery = { level: b.level, charging: b.charging };
-              this.#recheck();
-            };
-            b.addEventListener("levelchange", update);
-            b.addEventListener("chargingchange", update);
-          }).catch(() => {});
-        }
-        if (nav.connection && nav.connection.addEventListener) {
-          nav.connection.addEventListener("change", () => {
-            if (this.#facts) this.#facts.saveData = !!nav.connection.saveData;
-            this.#recheck();
-          });
-        }
-        this.#tick();
-        this.#emit();
-      });
+      this.#factsPromise = readDevice().catch(() => ({ facts: {}, battery: null }))
+        .then(({ facts, battery }) => {
+          this.#facts = facts;
+          this.#battery = battery;
+          this.#watchDevice();
+          this.#recheck();
+        });
     }
     return this.#factsPromise;
+  }
+
+  /** Follow the battery and Save-Data while started only: through #off, stop() (and a
+   *  panel that merely showed the tier) leaves nothing listening. */
+  #watchDevice() {
+    if (!this.#started || this.#watching || !this.#facts) return;
+    this.#watching = true;
+    const facts = this.#facts;
+    const battery = this.#battery;
+    const connection = /** @type {any} */ (navigator).connection;
+    const read = () => { // they may have changed while nothing listened
+      if (battery) facts.battery = { level: battery.level, charging: battery.charging };
+      if (connection) facts.saveData = !!connection.saveData;
+    };
+    read();
+    const update = () => {
+      read();
+      this.#recheck();
+    };
+    if (battery && typeof battery.addEventListener === "function") {
+      this.#listen(battery, "levelchange", update);
+      this.#listen(battery, "chargingchange", update);
+    }
+    if (connection && typeof connection.addEventListener === "function") {
+      this.#listen(connection, "change", update);
+    }
   }
 
   /** Why it may not work now, and when to look again (ms; null: an event will tell). */
@@ -1329,10 +1367,7 @@ export class ComputeController extends EventTarget {
       this.#loadFacts();
       return { reason: "starting", ms: null };
     }
-    const f = this.#facts;
-    if (f.battery && !f.battery.charging && f.battery.level < LOW_BATTERY_LEVEL) {
-      return { reason: "battery", ms: 60_000 };
-    }
+    if (lowBattery(this.#facts)) return { reason: "battery", ms: 60_000 };
     if (this.tier === "DEGRADED") return { reason: "tier", ms: 60_000 };
     if (!inTimeWindows(p.windows, new Date(now))) {
       return { reason: "window", ms: 60_000 - (now % 60_000) + 50 };
@@ -1434,6 +1469,9 @@ export class ComputeController extends EventTarget {
     this.#wait(asked || backoffMs(this.#attempt, MAX_COMPUTE_BACKOFF_MS), reason);
   }
 
+  /** Every failure of the work goes here: reported, and a long wait, so that a worker
+   *  that keeps failing, or a server that keeps refusing, is not asked again at once
+   *  (lease, fail, lease…). */
   #fail(message, status) {
     this.#error = message;
     this.#wait(MAX_COMPUTE_BACKOFF_MS, "error");
@@ -1542,13 +1580,13 @@ export class ComputeController extends EventTarget {
     if (body.budget && typeof body.budget.cpuSecondsPerHour === "number") {
       this.#serverBudget = body.budget.cpuSecondsPerHour;
     }
-    if (body.leaseSeconds > 0) this.#leaseSeconds = body.leaseSeconds;
+    const leaseSeconds = body.leaseSeconds > 0 ? body.leaseSeconds : DEFAULT_LEASE_SECONDS;
     // Only what the person consented to runs, whatever a server sends.
     const tasks = body.tasks.filter((t) => t && this.consentFor(t.taskType, t.purpose) === "granted"
                                      && t.taskType === "embed_documents" && t.input
                                      && Array.isArray(t.input.texts));
     for (const t of tasks) {
-      t.leaseExpiresMs = Number(t.leaseExpiresMs) || leasedMs + this.#leaseSeconds * 1000;
+      t.leaseExpiresMs = Number(t.leaseExpiresMs) || leasedMs + leaseSeconds * 1000;
     }
     this.#counts.leased += tasks.length;
     if (!tasks.length) {
@@ -1671,7 +1709,7 @@ export class ComputeController extends EventTarget {
     } catch (e) {
       if (gen === this.#gen && !(e instanceof Interrupted)) {
         this.#counts.failed++;
-        this.#error = `the worker: ${e.message}`;
+        this.#fail(`the worker: ${e.message}`);
       }
       return null;
     } finally {
@@ -1679,14 +1717,14 @@ export class ComputeController extends EventTarget {
     }
     const wallMs = performance.now() - started;
     this.#taskCostS = wallMs / 1000;
-    const rows = Array.isArray(answer.vectors) ? answer.vectors : [];
-    if (rows.length !== task.input.texts.length
-        || rows.some((v) => !v || v.length !== task.dimensions)) {
+    const matrix = answer.vectors;
+    if (!(matrix instanceof Float32Array)
+        || matrix.length !== task.input.texts.length * task.dimensions) {
       this.#counts.failed++;
-      this.#error = "the worker returned vectors of the wrong count or size";
+      this.#fail("the worker returned vectors of the wrong count or size");
       return null;
     }
-    const vectors = encodeVectors(rows, task.dimensions);
+    const vectors = encodeVectors(matrix);
     const computeMs = Number(answer.computeMs) >= 0 ? Number(answer.computeMs) : wallMs;
     return { vectors, leasedMs, startedMs, finishedMs: Date.now(), computeMs, wallMs };
   }
@@ -1731,8 +1769,7 @@ export class ComputeController extends EventTarget {
         this.#counts.failed++;
         const error = await errorOf(response);
         if (error.code === "invalid_client_token") this.#forgetClient();
-        this.#error = error.message;
-        this.#client._onError({ message: `compute: ${this.#error}`, status: response.status });
+        this.#fail(error.message, response.status);
         return;
       }
       await this.#backoff(response, response ? "server" : "offline");
@@ -1829,13 +1866,14 @@ export class ComputeController extends EventTarget {
   }
 
   #show(state, reason, resumeAtMs) {
-    this.#emit(this.#snapshot(state, reason, resumeAtMs));
+    this.#status = { state, reason, resumeAtMs };
+    this.#emit();
   }
 
-  /** Keep `status` (default: the current one, its counts and use read again), and tell
-   *  the listeners when it changed (a later resumeAtMs alone is no change). */
-  #emit(status = this.status()) {
-    this.#status = status;
+  /** Tell the listeners when the status (its counts and use read again) changed; a later
+   *  resumeAtMs alone is no change. */
+  #emit() {
+    const status = this.status();
     const shown = JSON.stringify({ ...status, resumeAtMs: null });
     if (shown === this.#shown) return;
     this.#shown = shown;
@@ -1946,20 +1984,24 @@ export function settingsPanel(compute, el) {
     type: "button", "data-intensity": v, "aria-pressed": "false",
     onclick: () => safely(() => compute.setPreferences({ intensity: v })),
   }, `${name[0].toUpperCase()}${name.slice(1)} (${v})`));
+  // The panel shows and edits the first window only; the others (a page may set several
+  // through setPreferences) stay as they are, and the panel says they exist. Unticking
+  // "Only between" means any time: every window goes.
   const onWindow = () => safely(() => {
-    const windows = compute.preferences().windows;
+    const [first, ...others] = compute.preferences().windows;
     if (!windowOn.checked) return compute.setPreferences({ windows: [] });
     if (!from.value) from.value = "09:00";
     if (!to.value) to.value = "18:00";
-    const days = windows[0] && windows[0].days;
+    const days = first && first.days;
     compute.setPreferences({ windows: [{ ...(days ? { days } : {}), from: from.value.slice(0, 5),
-                                         to: to.value.slice(0, 5) }] });
+                                         to: to.value.slice(0, 5) }, ...others] });
     return undefined;
   });
   const windowOn = h("input", { type: "checkbox", id: "window-on", onchange: onWindow });
   const from = h("input", { type: "time", id: "window-from", "aria-label": "From",
                             onchange: onWindow });
   const to = h("input", { type: "time", id: "window-to", "aria-label": "To", onchange: onWindow });
+  const moreWindows = h("span", { id: "window-more" });
   const quota = h("input", {
     type: "number", id: "quota", min: 0, step: 1, inputmode: "numeric",
     "aria-describedby": "quota-help",
@@ -1986,7 +2028,7 @@ export function settingsPanel(compute, el) {
       ...presets),
     h("fieldset", {}, h("legend", {}, "When"),
       h("div", { class: "row" }, h("label", {}, windowOn, " Only between"), from,
-        h("span", {}, "and"), to)),
+        h("span", {}, "and"), to, moreWindows)),
     h("div", { class: "row" }, h("label", { for: "quota" }, "Daily limit"), quota,
       h("span", { id: "quota-help" }, "CPU seconds per day (empty: no daily limit)")),
     h("dl", {}, h("dt", {}, "Device tier"), tier, h("dt", {}, "CPU this hour"), hour,
@@ -2010,6 +2052,9 @@ export function settingsPanel(compute, el) {
     windowOn.checked = !!w;
     if (w && root.activeElement !== from) from.value = w.from;
     if (w && root.activeElement !== to) to.value = w.to;
+    const more = p.windows.length - 1;
+    moreWindows.textContent = more > 0
+      ? `(and ${more} other window${more > 1 ? "s" : ""}, unchanged here)` : "";
     if (root.activeElement !== quota) {
       quota.value = p.dailyQuotaSeconds == null ? "" : String(p.dailyQuotaSeconds);
     }
