@@ -223,9 +223,28 @@ class LogOdds:
         # What a message's evidence is made of, computed once: per word, its value for
         # the skills whose examples never use it, and the difference for those that do;
         # per skill, the size prior. Routing a message only adds them up.
-        self._words = {t: self._word(t, c, self._term_totals[t])
-                       for t, (_, c) in self._postings.items()}
+        self._words = self._all_words()
         self._prior = self._size_prior(totals, self._all, self._smoothing)
+
+    def _all_words(self) -> dict[str, tuple[float, np.ndarray]]:
+        """:meth:`_word` for every word, in a few array operations (one per word would
+        cost more than the rest of building the index)."""
+        import numpy as np
+
+        if not self._postings:
+            return {}
+        words = list(self._postings)
+        counts = np.concatenate([self._postings[w][1] for w in words])
+        sizes = np.fromiter((len(self._postings[w][1]) for w in words), dtype=np.intp,
+                            count=len(words))
+        totals = np.fromiter((self._term_totals[w] for w in words), dtype=np.float64,
+                             count=len(words))
+        absent = np.log(ODDS_ALPHA) - np.log(totals + ODDS_ALPHA)
+        outside = np.repeat(totals, sizes) - counts
+        delta = (np.log(counts + ODDS_ALPHA) - np.log(outside + ODDS_ALPHA)
+                 - np.repeat(absent, sizes))
+        return dict(zip(words, zip(absent.tolist(), np.split(delta, np.cumsum(sizes)[:-1]),
+                                   strict=True), strict=True))
 
     @staticmethod
     def _word(word: str, counts: np.ndarray, total: float) -> tuple[float, np.ndarray]:
