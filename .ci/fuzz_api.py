@@ -24,9 +24,12 @@ import tempfile
 from contextlib import nullcontext
 from pathlib import Path
 
-from amelio.testing import FakeLLMServer, ServeProcess, postgres_database
+from amelio.testing import FakeLLMServer
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT / "tests"))  # the repository's test kit, which is not in the wheel
+from support.processes import ServeProcess, postgres_database  # noqa: E402
+
 BIN = Path(sys.executable).parent
 CHECKS = ",".join((
     "not_a_server_error",

@@ -8,6 +8,10 @@ runner can print one summary table and exit non-zero if any target was missed.
 :class:`Clock` measures a block in wall-clock and in this process's CPU seconds:
 when CPU is much lower than wall-clock, the machine (or another process, such as a
 database server) was busy, and the figure says less about Amelio.
+
+Importing it also puts the repository's ``tests/`` folder on ``sys.path``: the
+benchmarks share the test suite's kit (``support.processes``, ``fakes``), which is
+repository plumbing and does not ship in the wheel.
 """
 
 from __future__ import annotations
@@ -27,6 +31,10 @@ __all__ = ["RESULTS_ENV", "Clock", "Target", "load_line", "median_of", "percenti
            "target"]
 
 RESULTS_ENV = "AMELIO_BENCH_RESULTS"
+
+_TESTS = str(Path(__file__).resolve().parent.parent / "tests")
+if _TESTS not in sys.path:
+    sys.path.append(_TESTS)
 
 
 @dataclass(frozen=True)

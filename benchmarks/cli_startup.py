@@ -13,7 +13,7 @@ commands; this script says what they cost in milliseconds on this machine.
 The last rows route a message on a real workspace: the 150 CLINC150 skills from
 ``../shared/data/routing-clinc150``, imported once, with 10 routing examples a skill
 (1,500, from its queries file). ``amelio route`` saves a routing snapshot
-(``.amelio/cache/``, :mod:`amelio.route_snapshot`) and later runs route from it while
+(``.amelio/cache/``, :mod:`amelio.routing.snapshot`) and later runs route from it while
 nothing changed; those rows are under the target. The snapshot is made by one run
 before the measured ones, and it is a cache of the router's *inputs*: each run still
 checks it against the database, loads the model, rebuilds the index and embeds the
@@ -37,7 +37,7 @@ from pathlib import Path
 
 from benchlib import median_of, target
 
-from amelio.testing import IMPORT_PROBE, import_time
+from support.processes import IMPORT_PROBE, import_time
 
 #: The issue's target for `amelio --help`, `amelio eval` and `amelio route`.
 TARGET_MS = 150.0
@@ -76,8 +76,8 @@ def measure(argv: list[str], cwd: Path, env: dict[str, str], runs: int,
 
 def _examples(workspace: Path, per_skill: int = 10) -> int:
     """The first ``per_skill`` queries of each skill, added as routing examples."""
-    from amelio import routing_examples
-    from amelio.workspace import open_workspace
+    from amelio.routing import examples as routing_examples
+    from amelio.workspace.folder import open_workspace
 
     chosen: dict[str, list[str]] = {}
     with (SKILLS.parent / "queries.jsonl").open(encoding="utf-8") as fh:

@@ -72,12 +72,13 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from amelio import keys
-from amelio.config import Settings, load_settings
 from amelio.embeddings import load_embedder
-from amelio.search.engine import workspace_corpus
-from amelio.testing import LiveServer, ServeProcess
-from amelio.workspace import init_workspace
+from amelio.search.engines.registry import workspace_corpus
+from amelio.testing import ThreadedServer
+from amelio.workspace import keys
+from amelio.workspace.config import Settings, load_settings
+from amelio.workspace.folder import init_workspace
+from support.processes import ServeProcess
 
 HERE = Path(__file__).resolve().parent
 CRANFIELD = HERE.parents[1] / "shared" / "data" / "cranfield" / "corpus.jsonl"
@@ -169,8 +170,8 @@ def page_site(cfg: dict[str, str]) -> Iterator[str]:
     async def page(_: Request) -> HTMLResponse:
         return HTMLResponse(PAGE % cfg)
 
-    with LiveServer(Starlette(routes=[Route("/", page)])) as base:
-        yield base
+    with ThreadedServer(Starlette(routes=[Route("/", page)])) as server:
+        yield server.url
 
 
 def chromium_path() -> str:

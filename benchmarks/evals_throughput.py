@@ -16,7 +16,8 @@ from typing import Any
 
 from benchlib import Clock, median_of, percentile, target
 
-from amelio.evals import EvalRule, evaluate, parse_rules
+from amelio.evals.engine import evaluate, parse_rules
+from amelio.evals.rules import EvalRule
 
 TARGET_CHECKS_PER_S = 100_000
 

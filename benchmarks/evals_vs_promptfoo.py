@@ -38,7 +38,7 @@ What runs, per repeat (default 3), in this order:
   outputs, read from promptfoo's results).
 
 The Amelio rules are promptfoo's assertions translated by Amelio's own importer
-(``amelio.promptfoo.import_promptfoo``), only types both tools have: is-json,
+(``amelio.evals.promptfoo.import_promptfoo``), only types both tools have: is-json,
 starts-with, contains, contains-all, contains-any, regex, icontains, not-contains,
 not-icontains, not-regex. The outputs are code-review verdicts in JSON (0.25-1 KB,
 ASCII), generated from a fixed seed; 10% carry one realistic defect (prose before the
@@ -99,9 +99,9 @@ from typing import Any
 
 from benchlib import load_line, median_of, target
 
-from amelio.promptfoo import import_promptfoo
+from amelio.evals.promptfoo import import_promptfoo
 from amelio.skills import import_skills
-from amelio.workspace import init_workspace
+from amelio.workspace.folder import init_workspace
 
 #: The newest promptfoo that supports Node 20 (0.122 and later need Node ≥ 22.22).
 PROMPTFOO_VERSION = "0.121.20"

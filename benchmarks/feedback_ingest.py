@@ -53,13 +53,13 @@ import sqlalchemy as sa
 from benchlib import Clock, load_line, median_of, target
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from amelio import keys
 from amelio.db.schema import feedback_events
 from amelio.feedback import Collector, verify_events
 from amelio.feedback.examples import example_event
 from amelio.feedback.tokens import TokenSigner
-from amelio.testing import ServeProcess, postgres_database
-from amelio.workspace import Workspace, init_workspace
+from amelio.workspace import keys
+from amelio.workspace.folder import Workspace, init_workspace
+from support.processes import ServeProcess, postgres_database
 
 BATCH = 500
 TARGET_RATE = 20_000

@@ -60,14 +60,16 @@ from benchlib import target
 from respond_overhead import ANSWER, MESSAGES  # this folder: the same chat messages
 from search_latency import documents  # this folder: the same synthetic corpus
 
-from amelio import keys, skills
-from amelio.config import CONFIG_FILE
+from amelio import skills
 from amelio.db.schema import feedback_events
 from amelio.feedback import verify_events
 from amelio.feedback.examples import example_event
 from amelio.search import Corpus, optional_embedder
-from amelio.testing import FakeLLMServer, ServeProcess, postgres_database
-from amelio.workspace import init_workspace, open_workspace
+from amelio.testing import FakeLLMServer
+from amelio.workspace import keys
+from amelio.workspace.config import CONFIG_FILE
+from amelio.workspace.folder import init_workspace, open_workspace
+from support.processes import ServeProcess, postgres_database
 
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("search", "feedback", "chat")

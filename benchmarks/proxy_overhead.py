@@ -43,9 +43,12 @@ import openai
 from benchlib import Clock, percentile, target
 from respond_overhead import ANSWER, MESSAGES  # this folder: the same chat and answer
 
-from amelio import keys, learnings, skills
-from amelio.testing import FakeLLMServer, ServeProcess, postgres_database
-from amelio.workspace import init_workspace
+from amelio import skills
+from amelio.assistant import learnings
+from amelio.testing import FakeLLMServer
+from amelio.workspace import keys
+from amelio.workspace.folder import init_workspace
+from support.processes import ServeProcess, postgres_database
 
 ROOT = Path(__file__).resolve().parent.parent
 

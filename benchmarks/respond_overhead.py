@@ -20,11 +20,12 @@ from pathlib import Path
 
 from benchlib import Clock, percentile, target
 
-from amelio import learnings, skills
-from amelio.assistant import respond
+from amelio import skills
+from amelio.assistant import learnings
+from amelio.assistant.respond import respond
 from amelio.llm.fake import ScriptedProvider
-from amelio.testing import postgres_database
-from amelio.workspace import init_workspace
+from amelio.workspace.folder import init_workspace
+from support.processes import postgres_database
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGES = [

@@ -81,10 +81,9 @@ import numpy as np
 from benchlib import Clock, median_of, percentile, target
 from bm25s.stopwords import STOPWORDS_EN  # type: ignore[import-untyped]
 
-from amelio.assistant import log_exchange
-from amelio.projects import DEFAULT_PROJECT
-from amelio.quality import give_answer_feedback
-from amelio.router import (
+from amelio.assistant.quality import give_answer_feedback
+from amelio.assistant.respond import log_exchange
+from amelio.routing.router import (
     BM25_STOPWORDS,
     DEFAULT_LIMIT,
     DEFAULT_SCORER,
@@ -96,7 +95,8 @@ from amelio.router import (
 from amelio.skills import import_skills, read_skills
 from amelio.skills.model import SkillSpec
 from amelio.text import tokens
-from amelio.workspace import init_workspace
+from amelio.workspace.folder import init_workspace
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

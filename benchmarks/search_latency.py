@@ -68,13 +68,13 @@ from typing import Any, NamedTuple
 import httpx
 from benchlib import Clock, load_line, median_of, percentile, target
 
-from amelio import keys
 from amelio.feedback import Collector
 from amelio.search import Corpus, Document, Searcher, aggregate, optional_embedder
+from amelio.search.engines.tantivy import TantivyEngine
 from amelio.search.simulate import click_events
-from amelio.search.tantivy_engine import TantivyEngine
-from amelio.testing import ServeProcess
-from amelio.workspace import Workspace, init_workspace
+from amelio.workspace import keys
+from amelio.workspace.folder import Workspace, init_workspace
+from support.processes import ServeProcess
 
 #: DESIGN.md's targets are stated at this corpus size.
 TARGET_DOCS = 100_000

@@ -1,7 +1,7 @@
 """The Telegram bot's own latency per message (target: p95 under 20 ms).
 
 A real python-telegram-bot client polls a local fake of the Bot API
-(:class:`amelio.fake_telegram.FakeTelegramServer`, real HTTP on loopback). The fake
+(:class:`fakes.telegram_bot_api.FakeTelegramServer`, real HTTP on loopback). The fake
 runs in a child process, as Telegram runs on another machine: its own work (HTTP,
 validating MarkdownV2, keeping records) is not charged to the bot's process, and it
 does the timing itself. The LLM answers instantly (an in-process scripted
@@ -42,12 +42,12 @@ from benchlib import Clock, percentile, target
 from respond_overhead import MESSAGES
 
 from amelio import skills
-from amelio.assistant import respond
-from amelio.fake_telegram import FakeTelegramServer
+from amelio.assistant.respond import respond
 from amelio.llm.fake import ScriptedProvider
 from amelio.telegram import links
 from amelio.telegram.bot import BotThread
-from amelio.workspace import init_workspace
+from amelio.workspace.folder import init_workspace
+from fakes.telegram_bot_api import FakeTelegramServer
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "123456:BENCH-token"

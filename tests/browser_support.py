@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from amelio.config import load_settings
-from amelio.workspace import Workspace, init_workspace, open_workspace
+from amelio.workspace.config import load_settings
+from amelio.workspace.folder import Workspace, init_workspace, open_workspace
 
 #: Headless Chromium quiet: no sandbox (containers), no GPU, and nothing of its own on
 #: the network (the tests' loopback guard would refuse it anyway).

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from amelio.testing import postgres_database
-from amelio.workspace import Workspace, init_workspace
+from amelio.workspace.folder import Workspace, init_workspace
+from support.processes import postgres_database
 
 PG_URL = os.environ.get("AMELIO_TEST_POSTGRES_URL", "")
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "skills"

@@ -14,16 +14,18 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
-from amelio import keys, learnings, skills
-from amelio.assistant import Reply, get_interaction, respond, respond_stream
+from amelio import skills
+from amelio.assistant import learnings
+from amelio.assistant.quality import give_answer_feedback, quality_metrics
+from amelio.assistant.respond import Reply, get_interaction, respond, respond_stream
 from amelio.cli import main
 from amelio.db.schema import eval_results, feedback, interactions
 from amelio.errors import LLMNotConfigured, NotFound
 from amelio.llm import TextDelta
-from amelio.quality import give_answer_feedback, quality_metrics
 from amelio.server import create_app
-from amelio.testing import FakeLLMServer, LiveServer
-from amelio.workspace import Workspace, init_workspace, open_workspace
+from amelio.testing import FakeLLMServer, ThreadedServer
+from amelio.workspace import keys
+from amelio.workspace.folder import Workspace, init_workspace, open_workspace
 
 FORCE = "Run git push --force and you are done."
 SAFE = "Run `git pull --rebase`, then git push --force-with-lease."
@@ -271,8 +273,8 @@ def test_sse_relays_each_token_before_the_next_is_produced(
     server.reply(" ".join(words))
     arrivals: list[str] = []
     with server.lockstep(lambda: len(arrivals)) as produced, \
-            LiveServer(create_app(ws)) as base_url, httpx.stream(
-                "POST", f"{base_url}/v1/chat/stream",
+            ThreadedServer(create_app(ws)) as live, httpx.stream(
+                "POST", f"{live.url}/v1/chat/stream",
                 headers={"Authorization": f"Bearer {token}"},
                 json={"message": "git push rejected"}, timeout=30) as r:
         for line in r.iter_lines():
@@ -334,7 +336,8 @@ def test_the_service_warms_up_as_it_starts(ws: Workspace, monkeypatch: pytest.Mo
     """With ``warm_up`` on, starting the service loads the provider, routes each
     project and compiles the eval rules in the background, so the first answer
     finds them ready; the log says how long it took."""
-    from amelio import assistant, router
+    from amelio.assistant import respond as assistant
+    from amelio.routing import router
 
     monkeypatch.setenv("AMELIO_WARM_UP", "1")
     opened = open_workspace(ws.root)
@@ -359,7 +362,7 @@ def test_two_workspaces_in_one_process_keep_their_own_rules(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Compiled rules are cached in the process: two databases that hold different
     skills under the same id and version must each be checked by their own."""
-    from amelio.assistant import log_exchange
+    from amelio.assistant.respond import log_exchange
 
     reports = []
     for n, phrase in enumerate(("alpha", "omega")):

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from amelio import keys
 from amelio.cli import main
-from amelio.workspace import open_workspace
+from amelio.workspace import keys
+from amelio.workspace.folder import open_workspace
 
 
 def run(*args: str, input: str | None = None) -> Result:

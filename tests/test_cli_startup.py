@@ -28,7 +28,7 @@ import amelio.cli
 from amelio import hookspecs
 from amelio.cli import main
 from amelio.cli._common import COMMANDS
-from amelio.testing import IMPORT_PROBE, import_time
+from support.processes import IMPORT_PROBE, import_time
 
 #: Libraries that none of the start-up commands below may import.
 FORBIDDEN = ("sqlalchemy", "alembic", "pydantic_settings", "pydantic", "fastapi", "starlette",
@@ -113,7 +113,7 @@ def test_route_on_a_workspace_opens_no_database_layer_once_it_has_a_snapshot(
     next one routes from it with the standard library's sqlite3 and numpy (for the
     message's embedding), and prints the same."""
     from amelio.skills import import_skills
-    from amelio.workspace import init_workspace
+    from amelio.workspace.folder import init_workspace
 
     ws, _ = init_workspace(tmp_path / "ws")
     import_skills(ws.engine, examples)
@@ -132,7 +132,8 @@ def test_route_on_a_workspace_opens_no_database_layer_once_it_has_a_snapshot(
 def test_library_entry_points_stay_cheap(tmp_path: Path) -> None:
     """``import amelio`` and the modules the commands above need load no database."""
     code = ("import amelio, amelio.skills, amelio.skills.model, amelio.knowledge, "
-            "amelio.learnings, amelio.projects, amelio.evals, amelio.cli.context\n"
+            "amelio.assistant.learnings, amelio.workspace.projects, amelio.evals.engine, "
+            "amelio.cli.context\n"
             "import json, os, sys\n"
             "open(os.environ['STARTUP_MODULES_OUT'], 'w').write(json.dumps(list(sys.modules)))")
     _ms, modules, done = imported([], tmp_path, code)

@@ -19,7 +19,6 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from amelio import keys
 from amelio.contributions import (
     TRUST_FLOOR,
     ClientTokens,
@@ -33,11 +32,12 @@ from amelio.contributions import (
 from amelio.db.schema import contribution_task_docs, contribution_tasks
 from amelio.embeddings import Embedder, load_embedder
 from amelio.search.documents import Document
-from amelio.search.engine import workspace_corpus
+from amelio.search.engines.registry import workspace_corpus
 from amelio.search.store import DocumentStore
 from amelio.server import create_app
-from amelio.workspace import Workspace
-from test_dashboard_forms import login
+from amelio.workspace import keys
+from amelio.workspace.folder import Workspace
+from test_web_dashboard_forms import login
 
 pytest.importorskip("wordllama")
 
@@ -786,7 +786,7 @@ def test_polling_while_off_writes_nothing(sqlite_workspace: Workspace,
 
 def test_browsers_embed_exactly_when_tasks_are_handed_out(sqlite_workspace: Workspace
                                                           ) -> None:
-    from amelio.search.engine import browsers_embed
+    from amelio.search.engines.registry import browsers_embed
 
     for options in ({"contributions": False}, {"contributions": True},
                     {"contributions": True, "search_embedding_model": ""},

@@ -14,20 +14,20 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from amelio import keys
 from amelio.db.schema import feedback_events
-from amelio.demo import create_demo_app, demo_client_key, prepare_demo
+from amelio.demo.app import create_demo_app, demo_client_key, prepare_demo
 from amelio.server import create_app
-from amelio.testing import LiveServer
-from amelio.workspace import Workspace
+from amelio.testing import ThreadedServer
+from amelio.workspace import keys
+from amelio.workspace.folder import Workspace
 from browser_support import launch_chromium
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Workspace, str]]:
     ws, _ = prepare_demo(tmp_path_factory.mktemp("demo") / "ws")
-    with LiveServer(create_demo_app(ws), lifespan="on") as base:
-        yield ws, base
+    with ThreadedServer(create_demo_app(ws), lifespan="on") as server:
+        yield ws, server.url
     ws.dispose()
 
 

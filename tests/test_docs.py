@@ -9,7 +9,7 @@ import click
 import amelio
 from amelio import hookspecs
 from amelio.cli import main
-from amelio.config import Settings
+from amelio.workspace.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

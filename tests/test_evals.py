@@ -11,13 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amelio.errors import EvalRuleError, InputTooLarge, InvalidInput
-from amelio.evals import (
-    EvalReport,
-    EvalResult,
-    EvalRule,
-    RuleParamError,
-    RuleType,
-    Verdict,
+from amelio.evals.engine import (
     append_footnotes,
     evaluate,
     parse_eval_file,
@@ -25,6 +19,7 @@ from amelio.evals import (
     render_footnotes,
     rule_types,
 )
+from amelio.evals.rules import EvalReport, EvalResult, EvalRule, RuleParamError, RuleType, Verdict
 from amelio.hookspecs import hookimpl
 from amelio.plugins import get_plugin_manager
 

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from amelio.errors import EvalRuleError
-from amelio.evals import MAX_RULES, REGEX_MAX_PROGRAM, evaluate, parse_rules
+from amelio.evals.engine import evaluate, parse_rules
+from amelio.evals.rules import MAX_RULES, REGEX_MAX_PROGRAM
 
 
 def rule(**fields: object) -> dict[str, object]:
@@ -63,7 +64,7 @@ def test_too_many_rules() -> None:
 
 
 def test_duplicate_json_keys_are_refused() -> None:
-    from amelio.evals import parse_eval_file
+    from amelio.evals.engine import parse_eval_file
 
     text = ('{"version": 1, "rules": [{"id": "a", "type": "max_length", "value": 5, '
             '"value": 500}]}')

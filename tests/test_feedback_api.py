@@ -11,13 +11,14 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
-from amelio import db, keys
+from amelio import db
 from amelio.cli import main
 from amelio.db.schema import feedback_events
 from amelio.feedback import Collector, feedback_stats
 from amelio.feedback.examples import example_event
 from amelio.server import create_app
-from amelio.workspace import Workspace, open_workspace
+from amelio.workspace import keys
+from amelio.workspace.folder import Workspace, open_workspace
 
 Api = tuple[TestClient, dict[str, str], Collector]
 

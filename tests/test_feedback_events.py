@@ -25,12 +25,12 @@ from amelio.feedback import (
     purge_events,
     verify_events,
 )
-from amelio.feedback.anonymize import SaltedHasher, scrub
 from amelio.feedback.examples import example_event
 from amelio.feedback.ratelimit import Bucket, RateLimiter
 from amelio.feedback.schema import event_adapter
 from amelio.feedback.tokens import TokenSigner
-from amelio.workspace import Workspace
+from amelio.privacy.anonymize import SaltedHasher, scrub
+from amelio.workspace.folder import Workspace
 
 DAY_MS = 86_400_000
 NOW_MS = 1_780_000_000_000  # 2026-05-28, a fixed "now" for the collector's clock

@@ -13,16 +13,9 @@ import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
-from amelio import keys, learnings, skills
-from amelio.assistant import respond
-from amelio.cli import main
-from amelio.demo import load_recorded_interactions
-from amelio.errors import Conflict, InvalidInput, NotFound
-from amelio.improve import proposals as props
-from amelio.improve.nightly import last_report, run_improve
-from amelio.improve.templates import SECTION_START, template_proposal
-from amelio.llm.fake import ScriptedProvider
-from amelio.quality import (
+from amelio import skills
+from amelio.assistant import learnings
+from amelio.assistant.quality import (
     daily_metrics,
     find_underperformers,
     give_answer_feedback,
@@ -31,8 +24,17 @@ from amelio.quality import (
     rule_stats,
     wilson_interval,
 )
+from amelio.assistant.respond import respond
+from amelio.cli import main
+from amelio.demo.app import load_recorded_interactions
+from amelio.errors import Conflict, InvalidInput, NotFound
+from amelio.improve import proposals as props
+from amelio.improve.nightly import last_report, run_improve
+from amelio.improve.templates import SECTION_START, template_proposal
+from amelio.llm.fake import ScriptedProvider
 from amelio.server import create_app
-from amelio.workspace import Workspace, open_workspace
+from amelio.workspace import keys
+from amelio.workspace.folder import Workspace, open_workspace
 
 FORCE = "Run git push --force."
 SAFE = "Run `git pull --rebase`, then git push --force-with-lease."
@@ -361,7 +363,7 @@ def test_improve_sends_a_signed_webhook(ws: Workspace, monkeypatch: pytest.Monke
     from starlette.routing import Route
 
     from amelio.improve.notifiers import verify_signature
-    from amelio.testing import LiveServer
+    from amelio.testing import ThreadedServer
 
     received: list[tuple[bytes, dict[str, str]]] = []
 
@@ -370,8 +372,8 @@ def test_improve_sends_a_signed_webhook(ws: Workspace, monkeypatch: pytest.Monke
         return JSONResponse({"ok": True})
 
     git_history(ws, 3, 0)
-    with LiveServer(Starlette(routes=[Route("/hook", hook, methods=["POST"])])) as base:
-        monkeypatch.setenv("AMELIO_NOTIFY_WEBHOOK_URL", f"{base}/hook")
+    with ThreadedServer(Starlette(routes=[Route("/hook", hook, methods=["POST"])])) as server:
+        monkeypatch.setenv("AMELIO_NOTIFY_WEBHOOK_URL", f"{server.url}/hook")
         monkeypatch.setenv("AMELIO_NOTIFY_WEBHOOK_SECRET", "s3cret")
         monkeypatch.setenv("AMELIO_PUBLIC_URL", "https://amelio.example")
         configured = open_workspace(ws.root)

@@ -10,16 +10,16 @@ import pytest
 import sqlalchemy as sa
 
 from amelio import knowledge
-from amelio.config import Settings
 from amelio.db.schema import knowledge_chunks, knowledge_queue
 from amelio.errors import ConfigError, InputTooLarge, InvalidInput, NotFound
 from amelio.knowledge import Source
 from amelio.knowledge.index import collection_name, embedder_for, prepare_source, search
 from amelio.knowledge.sync import CLAIM_SECONDS, _claim
 from amelio.llm.fake import ScriptedProvider
-from amelio.search.engine import open_collection
+from amelio.search.engines.registry import open_collection
 from amelio.testing import FakeLLMServer
-from amelio.workspace import Workspace, open_workspace
+from amelio.workspace.config import Settings
+from amelio.workspace.folder import Workspace, open_workspace
 
 T0 = datetime(2026, 5, 1, 10, 0, tzinfo=UTC)
 VPN = ("# VPN access\n\nThe VPN is for remote work only. Connect with the Amelio client.\n\n"

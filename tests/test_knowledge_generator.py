@@ -10,15 +10,16 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from amelio import keys, knowledge, skills
+from amelio import knowledge, skills
 from amelio.errors import Conflict, EvalRuleError, InvalidInput, LLMError, SkillNotFound
 from amelio.improve import proposals as props
 from amelio.improve.bench import run_benchmark
 from amelio.llm.fake import ScriptedProvider
-from amelio.router import route_message
+from amelio.routing.router import route_message
 from amelio.server import create_app
 from amelio.testing import FakeLLMServer
-from amelio.workspace import Workspace, open_workspace
+from amelio.workspace import keys
+from amelio.workspace.folder import Workspace, open_workspace
 
 REFUNDS = ("Refunds are granted within 30 days of purchase with a receipt. After 30 days the "
            "customer gets store credit. Damaged items are always refunded, receipt or not.")

@@ -13,10 +13,11 @@ import pytest
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
-from amelio import keys, knowledge
+from amelio import knowledge
 from amelio.cli import main
 from amelio.server import create_app
-from amelio.workspace import Workspace, open_workspace
+from amelio.workspace import keys
+from amelio.workspace.folder import Workspace, open_workspace
 
 TICKET = {"sourceId": "T-1", "kind": "ticket", "title": "VPN password reset",
           "text": "To reset the VPN password, open the self-service portal and choose Reset.",

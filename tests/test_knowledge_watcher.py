@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from amelio import knowledge
 from amelio.cli import main
 from amelio.knowledge.watcher import FolderReport, apply_changes, html_to_text
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
 
 PAGE = """<html><head><title>Expense  policy</title><style>p {color: red}</style></head>
 <body><h1>Expenses</h1><p>Meals are reimbursed up to 25&nbsp;EUR.</p>

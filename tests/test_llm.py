@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from amelio.config import Settings
 from amelio.errors import InvalidInput, LLMError, LLMNotConfigured, LLMUnavailable
 from amelio.llm import Completion, LLMRequest, TextDelta, get_provider, provider_types
 from amelio.testing import FakeLLMServer, read_fake_claude_calls, write_fake_claude_cli
+from amelio.workspace.config import Settings
 
 
 @pytest.fixture(scope="module")

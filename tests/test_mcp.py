@@ -23,13 +23,15 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult
 
-from amelio import keys, learnings, skills
-from amelio.assistant import get_interaction, log_exchange
+from amelio import skills
+from amelio.assistant import learnings
+from amelio.assistant.respond import get_interaction, log_exchange
 from amelio.errors import AmelioError, Forbidden
-from amelio.mcp import mount_mcp
+from amelio.mcp.server import mount_mcp
 from amelio.server import create_app
 from amelio.server.auth import authorize_project
-from amelio.workspace import Workspace
+from amelio.workspace import keys
+from amelio.workspace.folder import Workspace
 
 TOOLS = {"route_skills", "get_skill", "check_answer", "log_interaction", "give_feedback",
          "add_learning", "list_learnings", "search", "ask_knowledge"}
@@ -304,9 +306,9 @@ def test_without_the_sdk_both_ways_say_what_to_install(sqlite_workspace: Workspa
 import sys
 sys.modules["mcp"] = None  # as if the `mcp` extra were not installed
 from fastapi.testclient import TestClient
-from amelio.mcp import mount_mcp
+from amelio.mcp.server import mount_mcp
 from amelio.server import create_app
-from amelio.workspace import open_workspace
+from amelio.workspace.folder import open_workspace
 app = create_app(open_workspace(sys.argv[1]))
 mount_mcp(app)
 with TestClient(app) as client:

@@ -13,14 +13,15 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from amelio import keys, skills
-from amelio.assistant import get_interaction
+from amelio import skills
+from amelio.assistant.quality import quality_metrics
+from amelio.assistant.respond import get_interaction
 from amelio.db.schema import interactions
 from amelio.openai_compat import chat_completions, parse_chat_request
-from amelio.quality import quality_metrics
 from amelio.server import create_app
-from amelio.testing import FakeLLMServer, LiveServer
-from amelio.workspace import Workspace, open_workspace
+from amelio.testing import FakeLLMServer, ThreadedServer
+from amelio.workspace import keys
+from amelio.workspace.folder import Workspace, open_workspace
 
 FORCE = "Run git push --force and you are done."
 SAFE = "Run `git pull --rebase`, then git push --force-with-lease."
@@ -56,8 +57,8 @@ def ws(workspace: Workspace, examples: Path, upstream: FakeLLMServer,
 @pytest.fixture
 def client(ws: Workspace) -> Iterator[openai.OpenAI]:
     _, token = keys.create_key(ws.engine, name="bot", role="bot")
-    with LiveServer(create_app(ws)) as base_url:
-        yield openai.OpenAI(api_key=token, base_url=f"{base_url}/v1", max_retries=0)
+    with ThreadedServer(create_app(ws)) as server:
+        yield openai.OpenAI(api_key=token, base_url=f"{server.url}/v1", max_retries=0)
 
 
 def _rows(ws: Workspace) -> int:
@@ -298,8 +299,8 @@ def test_other_providers_take_text_turns_and_refuse_tools(
     other = open_workspace(ws.root)
     _, token = keys.create_key(other.engine, name="bot", role="bot")
     try:
-        with LiveServer(create_app(other)) as base_url:
-            client = openai.OpenAI(api_key=token, base_url=f"{base_url}/v1", max_retries=0)
+        with ThreadedServer(create_app(other)) as server:
+            client = openai.OpenAI(api_key=token, base_url=f"{server.url}/v1", max_retries=0)
             upstream.reply(FORCE)
             done = client.chat.completions.create(
                 model="amelio", max_tokens=40,

@@ -14,11 +14,13 @@ import pytest
 from click.testing import CliRunner, Result
 from fastapi.testclient import TestClient
 
-from amelio import keys, routing_examples, skills
+from amelio import skills
 from amelio.cli import main
+from amelio.routing import examples as routing_examples
 from amelio.server import create_app
 from amelio.web.i18n import _EN, _FR
-from amelio.workspace import Workspace
+from amelio.workspace import keys
+from amelio.workspace.folder import Workspace
 
 #: Messages a billing skill's metadata does not name, sharing the pair "charged twice".
 BILLING_EXAMPLES = ("charged twice this month", "I was charged twice",

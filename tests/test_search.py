@@ -14,21 +14,22 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
-from amelio import keys
 from amelio.cli import main
 from amelio.db.schema import search_impressions, search_signals, search_state
 from amelio.errors import InvalidInput
 from amelio.feedback import Collector, new_event_id
 from amelio.feedback.tokens import token_signer
 from amelio.search import Corpus, Searcher, SearchResponse, aggregate, rebuild
-from amelio.search.engine import workspace_corpus
-from amelio.search.signals import SwapCounts, fit_pbm, signals_for, utility
+from amelio.search.clickmodel import SwapCounts, fit_pbm, utility
+from amelio.search.counts import signals_for
+from amelio.search.engines.registry import workspace_corpus
+from amelio.search.engines.tantivy import TantivyEngine
 from amelio.search.simulate import _examined_as_shown, ndcg_at, simulate
 from amelio.search.simulate import click_events as sim_click_events
 from amelio.search.store import DocumentStore
-from amelio.search.tantivy_engine import TantivyEngine
 from amelio.server import create_app
-from amelio.workspace import Workspace
+from amelio.workspace import keys
+from amelio.workspace.folder import Workspace
 
 DOCS = [
     {"_id": "reset", "title": "Reset your password", "text": "Open settings, choose "

@@ -12,14 +12,13 @@ import pytest
 from click.testing import CliRunner
 
 from amelio.cli import main
-from amelio.config import Settings
 from amelio.embeddings import Embedder
 from amelio.errors import InvalidInput
 from amelio.hookspecs import hookimpl
 from amelio.plugins import get_plugin_manager
 from amelio.search import Corpus, Searcher
 from amelio.search.documents import Deletion, Document, Hit, ImportReport
-from amelio.search.engine import (
+from amelio.search.engines.registry import (
     EngineType,
     RankingEngine,
     SearchEngine,
@@ -27,8 +26,9 @@ from amelio.search.engine import (
     search_engines,
     workspace_corpus,
 )
-from amelio.search.tantivy_engine import TantivyEngine
-from amelio.workspace import Workspace
+from amelio.search.engines.tantivy import TantivyEngine
+from amelio.workspace.config import Settings
+from amelio.workspace.folder import Workspace
 
 DOCS = [
     Document("reset", "Reset your password", "Open settings, then reset the password."),

@@ -13,8 +13,8 @@ from amelio import embeddings
 from amelio.embeddings import load_embedder
 from amelio.knowledge.index import embedder_for
 from amelio.search import Corpus, Searcher, SemanticUnavailable
-from amelio.search.corpus import Document
-from amelio.workspace import Workspace
+from amelio.search.engines.fts5 import Document
+from amelio.workspace.folder import Workspace
 from test_search import DOCS, write_jsonl
 
 
@@ -165,8 +165,8 @@ def test_with_contributions_on_documents_wait_for_browsers(tmp_path: Path,
     from click.testing import CliRunner
 
     from amelio.cli import main
-    from amelio.search.engine import workspace_corpus
-    from amelio.workspace import init_workspace
+    from amelio.search.engines.registry import workspace_corpus
+    from amelio.workspace.folder import init_workspace
 
     monkeypatch.setenv("AMELIO_CONTRIBUTIONS", "true")
     monkeypatch.setenv("AMELIO_SEARCH_EMBEDDING_MODEL", "wordllama")

@@ -27,15 +27,15 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from fastapi.testclient import TestClient
 
-from amelio import keys
 from amelio.cli import main
 from amelio.db.schema import feedback_events, search_impressions
 from amelio.errors import InvalidInput
 from amelio.feedback import Collector, new_event_id
 from amelio.search import Corpus, Searcher, SearchResponse, aggregate, rebuild
-from amelio.search.signals import signals_for
+from amelio.search.counts import signals_for
 from amelio.server import create_app
-from amelio.workspace import Workspace
+from amelio.workspace import keys
+from amelio.workspace.folder import Workspace
 
 QUERY = "rollback a deployment"
 DOCS = [

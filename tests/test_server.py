@@ -13,10 +13,11 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from amelio import keys, skills
+from amelio import skills
 from amelio.server import create_app
-from amelio.testing import free_port
-from amelio.workspace import Workspace, init_workspace
+from amelio.workspace import keys
+from amelio.workspace.folder import Workspace, init_workspace
+from support.processes import free_port
 
 
 @pytest.fixture

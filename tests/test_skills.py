@@ -14,7 +14,7 @@ from amelio import skills
 from amelio.db.schema import skill_versions
 from amelio.db.schema import skills as skills_table
 from amelio.errors import Conflict, EvalRuleError, InvalidInput, SkillFileError, SkillNotFound
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
 
 GOOD = """---
 name: {name}

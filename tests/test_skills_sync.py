@@ -18,7 +18,7 @@ from amelio.errors import InvalidInput
 from amelio.improve import proposals, rotation
 from amelio.skills import files
 from amelio.skills.sync import STATE_FILE, SyncReport, sync_skills, watch_skills
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
 
 SKILL = """---
 name: {name}

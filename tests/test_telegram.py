@@ -1,6 +1,6 @@
 """The Telegram front door, end to end: the real python-telegram-bot client and the
 real bot, against a local fake of the Bot API that speaks its HTTP protocol
-(:class:`amelio.fake_telegram.FakeTelegramServer`), over a real workspace."""
+(:class:`fakes.telegram_bot_api.FakeTelegramServer`), over a real workspace."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 
-from amelio import learnings, skills
-from amelio.assistant import respond
+from amelio import skills
+from amelio.assistant import learnings
+from amelio.assistant.respond import respond
 from amelio.cli import main
 from amelio.db.schema import feedback, telegram_invites, utcnow
 from amelio.errors import Conflict, InvalidInput, LLMUnavailable
-from amelio.fake_telegram import FakeTelegramServer, SentMessage
 from amelio.improve import proposals as props
 from amelio.improve.nightly import run_improve
 from amelio.llm import LLMRequest
@@ -29,8 +29,9 @@ from amelio.telegram import links
 from amelio.telegram.bot import UNLINKED, BotThread
 from amelio.telegram.client import webhook_secret
 from amelio.telegram.webhook import SECRET_HEADER, webhook_router
-from amelio.testing import LiveServer
-from amelio.workspace import Workspace, open_workspace
+from amelio.testing import ThreadedServer
+from amelio.workspace.folder import Workspace, open_workspace
+from fakes.telegram_bot_api import FakeTelegramServer, SentMessage
 
 TOKEN = "123456:TEST-token"
 FORCE = "Run git push --force."
@@ -364,23 +365,23 @@ def test_the_webhook_takes_updates_only_with_the_secret(
     # The URL is known once the server listens, so Telegram is told by hand here.
     app.include_router(webhook_router(ws, "https://bot.example/tg/hook", provider=provider,
                                       register=False))
-    with LiveServer(app, lifespan="on") as base:
+    with ThreadedServer(app, lifespan="on") as live:
         import httpx
 
         update = {"update_id": 1, "message": {
             "message_id": 1, "date": 0, "chat": {"id": 77, "type": "private"},
             "from": {"id": 77, "is_bot": False, "first_name": "Ada"}, "text": "hello"}}
-        forged = httpx.post(f"{base}/tg/hook", json=update,
+        forged = httpx.post(f"{live.url}/tg/hook", json=update,
                             headers={SECRET_HEADER: "guess"})
         assert forged.status_code == 403
-        missing = httpx.post(f"{base}/tg/hook", json=update)
+        missing = httpx.post(f"{live.url}/tg/hook", json=update)
         assert missing.status_code == 403
         server.add_chat(77)
-        ok = httpx.post(f"{base}/tg/hook", json=update,
+        ok = httpx.post(f"{live.url}/tg/hook", json=update,
                         headers={SECRET_HEADER: webhook_secret(TOKEN)})
         assert ok.status_code == 200
         [said] = server.wait_for_message(77)
-        bad = httpx.post(f"{base}/tg/hook", content=b"[1, 2",
+        bad = httpx.post(f"{live.url}/tg/hook", content=b"[1, 2",
                          headers={SECRET_HEADER: webhook_secret(TOKEN)})
         assert bad.status_code == 400
     assert said.text == UNLINKED

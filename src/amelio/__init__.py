@@ -15,7 +15,6 @@ from amelio._lazy import lazy_namespace as _lazy_namespace
 __version__ = "0.1.0"
 
 if _typing.TYPE_CHECKING:
-    from amelio.config import Settings, find_workspace, load_settings
     from amelio.errors import (
         AmelioError,
         AuthError,
@@ -62,7 +61,8 @@ if _typing.TYPE_CHECKING:
         rollback_skill,
         update_skill,
     )
-    from amelio.workspace import Workspace, init_workspace, open_workspace
+    from amelio.workspace.config import Settings, find_workspace, load_settings
+    from amelio.workspace.folder import Workspace, init_workspace, open_workspace
 
 __all__ = [
     "AmelioError",
@@ -116,7 +116,7 @@ __all__ = [
 
 #: Where each public name lives; the module is imported on first use.
 _LAZY: dict[str, str] = {
-    **dict.fromkeys(("Settings", "find_workspace", "load_settings"), "amelio.config"),
+    **dict.fromkeys(("Settings", "find_workspace", "load_settings"), "amelio.workspace.config"),
     **dict.fromkeys((
         "AmelioError", "AuthError", "ConfigError", "Conflict", "DatabaseError",
         "EvalRuleError", "Forbidden", "InputTooLarge", "InvalidInput", "NotFound",
@@ -131,7 +131,7 @@ _LAZY: dict[str, str] = {
         "ImportReport", "Skill", "SkillSpec", "SkillVersion", "export_skills", "fork_skill",
         "get_skill", "import_skills", "list_skills", "list_versions", "read_skills",
         "rollback_skill", "update_skill"), "amelio.skills"),
-    **dict.fromkeys(("Workspace", "init_workspace", "open_workspace"), "amelio.workspace"),
+    **dict.fromkeys(("Workspace", "init_workspace", "open_workspace"), "amelio.workspace.folder"),
 }
 
 

@@ -23,12 +23,14 @@ hookimpl = pluggy.HookimplMarker("amelio")
 
 @hookspec
 def register_rule_types(register: Callable[..., Any]) -> None:
-    """Add eval rule types: ``register(rule_type)`` with an :class:`amelio.evals.RuleType`."""
+    """Add eval rule types: ``register(rule_type)`` with an
+    :class:`amelio.evals.RuleType`."""
 
 
 @hookspec
 def register_router_scorers(register: Callable[..., Any]) -> None:
-    """Add context-router scorers: ``register(scorer)`` with an :class:`amelio.router.Scorer`."""
+    """Add context-router scorers: ``register(scorer)`` with an
+    :class:`amelio.routing.router.Scorer`."""
 
 
 @hookspec
@@ -45,4 +47,4 @@ def register_notifiers(register: Callable[..., Any]) -> None:
 @hookspec
 def register_search_engines(register: Callable[..., Any]) -> None:
     """Add search engines: ``register(engine_type)`` with an
-    :class:`amelio.search.engine.EngineType`; ``search_backend`` names one."""
+    :class:`amelio.search.engines.registry.EngineType`; ``search_backend`` names one."""

@@ -32,14 +32,14 @@ ENTRY_POINT_GROUPS = ("amelio.plugins", "amelio.evals")
 #: Modules that hold Amelio's own hook implementations, in registration order, with
 #: the hooks each implements (plain ``@hookimpl``s taking ``register``).
 _BUILTIN_PLUGINS: dict[str, tuple[str, ...]] = {
-    "amelio.eval_types": ("register_rule_types",),
-    "amelio.router": ("register_router_scorers",),
+    "amelio.evals.builtin": ("register_rule_types",),
+    "amelio.routing.router": ("register_router_scorers",),
     "amelio.llm.anthropic": ("register_llm_providers",),
     "amelio.llm.openai": ("register_llm_providers",),
     "amelio.llm.claude_cli": ("register_llm_providers",),
     "amelio.improve.notifiers": ("register_notifiers",),
     "amelio.telegram.notifier": ("register_notifiers",),
-    "amelio.search.engine": ("register_search_engines",),
+    "amelio.search.engines.registry": ("register_search_engines",),
 }
 
 

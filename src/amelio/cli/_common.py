@@ -24,7 +24,7 @@ import amelio
 from amelio.errors import AmelioError
 
 if TYPE_CHECKING:
-    from amelio.workspace import Workspace
+    from amelio.workspace.folder import Workspace
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -163,7 +163,7 @@ def handle_errors(func: F) -> F:
 
 def workspace(ctx: click.Context, *, migrate: bool = False) -> Workspace:
     """Open the workspace named by --workspace / AMELIO_WORKSPACE / an amelio.toml above."""
-    from amelio.workspace import open_workspace
+    from amelio.workspace.folder import open_workspace
 
     ws: Workspace = open_workspace(ctx.obj.get("workspace"), migrate=migrate)
     ctx.call_on_close(ws.dispose)
@@ -208,7 +208,7 @@ project_option = click.option(
 @click.pass_context
 def main(ctx: click.Context, workspace: Path | None, verbose: int, log_format: str) -> None:
     """Amelio: assistants and search that improve from their own use."""
-    from amelio.logs import configure_logging
+    from amelio.ops.logs import configure_logging
 
     configure_logging(verbose, log_format)
     ctx.ensure_object(dict)

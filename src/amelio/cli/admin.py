@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 import amelio
-from amelio import db, keys, projects
+from amelio import db
 from amelio.cli._common import (
     handle_errors,
     json_option,
@@ -18,9 +18,10 @@ from amelio.cli._common import (
     table,
     workspace,
 )
+from amelio.workspace import keys, projects
 
 if TYPE_CHECKING:
-    from amelio.workspace import Workspace
+    from amelio.workspace.folder import Workspace
 
 # -- init, config, db -------------------------------------------------------------------
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 @handle_errors
 def init(directory: Path) -> None:
     """Create a workspace in DIRECTORY (amelio.toml, skills/, migrated database)."""
-    from amelio.workspace import init_workspace
+    from amelio.workspace.folder import init_workspace
 
     ws, created = init_workspace(directory)
     ws.dispose()
@@ -51,7 +52,7 @@ def config() -> None:
 @handle_errors
 def config_show(ctx: click.Context, as_json: bool) -> None:
     """Print the effective settings (secrets masked) and where each came from."""
-    from amelio.config import load_settings
+    from amelio.workspace.config import load_settings
 
     settings = load_settings(ctx.obj.get("workspace"))
     rows = list(settings.rows())
@@ -100,7 +101,7 @@ def db_copy(ctx: click.Context, url: str, force: bool, as_json: bool) -> None:
 @handle_errors
 def db_upgrade(ctx: click.Context) -> None:
     """Apply pending migrations to the workspace's database."""
-    from amelio.config import load_settings
+    from amelio.workspace.config import load_settings
 
     settings = load_settings(ctx.obj.get("workspace"))
     engine = db.create_engine(settings.effective_database_url)
@@ -120,7 +121,7 @@ def db_upgrade(ctx: click.Context) -> None:
 @handle_errors
 def db_status(ctx: click.Context, as_json: bool) -> None:
     """Show the database's migration and the code's."""
-    from amelio.config import load_settings
+    from amelio.workspace.config import load_settings
 
     settings = load_settings(ctx.obj.get("workspace"))
     engine = db.create_engine(settings.effective_database_url)
@@ -231,7 +232,7 @@ def keys_revoke(ctx: click.Context, key_id: int) -> None:
 
 
 def _logging_options(log_format: str) -> dict[str, Any]:
-    from amelio.logs import uvicorn_log_config
+    from amelio.ops.logs import uvicorn_log_config
 
     log_config = uvicorn_log_config(log_format)
     return {"log_level": "info"} if log_config is None else {
@@ -269,7 +270,7 @@ def _serve(ws: Workspace, host: str | None, port: int | None, workers: int = 1,
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
     import uvicorn
 
-    from amelio.identity import secret_key
+    from amelio.privacy.identity import secret_key
 
     host = host or ws.settings.host
     port = port or ws.settings.port
@@ -313,7 +314,7 @@ def serve(ctx: click.Context, host: str | None, port: int | None, workers: int) 
 def demo(directory: Path, skills_path: Path | None, host: str, port: int, no_serve: bool
          ) -> None:
     """Create (or reuse) a demo workspace with the example skills and serve it."""
-    from amelio.demo import create_demo_app, prepare_demo
+    from amelio.demo.app import create_demo_app, prepare_demo
 
     ws, admin_key = prepare_demo(directory, skills_path)
     click.echo(f"Demo workspace: {ws.root}")

@@ -8,7 +8,7 @@ import sys
 import click
 
 from amelio.cli._common import handle_errors, json_option, main, print_json, table, workspace
-from amelio.projects import DEFAULT_PROJECT
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 
 @main.command("chat")
@@ -21,7 +21,7 @@ from amelio.projects import DEFAULT_PROJECT
 def chat(ctx: click.Context, message: str, project: str, user: str | None,
          as_json: bool) -> None:
     """Ask the assistant; the answer streams, then its eval footnotes."""
-    from amelio.assistant import Reply, respond_stream
+    from amelio.assistant.respond import Reply, respond_stream
     from amelio.llm import TextDelta
 
     reply: Reply | None = None
@@ -66,7 +66,7 @@ def log_command(ctx: click.Context, message: str, answer: str, project: str,
 
     MESSAGE or ANSWER '-' reads that one from standard input.
     """
-    from amelio.assistant import log_exchange
+    from amelio.assistant.respond import log_exchange
 
     if message == "-" or answer == "-":
         if message == answer:
@@ -93,7 +93,7 @@ def log_command(ctx: click.Context, message: str, answer: str, project: str,
 @handle_errors
 def quality_command(ctx: click.Context, project: str | None, as_json: bool) -> None:
     """Quality metrics per skill: use, success rate, feedback, failing rules."""
-    from amelio.quality import quality_metrics
+    from amelio.assistant.quality import quality_metrics
 
     metrics = quality_metrics(workspace(ctx), project)
     if as_json:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import click
 
-from amelio import learnings
+from amelio.assistant import learnings
 from amelio.cli._common import handle_errors, json_option, main, print_json, short, table, workspace
-from amelio.projects import DEFAULT_PROJECT
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 project_option = click.option("--project", "-p", default=DEFAULT_PROJECT, show_default=True,
                               help="Project (tenant).")
@@ -23,7 +23,7 @@ project_option = click.option("--project", "-p", default=DEFAULT_PROJECT, show_d
 def prompt_command(ctx: click.Context, message: str, project: str, scorer: str | None,
                    as_json: bool) -> None:
     """Print the full prompt Amelio would send for MESSAGE."""
-    from amelio.prompt import build_prompt
+    from amelio.assistant.prompt import build_prompt
 
     prompt = build_prompt(workspace(ctx), message, project=project, scorer=scorer)
     if as_json:

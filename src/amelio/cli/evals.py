@@ -14,9 +14,8 @@ from typing import IO, Any
 
 import click
 
-from amelio import evals, projects, skills
+from amelio import evals, skills
 from amelio.cli._common import handle_errors, main, print_json, project_option, table, workspace
-from amelio.discovery import ENV_PREFIX, find_workspace
 from amelio.errors import (
     AmelioError,
     EvalRuleError,
@@ -25,6 +24,8 @@ from amelio.errors import (
     SkillFileError,
     WorkspaceNotFound,
 )
+from amelio.workspace import projects
+from amelio.workspace.discovery import ENV_PREFIX, find_workspace
 
 
 def _read_limited(stream: IO[str], limit: int, name: str) -> str:
@@ -55,7 +56,7 @@ def _rules_from_file(path: Path) -> tuple[evals.EvalRule, ...]:
 def _junit(report: evals.EvalReport, suite: str) -> str:
     import xml.etree.ElementTree as ET
 
-    from amelio.eval_batch import junit_suite
+    from amelio.evals.batch import junit_suite
 
     root = junit_suite(None, suite, suite, report)
     ET.indent(root)
@@ -88,10 +89,10 @@ def _text_limit(ctx: click.Context) -> int:
     except WorkspaceNotFound:
         if f"{ENV_PREFIX}MAX_TEXT_CHARS" not in os.environ:
             return evals.MAX_TEXT_CHARS
-        from amelio.config import Settings
+        from amelio.workspace.config import Settings
 
         return Settings().max_text_chars
-    from amelio.config import load_settings
+    from amelio.workspace.config import load_settings
 
     return load_settings(root).max_text_chars
 
@@ -166,7 +167,7 @@ def eval_command(ctx: click.Context, file: IO[str], skill: str | None, rules_pat
 
 def _eval_batch(ctx: click.Context, file: IO[str], skill: str | None, rules_path: Path | None,
                 project: str | None, max_failures: int, fmt: str) -> None:
-    from amelio import eval_batch
+    from amelio.evals import batch as eval_batch
 
     if skill is not None and rules_path is not None:
         raise click.UsageError("Give at most one of --skill NAME or --rules RULES.json.")
@@ -263,7 +264,7 @@ def import_promptfoo_command(ctx: click.Context, config_file: Path, skill: str,
     Assertions without an equivalent (llm-rubric, similar, javascript, …) are
     listed, one line each, and left out.
     """
-    from amelio.promptfoo import import_promptfoo
+    from amelio.evals.promptfoo import import_promptfoo
 
     result = import_promptfoo(config_file.read_text(encoding="utf-8"), source=str(config_file))
     ws = workspace(ctx)

@@ -1,7 +1,7 @@
 """``amelio feedback``: two different things under one name, kept apart in its help.
 
 * Answer feedback (``give``): 👍/👎/Fix It on one assistant answer, which becomes
-  learnings and quality metrics (:func:`amelio.quality.give_answer_feedback`).
+  learnings and quality metrics (:func:`amelio.assistant.quality.give_answer_feedback`).
 * Feedback events (``schema``, ``ingest``, ``verify``, ``purge``, ``stats``): the
   typed, anonymized ``MartyFeedbackEventV1`` events that clients of search and the
   assistant send, which the collector validates, signs and stores
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import click
 
+from amelio.assistant.quality import ANSWER_FEEDBACK_KINDS
 from amelio.cli._common import handle_errors, json_option, main, print_json, workspace
-from amelio.quality import ANSWER_FEEDBACK_KINDS
 
 _SHOWN_REJECTIONS = 20
 _ANSWER_COMMANDS = ("give",)
@@ -80,7 +80,7 @@ def give_command(ctx: click.Context, interaction_id: int, kind: str, comment: st
 
     👎 and Fix It become learnings; `amelio feedback ID KIND` runs this too.
     """
-    from amelio.quality import give_answer_feedback
+    from amelio.assistant.quality import give_answer_feedback
 
     result = give_answer_feedback(workspace(ctx), interaction_id, kind, comment=comment,
                                   user=user)

@@ -9,7 +9,7 @@ import click
 
 from amelio.cli._common import handle_errors, json_option, main, print_json, short, table, workspace
 from amelio.improve import proposals as props
-from amelio.projects import DEFAULT_PROJECT
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 
 def _actor() -> str:

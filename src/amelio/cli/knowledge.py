@@ -19,11 +19,11 @@ from amelio.cli._common import (
     workspace,
 )
 from amelio.errors import InvalidInput
-from amelio.projects import DEFAULT_PROJECT
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 if TYPE_CHECKING:
     from amelio.knowledge import DrainReport, FolderReport
-    from amelio.workspace import Workspace
+    from amelio.workspace.folder import Workspace
 
 notebook_option = click.option("--notebook", "-n", required=True, help="Notebook name.")
 project_option = click.option("--project", "-p", default=DEFAULT_PROJECT, show_default=True,

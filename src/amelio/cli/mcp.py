@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from amelio.cli._common import handle_errors, main, workspace
-from amelio.projects import DEFAULT_PROJECT
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 
 @main.command("mcp")
@@ -22,6 +22,6 @@ def mcp_command(ctx: click.Context, project: str) -> None:
     `pip install 'amelio[mcp]'`; stdout carries the protocol, so nothing else is
     printed there.
     """
-    from amelio.mcp import run_stdio  # the SDK loads only for this command
+    from amelio.mcp.server import run_stdio  # the SDK loads only for this command
 
     run_stdio(workspace(ctx), project=project)

@@ -10,8 +10,8 @@ from pathlib import Path
 import click
 
 from amelio.cli._common import handle_errors, json_option, main, print_json, table, workspace
-from amelio.discovery import find_workspace
 from amelio.errors import WorkspaceNotFound
+from amelio.workspace.discovery import find_workspace
 
 
 def _size(n: int) -> str:
@@ -33,8 +33,8 @@ def backup_command(ctx: click.Context, file: Path, force: bool, as_json: bool) -
     secret key, amelio.toml and learnings.md files. Safe while `amelio serve` runs. FILE
     may be a folder: the backup is named after the time. SQLite only (PostgreSQL: pg_dump).
     """
-    from amelio.config import load_settings
-    from amelio.ops import backup_workspace
+    from amelio.ops.backup import backup_workspace
+    from amelio.workspace.config import load_settings
 
     settings = load_settings(ctx.obj.get("workspace"))
     report = backup_workspace(settings, file, force=force)
@@ -62,7 +62,7 @@ def restore_command(ctx: click.Context, file: Path, force: bool, as_json: bool) 
     and one whose database another process, such as `amelio serve`, has open. An older
     backup is upgraded to this version's migrations.
     """
-    from amelio.ops import restore_workspace
+    from amelio.ops.backup import restore_workspace
 
     report = restore_workspace(file, _target(ctx), force=force)
     if as_json:

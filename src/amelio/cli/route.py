@@ -1,7 +1,7 @@
 """``amelio route``: which skills fit a message, from a routing snapshot when one is current.
 
 This module imports nothing heavy at load: a current snapshot
-(:mod:`amelio.route_snapshot`) routes without the settings and the database layer,
+(:mod:`amelio.routing.snapshot`) routes without the settings and the database layer,
 and otherwise the command opens the workspace as every command does and saves a
 snapshot for the next run.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import click
 
 from amelio.cli._common import handle_errors, json_option, main, print_json, table
-from amelio.projects import DEFAULT_PROJECT
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 
 @main.command("route")
@@ -30,7 +30,7 @@ def route_command(ctx: click.Context, message: str, project: str, scorer: str | 
     A run saves what it routed with in .amelio/cache/, and the next run routes from
     it without opening the database layer while no skill, routing example, setting
     or AMELIO_* variable changed (see docs/router.md)."""
-    from amelio import route_snapshot
+    from amelio.routing import snapshot as route_snapshot
 
     route = route_snapshot.route_from_snapshot(ctx.obj.get("workspace"), message,
                                                project=project, scorer=scorer, limit=limit)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from amelio.cli._common import handle_errors, json_option, main, print_json, short, table, workspace
-from amelio.projects import DEFAULT_PROJECT
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 if TYPE_CHECKING:
     from amelio.improve.bench import BenchmarkReport

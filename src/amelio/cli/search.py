@@ -18,9 +18,9 @@ from amelio.cli._common import (
     workspace,
 )
 from amelio.search import PROFILES, Searcher, aggregate, rebuild
-from amelio.search.engine import browsers_embed, workspace_corpus
+from amelio.search.counts import signals_for
+from amelio.search.engines.registry import browsers_embed, workspace_corpus
 from amelio.search.service import import_embedder, query_key, search_embedder
-from amelio.search.signals import signals_for
 from amelio.search.simulate import USER_MODELS, simulate
 
 

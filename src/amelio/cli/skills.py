@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from amelio import projects, skills
+from amelio import skills
 from amelio.cli._common import (
     handle_errors,
     json_option,
@@ -21,6 +21,7 @@ from amelio.cli._common import (
     table,
     workspace,
 )
+from amelio.workspace import projects
 
 if TYPE_CHECKING:
     from amelio.skills import sync as skill_sync
@@ -191,7 +192,7 @@ def examples_list(ctx: click.Context, name: str, project: str | None, removed: b
                   as_json: bool) -> None:
     """The routing examples of skill NAME: SKILL.md's (md1, md2…), then logged and added
     ones by id, newest first."""
-    from amelio import routing_examples
+    from amelio.routing import examples as routing_examples
 
     project = project or projects.DEFAULT_PROJECT
     found = routing_examples.list_examples(workspace(ctx), name, project=project,
@@ -225,7 +226,7 @@ def examples_list(ctx: click.Context, name: str, project: str | None, removed: b
 def examples_add(ctx: click.Context, name: str, text: str, project: str | None,
                  as_json: bool) -> None:
     """Teach the router that TEXT is a message for skill NAME."""
-    from amelio import routing_examples
+    from amelio.routing import examples as routing_examples
 
     example = routing_examples.add_example(workspace(ctx), name, text,
                                            project=project or projects.DEFAULT_PROJECT,
@@ -251,8 +252,8 @@ def examples_remove(ctx: click.Context, name: str, ref: str, project: str | None
     A logged one is kept as removed, so the same answer is not learned again;
     removing a SKILL.md one writes a new version of the skill.
     """
-    from amelio import routing_examples
     from amelio.errors import InvalidInput
+    from amelio.routing import examples as routing_examples
 
     if not _EXAMPLE_REF.fullmatch(ref.strip()):
         raise InvalidInput(f"{ref!r} names no example: use a number or md<N> from "

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 import click
 
 from amelio.cli._common import handle_errors, json_option, main, print_json, table, workspace
-from amelio.projects import DEFAULT_PROJECT
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 if TYPE_CHECKING:
-    from amelio.workspace import Workspace
+    from amelio.workspace.folder import Workspace
 
 
 @main.group("telegram")
@@ -53,7 +53,7 @@ def telegram_run(ctx: click.Context, webhook_url: str | None, host: str | None,
         _serve_app(ws, app, host, port, ctx.obj.get("log_format", "text"))
         return
 
-    from amelio.assistant import warm_up
+    from amelio.assistant.respond import warm_up
     from amelio.telegram.bot import build_bot, run_polling
 
     _, application = build_bot(ws)

@@ -10,7 +10,7 @@ import click
 from amelio.cli._common import handle_errors, json_option, main, print_json, workspace
 
 if TYPE_CHECKING:
-    from amelio.search.vespa import FeedReport
+    from amelio.search.engines.vespa import FeedReport
 
 _URL = click.option("--url", default=None,
                     help="Vespa endpoint (default: AMELIO_VESPA_URL / vespa_url).")
@@ -42,7 +42,7 @@ def _report(what: str, report: FeedReport, as_json: bool) -> None:
 @handle_errors
 def package_command(ctx: click.Context, out: Path, rerank: int | None) -> None:
     """Write the Vespa application package (services.xml, schemas/doc.sd) to OUT."""
-    from amelio.search.vespa import write_package
+    from amelio.search.engines.vespa import write_package
 
     settings = workspace(ctx).settings
     files = write_package(out, rerank=rerank or settings.search_candidates)
@@ -63,8 +63,8 @@ def feed_command(ctx: click.Context, file: Path | None, url: str | None, concurr
                  as_json: bool) -> None:
     """Send the corpus to Vespa (document/v1; a known id is replaced)."""
     from amelio.search.documents import read_documents
-    from amelio.search.engine import workspace_corpus
-    from amelio.search.vespa import feed
+    from amelio.search.engines.registry import workspace_corpus
+    from amelio.search.engines.vespa import feed
 
     ws = workspace(ctx)
     items = (list(read_documents(file)) if file is not None
@@ -81,7 +81,7 @@ def feed_command(ctx: click.Context, file: Path | None, url: str | None, concurr
 @handle_errors
 def sync_command(ctx: click.Context, url: str | None, concurrency: int, as_json: bool) -> None:
     """Push feedback scores to Vespa as partial updates (run after `amelio signals update`)."""
-    from amelio.search.vespa import sync_signals
+    from amelio.search.engines.vespa import sync_signals
 
     ws = workspace(ctx)
     report = sync_signals(ws, url or ws.settings.vespa_url, concurrency=concurrency)

@@ -80,9 +80,9 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from amelio.config import Settings
     from amelio.search.store import DocumentStore
-    from amelio.workspace import Workspace
+    from amelio.workspace.config import Settings
+    from amelio.workspace.folder import Workspace
 
 __all__ = [
     "DIMENSIONS",
@@ -144,7 +144,7 @@ def input_digest(texts: Sequence[str]) -> str:
 def unavailable(settings: Settings) -> str | None:
     """Why a server with ``settings`` hands out no tasks at all, or None when it does.
     Also what leaves the search store's missing vectors to browsers
-    (:func:`amelio.search.engine.browsers_embed`): one predicate, so documents never
+    (:func:`amelio.search.engines.registry.browsers_embed`): one predicate, so documents never
     wait for browsers that are given no tasks."""
     model = settings.search_embedding_model
     if not settings.contributions:
@@ -189,7 +189,7 @@ class Contributions:
     """The contribution service of one workspace; keep one per process.
 
     ``store`` is the search document store (default: the workspace's, as
-    :func:`~amelio.search.engine.workspace_corpus` opens it); ``embedder`` the
+    :func:`~amelio.search.engines.registry.workspace_corpus` opens it); ``embedder`` the
     model spot-checks embed with (default: ``search_embedding_model``'s); ``rng``
     draws the random spot-checks; ``clock`` gives the time (leases expire by it).
     """
@@ -214,7 +214,7 @@ class Contributions:
         if self._store is None:
             with self._lock:
                 if self._store is None:
-                    from amelio.search.engine import workspace_corpus
+                    from amelio.search.engines.registry import workspace_corpus
 
                     self._store = workspace_corpus(self.settings)
         return self._store

@@ -21,10 +21,10 @@ import hashlib
 import hmac
 import re
 
-from amelio.config import Settings
 from amelio.errors import InvalidInput
 from amelio.feedback.tokens import _b64
-from amelio.identity import secret_key
+from amelio.privacy.identity import secret_key
+from amelio.workspace.config import Settings
 
 __all__ = ["CLIENT_TOKEN_PATTERN", "ClientTokens", "InvalidClientToken", "client_tokens"]
 

@@ -269,7 +269,7 @@ eval_results = sa.Table(
 
 # A person's reaction to an answer. One row per (interaction, user, channel):
 # a user's repeated 👍/👎 replaces their earlier vote, Fix It is its own channel.
-# Messages the learned router learns a skill from (amelio.routing_examples): a kept
+# Messages the learned router learns a skill from (amelio.routing.examples): a kept
 # answer's message (👍, evals passed, no correction) or one an admin added. An admin's
 # removal sets removed_at and keeps the row, so a later 👍 on the same interaction
 # does not bring the example back; a later 👎 or Fix It deletes it.

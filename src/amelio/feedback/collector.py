@@ -44,10 +44,8 @@ from typing import Any, Literal, NamedTuple, cast
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import to_json
 
-from amelio import pii  # a module, not its names: amelio.pii imports this package
 from amelio.errors import InputTooLarge, InvalidInput, InvalidToken, RateLimited
 from amelio.feedback import store
-from amelio.feedback.anonymize import SaltedHasher, day_from_index, scrub, scrub_emails
 from amelio.feedback.ratelimit import Bucket, RateLimiter
 from amelio.feedback.schema import (
     EVENT_TYPES,
@@ -57,9 +55,11 @@ from amelio.feedback.schema import (
 )
 from amelio.feedback.store import PreparedEvent, PurgeReport, VerifyReport
 from amelio.feedback.tokens import TokenSigner, check_binding, token_signer
-from amelio.identity import secret_key
 from amelio.ops.metrics import record_feedback
-from amelio.workspace import Workspace
+from amelio.privacy import pii  # a module, not its names: amelio.privacy.pii imports this package
+from amelio.privacy.anonymize import SaltedHasher, day_from_index, scrub, scrub_emails
+from amelio.privacy.identity import secret_key
+from amelio.workspace.folder import Workspace
 
 __all__ = [
     "Collector",

@@ -21,9 +21,9 @@ import hmac
 import time
 from dataclasses import dataclass
 
-from amelio.config import Settings
 from amelio.errors import InvalidInput, InvalidToken
-from amelio.identity import secret_key
+from amelio.privacy.identity import secret_key
+from amelio.workspace.config import Settings
 
 __all__ = ["InvalidToken", "TokenClaims", "TokenSigner", "check_binding", "token_signer"]
 

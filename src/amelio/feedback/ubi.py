@@ -59,11 +59,11 @@ from ulid import ULID
 from amelio.db import insert_ignore, transaction
 from amelio.db.schema import feedback_events, search_impressions
 from amelio.errors import InvalidInput
-from amelio.feedback.anonymize import SaltedHasher, day_from_index
 from amelio.feedback.collector import Collector, _file_batches, _Unparsable
 from amelio.feedback.schema import _KEY_PATTERN
-from amelio.projects import validate_name
-from amelio.workspace import Workspace
+from amelio.privacy.anonymize import SaltedHasher, day_from_index
+from amelio.workspace.folder import Workspace
+from amelio.workspace.projects import validate_name
 
 __all__ = [
     "ACTIONS",
@@ -140,7 +140,7 @@ def _open_choices(node: Any) -> Any:
     UBI 1.3.0 writes "one of our names, or any name" (``action_name``, ``object_id_type``)
     and "a UUID, or any id" (``query_id``) as a ``oneOf`` whose second branch also
     matches everything the first does, so read literally it refuses ``click_through``
-    and every UUID query id, its own examples included (``tests/test_ubi.py`` keeps
+    and every UUID query id, its own examples included (``tests/test_feedback_ubi.py`` keeps
     that on record). ``anyOf`` is what those branches mean; a ``oneOf`` of anything
     else (``position``: an ordinal *or* x,y) keeps its meaning."""
     if isinstance(node, list):

@@ -33,7 +33,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from amelio import db
-from amelio.assistant import answer_with
+from amelio.assistant.respond import answer_with
 from amelio.db.schema import benchmark_runs, benchmark_scenarios, interactions, projects, utcnow
 from amelio.errors import AmelioError, InvalidInput, LLMError
 from amelio.improve.notifiers import Notification, notify_all
@@ -42,7 +42,7 @@ from amelio.improve.stats import bootstrap_mean_ci, min_scenarios, wilcoxon_sign
 from amelio.llm import Completion, LLMRequest, Provider, get_provider
 from amelio.llm.cache import CachedProvider
 from amelio.skills.store import get_skill
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
 
 __all__ = ["BenchmarkReport", "ScenarioPlan", "latest_verdict", "list_benchmarks",
            "parse_judge", "parse_scenarios_option", "run_benchmark"]

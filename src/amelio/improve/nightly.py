@@ -22,15 +22,15 @@ from typing import Any
 import sqlalchemy as sa
 
 from amelio import db
+from amelio.assistant.quality import Finding, find_underperformers
 from amelio.db.schema import improve_runs, utcnow
 from amelio.errors import AmelioError
 from amelio.improve.notifiers import Notification, NotificationAction, notify_all
 from amelio.improve.proposals import create_proposal, pending_for, supersede_stale
 from amelio.improve.templates import template_proposal
-from amelio.projects import list_projects
-from amelio.quality import Finding, find_underperformers
 from amelio.skills.store import get_skill
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
+from amelio.workspace.projects import list_projects
 
 __all__ = ["REPORT_VERSION", "ImproveReport", "Proposer", "last_report", "run_improve"]
 

@@ -36,10 +36,10 @@ from typing import Any, Protocol
 
 import httpx
 
-from amelio.config import Settings
 from amelio.errors import ConfigError
 from amelio.hookspecs import hookimpl
 from amelio.plugins import get_plugin_manager
+from amelio.workspace.config import Settings
 
 __all__ = [
     "DELIVERY_HEADER",

@@ -35,7 +35,6 @@ from amelio import db, evals
 from amelio.db.schema import projects, proposals, skills, utcnow
 from amelio.errors import Conflict, InvalidInput, NotFound, SkillFileError
 from amelio.improve import rotation
-from amelio.projects import DEFAULT_PROJECT, project_id
 from amelio.skills import files
 from amelio.skills.model import SkillSpec
 from amelio.skills.store import (
@@ -45,7 +44,8 @@ from amelio.skills.store import (
     spec_from_row,
     write_version,
 )
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
+from amelio.workspace.projects import DEFAULT_PROJECT, project_id
 
 __all__ = [
     "PROPOSERS",

@@ -22,6 +22,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from amelio.assistant.learnings import list_learnings
+from amelio.assistant.quality import (
+    Finding,
+    find_underperformers,
+    quality_metrics,
+    recent_failed_answers,
+)
 from amelio.db.schema import benchmark_runs, benchmark_scenarios, proposals
 from amelio.errors import AmelioError, InvalidInput
 from amelio.improve.bench import run_benchmark
@@ -34,18 +41,11 @@ from amelio.improve.nightly import (
 )
 from amelio.improve.notifiers import Notification, notify_all
 from amelio.improve.proposals import create_proposal, pending_for
-from amelio.learnings import list_learnings
 from amelio.llm import LLMRequest, Provider, get_provider
-from amelio.projects import DEFAULT_PROJECT
-from amelio.quality import (
-    Finding,
-    find_underperformers,
-    quality_metrics,
-    recent_failed_answers,
-)
 from amelio.skills.model import Skill
 from amelio.skills.store import get_skill, list_skills
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 __all__ = ["SageResult", "analyze", "improve_with_sage", "parse_sage_answer", "sage_proposer"]
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from amelio.quality import Finding
+from amelio.assistant.quality import Finding
 from amelio.skills.model import SkillSpec
 
 __all__ = ["SECTION_END", "SECTION_START", "TemplateProposal", "template_proposal"]

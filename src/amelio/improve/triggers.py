@@ -28,12 +28,13 @@ from typing import Any
 
 from amelio.errors import InvalidInput
 from amelio.improve.proposals import Proposal, create_proposal
-from amelio.learned_router import TrainingData
-from amelio.projects import DEFAULT_PROJECT
-from amelio.router import BM25_STOPWORDS, Router, bm25_terms, skill_text, training_data
+from amelio.routing.learned import TrainingData
+from amelio.routing.lexical import BM25_STOPWORDS, bm25_terms, skill_text
+from amelio.routing.router import Router, training_data
 from amelio.skills.store import visible_skills
 from amelio.text import BREAK, tokens
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 __all__ = ["MIN_EXAMPLES", "TermEvidence", "TriggerSuggestion", "suggest_triggers"]
 

@@ -22,8 +22,8 @@ from amelio.knowledge.index import Passage, embedder_for, search
 from amelio.knowledge.notebooks import notebook_id
 from amelio.knowledge.query import numbered_passages
 from amelio.llm import LLMRequest, Provider, get_provider
-from amelio.projects import DEFAULT_PROJECT
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 __all__ = ["GENERATOR_SYSTEM", "GeneratedSkill", "generate_skill", "parse_generated_skill"]
 

@@ -6,7 +6,7 @@ start a new chunk, so a chunk tends to be one section. Each chunk keeps its
 character span in the source, which is what a citation points at.
 
 The index is a search engine collection of its own per notebook
-(:func:`amelio.search.engine.open_collection`: tantivy by default, FTS5 when
+(:func:`amelio.search.engines.registry.open_collection`: tantivy by default, FTS5 when
 ``search_backend = "fts5"``), so knowledge and search share one lexical engine
 and one hybrid fusion (:func:`amelio.search.fusion.first_phase`). The chunks
 stay in the database, which is the truth every process and machine shares; a
@@ -39,15 +39,15 @@ from typing import Any
 import sqlalchemy as sa
 
 from amelio import db
-from amelio.config import Settings
 from amelio.db.schema import knowledge_chunks, knowledge_sources, utcnow
 from amelio.embeddings import Embedder, load_embedder
 from amelio.knowledge.model import Source, aware
 from amelio.search.documents import Deletion, Document
-from amelio.search.engine import open_collection
+from amelio.search.engines.registry import open_collection
 from amelio.search.fusion import first_phase
 from amelio.search.store import DocumentStore
 from amelio.text import tokens
+from amelio.workspace.config import Settings
 
 __all__ = [
     "Embedder",

@@ -21,8 +21,8 @@ from amelio.db.schema import (
 )
 from amelio.errors import Conflict, NotFound
 from amelio.knowledge.model import Notebook, Source, aware
-from amelio.projects import DEFAULT_PROJECT, ensure_project, project_id, validate_name
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
+from amelio.workspace.projects import DEFAULT_PROJECT, ensure_project, project_id, validate_name
 
 __all__ = [
     "create_notebook",

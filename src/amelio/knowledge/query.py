@@ -27,9 +27,9 @@ from amelio.knowledge.index import Embedder, Passage, embedder_for, search
 from amelio.knowledge.notebooks import notebook_id
 from amelio.llm import LLMRequest, Provider, get_provider
 from amelio.llm.base import Timer
-from amelio.projects import DEFAULT_PROJECT
 from amelio.text import tokens
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 __all__ = ["Answer", "answer_question", "extractive_answer", "numbered_passages"]
 

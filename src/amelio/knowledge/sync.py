@@ -44,8 +44,8 @@ from amelio.db.schema import (
 from amelio.knowledge.index import IndexedSource, embedder_for, prepare_source, write_source
 from amelio.knowledge.model import Source, aware
 from amelio.knowledge.notebooks import notebook_id
-from amelio.projects import DEFAULT_PROJECT
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 __all__ = [
     "CLAIM_SECONDS",

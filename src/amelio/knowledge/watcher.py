@@ -35,8 +35,8 @@ from amelio.errors import AmelioError, InvalidInput, NotFound
 from amelio.knowledge.model import Source
 from amelio.knowledge.notebooks import delete_source, ensure_notebook, notebook_id
 from amelio.knowledge.sync import DrainReport, Indexer, drain, enqueue
-from amelio.projects import DEFAULT_PROJECT
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 __all__ = [
     "SUFFIXES",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from amelio.config import Settings
 from amelio.errors import InvalidInput
 from amelio.llm.base import (
     Completion,
@@ -15,6 +14,7 @@ from amelio.llm.base import (
     not_configured,
 )
 from amelio.plugins import get_plugin_manager
+from amelio.workspace.config import Settings
 
 __all__ = [
     "Completion",

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from amelio.config import Settings
 from amelio.errors import LLMNotConfigured
+from amelio.workspace.config import Settings
 
 __all__ = [
     "Completion",

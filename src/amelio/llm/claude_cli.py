@@ -13,10 +13,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from amelio.config import Settings
 from amelio.errors import LLMError, LLMNotConfigured, LLMUnavailable
 from amelio.hookspecs import hookimpl
 from amelio.llm.base import Completion, LLMRequest, ProviderType, StreamEvent, TextDelta, Timer
+from amelio.workspace.config import Settings
 
 
 class ClaudeCLIProvider:

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from amelio.config import Settings
 from amelio.errors import LLMError, LLMNotConfigured, LLMUnavailable
 from amelio.hookspecs import hookimpl
 from amelio.llm.base import Completion, LLMRequest, ProviderType, StreamEvent, TextDelta, Timer
 from amelio.llm.base import cost_usd as _cost
+from amelio.workspace.config import Settings
 
 DEFAULT_MODEL = "gpt-4o-mini"
 

@@ -35,6 +35,7 @@ from typing import Any
 import httpx
 import openai
 
+from amelio.assistant.prompt import build_prompt
 from amelio.openai_compat.forward import (
     PendingStream,
     aclose_clients,
@@ -52,9 +53,8 @@ from amelio.openai_compat.wire import (
     log,
     parse_chat_request,
 )
-from amelio.projects import DEFAULT_PROJECT
-from amelio.prompt import build_prompt
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 __all__ = [
     "AMELIO_MODEL",

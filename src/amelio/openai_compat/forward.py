@@ -23,8 +23,8 @@ import anyio
 import httpx
 import openai
 
-from amelio.assistant import Reply, record_reply
-from amelio.config import Settings
+from amelio.assistant.prompt import Prompt
+from amelio.assistant.respond import Reply, record_reply
 from amelio.llm import Completion
 from amelio.llm.base import cost_usd
 from amelio.llm.openai import DEFAULT_MODEL
@@ -46,8 +46,8 @@ from amelio.openai_compat.wire import (
     type_for,
     usage,
 )
-from amelio.prompt import Prompt
-from amelio.workspace import Workspace
+from amelio.workspace.config import Settings
+from amelio.workspace.folder import Workspace
 
 _clients: dict[tuple[Any, ...], openai.OpenAI] = {}
 _clients_lock = threading.Lock()

@@ -9,8 +9,8 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from amelio.assistant import Reply, record_reply
-from amelio.config import Settings
+from amelio.assistant.prompt import Prompt
+from amelio.assistant.respond import Reply, record_reply
 from amelio.errors import LLMError
 from amelio.llm import LLMRequest, Message, TextDelta, get_provider
 from amelio.openai_compat.wire import (
@@ -28,8 +28,8 @@ from amelio.openai_compat.wire import (
     stream_chunk,
     text_of,
 )
-from amelio.prompt import Prompt
-from amelio.workspace import Workspace
+from amelio.workspace.config import Settings
+from amelio.workspace.folder import Workspace
 
 
 def _provider_request(call: ChatCall, prompt: Prompt, settings: Settings) -> LLMRequest:

@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from amelio.assistant import Reply
-from amelio.config import Settings
+from amelio.assistant.prompt import Prompt
+from amelio.assistant.respond import Reply
 from amelio.errors import AmelioError, LLMError, RateLimited
-from amelio.prompt import Prompt
+from amelio.workspace.config import Settings
 
 log = logging.getLogger(__name__)
 

@@ -1,21 +1,3 @@
-"""Operating a workspace: backup and restore (export/import and db copy come next)."""
-
-from amelio.ops.backup import (
-    BackupFile,
-    BackupReport,
-    Manifest,
-    RestoreReport,
-    backup_workspace,
-    read_manifest,
-    restore_workspace,
-)
-
-__all__ = [
-    "BackupFile",
-    "BackupReport",
-    "Manifest",
-    "RestoreReport",
-    "backup_workspace",
-    "read_manifest",
-    "restore_workspace",
-]
+"""Operating a workspace: the schedule, metrics, tracing, logs, export and import,
+backup and restore. Each is imported from its own module, so that a command that
+only logs does not load the backup machinery."""

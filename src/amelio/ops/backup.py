@@ -51,10 +51,10 @@ import sqlalchemy as sa
 
 import amelio
 from amelio import db
-from amelio.config import CONFIG_FILE, DATA_DIR, Settings, load_settings
 from amelio.db import engine as db_engine
 from amelio.errors import AmelioError, ConfigError, Conflict, InvalidInput
-from amelio.projects import validate_name
+from amelio.workspace.config import CONFIG_FILE, DATA_DIR, Settings, load_settings
+from amelio.workspace.projects import validate_name
 
 __all__ = [
     "BackupFile",
@@ -620,7 +620,7 @@ def _sha256(path: Path) -> str:
 
 def _key_of(settings: Settings, key_file: Path | None) -> tuple[str, str | None]:
     """Where the workspace's secret key comes from, and its fingerprint; read as
-    :func:`amelio.identity.secret_key` reads it."""
+    :func:`amelio.privacy.identity.secret_key` reads it."""
     configured = settings.secret_key.get_secret_value()
     if configured:
         return "settings", _fingerprint(configured.encode("utf-8"))
@@ -635,6 +635,6 @@ def _fingerprint(key: bytes) -> str:
 
 def _forget_cached_key() -> None:
     """The key file was just replaced; this process may have read the old one."""
-    from amelio import identity
+    from amelio.privacy import identity
 
     identity.forget_cached_key()

@@ -50,7 +50,7 @@ from amelio.ops.tracing import span
 
 if TYPE_CHECKING:
     from amelio.llm.base import Completion, LLMRequest, Provider, StreamEvent
-    from amelio.workspace import Workspace
+    from amelio.workspace.folder import Workspace
 
 __all__ = ["CONTENT_TYPE_LATEST", "REGISTRY", "DatabaseCollector", "InstrumentedProvider",
            "MetricsMiddleware", "exposition", "observe_request", "record_feedback",

@@ -33,10 +33,10 @@ import sqlalchemy as sa
 from cronsim import CronSim, CronSimError
 
 from amelio import db
-from amelio.config import Settings
 from amelio.db.schema import scheduled_jobs, utcnow
 from amelio.errors import ConfigError
-from amelio.workspace import Workspace
+from amelio.workspace.config import Settings
+from amelio.workspace.folder import Workspace
 
 __all__ = ["JOBS", "Job", "JobStatus", "Scheduler", "claim", "finish", "job_status",
            "next_times", "renew", "run_claimed", "zone"]

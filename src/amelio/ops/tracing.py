@@ -31,7 +31,7 @@ import amelio
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from amelio.workspace import Workspace
+    from amelio.workspace.folder import Workspace
 
 __all__ = ["available", "instrument", "span"]
 
@@ -99,7 +99,7 @@ def instrument(app: FastAPI, ws: Workspace) -> None:
     database = SQLAlchemyInstrumentor()
     if not database.is_instrumented_by_opentelemetry:
         # The instrumentation names SQLAlchemy < 2.1 as its range, but the engine
-        # events it listens to are the same in 2.1 (tests/test_tracing.py sees the spans).
+        # events it listens to are the same in 2.1 (tests/test_ops_tracing.py sees the spans).
         database.instrument(engine=ws.engine, tracer_provider=provider, skip_dep_check=True)
     clients = HTTPXClientInstrumentor()
     if not clients.is_instrumented_by_opentelemetry:

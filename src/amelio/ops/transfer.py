@@ -38,7 +38,7 @@ import amelio
 from amelio import db
 from amelio.db.schema import aware, metadata, utcnow
 from amelio.errors import ConfigError, InvalidInput
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
 
 __all__ = ["FORMAT", "CopyReport", "ExportReport", "ImportReport", "copy_database",
            "export_workspace", "import_workspace"]
@@ -223,7 +223,7 @@ def export_workspace(ws: Workspace, dest: Path, *, force: bool = False,
             files[table.name] = {"file": f"tables/{table.name}.jsonl", "rows": count,
                                  "sha256": _digest(path)}
     if with_secret_key:
-        from amelio.identity import secret_key
+        from amelio.privacy.identity import secret_key
 
         secret = dest / SECRET_FILE
         secret.write_bytes(secret_key(ws.settings))
@@ -345,7 +345,7 @@ def _secret(src: Path, manifest: dict[str, Any]) -> bytes | None:
 
 def _adopt_secret(ws: Workspace, key: bytes) -> str:
     """Use the export's secret key, unless the settings name one explicitly."""
-    from amelio.identity import install_secret_key
+    from amelio.privacy.identity import install_secret_key
 
     configured = ws.settings.secret_key.get_secret_value()
     if configured:
@@ -377,7 +377,7 @@ class CopyReport:
 
 def copy_database(ws: Workspace, url: str, *, force: bool = False) -> CopyReport:
     """Copy ``ws``'s database into the one at ``url`` (migrated first), then check it."""
-    from amelio.config import mask_url
+    from amelio.workspace.config import mask_url
 
     if url == ws.settings.effective_database_url:
         raise InvalidInput("The target is the workspace's own database.")

@@ -1,22 +1,24 @@
 """Search that learns from its use (seed 004 §3.3–3.4).
 
-:mod:`~amelio.search.engine` is the engine contract and its registry
-(``search_backend``): :class:`~amelio.search.tantivy_engine.TantivyEngine` (the
-default) and :class:`~amelio.search.corpus.Corpus` (FTS5) index a SQLite
+:mod:`~amelio.search.engines.registry` is the engine contract and its registry
+(``search_backend``): :class:`~amelio.search.engines.tantivy.TantivyEngine` (the
+default) and :class:`~amelio.search.engines.fts5.Corpus` (FTS5) index a SQLite
 document store that keeps the documents and their vectors
 (:mod:`~amelio.search.store`); :mod:`~amelio.search.fusion` mixes lexical and
 semantic candidates;
 :class:`~amelio.search.service.Searcher` ranks with the rank profiles, logs each
 response as an impression and signs its ``feedbackToken``;
-:mod:`~amelio.search.signals` turns impressions and feedback events into
+:mod:`~amelio.search.aggregation` turns impressions and feedback events into
 per-(query, document) signals, which :mod:`~amelio.search.clickmodel` debiases
 (the position-bias model) and :mod:`~amelio.search.scoring` turns into feedback
-scores; :mod:`~amelio.search.vespa` ranks on Vespa instead of the embedded
+scores; :mod:`~amelio.search.engines.vespa` ranks on Vespa instead of the embedded
 index; :mod:`~amelio.search.simulate` proves the loop on public relevance
 judgments with simulated users.
 """
 
-from amelio.search.corpus import Corpus, Document, ImportReport
+from amelio.search.aggregation import aggregate, rebuild
+from amelio.search.counts import AggregateReport
+from amelio.search.engines.fts5 import Corpus, Document, ImportReport
 from amelio.search.scoring import FeedbackScorer
 from amelio.search.service import (
     PROFILES,
@@ -26,7 +28,6 @@ from amelio.search.service import (
     optional_embedder,
     search_embedder,
 )
-from amelio.search.signals import AggregateReport, aggregate, rebuild
 
 __all__ = [
     "PROFILES",

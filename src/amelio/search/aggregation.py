@@ -1,5 +1,5 @@
 """The aggregator: what people did with each (normalized query, docId), counted
-incrementally into ``search_signals`` (read them with :mod:`amelio.search.signals`).
+incrementally into ``search_signals`` (read them with :mod:`amelio.search.counts`).
 
 The aggregator reads two append-only logs past its checkpoint — search
 impressions (what was shown, at which rank) and stored feedback events (what
@@ -61,7 +61,7 @@ from amelio.search.clickmodel import (
     fit_pbm,
 )
 from amelio.search.counts import COUNTERS, AggregateReport, SignalRow, signals_for
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
 
 __all__ = ["DWELL_POSITIVE_MS", "REFORMULATION_SIMILARITY", "REFORMULATION_WINDOW_MS",
            "AggregateReport", "SignalRow", "aggregate", "rebuild"]

@@ -4,7 +4,7 @@ A click says more about a document shown at rank 1 than one at rank 8 says
 against it: people examine fewer results the further down they go. The model is
 a position-based one (PBM: P(click at rank k on d) = θ_k · γ_d), and
 :func:`fit_pbm` re-fits θ after every aggregation pass
-(:func:`~amelio.search.signals.aggregate`) from two kinds of evidence in the
+(:func:`~amelio.search.aggregation.aggregate`) from two kinds of evidence in the
 signals: the randomized adjacent swaps exploration makes (:class:`SwapCounts`)
 and, where those are too few, *intervention harvesting* — the same document
 seen at several ranks. :func:`load_propensities` reads the fitted θ back, so the

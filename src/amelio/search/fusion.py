@@ -22,7 +22,7 @@ from amelio.search.scoring import min_max_normalized
 
 if TYPE_CHECKING:
     from amelio.embeddings import Embedder
-    from amelio.search.engine import SearchEngine
+    from amelio.search.engines.registry import SearchEngine
 
 __all__ = ["FirstPhase", "first_phase"]
 

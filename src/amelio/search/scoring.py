@@ -5,7 +5,7 @@ first-phase and feedback scores), :class:`FeedbackScorer` (a document's feedback
 score for a query, from its signals and the fitted click model) and
 :func:`min_max_normalized` (how ``hybrid`` puts a lexical and a semantic scale on
 one footing). The embedded :class:`~amelio.search.service.Searcher` and the
-Vespa backend (:mod:`amelio.search.vespa`, which pushes the same feedback scores
+Vespa backend (:mod:`amelio.search.engines.vespa`, which pushes the same feedback scores
 to Vespa) both import them from here, so neither has to import the other.
 """
 
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from amelio.search.clickmodel import Propensities, utility
+from amelio.search.counts import SignalRow
 from amelio.search.documents import Hit
-from amelio.search.signals import SignalRow
 
 __all__ = ["FEEDBACK_BOUND", "FeedbackScorer", "RankedDoc", "min_max_normalized"]
 

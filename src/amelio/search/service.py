@@ -45,24 +45,25 @@ from amelio.db.engine import transaction
 from amelio.db.schema import search_impressions
 from amelio.embeddings import Embedder, EmbedderUnavailable, load_embedder
 from amelio.errors import InvalidInput
-from amelio.feedback.anonymize import SaltedHasher, day_from_index
 from amelio.feedback.tokens import token_signer
-from amelio.identity import secret_key
 from amelio.ops.metrics import record_search_cache
-from amelio.pii import scrub_for_storage
-from amelio.projects import validate_name
+from amelio.privacy.anonymize import SaltedHasher, day_from_index
+from amelio.privacy.identity import secret_key
+from amelio.privacy.pii import scrub_for_storage
+from amelio.search.aggregation import aggregate
 from amelio.search.cache import LRUCache
 from amelio.search.clickmodel import Propensities, load_propensities
-from amelio.search.engine import RankingEngine, SearchEngine, open_engine
+from amelio.search.counts import signals_for
+from amelio.search.engines.registry import RankingEngine, SearchEngine, open_engine
 from amelio.search.fusion import first_phase
 from amelio.search.scoring import FEEDBACK_BOUND, FeedbackScorer, RankedDoc
-from amelio.search.signals import aggregate, signals_for
 from amelio.search.store import DocumentStore
 from amelio.text import normalize
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
+from amelio.workspace.projects import validate_name
 
 if TYPE_CHECKING:
-    from amelio.config import Settings
+    from amelio.workspace.config import Settings
 
 #: FEEDBACK_BOUND, FeedbackScorer and RankedDoc live in :mod:`amelio.search.scoring`
 #: and are re-exported here, where callers have always found them.
@@ -164,8 +165,8 @@ def optional_embedder(settings: Settings) -> Embedder | None:
 
 def import_embedder(settings: Settings) -> Embedder | None:
     """What an import embeds its documents with: :func:`optional_embedder`, or None
-    when browsers embed them (:func:`~amelio.search.engine.browsers_embed`)."""
-    from amelio.search.engine import browsers_embed
+    when browsers embed them (:func:`~amelio.search.engines.registry.browsers_embed`)."""
+    from amelio.search.engines.registry import browsers_embed
 
     return None if browsers_embed(settings) else optional_embedder(settings)
 
@@ -209,7 +210,7 @@ def _check_id(value: str | None, field: str) -> None:
 class Searcher:
     """Searches one workspace's engine; keep one per process (it holds the cache).
 
-    ``engine`` is the :class:`~amelio.search.engine.SearchEngine` to search
+    ``engine`` is the :class:`~amelio.search.engines.registry.SearchEngine` to search
     (default: the one ``search_backend`` names; ``corpus`` is its older name).
     ``rng`` decides exploration (seeded in simulations).
     ``embedder`` replaces the ``search_embedding_model`` setting's model (tests,

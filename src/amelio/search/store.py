@@ -122,7 +122,7 @@ class DocumentStore(ABC):
     Thread-safe: each thread gets its own read connection; writes are serialized
     by SQLite itself (WAL, busy timeout), across processes too."""
 
-    #: The registry name (see :mod:`amelio.search.engine`).
+    #: The registry name (see :mod:`amelio.search.engines.registry`).
     name = "store"
     #: Leave documents without a vector to browsers (the ``contributions`` setting):
     #: a semantic search then ranks the documents that have one, instead of

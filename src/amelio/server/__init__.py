@@ -7,7 +7,7 @@ from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from amelio.server.app import create_app
-from amelio.workspace import open_workspace
+from amelio.workspace.folder import open_workspace
 
 __all__ = ["NoDelayH11Protocol", "app_from_env", "create_app"]
 

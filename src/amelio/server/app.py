@@ -19,20 +19,20 @@ from amelio.server.limits import BodySizeLimit, RefuseNul
 from amelio.server.routes import (
     assistant,
     context,
+    contribution_models,
     contributions,
     evals,
     feedback,
     health,
     improve,
     knowledge,
-    models,
     openai,
     sage,
     search,
     skills,
     web,
 )
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
 
 __all__ = ["create_app"]
 
@@ -82,14 +82,14 @@ def create_app(workspace: Workspace) -> FastAPI:
         (knowledge.router, (*keyed, 404, 409, 502, 503)),  # its lifespan runs the sync worker
         (search.router, (*keyed, 404, 503)),
         (contributions.router, (*keyed, 404, 409, 429, 503)),
-        (models.router, (404, 413, 422, 503)),
+        (contribution_models.router, (404, 413, 422, 503)),
     )
     for router, statuses in areas:
         app.include_router(router, responses=error_responses(*sorted(statuses)))
     # The OpenAI-compatible routes answer errors in OpenAI's shape, for its SDKs.
     app.include_router(openai.router, responses=openai.ERROR_RESPONSES)
     _add_dashboard(app)
-    from amelio.mcp import mount_mcp  # it builds on the routes above: import it last
+    from amelio.mcp.server import mount_mcp  # it builds on the routes above: import it last
 
     mount_mcp(app)  # /mcp: the MCP server over streamable HTTP (amelio[mcp])
     return app

@@ -22,8 +22,8 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from amelio.errors import AuthError, Forbidden
-from amelio.keys import ApiKey, authenticate
-from amelio.projects import require_project, validate_name
+from amelio.workspace.keys import ApiKey, authenticate
+from amelio.workspace.projects import require_project, validate_name
 
 __all__ = ["authorize_project", "require", "visible"]
 

@@ -2,7 +2,7 @@
 
 Bounds live in the types, not in the handlers, so they are enforced before any
 handler runs and they show in the OpenAPI document: a project name has the
-safe alphabet of :func:`amelio.projects.validate_name`, and an id fits the
+safe alphabet of :func:`amelio.workspace.projects.validate_name`, and an id fits the
 database key it is looked up in (a larger one would overflow the driver, not
 find nothing).
 """
@@ -27,7 +27,7 @@ __all__ = [
 #: (SQLite's hold 64 bits, but an id past this can never have been issued there
 #: either while both databases stay interchangeable).
 MAX_ID = 2**31 - 1
-#: The alphabet of project names (``amelio.projects.validate_name``), for OpenAPI.
+#: The alphabet of project names (``amelio.workspace.projects.validate_name``), for OpenAPI.
 PROJECT_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,99}$"
 _PROJECT_HELP = "Project (tenant): 1-100 lowercase letters, digits, '-' or '_'."
 

@@ -27,9 +27,9 @@ import sqlalchemy as sa
 from amelio import db, evals
 from amelio.db.schema import skill_events, skill_versions, skills, utcnow
 from amelio.errors import Conflict, InvalidInput, SkillNotFound
-from amelio.projects import DEFAULT_PROJECT, ensure_project, project_id
 from amelio.skills import files
 from amelio.skills.model import Skill, SkillSpec, SkillVersion
+from amelio.workspace.projects import DEFAULT_PROJECT, ensure_project, project_id
 
 __all__ = [
     "ImportReport",
@@ -288,7 +288,7 @@ _STAMP = sa.select(skills.c.id, skills.c.version).where(sa.or_(
 def stamp_queries(conn: sa.Connection, project: str | None = None) -> list[sa.Select[Any]]:
     """Queries whose rows change whenever the skills ``project`` sees change: its id,
     and the ``(id, version)`` stamp :func:`visible_skills` compares. A routing snapshot
-    (:mod:`amelio.route_snapshot`) keeps them with their rows, to know it is current
+    (:mod:`amelio.routing.snapshot`) keeps them with their rows, to know it is current
     without this module."""
     from amelio.db.schema import projects
 

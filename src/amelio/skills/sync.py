@@ -52,11 +52,11 @@ import watchfiles
 
 from amelio.errors import AmelioError, InvalidInput, SkillFileError
 from amelio.improve import proposals, rotation
-from amelio.projects import DEFAULT_PROJECT
 from amelio.skills import files
 from amelio.skills.model import Skill, SkillSpec
 from amelio.skills.store import list_skills, list_versions
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 __all__ = ["ACTIONS", "STATE_FILE", "SyncItem", "SyncReport", "sync_skills", "watch_skills"]
 

@@ -4,7 +4,7 @@ People teach an assistant where they already talk to it. Every message of a link
 chat goes through the same respond pipeline as ``POST /v1/chat`` (router,
 learnings, LLM, evals, the interaction logged); the answer carries its eval
 footnotes and three buttons, 👍 / 👎 / 🛠️ Fix It, that call the same
-:func:`amelio.quality.give_answer_feedback` as the API. An admin chat gets a card
+:func:`amelio.assistant.quality.give_answer_feedback` as the API. An admin chat gets a card
 per pending proposal whose buttons call the same library functions as
 ``/v1/proposals/{id}/approve`` and ``…/reject``.
 
@@ -51,11 +51,11 @@ from telegram.ext import (
     filters,
 )
 
-from amelio import learnings
-from amelio.assistant import Reply, get_interaction, respond
+from amelio.assistant import learnings
+from amelio.assistant.quality import give_answer_feedback, quality_metrics
+from amelio.assistant.respond import Reply, get_interaction, respond
 from amelio.errors import AmelioError, ConfigError, LLMError, NotFound
 from amelio.llm.base import Provider
-from amelio.quality import give_answer_feedback, quality_metrics
 from amelio.skills.store import list_skills
 from amelio.telegram import cards, links
 from amelio.telegram.client import MAX_RETRY_AFTER, author, call, seconds, user_ref
@@ -66,7 +66,7 @@ from amelio.telegram.render import (
     render_parts,
     visible_length,
 )
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
 
 __all__ = [
     "ALLOWED_UPDATES",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from telegram import (
     Bot,
@@ -36,10 +36,18 @@ from amelio.improve.proposals import (
 from amelio.telegram import links
 from amelio.telegram.client import author, call
 from amelio.telegram.render import escape, render_parts
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
 
 if TYPE_CHECKING:
-    from amelio.telegram.bot import TelegramBot
+    from amelio.llm.base import Provider
+
+
+class CardOwner(Protocol):
+    """What a card's buttons need of the bot that sent it: its workspace, and the LLM
+    that benchmarks a proposal (a protocol, so that cards need not import the bot)."""
+
+    ws: Workspace
+    provider: Provider | None
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +138,7 @@ async def _refresh(update: Update, proposal: Proposal, verdict: dict[str, Any] |
         log.debug("telegram: card not refreshed: %s", exc)
 
 
-async def on_proposal_button(owner: TelegramBot, update: Update, link: links.ChatLink,
+async def on_proposal_button(owner: CardOwner, update: Update, link: links.ChatLink,
                              action: str, proposal_id: int) -> None:
     query = update.callback_query
     assert query is not None
@@ -189,7 +197,7 @@ async def on_proposal_button(owner: TelegramBot, update: Update, link: links.Cha
         await call(lambda: query.answer("This button is not one of mine."))
 
 
-async def reject(owner: TelegramBot, update: Update, link: links.ChatLink, proposal_id: int,
+async def reject(owner: CardOwner, update: Update, link: links.ChatLink, proposal_id: int,
                  reason: str | None, author: str) -> None:
     """Reject with the reason an admin replied (or none, for /skip)."""
     ws = owner.ws

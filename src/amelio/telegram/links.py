@@ -20,8 +20,8 @@ import sqlalchemy as sa
 from amelio import db
 from amelio.db.schema import projects, telegram_chats, telegram_invites, utcnow
 from amelio.errors import Conflict, InvalidInput, NotFound
-from amelio.projects import require_project
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
+from amelio.workspace.projects import require_project
 
 __all__ = [
     "DEFAULT_TTL",

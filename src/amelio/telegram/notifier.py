@@ -19,10 +19,10 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from amelio.config import Settings
 from amelio.errors import AmelioError, ConfigError
 from amelio.hookspecs import hookimpl
 from amelio.improve.notifiers import DeliveryResult, Notification, NotifierType
+from amelio.workspace.config import Settings
 
 __all__ = ["TelegramNotifier", "register_notifiers", "summary_for"]
 
@@ -84,7 +84,7 @@ class TelegramNotifier:
         from amelio.improve.proposals import get_proposal
         from amelio.telegram import cards, links
         from amelio.telegram.client import call
-        from amelio.workspace import open_workspace
+        from amelio.workspace.folder import open_workspace
 
         ws = open_workspace(settings=self.settings)
         errors: list[str] = []

@@ -25,12 +25,12 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse
 from telegram import Update
 
-from amelio.assistant import warm_up
+from amelio.assistant.respond import warm_up
 from amelio.errors import ConfigError
 from amelio.llm.base import Provider
 from amelio.telegram.bot import ALLOWED_UPDATES, build_bot, check_token
 from amelio.telegram.client import call, webhook_secret
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
 
 __all__ = ["DEFAULT_PATH", "SECRET_HEADER", "webhook_path", "webhook_router"]
 

@@ -1,6 +1,6 @@
 """What the dashboard pages show, read from the same tables the API uses.
 
-Quality metrics (per skill, per day, per rule) are :mod:`amelio.quality`'s, the same
+Quality metrics (per skill, per day, per rule) are :mod:`amelio.assistant.quality`'s, the same
 functions behind ``/v1/quality``; this module holds the views only the dashboard has.
 """
 
@@ -15,6 +15,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from amelio import knowledge
+from amelio.assistant.learnings import HEADERS
+from amelio.assistant.prompt import MESSAGE_HEADER, assemble, skill_block
 from amelio.contributions import CPU_SECONDS_PER_HOUR, TRUST_FLOOR, contribution_stats
 from amelio.db.schema import (
     contribution_clients,
@@ -28,15 +30,14 @@ from amelio.db.schema import (
 )
 from amelio.errors import SkillNotFound
 from amelio.improve.triggers import MIN_EXAMPLES
-from amelio.learnings import HEADERS
-from amelio.prompt import MESSAGE_HEADER, assemble, skill_block
-from amelio.router import RouteHit, hint_block
-from amelio.routing_examples import list_examples
+from amelio.routing.examples import list_examples
+from amelio.routing.router import RouteHit, hint_block
 from amelio.search import Searcher
+from amelio.search.clickmodel import load_propensities
+from amelio.search.counts import busiest_queries, signals_for
 from amelio.search.service import query_key
-from amelio.search.signals import busiest_queries, load_propensities, signals_for
 from amelio.skills.store import list_skills, list_versions
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
 
 __all__ = [
     "contributions_view",

@@ -17,8 +17,8 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from amelio.config import Settings
-from amelio.identity import secret_key
+from amelio.privacy.identity import secret_key
+from amelio.workspace.config import Settings
 
 __all__ = ["COOKIE", "Session", "csrf_token", "dump_session", "load_session", "valid_csrf"]
 

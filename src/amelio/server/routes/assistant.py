@@ -13,7 +13,8 @@ from fastapi import APIRouter, Depends, FastAPI, Header, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from amelio.assistant import (
+from amelio.assistant.quality import MAX_COMMENT_CHARS, give_answer_feedback, quality_metrics
+from amelio.assistant.respond import (
     MAX_IDEMPOTENCY_KEY_CHARS,
     Reply,
     get_interaction,
@@ -23,13 +24,12 @@ from amelio.assistant import (
     warm_up,
 )
 from amelio.errors import AmelioError
-from amelio.keys import ApiKey
 from amelio.llm import TextDelta
-from amelio.projects import DEFAULT_PROJECT
-from amelio.quality import MAX_COMMENT_CHARS, give_answer_feedback, quality_metrics
 from amelio.server.auth import authorize_project, require, visible
 from amelio.server.params import Id, OptionalProjectQuery, ProjectField
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
+from amelio.workspace.keys import ApiKey
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 log = logging.getLogger("amelio.server")
 

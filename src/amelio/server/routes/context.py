@@ -7,13 +7,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from amelio import learnings
-from amelio.keys import ApiKey
-from amelio.projects import DEFAULT_PROJECT
-from amelio.prompt import build_prompt
-from amelio.router import route_message
+from amelio.assistant import learnings
+from amelio.assistant.prompt import build_prompt
+from amelio.routing.router import route_message
 from amelio.server.auth import authorize_project, require
 from amelio.server.params import Id, ProjectField, ProjectQuery
+from amelio.workspace.keys import ApiKey
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 router = APIRouter(tags=["context"])
 

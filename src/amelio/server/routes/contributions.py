@@ -26,9 +26,9 @@ from amelio.contributions.tokens import CLIENT_TOKEN_PATTERN
 from amelio.errors import RateLimited
 from amelio.feedback.ratelimit import Bucket, RateLimiter
 from amelio.feedback.schema import DeviceTier
-from amelio.keys import ApiKey
 from amelio.server.auth import require
 from amelio.server.routes.feedback import Client
+from amelio.workspace.keys import ApiKey
 
 router = APIRouter(tags=["contributions"])
 

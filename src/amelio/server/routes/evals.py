@@ -9,10 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from amelio import evals, skills
 from amelio.errors import InvalidInput
-from amelio.keys import ApiKey
-from amelio.projects import DEFAULT_PROJECT
 from amelio.server.auth import authorize_project, require
 from amelio.server.params import MAX_ID, PROJECT_PATTERN, ProjectField
+from amelio.workspace.keys import ApiKey
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 router = APIRouter(tags=["evals"])
 

@@ -11,8 +11,8 @@ from starlette.concurrency import run_in_threadpool
 
 from amelio.errors import AuthError, Forbidden, InputTooLarge, InvalidInput
 from amelio.feedback import Collector, feedback_stats, json_schema
-from amelio.keys import ApiKey, authenticate
 from amelio.server.auth import bearer, require
+from amelio.workspace.keys import ApiKey, authenticate
 
 router = APIRouter(tags=["feedback"])
 

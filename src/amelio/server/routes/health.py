@@ -20,10 +20,10 @@ from fastapi.responses import JSONResponse, Response
 import amelio
 from amelio import db
 from amelio.errors import DatabaseError
-from amelio.keys import ApiKey
 from amelio.ops import metrics
 from amelio.server.auth import require
 from amelio.server.errors import error_responses
+from amelio.workspace.keys import ApiKey
 
 
 @asynccontextmanager

@@ -17,11 +17,11 @@ from amelio import skills
 from amelio.improve import proposals as props
 from amelio.improve.bench import latest_verdict
 from amelio.improve.nightly import last_report, run_improve
-from amelio.keys import ApiKey
 from amelio.ops.schedule import Scheduler, job_status
-from amelio.projects import DEFAULT_PROJECT
 from amelio.server.auth import authorize_project, require, visible
 from amelio.server.params import Id, OptionalProjectQuery, ProjectField, ProjectQuery
+from amelio.workspace.keys import ApiKey
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 
 @asynccontextmanager

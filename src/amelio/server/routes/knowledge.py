@@ -17,12 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from amelio import knowledge
 from amelio.errors import InvalidInput
-from amelio.keys import ApiKey
 from amelio.knowledge.sync import SyncWorker
-from amelio.projects import DEFAULT_PROJECT
 from amelio.server.auth import authorize_project, require, visible
 from amelio.server.params import MAX_ID, OptionalProjectQuery, ProjectField, ProjectQuery
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
+from amelio.workspace.keys import ApiKey
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 log = logging.getLogger("amelio.server")
 

@@ -20,7 +20,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from amelio.errors import AmelioError
-from amelio.keys import ApiKey
 from amelio.openai_compat import (
     ChatResult,
     OpenAICompatError,
@@ -31,9 +30,10 @@ from amelio.openai_compat import (
     parse_chat_request,
     start_chat,
 )
-from amelio.projects import DEFAULT_PROJECT
 from amelio.server.auth import authorize_project, require
 from amelio.server.params import PROJECT_PATTERN
+from amelio.workspace.keys import ApiKey
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 __all__ = ["ERROR_RESPONSES", "router"]
 

@@ -12,11 +12,11 @@ from amelio.errors import AmelioError
 from amelio.improve.bench import list_benchmarks, run_benchmark
 from amelio.improve.proposals import get_proposal
 from amelio.improve.sage import analyze
-from amelio.keys import ApiKey
-from amelio.projects import DEFAULT_PROJECT
 from amelio.server.auth import authorize_project, require
 from amelio.server.params import MAX_ID, Id, ProjectField
-from amelio.workspace import Workspace
+from amelio.workspace.folder import Workspace
+from amelio.workspace.keys import ApiKey
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 router = APIRouter(tags=["sage"])
 log = logging.getLogger("amelio.server")

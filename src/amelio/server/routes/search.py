@@ -9,12 +9,12 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from amelio.keys import ApiKey
 from amelio.search import Searcher
+from amelio.search.counts import signals_for
 from amelio.search.service import MAX_ID_CHARS, query_key
-from amelio.search.signals import signals_for
 from amelio.server.auth import authorize_project, require
 from amelio.server.params import ProjectField
+from amelio.workspace.keys import ApiKey
 
 router = APIRouter(tags=["search"])
 

@@ -7,13 +7,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from amelio import routing_examples, skills
+from amelio import skills
 from amelio.errors import InvalidInput, SkillNotFound
 from amelio.improve import triggers
-from amelio.keys import ApiKey
-from amelio.projects import DEFAULT_PROJECT
+from amelio.routing import examples as routing_examples
 from amelio.server.auth import authorize_project, require
 from amelio.server.params import MAX_ID, PROJECT_PATTERN, ProjectField, ProjectQuery
+from amelio.workspace.keys import ApiKey
+from amelio.workspace.projects import DEFAULT_PROJECT
 
 router = APIRouter(prefix="/v1/skills", tags=["skills"])
 

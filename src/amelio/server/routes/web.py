@@ -20,23 +20,23 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from markdown_it import MarkdownIt
 
-from amelio import keys, knowledge, learnings, routing_examples, skills
-from amelio.errors import AmelioError, Forbidden, NotFound
-from amelio.improve import proposals as props
-from amelio.improve import triggers
-from amelio.improve.bench import latest_verdict, list_benchmarks, run_benchmark
-from amelio.improve.nightly import last_report
-from amelio.improve.sage import analyze
-from amelio.keys import ApiKey
-from amelio.knowledge.sync import SyncWorker
-from amelio.projects import DEFAULT_PROJECT, list_projects, validate_name
-from amelio.quality import (
+from amelio import knowledge, skills
+from amelio.assistant import learnings
+from amelio.assistant.quality import (
     DailyMetrics,
     daily_metrics,
     find_underperformers,
     quality_metrics,
     rule_stats,
 )
+from amelio.errors import AmelioError, Forbidden, NotFound
+from amelio.improve import proposals as props
+from amelio.improve import triggers
+from amelio.improve.bench import latest_verdict, list_benchmarks, run_benchmark
+from amelio.improve.nightly import last_report
+from amelio.improve.sage import analyze
+from amelio.knowledge.sync import SyncWorker
+from amelio.routing import examples as routing_examples
 from amelio.search import PROFILES
 from amelio.server.params import MAX_ID, Id
 from amelio.server.routes.search import searcher
@@ -44,7 +44,10 @@ from amelio.web import data
 from amelio.web.charts import line_chart
 from amelio.web.i18n import pick_language, strings
 from amelio.web.session import COOKIE, Session, csrf_token, dump_session, load_session, valid_csrf
-from amelio.workspace import Workspace
+from amelio.workspace import keys
+from amelio.workspace.folder import Workspace
+from amelio.workspace.keys import ApiKey
+from amelio.workspace.projects import DEFAULT_PROJECT, list_projects, validate_name
 
 router = APIRouter(include_in_schema=False)
 log = logging.getLogger("amelio.server")

@@ -1,6 +1,6 @@
 """The learned router's examples: messages of kept answers, and an admin's.
 
-A new table, read per project by the router (``amelio.routing_examples``); an
+A new table, read per project by the router (``amelio.routing.examples``); an
 empty one routes on the skills' metadata and SKILL.md ``examples:``. Proposals
 gain ``routing``: the triggers and keywords a routing proposal (mined from the
 examples by ``amelio skills suggest-triggers``) gives its skill; NULL for all

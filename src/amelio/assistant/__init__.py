@@ -1,0 +1,2 @@
+"""The skill loop's online path: respond(), the prompt, learnings, quality metrics
+and answer feedback."""

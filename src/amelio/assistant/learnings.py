@@ -1,0 +1,583 @@
+"""The reflect loop: corrections become rules injected into every later prompt (seed pillar 3).
+
+Each learning is one item with an id, a source (``fixit``, ``negative``,
+``manual``, ``sage``), an optional skill scope and ``helpful``/``harmful``
+counters. Items are added, retired or edited one at a time and never rewritten
+wholesale, because a wholesale rewrite of accumulated context loses what was
+learned. The same rule is stored once (normalized comparison); a near-duplicate
+merges into the existing item.
+
+The database is the source of truth, mirrored both ways to
+``<workspace>/projects/<project>/learnings.md`` in the seed's format::
+
+    # Learnings
+    > …
+    ## Rules
+    - [2026-04-03T14:22:00Z] [fixit] Always use t-call for translations in Odoo QWeb
+    ## Skill: deployment
+    - [2026-04-03T15:10:00Z] [negative] Avoid sudo in deployment scripts
+
+A hand edit of that file is read back (see :func:`sync_file`) before the
+learnings are next used: added lines become learnings, removed lines retire
+theirs, and a malformed line is reported with its line number while the rest
+loads. Nothing a person typed is dropped: unreadable lines are kept, verbatim,
+at the end of the file.
+
+Under ``pii_scrub = all`` a rule is scrubbed (:mod:`amelio.privacy.pii`) before it is
+stored, whichever way it comes in (added, or typed into learnings.md and read
+back), and so is every line written to the mirror, unreadable ones included:
+the file is storage too, and a rule never needs a person's phone number.
+
+The database layer (SQLAlchemy) is imported by the functions that use it, so the
+names and parsers here cost nothing to import (``amelio learnings --help``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+from amelio.errors import InvalidInput, NotFound
+from amelio.text import normalize, tokens
+from amelio.workspace.projects import DEFAULT_PROJECT, ensure_project, project_id
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+    from amelio.workspace.folder import Workspace
+
+__all__ = [
+    "HEADERS",
+    "SOURCES",
+    "Learning",
+    "LearningsBlock",
+    "ParseError",
+    "Source",
+    "SyncReport",
+    "add_learning",
+    "delete_learning",
+    "learnings_path",
+    "list_learnings",
+    "parse_learnings_md",
+    "prompt_block",
+    "record_outcome",
+    "render_learnings_md",
+    "sync_file",
+]
+
+Source = Literal["fixit", "negative", "manual", "sage"]
+SOURCES: tuple[str, ...] = get_args(Source)
+HEADERS = {
+    "en": "LEARNINGS (past corrections — follow these rules):",
+    "fr": "LEARNINGS (corrections passées — suivre ces règles) :",
+}
+MAX_RULE_CHARS = 2000
+_LINE = re.compile(r"^-\s+\[(?P<ts>[^\]]+)\]\s+\[(?P<source>[^\]]+)\]\s+(?P<rule>\S.*)$")
+_SKILL_HEADING = re.compile(r"^##\s+Skill:\s*(?P<skill>\S+)\s*$", re.IGNORECASE)
+_UNREADABLE_HEADING = "## Unreadable lines"
+#: learnings.md files this process knows to match the database: path -> (mtime_ns, size).
+_in_sync: dict[Path, tuple[tuple[int, int, int, int], str]] = {}
+#: A learnings.md changed this recently is read even when its signature matches.
+_RACY_S = 2.0
+
+
+@dataclass(frozen=True)
+class Learning:
+    id: int
+    project: str
+    skill: str | None
+    rule: str
+    source: str
+    status: str
+    helpful: int
+    harmful: int
+    occurrences: int
+    created_at: datetime
+    last_seen_at: datetime
+    retired_reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "project": self.project, "skill": self.skill, "rule": self.rule,
+            "source": self.source, "status": self.status, "helpful": self.helpful,
+            "harmful": self.harmful, "occurrences": self.occurrences,
+            "createdAt": self.created_at.isoformat(), "lastSeenAt": self.last_seen_at.isoformat(),
+            "retiredReason": self.retired_reason,
+        }
+
+
+@dataclass(frozen=True)
+class ParseError:
+    line: int
+    message: str
+    text: str
+
+
+@dataclass(frozen=True)
+class ParsedLine:
+    rule: str
+    source: str
+    at: datetime
+    skill: str | None
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    added: int = 0
+    retired: int = 0
+    errors: tuple[ParseError, ...] = ()
+    changed: bool = False
+
+
+@dataclass(frozen=True)
+class LearningsBlock:
+    text: str
+    ids: tuple[int, ...]
+
+
+# -- helpers ----------------------------------------------------------------------------
+
+
+def _key(rule: str) -> str:
+    return hashlib.sha256(normalize(rule).encode("utf-8")).hexdigest()
+
+
+def _similarity(a: str, b: str) -> float:
+    sa_, sb = set(tokens(a)), set(tokens(b))
+    return len(sa_ & sb) / len(sa_ | sb) if sa_ or sb else 1.0
+
+
+def _row(row: sa.Row[Any], project: str) -> Learning:
+    m = row._mapping
+    return Learning(
+        id=m["id"], project=project, skill=m["skill"], rule=m["rule"], source=m["source"],
+        status=m["status"], helpful=m["helpful"], harmful=m["harmful"],
+        occurrences=m["occurrences"], created_at=m["created_at"],
+        last_seen_at=m["last_seen_at"], retired_reason=m["retired_reason"],
+    )
+
+
+def _clean_rule(rule: str) -> str:
+    text = " ".join(str(rule).split())
+    if not text:
+        raise InvalidInput("A learning needs a non-empty rule.", field="rule")
+    if len(text) > MAX_RULE_CHARS:
+        raise InvalidInput(f"A learning is at most {MAX_RULE_CHARS:,} characters; this one is "
+                           f"{len(text):,}.", field="rule")
+    return text
+
+
+def _check_source(source: str) -> str:
+    if source not in SOURCES:
+        raise InvalidInput(f"Unknown learning source {source!r}; use one of: "
+                           f"{', '.join(SOURCES)}.", field="source")
+    return source
+
+
+def learnings_path(ws: Workspace, project: str) -> Path:
+    return ws.root / "projects" / project / "learnings.md"
+
+
+# -- writes -----------------------------------------------------------------------------
+
+
+def _add(conn: sa.Connection, pid: int, rule: str, source: str, skill: str | None,
+         at: datetime, similarity: float, *, from_file: bool = False) -> tuple[int, str]:
+    """Store one rule unless it is already known; returns (id, what happened).
+
+    ``from_file``: the rule is a line of learnings.md being read back, so a known
+    rule is not "seen again" and the file's section decides its skill scope.
+    """
+    import sqlalchemy as sa
+
+    from amelio.db.schema import learnings, utcnow
+
+    key = _key(rule)
+    existing = conn.execute(
+        sa.select(learnings).where(learnings.c.project_id == pid, learnings.c.rule_key == key)
+    ).first()
+    if existing is None:
+        active = conn.execute(
+            sa.select(learnings.c.id, learnings.c.rule, learnings.c.skill).where(
+                learnings.c.project_id == pid, learnings.c.status == "active")
+        ).all()
+        near = max(((_similarity(rule, r.rule), r) for r in active), default=None,
+                   key=lambda x: x[0])
+        if near is not None and near[0] >= similarity:
+            existing = conn.execute(
+                sa.select(learnings).where(learnings.c.id == near[1].id)).one()
+    if existing is None:
+        result = conn.execute(learnings.insert().values(
+            project_id=pid, skill=skill, rule=rule, rule_key=key, source=source,
+            status="active", helpful=0, harmful=0, occurrences=1, created_at=at,
+            last_seen_at=at, updated_at=utcnow(),
+        ))
+        assert result.inserted_primary_key is not None
+        return int(result.inserted_primary_key[0]), "added"
+    values: dict[str, Any] = {"updated_at": utcnow()}
+    outcome = "merged"
+    if from_file:
+        values["skill"] = skill
+        outcome = "kept"
+    else:
+        # Seen again: it is fresh, and a rule scoped to two skills applies to all.
+        values |= {"occurrences": existing.occurrences + 1,
+                   "last_seen_at": max(existing.last_seen_at, at)}
+        if existing.skill != skill:
+            values["skill"] = None
+    if existing.status == "retired":
+        values |= {"status": "active", "retired_reason": None}
+        outcome = "reactivated"
+    conn.execute(learnings.update().where(learnings.c.id == existing.id).values(**values))
+    return int(existing.id), outcome
+
+
+def add_learning(
+    ws: Workspace, rule: str, *, source: str = "manual", project: str = DEFAULT_PROJECT,
+    skill: str | None = None, at: datetime | None = None,
+) -> tuple[Learning, str]:
+    """Add a rule; returns the stored item and ``added``, ``merged`` or ``reactivated``."""
+    import sqlalchemy as sa
+
+    from amelio import db
+    from amelio.db.schema import learnings, utcnow
+    from amelio.privacy.pii import scrub_for_storage
+
+    text = _clean_rule(scrub_for_storage(ws.settings, str(rule), "learnings"))
+    src = _check_source(source)
+    sync_file(ws, project)
+    with db.transaction(ws.engine) as conn:
+        pid = ensure_project(conn, project)
+        lid, outcome = _add(conn, pid, text, src, skill, at or utcnow(),
+                            ws.settings.learnings_merge_similarity)
+        row = conn.execute(sa.select(learnings).where(learnings.c.id == lid)).one()
+    _write_file(ws, project)
+    return _row(row, project), outcome
+
+
+def _retire(conn: sa.Connection, where: sa.ColumnElement[bool], reason: str) -> int:
+    from amelio.db.schema import learnings, utcnow
+
+    result = conn.execute(
+        learnings.update().where(where, learnings.c.status == "active")
+        .values(status="retired", retired_reason=reason, updated_at=utcnow())
+    )
+    return int(result.rowcount)
+
+
+def delete_learning(ws: Workspace, learning_id: int, *, project: str = DEFAULT_PROJECT,
+                    reason: str = "deleted") -> Learning:
+    """Retire a learning: it leaves prompts and learnings.md but stays on record."""
+    import sqlalchemy as sa
+
+    from amelio import db
+    from amelio.db.schema import learnings
+
+    sync_file(ws, project)
+    with db.transaction(ws.engine) as conn:
+        pid = project_id(conn, project)
+        where = sa.and_(learnings.c.id == learning_id, learnings.c.project_id == pid)
+        row = conn.execute(sa.select(learnings).where(where)).first()
+        if row is None:
+            raise NotFound(f"No learning {learning_id} in project {project!r}.",
+                           learning_id=learning_id)
+        _retire(conn, where, reason)
+        row = conn.execute(sa.select(learnings).where(where)).one()
+    _write_file(ws, project)
+    return _row(row, project)
+
+
+def record_outcome(ws: Workspace, learning_ids: Iterable[int], *, helpful: bool,
+                   project: str = DEFAULT_PROJECT) -> list[int]:
+    """Count feedback on an answer whose prompt used these learnings; returns the ids
+    retired because their harmful count overtook their helpful count."""
+    import sqlalchemy as sa
+
+    from amelio import db
+    from amelio.db.schema import learnings
+
+    ids = sorted(set(learning_ids))
+    if not ids:
+        return []
+    column = learnings.c.helpful if helpful else learnings.c.harmful
+    minimum = ws.settings.learnings_retire_min_harmful
+    sync_file(ws, project)
+    with db.transaction(ws.engine) as conn:
+        pid = project_id(conn, project)
+        scope = sa.and_(learnings.c.id.in_(ids), learnings.c.project_id == pid)
+        conn.execute(learnings.update().where(scope).values({column: column + 1}))
+        doomed = list(conn.scalars(sa.select(learnings.c.id).where(
+            scope, learnings.c.status == "active", learnings.c.harmful > learnings.c.helpful,
+            learnings.c.harmful >= minimum)))
+        if doomed:
+            _retire(conn, learnings.c.id.in_(doomed),
+                    "harmful feedback overtook helpful feedback")
+    if doomed:
+        _write_file(ws, project)
+    return doomed
+
+
+# -- reads ------------------------------------------------------------------------------
+
+
+def list_learnings(
+    ws: Workspace, *, project: str = DEFAULT_PROJECT, skill: str | None = None,
+    include_retired: bool = False, sync: bool = True, conn: sa.Connection | None = None,
+) -> list[Learning]:
+    """A project's learnings, newest first (``skill`` keeps that skill's and global ones).
+
+    ``conn``: read on this connection (one request can share one connection).
+    """
+    import sqlalchemy as sa
+
+    from amelio import db
+    from amelio.db.schema import learnings
+
+    if sync:
+        sync_file(ws, project)
+    with db.reading(conn or ws.engine) as conn:
+        pid = project_id(conn, project)
+        query = sa.select(learnings).where(learnings.c.project_id == pid)
+        if not include_retired:
+            query = query.where(learnings.c.status == "active")
+        if skill is not None:
+            query = query.where(sa.or_(learnings.c.skill.is_(None), learnings.c.skill == skill))
+        rows = conn.execute(
+            query.order_by(learnings.c.last_seen_at.desc(), learnings.c.id.desc())).all()
+    return [_row(r, project) for r in rows]
+
+
+def _header(setting: str) -> str:
+    return HEADERS.get(setting, setting)
+
+
+@cache
+def _block_query() -> sa.Select[Any]:
+    """Runs on every prompt, so it is built once: only the columns the block needs, and
+    only the rules it may use (global ones and the hinted skills'), in
+    list_learnings' order. An empty expanding IN matches nothing."""
+    import sqlalchemy as sa
+
+    from amelio.db.schema import learnings
+
+    return (
+        sa.select(learnings.c.id, learnings.c.rule, learnings.c.helpful, learnings.c.harmful,
+                  learnings.c.last_seen_at)
+        .where(learnings.c.project_id == sa.bindparam("project_id"),
+               learnings.c.status == "active",
+               sa.or_(learnings.c.skill.is_(None),
+                      learnings.c.skill.in_(sa.bindparam("skills", expanding=True))))
+        .order_by(learnings.c.last_seen_at.desc(), learnings.c.id.desc())
+    )
+
+
+def prompt_block(
+    ws: Workspace, *, project: str = DEFAULT_PROJECT, skills: Sequence[str] = (),
+    budget: int | None = None, ordering: str | None = None, conn: sa.Connection | None = None,
+) -> LearningsBlock:
+    """The seed's ``formatForPrompt``: the learnings that fit ``budget`` characters.
+
+    Global learnings, plus those scoped to a skill in ``skills`` (the hint).
+    ``newest`` first (the seed's order) or ``helpful`` first; a rule that does not
+    fit whole is skipped and later, shorter ones may still fit.
+    """
+    from amelio import db
+
+    settings = ws.settings
+    budget = settings.learnings_budget if budget is None else budget
+    ordering = ordering or settings.learnings_ordering
+    sync_file(ws, project)
+    with db.reading(conn or ws.engine) as c:
+        items = list(c.execute(_block_query(), {"project_id": project_id(c, project),
+                                              "skills": sorted(set(skills))}))
+    if ordering == "helpful":
+        items.sort(key=lambda x: (-(x.helpful - x.harmful), -x.last_seen_at.timestamp(), -x.id))
+    lines: list[str] = []
+    ids: list[int] = []
+    used = 0
+    for item in items:
+        line = f"- {item.rule}"
+        cost = len(line) + (1 if lines else 0)
+        if used + cost > budget:
+            continue
+        lines.append(line)
+        ids.append(item.id)
+        used += cost
+    if not lines:
+        return LearningsBlock("", ())
+    return LearningsBlock("\n".join([_header(settings.learnings_header), *lines]), tuple(ids))
+
+
+# -- the learnings.md mirror ------------------------------------------------------------
+
+
+def parse_learnings_md(text: str) -> tuple[list[ParsedLine], list[ParseError]]:
+    """Every rule line of a learnings.md, and every line that could not be read."""
+    from amelio.db.schema import aware
+
+    entries: list[ParsedLine] = []
+    errors: list[ParseError] = []
+    skill: str | None = None
+    unreadable_section = False
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith(">") or line.startswith("<!--"):
+            continue
+        if line.startswith("#"):
+            match = _SKILL_HEADING.match(line)
+            skill = match["skill"] if match else None
+            unreadable_section = line.lower() == _UNREADABLE_HEADING.lower()
+            continue
+        if unreadable_section:
+            errors.append(ParseError(number, "kept from an earlier sync; fix or delete it", raw))
+            continue
+        match = _LINE.match(line)
+        if match is None:
+            errors.append(ParseError(
+                number, "expected '- [ISO-8601 time] [source] rule'", raw))
+            continue
+        try:
+            at = aware(datetime.fromisoformat(match["ts"].strip()))
+        except ValueError:
+            errors.append(ParseError(number, f"bad time {match['ts']!r}: use ISO 8601, "
+                                             "e.g. 2026-04-03T14:22:00Z", raw))
+            continue
+        source = match["source"].strip()
+        if source not in SOURCES:
+            errors.append(ParseError(number, f"unknown source {source!r}: use one of "
+                                             f"{', '.join(SOURCES)}", raw))
+            continue
+        rule = " ".join(match["rule"].split())
+        if len(rule) > MAX_RULE_CHARS:
+            errors.append(ParseError(number, f"rule over {MAX_RULE_CHARS} characters", raw))
+            continue
+        entries.append(ParsedLine(rule, source, at, skill))
+    return entries, errors
+
+
+def _stamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def render_learnings_md(items: Sequence[Learning], unreadable: Sequence[str] = ()) -> str:
+    """The seed's file: a header, then one ``- [time] [source] rule`` line per
+    learning, oldest first, global rules then one section per skill."""
+    out = ["# Learnings", "",
+           "> Generated by Amelio and injected into prompts. Edit freely: one rule per line,",
+           "> `- [ISO-8601 time] [source] rule` (source: fixit, negative, manual, sage).",
+           "> Rules under `## Skill: <name>` apply when that skill is hinted.", "",
+           "## Rules", ""]
+    ordered = sorted(items, key=lambda x: (x.created_at, x.id))
+    out += [f"- [{_stamp(x.created_at)}] [{x.source}] {x.rule}" for x in ordered
+            if x.skill is None]
+    for skill in sorted({x.skill for x in ordered if x.skill is not None}):
+        out += ["", f"## Skill: {skill}", ""]
+        out += [f"- [{_stamp(x.created_at)}] [{x.source}] {x.rule}" for x in ordered
+                if x.skill == skill]
+    if unreadable:
+        out += ["", _UNREADABLE_HEADING, "",
+                "<!-- Amelio could not read these lines; fix them (then move them up) "
+                "or delete them. -->", *unreadable]
+    return "\n".join(out) + "\n"
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _write_file(ws: Workspace, project: str, unreadable: Sequence[str] = ()) -> None:
+    """Rewrite learnings.md from the database, atomically, and remember its hash."""
+    from amelio import db
+    from amelio.db.schema import learning_files, utcnow
+    from amelio.privacy.pii import scrub_for_storage
+
+    items = list_learnings(ws, project=project, sync=False)
+    path = learnings_path(ws, project)
+    if not unreadable and path.is_file():
+        _, errors = parse_learnings_md(path.read_text(encoding="utf-8", errors="replace"))
+        unreadable = [e.text for e in errors]
+    unreadable = [scrub_for_storage(ws.settings, line, "learnings") for line in unreadable]
+    text = render_learnings_md(items, unreadable)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".learnings-", suffix=".md")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    with db.transaction(ws.engine) as conn:
+        pid = project_id(conn, project)
+        conn.execute(learning_files.delete().where(learning_files.c.project_id == pid))
+        conn.execute(learning_files.insert().values(project_id=pid, content_hash=_hash(text),
+                                                    written_at=utcnow()))
+    _in_sync[path] = (_signature(path.stat()), _hash(text))
+
+
+def _signature(stat: os.stat_result) -> tuple[int, int, int, int]:
+    return (stat.st_mtime_ns, stat.st_ctime_ns, stat.st_size, stat.st_ino)
+
+
+def sync_file(ws: Workspace, project: str = DEFAULT_PROJECT) -> SyncReport:
+    """Read a hand-edited learnings.md back into the database.
+
+    A no-op unless the file differs from what Amelio last wrote. New lines are
+    added (merging duplicates), rules whose line was removed are retired, and
+    the file is rewritten in canonical form with any unreadable lines kept.
+    """
+    import sqlalchemy as sa
+
+    from amelio import db
+    from amelio.db.schema import learning_files, learnings
+    from amelio.privacy.pii import scrub_for_storage
+
+    path = learnings_path(ws, project)
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return SyncReport()
+    # This process already saw the file in this exact state and in sync: skip the
+    # read and the query (learnings are read on every prompt). The change time and
+    # inode are in the signature because editors and `cp -p` restore the mtime, and
+    # a file changed in the last seconds is read anyway (git's "racily clean"
+    # rule): on a file system with coarse timestamps a same-size edit within the
+    # same tick would otherwise reach the prompt one message late.
+    signature = _signature(stat)
+    seen = _in_sync.get(path)
+    recent = time.time() - max(stat.st_mtime, stat.st_ctime) < _RACY_S
+    if seen is not None and seen[0] == signature and not recent:
+        return SyncReport()
+    text = path.read_text(encoding="utf-8", errors="replace")
+    digest = _hash(text)
+    if seen is not None and seen[1] == digest:  # recent, but the text this process saw
+        _in_sync[path] = (signature, digest)
+        return SyncReport()
+    with ws.engine.connect() as conn:
+        pid = project_id(conn, project)
+        known = conn.scalar(sa.select(learning_files.c.content_hash)
+                            .where(learning_files.c.project_id == pid))
+    if known == digest:
+        _in_sync[path] = (signature, digest)
+        return SyncReport()
+    entries, errors = parse_learnings_md(text)
+    added = 0
+    with db.transaction(ws.engine) as conn:
+        keep: set[int] = set()
+        for entry in entries:
+            rule = scrub_for_storage(ws.settings, entry.rule, "learnings")
+            lid, outcome = _add(conn, pid, rule, entry.source, entry.skill, entry.at,
+                                ws.settings.learnings_merge_similarity, from_file=True)
+            keep.add(lid)
+            added += outcome in ("added", "reactivated")
+        gone = learnings.c.project_id == pid
+        if keep:
+            gone = sa.and_(gone, learnings.c.id.not_in(keep))
+        retired = _retire(conn, gone, "removed from learnings.md")
+    _write_file(ws, project, [e.text for e in errors])
+    return SyncReport(added, retired, tuple(errors), True)

@@ -1,0 +1,1 @@
+"""The MCP face: Amelio's loop as tools, resources and a prompt."""

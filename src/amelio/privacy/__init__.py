@@ -1,0 +1,1 @@
+"""Personal data kept out of storage: PII scrubbing, pseudonyms and anonymization."""

@@ -1,0 +1,1 @@
+"""Search engines: the registry and the built-in engines (tantivy, FTS5, Vespa)."""

@@ -1,0 +1,1 @@
+"""Where and who: the workspace folder, its settings, discovery, projects and API keys."""

@@ -1,0 +1,1 @@
+"""The repository's own test plumbing: processes, databases, start-up probes."""

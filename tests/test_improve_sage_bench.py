@@ -1,0 +1,299 @@
+"""Sage rewrites and A/B benchmarks, against a fake LLM server speaking the real protocol."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from fastapi.testclient import TestClient
+
+from amelio import skills
+from amelio.cli import main
+from amelio.errors import InvalidInput
+from amelio.improve import proposals as props
+from amelio.improve.bench import list_benchmarks, parse_judge, parse_scenarios_option, run_benchmark
+from amelio.improve.sage import SageRejected, analyze, parse_sage_answer
+from amelio.improve.stats import bootstrap_mean_ci, min_scenarios, wilcoxon_signed_rank
+from amelio.llm import Completion, LLMRequest
+from amelio.llm.fake import ScriptedProvider
+from amelio.server import create_app
+from amelio.testing import FakeLLMServer, FakeRequest
+from amelio.workspace import keys
+from amelio.workspace.folder import Workspace, open_workspace
+
+FORCE = "Run git push --force."
+SAFE = "Run `git pull --rebase`, then git push --force-with-lease."
+MARKER = "Force pushes (rule FWL-7)"
+
+
+def test_the_fewest_scenarios_that_can_be_significant() -> None:
+    assert [min_scenarios(c) for c in (0.9, 0.95, 0.99)] == [5, 6, 8]
+    for confidence in (0.9, 0.95, 0.99):  # a clean sweep of that many is significant
+        n = min_scenarios(confidence)
+        assert wilcoxon_signed_rank([1.0] * n) < 1 - confidence
+        assert wilcoxon_signed_rank([1.0] * (n - 1)) >= 1 - confidence
+
+
+def test_wilcoxon_exact_values() -> None:
+    assert wilcoxon_signed_rank([1, 2, 3]) == pytest.approx(0.25)  # 3 of 3 proves nothing
+    assert wilcoxon_signed_rank([1] * 8) == pytest.approx(2 / 256)
+    assert wilcoxon_signed_rank([1, 2, 3, 4, 5, 6, 7, -0.5]) == pytest.approx(0.015625)
+    assert wilcoxon_signed_rank([1, -1, 2, -2]) == 1.0
+    assert wilcoxon_signed_rank([0, 0]) == 1.0
+    low, high = bootstrap_mean_ci([1.0, 2.0, 3.0], seed=1)
+    assert 1.0 <= low <= 2.0 <= high <= 3.0
+
+
+def test_parse_sage_answer() -> None:
+    current = "# Git\n\n" + "1. Be careful with history.\n" * 10
+    new = current + "2. Never suggest a plain force push.\n"
+    assert parse_sage_answer("NO_CHANGE", current) is None
+    assert parse_sage_answer("  NO_CHANGE.  ", current) is None
+    assert parse_sage_answer(f"```markdown\n{new}```", current) == new
+    assert parse_sage_answer(current, current) is None
+    for bad, why in [("", "empty"), ("--- a\n+++ b\n@@ -1 +1 @@\n-x\n+y", "diff"),
+                     ("# Git\n\n(rest unchanged)\n" + "x" * 400, "elides"),
+                     ("# Git\n\n2. Never force push.", "fragment")]:
+        with pytest.raises(SageRejected, match=why):
+            parse_sage_answer(bad, current)
+
+
+def test_parse_judge() -> None:
+    assert parse_judge('Here: {"score_a": 3, "score_b": 8, "reason": "B is safer"} ok') == (
+        3.0, 8.0, "B is safer")
+    for bad in ("A is better", '{"score_a": 0, "score_b": 5}', '{"score_a": true, "score_b": 5}',
+                '{"score_a": 11, "score_b": 5}', '{"a": 1}'):
+        with pytest.raises(ValueError, match="no valid scores"):
+            parse_judge(bad)
+
+
+def test_scenarios_option() -> None:
+    default = parse_scenarios_option(None, parse_scenarios_option("both:8",
+                                                                  parse_scenarios_option(
+                                                                      "8", _plan())))
+    assert (default.source, default.count) == ("both", 8)
+    assert parse_scenarios_option("3", _plan()).count == 3
+    assert parse_scenarios_option("replay:5", _plan()).source == "replay"
+    assert parse_scenarios_option("generated", _plan()).count == 8
+    for bad in ("0", "magic:3", "both:x", "101"):
+        with pytest.raises(InvalidInput, match="scenarios"):
+            parse_scenarios_option(bad, _plan())
+
+
+def _plan():  # type: ignore[no-untyped-def]
+    from amelio.improve.bench import ScenarioPlan
+
+    return ScenarioPlan("both", 8)
+
+
+# -- end to end against the fake server ------------------------------------------------
+
+
+class Brain:
+    """Answers like each role would: assistant, scenario writer, judge, Sage."""
+
+    def __init__(self) -> None:
+        self.sage = "NO_CHANGE"
+        self.judge = "fair"
+
+    def __call__(self, request: FakeRequest) -> str:
+        if request.system.startswith("You are Sage"):
+            return self.sage
+        if "realistic test messages" in request.system:
+            count = int(re.search(r"Write (\d+)", request.prompt).group(1))  # type: ignore[union-attr]
+            return json.dumps([f"git push was rejected, case {i}" for i in range(count)])
+        if "judge" in request.system:
+            if self.judge == "garbage":
+                return "I prefer the second one."
+            a, b = request.prompt.split("ANSWER A:\n", 1)[1].split("\n\nANSWER B:\n", 1)
+            score = {True: 9, False: 3}
+            return json.dumps({"score_a": score["force-with-lease" in a],
+                               "score_b": score["force-with-lease" in b],
+                               "reason": "the safer command wins"})
+        return SAFE if MARKER in request.system.split("ACTIVE SKILL", 1)[-1] else FORCE
+
+
+@pytest.fixture(scope="module")
+def brain_server() -> Iterator[tuple[FakeLLMServer, Brain]]:
+    brain = Brain()
+    with FakeLLMServer(default=brain) as server:
+        yield server, brain
+
+
+@pytest.fixture
+def ws(workspace: Workspace, examples: Path, brain_server: tuple[FakeLLMServer, Brain],
+       monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
+    server, brain = brain_server
+    server.reset()
+    brain.sage, brain.judge = "NO_CHANGE", "fair"
+    skills.import_skills(workspace.engine, examples)
+    monkeypatch.setenv("AMELIO_LLM_PROVIDER", "openai")
+    monkeypatch.setenv("AMELIO_LLM_BASE_URL", server.openai_base_url)
+    monkeypatch.setenv("AMELIO_LLM_MODEL", "fake-model")
+    monkeypatch.setenv("AMELIO_LLM_MAX_RETRIES", "0")
+    opened = open_workspace(workspace.root)
+    from amelio.assistant.respond import respond
+
+    for _ in range(3):  # git-help underperforms: 3 answers with --force
+        respond(opened, "git push rejected", provider=ScriptedProvider(default=FORCE))
+    yield opened
+    opened.dispose()
+
+
+def better_git(ws: Workspace) -> str:
+    current = skills.get_skill(ws.engine, "git-help").spec.content
+    return current + f"\n## {MARKER}\n\nAlways use --force-with-lease, never a plain force.\n"
+
+
+def test_sage_proposes_and_the_benchmark_proves_it(ws: Workspace,
+                                                   brain_server: tuple[FakeLLMServer, Brain]
+                                                   ) -> None:
+    server, brain = brain_server
+    brain.sage = f"```markdown\n{better_git(ws)}```"
+    [result] = analyze(ws)
+    assert result.outcome == "proposed" and result.benchmark is not None
+    proposal = props.get_proposal(ws, result.proposal_id)  # type: ignore[arg-type]
+    assert proposal.proposed_by == "sage" and "force-with-lease" in proposal.proposed_content
+    sage_call = next(r for r in server.requests if r.system.startswith("You are Sage"))
+    assert FORCE in sage_call.prompt  # reflective: it saw the failing answer's text
+    assert "gh-001" in sage_call.prompt and "success rate 0%" in sage_call.prompt
+    assert result.benchmark["verdict"] == "PASSED"
+    [run] = list_benchmarks(ws, proposal.id)
+    assert (run["wins"], run["losses"], run["ties"]) == (8, 0, 0)
+    assert run["improvementPct"] > 0 and run["pValue"] < 0.05
+    assert run["positionConsistency"] == 1.0 and run["swap"] is True
+    sources = [s["source"] for s in run["scenarios"]]
+    assert sources[0] == "replay" and "generated" in sources  # replayed first, then generated
+    s0 = run["scenarios"][0]
+    assert s0["oldOutput"] == FORCE and s0["newOutput"] == SAFE
+    assert s0["newEval"] == 10 and s0["oldEval"] < 10 and s0["winner"] == "new"
+    assert s0["reason"] == "the safer command wins"
+
+
+def test_rerun_is_free_and_reproducible(ws: Workspace,
+                                        brain_server: tuple[FakeLLMServer, Brain]) -> None:
+    proposal = props.create_proposal(ws, "git-help", proposed_content=better_git(ws),
+                                     rationale="r", author="a")
+    first = run_benchmark(ws, proposal.id, scenarios="generated:3", swap=False, seed=7)
+    assert first.verdict == "TIE"  # 3 wins of 3: p = 0.25, not proof
+    assert (first.summary["wins"], first.summary["pValue"]) == (3, 0.25)
+    assert first.summary["minScenarios"] == 6  # and the report says to run at least 6
+    _, admin = keys.create_key(ws.engine, name="admin", role="admin")
+    with TestClient(create_app(ws)) as client:
+        assert client.post("/login", data={"api_key": admin, "next": "/skills"},
+                           follow_redirects=False).status_code == 303
+        page = client.get(f"/proposals/{proposal.id}/report").text
+    assert "Not significant with 3 scenarios: run at least 6." in page
+    calls = len(brain_server[0].requests)
+    again = run_benchmark(ws, proposal.id, scenarios="generated:3", swap=False, seed=7)
+    assert len(brain_server[0].requests) == calls  # every call came from the cache
+    assert again.summary["llmCalls"] == 0 and again.summary["cachedCalls"] > 0
+    assert [s["orders"] for s in again.scenarios] == [s["orders"] for s in first.scenarios]
+    assert again.summary["costUsd"] == 0
+
+
+def test_no_change_fragment_and_malformed_judge(ws: Workspace,
+                                                brain_server: tuple[FakeLLMServer, Brain]
+                                                ) -> None:
+    _, brain = brain_server
+    [result] = analyze(ws)
+    assert result.outcome == "no_change" and props.list_proposals(ws) == []
+    brain.sage = "## Force pushes\n\nUse --force-with-lease."
+    [result] = analyze(ws)
+    assert result.outcome == "rejected" and "fragment" in result.reason
+    assert props.list_proposals(ws) == []
+
+    proposal = props.create_proposal(ws, "git-help", proposed_content=better_git(ws),
+                                     rationale="r", author="a")
+    brain.judge = "garbage"
+    report = run_benchmark(ws, proposal.id, scenarios="replay:1", seed=1)
+    assert report.verdict == "TIE" and report.summary["errors"] == 1
+    assert "no usable scores after 2 tries" in report.scenarios[0]["error"]
+
+
+def test_self_benchmark_is_a_tie_under_a_noisy_judge(sqlite_workspace: Workspace,
+                                                     examples: Path) -> None:
+    ws = sqlite_workspace
+    skills.import_skills(ws.engine, examples)
+    current = skills.get_skill(ws.engine, "git-help").spec.content
+    proposal = props.create_proposal(ws, "git-help", proposed_content=current + "\n<!-- ok -->\n",
+                                     rationale="same", author="a")
+    noise = random.Random(42)
+
+    class NoisyJudge:
+        name, model = "noisy", "noisy"
+
+        def complete(self, request: LLMRequest) -> Completion:
+            scores = {"score_a": noise.randint(1, 10), "score_b": noise.randint(1, 10)}
+            return Completion(json.dumps(scores | {"reason": "coin"}), "noisy", "noisy")
+
+        def stream(self, request: LLMRequest):  # type: ignore[no-untyped-def]
+            yield self.complete(request)
+
+    verdicts = []
+    for run in range(60):
+        assistant = ScriptedProvider(default=lambda req, run=run: (
+            json.dumps([f"run {run} case {i}" for i in range(8)])
+            if "realistic test messages" in req.system else SAFE))
+        report = run_benchmark(ws, proposal.id, scenarios="generated:8", seed=run,
+                               provider=assistant, judge=NoisyJudge())
+        verdicts.append(report.verdict)
+    assert verdicts.count("TIE") / len(verdicts) >= 0.95
+
+
+def test_api_sage_and_benchmarks(ws: Workspace, brain_server: tuple[FakeLLMServer, Brain]
+                                 ) -> None:
+    _, brain = brain_server
+    brain.sage = better_git(ws)
+    _, token = keys.create_key(ws.engine, name="admin", role="admin")
+    h = {"Authorization": f"Bearer {token}"}
+    with TestClient(create_app(ws)) as client:
+        r = client.post("/v1/sage/analyze", headers=h, json={"skills": ["git-help"]})
+        assert r.status_code == 200, r.json()
+        [result] = r.json()["results"]
+        pid = result["proposalId"]
+        runs = client.get(f"/v1/proposals/{pid}/benchmarks", headers=h).json()["runs"]
+        assert runs and runs[0]["verdict"] == "PASSED"  # ran in the background
+        badge = client.get(f"/v1/proposals/{pid}", headers=h).json()["benchmark"]
+        assert badge["verdict"] == "PASSED" and badge["improvementPct"] > 0
+        r = client.post(f"/v1/proposals/{pid}/benchmarks", headers=h,
+                        json={"scenarios": "replay:1", "swap": False, "seed": 3})
+        assert r.status_code == 202
+        assert len(client.get(f"/v1/proposals/{pid}/benchmarks", headers=h).json()["runs"]) == 2
+        assert client.post("/v1/proposals/999/benchmarks", headers=h).status_code == 404
+        r = client.post("/v1/sage/analyze", headers=h, json={"skills": ["nope"]})
+        assert r.status_code == 422
+
+
+def test_cli_bench_and_improve_with_sage(ws: Workspace,
+                                         brain_server: tuple[FakeLLMServer, Brain]) -> None:
+    _, brain = brain_server
+    brain.sage = better_git(ws)
+    runner = CliRunner()
+    result = runner.invoke(main, ["-w", str(ws.root), "improve", "--sage", "--no-notify",
+                                  "--json"])
+    assert result.exit_code == 0, result.output
+    [made] = json.loads(result.stdout)["projects"][0]["proposals"]
+    assert made["proposedBy"] == "sage"
+    result = runner.invoke(main, ["-w", str(ws.root), "bench", str(made["id"]),
+                                  "--scenarios", "replay:1", "--no-swap", "--seed", "1"])
+    assert result.exit_code == 0, result.output
+    assert "Benchmark" in result.stdout and "★ new" in result.stdout
+    assert "Not significant with 1 scenarios" in result.stdout
+    assert "run at least 6 (--scenarios 6)" in result.stdout
+
+
+def test_without_llm_both_commands_explain(workspace: Workspace, examples: Path) -> None:
+    skills.import_skills(workspace.engine, examples)
+    proposal = props.create_proposal(workspace, "git-help", proposed_content="# Git\n\nNew",
+                                     rationale="r", author="a")
+    runner = CliRunner()
+    for args in (["sage", "analyze", "--skill", "git-help"], ["bench", str(proposal.id)]):
+        result = runner.invoke(main, ["-w", str(workspace.root), *args])
+        assert result.exit_code == 1
+        assert "AMELIO_LLM_PROVIDER" in result.output

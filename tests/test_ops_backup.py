@@ -1,0 +1,313 @@
+"""Backup and restore: a copy of a live workspace restores to one that verifies.
+
+Real SQLite files throughout; the writer is the real Collector on its own thread.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import sqlite3
+import threading
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic.script import ScriptDirectory
+from click.testing import CliRunner, Result
+
+from amelio import db
+from amelio.assistant.learnings import add_learning, list_learnings
+from amelio.cli import main
+from amelio.db import engine as db_engine
+from amelio.db.schema import feedback_events
+from amelio.errors import ConfigError, Conflict, InvalidInput
+from amelio.feedback import Collector, verify_events
+from amelio.feedback.examples import example_event
+from amelio.ops.backup import backup_workspace, read_manifest, restore_workspace
+from amelio.search.engines.fts5 import Corpus, Document
+from amelio.workspace.config import load_settings
+from amelio.workspace.folder import Workspace, init_workspace, open_workspace
+from amelio.workspace.projects import list_projects
+
+
+def run(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def ingest(collector: Collector, n: int, tag: str) -> None:
+    events = [example_event("vote_up", session_id=f"{tag}-{i}") for i in range(n)]
+    assert collector.ingest(events, rate_limit=False).count("accepted") == n
+
+
+def event_count(ws: Workspace) -> int:
+    with ws.engine.connect() as conn:
+        return int(conn.scalar(sa.select(sa.func.count()).select_from(feedback_events)) or 0)
+
+
+def put_documents(ws: Workspace, *docs: Document) -> None:
+    Corpus.for_workspace(ws.settings.data_dir).apply(docs)
+    # A Corpus has no close(): its reader connection goes with the object, which a
+    # reference cycle keeps until a collection; until then the file is "in use".
+    gc.collect()
+
+
+def files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Iterator[Workspace]:
+    """A workspace with something in every part a backup holds."""
+    ws, _ = init_workspace(tmp_path / "source")
+    ingest(Collector(ws), 30, "seed")
+    add_learning(ws, "Quote the ticket number in every answer")
+    add_learning(ws, "Answer in French", project="acme")
+    put_documents(ws, Document("vpn", "Reset the VPN", "Open the portal, then reset."))
+    yield ws
+    ws.dispose()
+
+
+def test_a_backup_taken_while_events_are_written_restores_and_verifies(
+        source: Workspace, tmp_path: Path) -> None:
+    collector = Collector(source)
+    before = event_count(source)
+    wrote_once, stop = threading.Event(), threading.Event()
+    failures: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            n = 0
+            while not stop.is_set():
+                ingest(collector, 25, f"live-{n}")
+                n += 1
+                wrote_once.set()
+        except BaseException as exc:
+            failures.append(exc)
+            wrote_once.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        assert wrote_once.wait(60)
+        report = backup_workspace(source.settings, tmp_path / "live.zip")
+    finally:
+        stop.set()
+        thread.join()
+    assert not failures
+    after = event_count(source)
+    backed_up = report.manifest.tables["feedback_events"]
+    assert before + 25 <= backed_up <= after  # what was committed when it was taken
+
+    restored = restore_workspace(tmp_path / "live.zip", tmp_path / "restored")
+    assert not restored.replaced and not restored.upgraded
+    ws = open_workspace(restored.root)
+    try:
+        check = verify_events(ws)
+        assert check.ok and check.checked == backed_up == event_count(ws)
+        assert [x.rule for x in list_learnings(ws)] == ["Quote the ticket number in every answer"]
+        assert [x.rule for x in list_learnings(ws, project="acme")] == ["Answer in French"]
+        assert Corpus.for_workspace(ws.settings.data_dir).count() == 1
+        # tokens signed before the backup still verify after it: the key came along
+        token = collector.signer.issue("q-1", "r-1")
+        ingest_after = example_event("result_clicked", token=token, session_id="after")
+        assert Collector(ws).ingest([ingest_after], rate_limit=False).count("accepted") == 1
+    finally:
+        ws.dispose()
+    assert (restored.root / ".amelio" / "secret_key").stat().st_mode & 0o077 == 0
+    assert (tmp_path / "live.zip").stat().st_mode & 0o077 == 0
+
+
+def _rewrite(archive: Path, out: Path, *, member: str, data: bytes | None = None,
+             manifest_path: str | None = None) -> None:
+    """A copy of ``archive`` with one member's bytes changed, or listed under
+    another name in the manifest."""
+    with zipfile.ZipFile(archive) as src, zipfile.ZipFile(out, "w") as dst:
+        manifest = json.loads(src.read("manifest.json"))
+        for item in manifest["files"]:
+            if item["path"] == member and manifest_path:
+                item["path"] = manifest_path
+        dst.writestr("manifest.json", json.dumps(manifest))
+        for name in src.namelist():
+            if name == "manifest.json":
+                continue
+            body = data if name == member and data is not None else src.read(name)
+            dst.writestr(manifest_path if name == member and manifest_path else name, body)
+
+
+def _damage(archive: Path, how: str) -> Path:
+    out = archive.with_name(f"{how}.zip")
+    raw = archive.read_bytes()
+    if how == "truncated":
+        out.write_bytes(raw[: len(raw) * 2 // 3])
+    elif how == "flipped":
+        with zipfile.ZipFile(archive) as zf:
+            info = zf.getinfo(".amelio/amelio.db")
+        start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+        middle = start + info.compress_size // 2
+        out.write_bytes(raw[:middle] + bytes([raw[middle] ^ 0xFF]) + raw[middle + 1:])
+    elif how == "forged":
+        _rewrite(archive, out, member="amelio.toml", data=b'port = 9999\n')
+    else:  # a member that would land outside the workspace
+        _rewrite(archive, out, member="projects/acme/learnings.md",
+                 manifest_path="projects/../../escaped.md")
+    return out
+
+
+@pytest.mark.parametrize("how", ["truncated", "flipped", "forged", "escaping"])
+def test_a_damaged_backup_is_refused_and_leaves_the_target_alone(
+        source: Workspace, tmp_path: Path, how: str) -> None:
+    good = backup_workspace(source.settings, tmp_path / "good.zip").path
+    damaged = _damage(good, how)
+    target, _ = init_workspace(tmp_path / "target")
+    add_learning(target, "Keep me")
+    target.dispose()
+    before = files(target.root)
+    with pytest.raises(InvalidInput, match="not a usable Amelio backup"):
+        restore_workspace(damaged, target.root, force=True)
+    assert files(target.root) == before
+    with pytest.raises(InvalidInput, match="Nothing was restored"):
+        restore_workspace(damaged, tmp_path / "new")
+    assert not (tmp_path / "new").exists()
+    assert not (tmp_path / "escaped.md").exists()
+
+
+def test_restore_replaces_a_workspace_with_data_only_when_forced(
+        source: Workspace, tmp_path: Path) -> None:
+    archive = backup_workspace(source.settings, tmp_path / "b.zip").path
+    fresh, _ = init_workspace(tmp_path / "fresh")  # `amelio init` alone is not data
+    fresh.dispose()
+    assert not restore_workspace(archive, fresh.root).replaced
+
+    target, _ = init_workspace(tmp_path / "target")
+    add_learning(target, "Only in the target", project="other")
+    put_documents(target, Document("x", "X", "x"))
+    target.dispose()
+    before = files(target.root)
+    with pytest.raises(Conflict, match="--force"):
+        restore_workspace(archive, target.root)
+    assert files(target.root) == before
+
+    report = restore_workspace(archive, target.root, force=True)
+    assert report.replaced
+    assert set(report.removed) >= {"projects/other/learnings.md"}
+    assert not (target.root / "projects" / "other" / "learnings.md").exists()
+    ws = open_workspace(target.root)
+    try:
+        assert verify_events(ws).checked == 30
+        assert [p.name for p in list_projects(ws.engine)] == ["acme", "default"]
+        assert [d.doc_id for d in Corpus.for_workspace(ws.settings.data_dir).all_documents()
+                ] == ["vpn"]
+    finally:
+        ws.dispose()
+
+
+def test_restore_refuses_a_database_another_process_has_open(
+        source: Workspace, tmp_path: Path) -> None:
+    archive = backup_workspace(source.settings, tmp_path / "b.zip").path
+    target, _ = init_workspace(tmp_path / "target")  # its pool keeps a connection, as serve's
+    with pytest.raises(Conflict, match="amelio serve"):
+        restore_workspace(archive, target.root, force=True)
+    target.dispose()
+    assert restore_workspace(archive, target.root, force=True).replaced is False
+
+
+def test_a_secret_key_from_the_environment_must_be_given_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AMELIO_SECRET_KEY", "kept-outside-the-workspace-0123456789")
+    ws, _ = init_workspace(tmp_path / "source")
+    ingest(Collector(ws), 5, "k")
+    archive = backup_workspace(ws.settings, tmp_path / "b.zip").path
+    ws.dispose()
+    assert read_manifest(archive).key_source == "settings"
+
+    monkeypatch.delenv("AMELIO_SECRET_KEY")
+    with pytest.raises(ConfigError, match="set AMELIO_SECRET_KEY"):
+        restore_workspace(archive, tmp_path / "restored")
+    assert not (tmp_path / "restored").exists()
+
+    monkeypatch.setenv("AMELIO_SECRET_KEY", "kept-outside-the-workspace-0123456789")
+    restored = open_workspace(restore_workspace(archive, tmp_path / "restored").root)
+    assert verify_events(restored).checked == 5
+    restored.dispose()
+
+
+def test_an_older_backup_is_upgraded_and_a_newer_one_refused(tmp_path: Path) -> None:
+    script = ScriptDirectory(str(Path(db_engine.__file__).with_name("migrations")))
+    previous = script.get_revision(db.head_revision()).down_revision
+    assert isinstance(previous, str)
+    old = tmp_path / "old"
+    (old / ".amelio").mkdir(parents=True)
+    (old / "amelio.toml").write_text("")
+    engine = db.create_engine(f"sqlite:///{old / '.amelio' / 'amelio.db'}")
+    db.upgrade(engine, previous)
+    engine.dispose()
+
+    report = restore_workspace(backup_workspace(load_settings(old), tmp_path / "old.zip").path,
+                               tmp_path / "upgraded")
+    assert report.manifest.migration == previous
+    assert report.upgraded and report.migration == db.head_revision()
+    open_workspace(report.root).dispose()  # at head: it opens
+
+    with sqlite3.connect(old / ".amelio" / "amelio.db") as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '9999_from_the_future'")
+    future = backup_workspace(load_settings(old), tmp_path / "future.zip").path
+    with pytest.raises(InvalidInput, match="does not know"):
+        restore_workspace(future, tmp_path / "future")
+    assert not (tmp_path / "future").exists()
+
+
+def test_postgresql_is_left_to_pg_dump(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ws, _ = init_workspace(tmp_path / "ws")
+    ws.dispose()
+    archive = backup_workspace(ws.settings, tmp_path / "b.zip").path
+    monkeypatch.setenv("AMELIO_DATABASE_URL", "postgresql+psycopg://amelio:s3cret@db/amelio")
+    refused = run("-w", str(ws.root), "backup", str(tmp_path / "pg.zip"))
+    assert refused.exit_code == 1
+    assert "pg_dump" in refused.output and "s3cret" not in refused.output
+    assert not (tmp_path / "pg.zip").exists()
+    refused = run("-w", str(tmp_path / "new"), "restore", str(archive))
+    assert refused.exit_code == 1 and "pg_restore" in refused.output
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("migrated_database_url", ["postgresql"], indirect=True)
+def test_a_postgresql_workspace_says_pg_dump(workspace: Workspace, tmp_path: Path) -> None:
+    refused = run("-w", str(workspace.root), "backup", str(tmp_path / "pg.zip"))
+    assert refused.exit_code == 1 and "Error: " in refused.output
+    assert "pg_dump" in refused.output
+
+
+def test_the_commands_end_to_end(tmp_path: Path) -> None:
+    src, new = tmp_path / "src", tmp_path / "new"
+    assert run("init", str(src)).exit_code == 0
+    events = tmp_path / "events.ndjson"
+    events.write_text("".join(json.dumps(example_event("vote_up", session_id=f"s{i}")) + "\n"
+                              for i in range(5)))
+    assert run("-w", str(src), "feedback", "ingest", str(events)).exit_code == 0
+
+    (tmp_path / "backups").mkdir()
+    made = run("-w", str(src), "backup", str(tmp_path / "backups"), "--json")
+    assert made.exit_code == 0
+    archive = Path(json.loads(made.output)["path"])
+    assert archive.parent == tmp_path / "backups" and archive.name.startswith("amelio-backup-")
+    again = run("-w", str(src), "backup", str(archive))
+    assert again.exit_code == 1 and "--force" in again.output
+    assert run("-w", str(src), "backup", str(archive), "--force").exit_code == 0
+
+    restored = run("-w", str(new), "restore", str(archive))
+    assert restored.exit_code == 0, restored.output
+    assert "feedback verify" in restored.output
+    verified = run("-w", str(new), "feedback", "verify")
+    assert verified.exit_code == 0 and "5 events verified" in verified.output
+
+    refused = run("-w", str(new), "restore", str(archive))
+    assert refused.exit_code == 1 and "--force" in refused.output
+    forced = run("-w", str(new), "restore", str(archive), "--force", "--json")
+    assert forced.exit_code == 0 and json.loads(forced.output)["replaced"] is True
+
+    nowhere = run("restore", str(archive))  # cwd (tmp_path) is no workspace
+    assert nowhere.exit_code == 1 and "amelio -w DIR restore" in nowhere.output
