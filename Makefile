@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: demo test test-fast install dev lint typecheck bench clean
+.PHONY: demo test test-fast install dev lint format typecheck bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,18 +21,23 @@ dev: $(BIN)/python
 demo: install
 	$(BIN)/amelio demo --dir demo-workspace --host $(HOST) --port $(PORT)
 
-## test: install the dev extras, lint, run the whole test suite
+## test: install the dev extras, lint, check the layout and the imports, run the whole test suite
 test: dev
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks .ci
+	$(BIN)/ruff format --check src tests benchmarks .ci
 	$(BIN)/python -m pytest
 
 ## test-fast: the test suite without the tests marked slow (CI and `make test` run them all)
 test-fast: dev
 	$(BIN)/python -m pytest -m "not slow"
 
-## lint: ruff's rules (the code is not laid out by ruff format, so that is not a gate)
+## lint: ruff's rules and ruff's layout (`make format` applies the layout)
 lint: dev
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks .ci
+	$(BIN)/ruff format --check src tests benchmarks .ci
+
+format: dev
+	$(BIN)/ruff format src tests benchmarks .ci
 
 typecheck: dev
 	$(BIN)/mypy

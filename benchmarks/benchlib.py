@@ -27,8 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-__all__ = ["RESULTS_ENV", "Clock", "Target", "load_line", "median_of", "percentile",
-           "target"]
+__all__ = ["RESULTS_ENV", "Clock", "Target", "load_line", "median_of", "percentile", "target"]
 
 RESULTS_ENV = "AMELIO_BENCH_RESULTS"
 
@@ -55,8 +54,10 @@ class Target:
     def line(self) -> str:
         sign = "≥" if self.higher_is_better else "≤"
         verdict = "met" if self.met else "MISSED"
-        return (f"target {self.name}: {_fmt(self.measured)} {self.unit} "
-                f"(goal {sign} {_fmt(self.goal)} {self.unit}): {verdict}")
+        return (
+            f"target {self.name}: {_fmt(self.measured)} {self.unit} "
+            f"(goal {sign} {_fmt(self.goal)} {self.unit}): {verdict}"
+        )
 
 
 def _fmt(value: float) -> str:
@@ -65,11 +66,13 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}" if abs(value) < 10 else f"{value:.1f}"
 
 
-def target(name: str, measured: float, goal: float, unit: str, *,
-           higher_is_better: bool = True) -> Target:
+def target(
+    name: str, measured: float, goal: float, unit: str, *, higher_is_better: bool = True
+) -> Target:
     """Print and record whether ``measured`` meets ``goal``."""
-    found = Target(Path(sys.argv[0]).stem, name, float(measured), float(goal), unit,
-                   higher_is_better)
+    found = Target(
+        Path(sys.argv[0]).stem, name, float(measured), float(goal), unit, higher_is_better
+    )
     print(found.line())
     results = os.environ.get(RESULTS_ENV)
     if results:
@@ -89,8 +92,12 @@ class Clock:
         self._cpu = time.process_time()
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 trace: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
         self.wall = time.perf_counter() - self._wall
         self.cpu = time.process_time() - self._cpu
 
@@ -104,9 +111,11 @@ def load_line(before: float) -> str:
     competed for the CPUs (the wall-clock figures are then low)."""
     after, cpus = os.getloadavg()[0], os.cpu_count() or 1
     busy = max(before, after) > cpus
-    return (f"Load average (1 min): {before:.1f} before, {after:.1f} after, on {cpus} CPUs"
-            + (": above the CPU count, other work was waiting for them, so wall-clock "
-               "figures are low." if busy else "."))
+    return f"Load average (1 min): {before:.1f} before, {after:.1f} after, on {cpus} CPUs" + (
+        ": above the CPU count, other work was waiting for them, so wall-clock figures are low."
+        if busy
+        else "."
+    )
 
 
 def percentile(samples: Sequence[float], q: float) -> float:

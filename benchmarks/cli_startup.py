@@ -43,8 +43,10 @@ from support.processes import IMPORT_PROBE, import_time
 TARGET_MS = 150.0
 SKILLS = Path(__file__).resolve().parents[2] / "shared" / "data" / "routing-clinc150" / "skills"
 ANSWER = "## Verdict\n\nApprove: the retry loop is right.\n"
-RULES = [{"id": "verdict", "type": "string_contains", "value": "Verdict"},
-         {"id": "short", "type": "max_length", "value": 2000}]
+RULES = [
+    {"id": "verdict", "type": "string_contains", "value": "Verdict"},
+    {"id": "short", "type": "max_length", "value": 2000},
+]
 #: ``python -m amelio ARGS``, counting what ``importlib.import_module`` loads.
 RUN_AMELIO = IMPORT_PROBE
 
@@ -53,8 +55,13 @@ def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Complete
     return subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, check=False)
 
 
-def measure(argv: list[str], cwd: Path, env: dict[str, str], runs: int,
-            before: Callable[[], None] = lambda: None) -> tuple[float, float, int]:
+def measure(
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    runs: int,
+    before: Callable[[], None] = lambda: None,
+) -> tuple[float, float, int]:
     """Median import ms, median wall ms, and how many modules one run imports;
     ``before`` runs ahead of every process."""
     imports, walls, count = [], [], 0
@@ -95,8 +102,9 @@ def _examples(workspace: Path, per_skill: int = 10) -> int:
     return sum(len(t) for t in chosen.values())
 
 
-def route_cases(folder: Path, env: dict[str, str]
-                ) -> list[tuple[str, list[str], dict[str, str], Callable[[], None], bool]]:
+def route_cases(
+    folder: Path, env: dict[str, str]
+) -> list[tuple[str, list[str], dict[str, str], Callable[[], None], bool]]:
     """`amelio route MESSAGE` on a workspace holding the CLINC150 skills and examples:
     (label, argv, environment, what runs before each process, under the target); none
     when the shared data is missing (said)."""
@@ -121,6 +129,7 @@ def route_cases(folder: Path, env: dict[str, str]
         def make() -> None:  # one run saves it; the measured runs use it
             if not any(cache.glob("route-*.snapshot")):
                 _run([sys.executable, *route], folder, case_env)
+
         return make
 
     return [
@@ -140,22 +149,27 @@ def main() -> int:
         folder = Path(tmp)
         (folder / "rules.json").write_text(json.dumps(RULES), encoding="utf-8")
         (folder / "answer.md").write_text(ANSWER, encoding="utf-8")
-        (folder / "batch.jsonl").write_text("".join(
-            json.dumps({"id": f"o{i}", "text": ANSWER, "rules": RULES}) + "\n"
-            for i in range(20)), encoding="utf-8")
+        (folder / "batch.jsonl").write_text(
+            "".join(
+                json.dumps({"id": f"o{i}", "text": ANSWER, "rules": RULES}) + "\n"
+                for i in range(20)
+            ),
+            encoding="utf-8",
+        )
         cases = [
             ("python -c pass (floor)", ["-c", "pass"]),
             ('python -c "import click" (floor)', ["-c", "import click"]),
             ("amelio --help", ["-m", "amelio", "--help"]),
             ("amelio route --help", ["-m", "amelio", "route", "--help"]),
-            ("amelio eval --rules", ["-m", "amelio", "eval", "--rules", "rules.json",
-                                     "answer.md"]),
+            ("amelio eval --rules", ["-m", "amelio", "eval", "--rules", "rules.json", "answer.md"]),
             ("amelio eval --batch", ["-m", "amelio", "eval", "--batch", "batch.jsonl"]),
         ]
         print(f"median of {args.runs} runs each, from an empty folder (no workspace)")
         if sys.flags.dont_write_bytecode and not sys.pycache_prefix:
-            print("PYTHONDONTWRITEBYTECODE is set: modules without a cached .pyc (an editable "
-                  "install's) are compiled on every start, so these figures are high")
+            print(
+                "PYTHONDONTWRITEBYTECODE is set: modules without a cached .pyc (an editable "
+                "install's) are compiled on every start, so these figures are high"
+            )
         print(f"{'command':<34} {'import ms':>10} {'wall ms':>9} {'modules':>8}")
         slowest = 0.0
         for label, argv in cases:
@@ -170,8 +184,13 @@ def main() -> int:
                 slowest = max(slowest, imported)
             note = "" if under else "  (not under the target)"
             print(f"{label:<34} {imported:>10.1f} {wall:>9.1f} {count:>8}{note}")
-    target("import time of the slowest of these commands (median)", slowest, TARGET_MS, "ms",
-           higher_is_better=False)
+    target(
+        "import time of the slowest of these commands (median)",
+        slowest,
+        TARGET_MS,
+        "ms",
+        higher_is_better=False,
+    )
     return 0
 
 

@@ -117,8 +117,13 @@ def documents(count: int) -> tuple[list[dict[str, Any]], str]:
         for line in f:
             if line.strip():
                 doc = json.loads(line)
-                docs.append({"_id": doc["_id"], "title": doc.get("title") or "",
-                             "text": doc.get("text") or ""})
+                docs.append(
+                    {
+                        "_id": doc["_id"],
+                        "title": doc.get("title") or "",
+                        "text": doc.get("text") or "",
+                    }
+                )
             if len(docs) == count:
                 break
     return docs, source.parent.name
@@ -133,8 +138,11 @@ def server_cpu(server: ServeProcess) -> float:
 
 def stored(store_path: Path) -> dict[str, np.ndarray]:
     with sqlite3.connect(store_path) as conn:
-        rows = conn.execute("SELECT d.doc_id, v.vec FROM vectors v JOIN docs d "
-                            "ON d.rowid = v.rowid WHERE v.model = ?", (MODEL,)).fetchall()
+        rows = conn.execute(
+            "SELECT d.doc_id, v.vec FROM vectors v JOIN docs d "
+            "ON d.rowid = v.rowid WHERE v.model = ?",
+            (MODEL,),
+        ).fetchall()
     return {doc_id: np.frombuffer(vec, dtype=np.float32) for doc_id, vec in rows}
 
 
@@ -160,7 +168,7 @@ def own_embedding(copy_of: Path, runs: int = 3) -> tuple[float, float, int]:
                 for _ in range(runs):
                     started = time.process_time()
                     for i in range(0, len(texts), 256):
-                        embedder.embed(texts[i:i + 256])
+                        embedder.embed(texts[i : i + 256])
                     bare_cpu.append(time.process_time() - started)
     return median_of(path_cpu), median_of(bare_cpu), count
 
@@ -184,15 +192,31 @@ def chromium_path() -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=1000)
-    parser.add_argument("--clients", type=int, default=2,
-                        help="browser contexts: distinct contributing clients (at least 2)")
-    parser.add_argument("--batch", type=int, default=None,
-                        help="documents per task: the server's contributions_batch (1-256; "
-                        "default: the server's default)")
-    parser.add_argument("--per-lease", type=int, default=None,
-                        help="amelio.js's tasksPerLease (1-8; default: amelio.js's default)")
-    parser.add_argument("--timeout", type=float, default=300.0,
-                        help="seconds to wait for every document to be embedded")
+    parser.add_argument(
+        "--clients",
+        type=int,
+        default=2,
+        help="browser contexts: distinct contributing clients (at least 2)",
+    )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=None,
+        help="documents per task: the server's contributions_batch (1-256; "
+        "default: the server's default)",
+    )
+    parser.add_argument(
+        "--per-lease",
+        type=int,
+        default=None,
+        help="amelio.js's tasksPerLease (1-8; default: amelio.js's default)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="seconds to wait for every document to be embedded",
+    )
     args = parser.parse_args()
     if args.batch is None:
         args.batch = Settings.model_fields["contributions_batch"].default
@@ -216,11 +240,19 @@ def main() -> int:
         pristine = Path(tmp) / "pristine"
         shutil.copytree(root, pristine)  # for the server's own embedding, after the run
 
-        cfg = {"amelio": "", "key": client_key, "per_lease": "" if args.per_lease is None
-               else f", tasksPerLease: {args.per_lease}"}
+        cfg = {
+            "amelio": "",
+            "key": client_key,
+            "per_lease": "" if args.per_lease is None else f", tasksPerLease: {args.per_lease}",
+        }
         with page_site(cfg) as page_base:
-            env = {**os.environ, "AMELIO_CONTRIBUTIONS": "1", "AMELIO_CORS_ORIGINS": page_base,
-                   "AMELIO_WARM_UP": "0", "AMELIO_CONTRIBUTIONS_BATCH": str(args.batch)}
+            env = {
+                **os.environ,
+                "AMELIO_CONTRIBUTIONS": "1",
+                "AMELIO_CORS_ORIGINS": page_base,
+                "AMELIO_WARM_UP": "0",
+                "AMELIO_CONTRIBUTIONS_BATCH": str(args.batch),
+            }
             env.pop("AMELIO_DATABASE_URL", None)
             with ServeProcess(root, env=env) as server:
                 cfg["amelio"] = server.base
@@ -228,22 +260,37 @@ def main() -> int:
                 idle_before = server_cpu(server)
                 time.sleep(IDLE_SAMPLE_S)
                 idle_rate = (server_cpu(server) - idle_before) / IDLE_SAMPLE_S
-                result = run_browsers(sync_playwright, server, page_base, store_path,
-                                      len(docs), args)
+                result = run_browsers(
+                    sync_playwright, server, page_base, store_path, len(docs), args
+                )
         own_cpu, bare_cpu, own_count = own_embedding(pristine)
     report(args, source, texts, idle_rate, result, own_cpu, bare_cpu, own_count, load_before)
     return 0
 
 
-def run_browsers(sync_playwright: Any, server: ServeProcess, page_base: str,
-                 store_path: Path, count: int, args: argparse.Namespace) -> dict[str, Any]:
+def run_browsers(
+    sync_playwright: Any,
+    server: ServeProcess,
+    page_base: str,
+    store_path: Path,
+    count: int,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
     sent: dict[int, int] = {}
     lock = threading.Lock()
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium_path(), args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update",
-            "--disable-sync"])
+        browser = p.chromium.launch(
+            executable_path=chromium_path(),
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
         contexts, pages = [], []
         cpu_before = server_cpu(server)
         started = time.perf_counter()
@@ -278,10 +325,14 @@ def run_browsers(sync_playwright: Any, server: ServeProcess, page_base: str,
         for i, page in enumerate(pages):
             status = page.evaluate("amelio.compute.status()")
             last_at = page.evaluate("window.lastAt")
-            clients.append({
-                "status": status, "docs": sent.get(i, 0),
-                "until_last_s": ((last_at - started_ms) / 1000) if last_at else None,
-                "errors": page.evaluate("window.errors || []")})
+            clients.append(
+                {
+                    "status": status,
+                    "docs": sent.get(i, 0),
+                    "until_last_s": ((last_at - started_ms) / 1000) if last_at else None,
+                    "errors": page.evaluate("window.errors || []"),
+                }
+            )
         for ctx in contexts:
             ctx.close()
         browser.close()
@@ -292,36 +343,58 @@ def run_browsers(sync_playwright: Any, server: ServeProcess, page_base: str,
     steady = None
     if quarter is not None and done > quarter[0]:
         steady = (cpu - quarter[1]) / (done - quarter[0])
-    return {"wall": wall, "server_cpu": cpu, "done": done, "clients": clients,
-            "vectors": vectors, "steady_per_doc": steady}
+    return {
+        "wall": wall,
+        "server_cpu": cpu,
+        "done": done,
+        "clients": clients,
+        "vectors": vectors,
+        "steady_per_doc": steady,
+    }
 
 
-def report(args: argparse.Namespace, source: str, texts: dict[str, str], idle_rate: float,
-           r: dict[str, Any], own_cpu: float, bare_cpu: float, own_count: int,
-           load_before: float) -> None:
+def report(
+    args: argparse.Namespace,
+    source: str,
+    texts: dict[str, str],
+    idle_rate: float,
+    r: dict[str, Any],
+    own_cpu: float,
+    bare_cpu: float,
+    own_count: int,
+    load_before: float,
+) -> None:
     count = len(texts)
     per_k = 1000 / count
     net = max(0.0, r["server_cpu"] - idle_rate * r["wall"])
     per_lease = "amelio.js's default" if args.per_lease is None else args.per_lease
-    print(f"Idle compute: {count} {source} documents in tasks of {args.batch}, "
-          f"tasksPerLease {per_lease}, "
-          f"{args.clients} Chromium contexts (distinct clients), intensity max, idle forced; "
-          "amelio serve in its own process")
-    print(f"Every document stored with an accepted vector: {r['done']}/{count} in "
-          f"{r['wall']:.1f} s wall-clock (model load included)")
+    print(
+        f"Idle compute: {count} {source} documents in tasks of {args.batch}, "
+        f"tasksPerLease {per_lease}, "
+        f"{args.clients} Chromium contexts (distinct clients), intensity max, idle forced; "
+        "amelio serve in its own process"
+    )
+    print(
+        f"Every document stored with an accepted vector: {r['done']}/{count} in "
+        f"{r['wall']:.1f} s wall-clock (model load included)"
+    )
     print()
-    print(f"{'client':>6} {'tier':>8} {'tasks':>6} {'docs':>6} {'docs/s wall':>12} "
-          f"{'CPU-s counted':>14} {'docs/CPU-s':>11} {'accepted':>9} {'pending':>8} "
-          f"{'rejected':>9}")
+    print(
+        f"{'client':>6} {'tier':>8} {'tasks':>6} {'docs':>6} {'docs/s wall':>12} "
+        f"{'CPU-s counted':>14} {'docs/CPU-s':>11} {'accepted':>9} {'pending':>8} "
+        f"{'rejected':>9}"
+    )
     print("-" * 100)
     for i, c in enumerate(r["clients"]):
         s = c["status"]
         rate = c["docs"] / c["until_last_s"] if c["until_last_s"] else 0.0
         used = s["usedLastHour"]
-        print(f"{i + 1:>6} {s['tier'] or '?':>8} {s['tasks']['computed']:>6} {c['docs']:>6} "
-              f"{rate:>12.1f} {used:>14.2f} {c['docs'] / used if used else 0:>11.0f} "
-              f"{s['tasks']['accepted']:>9} {s['tasks']['pending']:>8} "
-              f"{s['tasks']['rejected']:>9}")
+        print(
+            f"{i + 1:>6} {s['tier'] or '?':>8} {s['tasks']['computed']:>6} {c['docs']:>6} "
+            f"{rate:>12.1f} {used:>14.2f} {c['docs'] / used if used else 0:>11.0f} "
+            f"{s['tasks']['accepted']:>9} {s['tasks']['pending']:>8} "
+            f"{s['tasks']['rejected']:>9}"
+        )
         if c["errors"]:
             print(f"       errors: {c['errors'][:3]}")
     print()
@@ -331,8 +404,7 @@ def report(args: argparse.Namespace, source: str, texts: dict[str, str], idle_ra
     print(f"{'  idle rate x wall-clock (background)':44} {idle_rate * r['wall'] * per_k:>8.3f}")
     print(f"{'  net':44} {net * per_k:>8.3f}")
     if r["steady_per_doc"] is not None:
-        print(f"{'  steady state (from 25 % stored; gross)':44} "
-              f"{r['steady_per_doc'] * 1000:>8.3f}")
+        print(f"{'  steady state (from 25 % stored; gross)':44} {r['steady_per_doc'] * 1000:>8.3f}")
     own_k = own_cpu * 1000 / own_count if own_count else float("nan")
     bare_k = bare_cpu * 1000 / own_count if own_count else float("nan")
     print(f"{'embedding itself (embed_missing: + store)':44} {own_k:>8.3f}")
@@ -345,8 +417,13 @@ def report(args: argparse.Namespace, source: str, texts: dict[str, str], idle_ra
     if r["done"] < count:
         print(f"Only {r['done']} of {count} documents were embedded within {args.timeout} s.")
     cos = min_cosine(r["vectors"], texts)
-    target("stored browser vectors vs the server's own, largest 1 - cosine", 1 - cos, 1e-4,
-           "", higher_is_better=False)
+    target(
+        "stored browser vectors vs the server's own, largest 1 - cosine",
+        1 - cos,
+        1e-4,
+        "",
+        higher_is_better=False,
+    )
     target("documents embedded by browsers", r["done"], count, "docs")
 
 

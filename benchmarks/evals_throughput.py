@@ -22,8 +22,10 @@ from amelio.evals.rules import EvalRule
 TARGET_CHECKS_PER_S = 100_000
 
 _HEAD = "## Code review verdict\n\n"
-_PROSE = ("The change adds a retry loop around the disk flush; RAM use stays flat and CPU load "
-          "is unchanged. Error handling looks right, but the timeout should be configurable. ")
+_PROSE = (
+    "The change adds a retry loop around the disk flush; RAM use stays flat and CPU load "
+    "is unchanged. Error handling looks right, but the timeout should be configurable. "
+)
 _TAIL = '\n```json\n{"verdict": "approve", "score": 8}\n```\n'
 ANSWER = _HEAD + (_PROSE * 20)[: 2048 - len(_HEAD) - len(_TAIL)] + _TAIL  # exactly 2 KB
 
@@ -41,14 +43,15 @@ def _mixed_rule(i: int) -> dict[str, Any]:
         {"type": "min_length", "value": 200 + n},
         {"type": "word_count", "min": 20 + n, "max": 800},
         {"type": "contains_any", "values": ["approve", "reject", f"x{n}"]},
-        {"type": "contains_all", "values": ["retry", "timeout", f"y{n}"],
-         "case_sensitive": False},
+        {"type": "contains_all", "values": ["retry", "timeout", f"y{n}"], "case_sensitive": False},
         {"type": "starts_with", "value": f"## Code review{n or ''}"},
         {"type": "equals", "value": f"LGTM {n}"},
         {"type": "not_empty"},
         {"type": "is_json"},
-        {"type": "json_schema", "schema": {"type": "object", "required": ["verdict"],
-                                           "maxProperties": 10 + n}},
+        {
+            "type": "json_schema",
+            "schema": {"type": "object", "required": ["verdict"], "maxProperties": 10 + n},
+        },
     ]
     return {"id": f"r{i:03d}", "severity": "warning", **kinds[i % len(kinds)]}
 
@@ -91,26 +94,42 @@ def _floor(checks: int) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--checks", type=int, default=200_000,
-                        help="rule checks per repeat (split into evaluate calls)")
+    parser.add_argument(
+        "--checks",
+        type=int,
+        default=200_000,
+        help="rule checks per repeat (split into evaluate calls)",
+    )
     args = parser.parse_args()
-    print(f"answer: {len(ANSWER):,} chars; repeats: {args.repeats} (checks/s is the median "
-          "repeat; CPU checks/s divides by this process's CPU time)")
-    print(f"{'rules':>6} {'checks/s':>12} {'CPU checks/s':>13} {'p50 µs':>9} {'p95 µs':>9} "
-          f"{'wall s':>7} {'CPU s':>6}")
+    print(
+        f"answer: {len(ANSWER):,} chars; repeats: {args.repeats} (checks/s is the median "
+        "repeat; CPU checks/s divides by this process's CPU time)"
+    )
+    print(
+        f"{'rules':>6} {'checks/s':>12} {'CPU checks/s':>13} {'p50 µs':>9} {'p95 µs':>9} "
+        f"{'wall s':>7} {'CPU s':>6}"
+    )
     slowest = float("inf")
     for count in (10, 100):
         rules = parse_rules([_mixed_rule(i) for i in range(count)])
         stats = _measure(rules, max(1, args.checks // count), args.repeats)
         slowest = min(slowest, stats["rate"])
-        print(f"{count:>6} {stats['rate']:>12,.0f} {stats['cpu_rate']:>13,.0f} "
-              f"{stats['p50']:>9.1f} {stats['p95']:>9.1f} {stats['wall']:>7.2f} "
-              f"{stats['cpu']:>6.2f}")
+        print(
+            f"{count:>6} {stats['rate']:>12,.0f} {stats['cpu_rate']:>13,.0f} "
+            f"{stats['p50']:>9.1f} {stats['p95']:>9.1f} {stats['wall']:>7.2f} "
+            f"{stats['cpu']:>6.2f}"
+        )
     floor = _floor(args.checks)
-    print(f"floor: Python's `in` on the same answer, {floor:,.0f} tests/s "
-          f"(the engine runs at {slowest / floor:.1%} of it with every rule type mixed in)")
-    target("rule checks per second (median repeat, the slower rule set)", slowest,
-           TARGET_CHECKS_PER_S, "checks/s")
+    print(
+        f"floor: Python's `in` on the same answer, {floor:,.0f} tests/s "
+        f"(the engine runs at {slowest / floor:.1%} of it with every rule type mixed in)"
+    )
+    target(
+        "rule checks per second (median repeat, the slower rule set)",
+        slowest,
+        TARGET_CHECKS_PER_S,
+        "checks/s",
+    )
     return 0
 
 

@@ -145,10 +145,26 @@ _SENTENCES = (
     "Renaming the config key needs a deprecation period for old files.",
     "The fix is small and well contained; the diff touches three files.",
 )
-_FILES = ("src/client.py", "src/cache.py", "src/handlers/orders.py", "src/db/migrate.py",
-          "tests/test_client.py", "tests/test_cache.py", "docs/config.md", "cli/main.py")
-_DEFECTS = ("prose_prefix", "truncated", "todo", "no_score", "bad_verdict", "disclaimer",
-            "secret", "refusal")
+_FILES = (
+    "src/client.py",
+    "src/cache.py",
+    "src/handlers/orders.py",
+    "src/db/migrate.py",
+    "tests/test_client.py",
+    "tests/test_cache.py",
+    "docs/config.md",
+    "cli/main.py",
+)
+_DEFECTS = (
+    "prose_prefix",
+    "truncated",
+    "todo",
+    "no_score",
+    "bad_verdict",
+    "disclaimer",
+    "secret",
+    "refusal",
+)
 
 
 def make_outputs(count: int, seed: int = SEED) -> list[str]:
@@ -169,7 +185,8 @@ def _output(rng: random.Random, defect: str | None) -> str:
     elif defect == "disclaimer":
         summary = "As an AI language model, I cannot run the tests, but " + summary
     verdict: dict[str, Any] = {
-        "verdict": "undecided" if defect == "bad_verdict"
+        "verdict": "undecided"
+        if defect == "bad_verdict"
         else rng.choice(["approve", "reject", "request changes"]),
         "summary": summary,
         "score": rng.randint(1, 10),
@@ -195,8 +212,9 @@ def _output(rng: random.Random, defect: str | None) -> str:
 def _gnu_time() -> str | None:
     """GNU time (``/usr/bin/time``), the launcher :func:`measure` reads ``ru_maxrss`` from."""
     try:
-        done = subprocess.run(["/usr/bin/time", "--version"], capture_output=True, text=True,
-                              timeout=10, check=False)
+        done = subprocess.run(
+            ["/usr/bin/time", "--version"], capture_output=True, text=True, timeout=10, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return "/usr/bin/time" if "GNU" in done.stdout + done.stderr else None
@@ -240,8 +258,9 @@ def _tree_rss(root: int, *, below: bool) -> int:
     return total
 
 
-def measure(command: Sequence[str], *, cwd: Path, env: dict[str, str], stdout: Path,
-            stderr: Path) -> Run:
+def measure(
+    command: Sequence[str], *, cwd: Path, env: dict[str, str], stdout: Path, stderr: Path
+) -> Run:
     """Run ``command`` once; wall-clock, CPU and peak memory of its process tree.
 
     The command is started through GNU time when there is one: a process's
@@ -250,8 +269,7 @@ def measure(command: Sequence[str], *, cwd: Path, env: dict[str, str], stdout: P
     least this benchmark's own size; a child of the small ``time`` reports its own."""
     peak = [0]
     done = threading.Event()
-    launcher = [GNU_TIME, "-f", "%M", "-o", str(stderr.with_suffix(".maxrss"))] \
-        if GNU_TIME else []
+    launcher = [GNU_TIME, "-f", "%M", "-o", str(stderr.with_suffix(".maxrss"))] if GNU_TIME else []
 
     def sample(pid: int) -> None:
         while not done.is_set():
@@ -260,8 +278,14 @@ def measure(command: Sequence[str], *, cwd: Path, env: dict[str, str], stdout: P
 
     with stdout.open("wb") as out, stderr.open("wb") as err:
         started = time.perf_counter()
-        child = subprocess.Popen([*launcher, *command], cwd=cwd, env=env, stdout=out,
-                                 stderr=err, stdin=subprocess.DEVNULL)
+        child = subprocess.Popen(
+            [*launcher, *command],
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+        )
         sampler = threading.Thread(target=sample, args=(child.pid,), daemon=True)
         sampler.start()
         _, status, usage = os.wait4(child.pid, 0)
@@ -273,8 +297,7 @@ def measure(command: Sequence[str], *, cwd: Path, env: dict[str, str], stdout: P
     if launcher:
         kib = stderr.with_suffix(".maxrss").read_text(encoding="utf-8").split()
         high_water = int(kib[-1]) * 1024 if kib and kib[-1].isdigit() else 0
-    return Run(wall, usage.ru_utime + usage.ru_stime, max(peak[0], high_water),
-               child.returncode)
+    return Run(wall, usage.ru_utime + usage.ru_stime, max(peak[0], high_water), child.returncode)
 
 
 # -------------------------------------------------------------------- promptfoo
@@ -306,18 +329,31 @@ def find_promptfoo(explicit: str | None, version: str) -> tuple[Path | None, str
     if _installed_version(prefix) == version and binary.exists():
         return binary, f"cached in {prefix}"
     prefix.mkdir(parents=True, exist_ok=True)
-    print(f"installing promptfoo@{version} into {prefix} (once; about a minute) ...",
-          flush=True)
+    print(f"installing promptfoo@{version} into {prefix} (once; about a minute) ...", flush=True)
     try:
-        done = subprocess.run([npm, "install", "--prefix", str(prefix), f"promptfoo@{version}",
-                               "--no-audit", "--no-fund", "--loglevel=error"],
-                              capture_output=True, text=True, timeout=900, check=False)
+        done = subprocess.run(
+            [
+                npm,
+                "install",
+                "--prefix",
+                str(prefix),
+                f"promptfoo@{version}",
+                "--no-audit",
+                "--no-fund",
+                "--loglevel=error",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"npm install promptfoo@{version} failed: {exc}"
     if done.returncode != 0 or not binary.exists():
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        return None, (f"npm install promptfoo@{version} failed (exit {done.returncode}): "
-                      + " / ".join(tail))
+        return None, (
+            f"npm install promptfoo@{version} failed (exit {done.returncode}): " + " / ".join(tail)
+        )
     return binary, f"installed into {prefix}"
 
 
@@ -333,8 +369,9 @@ def _promptfoo_env(config_dir: Path) -> dict[str, str]:
 
 def _version_of(command: Sequence[str], env: dict[str, str]) -> str | None:
     try:
-        done = subprocess.run(list(command), capture_output=True, text=True, env=env,
-                              timeout=120, check=False)
+        done = subprocess.run(
+            list(command), capture_output=True, text=True, env=env, timeout=120, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     lines = done.stdout.strip().splitlines()
@@ -358,8 +395,9 @@ def promptfoo_verdicts(path: Path, texts: Sequence[str]) -> tuple[Verdicts, int]
     rows = data["results"]["results"]
     stats = data["results"]["stats"]
     if len(rows) != len(texts) or stats.get("errors"):
-        raise Disagreement(f"promptfoo: {len(rows)} results for {len(texts)} outputs, "
-                           f"{stats.get('errors')} errors")
+        raise Disagreement(
+            f"promptfoo: {len(rows)} results for {len(texts)} outputs, {stats.get('errors')} errors"
+        )
     verdicts: Verdicts = {}
     checks = 0
     for row in rows:
@@ -372,22 +410,26 @@ def promptfoo_verdicts(path: Path, texts: Sequence[str]) -> tuple[Verdicts, int]
             raise Disagreement(f"promptfoo: test {index} ran assertions {kinds}")
         failed = frozenset(k for k, part in enumerate(parts) if not part["pass"])
         if bool(row["success"]) == bool(failed):
-            raise Disagreement(f"promptfoo: test {index} success={row['success']} "
-                               f"with failed assertions {sorted(failed)}")
+            raise Disagreement(
+                f"promptfoo: test {index} success={row['success']} "
+                f"with failed assertions {sorted(failed)}"
+            )
         verdicts[index] = failed
         checks += len(parts)
     return verdicts, checks
 
 
-def amelio_verdicts(path: Path, index_of: dict[str, int], rule_index: dict[str, int]
-                    ) -> tuple[Verdicts, int]:
+def amelio_verdicts(
+    path: Path, index_of: dict[str, int], rule_index: dict[str, int]
+) -> tuple[Verdicts, int]:
     """The failed rules per output in ``amelio eval --batch --format json`` output."""
     data = json.loads(path.read_text(encoding="utf-8"))
     verdicts: Verdicts = {}
     for result in data["results"]:
         failed = frozenset(rule_index[f["ruleId"]] for f in result["failures"])
         if result["success"] == bool(failed) or result["passed"] + result["failed"] != len(
-                ASSERTIONS):
+            ASSERTIONS
+        ):
             raise Disagreement(f"amelio: output {result['id']} reports {result}")
         verdicts[index_of[result["id"]]] = failed
     if len(verdicts) != len(index_of) or data["outputs"] != len(index_of):
@@ -399,8 +441,11 @@ def compare(name: str, theirs: Verdicts, ours: Verdicts) -> None:
     """Raise :class:`Disagreement` naming the first outputs the two tools judge apart."""
     apart = [i for i in sorted(theirs) if theirs[i] != ours.get(i)]
     if apart:
-        shown = ", ".join(f"output {i}: promptfoo failed {sorted(theirs[i])}, "
-                          f"{name} failed {sorted(ours.get(i, ()))}" for i in apart[:5])
+        shown = ", ".join(
+            f"output {i}: promptfoo failed {sorted(theirs[i])}, "
+            f"{name} failed {sorted(ours.get(i, ()))}"
+            for i in apart[:5]
+        )
         raise Disagreement(f"{len(apart)} outputs judged differently; {shown}")
 
 
@@ -419,22 +464,31 @@ def _fmt_row(row: Row, outputs: int, baseline: float | None) -> str:
     walls = [r.wall for r in row.runs]
     wall = median_of(walls)
     speedup = f"{baseline / wall:,.1f}×" if baseline else "1×"
-    return (f"{row.tool:<28} {outputs:>7,} {outputs * len(ASSERTIONS):>7,} {wall:>7.2f} "
-            f"{min(walls):>6.2f}–{max(walls):<6.2f} {median_of([r.cpu for r in row.runs]):>6.2f} "
-            f"{outputs * len(ASSERTIONS) / wall:>10,.0f} "
-            f"{max(r.peak_bytes for r in row.runs) / 2**20:>8.1f} {speedup:>9}")
+    return (
+        f"{row.tool:<28} {outputs:>7,} {outputs * len(ASSERTIONS):>7,} {wall:>7.2f} "
+        f"{min(walls):>6.2f}–{max(walls):<6.2f} {median_of([r.cpu for r in row.runs]):>6.2f} "
+        f"{outputs * len(ASSERTIONS) / wall:>10,.0f} "
+        f"{max(r.peak_bytes for r in row.runs) / 2**20:>8.1f} {speedup:>9}"
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--outputs", type=int, default=OUTPUTS)
-    parser.add_argument("--promptfoo", metavar="PATH",
-                        help="an existing promptfoo binary (default: install the pinned "
-                             f"promptfoo@{PROMPTFOO_VERSION} into {CACHE_DIR / 'promptfoo'})")
+    parser.add_argument(
+        "--promptfoo",
+        metavar="PATH",
+        help="an existing promptfoo binary (default: install the pinned "
+        f"promptfoo@{PROMPTFOO_VERSION} into {CACHE_DIR / 'promptfoo'})",
+    )
     parser.add_argument("--promptfoo-version", default=PROMPTFOO_VERSION)
-    parser.add_argument("--promptfoo-jobs", type=int, default=None,
-                        help="promptfoo -j (default: promptfoo's own default, 4)")
+    parser.add_argument(
+        "--promptfoo-jobs",
+        type=int,
+        default=None,
+        help="promptfoo -j (default: promptfoo's own default, 4)",
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
 
@@ -445,8 +499,9 @@ def main() -> int:
     amelio = Path(sys.executable).parent / "amelio"
     texts = make_outputs(args.outputs)
     defective = round(len(texts) * FAILING_SHARE)
-    imported = import_promptfoo(json.dumps({"defaultTest": {"assert": ASSERTIONS}}),
-                                source="promptfoo assertions")
+    imported = import_promptfoo(
+        json.dumps({"defaultTest": {"assert": ASSERTIONS}}), source="promptfoo assertions"
+    )
     if imported.unmapped or len(imported.rules) != len(ASSERTIONS):
         print(f"error: the assertions did not all map to Amelio rules: {imported.unmapped}")
         return 1
@@ -459,20 +514,23 @@ def main() -> int:
         node_version = _version_of(["node", "--version"], env) or "unknown"
         promptfoo_version = _version_of([str(binary), "--version"], env)
         if promptfoo_version is None:
-            print(f"SKIPPED: {binary} --version fails here (node {node_version}); "
-                  "nothing was measured.")
+            print(
+                f"SKIPPED: {binary} --version fails here (node {node_version}); "
+                "nothing was measured."
+            )
             return 0
         config = {
             "description": "amelio benchmark: fixed outputs, deterministic assertions",
             "prompts": ["{{output}}"],
             "providers": ["echo"],
             "defaultTest": {"assert": ASSERTIONS},
-            "tests": [{"description": f"out-{i:04d}", "vars": {"output": text}}
-                      for i, text in enumerate(texts)],
+            "tests": [
+                {"description": f"out-{i:04d}", "vars": {"output": text}}
+                for i, text in enumerate(texts)
+            ],
         }
         # JSON is YAML: promptfoo reads it as it reads any promptfooconfig.yaml.
-        (work / "promptfooconfig.yaml").write_text(json.dumps(config, indent=1),
-                                                   encoding="utf-8")
+        (work / "promptfooconfig.yaml").write_text(json.dumps(config, indent=1), encoding="utf-8")
         (work / "rules.json").write_text(json.dumps(rules), encoding="utf-8")
         ids = {f"out-{i:04d}": i for i in range(len(texts))}
         with (work / "inline.jsonl").open("w", encoding="utf-8") as f:
@@ -484,59 +542,124 @@ def main() -> int:
         # The same rules as a skill's, in a workspace on SQLite (made before timing).
         skill_dir = work / "skills" / "review-verdict"
         skill_dir.mkdir(parents=True)
-        (skill_dir / "SKILL.md").write_text("---\nname: review-verdict\ndescription: Code "
-                                            "review verdicts.\n---\n\nGive a verdict.\n",
-                                            encoding="utf-8")
+        (skill_dir / "SKILL.md").write_text(
+            "---\nname: review-verdict\ndescription: Code "
+            "review verdicts.\n---\n\nGive a verdict.\n",
+            encoding="utf-8",
+        )
         (skill_dir / "review-verdict.evals.json").write_text(
-            json.dumps({"version": 1, "skill": "review-verdict", "rules": rules}),
-            encoding="utf-8")
+            json.dumps({"version": 1, "skill": "review-verdict", "rules": rules}), encoding="utf-8"
+        )
         ws, _ = init_workspace(work / "ws")
         import_skills(ws.engine, work / "skills")
         ws.dispose()
         with (work / "skill.jsonl").open("w", encoding="utf-8") as f:
             for key, i in ids.items():
-                f.write(json.dumps({"id": key, "text": texts[i], "skill": "review-verdict"})
-                        + "\n")
+                f.write(json.dumps({"id": key, "text": texts[i], "skill": "review-verdict"}) + "\n")
         promptfoo_ids = {f"test-{i}-prompt-0": i for i in range(len(texts))}
         jobs = [] if args.promptfoo_jobs is None else ["-j", str(args.promptfoo_jobs)]
         rows = [
-            Row("promptfoo eval", [str(binary), "eval", "-c", "promptfooconfig.yaml",
-                                   "--no-cache", "--no-write", "--no-table",
-                                   "--no-progress-bar", "--no-share", "-o", "results.json",
-                                   *jobs], "promptfoo.out", []),
-            Row("amelio, JSONL inline rules", [str(amelio), "eval", "--batch", "inline.jsonl",
-                                               "--format", "json"], "inline.json", []),
-            Row("amelio, JSONL + --rules", [str(amelio), "eval", "--batch", "plain.jsonl",
-                                            "--rules", "rules.json", "--format", "json"],
-                "plain.json", []),
-            Row("amelio, promptfoo's JSON", [str(amelio), "eval", "--batch", "results.json",
-                                             "--rules", "rules.json", "--format", "json"],
-                "from-promptfoo.json", []),
-            Row("amelio, JSONL + a skill's", [str(amelio), "--workspace", "ws", "eval",
-                                              "--batch", "skill.jsonl", "--format", "json"],
-                "skill.json", []),
+            Row(
+                "promptfoo eval",
+                [
+                    str(binary),
+                    "eval",
+                    "-c",
+                    "promptfooconfig.yaml",
+                    "--no-cache",
+                    "--no-write",
+                    "--no-table",
+                    "--no-progress-bar",
+                    "--no-share",
+                    "-o",
+                    "results.json",
+                    *jobs,
+                ],
+                "promptfoo.out",
+                [],
+            ),
+            Row(
+                "amelio, JSONL inline rules",
+                [str(amelio), "eval", "--batch", "inline.jsonl", "--format", "json"],
+                "inline.json",
+                [],
+            ),
+            Row(
+                "amelio, JSONL + --rules",
+                [
+                    str(amelio),
+                    "eval",
+                    "--batch",
+                    "plain.jsonl",
+                    "--rules",
+                    "rules.json",
+                    "--format",
+                    "json",
+                ],
+                "plain.json",
+                [],
+            ),
+            Row(
+                "amelio, promptfoo's JSON",
+                [
+                    str(amelio),
+                    "eval",
+                    "--batch",
+                    "results.json",
+                    "--rules",
+                    "rules.json",
+                    "--format",
+                    "json",
+                ],
+                "from-promptfoo.json",
+                [],
+            ),
+            Row(
+                "amelio, JSONL + a skill's",
+                [
+                    str(amelio),
+                    "--workspace",
+                    "ws",
+                    "eval",
+                    "--batch",
+                    "skill.jsonl",
+                    "--format",
+                    "json",
+                ],
+                "skill.json",
+                [],
+            ),
         ]
-        print(f"promptfoo {promptfoo_version} ({how}); node {node_version}; "
-              f"amelio {importlib.metadata.version('amelio')} (Python "
-              f"{sys.version.split()[0]}); {os.cpu_count()} CPUs")
-        print(f"{len(texts):,} outputs × {len(ASSERTIONS)} assertions; repeats: "
-              f"{args.repeats} after one untimed warm-up; promptfoo concurrency: "
-              f"{args.promptfoo_jobs or 'default (4)'}; peak memory: tree RSS every "
-              f"{SAMPLE_S * 1000:.0f} ms"
-              + (" and ru_maxrss via GNU time" if GNU_TIME else " only (no GNU time)"))
+        print(
+            f"promptfoo {promptfoo_version} ({how}); node {node_version}; "
+            f"amelio {importlib.metadata.version('amelio')} (Python "
+            f"{sys.version.split()[0]}); {os.cpu_count()} CPUs"
+        )
+        print(
+            f"{len(texts):,} outputs × {len(ASSERTIONS)} assertions; repeats: "
+            f"{args.repeats} after one untimed warm-up; promptfoo concurrency: "
+            f"{args.promptfoo_jobs or 'default (4)'}; peak memory: tree RSS every "
+            f"{SAMPLE_S * 1000:.0f} ms"
+            + (" and ru_maxrss via GNU time" if GNU_TIME else " only (no GNU time)")
+        )
         amelio_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         failing = 0
         try:
             for repeat in range(args.repeats + 1):
                 reference: Verdicts = {}
                 for row in rows:
-                    run = measure(row.command, cwd=work,
-                                  env=env if row is rows[0] else amelio_env,
-                                  stdout=work / row.stdout, stderr=work / "stderr.txt")
+                    run = measure(
+                        row.command,
+                        cwd=work,
+                        env=env if row is rows[0] else amelio_env,
+                        stdout=work / row.stdout,
+                        stderr=work / "stderr.txt",
+                    )
                     err = (work / "stderr.txt").read_text(encoding="utf-8", errors="replace")
                     if run.returncode not in (0, 1, 100):
-                        raise Disagreement(f"{row.tool} exited {run.returncode}: "
-                                           f"{err.strip()[-2000:]}")
+                        raise Disagreement(
+                            f"{row.tool} exited {run.returncode}: {err.strip()[-2000:]}"
+                        )
                     try:
                         if row is rows[0]:
                             reference, checks = promptfoo_verdicts(work / "results.json", texts)
@@ -544,37 +667,48 @@ def main() -> int:
                             expected_rc = 100 if failing else 0
                         else:
                             names = promptfoo_ids if "promptfoo" in row.tool else ids
-                            verdicts, checks = amelio_verdicts(work / row.stdout, names,
-                                                               rule_index)
+                            verdicts, checks = amelio_verdicts(work / row.stdout, names, rule_index)
                             compare(row.tool, reference, verdicts)
                             expected_rc = 1 if failing else 0
                     except (OSError, KeyError, TypeError, ValueError) as exc:
-                        raise Disagreement(f"{row.tool} (exit {run.returncode}): its results "
-                                           f"could not be read ({exc!r}); stderr: "
-                                           f"{err.strip()[-2000:]}") from exc
+                        raise Disagreement(
+                            f"{row.tool} (exit {run.returncode}): its results "
+                            f"could not be read ({exc!r}); stderr: "
+                            f"{err.strip()[-2000:]}"
+                        ) from exc
                     if failing != defective:
-                        raise Disagreement(f"promptfoo failed {failing} outputs; the fixture "
-                                           f"has {defective} with a defect")
+                        raise Disagreement(
+                            f"promptfoo failed {failing} outputs; the fixture "
+                            f"has {defective} with a defect"
+                        )
                     if checks != len(texts) * len(ASSERTIONS) or run.returncode != expected_rc:
-                        raise Disagreement(f"{row.tool}: {checks:,} checks, exit "
-                                           f"{run.returncode} (expected {expected_rc})")
+                        raise Disagreement(
+                            f"{row.tool}: {checks:,} checks, exit "
+                            f"{run.returncode} (expected {expected_rc})"
+                        )
                     if repeat:  # the first round is the warm-up
                         row.runs.append(run)
         except Disagreement as exc:
             print(f"FAILED: {exc}")
             return 1
 
-    print(f"verdicts agree on every output: {failing} of {len(texts):,} outputs fail at "
-          f"least one assertion, in all {args.repeats} repeats and all three Amelio rows")
-    print(f"\n{'tool':<28} {'outputs':>7} {'checks':>7} {'wall s':>7} {'min–max':>13} "
-          f"{'CPU s':>6} {'checks/s':>10} {'peak MiB':>8} {'speed-up':>9}")
+    print(
+        f"verdicts agree on every output: {failing} of {len(texts):,} outputs fail at "
+        f"least one assertion, in all {args.repeats} repeats and all three Amelio rows"
+    )
+    print(
+        f"\n{'tool':<28} {'outputs':>7} {'checks':>7} {'wall s':>7} {'min–max':>13} "
+        f"{'CPU s':>6} {'checks/s':>10} {'peak MiB':>8} {'speed-up':>9}"
+    )
     baseline = median_of([r.wall for r in rows[0].runs])
     print(_fmt_row(rows[0], len(texts), None))
     for row in rows[1:]:
         print(_fmt_row(row, len(texts), baseline))
-    print("(wall s: median repeat, process start to exit; CPU s: the child's user + system, "
-          "median; peak MiB: the highest repeat, whole process tree; speed-up: promptfoo's "
-          "median wall / this row's)")
+    print(
+        "(wall s: median repeat, process start to exit; CPU s: the child's user + system, "
+        "median; peak MiB: the highest repeat, whole process tree; speed-up: promptfoo's "
+        "median wall / this row's)"
+    )
     main_row = rows[1]
     ratio = baseline / median_of([r.wall for r in main_row.runs])
     promptfoo_peak = max(r.peak_bytes for r in rows[0].runs) / 2**20
@@ -582,8 +716,13 @@ def main() -> int:
     print(load_line(load_before))
     met = [
         target("amelio eval --batch vs promptfoo speed-up", ratio, TARGET_SPEEDUP, "×"),
-        target("amelio eval --batch peak memory (highest Amelio row) vs promptfoo's",
-               amelio_peak, promptfoo_peak, "MiB", higher_is_better=False),
+        target(
+            "amelio eval --batch peak memory (highest Amelio row) vs promptfoo's",
+            amelio_peak,
+            promptfoo_peak,
+            "MiB",
+            higher_is_better=False,
+        ),
     ]
     return 0 if all(t.met for t in met) else 1
 

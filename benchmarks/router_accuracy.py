@@ -142,8 +142,9 @@ def load(folder: Path) -> DataSet:
     queries = load_queries(folder / "queries.jsonl")
     unknown = {e for _, e in queries if e is not None} - {s.name for s in skills}
     if unknown:
-        raise SystemExit(f"{folder}: queries expect skills it does not have: "
-                         f"{', '.join(sorted(unknown)[:5])}")
+        raise SystemExit(
+            f"{folder}: queries expect skills it does not have: {', '.join(sorted(unknown)[:5])}"
+        )
     source = folder / "SOURCE.md"
     first = source.read_text(encoding="utf-8").splitlines()[0] if source.is_file() else ""
     return DataSet(folder.name, skills, queries, first, folder)
@@ -235,8 +236,9 @@ class Analysis:
     distinct_query_terms: bool = True  # Amelio counts a repeated word once, bm25s twice
 
     def terms(self, text: str) -> list[str]:
-        words: Iterable[str] = (Bm25s._WORD.findall(text.lower()) if self.bm25s_tokens
-                                else tokens(text))
+        words: Iterable[str] = (
+            Bm25s._WORD.findall(text.lower()) if self.bm25s_tokens else tokens(text)
+        )
         if self.split_apostrophes:
             words = (p for w in words for p in w.split("'"))
         return [w for w in words if len(w) >= self.min_length and w not in self.stopwords]
@@ -257,8 +259,10 @@ def reference_bm25(skills: Sequence[SkillSpec], a: Analysis) -> RouteFn:
         norm = a.k1 * (1 - a.b + a.b * len(doc) / avgdl)
         for t, f in tf.items():
             postings[t].append((i, f * (a.k1 + 1) / (f + norm)))
-    index = {t: [(i, math.log(1 + (n - len(p) + 0.5) / (len(p) + 0.5)) * w) for i, w in p]
-             for t, p in postings.items()}
+    index = {
+        t: [(i, math.log(1 + (n - len(p) + 0.5) / (len(p) + 0.5)) * w) for i, w in p]
+        for t, p in postings.items()
+    }
 
     def route(text: str) -> tuple[str, ...]:
         query = a.terms(text)
@@ -277,31 +281,46 @@ def ablation(data: DataSet) -> bool:
     stop = frozenset(STOPWORDS_EN)
     before = Analysis()
     now = Analysis(split_apostrophes=True, min_length=2, stopwords=BM25_STOPWORDS)
-    theirs = Analysis(bm25s_tokens=True, min_length=2, stopwords=stop, k1=1.5,
-                      distinct_query_terms=False)
+    theirs = Analysis(
+        bm25s_tokens=True, min_length=2, stopwords=stop, k1=1.5, distinct_query_terms=False
+    )
     rows: list[tuple[str, Analysis]] = [
         ("Amelio bm25 before (whole tokens, all words, k1 1.2)", before),
         ("  + split at apostrophes (what's -> what s)", Analysis(split_apostrophes=True)),
         ("  + drop one-character words", Analysis(min_length=2)),
-        ("  + split at apostrophes, drop one-character words",
-         Analysis(split_apostrophes=True, min_length=2)),
+        (
+            "  + split at apostrophes, drop one-character words",
+            Analysis(split_apostrophes=True, min_length=2),
+        ),
         ("  + drop Lucene's 33 English stopwords", Analysis(stopwords=stop)),
         ("  + k1 1.5", Analysis(k1=1.5)),
         ("  + count a repeated query word each time", Analysis(distinct_query_terms=False)),
         ("Amelio bm25 now (the three analysis steps)", now),
-        ("  + k1 1.5", Analysis(split_apostrophes=True, min_length=2,
-                                stopwords=BM25_STOPWORDS, k1=1.5)),
-        ("  + b 1.0", Analysis(split_apostrophes=True, min_length=2,
-                               stopwords=BM25_STOPWORDS, b=1.0)),
+        (
+            "  + k1 1.5",
+            Analysis(split_apostrophes=True, min_length=2, stopwords=BM25_STOPWORDS, k1=1.5),
+        ),
+        (
+            "  + b 1.0",
+            Analysis(split_apostrophes=True, min_length=2, stopwords=BM25_STOPWORDS, b=1.0),
+        ),
         ("bm25s's analysis and parameters", theirs),
-        ("  - its words (Amelio's whole tokens, one-character kept)", Analysis(
-            stopwords=stop, k1=1.5, distinct_query_terms=False)),
-        ("  - stopwords", Analysis(bm25s_tokens=True, min_length=2, k1=1.5,
-                                   distinct_query_terms=False)),
-        ("  - k1 1.5 (1.2)", Analysis(bm25s_tokens=True, min_length=2, stopwords=stop,
-                                      distinct_query_terms=False)),
-        ("  - repeated query words (counted once)", Analysis(
-            bm25s_tokens=True, min_length=2, stopwords=stop, k1=1.5)),
+        (
+            "  - its words (Amelio's whole tokens, one-character kept)",
+            Analysis(stopwords=stop, k1=1.5, distinct_query_terms=False),
+        ),
+        (
+            "  - stopwords",
+            Analysis(bm25s_tokens=True, min_length=2, k1=1.5, distinct_query_terms=False),
+        ),
+        (
+            "  - k1 1.5 (1.2)",
+            Analysis(bm25s_tokens=True, min_length=2, stopwords=stop, distinct_query_terms=False),
+        ),
+        (
+            "  - repeated query words (counted once)",
+            Analysis(bm25s_tokens=True, min_length=2, stopwords=stop, k1=1.5),
+        ),
     ]
     print(f"\nablation on {data.name}: a reference BM25, one change at a time")
     print(f"{'configuration':58} {'top-1':>7} {'top-5':>7} {'OOS rej.':>9}")
@@ -311,12 +330,14 @@ def ablation(data: DataSet) -> bool:
         print(f"{label:58} {r['top1']:7.1%} {r['top5']:7.1%} {r['oos_rejected']:9.1%}")
     amelio = accuracy(router_route(Router(data.skills, "bm25"), 0.0), data.queries)
     real = accuracy(Bm25s(data.skills).route, data.queries)
-    same_amelio = all(math.isclose(amelio[k], found[now][k]) or math.isnan(amelio[k])
-                      for k in amelio)
-    same_bm25s = all(math.isclose(real[k], found[theirs][k]) or math.isnan(real[k])
-                     for k in real)
-    print(f"reference reproduces Amelio's bm25: {'yes' if same_amelio else 'NO'}; "
-          f"bm25s: {'yes' if same_bm25s else 'NO (ties or float32 rounding)'}")
+    same_amelio = all(
+        math.isclose(amelio[k], found[now][k]) or math.isnan(amelio[k]) for k in amelio
+    )
+    same_bm25s = all(math.isclose(real[k], found[theirs][k]) or math.isnan(real[k]) for k in real)
+    print(
+        f"reference reproduces Amelio's bm25: {'yes' if same_amelio else 'NO'}; "
+        f"bm25s: {'yes' if same_bm25s else 'NO (ties or float32 rounding)'}"
+    )
     return same_amelio
 
 
@@ -353,8 +374,9 @@ def warm_split(data: DataSet, k: int, seed: int) -> tuple[dict[str, list[str]], 
     return train, test
 
 
-def warm_amelio(data: DataSet, train: dict[str, list[str]], test: Queries, folder: Path
-                ) -> WarmResult:
+def warm_amelio(
+    data: DataSet, train: dict[str, list[str]], test: Queries, folder: Path
+) -> WarmResult:
     """Feed ``train`` as logged, 👍'd interactions; route ``test`` with the project's router."""
     ws, _ = init_workspace(folder)
     try:
@@ -368,8 +390,16 @@ def warm_amelio(data: DataSet, train: dict[str, list[str]], test: Queries, folde
         free = accuracy(router_route(router, -math.inf), test)
         kept = accuracy(router_route(router), test)
         p50, p95 = latency_run(router_route(router), [t for t, _ in test])
-        return WarmResult(free["top1"], free["top5"], kept["top1"], kept["oos_rejected"],
-                          p50, p95, clock.wall * 1e3, router.min_score)
+        return WarmResult(
+            free["top1"],
+            free["top5"],
+            kept["top1"],
+            kept["oos_rejected"],
+            p50,
+            p95,
+            clock.wall * 1e3,
+            router.min_score,
+        )
     finally:
         ws.dispose()
 
@@ -387,17 +417,22 @@ def warm_reference(train: dict[str, list[str]], test: Queries) -> dict[str, floa
     model = LogisticRegression(C=10, max_iter=2000).fit(vectorizer.fit_transform(texts), labels)
     classes = list(model.classes_)
     probabilities = model.predict_proba(vectorizer.transform([t for t, _ in test]))
-    routed = {t: tuple(classes[i] for i in np.argsort(-p)[:LIMIT])
-              for (t, _), p in zip(test, probabilities, strict=True)}
+    routed = {
+        t: tuple(classes[i] for i in np.argsort(-p)[:LIMIT])
+        for (t, _), p in zip(test, probabilities, strict=True)
+    }
     return accuracy(lambda text: routed[text], test)
 
 
 def warm_mode(data: DataSet, k: int, seeds: int) -> dict[str, float]:
     """Mean warm results over ``seeds`` splits, printed per seed and as a mean."""
-    print(f"\nwarm: {k} examples per skill logged as kept answers, tested on the rest; "
-          f"{seeds} seeds")
-    header = (f"{'seed':>4} {'router':14} {'top-1':>7} {'top-5':>7} {'top-1@thr':>9} "
-              f"{'OOS rej.':>9} {'p50 µs':>8} {'p95 µs':>8} {'build ms':>9} {'threshold':>9}")
+    print(
+        f"\nwarm: {k} examples per skill logged as kept answers, tested on the rest; {seeds} seeds"
+    )
+    header = (
+        f"{'seed':>4} {'router':14} {'top-1':>7} {'top-5':>7} {'top-1@thr':>9} "
+        f"{'OOS rej.':>9} {'p50 µs':>8} {'p95 µs':>8} {'build ms':>9} {'threshold':>9}"
+    )
     print(f"{header}\n{'-' * len(header)}")
     rows: list[WarmResult] = []
     refs: list[dict[str, float]] = []
@@ -408,16 +443,22 @@ def warm_mode(data: DataSet, k: int, seeds: int) -> dict[str, float]:
         ref = warm_reference(train, test)
         rows.append(got)
         refs.append(ref)
-        print(f"{seed:>4} {DEFAULT_SCORER:14} {got.top1:7.1%} {got.top5:7.1%} "
-              f"{got.top1_kept:9.1%} {got.oos_rejected:9.1%} {got.p50:8.1f} {got.p95:8.1f} "
-              f"{got.build_ms:9.1f} {got.threshold:9.3f}")
+        print(
+            f"{seed:>4} {DEFAULT_SCORER:14} {got.top1:7.1%} {got.top5:7.1%} "
+            f"{got.top1_kept:9.1%} {got.oos_rejected:9.1%} {got.p50:8.1f} {got.p95:8.1f} "
+            f"{got.build_ms:9.1f} {got.threshold:9.3f}"
+        )
         print(f"{seed:>4} {'tf-idf+LR*':14} {ref['top1']:7.1%} {ref['top5']:7.1%}")
-    mean = {key: float(np.mean([getattr(r, key) for r in rows]))
-            for key in ("top1", "top5", "top1_kept", "oos_rejected", "p50", "p95", "build_ms")}
+    mean = {
+        key: float(np.mean([getattr(r, key) for r in rows]))
+        for key in ("top1", "top5", "top1_kept", "oos_rejected", "p50", "p95", "build_ms")
+    }
     ref_mean = {key: float(np.mean([r[key] for r in refs])) for key in ("top1", "top5")}
-    print(f"{'mean':>4} {DEFAULT_SCORER:14} {mean['top1']:7.1%} {mean['top5']:7.1%} "
-          f"{mean['top1_kept']:9.1%} {mean['oos_rejected']:9.1%} {mean['p50']:8.1f} "
-          f"{mean['p95']:8.1f} {mean['build_ms']:9.1f}")
+    print(
+        f"{'mean':>4} {DEFAULT_SCORER:14} {mean['top1']:7.1%} {mean['top5']:7.1%} "
+        f"{mean['top1_kept']:9.1%} {mean['oos_rejected']:9.1%} {mean['p50']:8.1f} "
+        f"{mean['p95']:8.1f} {mean['build_ms']:9.1f}"
+    )
     print(f"{'mean':>4} {'tf-idf+LR*':14} {ref_mean['top1']:7.1%} {ref_mean['top5']:7.1%}")
     print("* outside baseline: scikit-learn TF-IDF + logistic regression on the same examples")
     return mean | {f"ref_{key}": v for key, v in ref_mean.items()}
@@ -444,67 +485,101 @@ def amelio(name: str, data: DataSet, examples: DataSet) -> Contender:
     with Clock() as clock:
         router = Router(data.skills, name)
     example_router = Router(examples.skills, name)
-    return Contender(name, lambda m: router_route(router, m),
-                     lambda m: router_route(example_router, m),
-                     sorted({0.0, router.min_score}), router_route(router), clock)
+    return Contender(
+        name,
+        lambda m: router_route(router, m),
+        lambda m: router_route(example_router, m),
+        sorted({0.0, router.min_score}),
+        router_route(router),
+        clock,
+    )
 
 
 def outside(data: DataSet, examples: DataSet) -> Contender:
     with Clock() as clock:
         baseline = Bm25s(data.skills)
     example_baseline = Bm25s(examples.skills)
-    return Contender("bm25s", lambda _: baseline.route, lambda _: example_baseline.route,
-                     [0.0], baseline.route, clock)
+    return Contender(
+        "bm25s",
+        lambda _: baseline.route,
+        lambda _: example_baseline.route,
+        [0.0],
+        baseline.route,
+        clock,
+    )
 
 
 def total(clocks: Sequence[Clock]) -> str:
     return f"{sum(c.wall for c in clocks):6.2f} / {sum(c.cpu for c in clocks):6.2f}"
 
 
-def _figure(name: str, measured: float, goal: float, unit: str, *,
-            higher_is_better: bool = True) -> None:
+def _figure(
+    name: str, measured: float, goal: float, unit: str, *, higher_is_better: bool = True
+) -> None:
     """A CLINC150 target's figure on other data: printed, not judged."""
     sign = "≥" if higher_is_better else "≤"
-    print(f"figure {name}: {measured:.1f} {unit} (CLINC150's target, {sign} {goal:g} {unit}, "
-          "is not checked on other data)")
+    print(
+        f"figure {name}: {measured:.1f} {unit} (CLINC150's target, {sign} {goal:g} {unit}, "
+        "is not checked on other data)"
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA,
-                        help="A routing-* folder (skills/ and queries.jsonl).")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=DEFAULT_DATA,
+        help="A routing-* folder (skills/ and queries.jsonl).",
+    )
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--ablation", action="store_true",
-                        help="Also find what separates Amelio's bm25 from bm25s.")
-    parser.add_argument("--warm", type=int, default=10, metavar="K",
-                        help="Examples per skill in warm mode (0: cold mode only).")
+    parser.add_argument(
+        "--ablation", action="store_true", help="Also find what separates Amelio's bm25 from bm25s."
+    )
+    parser.add_argument(
+        "--warm",
+        type=int,
+        default=10,
+        metavar="K",
+        help="Examples per skill in warm mode (0: cold mode only).",
+    )
     parser.add_argument("--seeds", type=int, default=3, help="Warm-mode splits to average.")
     args = parser.parse_args()
     if not (args.data / "queries.jsonl").is_file() or not (args.data / "skills").is_dir():
-        print(f"no routing data set at {args.data} (skills/ and queries.jsonl); pass --data",
-              file=sys.stderr)
+        print(
+            f"no routing data set at {args.data} (skills/ and queries.jsonl); pass --data",
+            file=sys.stderr,
+        )
         return 2
     data = load(args.data)
-    examples = DataSet("examples", read_skills(ROOT / "examples" / "skills"),
-                       load_queries(HERE / "data" / "example_routing.jsonl"))
+    examples = DataSet(
+        "examples",
+        read_skills(ROOT / "examples" / "skills"),
+        load_queries(HERE / "data" / "example_routing.jsonl"),
+    )
     messages = [t for t, _ in data.queries]
     skills_n = len(data.skills)
 
-    print(f"data: {data.name} ({args.data}): {skills_n} skills, {data.in_scope:,} in-scope "
-          f"+ {data.out_of_scope:,} out-of-scope queries")
+    print(
+        f"data: {data.name} ({args.data}): {skills_n} skills, {data.in_scope:,} in-scope "
+        f"+ {data.out_of_scope:,} out-of-scope queries"
+    )
     if data.source:
         print(f"      {data.source}")
     print(f"examples: {len(examples.skills)} skills, {len(examples.queries)} queries")
-    print(f"latency: every query of {data.name} ({len(messages):,}) routed on its "
-          f"{skills_n} distinct skills, {args.repeats} runs (medians of the runs' p50, p95); "
-          f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
+    print(
+        f"latency: every query of {data.name} ({len(messages):,}) routed on its "
+        f"{skills_n} distinct skills, {args.repeats} runs (medians of the runs' p50, p95); "
+        f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
+    )
 
     contenders = [amelio(name, data, examples) for name in scorers()]
     contenders.append(outside(data, examples))
     mismatched = Bm25s.check_analysis(messages)
     if mismatched:
-        print(f"bm25s baseline: {mismatched} queries analyzed unlike bm25s.tokenize",
-              file=sys.stderr)
+        print(
+            f"bm25s baseline: {mismatched} queries analyzed unlike bm25s.tokenize", file=sys.stderr
+        )
         return 1
 
     # Latency first, run after run in turn, so machine load falls on every scorer alike.
@@ -514,11 +589,15 @@ def main() -> int:
             with Clock() as clock:
                 runs[c.name].append(latency_run(c.latency_route, messages))
             c.latency.append(clock)
-    latency = {name: (median_of([p50 for p50, _ in r]), median_of([p95 for _, p95 in r]))
-               for name, r in runs.items()}
+    latency = {
+        name: (median_of([p50 for p50, _ in r]), median_of([p95 for _, p95 in r]))
+        for name, r in runs.items()
+    }
 
-    header = (f"{'scorer':10} {'min score':>9} {'data':18} {'top-1':>7} {'top-5':>7} "
-              f"{'OOS rej.':>9} {'p50 µs':>8} {'p95 µs':>8}")
+    header = (
+        f"{'scorer':10} {'min score':>9} {'data':18} {'top-1':>7} {'top-5':>7} "
+        f"{'OOS rej.':>9} {'p50 µs':>8} {'p95 µs':>8}"
+    )
     print(f"\n{header}\n{'-' * len(header)}")
     results: dict[tuple[str, str, float], dict[str, float]] = {}
     for c in contenders:
@@ -531,16 +610,22 @@ def main() -> int:
             ex = accuracy(c.example_at(threshold), examples.queries)
             results[c.name, data.name, threshold] = got
             results[c.name, "examples", threshold] = ex
-            print(f"{label:10} {threshold:9.2f} {data.name:18} {got['top1']:7.1%} "
-                  f"{got['top5']:7.1%} {got['oos_rejected']:9.1%} {p50:8.1f} {p95:8.1f}")
-            print(f"{label:10} {threshold:9.2f} {'examples':18} {ex['top1']:7.1%} "
-                  f"{ex['top5']:7.1%} {ex['oos_rejected']:9.1%}")
+            print(
+                f"{label:10} {threshold:9.2f} {data.name:18} {got['top1']:7.1%} "
+                f"{got['top5']:7.1%} {got['oos_rejected']:9.1%} {p50:8.1f} {p95:8.1f}"
+            )
+            print(
+                f"{label:10} {threshold:9.2f} {'examples':18} {ex['top1']:7.1%} "
+                f"{ex['top5']:7.1%} {ex['oos_rejected']:9.1%}"
+            )
     print("* outside baseline: bm25s on the same skill text and queries")
 
     print(f"\n{'phase: wall / CPU':18} {'index ms':>17} {'accuracy s':>15} {'latency s':>15}")
     for c in contenders:
-        print(f"{c.name:18} {c.index.wall * 1e3:7.1f} / {c.index.cpu * 1e3:7.1f} "
-              f"{total(c.accuracy)} {total(c.latency)}")
+        print(
+            f"{c.name:18} {c.index.wall * 1e3:7.1f} / {c.index.cpu * 1e3:7.1f} "
+            f"{total(c.accuracy)} {total(c.latency)}"
+        )
     print(f"load average after: {os.getloadavg()[0]:.2f}\n")
 
     default_threshold = next(c for c in contenders if c.name == DEFAULT_SCORER).thresholds[-1]
@@ -559,39 +644,81 @@ def main() -> int:
     if warm is not None and args.warm != WARM_TARGET_K:
         print(f"(the warm targets are for k = {WARM_TARGET_K}; k = {args.warm} is reported only)")
     if warm is not None and args.warm == WARM_TARGET_K:
-        absolute(f"{data.name} warm k={args.warm}: top-1 (mean of {args.seeds})",
-                 100 * warm["top1"], 88, "%")
+        absolute(
+            f"{data.name} warm k={args.warm}: top-1 (mean of {args.seeds})",
+            100 * warm["top1"],
+            88,
+            "%",
+        )
         absolute(f"{data.name} warm k={args.warm}: top-5", 100 * warm["top5"], 97, "%")
         if data.out_of_scope:
-            absolute(f"{data.name} warm k={args.warm}: out-of-scope rejection at the learned "
-                     "threshold", 100 * warm["oos_rejected"], 50, "%")
-            absolute(f"{data.name} warm k={args.warm}: top-1 given up by the threshold",
-                     100 * (warm["top1"] - warm["top1_kept"]), 2, "pt",
-                     higher_is_better=False)
-    target(f"{data.name}: {DEFAULT_SCORER} top-1 vs keywords", 100 * default["top1"],
-           100 * seed["top1"], "%")
+            absolute(
+                f"{data.name} warm k={args.warm}: out-of-scope rejection at the learned threshold",
+                100 * warm["oos_rejected"],
+                50,
+                "%",
+            )
+            absolute(
+                f"{data.name} warm k={args.warm}: top-1 given up by the threshold",
+                100 * (warm["top1"] - warm["top1_kept"]),
+                2,
+                "pt",
+                higher_is_better=False,
+            )
+    target(
+        f"{data.name}: {DEFAULT_SCORER} top-1 vs keywords",
+        100 * default["top1"],
+        100 * seed["top1"],
+        "%",
+    )
     if data.out_of_scope:
-        target(f"{data.name}: {DEFAULT_SCORER} out-of-scope rejection vs keywords",
-               100 * default["oos_rejected"], 100 * seed["oos_rejected"], "%")
-    target(f"{data.name}: bm25 top-1 vs bm25s - 1 pt",
-           100 * results["bm25", data.name, 0.0]["top1"],
-           100 * results["bm25s", data.name, 0.0]["top1"] - 1, "%")
-    target(f"examples: {DEFAULT_SCORER} top-1",
-           100 * results[DEFAULT_SCORER, "examples", default_threshold]["top1"], 100, "%")
+        target(
+            f"{data.name}: {DEFAULT_SCORER} out-of-scope rejection vs keywords",
+            100 * default["oos_rejected"],
+            100 * seed["oos_rejected"],
+            "%",
+        )
+    target(
+        f"{data.name}: bm25 top-1 vs bm25s - 1 pt",
+        100 * results["bm25", data.name, 0.0]["top1"],
+        100 * results["bm25s", data.name, 0.0]["top1"] - 1,
+        "%",
+    )
+    target(
+        f"examples: {DEFAULT_SCORER} top-1",
+        100 * results[DEFAULT_SCORER, "examples", default_threshold]["top1"],
+        100,
+        "%",
+    )
     scale = max(1.0, TARGET_SKILLS / skills_n)
-    measured_on = (f"scaled ×{scale:.2f} from {skills_n} real skills" if scale > 1
-                   else f"measured on {skills_n} skills")
+    measured_on = (
+        f"scaled ×{scale:.2f} from {skills_n} real skills"
+        if scale > 1
+        else f"measured on {skills_n} skills"
+    )
     if skills_n < MIN_SCALED_SKILLS:
         warm_p95 = f", warm {warm['p95']:.0f} µs" if warm is not None else ""
-        print(f"{DEFAULT_SCORER} p95 on {skills_n} skills: cold "
-              f"{latency[DEFAULT_SCORER][1]:.0f} µs{warm_p95} (no {TARGET_SKILLS}-skill "
-              f"latency target: under {MIN_SCALED_SKILLS} skills, too few to scale from)")
+        print(
+            f"{DEFAULT_SCORER} p95 on {skills_n} skills: cold "
+            f"{latency[DEFAULT_SCORER][1]:.0f} µs{warm_p95} (no {TARGET_SKILLS}-skill "
+            f"latency target: under {MIN_SCALED_SKILLS} skills, too few to scale from)"
+        )
     else:
-        target(f"{DEFAULT_SCORER} cold p95 at {TARGET_SKILLS} skills ({measured_on})",
-               latency[DEFAULT_SCORER][1] * scale, TARGET_P95_US, "µs", higher_is_better=False)
+        target(
+            f"{DEFAULT_SCORER} cold p95 at {TARGET_SKILLS} skills ({measured_on})",
+            latency[DEFAULT_SCORER][1] * scale,
+            TARGET_P95_US,
+            "µs",
+            higher_is_better=False,
+        )
         if warm is not None:
-            target(f"{DEFAULT_SCORER} warm p95 at {TARGET_SKILLS} skills ({measured_on})",
-                   warm["p95"] * scale, TARGET_P95_US, "µs", higher_is_better=False)
+            target(
+                f"{DEFAULT_SCORER} warm p95 at {TARGET_SKILLS} skills ({measured_on})",
+                warm["p95"] * scale,
+                TARGET_P95_US,
+                "µs",
+                higher_is_better=False,
+            )
 
     if args.ablation and not ablation(data):
         return 1

@@ -47,21 +47,25 @@ def main() -> int:
         for name in chosen:
             print(f"\n=== benchmarks/{name}.py ===", flush=True)
             start = time.perf_counter()
-            done = subprocess.run([sys.executable, str(HERE / f"{name}.py")], env=env,
-                                  check=False)
+            done = subprocess.run([sys.executable, str(HERE / f"{name}.py")], env=env, check=False)
             times[name] = time.perf_counter() - start
             if done.returncode != 0:
                 failed.append(name)
-        targets = [Target(**json.loads(line)) for line in Path(results.name).read_text(
-            encoding="utf-8").splitlines() if line.strip()]
+        targets = [
+            Target(**json.loads(line))
+            for line in Path(results.name).read_text(encoding="utf-8").splitlines()
+            if line.strip()
+        ]
     Path(results.name).unlink(missing_ok=True)
     print("\n=== summary ===")
     width = max([len(f"{t.benchmark}: {t.name}") for t in targets] + [20])
     print(f"{'target':<{width}}  {'measured':>12}  {'goal':>14}  verdict")
     for t in targets:
         sign = "≥" if t.higher_is_better else "≤"
-        print(f"{t.benchmark + ': ' + t.name:<{width}}  {t.measured:>12,.3f}  "
-              f"{sign} {t.goal:>12,.3f}  {'met' if t.met else 'MISSED'}  {t.unit}")
+        print(
+            f"{t.benchmark + ': ' + t.name:<{width}}  {t.measured:>12,.3f}  "
+            f"{sign} {t.goal:>12,.3f}  {'met' if t.met else 'MISSED'}  {t.unit}"
+        )
     for name in chosen:
         state = "FAILED (exit status non-zero)" if name in failed else "ran"
         print(f"{name}: {state} in {times[name]:.0f} s")

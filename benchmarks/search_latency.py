@@ -115,18 +115,23 @@ def vocabulary(rng: random.Random, size: int = 5000) -> tuple[list[str], list[fl
     """Random words and their cumulative Zipf weights (computed once: ``choices``
     with plain weights sums all 5,000 of them again on every call)."""
     letters = "abcdefghijklmnopqrstuvwxyz"
-    words = sorted({"".join(rng.choice(letters) for _ in range(rng.randint(3, 9)))
-                    for _ in range(size * 2)})[:size]
+    words = sorted(
+        {"".join(rng.choice(letters) for _ in range(rng.randint(3, 9))) for _ in range(size * 2)}
+    )[:size]
     rng.shuffle(words)
     return words, list(itertools.accumulate(1.0 / (i + 1) for i in range(len(words))))
 
 
 def documents(count: int, rng: random.Random) -> list[Document]:
     words, cum = vocabulary(rng)
-    return [Document(f"doc-{i}",
-                     " ".join(rng.choices(words, cum_weights=cum, k=rng.randint(4, 8))),
-                     " ".join(rng.choices(words, cum_weights=cum, k=rng.randint(40, 120))))
-            for i in range(count)]
+    return [
+        Document(
+            f"doc-{i}",
+            " ".join(rng.choices(words, cum_weights=cum, k=rng.randint(4, 8))),
+            " ".join(rng.choices(words, cum_weights=cum, k=rng.randint(40, 120))),
+        )
+        for i in range(count)
+    ]
 
 
 def query_pool(docs: Sequence[Document], rng: random.Random, count: int) -> list[str]:
@@ -147,18 +152,34 @@ class Table:
     """The printed table; each row is one measured phase."""
 
     def __init__(self) -> None:
-        print(f"| {'docs':>7} | {'query':<8} | {'path':<40} | {'p50 ms':>7} | {'p95 ms':>7} "
-              f"| {'p99 ms':>7} | {'target':<10} | {'wall s':>6} | {'CPU s':<18} |", flush=True)
-        print(f"|{'-' * 9}|{'-' * 10}|{'-' * 42}|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 12}"
-              f"|{'-' * 8}|{'-' * 20}|", flush=True)
+        print(
+            f"| {'docs':>7} | {'query':<8} | {'path':<40} | {'p50 ms':>7} | {'p95 ms':>7} "
+            f"| {'p99 ms':>7} | {'target':<10} | {'wall s':>6} | {'CPU s':<18} |",
+            flush=True,
+        )
+        print(
+            f"|{'-' * 9}|{'-' * 10}|{'-' * 42}|{'-' * 9}|{'-' * 9}|{'-' * 9}|{'-' * 12}"
+            f"|{'-' * 8}|{'-' * 20}|",
+            flush=True,
+        )
 
     @staticmethod
-    def row(size: int, query: str, path: str, samples: Sequence[float] | Stats,
-            clock: Clock, goal: str = "", cpu: str = "") -> Stats:
+    def row(
+        size: int,
+        query: str,
+        path: str,
+        samples: Sequence[float] | Stats,
+        clock: Clock,
+        goal: str = "",
+        cpu: str = "",
+    ) -> Stats:
         s = samples if isinstance(samples, Stats) else Stats.of(samples)
         cpu = cpu or f"{clock.cpu:.1f}"
-        print(f"| {size:>7,} | {query:<8} | {path:<40} | {s.p50:7.2f} | {s.p95:7.2f} "
-              f"| {s.p99:7.2f} | {goal:<10} | {clock.wall:6.1f} | {cpu:<18} |", flush=True)
+        print(
+            f"| {size:>7,} | {query:<8} | {path:<40} | {s.p50:7.2f} | {s.p95:7.2f} "
+            f"| {s.p99:7.2f} | {goal:<10} | {clock.wall:6.1f} | {cpu:<18} |",
+            flush=True,
+        )
         return s
 
 
@@ -177,13 +198,17 @@ def searched(searcher: Searcher, query: str, **options: Any) -> Callable[[str], 
     """``searcher.search`` that checks each response against what the row claims
     (``query`` is "new" or "repeated"): a new query served from the ranking cache,
     or a repeated one computed again without exploring, would make the row a lie."""
+
     def call(text: str) -> object:
         response = searcher.search(text, **options)
         hit = response.cached or response.explored  # explored: sampled, or a swap
         if (query == "new" and response.cached) or (query == "repeated" and not hit):
-            raise SystemExit(f"{text!r} as a {query} query: cached={response.cached}; "
-                             "the row would not measure what it says")
+            raise SystemExit(
+                f"{text!r} as a {query} query: cached={response.cached}; "
+                "the row would not measure what it says"
+            )
         return response
+
     return call
 
 
@@ -213,19 +238,20 @@ class Bm25s:
         self.retriever.index(tokens, show_progress=False)
 
     def search(self, query: str) -> object:
-        tokens = self.bm25s.tokenize([query], stopwords=None, return_ids=False,
-                                     show_progress=False)
+        tokens = self.bm25s.tokenize([query], stopwords=None, return_ids=False, show_progress=False)
         return self.retriever.retrieve(tokens, k=CANDIDATES, show_progress=False)
 
 
 # -- HTTP: `amelio serve` in a process of its own ----------------------------------------
 
+
 def poster(client: httpx.Client) -> Callable[[str], object]:
     return lambda query: client.post("/v1/search", json={"query": query}).raise_for_status()
 
 
-def concurrently(base: str, headers: dict[str, str], queries: Sequence[str], clients: int,
-                 rounds: int) -> list[float]:
+def concurrently(
+    base: str, headers: dict[str, str], queries: Sequence[str], clients: int, rounds: int
+) -> list[float]:
     """``clients`` threads, each with its own connection, repeat ``queries``
     ``rounds`` times between them, each starting at a different place in the list."""
     samples: list[float] = []
@@ -256,30 +282,54 @@ def cpu_cell(clock: Clock, server_before: float | None, server_after: float | No
     return f"{clock.cpu:.1f} + server {server_after - server_before:.1f}"
 
 
-def over_http(ws: Workspace, table: Table, size: int, queries: Sequence[str], clients: int,
-              rounds: int, notes: list[str]) -> tuple[Stats, Stats]:
+def over_http(
+    ws: Workspace,
+    table: Table,
+    size: int,
+    queries: Sequence[str],
+    clients: int,
+    rounds: int,
+    notes: list[str],
+) -> tuple[Stats, Stats]:
     """New queries from one client, then the same queries repeated by ``clients``."""
     _, key = keys.create_key(ws.engine, name=f"bench-{size}", role="bot")
     aggregate(ws)  # the in-process searches' impressions: no backlog for the server
     headers = {"Authorization": f"Bearer {key}"}
     goal = size == TARGET_DOCS
-    with ServeProcess(ws.root, log=ws.settings.data_dir / "serve.log") as server, \
-            httpx.Client(base_url=server.base, headers=headers) as h:
+    with (
+        ServeProcess(ws.root, log=ws.settings.data_dir / "serve.log") as server,
+        httpx.Client(base_url=server.base, headers=headers) as h,
+    ):
         # Untimed: the server builds its searcher on its first search (start-up, not a
         # query); this text is in no pool.
         poster(h)("start up the server process")
         start = server.cpu_seconds()
         new, clock = measure(poster(h), queries)
         middle = server.cpu_seconds()
-        fresh = table.row(size, "new", "HTTP, amelio serve process, 1 client", new, clock,
-                          "p95 ≤ 1200" if goal else "", cpu_cell(clock, start, middle))
+        fresh = table.row(
+            size,
+            "new",
+            "HTTP, amelio serve process, 1 client",
+            new,
+            clock,
+            "p95 ≤ 1200" if goal else "",
+            cpu_cell(clock, start, middle),
+        )
         with Clock() as clock:
             repeated = concurrently(server.base, headers, queries, clients, rounds)
-        again = table.row(size, "repeated", f"HTTP, amelio serve process, {clients} clients",
-                          repeated, clock, "p95 ≤ 350" if goal else "",
-                          cpu_cell(clock, middle, server.cpu_seconds()))
-    notes.append(f"{size:,}: over HTTP, {len(repeated) / clock.wall:,.0f} repeated searches/s "
-                 f"from {clients} clients")
+        again = table.row(
+            size,
+            "repeated",
+            f"HTTP, amelio serve process, {clients} clients",
+            repeated,
+            clock,
+            "p95 ≤ 350" if goal else "",
+            cpu_cell(clock, middle, server.cpu_seconds()),
+        )
+    notes.append(
+        f"{size:,}: over HTTP, {len(repeated) / clock.wall:,.0f} repeated searches/s "
+        f"from {clients} clients"
+    )
     return fresh, again
 
 
@@ -297,8 +347,9 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def one_size(size: int, args: argparse.Namespace, rng: random.Random, table: Table,
-             notes: list[str]) -> dict[str, Stats]:
+def one_size(
+    size: int, args: argparse.Namespace, rng: random.Random, table: Table, notes: list[str]
+) -> dict[str, Stats]:
     """Every row at ``size`` documents; the figures the targets read, by name. Past
     the target size only the engines are compared (no bm25s, hybrid or HTTP)."""
     n = args.queries
@@ -308,7 +359,7 @@ def one_size(size: int, args: argparse.Namespace, rng: random.Random, table: Tab
     with Clock() as clock:
         docs = documents(size, rng)
         pool = query_pool(docs, rng, 3 * n)
-    lexical_new, hybrid_new, http_new = pool[:n], pool[n:2 * n], pool[2 * n:]
+    lexical_new, hybrid_new, http_new = pool[:n], pool[n : 2 * n], pool[2 * n :]
     notes.append(f"{size:,}: documents and {len(pool)} distinct queries generated: {clock}")
     with tempfile.TemporaryDirectory() as tmp:
         ws, _ = init_workspace(Path(tmp) / "ws")
@@ -319,35 +370,46 @@ def one_size(size: int, args: argparse.Namespace, rng: random.Random, table: Tab
             with Clock() as clock:
                 corpus.apply(docs)
             docs_mb = disk_mb(corpus.path)
-            notes.append(f"{size:,}: tantivy build {clock}; on disk: index "
-                         f"{disk_mb(corpus.index_dir):,.0f} MB + documents {docs_mb:,.0f} MB")
+            notes.append(
+                f"{size:,}: tantivy build {clock}; on disk: index "
+                f"{disk_mb(corpus.index_dir):,.0f} MB + documents {docs_mb:,.0f} MB"
+            )
             fts5 = Corpus(Path(tmp) / "fts5" / "corpus.db")
             with Clock() as clock:
                 fts5.apply(docs)
             fts5_mb = disk_mb(fts5.path)
-            notes.append(f"{size:,}: FTS5 build {clock}; on disk: index "
-                         f"{fts5_mb - docs_mb:,.0f} MB + documents {docs_mb:,.0f} MB "
-                         "(one file)")
+            notes.append(
+                f"{size:,}: FTS5 build {clock}; on disk: index "
+                f"{fts5_mb - docs_mb:,.0f} MB + documents {docs_mb:,.0f} MB "
+                "(one file)"
+            )
             searcher = Searcher(ws, engine=corpus, background_aggregation=False)
             searcher.search("start up the searcher")  # untimed; in no pool
             samples, clock = measure(searched(searcher, "new"), lexical_new)
-            found["new"] = table.row(size, "new", "in process, lexical, tantivy (default)",
-                                     samples, clock, "p95 ≤ 30" if goal else "")
+            found["new"] = table.row(
+                size,
+                "new",
+                "in process, lexical, tantivy (default)",
+                samples,
+                clock,
+                "p95 ≤ 30" if goal else "",
+            )
             samples, clock = measure(lambda q: corpus.lexical(q, CANDIDATES), lexical_new)
-            alone = table.row(size, "new", "tantivy candidates alone (same queries)",
-                              samples, clock)
+            alone = table.row(
+                size, "new", "tantivy candidates alone (same queries)", samples, clock
+            )
             old = Searcher(ws, engine=fts5, background_aggregation=False)
             old.search("start up the searcher")
             samples, clock = measure(searched(old, "new"), lexical_new)
-            found["fts5 new"] = table.row(size, "new", "in process, lexical, FTS5", samples,
-                                          clock)
+            found["fts5 new"] = table.row(size, "new", "in process, lexical, FTS5", samples, clock)
             samples, clock = measure(lambda q: fts5.lexical(q, CANDIDATES), lexical_new)
-            fts = table.row(size, "new", "FTS5 candidates alone (same queries)", samples,
-                            clock)
+            fts = table.row(size, "new", "FTS5 candidates alone (same queries)", samples, clock)
             del old
-            notes.append(f"{size:,}: new query p95, FTS5 / tantivy = "
-                         f"{found['fts5 new'].p95 / found['new'].p95:.0f}× in process, "
-                         f"{fts.p95 / alone.p95:.0f}× for the candidates alone")
+            notes.append(
+                f"{size:,}: new query p95, FTS5 / tantivy = "
+                f"{found['fts5 new'].p95 / found['new'].p95:.0f}× in process, "
+                f"{fts.p95 / alone.p95:.0f}× for the candidates alone"
+            )
             if full:
                 with Clock() as clock:
                     engine = Bm25s(docs)
@@ -355,22 +417,33 @@ def one_size(size: int, args: argparse.Namespace, rng: random.Random, table: Tab
                 # It has no cache, so the same queries again are new to it: the median of
                 # 3 passes, each percentile apart, steadies a denominator measured in ms.
                 with Clock() as clock:
-                    passes = [Stats.of(measure(engine.search, lexical_new)[0])
-                              for _ in range(3)]
-                bm = table.row(size, "new", "bm25s, in memory (same queries, median 3)",
-                               Stats.median(passes), clock)
+                    passes = [Stats.of(measure(engine.search, lexical_new)[0]) for _ in range(3)]
+                bm = table.row(
+                    size,
+                    "new",
+                    "bm25s, in memory (same queries, median 3)",
+                    Stats.median(passes),
+                    clock,
+                )
                 del engine
-                notes.append(f"{size:,}: new query p95 / bm25s p95 = "
-                             f"{found['new'].p95 / bm.p95:.1f}× (tantivy candidates alone: "
-                             f"{alone.p95 / bm.p95:.1f}×); no target: the gap to an "
-                             "in-memory engine")
-            notes.append(f"{size:,}: {teach(ws, searcher, lexical_new)} feedback events "
-                         "aggregated")
+                notes.append(
+                    f"{size:,}: new query p95 / bm25s p95 = "
+                    f"{found['new'].p95 / bm.p95:.1f}× (tantivy candidates alone: "
+                    f"{alone.p95 / bm.p95:.1f}×); no target: the gap to an "
+                    "in-memory engine"
+                )
+            notes.append(f"{size:,}: {teach(ws, searcher, lexical_new)} feedback events aggregated")
             for q in lexical_new:  # cache the new signals version's ranking (a search
-                searcher.rank(q)   # that explored would not have cached it)
+                searcher.rank(q)  # that explored would not have cached it)
             samples, clock = measure(searched(searcher, "repeated"), lexical_new * 3)
-            found["repeated"] = table.row(size, "repeated", "in process, lexical, 20 % exploring",
-                                          samples, clock, "p95 ≤ 20" if goal else "")
+            found["repeated"] = table.row(
+                size,
+                "repeated",
+                "in process, lexical, 20 % exploring",
+                samples,
+                clock,
+                "p95 ≤ 20" if goal else "",
+            )
             searcher.settings = ws.settings.model_copy(update={"search_thompson": 0.0})
             samples, clock = measure(searched(searcher, "repeated"), lexical_new * 3)
             table.row(size, "repeated", "in process, lexical, no exploration", samples, clock)
@@ -378,17 +451,24 @@ def one_size(size: int, args: argparse.Namespace, rng: random.Random, table: Tab
             if full:
                 hybrid_rows(ws, corpus, searcher, size, hybrid_new, table, found, notes)
                 found["http new"], found["http repeated"] = over_http(
-                    ws, table, size, http_new, args.clients, args.rounds, notes)
-            notes.append(f"{size:,}: peak memory of this process so far: "
-                         f"{peak_rss_mb():,.0f} MB")
+                    ws, table, size, http_new, args.clients, args.rounds, notes
+                )
+            notes.append(f"{size:,}: peak memory of this process so far: {peak_rss_mb():,.0f} MB")
         finally:
             ws.dispose()
     return found
 
 
-def hybrid_rows(ws: Workspace, corpus: TantivyEngine, searcher: Searcher, size: int,
-                queries: Sequence[str], table: Table, found: dict[str, Stats],
-                notes: list[str]) -> None:
+def hybrid_rows(
+    ws: Workspace,
+    corpus: TantivyEngine,
+    searcher: Searcher,
+    size: int,
+    queries: Sequence[str],
+    table: Table,
+    found: dict[str, Stats],
+    notes: list[str],
+) -> None:
     """The hybrid 0.5 rows, when ``amelio[semantic]`` is installed."""
     goal = size == TARGET_DOCS
     embedder = optional_embedder(ws.settings)
@@ -401,26 +481,39 @@ def hybrid_rows(ws: Workspace, corpus: TantivyEngine, searcher: Searcher, size: 
     hybrid: dict[str, Any] = {"profile": "hybrid_with_feedback", "alpha": 0.5}
     searcher.search("start up the vectors", **hybrid)  # untimed: loads the matrix
     samples, clock = measure(searched(searcher, "new", **hybrid), queries)
-    found["hybrid new"] = table.row(size, "new", "in process, hybrid 0.5", samples,
-                                    clock, "p95 ≤ 1200" if goal else "")
+    found["hybrid new"] = table.row(
+        size, "new", "in process, hybrid 0.5", samples, clock, "p95 ≤ 1200" if goal else ""
+    )
     for q in queries:
         searcher.rank(q, **hybrid)
     samples, clock = measure(searched(searcher, "repeated", **hybrid), list(queries) * 3)
     found["hybrid repeated"] = table.row(
-        size, "repeated", "in process, hybrid 0.5, 20 % exploring", samples, clock,
-        "p95 ≤ 20" if goal else "")
+        size,
+        "repeated",
+        "in process, hybrid 0.5, 20 % exploring",
+        samples,
+        clock,
+        "p95 ≤ 20" if goal else "",
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=None,
-                        help="Corpus sizes (default: 10k, 100k, and 1M when the machine "
-                             f"has {BIG_MEMORY_GB} GB of memory available).")
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=None,
+        help="Corpus sizes (default: 10k, 100k, and 1M when the machine "
+        f"has {BIG_MEMORY_GB} GB of memory available).",
+    )
     parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--queries", type=int, default=200,
-                        help="New queries per row (each row draws its own).")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="Times the repeated rows repeat their queries.")
+    parser.add_argument(
+        "--queries", type=int, default=200, help="New queries per row (each row draws its own)."
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="Times the repeated rows repeat their queries."
+    )
     args = parser.parse_args()
     # Warnings only: configured first, so the logging.basicConfig(level=INFO) that
     # importing wordllama runs is a no-op; httpx logs one INFO line per request.
@@ -447,13 +540,18 @@ def main() -> None:
         print(f"No targets checked: they are stated at {TARGET_DOCS:,} documents.")
         return
     docs = f"{TARGET_DOCS // 1000}k docs"
-    checks = [("new", f"search p95, new query, {docs}, in process", 30.0),
-              ("repeated", f"search p95, repeated query, {docs}, in process", 20.0),
-              ("hybrid new", f"hybrid 0.5 p95, new query, {docs}, in process", 1200.0),
-              ("hybrid repeated", f"hybrid 0.5 p95, repeated query, {docs}, in process", 20.0),
-              ("http new", f"search p95, new query, {docs}, HTTP 1 client", 1200.0),
-              ("http repeated", f"search p95, repeated query, {docs}, HTTP "
-               f"{args.clients} clients", 350.0)]
+    checks = [
+        ("new", f"search p95, new query, {docs}, in process", 30.0),
+        ("repeated", f"search p95, repeated query, {docs}, in process", 20.0),
+        ("hybrid new", f"hybrid 0.5 p95, new query, {docs}, in process", 1200.0),
+        ("hybrid repeated", f"hybrid 0.5 p95, repeated query, {docs}, in process", 20.0),
+        ("http new", f"search p95, new query, {docs}, HTTP 1 client", 1200.0),
+        (
+            "http repeated",
+            f"search p95, repeated query, {docs}, HTTP {args.clients} clients",
+            350.0,
+        ),
+    ]
     for key, name, goal in checks:
         if key in at:
             target(name, at[key].p95, goal, "ms", higher_is_better=False)

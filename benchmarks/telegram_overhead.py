@@ -52,8 +52,10 @@ from fakes.telegram_bot_api import FakeTelegramServer
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "123456:BENCH-token"
 CHAT = 4242
-ANSWER = ("Run `git pull --rebase`, then `git push --force-with-lease`. Rollback: redeploy "
-          "the previous tag. Verify with a smoke test. ")
+ANSWER = (
+    "Run `git pull --rebase`, then `git push --force-with-lease`. Rollback: redeploy "
+    "the previous tag. Verify with a smoke test. "
+)
 TARGET_MS = 20.0
 WARM_UP = 20
 
@@ -79,8 +81,11 @@ def serve_fake(count: int, amelio: bool) -> None:
         for n in range(count + WARM_UP):
             started = time.perf_counter()
             server.user_message(CHAT, MESSAGES[n % len(MESSAGES)])
-            server.wait_for(lambda want=done + n + 1: answered() >= want, timeout=30,
-                            what=f"the answer to message {n}")
+            server.wait_for(
+                lambda want=done + n + 1: answered() >= want,
+                timeout=30,
+                what=f"the answer to message {n}",
+            )
             if n >= WARM_UP:
                 samples.append((time.perf_counter() - started) * 1000)
         print(json.dumps(samples), flush=True)
@@ -91,8 +96,11 @@ def fake_process(count: int, amelio: bool) -> Iterator[tuple[str, Callable[[str]
     """The child running :func:`serve_fake`: its URL, and a function that starts the
     timed run and returns its samples."""
     child = subprocess.Popen(
-        [sys.executable, __file__, "--serve-fake", str(count), "--amelio" if amelio else
-         "--echo"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        [sys.executable, __file__, "--serve-fake", str(count), "--amelio" if amelio else "--echo"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     stdin, stdout = child.stdin, child.stdout
     assert stdin is not None
     assert stdout is not None
@@ -124,8 +132,13 @@ class EchoBot:
             assert update.effective_message is not None
             await update.effective_message.reply_text(update.effective_message.text or "")
 
-        self.app = (ApplicationBuilder().token(TOKEN).base_url(f"{url}/bot")
-                    .concurrent_updates(True).build())
+        self.app = (
+            ApplicationBuilder()
+            .token(TOKEN)
+            .base_url(f"{url}/bot")
+            .concurrent_updates(True)
+            .build()
+        )
         self.app.add_handler(MessageHandler(filters.TEXT, echo))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -172,8 +185,10 @@ def main() -> int:
         rows.append(("python-telegram-bot echo bot (floor)", samples, clock))
 
     provider = ScriptedProvider(default=ANSWER)
-    with tempfile.TemporaryDirectory() as tmp, fake_process(args.messages, amelio=True) as (
-            url, run):
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        fake_process(args.messages, amelio=True) as (url, run),
+    ):
         os.environ.pop("AMELIO_DATABASE_URL", None)
         os.environ["AMELIO_TELEGRAM_TOKEN"] = TOKEN
         os.environ["AMELIO_TELEGRAM_API_URL"] = url
@@ -194,19 +209,30 @@ def main() -> int:
         finally:
             ws.dispose()
 
-    print(f"latency per message, {args.messages} messages one at a time (after {WARM_UP} "
-          "warm-up); fake Bot API in its own process on loopback; instant LLM; SQLite; "
-          "13 example skills. CPU: this process's (the bot's), not the fake's")
-    print(f"{'':40} {'mean ms':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'wall s':>7} "
-          f"{'CPU s':>6}")
+    print(
+        f"latency per message, {args.messages} messages one at a time (after {WARM_UP} "
+        "warm-up); fake Bot API in its own process on loopback; instant LLM; SQLite; "
+        "13 example skills. CPU: this process's (the bot's), not the fake's"
+    )
+    print(
+        f"{'':40} {'mean ms':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'wall s':>7} "
+        f"{'CPU s':>6}"
+    )
     print("-" * 92)
     for name, samples, clock in rows:
         wall, cpu = (f"{clock.wall:7.2f}", f"{clock.cpu:6.2f}") if clock else ("", "")
-        print(f"{name:40} {statistics.fmean(samples):8.2f} {percentile(samples, 50):8.2f} "
-              f"{percentile(samples, 95):8.2f} {percentile(samples, 99):8.2f} {wall:>7} "
-              f"{cpu:>6}")
-    target("Telegram bot latency per message, p95", percentile(rows[1][1], 95), TARGET_MS,
-           "ms", higher_is_better=False)
+        print(
+            f"{name:40} {statistics.fmean(samples):8.2f} {percentile(samples, 50):8.2f} "
+            f"{percentile(samples, 95):8.2f} {percentile(samples, 99):8.2f} {wall:>7} "
+            f"{cpu:>6}"
+        )
+    target(
+        "Telegram bot latency per message, p95",
+        percentile(rows[1][1], 95),
+        TARGET_MS,
+        "ms",
+        higher_is_better=False,
+    )
     return 0
 
 

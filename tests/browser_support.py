@@ -16,9 +16,15 @@ from amelio.workspace.folder import Workspace, init_workspace, open_workspace
 
 #: Headless Chromium quiet: no sandbox (containers), no GPU, and nothing of its own on
 #: the network (the tests' loopback guard would refuse it anyway).
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 @contextmanager

@@ -36,7 +36,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             f"NOTE: {_pg_skipped} PostgreSQL test(s) were SKIPPED because "
             "AMELIO_TEST_POSTGRES_URL is not set; CI runs them.",
-            yellow=True, bold=True,
+            yellow=True,
+            bold=True,
         )
 
 
@@ -233,8 +234,9 @@ def _migrated_template() -> Iterator[str | None]:
 
 
 @pytest.fixture(params=_KINDS)
-def migrated_database_url(request: pytest.FixtureRequest, tmp_path: Path,
-                          _migrated_template: str | None) -> Iterator[str]:
+def migrated_database_url(
+    request: pytest.FixtureRequest, tmp_path: Path, _migrated_template: str | None
+) -> Iterator[str]:
     """A new database of each kind for a workspace (which migrates it): a SQLite
     file, or a PostgreSQL copy of the migrated template."""
     with _new_database(request.param, tmp_path, _migrated_template) as url:
@@ -242,8 +244,9 @@ def migrated_database_url(request: pytest.FixtureRequest, tmp_path: Path,
 
 
 @pytest.fixture
-def workspace(tmp_path: Path, migrated_database_url: str, monkeypatch: pytest.MonkeyPatch
-              ) -> Iterator[Workspace]:
+def workspace(
+    tmp_path: Path, migrated_database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Workspace]:
     """A migrated workspace on each database kind."""
     monkeypatch.setenv("AMELIO_DATABASE_URL", migrated_database_url)
     ws, _ = init_workspace(tmp_path / "ws")

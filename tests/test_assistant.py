@@ -38,8 +38,9 @@ def server() -> Iterator[FakeLLMServer]:
 
 
 @pytest.fixture
-def ws(workspace: Workspace, examples: Path, server: FakeLLMServer,
-       monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
+def ws(
+    workspace: Workspace, examples: Path, server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Workspace]:
     server.reset()
     skills.import_skills(workspace.engine, examples)
     monkeypatch.setenv("AMELIO_LLM_PROVIDER", "openai")
@@ -50,8 +51,7 @@ def ws(workspace: Workspace, examples: Path, server: FakeLLMServer,
     opened.dispose()
 
 
-def test_respond_routes_prompts_evaluates_and_records(ws: Workspace,
-                                                      server: FakeLLMServer) -> None:
+def test_respond_routes_prompts_evaluates_and_records(ws: Workspace, server: FakeLLMServer) -> None:
     learnings.add_learning(ws, "Prefer --force-with-lease", skill="git-help")
     server.reply(FORCE)
     reply = respond(ws, "git push rejected, help", user="alice")
@@ -113,17 +113,18 @@ def test_stream_yields_tokens_then_reply(ws: Workspace, server: FakeLLMServer) -
     assert final.footnotes
 
 
-def test_feedback_becomes_learnings_in_the_next_prompt(ws: Workspace,
-                                                       server: FakeLLMServer) -> None:
+def test_feedback_becomes_learnings_in_the_next_prompt(
+    ws: Workspace, server: FakeLLMServer
+) -> None:
     server.reply(FORCE)
     first = respond(ws, "git push rejected after rebase")
     result = give_answer_feedback(ws, first.interaction_id, "down")
     assert result.learning is not None
-    assert result.learning.rule == \
-        "Negative feedback on: git-help: git push rejected after rebase"
+    assert result.learning.rule == "Negative feedback on: git-help: git push rejected after rebase"
     assert result.learning.source == "negative" and result.learning.skill == "git-help"
-    fix = give_answer_feedback(ws, first.interaction_id, "fixit",
-                        comment="Never suggest a plain force push")
+    fix = give_answer_feedback(
+        ws, first.interaction_id, "fixit", comment="Never suggest a plain force push"
+    )
     assert fix.learning is not None and fix.learning.rule == "Never suggest a plain force push"
     assert fix.learning.source == "fixit"
 
@@ -134,8 +135,7 @@ def test_feedback_becomes_learnings_in_the_next_prompt(ws: Workspace,
     assert "Negative feedback on: git-help" in system
 
 
-def test_votes_count_once_per_user_last_one_stands(ws: Workspace,
-                                                   server: FakeLLMServer) -> None:
+def test_votes_count_once_per_user_last_one_stands(ws: Workspace, server: FakeLLMServer) -> None:
     server.reply(FORCE)
     reply = respond(ws, "git push rejected")
     give_answer_feedback(ws, reply.interaction_id, "down", user="bob")
@@ -183,12 +183,17 @@ def test_metrics_match_stored_data(ws: Workspace, server: FakeLLMServer) -> None
     assert git.rule_failures == {"gh-001": 2}
     assert metrics["deployment"].applied_count == 1
     with ws.engine.connect() as conn:
-        stored = conn.execute(sa.select(sa.func.count()).select_from(eval_results).where(
-            sa.not_(eval_results.c.passed))).scalar()
+        stored = conn.execute(
+            sa.select(sa.func.count())
+            .select_from(eval_results)
+            .where(sa.not_(eval_results.c.passed))
+        ).scalar()
     assert stored == sum(sum(m.rule_failures.values()) for m in metrics.values())
     assert git.to_dict()["ruleFailures"][0] == {
-        "ruleId": "gh-001", "name": "Never suggest --force (use --force-with-lease)",
-        "count": 2}
+        "ruleId": "gh-001",
+        "name": "Never suggest --force (use --force-with-lease)",
+        "count": 2,
+    }
 
 
 # -- API ------------------------------------------------------------------------------
@@ -201,8 +206,9 @@ def api(ws: Workspace) -> Iterator[tuple[TestClient, dict[str, str]]]:
         yield client, {"Authorization": f"Bearer {token}"}
 
 
-def test_chat_feedback_and_quality_routes(api: tuple[TestClient, dict[str, str]],
-                                          server: FakeLLMServer) -> None:
+def test_chat_feedback_and_quality_routes(
+    api: tuple[TestClient, dict[str, str]], server: FakeLLMServer
+) -> None:
     client, h = api
     server.reply(FORCE)
     r = client.post("/v1/chat", headers=h, json={"message": "git push rejected", "user": "u"})
@@ -211,13 +217,20 @@ def test_chat_feedback_and_quality_routes(api: tuple[TestClient, dict[str, str]]
     assert set(body) >= {"interactionId", "text", "footnotes", "skills", "evals"}
     assert body["evals"]["success"] is False and body["footnotes"]
     iid = body["interactionId"]
-    r = client.post(f"/v1/interactions/{iid}/feedback", headers=h,
-                    json={"kind": "fixit", "comment": "Use --force-with-lease"})
+    r = client.post(
+        f"/v1/interactions/{iid}/feedback",
+        headers=h,
+        json={"kind": "fixit", "comment": "Use --force-with-lease"},
+    )
     assert r.status_code == 200 and r.json()["learning"]["rule"] == "Use --force-with-lease"
-    assert client.post(f"/v1/interactions/{iid}/feedback", headers=h,
-                       json={"kind": "meh"}).status_code == 422
-    assert client.post("/v1/interactions/999/feedback", headers=h,
-                       json={"kind": "up"}).status_code == 404
+    assert (
+        client.post(f"/v1/interactions/{iid}/feedback", headers=h, json={"kind": "meh"}).status_code
+        == 422
+    )
+    assert (
+        client.post("/v1/interactions/999/feedback", headers=h, json={"kind": "up"}).status_code
+        == 404
+    )
     assert client.get(f"/v1/interactions/{iid}", headers=h).json()["answer"] == FORCE
     quality = client.get("/v1/quality?project=default", headers=h).json()
     assert quality["skills"][0]["skill"] == "git-help"
@@ -233,8 +246,9 @@ def parse_sse(text: str) -> list[tuple[str, dict[str, object]]]:
     return events
 
 
-def test_chat_stream_orders_tokens_then_done(api: tuple[TestClient, dict[str, str]],
-                                             server: FakeLLMServer) -> None:
+def test_chat_stream_orders_tokens_then_done(
+    api: tuple[TestClient, dict[str, str]], server: FakeLLMServer
+) -> None:
     client, h = api
     server.reply(FORCE)
     r = client.post("/v1/chat/stream", headers=h, json={"message": "git push rejected"})
@@ -247,8 +261,7 @@ def test_chat_stream_orders_tokens_then_done(api: tuple[TestClient, dict[str, st
     assert done["footnotes"] and done["interactionId"]
 
     server.fail(500, times=5)
-    events = parse_sse(client.post("/v1/chat/stream", headers=h,
-                                   json={"message": "hi"}).text)
+    events = parse_sse(client.post("/v1/chat/stream", headers=h, json={"message": "hi"}).text)
     assert events[-1][0] == "error" and "500" in str(events[-1][1])
 
 
@@ -256,15 +269,17 @@ def test_chat_without_llm_is_503_with_instructions(workspace: Workspace) -> None
     _, token = keys.create_key(workspace.engine, name="bot", role="bot")
     with TestClient(create_app(workspace)) as client:
         for path in ("/v1/chat", "/v1/chat/stream"):
-            r = client.post(path, headers={"Authorization": f"Bearer {token}"},
-                            json={"message": "hello"})
+            r = client.post(
+                path, headers={"Authorization": f"Bearer {token}"}, json={"message": "hello"}
+            )
             assert r.status_code == 503
             assert r.json()["error"]["code"] == "llm_not_configured"
             assert "AMELIO_LLM_PROVIDER" in r.json()["error"]["message"]
 
 
 def test_sse_relays_each_token_before_the_next_is_produced(
-        ws: Workspace, server: FakeLLMServer) -> None:
+    ws: Workspace, server: FakeLLMServer
+) -> None:
     """Over a real socket, in lockstep: the fake model produces token n+1 only once
     the client holds n token events, so a relay that buffered the answer would
     stall it (the wait gives up once, after 10 s, and the count shows it)."""
@@ -272,11 +287,17 @@ def test_sse_relays_each_token_before_the_next_is_produced(
     words = [f"w{i}" for i in range(8)]
     server.reply(" ".join(words))
     arrivals: list[str] = []
-    with server.lockstep(lambda: len(arrivals)) as produced, \
-            ThreadedServer(create_app(ws)) as live, httpx.stream(
-                "POST", f"{live.url}/v1/chat/stream",
-                headers={"Authorization": f"Bearer {token}"},
-                json={"message": "git push rejected"}, timeout=30) as r:
+    with (
+        server.lockstep(lambda: len(arrivals)) as produced,
+        ThreadedServer(create_app(ws)) as live,
+        httpx.stream(
+            "POST",
+            f"{live.url}/v1/chat/stream",
+            headers={"Authorization": f"Bearer {token}"},
+            json={"message": "git push rejected"},
+            timeout=30,
+        ) as r,
+    ):
         for line in r.iter_lines():
             if line.startswith("event: token"):
                 arrivals.append(line)
@@ -294,8 +315,9 @@ def test_cli_chat_feedback_quality(ws: Workspace, server: FakeLLMServer) -> None
     assert result.exit_code == 0, result.output
     assert FORCE in result.stdout and "⚠️ Never suggest --force" in result.stdout
     assert "amelio feedback 1" in result.stderr
-    result = runner.invoke(main, ["-w", str(ws.root), "feedback", "1", "down", "-m",
-                                  "No force pushes"])
+    result = runner.invoke(
+        main, ["-w", str(ws.root), "feedback", "1", "down", "-m", "No force pushes"]
+    )
     assert result.exit_code == 0 and "Learning" in result.stdout
     result = runner.invoke(main, ["-w", str(ws.root), "quality"])
     assert "git-help" in result.stdout and "0%" in result.stdout
@@ -304,9 +326,9 @@ def test_cli_chat_feedback_quality(ws: Workspace, server: FakeLLMServer) -> None
     assert runner.invoke(main, ["-w", str(ws.root), "feedback", "1", "meh"]).exit_code == 2
 
 
-def test_distill_learnings_turns_a_comment_into_one_rule(ws: Workspace, server: FakeLLMServer,
-                                                         monkeypatch: pytest.MonkeyPatch
-                                                         ) -> None:
+def test_distill_learnings_turns_a_comment_into_one_rule(
+    ws: Workspace, server: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     server.reply(FORCE)
     reply = respond(ws, "git push rejected")
     monkeypatch.setenv("AMELIO_DISTILL_LEARNINGS", "true")
@@ -314,25 +336,27 @@ def test_distill_learnings_turns_a_comment_into_one_rule(ws: Workspace, server: 
     distilling = open_workspace(ws.root)
     try:
         server.reply('"Never recommend a plain force push; use --force-with-lease."')
-        result = give_answer_feedback(distilling, reply.interaction_id, "fixit",
-                               comment="dont tell ppl to force push!!")
+        result = give_answer_feedback(
+            distilling, reply.interaction_id, "fixit", comment="dont tell ppl to force push!!"
+        )
         assert result.learning is not None
-        assert result.learning.rule == \
-            "Never recommend a plain force push; use --force-with-lease."
+        assert result.learning.rule == "Never recommend a plain force push; use --force-with-lease."
         asked = server.requests[-1]
         assert "dont tell ppl to force push!!" in asked.prompt and FORCE in asked.prompt
         # The LLM failing never loses the correction: the comment is stored as is.
         server.fail(500, times=5)
-        result = give_answer_feedback(distilling, reply.interaction_id, "down",
-                               comment="Too terse, explain the risk")
+        result = give_answer_feedback(
+            distilling, reply.interaction_id, "down", comment="Too terse, explain the risk"
+        )
         assert result.learning is not None
         assert result.learning.rule == "Too terse, explain the risk"
     finally:
         distilling.dispose()
 
 
-def test_the_service_warms_up_as_it_starts(ws: Workspace, monkeypatch: pytest.MonkeyPatch,
-                                           caplog: pytest.LogCaptureFixture) -> None:
+def test_the_service_warms_up_as_it_starts(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """With ``warm_up`` on, starting the service loads the provider, routes each
     project and compiles the eval rules in the background, so the first answer
     finds them ready; the log says how long it took."""
@@ -352,14 +376,17 @@ def test_the_service_warms_up_as_it_starts(ws: Workspace, monkeypatch: pytest.Mo
         with_rules = [s for s in skills.list_skills(opened.engine, "default") if s.spec.evals]
         assert with_rules and all(
             json.dumps(list(s.spec.evals or ()), sort_keys=True, default=str)
-            in assistant._rules_cache for s in with_rules)
+            in assistant._rules_cache
+            for s in with_rules
+        )
         assert ("default", opened.settings.router_scorer) in router._routers[opened.engine]
     finally:
         opened.dispose()
 
 
 def test_two_workspaces_in_one_process_keep_their_own_rules(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Compiled rules are cached in the process: two databases that hold different
     skills under the same id and version must each be checked by their own."""
     from amelio.assistant.respond import log_exchange
@@ -372,14 +399,29 @@ def test_two_workspaces_in_one_process_keep_their_own_rules(
             folder = tmp_path / f"skills{n}" / "say"
             folder.mkdir(parents=True)
             (folder / "SKILL.md").write_text(
-                "---\nname: say\ndescription: say the word\ntriggers: [say]\n---\n\n"
-                "Say it.\n", encoding="utf-8")
-            (folder / "say.evals.json").write_text(json.dumps({"version": 1, "skill": "say",
-                "rules": [{"id": "s-1", "name": f"Says {phrase}", "type": "icontains",
-                           "value": phrase, "severity": "warning"}]}), encoding="utf-8")
+                "---\nname: say\ndescription: say the word\ntriggers: [say]\n---\n\nSay it.\n",
+                encoding="utf-8",
+            )
+            (folder / "say.evals.json").write_text(
+                json.dumps(
+                    {
+                        "version": 1,
+                        "skill": "say",
+                        "rules": [
+                            {
+                                "id": "s-1",
+                                "name": f"Says {phrase}",
+                                "type": "icontains",
+                                "value": phrase,
+                                "severity": "warning",
+                            }
+                        ],
+                    }
+                ),
+                encoding="utf-8",
+            )
             skills.import_skills(ws.engine, folder.parent)
-            reply = log_exchange(ws, "say the word", "alpha", project="default",
-                                 skills=["say"])
+            reply = log_exchange(ws, "say the word", "alpha", project="default", skills=["say"])
             reports.append(reply.evals.success)
         finally:
             ws.dispose()

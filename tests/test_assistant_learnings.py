@@ -32,13 +32,17 @@ def at(minutes: int) -> datetime:
 
 
 def test_add_list_delete(workspace: Workspace) -> None:
-    first, outcome = add_learning(workspace, "Avoid sudo in deployment scripts",
-                                  source="negative", at=at(0))
+    first, outcome = add_learning(
+        workspace, "Avoid sudo in deployment scripts", source="negative", at=at(0)
+    )
     assert outcome == "added" and first.source == "negative" and first.status == "active"
-    add_learning(workspace, "Always use t-call for translations in Odoo QWeb", source="fixit",
-                 at=at(5))
+    add_learning(
+        workspace, "Always use t-call for translations in Odoo QWeb", source="fixit", at=at(5)
+    )
     assert [i.rule for i in list_learnings(workspace)] == [
-        "Always use t-call for translations in Odoo QWeb", "Avoid sudo in deployment scripts"]
+        "Always use t-call for translations in Odoo QWeb",
+        "Avoid sudo in deployment scripts",
+    ]
     gone = delete_learning(workspace, first.id)
     assert gone.status == "retired" and gone.retired_reason == "deleted"
     assert [i.id for i in list_learnings(workspace)] != [first.id]
@@ -47,10 +51,13 @@ def test_add_list_delete(workspace: Workspace) -> None:
         delete_learning(workspace, 999)
 
 
-@pytest.mark.parametrize(("rule", "source", "field"), [
-    ("   ", "manual", "rule"), ("x" * 2001, "manual", "rule"), ("ok", "gossip", "source")])
-def test_bad_learnings_are_refused(workspace: Workspace, rule: str, source: str,
-                                   field: str) -> None:
+@pytest.mark.parametrize(
+    ("rule", "source", "field"),
+    [("   ", "manual", "rule"), ("x" * 2001, "manual", "rule"), ("ok", "gossip", "source")],
+)
+def test_bad_learnings_are_refused(
+    workspace: Workspace, rule: str, source: str, field: str
+) -> None:
     with pytest.raises(InvalidInput) as info:
         add_learning(workspace, rule, source=source)
     assert info.value.details["field"] == field
@@ -58,13 +65,14 @@ def test_bad_learnings_are_refused(workspace: Workspace, rule: str, source: str,
 
 
 def test_same_rule_is_stored_once_and_near_duplicates_merge(workspace: Workspace) -> None:
-    one, _ = add_learning(workspace, "Always use t-call for translations in Odoo QWeb",
-                          at=at(0))
-    same, outcome = add_learning(workspace, "  always USE t-call for translations in odoo "
-                                 "QWeb!", at=at(1))
+    one, _ = add_learning(workspace, "Always use t-call for translations in Odoo QWeb", at=at(0))
+    same, outcome = add_learning(
+        workspace, "  always USE t-call for translations in odoo QWeb!", at=at(1)
+    )
     assert (same.id, outcome, same.occurrences) == (one.id, "merged", 2)
     near, outcome = add_learning(
-        workspace, "Always use t-call for the translations in Odoo QWeb templates", at=at(2))
+        workspace, "Always use t-call for the translations in Odoo QWeb templates", at=at(2)
+    )
     assert (near.id, outcome) == (one.id, "merged")
     other, outcome = add_learning(workspace, "Never use sudo in deployment scripts", at=at(3))
     assert outcome == "added" and other.id != one.id
@@ -84,14 +92,21 @@ def test_projects_are_separate(workspace: Workspace) -> None:
 
 
 def test_file_mirrors_database_in_seed_format(workspace: Workspace) -> None:
-    add_learning(workspace, "Always use t-call for translations in Odoo QWeb", source="fixit",
-                 at=at(0))
-    add_learning(workspace, "Avoid sudo in deployment scripts", source="negative",
-                 skill="deployment", at=at(48))
+    add_learning(
+        workspace, "Always use t-call for translations in Odoo QWeb", source="fixit", at=at(0)
+    )
+    add_learning(
+        workspace,
+        "Avoid sudo in deployment scripts",
+        source="negative",
+        skill="deployment",
+        at=at(48),
+    )
     text = learnings_path(workspace, "default").read_text()
     assert text.startswith("# Learnings\n")
-    assert "- [2026-04-03T14:22:00Z] [fixit] Always use t-call for translations in Odoo QWeb" \
-        in text
+    assert (
+        "- [2026-04-03T14:22:00Z] [fixit] Always use t-call for translations in Odoo QWeb" in text
+    )
     assert "## Skill: deployment\n\n- [2026-04-03T15:10:00Z] [negative] Avoid sudo" in text
     entries, errors = parse_learnings_md(text)
     assert errors == []
@@ -107,18 +122,23 @@ def test_hand_edits_are_read_back_and_bad_lines_kept(workspace: Workspace) -> No
     path = learnings_path(workspace, "default")
     text = path.read_text()
     text = text.replace(f"- [{'2026-04-03T14:23:00Z'}] [manual] Drop me\n", "")
-    text += ("- [2026-05-01T10:00:00Z] [fixit] Cite the ticket number\n"
-             "- [yesterday] [fixit] Bad time\n"
-             "- [2026-05-01T10:00:00Z] [gossip] Bad source\n"
-             "just some words\n"
-             "\n## Skill: git-help\n\n"
-             "- [2026-05-02T10:00:00Z] [manual] Prefer --force-with-lease\n")
+    text += (
+        "- [2026-05-01T10:00:00Z] [fixit] Cite the ticket number\n"
+        "- [yesterday] [fixit] Bad time\n"
+        "- [2026-05-01T10:00:00Z] [gossip] Bad source\n"
+        "just some words\n"
+        "\n## Skill: git-help\n\n"
+        "- [2026-05-02T10:00:00Z] [manual] Prefer --force-with-lease\n"
+    )
     path.write_text(text)
 
     report = sync_file(workspace)
     assert (report.added, report.retired) == (2, 1)
     assert [(e.line, e.message.split(" ")[0]) for e in report.errors] == [
-        (11, "bad"), (12, "unknown"), (13, "expected")]
+        (11, "bad"),
+        (12, "unknown"),
+        (13, "expected"),
+    ]
     by_rule = {i.rule: i for i in list_learnings(workspace, include_retired=True)}
     assert by_rule["Drop me"].status == "retired"
     assert by_rule["Drop me"].retired_reason == "removed from learnings.md"
@@ -147,7 +167,8 @@ def test_round_trip_file_to_fresh_database(workspace: Workspace, tmp_path: Path)
         learnings_path(fresh, "default").write_text(text)
         sync_file(fresh)
         assert [(i.rule, i.source, i.skill, i.created_at) for i in list_learnings(fresh)] == [
-            (i.rule, i.source, i.skill, i.created_at) for i in list_learnings(workspace)]
+            (i.rule, i.source, i.skill, i.created_at) for i in list_learnings(workspace)
+        ]
         assert learnings_path(fresh, "default").read_text() == text
     finally:
         fresh.dispose()
@@ -158,8 +179,11 @@ def test_prompt_block_budget_newest_first_whole_rules(workspace: Workspace) -> N
         add_learning(workspace, f"Rule number {n} " + "x" * 10, at=at(n))
     line = len("- Rule number 0 xxxxxxxxxx")  # 26 chars each
     block = prompt_block(workspace, budget=line * 2 + 1)
-    assert block.text.splitlines() == [HEADERS["en"], "- Rule number 4 xxxxxxxxxx",
-                                       "- Rule number 3 xxxxxxxxxx"]
+    assert block.text.splitlines() == [
+        HEADERS["en"],
+        "- Rule number 4 xxxxxxxxxx",
+        "- Rule number 3 xxxxxxxxxx",
+    ]
     # One character short of the second rule: never half a rule.
     assert len(prompt_block(workspace, budget=line * 2).text.splitlines()) == 2
     assert prompt_block(workspace, budget=line - 1).text == ""
@@ -191,27 +215,32 @@ def test_helpful_ordering_and_retirement(workspace: Workspace) -> None:
     assert "New unproven rule" not in learnings_path(workspace, "default").read_text()
 
 
-def test_french_header_and_custom_header(workspace: Workspace,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_french_header_and_custom_header(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     add_learning(workspace, "Toujours citer la source")
     monkeypatch.setenv("AMELIO_LEARNINGS_HEADER", "fr")
     ws = open_workspace(workspace.root)
     try:
         assert prompt_block(ws).text.startswith(
-            "LEARNINGS (corrections passées — suivre ces règles) :")
+            "LEARNINGS (corrections passées — suivre ces règles) :"
+        )
     finally:
         ws.dispose()
 
 
-def test_build_prompt_is_deterministic_and_complete(workspace: Workspace,
-                                                    examples: Path) -> None:
+def test_build_prompt_is_deterministic_and_complete(workspace: Workspace, examples: Path) -> None:
     skills.import_skills(workspace.engine, examples)
     add_learning(workspace, "Avoid sudo in deployment scripts", skill="deployment", at=at(0))
     add_learning(workspace, "Reply in the user's language", at=at(1))
     prompt = build_prompt(workspace, "deploy the api to production")
     text = prompt.text
-    assert text.index("SKILLS_HINT") < text.index("ACTIVE SKILL: deployment") < \
-        text.index("LEARNINGS") < text.index("USER MESSAGE:")
+    assert (
+        text.index("SKILLS_HINT")
+        < text.index("ACTIVE SKILL: deployment")
+        < text.index("LEARNINGS")
+        < text.index("USER MESSAGE:")
+    )
     body = skills.get_skill(workspace.engine, "deployment").spec.content.strip()
     assert body in text  # the model gets the rulebook of the skill that will be judged
     assert text.startswith(workspace.settings.system_prompt)
@@ -235,9 +264,12 @@ def test_a_hand_edit_reaches_the_very_next_prompt(workspace: Workspace) -> None:
     assert "greet the customer" in build_prompt(workspace, "hello").system
     path = learnings.learnings_path(workspace, "default")
     before = path.stat()
-    path.write_text(path.read_text(encoding="utf-8").replace(
-        "Always greet the customer first", "Always thank the customer later"),
-        encoding="utf-8")
+    path.write_text(
+        path.read_text(encoding="utf-8").replace(
+            "Always greet the customer first", "Always thank the customer later"
+        ),
+        encoding="utf-8",
+    )
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
     assert path.stat().st_size == before.st_size
     system = build_prompt(workspace, "hello").system

@@ -48,8 +48,14 @@ def test_logged_answer_is_routed_checked_and_stored(ws: Workspace) -> None:
 
 
 def test_named_skills_are_attributed_instead_of_routing(ws: Workspace) -> None:
-    reply = log_exchange(ws, "what is the weather", SAFE, project="default",
-                         skills=["git-help", "code-review"], provider="cursor")
+    reply = log_exchange(
+        ws,
+        "what is the weather",
+        SAFE,
+        project="default",
+        skills=["git-help", "code-review"],
+        provider="cursor",
+    )
     assert reply.applied_skill == "git-help"
     assert [h.name for h in reply.skills] == ["git-help", "code-review"]
     assert reply.evals.success and reply.completion.provider == "cursor"
@@ -72,6 +78,7 @@ def test_idempotency_key_returns_the_first_interaction(ws: Workspace) -> None:
         log_exchange(ws, QUESTION, SAFE, project="default", idempotency_key="k-1")
     # keys are per project, and NULL keys never collide
     from amelio.workspace.projects import create_project
+
     create_project(ws.engine, "other")
     log_exchange(ws, QUESTION, FORCE, project="other", idempotency_key="k-1")
     log_exchange(ws, QUESTION, FORCE, project="default")
@@ -83,9 +90,16 @@ def test_idempotency_key_returns_the_first_interaction(ws: Workspace) -> None:
 
 def test_concurrent_retries_store_one_row(ws: Workspace) -> None:
     with ThreadPoolExecutor(4) as pool:
-        ids = set(pool.map(lambda _: log_exchange(
-            ws, QUESTION, SAFE, project="default", idempotency_key="race").interaction_id,
-            range(8)))
+        ids = set(
+            pool.map(
+                lambda _: (
+                    log_exchange(
+                        ws, QUESTION, SAFE, project="default", idempotency_key="race"
+                    ).interaction_id
+                ),
+                range(8),
+            )
+        )
     assert len(ids) == 1 and _count(ws) == 1
 
 
@@ -106,28 +120,31 @@ def test_api_logs_idempotently(ws: Workspace) -> None:
     auth = {"Authorization": f"Bearer {token}"}
     body = {"message": QUESTION, "answer": FORCE, "model": "gpt-x", "skills": ["git-help"]}
     with TestClient(create_app(ws)) as http:
-        first = http.post("/v1/interactions", json=body,
-                          headers={**auth, "Idempotency-Key": "abc"})
+        first = http.post("/v1/interactions", json=body, headers={**auth, "Idempotency-Key": "abc"})
         assert first.status_code == 200, first.text
         data = first.json()
         assert data["appliedSkill"] == "git-help" and data["evals"]["success"] is False
         assert data["provider"] == "external" and data["model"] == "gpt-x"
-        again = http.post("/v1/interactions", json=body,
-                          headers={**auth, "Idempotency-Key": "abc"})
+        again = http.post("/v1/interactions", json=body, headers={**auth, "Idempotency-Key": "abc"})
         assert again.json()["interactionId"] == data["interactionId"]
-        clash = http.post("/v1/interactions", json={**body, "answer": SAFE},
-                          headers={**auth, "Idempotency-Key": "abc"})
+        clash = http.post(
+            "/v1/interactions",
+            json={**body, "answer": SAFE},
+            headers={**auth, "Idempotency-Key": "abc"},
+        )
         assert clash.status_code == 409 and clash.json()["error"]["code"] == "conflict"
-        feedback = http.post(f"/v1/interactions/{data['interactionId']}/feedback",
-                             json={"kind": "up"}, headers=auth)
+        feedback = http.post(
+            f"/v1/interactions/{data['interactionId']}/feedback", json={"kind": "up"}, headers=auth
+        )
         assert feedback.status_code == 200
         bad = http.post("/v1/interactions", json={**body, "skills": ["nope"]}, headers=auth)
         assert bad.status_code == 404
         empty = http.post("/v1/interactions", json={**body, "answer": ""}, headers=auth)
         assert empty.status_code == 422
         scoped = keys.create_key(ws.engine, name="a", role="bot", projects=["team-a"])[1]
-        denied = http.post("/v1/interactions", json=body,
-                           headers={"Authorization": f"Bearer {scoped}"})
+        denied = http.post(
+            "/v1/interactions", json=body, headers={"Authorization": f"Bearer {scoped}"}
+        )
         assert denied.status_code == 403
     assert _count(ws) == 1
 
@@ -143,8 +160,7 @@ def test_cli_log(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     again = runner.invoke(main, [*args, "--json"])
     assert again.exit_code == 0, again.output
     assert json.loads(again.output)["model"] == "claude-code"
-    piped = runner.invoke(main, ["log", QUESTION, "-", "--skill", "git-help", "--json"],
-                          input=SAFE)
+    piped = runner.invoke(main, ["log", QUESTION, "-", "--skill", "git-help", "--json"], input=SAFE)
     assert piped.exit_code == 0 and json.loads(piped.output)["evals"]["success"] is True
     missing = runner.invoke(main, ["log", QUESTION, SAFE, "--skill", "nope"])
     assert missing.exit_code == 1 and "Error:" in missing.output

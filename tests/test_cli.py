@@ -32,7 +32,7 @@ def test_init_creates_a_migrated_workspace_and_keeps_an_existing_one(tmp_path: P
     assert "Created workspace" in result.output
     assert (path / "amelio.toml").is_file()
     assert (path / "skills").is_dir()
-    (path / "amelio.toml").write_text('port = 9100\n')
+    (path / "amelio.toml").write_text("port = 9100\n")
     again = run("init", str(path))
     assert "Updated existing" in again.output
     assert (path / "amelio.toml").read_text() == "port = 9100\n"
@@ -62,8 +62,9 @@ def test_skills_list_show_export(ws: Path, tmp_path: Path) -> None:
     assert json.loads(reimport.output)["updated"] == []
 
 
-def test_workspace_found_from_cwd_and_env(ws: Path, monkeypatch: pytest.MonkeyPatch,
-                                          tmp_path: Path) -> None:
+def test_workspace_found_from_cwd_and_env(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.chdir(ws / "skills")
     assert "code-review" in run("skills", "list").output
     monkeypatch.chdir(tmp_path)
@@ -72,8 +73,7 @@ def test_workspace_found_from_cwd_and_env(ws: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_project_fork_import_and_show(ws: Path, examples: Path, tmp_path: Path) -> None:
-    result = run("-w", str(ws), "skills", "import", str(examples / "git-help"),
-                 "--project", "acme")
+    result = run("-w", str(ws), "skills", "import", str(examples / "git-help"), "--project", "acme")
     assert result.exit_code == 0
     assert "project acme" in result.output
     data = json.loads(run("-w", str(ws), "skills", "list", "--project", "acme", "--json").output)
@@ -134,8 +134,9 @@ def test_every_command_has_help() -> None:
 
 
 def test_keys_create_prints_once_and_stores_hash(ws: Path) -> None:
-    result = CliRunner().invoke(main, ["-w", str(ws), "keys", "create", "--role", "bot",
-                                       "--name", "telegram"])
+    result = CliRunner().invoke(
+        main, ["-w", str(ws), "keys", "create", "--role", "bot", "--name", "telegram"]
+    )
     assert result.exit_code == 0
     token = result.stdout.strip()
     assert token.startswith("amk_")
@@ -143,8 +144,9 @@ def test_keys_create_prints_once_and_stores_hash(ws: Path) -> None:
     try:
         assert keys.authenticate(workspace.engine, token) is not None
         db_dump = "\n".join(
-            str(row) for row in workspace.engine.connect().exec_driver_sql(
-                "SELECT * FROM api_keys").all())
+            str(row)
+            for row in workspace.engine.connect().exec_driver_sql("SELECT * FROM api_keys").all()
+        )
         assert token not in db_dump
     finally:
         workspace.dispose()
@@ -174,8 +176,7 @@ def test_demo_prepares_a_workspace_and_reuses_its_key(tmp_path: Path) -> None:
     assert "code-review" in run("-w", str(tmp_path / "d"), "skills", "list").output
 
 
-def test_mistyped_workspace_is_not_created(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                           ) -> None:
+def test_mistyped_workspace_is_not_created(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     result = CliRunner().invoke(main, ["-w", str(tmp_path / "typo"), "skills", "list"])
     assert result.exit_code == 1 and "is not an Amelio workspace" in result.output
     assert not (tmp_path / "typo").exists()
@@ -185,12 +186,16 @@ def test_mistyped_workspace_is_not_created(tmp_path: Path, monkeypatch: pytest.M
     assert not (tmp_path / "typo").exists()
 
 
-@pytest.mark.parametrize(("env", "needle"), [
-    ("garbage", "is not a database URL"),
-    ("mysql://u@h/db", "SQLite or PostgreSQL"),
-])
-def test_bad_database_url_is_a_clear_error(ws: Path, monkeypatch: pytest.MonkeyPatch,
-                                           env: str, needle: str) -> None:
+@pytest.mark.parametrize(
+    ("env", "needle"),
+    [
+        ("garbage", "is not a database URL"),
+        ("mysql://u@h/db", "SQLite or PostgreSQL"),
+    ],
+)
+def test_bad_database_url_is_a_clear_error(
+    ws: Path, monkeypatch: pytest.MonkeyPatch, env: str, needle: str
+) -> None:
     monkeypatch.setenv("AMELIO_DATABASE_URL", env)
     result = CliRunner().invoke(main, ["-w", str(ws), "skills", "list"])
     assert result.exit_code == 1 and needle in result.output
@@ -200,13 +205,13 @@ def test_bad_database_url_is_a_clear_error(ws: Path, monkeypatch: pytest.MonkeyP
 def test_unreadable_inputs_are_errors_not_tracebacks(ws: Path, tmp_path: Path) -> None:
     latin1 = tmp_path / "promptfoo.yaml"
     latin1.write_bytes("assert: caf\xe9".encode("latin-1"))
-    result = CliRunner().invoke(main, ["-w", str(ws), "evals", "import-promptfoo", str(latin1),
-                                       "--skill", "git-help"])
+    result = CliRunner().invoke(
+        main, ["-w", str(ws), "evals", "import-promptfoo", str(latin1), "--skill", "git-help"]
+    )
     assert result.exit_code == 1 and "not UTF-8" in result.output
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    result = CliRunner().invoke(main, ["-w", str(ws), "skills", "export",
-                                       str(blocker / "sub")])
+    result = CliRunner().invoke(main, ["-w", str(ws), "skills", "export", str(blocker / "sub")])
     assert result.exit_code == 1 and result.output.startswith("Error: cannot use")
 
 
@@ -216,5 +221,7 @@ def test_feedback_help_keeps_answer_feedback_and_feedback_events_apart() -> None
     answer = result.output.index("Answer feedback (")
     events = result.output.index("Feedback events (")
     assert answer < result.output.index("  give ") < events
-    assert all(result.output.index(f"  {name} ") > events
-               for name in ("ingest", "verify", "purge", "stats", "schema"))
+    assert all(
+        result.output.index(f"  {name} ") > events
+        for name in ("ingest", "verify", "purge", "stats", "schema")
+    )

@@ -31,32 +31,57 @@ from amelio.cli._common import COMMANDS
 from support.processes import IMPORT_PROBE, import_time
 
 #: Libraries that none of the start-up commands below may import.
-FORBIDDEN = ("sqlalchemy", "alembic", "pydantic_settings", "pydantic", "fastapi", "starlette",
-             "uvicorn", "jinja2", "numpy", "openai", "anthropic", "httpx", "jsonschema", "yaml",
-             "tantivy")
-RULES = [{"id": "verdict", "type": "string_contains", "value": "Verdict"},
-         {"id": "short", "type": "max_length", "value": 2000}]
+FORBIDDEN = (
+    "sqlalchemy",
+    "alembic",
+    "pydantic_settings",
+    "pydantic",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "jinja2",
+    "numpy",
+    "openai",
+    "anthropic",
+    "httpx",
+    "jsonschema",
+    "yaml",
+    "tantivy",
+)
+RULES = [
+    {"id": "verdict", "type": "string_contains", "value": "Verdict"},
+    {"id": "short", "type": "max_length", "value": 2000},
+]
 ANSWER = "## Verdict\n\nApprove.\n"
 
 
 def _env() -> dict[str, str]:
     """The test's environment, without a workspace, at a known terminal width."""
-    return {k: v for k, v in os.environ.items() if k not in ("AMELIO_WORKSPACE",
-                                                             "AMELIO_MAX_TEXT_CHARS")
-            } | {"COLUMNS": "82"}  # click wraps help at 80, as CliRunner does
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("AMELIO_WORKSPACE", "AMELIO_MAX_TEXT_CHARS")
+    } | {"COLUMNS": "82"}  # click wraps help at 80, as CliRunner does
 
 
 PROBE = IMPORT_PROBE
 
 
-def imported(args: list[str], cwd: Path, code: str = PROBE
-             ) -> tuple[float, set[str], subprocess.CompletedProcess[str]]:
+def imported(
+    args: list[str], cwd: Path, code: str = PROBE
+) -> tuple[float, set[str], subprocess.CompletedProcess[str]]:
     """Run ``amelio ARGS`` (or ``code``) under ``python -X importtime`` in a fresh process:
     the top-level cumulative import time in ms, the modules it imported, the process."""
     out = cwd / "modules.json"
-    done = subprocess.run([sys.executable, "-X", "importtime", "-c", code, *args], cwd=cwd,
-                          env=_env() | {"STARTUP_MODULES_OUT": str(out)},
-                          capture_output=True, text=True, check=False, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code, *args],
+        cwd=cwd,
+        env=_env() | {"STARTUP_MODULES_OUT": str(out)},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     modules: set[str] = set(json.loads(out.read_text())) if out.exists() else set()
     ms, logged = import_time(done.stderr)
     return ms, modules | set(logged), done
@@ -70,27 +95,35 @@ def _heavy(modules: set[str]) -> list[str]:
 def files(tmp_path: Path) -> Path:
     (tmp_path / "rules.json").write_text(json.dumps(RULES), encoding="utf-8")
     (tmp_path / "answer.md").write_text(ANSWER, encoding="utf-8")
-    (tmp_path / "batch.jsonl").write_text("".join(
-        json.dumps({"id": f"o{i}", "text": ANSWER, "rules": RULES}) + "\n" for i in range(3)),
-        encoding="utf-8")
+    (tmp_path / "batch.jsonl").write_text(
+        "".join(
+            json.dumps({"id": f"o{i}", "text": ANSWER, "rules": RULES}) + "\n" for i in range(3)
+        ),
+        encoding="utf-8",
+    )
     return tmp_path
 
 
-@pytest.mark.parametrize(("args", "expected"), [
-    (["--help"], "Commands:"),
-    (["route", "--help"], "Rank the skills that fit MESSAGE"),
-    (["eval", "--rules", "rules.json", "answer.md"], "2 rules: 2 passed"),
-    (["eval", "--batch", "batch.jsonl"], "3 of 3 outputs pass"),
-])
-def test_start_up_commands_import_nothing_heavy(files: Path, args: list[str],
-                                                expected: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--help"], "Commands:"),
+        (["route", "--help"], "Rank the skills that fit MESSAGE"),
+        (["eval", "--rules", "rules.json", "answer.md"], "2 rules: 2 passed"),
+        (["eval", "--batch", "batch.jsonl"], "3 of 3 outputs pass"),
+    ],
+)
+def test_start_up_commands_import_nothing_heavy(
+    files: Path, args: list[str], expected: str
+) -> None:
     ms, modules, done = imported(args, files)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     assert expected in done.stdout
     where = f"`amelio {' '.join(args)}` imported in {ms:.0f} ms ({len(modules)} modules)"
     assert not _heavy(modules), f"{where}, including {_heavy(modules)}"
-    commands = sorted(m for m in modules
-                      if m.startswith("amelio.cli.") and m != "amelio.cli._common")
+    commands = sorted(
+        m for m in modules if m.startswith("amelio.cli.") and m != "amelio.cli._common"
+    )
     if args == ["--help"]:
         assert not commands, f"{where}: --help imported command modules {commands}"
     else:
@@ -98,8 +131,10 @@ def test_start_up_commands_import_nothing_heavy(files: Path, args: list[str],
 
 
 def test_a_json_schema_rule_imports_jsonschema_when_it_is_used(tmp_path: Path) -> None:
-    (tmp_path / "rules.json").write_text(json.dumps([
-        {"id": "shape", "type": "json_schema", "schema": {"type": "object"}}]), encoding="utf-8")
+    (tmp_path / "rules.json").write_text(
+        json.dumps([{"id": "shape", "type": "json_schema", "schema": {"type": "object"}}]),
+        encoding="utf-8",
+    )
     (tmp_path / "answer.json").write_text('{"ok": true}', encoding="utf-8")
     _ms, modules, done = imported(["eval", "--rules", "rules.json", "answer.json"], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
@@ -108,7 +143,8 @@ def test_a_json_schema_rule_imports_jsonschema_when_it_is_used(tmp_path: Path) -
 
 
 def test_route_on_a_workspace_opens_no_database_layer_once_it_has_a_snapshot(
-        tmp_path: Path, examples: Path) -> None:
+    tmp_path: Path, examples: Path
+) -> None:
     """The first `amelio route` goes through the database and saves a snapshot; the
     next one routes from it with the standard library's sqlite3 and numpy (for the
     message's embedding), and prints the same."""
@@ -131,11 +167,13 @@ def test_route_on_a_workspace_opens_no_database_layer_once_it_has_a_snapshot(
 
 def test_library_entry_points_stay_cheap(tmp_path: Path) -> None:
     """``import amelio`` and the modules the commands above need load no database."""
-    code = ("import amelio, amelio.skills, amelio.skills.model, amelio.knowledge, "
-            "amelio.assistant.learnings, amelio.workspace.projects, amelio.evals.engine, "
-            "amelio.cli.context\n"
-            "import json, os, sys\n"
-            "open(os.environ['STARTUP_MODULES_OUT'], 'w').write(json.dumps(list(sys.modules)))")
+    code = (
+        "import amelio, amelio.skills, amelio.skills.model, amelio.knowledge, "
+        "amelio.assistant.learnings, amelio.workspace.projects, amelio.evals.engine, "
+        "amelio.cli.context\n"
+        "import json, os, sys\n"
+        "open(os.environ['STARTUP_MODULES_OUT'], 'w').write(json.dumps(list(sys.modules)))"
+    )
     _ms, modules, done = imported([], tmp_path, code)
     assert done.returncode == 0, done.stderr[-2000:]
     assert not _heavy(modules), _heavy(modules)
@@ -164,7 +202,8 @@ def test_the_command_table_matches_the_commands() -> None:
         for limit in (20, 45, 60, 80, 1000):
             assert stand_in.get_short_help_str(limit) == command.get_short_help_str(limit), (
                 f"COMMANDS[{name!r}] in amelio/cli/_common.py: use "
-                f"{command.get_short_help_str(10_000)!r}")
+                f"{command.get_short_help_str(10_000)!r}"
+            )
 
 
 def test_every_command_is_in_the_table() -> None:
@@ -214,8 +253,14 @@ def test_builtin_plugins_implement_exactly_the_hooks_listed() -> None:
 
     pm = pluggy.PluginManager("amelio")
     pm.add_hookspecs(hookspecs)
-    default = {"wrapper": False, "hookwrapper": False, "optionalhook": False,
-               "tryfirst": False, "trylast": False, "specname": None}
+    default = {
+        "wrapper": False,
+        "hookwrapper": False,
+        "optionalhook": False,
+        "tryfirst": False,
+        "trylast": False,
+        "specname": None,
+    }
     for name, hooks in _BUILTIN_PLUGINS.items():
         module = importlib.import_module(name)
         found = {attr: pm.parse_hookimpl_opts(module, attr) for attr in dir(module)}

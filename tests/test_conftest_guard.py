@@ -87,14 +87,18 @@ def test_every_way_of_reaching_off_loopback_is_refused() -> None:
             udp.sendto(b"x", 0, (TEST_NET, 53))
         with pytest.raises(NonLoopbackAccess, match=f"{REFUSED} .*{TEST_NET}"):
             udp.sendmsg([b"x"], [], 0, (TEST_NET, 53))
-    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as sock6, \
-            pytest.raises(NonLoopbackAccess, match=f"{REFUSED} .*2001:db8::1"):
+    with (
+        socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as sock6,
+        pytest.raises(NonLoopbackAccess, match=f"{REFUSED} .*2001:db8::1"),
+    ):
         sock6.connect(("2001:db8::1", 80, 0, 0))  # IPv6 documentation prefix
     # Outside 127.0.0.0/8, even this host's "any" address, and mapped non-loopback IPv6.
     for host in ("0.0.0.0", "::ffff:192.0.2.1", "128.0.0.1"):
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        with socket.socket(family, socket.SOCK_STREAM) as sock, \
-                pytest.raises(NonLoopbackAccess, match=REFUSED):
+        with (
+            socket.socket(family, socket.SOCK_STREAM) as sock,
+            pytest.raises(NonLoopbackAccess, match=REFUSED),
+        ):
             sock.connect((host, 80))
 
 
@@ -139,8 +143,10 @@ def test_loopback_still_works(tcp_server: socket.socket) -> None:
     }
     assert socket.gethostbyname("localhost") == "127.0.0.1"
 
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as receiver, \
-            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+    with (
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as receiver,
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender,
+    ):
         receiver.bind(("127.0.0.1", 0))
         receiver.settimeout(10)
         sender.sendto(b"ping", receiver.getsockname())

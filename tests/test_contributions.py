@@ -45,16 +45,32 @@ TASKS = "/v1/contributions/tasks"
 SEND = "/v1/contributions"
 STATS = "/v1/contributions/stats"
 MODEL = "wordllama"
-TOPICS = ("reset a password", "download an invoice", "ask for a refund", "change the email",
-          "close the account", "update a card", "export the data", "invite a colleague",
-          "enable two-factor login", "rename a project", "delete a file", "restore a backup")
+TOPICS = (
+    "reset a password",
+    "download an invoice",
+    "ask for a refund",
+    "change the email",
+    "close the account",
+    "update a card",
+    "export the data",
+    "invite a colleague",
+    "enable two-factor login",
+    "rename a project",
+    "delete a file",
+    "restore a backup",
+)
 
 
 def corpus(n: int) -> list[Document]:
-    return [Document(f"doc-{i}", f"How to {TOPICS[i % len(TOPICS)]}",
-                     f"Step {i}: open Settings, then follow the guide to "
-                     f"{TOPICS[i % len(TOPICS)]}.", {}) for i in range(n)]
-
+    return [
+        Document(
+            f"doc-{i}",
+            f"How to {TOPICS[i % len(TOPICS)]}",
+            f"Step {i}: open Settings, then follow the guide to {TOPICS[i % len(TOPICS)]}.",
+            {},
+        )
+        for i in range(n)
+    ]
 
 
 class Counting:
@@ -109,8 +125,11 @@ class Site:
         """The store's vectors of the model, read from its file."""
         conn = sqlite3.connect(self.store.path)
         try:
-            rows = conn.execute("SELECT d.doc_id, v.vec FROM vectors v JOIN docs d "
-                                "ON d.rowid = v.rowid WHERE v.model = ?", (MODEL,)).fetchall()
+            rows = conn.execute(
+                "SELECT d.doc_id, v.vec FROM vectors v JOIN docs d "
+                "ON d.rowid = v.rowid WHERE v.model = ?",
+                (MODEL,),
+            ).fetchall()
         finally:
             conn.close()
         return {doc_id: np.frombuffer(vec, dtype=np.float32) for doc_id, vec in rows}
@@ -139,27 +158,49 @@ class Browser:
         found: list[dict[str, Any]] = self.lease(n)["tasks"]
         return found
 
-    def body(self, task: dict[str, Any], vectors: list[list[float]] | None = None,
-             compute_ms: float = 4.0) -> dict[str, Any]:
+    def body(
+        self,
+        task: dict[str, Any],
+        vectors: list[list[float]] | None = None,
+        compute_ms: float = 4.0,
+    ) -> dict[str, Any]:
         if vectors is None:
             vectors = self.site.embedder.inner.embed(task["input"]["texts"])
-        return {"contributionVersion": "v1", "taskId": task["taskId"],
-                "leaseId": task["leaseId"], "clientToken": self.token,
-                "taskType": task["taskType"], "inputDigest": task["inputDigest"],
-                "result": {"model": task["model"], "dimensions": task["dimensions"],
-                           "vectors": encode_vectors(vectors)},
-                "deviceTier": self.tier, "clientVersion": "amelio.js/1",
-                "timings": {"leasedMs": 1, "startedMs": 2, "finishedMs": 3,
-                            "computeMs": compute_ms},
-                "consent": {"compute": "granted", "purpose": "search_index"}}
+        return {
+            "contributionVersion": "v1",
+            "taskId": task["taskId"],
+            "leaseId": task["leaseId"],
+            "clientToken": self.token,
+            "taskType": task["taskType"],
+            "inputDigest": task["inputDigest"],
+            "result": {
+                "model": task["model"],
+                "dimensions": task["dimensions"],
+                "vectors": encode_vectors(vectors),
+            },
+            "deviceTier": self.tier,
+            "clientVersion": "amelio.js/1",
+            "timings": {"leasedMs": 1, "startedMs": 2, "finishedMs": 3, "computeMs": compute_ms},
+            "consent": {"compute": "granted", "purpose": "search_index"},
+        }
 
-    def send(self, task: dict[str, Any], vectors: list[list[float]] | None = None,
-             compute_ms: float = 4.0, body: dict[str, Any] | None = None) -> httpx.Response:
-        return self.site.http.post(SEND, json=body or self.body(task, vectors, compute_ms),
-                                   headers=self.headers)
+    def send(
+        self,
+        task: dict[str, Any],
+        vectors: list[list[float]] | None = None,
+        compute_ms: float = 4.0,
+        body: dict[str, Any] | None = None,
+    ) -> httpx.Response:
+        return self.site.http.post(
+            SEND, json=body or self.body(task, vectors, compute_ms), headers=self.headers
+        )
 
-    def verdict(self, task: dict[str, Any], vectors: list[list[float]] | None = None,
-                compute_ms: float = 4.0) -> dict[str, Any]:
+    def verdict(
+        self,
+        task: dict[str, Any],
+        vectors: list[list[float]] | None = None,
+        compute_ms: float = 4.0,
+    ) -> dict[str, Any]:
         r = self.send(task, vectors, compute_ms)
         assert r.status_code == 200, r.text
         found: dict[str, Any] = r.json()
@@ -175,10 +216,12 @@ def tampered(vectors: list[list[float]]) -> list[list[float]]:
 
 
 @contextmanager
-def open_site(ws: Workspace, wordllama: Embedder, docs: int = 6, **settings: Any
-              ) -> Iterator[Site]:
-    options = {"contributions": True, "contributions_batch": 3,
-               "contributions_spot_check": 0.0} | settings
+def open_site(ws: Workspace, wordllama: Embedder, docs: int = 6, **settings: Any) -> Iterator[Site]:
+    options = {
+        "contributions": True,
+        "contributions_batch": 3,
+        "contributions_spot_check": 0.0,
+    } | settings
     ws = Workspace(ws.settings.model_copy(update=options), ws.engine)
     store = workspace_corpus(ws.settings)
     store.apply(corpus(docs))  # no embedder: the documents wait for their vectors
@@ -214,12 +257,17 @@ def cosine(a: np.ndarray, b: Sequence[float]) -> float:
 # -- the happy path -------------------------------------------------------------------
 
 
-def test_two_clients_agree_and_the_store_gets_their_vectors(site: Site,
-                                                            wordllama: Embedder) -> None:
+def test_two_clients_agree_and_the_store_gets_their_vectors(
+    site: Site, wordllama: Embedder
+) -> None:
     alice, bob = site.browser("MID"), site.browser("HIGH")
     [task] = alice.tasks()
     assert (task["taskType"], task["purpose"], task["model"], task["dimensions"]) == (
-        "embed_documents", "search_index", MODEL, 256)
+        "embed_documents",
+        "search_index",
+        MODEL,
+        256,
+    )
     texts = task["input"]["texts"]
     assert texts == [f"{d.title}\n{d.body}" for d in corpus(3)]  # what the server embeds
     assert task["inputDigest"] == input_digest(texts)
@@ -252,8 +300,9 @@ def test_two_clients_agree_and_the_store_gets_their_vectors(site: Site,
     assert stats["cpuSecondsGiven"] == pytest.approx(0.008)
 
 
-def test_a_random_spot_check_confirms_an_agreement(sqlite_workspace: Workspace,
-                                                   wordllama: Embedder) -> None:
+def test_a_random_spot_check_confirms_an_agreement(
+    sqlite_workspace: Workspace, wordllama: Embedder
+) -> None:
     with open_site(sqlite_workspace, wordllama, contributions_spot_check=1.0) as site:
         alice, bob = site.browser(), site.browser()
         [task], [same] = alice.tasks(), bob.tasks()
@@ -270,8 +319,7 @@ def test_a_tampered_result_is_caught_and_its_client_loses_trust(site: Site) -> N
     honest, cheat = site.browser(), site.browser()
     [task], [same] = honest.tasks(), cheat.tasks()
     assert honest.verdict(task)["status"] == "pending"
-    caught = cheat.verdict(same, tampered(cheat.site.embedder.inner.embed(
-        same["input"]["texts"])))
+    caught = cheat.verdict(same, tampered(cheat.site.embedder.inner.embed(same["input"]["texts"])))
     assert caught["status"] == "rejected" and "spot-check" in caught["reason"]
     assert caught["trust"] < TRUST_FLOOR  # one proven lie is enough to stop it
     assert site.embedder.texts == 3  # the disagreement was checked by the server
@@ -318,8 +366,9 @@ def test_results_that_do_not_fit_the_task_are_refused(lite: Site) -> None:
     nan = honest.copy()
     nan[1, 7] = np.nan
     refused(result(nan), "result")
-    refused({"result": good["result"] | {"vectors": good["result"]["vectors"][:-1]}},
-            "result.vectors")  # padding cut: not base64
+    refused(
+        {"result": good["result"] | {"vectors": good["result"]["vectors"][:-1]}}, "result.vectors"
+    )  # padding cut: not base64
     refused({"result": good["result"] | {"vectors": [[1.0] * 256] * 3}}, "result.vectors")
     assert alice.verdict(task)["status"] == "pending"  # none of them counted
 
@@ -331,40 +380,61 @@ def test_the_schema_is_public_and_strict(lite: Site) -> None:
     assert schema["title"] == "MartyContributionV1"
     assert schema["$id"].endswith("MartyContributionV1.json")
     assert schema["additionalProperties"] is False
-    assert {"taskId", "leaseId", "clientToken", "inputDigest", "result", "deviceTier",
-            "timings", "consent"} <= set(schema["required"])
+    assert {
+        "taskId",
+        "leaseId",
+        "clientToken",
+        "inputDigest",
+        "result",
+        "deviceTier",
+        "timings",
+        "consent",
+    } <= set(schema["required"])
 
-    good = {"contributionVersion": "v1", "taskId": "01J0000000000000000000000A",
-            "leaseId": "01J0000000000000000000000B", "clientToken": "c1.x.y",
-            "taskType": "embed_documents", "inputDigest": "sha256:" + "a" * 64,
-            "result": {"model": MODEL, "dimensions": 2,
-                       "vectors": encode_vectors([[0.6, 0.8], [1, 0]])},
-            "deviceTier": "LOW+", "timings": {"computeMs": 1.5},
-            "consent": {"compute": "granted", "purpose": "search_index"}}
+    good = {
+        "contributionVersion": "v1",
+        "taskId": "01J0000000000000000000000A",
+        "leaseId": "01J0000000000000000000000B",
+        "clientToken": "c1.x.y",
+        "taskType": "embed_documents",
+        "inputDigest": "sha256:" + "a" * 64,
+        "result": {
+            "model": MODEL,
+            "dimensions": 2,
+            "vectors": encode_vectors([[0.6, 0.8], [1, 0]]),
+        },
+        "deviceTier": "LOW+",
+        "timings": {"computeMs": 1.5},
+        "consent": {"compute": "granted", "purpose": "search_index"},
+    }
     vectors = schema["$defs"]["Result"]["properties"]["vectors"]
     assert vectors["type"] == "string" and vectors["contentEncoding"] == "base64"
     adapter = contribution_adapter()
     sent = adapter.validate_python(good)["result"]["vectors"]
     assert sent == "mpkZP83MTD8AAIA/AAAAAA=="  # 0.6, 0.8, 1, 0 as little-endian float32
     assert decode_vectors(sent, 2).tolist() == [[np.float32(0.6), np.float32(0.8)], [1, 0]]
-    for bad in (good | {"surprise": True},
-                good | {"result": good["result"] | {"norm": 1}},
-                good | {"result": good["result"] | {"vectors": encode_vectors([0.6, 0.8, 1])}},
-                good | {"result": good["result"] | {"vectors": [[0.6, 0.8], [1, 0]]}},
-                good | {"result": good["result"] | {"vectors": "mpkZP83MTD8AAIA/AAAAAA"}},
-                good | {"result": good["result"] | {"vectors": "mpkZP83MTD8AAIA_AAAAAA=="}},
-                good | {"result": good["result"] | {"vectors": ""}},
-                good | {"result": good["result"] | {"dimensions": 3}},
-                good | {"deviceTier": "ULTRA"},
-                good | {"consent": {"compute": "denied", "purpose": "search_index"}}):
+    for bad in (
+        good | {"surprise": True},
+        good | {"result": good["result"] | {"norm": 1}},
+        good | {"result": good["result"] | {"vectors": encode_vectors([0.6, 0.8, 1])}},
+        good | {"result": good["result"] | {"vectors": [[0.6, 0.8], [1, 0]]}},
+        good | {"result": good["result"] | {"vectors": "mpkZP83MTD8AAIA/AAAAAA"}},
+        good | {"result": good["result"] | {"vectors": "mpkZP83MTD8AAIA_AAAAAA=="}},
+        good | {"result": good["result"] | {"vectors": ""}},
+        good | {"result": good["result"] | {"dimensions": 3}},
+        good | {"deviceTier": "ULTRA"},
+        good | {"consent": {"compute": "denied", "purpose": "search_index"}},
+    ):
         with pytest.raises(ValidationError):
             adapter.validate_python(bad)
     with pytest.raises(ValidationError, match="finite"):
-        adapter.validate_python(good | {"result": good["result"] | {
-            "vectors": encode_vectors([[float("nan"), 1]])}})
+        adapter.validate_python(
+            good | {"result": good["result"] | {"vectors": encode_vectors([[float("nan"), 1]])}}
+        )
     with pytest.raises(ValidationError, match="at most 256"):
-        adapter.validate_python(good | {"result": good["result"] | {
-            "vectors": encode_vectors(np.ones((257, 2)))}})
+        adapter.validate_python(
+            good | {"result": good["result"] | {"vectors": encode_vectors(np.ones((257, 2)))}}
+        )
 
 
 # -- leases ------------------------------------------------------------------------------
@@ -402,11 +472,16 @@ def test_a_forged_client_token_is_refused(lite: Site) -> None:
     version, client_id, mac = alice.token.split(".")
     other = "01J0000000000000000000000Q"
     altered = mac[:-1] + ("A" if mac[-1] != "A" else "B")
-    forged = (f"{version}.{other}.{mac}",  # someone else's id under alice's signature
-              f"{version}.{client_id}.{altered}")  # an altered signature
+    forged = (
+        f"{version}.{other}.{mac}",  # someone else's id under alice's signature
+        f"{version}.{client_id}.{altered}",
+    )  # an altered signature
     for token in (*forged, "c1.not-a-ulid.x", "nonsense"):
-        r = lite.http.get(TASKS, params={"tier": "MID", "purposes": "search_index",
-                                         "clientToken": token}, headers=alice.headers)
+        r = lite.http.get(
+            TASKS,
+            params={"tier": "MID", "purposes": "search_index", "clientToken": token},
+            headers=alice.headers,
+        )
         assert r.status_code == 422, token
         error = r.json()["error"]
         if token in forged:  # the signature gives it away
@@ -429,13 +504,16 @@ def test_keys_and_roles(lite: Site) -> None:
     as_query = lite.http.get(TASKS, params=params | {"key": lite.client_key})
     assert as_query.status_code == 200 and as_query.json()["tasks"]  # like sendBeacon
     _, bot = keys.create_key(lite.ws.engine, name="bot", role="bot")
-    assert lite.http.get(TASKS, params=params,
-                         headers={"Authorization": f"Bearer {bot}"}).status_code == 200
+    assert (
+        lite.http.get(TASKS, params=params, headers={"Authorization": f"Bearer {bot}"}).status_code
+        == 200
+    )
     client = {"Authorization": f"Bearer {lite.client_key}"}
     assert lite.http.get(STATS, headers=client).status_code == 403  # stats are the admin's
     assert lite.http.get(TASKS, params={"tier": "MID"}, headers=client).status_code == 422
-    assert lite.http.get(TASKS, params=params | {"tier": "ULTRA"},
-                         headers=client).status_code == 422
+    assert (
+        lite.http.get(TASKS, params=params | {"tier": "ULTRA"}, headers=client).status_code == 422
+    )
     assert lite.http.get(TASKS, params=params | {"max": 9}, headers=client).status_code == 422
 
 
@@ -463,8 +541,7 @@ def test_degraded_devices_and_spent_budgets_get_no_tasks(lite: Site) -> None:
     assert unconsented["tasks"] == [] and "consented" in unconsented["reason"]
 
 
-def test_contributions_off_gives_nothing(sqlite_workspace: Workspace,
-                                         wordllama: Embedder) -> None:
+def test_contributions_off_gives_nothing(sqlite_workspace: Workspace, wordllama: Embedder) -> None:
     with open_site(sqlite_workspace, wordllama, contributions=False) as site:
         body = site.browser().lease()
         assert body["tasks"] == [] and body["clientId"] is None
@@ -472,9 +549,15 @@ def test_contributions_off_gives_nothing(sqlite_workspace: Workspace,
         assert site.stats()["clients"]["total"] == 0  # no identity handed out while off
         late = Browser(site, "MID")  # a result for a lease given before it was turned off
         late.token = site.service.tokens.issue("01J0000000000000000000000C")
-        task = {"taskId": "01J0000000000000000000000D", "leaseId": "01J0000000000000000000000E",
-                "taskType": "embed_documents", "inputDigest": input_digest(["x"]),
-                "model": MODEL, "dimensions": 256, "input": {"texts": ["x"]}}
+        task = {
+            "taskId": "01J0000000000000000000000D",
+            "leaseId": "01J0000000000000000000000E",
+            "taskType": "embed_documents",
+            "inputDigest": input_digest(["x"]),
+            "model": MODEL,
+            "dimensions": 256,
+            "input": {"texts": ["x"]},
+        }
         r = late.send(task)
         assert r.status_code == 409 and "off" in r.json()["error"]["message"]
     with open_site(sqlite_workspace, wordllama, search_embedding_model="") as site:
@@ -516,8 +599,9 @@ def test_a_task_gone_stale_before_it_is_leased_is_cancelled(lite: Site) -> None:
     assert others and task["taskId"] not in {t["taskId"] for t in others}
     assert "Retitled\nNew body." in [text for t in others for text in t["input"]["texts"]]
     with lite.ws.engine.connect() as conn:
-        state = conn.scalar(sa.select(contribution_tasks.c.state)
-                            .where(contribution_tasks.c.id == task["taskId"]))
+        state = conn.scalar(
+            sa.select(contribution_tasks.c.state).where(contribution_tasks.c.id == task["taskId"])
+        )
     assert state == "cancelled"
 
 
@@ -534,16 +618,17 @@ def slowed(find: Callable[..., list[tuple[str, str]]]) -> Callable[..., list[tup
     return slow
 
 
-
-def test_concurrent_leases_never_task_a_document_twice(workspace: Workspace,
-                                                       wordllama: Embedder,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_concurrent_leases_never_task_a_document_twice(
+    workspace: Workspace, wordllama: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two services (as two processes would, each with its own store object) and many
     threads lease at once: no document is in two tasks, and no client holds a task twice.
     Finding the documents to task is slowed down, so that on PostgreSQL the threads all
     pick the same documents before any of them commits, and the claims must decide."""
-    ws = Workspace(workspace.settings.model_copy(update={
-        "contributions": True, "contributions_batch": 2}), workspace.engine)
+    ws = Workspace(
+        workspace.settings.model_copy(update={"contributions": True, "contributions_batch": 2}),
+        workspace.engine,
+    )
     workspace_corpus(ws.settings).apply(corpus(40))
     services = []
     for _ in range(2):
@@ -557,15 +642,18 @@ def test_concurrent_leases_never_task_a_document_twice(workspace: Workspace,
     def lease(service: Contributions, token: str | None) -> None:
         try:
             barrier.wait()
-            got = service.lease(tier="HIGH", purposes=["search_index"], max_tasks=3,
-                                client_token=token)
+            got = service.lease(
+                tier="HIGH", purposes=["search_index"], max_tasks=3, client_token=token
+            )
             leases.append((got["clientId"], [t["taskId"] for t in got["tasks"]]))
         except BaseException as exc:  # reported below, with the thread's traceback
             errors.append(exc)
 
     def run(tokens: Sequence[str | None]) -> None:
-        threads = [threading.Thread(target=lease, args=(services[i % 2], token))
-                   for i, token in enumerate(tokens)]
+        threads = [
+            threading.Thread(target=lease, args=(services[i % 2], token))
+            for i, token in enumerate(tokens)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -622,12 +710,10 @@ def test_the_dashboard_page_shows_what_browsers_gave(lite: Site) -> None:
     assert "Désaccords" in french and "Secondes de CPU données" in french
 
 
-def test_new_identities_are_rate_limited(sqlite_workspace: Workspace,
-                                         wordllama: Embedder) -> None:
+def test_new_identities_are_rate_limited(sqlite_workspace: Workspace, wordllama: Embedder) -> None:
     """A page's client key is public: without a limit, anyone could mint identities
     (rows, and fresh trust) by the thousand. Known clients are not charged."""
-    with open_site(sqlite_workspace, wordllama,
-                   contributions_new_clients_per_minute=2) as site:
+    with open_site(sqlite_workspace, wordllama, contributions_new_clients_per_minute=2) as site:
         first, second = site.browser(), site.browser()
         first.lease()
         second.lease()
@@ -638,8 +724,9 @@ def test_new_identities_are_rate_limited(sqlite_workspace: Workspace,
         assert refused.json()["error"]["details"]["scope"] == "client key"
         assert first.lease()["clientToken"]  # a known client leases as before
         _, other = keys.create_key(site.ws.engine, name="other page", role="client")
-        same_address = site.http.get(TASKS, params=params,
-                                     headers={"Authorization": f"Bearer {other}"})
+        same_address = site.http.get(
+            TASKS, params=params, headers={"Authorization": f"Bearer {other}"}
+        )
         assert same_address.status_code == 429
         assert same_address.json()["error"]["details"]["scope"] == "address"
         assert site.stats()["clients"]["total"] == 2
@@ -657,8 +744,9 @@ def broken_spot_checks(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(site.embedder, "embed", down)
 
 
-def failed_second_result(site: Site, monkeypatch: pytest.MonkeyPatch
-                         ) -> tuple[Browser, Browser, dict[str, Any], dict[str, Any]]:
+def failed_second_result(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Browser, Browser, dict[str, Any], dict[str, Any]]:
     """Two clients send a task's results; the second submit fails between recording its
     result and settling both (its spot-check's embedder raises)."""
     alice, bob = site.browser(), site.browser()
@@ -677,7 +765,8 @@ def failed_second_result(site: Site, monkeypatch: pytest.MonkeyPatch
 
 
 def test_a_result_sent_again_settles_a_submit_that_failed(
-        workspace: Workspace, wordllama: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    workspace: Workspace, wordllama: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Before, both results stayed pending forever: the task was never leased again, a
     retry answered duplicate, and its documents stayed claimed."""
     with open_site(workspace, wordllama, contributions_spot_check=1.0) as site:
@@ -695,8 +784,9 @@ def test_a_result_sent_again_settles_a_submit_that_failed(
         assert repeat["status"] == "duplicate" and "accepted" in repeat["reason"]
 
 
-def test_a_lease_settles_a_task_left_unsettled(workspace: Workspace, wordllama: Embedder,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_lease_settles_a_task_left_unsettled(
+    workspace: Workspace, wordllama: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No retry comes (the process died, or the client left): a later lease settles the
     task once its results have waited longer than any submit takes."""
     with open_site(workspace, wordllama, contributions_spot_check=1.0) as site:
@@ -711,12 +801,14 @@ def test_a_lease_settles_a_task_left_unsettled(workspace: Workspace, wordllama: 
         assert bob.send(same).json()["status"] == "duplicate"
 
 
-def test_a_lease_that_cannot_settle_still_answers(lite: Site,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_lease_that_cannot_settle_still_answers(
+    lite: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A stuck task whose settling fails again (the embedder still down) does not fail the
     lease that tried: the next poll tries again."""
     lite.service.settings = lite.service.settings.model_copy(
-        update={"contributions_spot_check": 1.0})
+        update={"contributions_spot_check": 1.0}
+    )
     failed_second_result(lite, monkeypatch)
     broken_spot_checks(lite, monkeypatch)
     lite.clock.now += 61
@@ -725,7 +817,8 @@ def test_a_lease_that_cannot_settle_still_answers(lite: Site,
 
 
 def test_a_document_changed_as_the_vectors_go_in_keeps_no_stale_vector(
-        site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The store compares the texts in its own write transaction: a document updated
     after the task's texts were checked is skipped, and tasked again with its new text."""
     changed = Document("doc-1", "How to reset a password", "Use the new portal instead.", {})
@@ -764,35 +857,45 @@ def test_a_result_is_decoded_once(lite: Site, monkeypatch: pytest.MonkeyPatch) -
     assert calls == [256]
 
 
-def test_polling_while_off_writes_nothing(sqlite_workspace: Workspace,
-                                          wordllama: Embedder) -> None:
+def test_polling_while_off_writes_nothing(sqlite_workspace: Workspace, wordllama: Embedder) -> None:
     with open_site(sqlite_workspace, wordllama) as site:
         alice = site.browser()
         alice.lease()
-        off = Contributions(Workspace(site.ws.settings.model_copy(
-            update={"contributions": False}), site.ws.engine), store=site.store,
-            clock=site.clock)
+        off = Contributions(
+            Workspace(site.ws.settings.model_copy(update={"contributions": False}), site.ws.engine),
+            store=site.store,
+            clock=site.clock,
+        )
         with site.ws.engine.connect() as conn:
-            seen = conn.execute(sa.text("SELECT tier, last_seen_ms FROM "
-                                        "contribution_clients")).all()
+            seen = conn.execute(
+                sa.text("SELECT tier, last_seen_ms FROM contribution_clients")
+            ).all()
         site.clock.now += 30
         body = off.lease(tier="HIGH", purposes=["search_index"], client_token=alice.token)
         assert body["tasks"] == [] and "contributions = true" in body["reason"]
         assert body["clientToken"] == alice.token and body["trust"] == 0.5
         with site.ws.engine.connect() as conn:
-            assert conn.execute(sa.text("SELECT tier, last_seen_ms FROM "
-                                        "contribution_clients")).all() == seen
+            assert (
+                conn.execute(sa.text("SELECT tier, last_seen_ms FROM contribution_clients")).all()
+                == seen
+            )
 
 
-def test_browsers_embed_exactly_when_tasks_are_handed_out(sqlite_workspace: Workspace
-                                                          ) -> None:
+def test_browsers_embed_exactly_when_tasks_are_handed_out(sqlite_workspace: Workspace) -> None:
     from amelio.search.engines.registry import browsers_embed
 
-    for options in ({"contributions": False}, {"contributions": True},
-                    {"contributions": True, "search_embedding_model": ""},
-                    {"contributions": True, "search_embedding_model": "all-MiniLM-L6-v2"}):
-        ws = Workspace(sqlite_workspace.settings.model_copy(
-            update={"search_embedding_model": MODEL} | options), sqlite_workspace.engine)
+    for options in (
+        {"contributions": False},
+        {"contributions": True},
+        {"contributions": True, "search_embedding_model": ""},
+        {"contributions": True, "search_embedding_model": "all-MiniLM-L6-v2"},
+    ):
+        ws = Workspace(
+            sqlite_workspace.settings.model_copy(
+                update={"search_embedding_model": MODEL} | options
+            ),
+            sqlite_workspace.engine,
+        )
         service = Contributions(ws)
         assert browsers_embed(ws.settings) == (service.unavailable() is None), options
 

@@ -74,7 +74,7 @@ def page_app(cfg: dict[str, Any]) -> Starlette:
 
 
 def corpus(start: int, count: int) -> list[dict[str, Any]]:
-    lines = CORPUS.read_text(encoding="utf-8").splitlines()[start:start + count]
+    lines = CORPUS.read_text(encoding="utf-8").splitlines()[start : start + count]
     return [json.loads(line) for line in lines]
 
 
@@ -93,7 +93,9 @@ def stored_vectors(site: dict[str, Any], doc_ids: list[str]) -> dict[str, np.nda
     with sqlite3.connect(path) as conn:
         rows = conn.execute(
             "SELECT d.doc_id, v.vec FROM vectors v JOIN docs d ON d.rowid = v.rowid "
-            f"WHERE v.model = 'wordllama' AND d.doc_id IN ({marks})", doc_ids).fetchall()
+            f"WHERE v.model = 'wordllama' AND d.doc_id IN ({marks})",
+            doc_ids,
+        ).fetchall()
     return {doc_id: np.frombuffer(vec, dtype=np.float32) for doc_id, vec in rows}
 
 
@@ -114,17 +116,28 @@ def site(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator[di
     root = tmp_path_factory.mktemp("client-compute")
     cfg: dict[str, Any] = {}
     with ThreadedServer(page_app(cfg)) as page_server:
-        ws = workspace_with(root / "ws", cors_origins=page_server.url, search_thompson=0.0,
-                            search_exploration=0.0, warm_up=False, contributions=True,
-                            contributions_batch=8)
+        ws = workspace_with(
+            root / "ws",
+            cors_origins=page_server.url,
+            search_thompson=0.0,
+            search_exploration=0.0,
+            warm_up=False,
+            contributions=True,
+            contributions_batch=8,
+        )
         # No document yet: each test that computes imports its own, so the leases the
         # other tests make find nothing to do.
         _, cfg["client"] = keys.create_key(ws.engine, name="web", role="client")
         _, admin = keys.create_key(ws.engine, name="admin", role="admin")
         with ThreadedServer(create_app(ws)) as amelio_server:
             cfg["amelio"] = amelio_server.url
-            yield {"page": page_server.url, "amelio": amelio_server.url, "ws": ws, "root": root,
-                   "admin": admin}
+            yield {
+                "page": page_server.url,
+                "amelio": amelio_server.url,
+                "ws": ws,
+                "root": root,
+                "admin": admin,
+            }
         ws.dispose()
 
 
@@ -142,11 +155,13 @@ class Browser:
         self.context = browser.new_context(locale="en-US")
         self.context.set_default_timeout(15_000)
         self.leases: list[str] = []
-        self.context.on("request", lambda r: self.leases.append(r.url)
-                        if TASKS_PATH in r.url else None)
+        self.context.on(
+            "request", lambda r: self.leases.append(r.url) if TASKS_PATH in r.url else None
+        )
 
-    def open(self, prefs: dict[str, Any] | None = None, *, panel: bool = False,
-             **compute: Any) -> Any:
+    def open(
+        self, prefs: dict[str, Any] | None = None, *, panel: bool = False, **compute: Any
+    ) -> Any:
         params: dict[str, str] = {"compute": json.dumps(compute)}
         if prefs is not None:
             params["prefs"] = json.dumps(prefs)
@@ -180,8 +195,9 @@ def status(page: Any) -> dict[str, Any]:
 
 
 def compute_keys(page: Any) -> list[str]:
-    return list(page.evaluate(
-        "Object.keys(localStorage).filter((k) => k.startsWith('amelio:compute'))"))
+    return list(
+        page.evaluate("Object.keys(localStorage).filter((k) => k.startsWith('amelio:compute'))")
+    )
 
 
 # -- the device tier ----------------------------------------------------------------------
@@ -199,8 +215,10 @@ TIER_CASES: list[tuple[dict[str, Any], str]] = [
     ({"cores": 8, "memoryGb": 1}, "DEGRADED"),
     ({"cores": 16, "memoryGb": 8, "saveData": True}, "DEGRADED"),
     # On battery: one class lower; under 30 % and not charging: nothing.
-    ({"cores": 16, "memoryGb": 8, "webgpu": True,
-      "battery": {"level": 0.8, "charging": False}}, "MID+"),
+    (
+        {"cores": 16, "memoryGb": 8, "webgpu": True, "battery": {"level": 0.8, "charging": False}},
+        "MID+",
+    ),
     ({"cores": 4, "memoryGb": 4, "battery": {"level": 0.3, "charging": False}}, "LOW"),
     ({"cores": 2, "memoryGb": 4, "battery": {"level": 0.9, "charging": False}}, "LOW"),
     ({"cores": 16, "memoryGb": 8, "battery": {"level": 0.29, "charging": False}}, "DEGRADED"),
@@ -213,12 +231,21 @@ TIER_CASES: list[tuple[dict[str, Any], str]] = [
 @pytest.mark.slow
 def test_device_tier_table(browsers: Callable[[], Browser]) -> None:
     page = browsers().open()
-    got = page.evaluate("(cases) => cases.map((f) => amelioModule.deviceTier(f))",
-                        [facts for facts, _ in TIER_CASES])
+    got = page.evaluate(
+        "(cases) => cases.map((f) => amelioModule.deviceTier(f))",
+        [facts for facts, _ in TIER_CASES],
+    )
     assert got == [tier for _, tier in TIER_CASES]
     budgets = page.evaluate("amelioModule.CPU_SECONDS_PER_HOUR")
-    assert budgets == {"HIGH+": 120, "HIGH": 90, "MID+": 60, "MID": 45, "LOW+": 30,
-                       "LOW": 15, "DEGRADED": 0}
+    assert budgets == {
+        "HIGH+": 120,
+        "HIGH": 90,
+        "MID+": 60,
+        "MID": 45,
+        "LOW+": 30,
+        "LOW": 15,
+        "DEGRADED": 0,
+    }
     # This browser's own facts give a tier, and detecting it sends nothing.
     tier = page.evaluate("amelio.compute.detectTier()")
     assert tier == page.evaluate("amelioModule.deviceFacts().then(amelioModule.deviceTier)")
@@ -253,7 +280,8 @@ def test_nothing_runs_before_compute_consent(browsers: Callable[[], Browser]) ->
 
 @pytest.mark.slow
 def test_no_lease_at_intensity_zero_or_outside_the_time_window(
-        browsers: Callable[[], Browser]) -> None:
+    browsers: Callable[[], Browser],
+) -> None:
     off = browsers()
     off_page = off.open({**GRANTED, "intensity": "off"}, idleAfterMs=0, enabled=True)
     elsewhere = browsers()
@@ -270,8 +298,12 @@ def test_no_lease_at_intensity_zero_or_outside_the_time_window(
     control = browsers()
     control_page = control.open(GRANTED, idleAfterMs=0, enabled=True)
     assert wait_for(lambda: control.leases, page=control_page)
-    reasons = wait_for(lambda: [status(p)["reason"] for p in (
-        off_page, elsewhere_page, busy_page)] == ["intensity", "window", "active"])
+    reasons = wait_for(
+        lambda: (
+            [status(p)["reason"] for p in (off_page, elsewhere_page, busy_page)]
+            == ["intensity", "window", "active"]
+        )
+    )
     assert reasons, [status(p) for p in (off_page, elsewhere_page, busy_page)]
     assert (off.leases, elsewhere.leases, busy.leases) == ([], [], [])
     assert status(off_page)["cpuSecondsPerHour"] == 0
@@ -296,8 +328,15 @@ def test_settings_panel_renders_and_changes_persist(browsers: Callable[[], Brows
     tier = page.evaluate("amelio.compute.tier")
     assert page.locator("#tier").text_content() == tier
     assert page.get_by_role("status").text_content() == "Stopped."
-    budget = {"HIGH+": 120, "HIGH": 90, "MID+": 60, "MID": 45, "LOW+": 30, "LOW": 15,
-              "DEGRADED": 0}[tier]
+    budget = {
+        "HIGH+": 120,
+        "HIGH": 90,
+        "MID+": 60,
+        "MID": 45,
+        "LOW+": 30,
+        "LOW": 15,
+        "DEGRADED": 0,
+    }[tier]
     assert status(page)["cpuSecondsPerHour"] == budget / 2  # balanced: half the tier's
     assert page.locator("#cpu-hour").text_content().startswith("0.0 s of ")
     assert compute_keys(page) == []  # looking at the panel keeps nothing
@@ -310,9 +349,12 @@ def test_settings_panel_renders_and_changes_persist(browsers: Callable[[], Brows
     page.get_by_label("Daily limit").fill("120")
     page.get_by_label("Daily limit").press("Tab")
     prefs = page.evaluate("amelio.compute.preferences()")
-    assert prefs == {"consent": {"embed_documents": {"search_index": "granted"}},
-                     "intensity": 100, "windows": [{"from": "08:30", "to": "17:15"}],
-                     "dailyQuotaSeconds": 120}
+    assert prefs == {
+        "consent": {"embed_documents": {"search_index": "granted"}},
+        "intensity": 100,
+        "windows": [{"from": "08:30", "to": "17:15"}],
+        "dailyQuotaSeconds": 120,
+    }
 
     again = person.open(panel=True)  # another page of the same browser
     assert again.evaluate("amelio.compute.preferences()") == prefs
@@ -329,7 +371,8 @@ def test_settings_panel_renders_and_changes_persist(browsers: Callable[[], Brows
     # Unticking withdraws consent; a bad value is refused, not kept.
     again.get_by_label("Compute search-index embeddings of documents").uncheck()
     assert again.evaluate("amelio.compute.consentFor('embed_documents', 'search_index')") == (
-        "denied")
+        "denied"
+    )
     error = again.evaluate("""() => { try { amelio.compute.setPreferences({intensity: 101}); }
                                       catch (e) { return e.name; } }""")
     assert error == "TypeError"
@@ -338,34 +381,44 @@ def test_settings_panel_renders_and_changes_persist(browsers: Callable[[], Brows
 
 @pytest.mark.slow
 def test_consent_for_an_unknown_task_type_or_purpose_is_refused(
-        browsers: Callable[[], Browser]) -> None:
+    browsers: Callable[[], Browser],
+) -> None:
     page = browsers().open()
-    refused = page.evaluate("""(cases) => cases.map((which) => {
+    refused = page.evaluate(
+        """(cases) => cases.map((which) => {
         try { amelio.compute.setConsent("granted", which); return null; }
-        catch (e) { return [e.name, e.message]; } })""", [
-        {"taskType": "classify"}, {"purpose": "ads"},
-        {"taskType": "embed_documents", "purpose": "ads"}])
+        catch (e) { return [e.name, e.message]; } })""",
+        [
+            {"taskType": "classify"},
+            {"purpose": "ads"},
+            {"taskType": "embed_documents", "purpose": "ads"},
+        ],
+    )
     assert [name for name, _ in refused] == ["TypeError"] * 3, refused
     assert '"classify"' in refused[0][1] and "embed_documents" in refused[0][1]
     assert '"ads"' in refused[1][1] and '"ads"' in refused[2][1]
     assert page.evaluate("amelio.compute.preferences().consent") == {}
     assert compute_keys(page) == []  # nothing kept under a guessed name either
-    page.evaluate("amelio.compute.setConsent('granted', "
-                  "{taskType: 'embed_documents', purpose: 'search_index'})")
+    page.evaluate(
+        "amelio.compute.setConsent('granted', "
+        "{taskType: 'embed_documents', purpose: 'search_index'})"
+    )
     assert page.evaluate("amelio.compute.preferences().consent") == GRANTED["consent"]
 
 
 @pytest.mark.slow
 def test_the_panel_edits_the_first_window_and_keeps_the_others(
-        browsers: Callable[[], Browser]) -> None:
+    browsers: Callable[[], Browser],
+) -> None:
     second = {"days": [6], "from": "10:00", "to": "11:00"}
-    page = browsers().open({"windows": [{"from": "09:00", "to": "12:00"}, second]},
-                           panel=True)
+    page = browsers().open({"windows": [{"from": "09:00", "to": "12:00"}, second]}, panel=True)
     assert page.locator("#window-from").input_value() == "09:00"
     assert page.locator("#window-more").text_content() == "(and 1 other window, unchanged here)"
     page.get_by_label("From").fill("08:30")
     assert page.evaluate("amelio.compute.preferences().windows") == [
-        {"from": "08:30", "to": "12:00"}, second]
+        {"from": "08:30", "to": "12:00"},
+        second,
+    ]
     page.get_by_label("Only between").uncheck()  # any time: no window at all
     assert page.evaluate("amelio.compute.preferences().windows") == []
     assert page.locator("#window-more").text_content() == ""
@@ -396,7 +449,8 @@ HELD = "[fakeBattery.listeners, navigator.connection.listeners]"
 
 @pytest.mark.slow
 def test_battery_and_connection_are_followed_only_while_started(
-        browsers: Callable[[], Browser]) -> None:
+    browsers: Callable[[], Browser],
+) -> None:
     b = browsers()
     b.context.add_init_script(FAKE_BATTERY)
     page = b.open(panel=True)
@@ -405,9 +459,12 @@ def test_battery_and_connection_are_followed_only_while_started(
     assert page.evaluate("window.getBatteryCalls") == 1
     assert page.evaluate(HELD) == [0, 0]
     # 10 % and charging unknown: the tier and the pause agree that it is not on battery.
-    assert tier == page.evaluate("""(tier) => amelioModule.deviceTier({
+    assert tier == page.evaluate(
+        """(tier) => amelioModule.deviceTier({
         cores: navigator.hardwareConcurrency, memoryGb: navigator.deviceMemory,
-        webgpu: tier.endsWith("+")})""", tier)
+        webgpu: tier.endsWith("+")})""",
+        tier,
+    )
     page.evaluate("""() => { amelio.compute.setConsent("granted");
                              amelio.compute.start(); }""")
     assert wait_for(lambda: status(page)["reason"] == "active", page=page), status(page)
@@ -456,14 +513,18 @@ def test_the_page_cannot_raise_the_hourly_budget(browsers: Callable[[], Browser]
 
 @pytest.mark.slow
 def test_a_forged_client_token_is_dropped_for_a_new_identity(
-        browsers: Callable[[], Browser], site: dict[str, Any]) -> None:
+    browsers: Callable[[], Browser], site: dict[str, Any]
+) -> None:
     b = browsers()
     page = b.open(GRANTED, idleAfterMs=0)
     forged = "c1.01HZZZZZZZZZZZZZZZZZZZZZZZ." + "A" * 43  # well-formed, wrong signature
-    page.evaluate("""([key, token]) => {
+    page.evaluate(
+        """([key, token]) => {
         localStorage.setItem(key, JSON.stringify({clientToken: token, trust: 1}));
         amelio.compute.start();
-    }""", [f"amelio:compute:state:{site['amelio']}#default", forged])
+    }""",
+        [f"amelio:compute:state:{site['amelio']}#default", forged],
+    )
     assert wait_for(lambda: len(b.leases) >= 2, page=page), (b.leases, status(page))
     assert f"clientToken={forged}" in b.leases[0]  # refused: 422 invalid_client_token
     assert "clientToken=" not in b.leases[1]  # asked afresh, and given a token of its own
@@ -479,19 +540,22 @@ IDLE_MAX = {"idleAfterMs": 0, "enabled": True, "tasksPerLease": 8}
 
 @pytest.mark.slow
 def test_two_browsers_embed_the_index_and_their_vectors_are_the_servers(
-        browsers: Callable[[], Browser], site: dict[str, Any]) -> None:
+    browsers: Callable[[], Browser], site: dict[str, Any]
+) -> None:
     doc_ids = import_docs(site, corpus(0, 24))  # 3 tasks of 8 documents
     assert stored_vectors(site, doc_ids) == {}  # the server embedded none of them
     pages = [browsers().open({**GRANTED, "intensity": "max"}, **IDLE_MAX) for _ in range(2)]
-    got = wait_for(lambda: len(found := stored_vectors(site, doc_ids)) == len(doc_ids)
-                   and found, timeout=60, page=pages[0])
+    got = wait_for(
+        lambda: len(found := stored_vectors(site, doc_ids)) == len(doc_ids) and found,
+        timeout=60,
+        page=pages[0],
+    )
     assert got, ([status(p) for p in pages], [p.evaluate("window.errors") for p in pages])
     # The browsers' vectors, accepted because the two agreed, are the server's own.
     agreement = cosines(got, server_vectors(site, doc_ids))
     assert min(agreement.values()) >= 0.9999, agreement
     for page in pages:
-        s = wait_for(lambda p=page: (s := status(p))["tasks"]["computed"] == 3 and s,
-                     page=page)
+        s = wait_for(lambda p=page: (s := status(p))["tasks"]["computed"] == 3 and s, page=page)
         assert s, status(page)
         assert s["tasks"]["accepted"] + s["tasks"]["pending"] == 3
         assert s["tasks"]["rejected"] == s["tasks"]["failed"] == 0
@@ -501,15 +565,18 @@ def test_two_browsers_embed_the_index_and_their_vectors_are_the_servers(
         assert page.evaluate("window.errors") == []
     # Each client's first result waited for the other's: both agreed, none was rejected.
     assert sum(status(p)["tasks"]["accepted"] for p in pages) == 3
-    stats = httpx.get(f"{site['amelio']}/v1/contributions/stats",
-                      headers={"Authorization": f"Bearer {site['admin']}"}).json()
+    stats = httpx.get(
+        f"{site['amelio']}/v1/contributions/stats",
+        headers={"Authorization": f"Bearer {site['admin']}"},
+    ).json()
     assert stats["tasks"]["accepted"] >= 3 and stats["results"]["rejected"] == 0
     assert stats["documentsEmbedded"] >= len(doc_ids)
 
 
 @pytest.mark.slow
 def test_a_browser_that_tampers_with_its_vectors_is_rejected_and_loses_trust(
-        browsers: Callable[[], Browser], site: dict[str, Any]) -> None:
+    browsers: Callable[[], Browser], site: dict[str, Any]
+) -> None:
     doc_ids = import_docs(site, corpus(24, 16))  # 2 tasks
     verdicts: list[dict[str, Any]] = []
 
@@ -537,17 +604,23 @@ def test_a_browser_that_tampers_with_its_vectors_is_rejected_and_loses_trust(
     cheat_id = status(cheat_page)["clientId"]
     # … then an honest browser disagrees: the server checks, and the cheat loses.
     honest_page = browsers().open({**GRANTED, "intensity": "max"}, **IDLE_MAX)
-    got = wait_for(lambda: len(found := stored_vectors(site, doc_ids)) == len(doc_ids)
-                   and found, timeout=60, page=honest_page)
+    got = wait_for(
+        lambda: len(found := stored_vectors(site, doc_ids)) == len(doc_ids) and found,
+        timeout=60,
+        page=honest_page,
+    )
     assert got, status(honest_page)
     agreement = cosines(got, server_vectors(site, doc_ids))
     assert min(agreement.values()) >= 0.9999  # what was stored is the honest result
     # (The vectors are stored a moment before the answer that says so reaches the page.)
-    honest = wait_for(lambda: (s := status(honest_page))["tasks"]["accepted"] == 2 and s,
-                      page=honest_page)
+    honest = wait_for(
+        lambda: (s := status(honest_page))["tasks"]["accepted"] == 2 and s, page=honest_page
+    )
     assert honest and honest["trust"] > 0.5, status(honest_page)
-    stats = httpx.get(f"{site['amelio']}/v1/contributions/stats",
-                      headers={"Authorization": f"Bearer {site['admin']}"}).json()
+    stats = httpx.get(
+        f"{site['amelio']}/v1/contributions/stats",
+        headers={"Authorization": f"Bearer {site['admin']}"},
+    ).json()
     assert stats["results"]["rejected"] >= 2 and stats["clients"]["lowTrust"] >= 1
     assert stats["disagreements"] >= 2
     # The cheat's next visit learns it: its trust fell under the floor, and it gets nothing.
@@ -566,7 +639,8 @@ VISIBILITY = """(state) => {
 
 @pytest.mark.slow
 def test_a_hidden_page_works_and_the_person_coming_back_stops_the_worker(
-        browsers: Callable[[], Browser], site: dict[str, Any]) -> None:
+    browsers: Callable[[], Browser], site: dict[str, Any]
+) -> None:
     """Headless Chromium keeps pages visible: the page's visibility is set by hand (as in
     test_client_js). The model files are held back, so the task is still running when
     the person comes back."""
@@ -613,20 +687,24 @@ self.onmessage = ({ data: m }) => {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("mode", "start", "says"), [
-    ("ok", 48, "compute: "),  # the server refuses the result: 422
-    ("error", 56, "compute: the worker: out of memory"),
-    ("short", 64, "compute: the worker returned vectors of the wrong count or size"),
-])
+@pytest.mark.parametrize(
+    ("mode", "start", "says"),
+    [
+        ("ok", 48, "compute: "),  # the server refuses the result: 422
+        ("error", 56, "compute: the worker: out of memory"),
+        ("short", 64, "compute: the worker returned vectors of the wrong count or size"),
+    ],
+)
 def test_a_failed_task_is_reported_and_waits_before_leasing_again(
-        browsers: Callable[[], Browser], site: dict[str, Any], mode: str, start: int,
-        says: str) -> None:
+    browsers: Callable[[], Browser], site: dict[str, Any], mode: str, start: int, says: str
+) -> None:
     """Failing again at once would loop lease, fail, lease: each failure waits 10 min."""
     import_docs(site, corpus(start, 8))  # 1 task
     b = browsers()
     worker = f"{site['page']}/fake-worker-{mode}.js"
-    b.context.route(worker, lambda r: r.fulfill(body=FAKE_WORKER % mode,
-                                                content_type="text/javascript"))
+    b.context.route(
+        worker, lambda r: r.fulfill(body=FAKE_WORKER % mode, content_type="text/javascript")
+    )
     refused: list[int] = []
 
     def spoil(route: Any) -> None:
@@ -661,7 +739,8 @@ def test_a_failed_task_is_reported_and_waits_before_leasing_again(
 
 @pytest.mark.slow
 def test_the_demo_page_asks_for_compute_consent_apart_and_shows_the_settings(
-        tmp_path: Path, browser: Any) -> None:
+    tmp_path: Path, browser: Any
+) -> None:
     ws, _ = prepare_demo(tmp_path / "demo")
     assert ws.settings.contributions  # the demo turns contributions on for its workspace
     toml = (tmp_path / "demo" / "amelio.toml").read_text(encoding="utf-8")
@@ -681,8 +760,10 @@ def test_the_demo_page_asks_for_compute_consent_apart_and_shows_the_settings(
             # Feedback accepted, compute not ticked: compute stays off.
             page.click("#consent-accept")
             assert page.evaluate("amelio.consent") == "granted"
-            assert page.evaluate(
-                "amelio.compute.consentFor('embed_documents', 'search_index')") == "denied"
+            assert (
+                page.evaluate("amelio.compute.consentFor('embed_documents', 'search_index')")
+                == "denied"
+            )
             assert page.text_content("#compute-state") == "off"
             page.evaluate(VISIBILITY, "hidden")  # idle, but not consented: nothing
             assert status(page)["reason"] == "consent"
@@ -702,8 +783,7 @@ def test_the_demo_page_asks_for_compute_consent_apart_and_shows_the_settings(
             page.evaluate(VISIBILITY, "hidden")  # gone to another tab: it works
             # The worker runs from the page's own origin here (the other tests: a
             # cross-origin page). Alone, its results wait for a second browser.
-            done = wait_for(lambda: (s := status(page))["tasks"]["computed"] >= 2 and s,
-                            page=page)
+            done = wait_for(lambda: (s := status(page))["tasks"]["computed"] >= 2 and s, page=page)
             assert done and done["tasks"]["pending"] == done["tasks"]["computed"], done
             assert done["clientId"] and done["error"] is None
             # Unticked in the panel: off again, everywhere on the page.

@@ -36,8 +36,9 @@ from amelio.server.routes.contribution_models import DIMENSIONS, FILES
 from amelio.testing import ThreadedServer
 from browser_support import launch_chromium, workspace_with
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("wordllama") is None,
-                                reason="needs amelio[semantic] (wordllama)")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("wordllama") is None, reason="needs amelio[semantic] (wordllama)"
+)
 
 MODELS = "/v1/contributions/models"
 WORKER = "/static/amelio-embed-worker.js"
@@ -66,32 +67,106 @@ TEXTS = [
 def random_texts(count: int, seed: int) -> list[str]:
     """Short random strings from an alphabet made to break a tokenizer."""
     rng = random.Random(seed)
-    alphabet = [*"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789",
-                *"      .,;:!?'\"()[]{}-_/\\\n\t@#$%^&*+=<>~`|", *"éèêàçùœÉÀßñüΩ∑",
-                "😀", "👍🏽", "中", "文", "日本", "한국어", "\u00a0", "\u200b", "\u2581", "<s>",
-                "</s>", "<unk>", "<0x41>", "  ", "   ", "the", " of", "ing"]
-    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 60)))
-            for _ in range(count)]
+    alphabet = [
+        *"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789",
+        *"      .,;:!?'\"()[]{}-_/\\\n\t@#$%^&*+=<>~`|",
+        *"éèêàçùœÉÀßñüΩ∑",
+        "😀",
+        "👍🏽",
+        "中",
+        "文",
+        "日本",
+        "한국어",
+        "\u00a0",
+        "\u200b",
+        "\u2581",
+        "<s>",
+        "</s>",
+        "<unk>",
+        "<0x41>",
+        "  ",
+        "   ",
+        "the",
+        " of",
+        "ing",
+    ]
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 60))) for _ in range(count)]
 
 
 def documents(count: int, words: int, seed: int) -> list[str]:
     """Search-document-like texts of ``words`` English words."""
-    vocabulary = ["the", "a", "an", "of", "to", "in", "for", "on", "with", "by", "from",
-                  "password", "account", "settings", "reset", "choose", "open", "security",
-                  "email", "link", "invoice", "billing", "download", "company", "sign",
-                  "provider", "identity", "expire", "days", "new", "user", "page",
-                  "search", "result", "click", "team", "project", "help", "support",
-                  "question", "answer", "update", "install", "configure", "server",
-                  "client", "browser", "network", "error", "message", "document", "title",
-                  "body", "text", "index", "vector", "model", "embed", "quickly"]
+    vocabulary = [
+        "the",
+        "a",
+        "an",
+        "of",
+        "to",
+        "in",
+        "for",
+        "on",
+        "with",
+        "by",
+        "from",
+        "password",
+        "account",
+        "settings",
+        "reset",
+        "choose",
+        "open",
+        "security",
+        "email",
+        "link",
+        "invoice",
+        "billing",
+        "download",
+        "company",
+        "sign",
+        "provider",
+        "identity",
+        "expire",
+        "days",
+        "new",
+        "user",
+        "page",
+        "search",
+        "result",
+        "click",
+        "team",
+        "project",
+        "help",
+        "support",
+        "question",
+        "answer",
+        "update",
+        "install",
+        "configure",
+        "server",
+        "client",
+        "browser",
+        "network",
+        "error",
+        "message",
+        "document",
+        "title",
+        "body",
+        "text",
+        "index",
+        "vector",
+        "model",
+        "embed",
+        "quickly",
+    ]
     rng = random.Random(seed)
-    return [" ".join(rng.choice(vocabulary) for _ in range(words)).capitalize() + "."
-            for _ in range(count)]
+    return [
+        " ".join(rng.choice(vocabulary) for _ in range(words)).capitalize() + "."
+        for _ in range(count)
+    ]
 
 
 def cosine(a: list[float], b: list[float]) -> float:
     return sum(x * y for x, y in zip(a, b, strict=True)) / math.sqrt(
-        sum(x * x for x in a) * sum(y * y for y in b))
+        sum(x * x for x in a) * sum(y * y for y in b)
+    )
 
 
 def package_file(name: str) -> Path:
@@ -217,8 +292,10 @@ def test_vectors_equal_the_servers(page: Any) -> None:
     answer = embed(page, TEXTS)
     assert answer["type"] == "result", answer
     # As it came: one matrix of n × 256 float32, which the page sends as it is.
-    form = page.evaluate("(({vectors: v}) => [v.constructor.name, v.length, v.byteOffset])"
-                         "(window.workers.main.log.at(-1))")
+    form = page.evaluate(
+        "(({vectors: v}) => [v.constructor.name, v.length, v.byteOffset])"
+        "(window.workers.main.log.at(-1))"
+    )
     assert form == ["Float32Array", len(TEXTS) * DIMENSIONS, 0]
     assert answer["id"] == "e1" and answer["computeMs"] >= 0
     vectors = answer["vectors"]
@@ -244,12 +321,14 @@ def test_token_ids_equal_the_hugging_face_tokenizers(page: Any) -> None:
     answer = ask(page, "main", {"type": "tokenize", "id": "t1", "texts": texts})
     assert answer["type"] == "tokens" and answer["id"] == "t1", answer
     expected = [e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=False)]
-    mismatches = [(t, got, want) for t, got, want in zip(texts, answer["ids"], expected,
-                                                          strict=True) if got != want]
+    mismatches = [
+        (t, got, want)
+        for t, got, want in zip(texts, answer["ids"], expected, strict=True)
+        if got != want
+    ]
     assert mismatches == []
     # Random strings do hit the hard cases: special tokens and byte fallback.
-    assert any(1 in ids for ids in expected) and any(3 <= i < 259 for ids in expected
-                                                     for i in ids)
+    assert any(1 in ids for ids in expected) and any(3 <= i < 259 for ids in expected for i in ids)
 
 
 @pytest.mark.slow
@@ -278,11 +357,13 @@ def test_load_failures_are_reported(page: Any, amelio: str) -> None:
     page.evaluate("window.startWorker('early')")
     answer = ask(page, "early", {"type": "embed", "id": "x", "texts": ["hello"]})
     assert answer == {"type": "error", "id": "x", "message": answer["message"]}
-    assert "send {type: \"init\"" in answer["message"]
+    assert 'send {type: "init"' in answer["message"]
 
     page.evaluate("window.startWorker('lost')")
-    for base, says in [(f"{amelio}{MODELS}/glove/", "HTTP 404 (No model 'glove'"),
-                       (f"{amelio}{MODELS}/wordllama", 'ending in "/"')]:
+    for base, says in [
+        (f"{amelio}{MODELS}/glove/", "HTTP 404 (No model 'glove'"),
+        (f"{amelio}{MODELS}/wordllama", 'ending in "/"'),
+    ]:
         failed = ask(page, "lost", {"type": "init", "modelBase": base})
         assert failed["type"] == "error" and failed["id"] is None, failed
         assert says in failed["message"]
@@ -292,8 +373,7 @@ def test_load_failures_are_reported(page: Any, amelio: str) -> None:
     # A later init may succeed (a network back, a fixed URL).
     ready = ask(page, "lost", {"type": "init", "modelBase": f"{amelio}{MODELS}/wordllama/"})
     assert ready["type"] == "ready"
-    page.evaluate("window.workers.early.worker.terminate(); "
-                  "window.workers.lost.worker.terminate()")
+    page.evaluate("window.workers.early.worker.terminate(); window.workers.lost.worker.terminate()")
 
 
 # What a customer's page does: amelio.js comes from Amelio's origin, but a worker must
@@ -328,8 +408,9 @@ CROSS_ORIGIN = """async ([amelio, texts]) => {
 
 
 @pytest.mark.slow
-def test_a_page_on_another_origin_runs_the_worker_through_a_blob(browser: Browser,
-                                                                  servers: Servers) -> None:
+def test_a_page_on_another_origin_runs_the_worker_through_a_blob(
+    browser: Browser, servers: Servers
+) -> None:
     page = browser.page.context.new_page()
     try:
         page.goto(f"{servers.site}/")
@@ -341,8 +422,7 @@ def test_a_page_on_another_origin_runs_the_worker_through_a_blob(browser: Browse
     assert outcome["ready"]["type"] == "ready", outcome["ready"]
     result = outcome["result"]
     assert result["type"] == "result" and result["id"] == "c1", result
-    for got, want in zip(result["vectors"], load_embedder("wordllama").embed(texts),
-                         strict=True):
+    for got, want in zip(result["vectors"], load_embedder("wordllama").embed(texts), strict=True):
         assert cosine(got, want) >= 0.9999
 
 
@@ -352,13 +432,15 @@ def test_embedding_speed(page: Any, capsys: pytest.CaptureFixture[str]) -> None:
     embed(page, docs[:8])  # warm the tokenizer's cache and the JIT
     computed = 0.0
     for start in range(0, len(docs), 8):  # the protocol's batch size
-        answer = embed(page, docs[start:start + 8])
+        answer = embed(page, docs[start : start + 8])
         assert answer["type"] == "result"
         computed += answer["computeMs"]
     rate = len(docs) / (computed / 1000)
     with capsys.disabled():
-        print(f"\nembed worker: {rate:.0f} docs/s for 200-word documents "
-              f"({computed:.0f} ms of compute for {len(docs)})")
+        print(
+            f"\nembed worker: {rate:.0f} docs/s for 200-word documents "
+            f"({computed:.0f} ms of compute for {len(docs)})"
+        )
     assert rate > 100  # a quadratic tokenizer or a per-call reload would be far slower
 
 
@@ -375,8 +457,7 @@ def test_listing_names_each_file_with_its_size_and_sha256(amelio: str) -> None:
         content = package_file(name).read_bytes()
         assert listed == {"bytes": len(content), "sha256": hashlib.sha256(content).hexdigest()}
     assert r.headers["cache-control"] == "no-cache" and r.headers["etag"]
-    again = httpx.get(f"{amelio}{MODELS}/wordllama/",
-                      headers={"If-None-Match": r.headers["etag"]})
+    again = httpx.get(f"{amelio}{MODELS}/wordllama/", headers={"If-None-Match": r.headers["etag"]})
     assert again.status_code == 304 and again.content == b""
 
 
@@ -391,23 +472,25 @@ def test_files_are_served_cacheable_with_their_sha256_as_etag(amelio: str, name:
     assert r.headers["cache-control"] == "public, max-age=86400, immutable"
     assert r.headers["content-type"].startswith(FILES[name].media_type)
     for header in (f'"{digest}"', f'W/"{digest}"', f'"other", "{digest}"', "*"):
-        cached = httpx.get(f"{amelio}{MODELS}/wordllama/{name}",
-                           headers={"If-None-Match": header})
+        cached = httpx.get(f"{amelio}{MODELS}/wordllama/{name}", headers={"If-None-Match": header})
         assert cached.status_code == 304 and cached.content == b"", header
         assert cached.headers["etag"] == f'"{digest}"'
     stale = httpx.get(f"{amelio}{MODELS}/wordllama/{name}", headers={"If-None-Match": '"0"'})
     assert stale.status_code == 200 and len(stale.content) == len(content)
 
 
-@pytest.mark.parametrize(("path", "says"), [
-    ("/glove/", "No model 'glove'"),
-    ("/glove/tokenizer.json", "No model 'glove'"),
-    ("/wordllama/model.onnx", "has no file 'model.onnx'"),
-    ("/wordllama/__init__.py", "has no file '__init__.py'"),
-    ("/wordllama/%2E%2E", "has no file '..'"),
-    ("/wordllama/..%2F__init__.py", ""),  # no route takes a "/" in a file name
-    ("/wordllama/l2_supercat_256.safetensors", "has no file"),
-])
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("/glove/", "No model 'glove'"),
+        ("/glove/tokenizer.json", "No model 'glove'"),
+        ("/wordllama/model.onnx", "has no file 'model.onnx'"),
+        ("/wordllama/__init__.py", "has no file '__init__.py'"),
+        ("/wordllama/%2E%2E", "has no file '..'"),
+        ("/wordllama/..%2F__init__.py", ""),  # no route takes a "/" in a file name
+        ("/wordllama/l2_supercat_256.safetensors", "has no file"),
+    ],
+)
 def test_unknown_models_and_files_are_404(amelio: str, path: str, says: str) -> None:
     r = httpx.get(f"{amelio}{MODELS}{path}")
     assert r.status_code == 404
@@ -415,8 +498,7 @@ def test_unknown_models_and_files_are_404(amelio: str, path: str, says: str) -> 
     assert error["code"] == "not_found" and says in error["message"]
 
 
-def test_without_wordllama_the_files_are_503(amelio: str,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_wordllama_the_files_are_503(amelio: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "wordllama", None)  # as if it were not installed
     for path in ("/wordllama/", "/wordllama/weights.safetensors"):
         r = httpx.get(f"{amelio}{MODELS}{path}")

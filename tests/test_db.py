@@ -61,15 +61,15 @@ def test_unreachable_database_is_a_clear_error() -> None:
 
 @pytest.mark.postgres
 def test_postgres_replaces_a_pooled_connection_that_died_while_idle(
-        postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The idle ping in place of pool_pre_ping: a connection whose server side was
     killed while it sat in the pool is replaced unseen, and a connection back in
     the pool a moment ago is handed out without a ping (no round trip per request)."""
     engine = db.create_engine(postgres_url, pool_size=1, max_overflow=0)
     pings: list[str] = []
     real_ping = engine.dialect.do_ping
-    monkeypatch.setattr(engine.dialect, "do_ping",
-                        lambda c: pings.append("ping") or real_ping(c))
+    monkeypatch.setattr(engine.dialect, "do_ping", lambda c: pings.append("ping") or real_ping(c))
     try:
         with engine.connect() as conn:
             first = conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()

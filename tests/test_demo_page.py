@@ -45,8 +45,7 @@ def wait_for(check: Callable[[], Any], timeout: float = 8.0) -> Any:
         time.sleep(0.05)
 
 
-def test_the_page_has_a_client_key_and_searches_server_side(
-        demo: tuple[Workspace, str]) -> None:
+def test_the_page_has_a_client_key_and_searches_server_side(demo: tuple[Workspace, str]) -> None:
     ws, base = demo
     key = demo_client_key(ws)
     assert demo_client_key(ws) == key  # saved: a re-run gives the page the same key
@@ -67,8 +66,7 @@ def test_plain_serve_has_no_demo_routes(demo: tuple[Workspace, str]) -> None:
     ws, _ = demo
     with TestClient(create_app(ws)) as client:  # what `amelio serve` runs
         assert client.get("/demo/search").status_code == 404
-        assert client.post("/demo/search/query", json={"query": "git"}).status_code in {
-            404, 405}
+        assert client.post("/demo/search/query", json={"query": "git"}).status_code in {404, 405}
 
 
 @pytest.mark.slow
@@ -78,8 +76,7 @@ def test_consent_then_a_click_is_stored(demo: tuple[Workspace, str], chromium: s
         ctx = browser.new_context(locale="en-US")
         ctx.set_default_timeout(10_000)
         sent: list[str] = []
-        ctx.on("request", lambda r: sent.append(r.url)
-               if "/v1/feedback/events" in r.url else None)
+        ctx.on("request", lambda r: sent.append(r.url) if "/v1/feedback/events" in r.url else None)
         page = ctx.new_page()
         page.goto(f"{base}/demo/search")
         assert page.is_visible("#consent")
@@ -108,9 +105,14 @@ def test_consent_then_a_click_is_stored(demo: tuple[Workspace, str], chromium: s
 
         def clicked() -> list[Any]:
             with ws.engine.connect() as conn:
-                return list(conn.execute(sa.select(feedback_events).where(
-                    feedback_events.c.query_id == query_id,
-                    feedback_events.c.event_type == "result_clicked")).mappings())
+                return list(
+                    conn.execute(
+                        sa.select(feedback_events).where(
+                            feedback_events.c.query_id == query_id,
+                            feedback_events.c.event_type == "result_clicked",
+                        )
+                    ).mappings()
+                )
 
         rows = wait_for(clicked)
         assert len(rows) == 1

@@ -13,8 +13,7 @@ DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo"
 
 
 def test_committed_corpus_is_what_the_generator_writes() -> None:
-    spec = importlib.util.spec_from_file_location("generate_corpus",
-                                                  DEMO / "generate_corpus.py")
+    spec = importlib.util.spec_from_file_location("generate_corpus", DEMO / "generate_corpus.py")
     assert spec is not None and spec.loader is not None
     generator = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(generator)
@@ -25,8 +24,18 @@ def test_committed_corpus_is_what_the_generator_writes() -> None:
     assert len({a["_id"] for a in committed}) == len(committed)
     assert all(a["title"] and len(a["text"]) > 40 for a in committed)
     topics = {a["topic"] for a in committed}
-    assert {"git", "deployment", "docker", "sql", "incident", "release", "api", "secrets",
-            "support", "odoo"} <= topics
+    assert {
+        "git",
+        "deployment",
+        "docker",
+        "sql",
+        "incident",
+        "release",
+        "api",
+        "secrets",
+        "support",
+        "odoo",
+    } <= topics
 
 
 def test_demo_indexes_the_corpus_once(tmp_path: Path) -> None:
@@ -35,12 +44,17 @@ def test_demo_indexes_the_corpus_once(tmp_path: Path) -> None:
     total = corpus.count()
     assert total == len((DEMO / "corpus.jsonl").read_text(encoding="utf-8").splitlines())
     top = Searcher(ws, background_aggregation=False).rank(
-        "undo the last commit", profile="bm25", limit=3)
+        "undo the last commit", profile="bm25", limit=3
+    )
     assert top[0].doc_id == "git-howto-1"
     assert load_demo_corpus(ws) == 0  # a re-run imports nothing
     # the recorded sessions taught search: what people read long rises above BM25's top
-    learned = [d.doc_id for d in Searcher(ws, background_aggregation=False).rank(
-        "undo the last commit", profile="hybrid_with_feedback", limit=3)]
+    learned = [
+        d.doc_id
+        for d in Searcher(ws, background_aggregation=False).rank(
+            "undo the last commit", profile="hybrid_with_feedback", limit=3
+        )
+    ]
     assert learned[0] == "git-checklist-1"
     assert load_demo_searches(ws) == 0
     ws.dispose()

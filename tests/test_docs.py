@@ -46,8 +46,11 @@ def test_every_command_is_documented() -> None:
         assert cmd is not None, path
         if isinstance(cmd, click.Group):  # the root group imports its commands on demand
             ctx = click.Context(cmd)
-            return [p for name in cmd.list_commands(ctx)
-                    for p in walk(cmd.get_command(ctx, name), [*path, name])]
+            return [
+                p
+                for name in cmd.list_commands(ctx)
+                for p in walk(cmd.get_command(ctx, name), [*path, name])
+            ]
         return [" ".join(path)]
 
     for command in walk(main, []):

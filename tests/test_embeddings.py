@@ -37,8 +37,9 @@ TEXTS = [
 def reference() -> object:
     """WordLlama's own inference, loaded from the same installed package."""
     wordllama = pytest.importorskip("wordllama")
-    return wordllama.WordLlama.load(cache_dir=Path(wordllama.__file__).parent,
-                                    disable_download=True)
+    return wordllama.WordLlama.load(
+        cache_dir=Path(wordllama.__file__).parent, disable_download=True
+    )
 
 
 def test_vectors_equal_the_wordllama_package_bit_for_bit(reference: object) -> None:
@@ -67,13 +68,14 @@ def test_a_text_without_tokens_is_the_zero_vector_not_nans(reference: object) ->
 
 
 def test_loading_the_model_imports_no_wordllama_package() -> None:
-    code = ("import sys; from amelio.embeddings import load_embedder; "
-            "v = load_embedder('wordllama').embed(['hello']); "
-            "assert len(v[0]) == 256; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
-            "('wordllama', 'requests', 'safetensors')))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True)
+    code = (
+        "import sys; from amelio.embeddings import load_embedder; "
+        "v = load_embedder('wordllama').embed(['hello']); "
+        "assert len(v[0]) == 256; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('wordllama', 'requests', 'safetensors')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
 
 
@@ -92,18 +94,41 @@ def _safetensors(header: dict[str, object], data: bytes = b"") -> bytes:
     return struct.pack("<Q", len(raw)) + raw + data
 
 
-@pytest.mark.parametrize(("weights", "reason"), [
-    (b"", "cannot be read"),
-    (_safetensors({"other": {"dtype": "F16", "shape": [2, 2], "data_offsets": [0, 8]}},
-                  bytes(8)), "holds no fp16 matrix"),
-    (_safetensors({"embedding.weight": {"dtype": "F32", "shape": [2, 2],
-                                        "data_offsets": [0, 16]}}, bytes(16)),
-     "holds no fp16 matrix"),
-    (_safetensors({"embedding.weight": {"dtype": "F16", "shape": [32000, 256],
-                                        "data_offsets": [0, 16]}}, bytes(16)), "truncated"),
-])
-def test_a_damaged_model_file_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                       weights: bytes, reason: str) -> None:
+@pytest.mark.parametrize(
+    ("weights", "reason"),
+    [
+        (b"", "cannot be read"),
+        (
+            _safetensors(
+                {"other": {"dtype": "F16", "shape": [2, 2], "data_offsets": [0, 8]}}, bytes(8)
+            ),
+            "holds no fp16 matrix",
+        ),
+        (
+            _safetensors(
+                {"embedding.weight": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}},
+                bytes(16),
+            ),
+            "holds no fp16 matrix",
+        ),
+        (
+            _safetensors(
+                {
+                    "embedding.weight": {
+                        "dtype": "F16",
+                        "shape": [32000, 256],
+                        "data_offsets": [0, 16],
+                    }
+                },
+                bytes(16),
+            ),
+            "truncated",
+        ),
+    ],
+)
+def test_a_damaged_model_file_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, weights: bytes, reason: str
+) -> None:
     folder = _fake_package(tmp_path / "wordllama", weights)
     monkeypatch.setattr(embeddings, "wordllama_dir", lambda: folder)
     with pytest.raises(EmbedderUnavailable, match=reason) as info:
@@ -112,7 +137,8 @@ def test_a_damaged_model_file_is_named(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 def test_without_the_package_the_error_says_what_to_install(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setitem(sys.modules, "wordllama", None)
     with pytest.raises(EmbedderUnavailable, match=r"pip install 'amelio\[semantic\]'"):
         wordllama_dir()

@@ -35,29 +35,64 @@ SEED_FILE = """{
 }"""
 
 BUILTIN_TYPES = {
-    "string_contains", "string_not_contains", "regex_match", "regex_not_match", "max_length",
-    "min_length", "icontains", "contains_any", "contains_all", "starts_with", "equals",
-    "is_json", "json_schema", "word_count", "not_empty",
+    "string_contains",
+    "string_not_contains",
+    "regex_match",
+    "regex_not_match",
+    "max_length",
+    "min_length",
+    "icontains",
+    "contains_any",
+    "contains_all",
+    "starts_with",
+    "equals",
+    "is_json",
+    "json_schema",
+    "word_count",
+    "not_empty",
 }
 
 ONE_OF_EACH: list[dict[str, Any]] = [
     {"id": "a", "name": "A", "type": "string_contains", "value": "x", "severity": "warning"},
     {"id": "b", "name": "B", "type": "string_not_contains", "value": "x", "severity": "info"},
-    {"id": "c", "name": "C", "type": "regex_match", "pattern": "^a", "flags": "im",
-     "severity": "warning"},
+    {
+        "id": "c",
+        "name": "C",
+        "type": "regex_match",
+        "pattern": "^a",
+        "flags": "im",
+        "severity": "warning",
+    },
     {"id": "d", "name": "D", "type": "regex_not_match", "pattern": "b", "severity": "warning"},
     {"id": "e", "name": "E", "type": "max_length", "value": 10, "severity": "warning"},
     {"id": "f", "name": "F", "type": "min_length", "value": 0, "severity": "info"},
     {"id": "g", "name": "G", "type": "icontains", "value": "É", "severity": "warning"},
-    {"id": "h", "name": "H", "type": "contains_any", "values": ["x", "y"],
-     "case_sensitive": False, "severity": "warning"},
+    {
+        "id": "h",
+        "name": "H",
+        "type": "contains_any",
+        "values": ["x", "y"],
+        "case_sensitive": False,
+        "severity": "warning",
+    },
     {"id": "i", "name": "I", "type": "contains_all", "values": ["x"], "severity": "warning"},
-    {"id": "j", "name": "J", "type": "starts_with", "value": "Hi", "negate": True,
-     "severity": "warning"},
+    {
+        "id": "j",
+        "name": "J",
+        "type": "starts_with",
+        "value": "Hi",
+        "negate": True,
+        "severity": "warning",
+    },
     {"id": "k", "name": "K", "type": "equals", "value": "", "severity": "warning"},
     {"id": "l", "name": "L", "type": "is_json", "severity": "warning"},
-    {"id": "m", "name": "M", "type": "json_schema", "schema": {"type": "object"},
-     "severity": "warning"},
+    {
+        "id": "m",
+        "name": "M",
+        "type": "json_schema",
+        "schema": {"type": "object"},
+        "severity": "warning",
+    },
     {"id": "n", "name": "N", "type": "word_count", "min": 1, "max": 3, "severity": "warning"},
     {"id": "o", "name": "O", "type": "not_empty", "severity": "info"},
 ]
@@ -105,8 +140,12 @@ def test_every_complete_rule_round_trips_through_to_dict() -> None:
 def test_name_defaults_to_id_and_severity_to_warning() -> None:
     rule = parse_rules([{"id": "x-1", "type": "not_empty"}])[0]
     assert (rule.name, rule.severity) == ("x-1", "warning")
-    assert rule.to_dict() == {"id": "x-1", "name": "x-1", "type": "not_empty",
-                              "severity": "warning"}
+    assert rule.to_dict() == {
+        "id": "x-1",
+        "name": "x-1",
+        "type": "not_empty",
+        "severity": "warning",
+    }
 
 
 def test_rules_are_immutable_and_independent_of_their_input() -> None:
@@ -183,8 +222,9 @@ def test_contains_any() -> None:
     failed = run("we ship friday", type="contains_any", values=["Monday", "Friday"])
     assert not failed.passed
     assert failed.detail == "answer contains none of 'Monday', 'Friday'"
-    assert passes("we ship friday", type="contains_any", values=["Monday", "Friday"],
-                  case_sensitive=False)
+    assert passes(
+        "we ship friday", type="contains_any", values=["Monday", "Friday"], case_sensitive=False
+    )
 
 
 def test_contains_all_names_what_is_missing() -> None:
@@ -208,8 +248,9 @@ def test_equals_ignores_surrounding_whitespace_on_both_sides() -> None:
     assert passes("  OK\n", type="equals", value="OK ")
     failed = run("OK then", type="equals", value="OK")
     assert not failed.passed
-    assert failed.detail == ("answer (7 chars) differs from the expected text (2 chars) "
-                             "from character 3")
+    assert failed.detail == (
+        "answer (7 chars) differs from the expected text (2 chars) from character 3"
+    )
     assert not passes("ok", type="equals", value="OK")
     assert passes(" \n", type="equals", value="")
 
@@ -232,13 +273,16 @@ def test_word_count_bounds(text: str, bounds: dict[str, int], passed: bool) -> N
 
 def test_word_count_detail() -> None:
     assert run("a b", type="word_count", min=3).detail == (
-        "answer has 2 words, under the minimum of 3")
+        "answer has 2 words, under the minimum of 3"
+    )
     assert run("a b c d", type="word_count", max=3).detail == (
-        "answer has 4 words, over the maximum of 3")
+        "answer has 4 words, over the maximum of 3"
+    )
 
 
-@pytest.mark.parametrize(("text", "passed"), [("x", True), (" . ", True), ("", False),
-                                              (" \n\t ", False)])
+@pytest.mark.parametrize(
+    ("text", "passed"), [("x", True), (" . ", True), ("", False), (" \n\t ", False)]
+)
 def test_not_empty(text: str, passed: bool) -> None:
     assert passes(text, type="not_empty") is passed
 
@@ -268,8 +312,7 @@ def test_is_json(text: str, passed: bool) -> None:
 
 
 def test_regex_match_and_flags() -> None:
-    assert passes("Disk: 40%", type="regex_match", pattern=r"(?:disk|ram|cpu):\s*\d+%",
-                  flags="i")
+    assert passes("Disk: 40%", type="regex_match", pattern=r"(?:disk|ram|cpu):\s*\d+%", flags="i")
     assert not passes("Disk: 40%", type="regex_match", pattern=r"disk:")
     assert passes("intro\nTotal: 3", type="regex_match", pattern="^Total", flags="m")
     assert not passes("intro\nTotal: 3", type="regex_match", pattern="^Total")
@@ -280,8 +323,7 @@ def test_regex_match_and_flags() -> None:
 
 
 def test_regex_not_match_reports_position_but_not_the_secret() -> None:
-    result = run("clé: é password=hunter2", type="regex_not_match",
-                 pattern=r"password=\S+")
+    result = run("clé: é password=hunter2", type="regex_not_match", pattern=r"password=\S+")
     assert not result.passed
     assert "hunter2" not in result.detail
     assert result.detail == r"answer matches /password=\S+/ at character 8"
@@ -322,8 +364,12 @@ def test_json_schema_pattern_runs_on_re2() -> None:
 
 
 def test_json_schema_honours_declared_draft() -> None:
-    draft4 = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "number",
-              "maximum": 5, "exclusiveMaximum": True}
+    draft4 = {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "type": "number",
+        "maximum": 5,
+        "exclusiveMaximum": True,
+    }
     assert not passes("5", type="json_schema", schema=draft4)
     assert passes("4.5", type="json_schema", schema=draft4)
 
@@ -349,11 +395,13 @@ needles = st.text(min_size=1, max_size=5)
 @settings(max_examples=200, deadline=None, database=None)
 @given(text=texts, value=needles)
 def test_contains_property(text: str, value: str) -> None:
-    rules = parse_rules([
-        {"id": "in", "type": "string_contains", "value": value},
-        {"id": "out", "type": "string_not_contains", "value": value},
-        {"id": "i", "type": "icontains", "value": value},
-    ])
+    rules = parse_rules(
+        [
+            {"id": "in", "type": "string_contains", "value": value},
+            {"id": "out", "type": "string_not_contains", "value": value},
+            {"id": "i", "type": "icontains", "value": value},
+        ]
+    )
     inside, outside, folded = evaluate(text, rules).results
     assert inside.passed is (value in text)
     assert outside.passed is (value not in text)
@@ -363,10 +411,12 @@ def test_contains_property(text: str, value: str) -> None:
 @settings(max_examples=200, deadline=None, database=None)
 @given(text=texts, limit=st.integers(min_value=0, max_value=250))
 def test_length_property(text: str, limit: int) -> None:
-    rules = parse_rules([
-        {"id": "max", "type": "max_length", "value": limit},
-        {"id": "min", "type": "min_length", "value": limit},
-    ])
+    rules = parse_rules(
+        [
+            {"id": "max", "type": "max_length", "value": limit},
+            {"id": "min", "type": "min_length", "value": limit},
+        ]
+    )
     longest, shortest = evaluate(text, rules).results
     assert longest.passed is (len(text) <= limit)
     assert shortest.passed is (len(text) >= limit)
@@ -374,9 +424,12 @@ def test_length_property(text: str, limit: int) -> None:
 
 
 @settings(max_examples=200, deadline=None, database=None)
-@given(words=st.lists(st.text(alphabet="abcé😀", min_size=1), max_size=30),
-       sep=st.sampled_from([" ", "\n", "\t ", "  "]), low=st.integers(0, 30),
-       span=st.integers(0, 10))
+@given(
+    words=st.lists(st.text(alphabet="abcé😀", min_size=1), max_size=30),
+    sep=st.sampled_from([" ", "\n", "\t ", "  "]),
+    low=st.integers(0, 30),
+    span=st.integers(0, 10),
+)
 def test_word_count_property(words: list[str], sep: str, low: int, span: int) -> None:
     text = sep.join(words)
     rule = one(type="word_count", min=low, max=low + span)
@@ -386,10 +439,12 @@ def test_word_count_property(words: list[str], sep: str, low: int, span: int) ->
 @settings(max_examples=100, deadline=None, database=None)
 @given(text=texts, values=st.lists(needles, min_size=1, max_size=4))
 def test_contains_any_all_property(text: str, values: list[str]) -> None:
-    rules = parse_rules([
-        {"id": "any", "type": "contains_any", "values": values},
-        {"id": "all", "type": "contains_all", "values": values},
-    ])
+    rules = parse_rules(
+        [
+            {"id": "any", "type": "contains_any", "values": values},
+            {"id": "all", "type": "contains_all", "values": values},
+        ]
+    )
     anyone, every = evaluate(text, rules).results
     assert anyone.passed is any(v in text for v in values)
     assert every.passed is all(v in text for v in values)
@@ -399,8 +454,9 @@ def test_contains_any_all_property(text: str, values: list[str]) -> None:
 @given(value=st.text(max_size=30), pad=st.text(alphabet=" \n\t", max_size=3))
 def test_equals_property(value: str, pad: str) -> None:
     assert passes(pad + value + pad, type="equals", value=value)
-    assert passes(value + "x", type="equals", value=value) is ((value + "x").strip()
-                                                               == value.strip())
+    assert passes(value + "x", type="equals", value=value) is (
+        (value + "x").strip() == value.strip()
+    )
 
 
 # --------------------------------------------------------------------------- load errors
@@ -432,32 +488,45 @@ def test_equals_property(value: str, pad: str) -> None:
         ({"type": "contains_any", "values": []}, "values", "non-empty array"),
         ({"type": "contains_any", "values": "a,b"}, "values", "non-empty array"),
         ({"type": "contains_all", "values": ["a", 2]}, "values", "item 1"),
-        ({"type": "contains_all", "values": ["a"], "case_sensitive": "no"}, "case_sensitive",
-         "true or false"),
+        (
+            {"type": "contains_all", "values": ["a"], "case_sensitive": "no"},
+            "case_sensitive",
+            "true or false",
+        ),
         ({"type": "json_schema", "schema": "object"}, "schema", "JSON Schema object"),
         ({"type": "json_schema", "schema": {"type": "nope"}}, "schema", "not a valid JSON Schema"),
-        ({"type": "json_schema", "schema": {"$schema": "https://example.com/mine"}}, "schema",
-         "unknown $schema"),
-        ({"type": "json_schema", "schema": {"patternProperties": {"^a": {}}}}, "schema",
-         "patternProperties is not supported"),
-        ({"type": "json_schema", "schema": {"properties": {"a": {"pattern": "(?=x)"}}}},
-         "schema", "RE2"),
+        (
+            {"type": "json_schema", "schema": {"$schema": "https://example.com/mine"}},
+            "schema",
+            "unknown $schema",
+        ),
+        (
+            {"type": "json_schema", "schema": {"patternProperties": {"^a": {}}}},
+            "schema",
+            "patternProperties is not supported",
+        ),
+        (
+            {"type": "json_schema", "schema": {"properties": {"a": {"pattern": "(?=x)"}}}},
+            "schema",
+            "RE2",
+        ),
     ],
 )
-def test_bad_rule_names_file_rule_and_field(fields: dict[str, Any], field: str,
-                                            fragment: str) -> None:
+def test_bad_rule_names_file_rule_and_field(
+    fields: dict[str, Any], field: str, fragment: str
+) -> None:
     error = load_error(**fields)
     assert isinstance(error, InvalidInput)
     assert (error.file, error.rule_id, error.field) == ("t.evals.json", "r1", field)
     message = str(error)
     assert message.startswith(f"t.evals.json, rule 'r1', field '{field}': ")
     assert fragment in message
-    assert error.to_dict()["details"] == {"file": "t.evals.json", "rule_id": "r1",
-                                          "field": field}
+    assert error.to_dict()["details"] == {"file": "t.evals.json", "rule_id": "r1", "field": field}
 
 
 @pytest.mark.parametrize(
-    "pattern", [r"(a)\1", r"foo(?=bar)", r"foo(?!bar)", r"(?<=x)y", r"(?<!x)y"],
+    "pattern",
+    [r"(a)\1", r"foo(?=bar)", r"foo(?!bar)", r"(?<=x)y", r"(?<!x)y"],
 )
 def test_backtracking_only_regex_fails_at_load(pattern: str) -> None:
     error = load_error(type="regex_not_match", pattern=pattern)
@@ -488,8 +557,14 @@ def test_missing_id_and_non_object_rules_name_their_position() -> None:
 
 def test_duplicate_ids_are_refused() -> None:
     with pytest.raises(EvalRuleError) as info:
-        parse_rules([{"id": "a", "type": "not_empty"}, {"id": "b", "type": "not_empty"},
-                     {"id": "a", "type": "is_json"}], source="f.json")
+        parse_rules(
+            [
+                {"id": "a", "type": "not_empty"},
+                {"id": "b", "type": "not_empty"},
+                {"id": "a", "type": "is_json"},
+            ],
+            source="f.json",
+        )
     assert (info.value.rule_id, info.value.field) == ("a", "id")
     assert "rules[0] and rules[2]" in str(info.value)
 
@@ -507,7 +582,7 @@ def test_invalid_json_file_names_line_and_column() -> None:
         ('{"version": 2, "rules": []}', "version", "unsupported version 2"),
         ('{"version": "1", "rules": []}', "version", "unsupported version '1'"),
         ('{"version": true, "rules": []}', "version", "unsupported version True"),
-        ('{"rules": []}', "version", "add \"version\": 1"),
+        ('{"rules": []}', "version", 'add "version": 1'),
         ('{"version": 1}', "rules", "needs a rules array"),
         ('{"version": 1, "rules": {}}', "rules", "must be an array"),
         ('{"version": 1, "rules": [], "skil": "x"}', "skil", "unknown field"),
@@ -528,7 +603,8 @@ def test_rule_errors_inside_a_file_name_the_file() -> None:
     with pytest.raises(EvalRuleError) as info:
         parse_eval_file(text, source="skills/a/a.evals.json")
     assert str(info.value) == (
-        "skills/a/a.evals.json, rule 'len', field 'value': must be 0 or more, not -5")
+        "skills/a/a.evals.json, rule 'len', field 'value': must be 0 or more, not -5"
+    )
 
 
 # --------------------------------------------------------------------------- engine
@@ -547,11 +623,13 @@ def test_input_too_large() -> None:
 
 
 def test_report_success_failed_and_dict() -> None:
-    rules = parse_rules([
-        {"id": "w", "name": "Has verdict", "type": "string_contains", "value": "verdict"},
-        {"id": "i", "name": "Short", "type": "max_length", "value": 5, "severity": "info"},
-        {"id": "p", "type": "not_empty"},
-    ])
+    rules = parse_rules(
+        [
+            {"id": "w", "name": "Has verdict", "type": "string_contains", "value": "verdict"},
+            {"id": "i", "name": "Short", "type": "max_length", "value": 5, "severity": "info"},
+            {"id": "p", "type": "not_empty"},
+        ]
+    )
     info_only = evaluate("verdict: yes", rules)
     assert info_only.success
     assert [r.rule_id for r in info_only.failed] == ["i"]
@@ -562,24 +640,33 @@ def test_report_success_failed_and_dict() -> None:
     data = warned.to_dict()
     assert data["success"] is False
     assert data["results"][0] == {
-        "ruleId": "w", "name": "Has verdict", "type": "string_contains",
-        "severity": "warning", "passed": False,
-        "detail": "answer does not contain 'verdict'", "error": False,
+        "ruleId": "w",
+        "name": "Has verdict",
+        "type": "string_contains",
+        "severity": "warning",
+        "passed": False,
+        "detail": "answer does not contain 'verdict'",
+        "error": False,
     }
     assert data["results"][2]["detail"] == ""
 
 
 def test_footnotes_render_warnings_then_infos() -> None:
-    rules = parse_rules([
-        {"id": "1", "name": "Concise", "type": "max_length", "value": 3, "severity": "info"},
-        {"id": "2", "name": "Must return JSON verdict", "type": "string_contains",
-         "value": "verdict"},
-        {"id": "3", "name": "Non-empty", "type": "not_empty"},
-    ])
+    rules = parse_rules(
+        [
+            {"id": "1", "name": "Concise", "type": "max_length", "value": 3, "severity": "info"},
+            {
+                "id": "2",
+                "name": "Must return JSON verdict",
+                "type": "string_contains",
+                "value": "verdict",
+            },
+            {"id": "3", "name": "Non-empty", "type": "not_empty"},
+        ]
+    )
     report = evaluate("hello", rules)
     assert render_footnotes(report) == ["⚠️ Must return JSON verdict", "ℹ️ Concise"]
-    assert append_footnotes("hello\n", report) == (
-        "hello\n\n⚠️ Must return JSON verdict\nℹ️ Concise")
+    assert append_footnotes("hello\n", report) == ("hello\n\n⚠️ Must return JSON verdict\nℹ️ Concise")
 
 
 def test_footnotes_leave_a_clean_answer_alone() -> None:
@@ -602,6 +689,7 @@ def _ends_with(params: Mapping[str, Any]) -> Callable[[str], Verdict]:
             raise RuntimeError("kaboom")
         ok = text.rstrip().endswith(suffix)
         return Verdict(ok, f"answer {'ends' if ok else 'does not end'} with {suffix!r}")
+
     return check
 
 
@@ -637,16 +725,20 @@ def plugins() -> Iterator[None]:
 @pytest.mark.usefixtures("plugins")
 def test_custom_rule_type_from_a_plugin() -> None:
     assert "ends_with" in rule_types()
-    rules = parse_rules([
-        {"id": "sig", "name": "Signed", "type": "ends_with", "suffix": "— Amelio"},
-        {"id": "neg", "type": "ends_with", "suffix": "!", "negate": True, "severity": "info"},
-        {"id": "lit", "type": "string_contains", "value": "Merci"},
-    ])
+    rules = parse_rules(
+        [
+            {"id": "sig", "name": "Signed", "type": "ends_with", "suffix": "— Amelio"},
+            {"id": "neg", "type": "ends_with", "suffix": "!", "negate": True, "severity": "info"},
+            {"id": "lit", "type": "string_contains", "value": "Merci"},
+        ]
+    )
     report = evaluate("Merci.\n— Amelio\n", rules)
     assert [r.passed for r in report.results] == [True, True, True]
     report = evaluate("Merci!", rules)
-    assert [r.detail for r in report.failed] == ["answer does not end with '— Amelio'",
-                                                "answer ends with '!'"]
+    assert [r.detail for r in report.failed] == [
+        "answer does not end with '— Amelio'",
+        "answer ends with '!'",
+    ]
     error = load_error(type="ends_with", suffix=3)
     assert (error.rule_id, error.field) == ("r1", "suffix")
     error = load_error(type="ends_with")
@@ -655,8 +747,12 @@ def test_custom_rule_type_from_a_plugin() -> None:
 
 @pytest.mark.usefixtures("plugins")
 def test_a_check_that_raises_is_an_errored_failure() -> None:
-    rules = parse_rules([{"id": "sig", "type": "ends_with", "suffix": "x", "severity": "info"},
-                         {"id": "ne", "type": "not_empty"}])
+    rules = parse_rules(
+        [
+            {"id": "sig", "type": "ends_with", "suffix": "x", "severity": "info"},
+            {"id": "ne", "type": "not_empty"},
+        ]
+    )
     report = evaluate("boom", rules)
     broken, fine = report.results
     assert (broken.passed, broken.error) == (False, True)

@@ -14,13 +14,29 @@ from amelio.cli import main
 from amelio.errors import InvalidInput
 from amelio.workspace.folder import Workspace
 
-RULES = {"version": 1, "skill": "demo", "rules": [
-    {"id": "d-1", "name": "Mentions rollback", "type": "icontains", "value": "rollback",
-     "severity": "warning"},
-    {"id": "d-2", "name": "Short", "type": "max_length", "value": 40, "severity": "info"},
-]}
-OWN = [{"id": "o-1", "name": "Says hello", "type": "starts_with", "value": "Hello",
-        "severity": "warning"}]
+RULES = {
+    "version": 1,
+    "skill": "demo",
+    "rules": [
+        {
+            "id": "d-1",
+            "name": "Mentions rollback",
+            "type": "icontains",
+            "value": "rollback",
+            "severity": "warning",
+        },
+        {"id": "d-2", "name": "Short", "type": "max_length", "value": 40, "severity": "info"},
+    ],
+}
+OWN = [
+    {
+        "id": "o-1",
+        "name": "Says hello",
+        "type": "starts_with",
+        "value": "Hello",
+        "severity": "warning",
+    }
+]
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -36,30 +52,33 @@ def write(path: Path, lines: list[object]) -> Path:
 def test_a_batch_gates_on_failed_outputs_with_a_threshold(tmp_path: Path) -> None:
     rules = tmp_path / "rules.json"
     rules.write_text(json.dumps(RULES))
-    batch = write(tmp_path / "outputs.jsonl", [
-        {"id": "a", "text": "Deploy, then rollback if needed."},
-        {"id": "b", "text": "Deploy on Friday."},                      # fails d-1
-        {"id": "c", "text": "Hello there", "rules": OWN},                # its own rules
-        {"id": "d", "text": "Goodbye", "rules": OWN},                    # fails o-1
-    ])
+    batch = write(
+        tmp_path / "outputs.jsonl",
+        [
+            {"id": "a", "text": "Deploy, then rollback if needed."},
+            {"id": "b", "text": "Deploy on Friday."},  # fails d-1
+            {"id": "c", "text": "Hello there", "rules": OWN},  # its own rules
+            {"id": "d", "text": "Goodbye", "rules": OWN},  # fails o-1
+        ],
+    )
     code, out, _ = run("eval", "--batch", "--rules", str(rules), str(batch), "--format", "json")
     assert code == 1
     summary = json.loads(out)
     assert (summary["outputs"], summary["failedOutputs"], summary["checks"]) == (4, 2, 6)
-    failed = {r["id"]: [f["ruleId"] for f in r["failures"]] for r in summary["results"]
-              if not r["success"]}
+    failed = {
+        r["id"]: [f["ruleId"] for f in r["failures"]]
+        for r in summary["results"]
+        if not r["success"]
+    }
     assert failed == {"b": ["d-1"], "d": ["o-1"]}
-    assert run("eval", "--batch", "--rules", str(rules), str(batch), "--max-failures",
-               "2")[0] == 0
-    assert run("eval", "--batch", "--rules", str(rules), str(batch), "--max-failures",
-               "1")[0] == 1
+    assert run("eval", "--batch", "--rules", str(rules), str(batch), "--max-failures", "2")[0] == 0
+    assert run("eval", "--batch", "--rules", str(rules), str(batch), "--max-failures", "1")[0] == 1
 
     code, out, _ = run("eval", "--batch", "--rules", str(rules), str(batch), "--format", "junit")
     root = ET.fromstring(out)
     assert [s.get("name") for s in root.iter("testsuite")] == ["a", "b", "c", "d"]
     assert sum(int(s.get("failures", 0)) for s in root.iter("testsuite")) == 2
-    code, out, _ = run("eval", "--batch", "--rules", str(rules), str(batch), "--format",
-                       "markdown")
+    code, out, _ = run("eval", "--batch", "--rules", str(rules), str(batch), "--format", "markdown")
     assert "**2 of 4 outputs pass** (6 checks)." in out
     assert "| b | d-1: Mentions rollback |" in out and "| d | o-1: Says hello |" in out
 
@@ -73,8 +92,10 @@ def test_a_malformed_line_stops_the_batch_before_anything_is_reported(tmp_path: 
     assert code == 2 and out == ""
     assert 'outputs.jsonl line 2: "text" (the output to check) must be a string.' in err
     batch.write_text('{"id": "a", "text": "rollback"}\nnot json\n')
-    assert "outputs.jsonl line 2: not valid JSON" in run(
-        "eval", "--batch", "--rules", str(rules), str(batch))[2]
+    assert (
+        "outputs.jsonl line 2: not valid JSON"
+        in run("eval", "--batch", "--rules", str(rules), str(batch))[2]
+    )
     write(batch, [{"id": "a", "text": "no rules anywhere"}])
     code, _, err = run("eval", "--batch", str(batch))
     assert code == 2 and "line 1: no rules for this output" in err
@@ -88,27 +109,44 @@ def test_promptfoo_output_json_is_read(tmp_path: Path) -> None:
     rules = tmp_path / "rules.json"
     rules.write_text(json.dumps(RULES))
     output = tmp_path / "promptfoo.json"
-    output.write_text(json.dumps({"evalId": "x", "results": {"version": 3, "results": [
-        {"testIdx": 0, "promptIdx": 0, "response": {"output": "Plan a rollback."}},
-        {"testIdx": 1, "promptIdx": 0, "response": {"output": "Ship it."}},
-    ]}}, indent=2))
-    code, out, _ = run("eval", "--batch", "--rules", str(rules), str(output), "--format",
-                       "json")
+    output.write_text(
+        json.dumps(
+            {
+                "evalId": "x",
+                "results": {
+                    "version": 3,
+                    "results": [
+                        {"testIdx": 0, "promptIdx": 0, "response": {"output": "Plan a rollback."}},
+                        {"testIdx": 1, "promptIdx": 0, "response": {"output": "Ship it."}},
+                    ],
+                },
+            },
+            indent=2,
+        )
+    )
+    code, out, _ = run("eval", "--batch", "--rules", str(rules), str(output), "--format", "json")
     assert code == 1
     summary = json.loads(out)
     assert [(r["id"], r["success"]) for r in summary["results"]] == [
-        ("test-0-prompt-0", True), ("test-1-prompt-0", False)]
+        ("test-0-prompt-0", True),
+        ("test-1-prompt-0", False),
+    ]
 
 
-def test_skills_from_the_workspace(sqlite_workspace: Workspace, examples: Path,
-                                   tmp_path: Path) -> None:
+def test_skills_from_the_workspace(
+    sqlite_workspace: Workspace, examples: Path, tmp_path: Path
+) -> None:
     skills.import_skills(sqlite_workspace.engine, examples)
-    batch = write(tmp_path / "outputs.jsonl", [
-        {"id": "ok", "text": "Use git push --force-with-lease.", "skill": "git-help"},
-        {"id": "bad", "text": "Just git push --force.", "skill": "git-help"},
-    ])
-    code, out, _ = run("-w", str(sqlite_workspace.root), "eval", "--batch", str(batch),
-                       "--format", "json")
+    batch = write(
+        tmp_path / "outputs.jsonl",
+        [
+            {"id": "ok", "text": "Use git push --force-with-lease.", "skill": "git-help"},
+            {"id": "bad", "text": "Just git push --force.", "skill": "git-help"},
+        ],
+    )
+    code, out, _ = run(
+        "-w", str(sqlite_workspace.root), "eval", "--batch", str(batch), "--format", "json"
+    )
     assert code == 1
     assert [r["id"] for r in json.loads(out)["results"] if not r["success"]] == ["bad"]
     write(batch, [{"id": "x", "text": "t", "skill": "no-such-skill"}])
@@ -123,8 +161,7 @@ def test_lines_repeating_rules_share_them_and_type_differences_count(tmp_path: P
 
     same = {"id": "x", "type": "max_length", "value": 1}
     lines = [json.dumps({"id": f"o{i}", "text": "ab", "rules": [same]}) for i in range(3)]
-    lines.append(json.dumps({"id": "bad", "text": "ab",
-                             "rules": [{**same, "value": True}]}))
+    lines.append(json.dumps({"id": "bad", "text": "ab", "rules": [{**same, "value": True}]}))
     with pytest.raises(InvalidInput, match="line 4"):
         eval_batch.parse_batch("\n".join(lines), "f.jsonl", max_chars=1000)
     items = eval_batch.parse_batch("\n".join(lines[:3]), "f.jsonl", max_chars=1000)
@@ -132,14 +169,17 @@ def test_lines_repeating_rules_share_them_and_type_differences_count(tmp_path: P
 
 
 def test_a_shared_rules_tail_is_decoded_once_and_read_as_a_full_decode_would(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """Lines ending with the same raw rule list reuse its decoding; every line still
     reads exactly as ``json.loads`` reads it, however its text imitates the tail."""
     from amelio import evals
     from amelio.evals import batch as eval_batch
 
-    rules = [{"id": "r", "type": "icontains", "value": "ok"},
-             {"id": "n", "type": "max_length", "value": 50}]
+    rules = [
+        {"id": "r", "type": "icontains", "value": "ok"},
+        {"id": "n", "type": "max_length", "value": 50},
+    ]
     tail = '"rules": ' + json.dumps(rules) + "}"
     lines = [
         json.dumps({"id": "a", "text": "ok one", "rules": rules}),
@@ -157,8 +197,11 @@ def test_a_shared_rules_tail_is_decoded_once_and_read_as_a_full_decode_would(
     ]
     with pytest.raises(InvalidInput, match=r"line 7: not valid JSON"):
         eval_batch.parse_batch("\n".join(lines), "f.jsonl", max_chars=1000)
-    for bad in ('{"id": "h", "text": "ok",\u3000' + tail,  # not JSON whitespace
-                "{, " + tail, "{ ,\t" + tail):  # no member before the comma
+    for bad in (
+        '{"id": "h", "text": "ok",\u3000' + tail,  # not JSON whitespace
+        "{, " + tail,
+        "{ ,\t" + tail,
+    ):  # no member before the comma
         with pytest.raises(InvalidInput, match=r"line 2: not valid JSON"):
             eval_batch.parse_batch("\n".join([lines[0], bad]), "f.jsonl", max_chars=1000)
     items = eval_batch.parse_batch("\n".join(lines[:6]), "f.jsonl", max_chars=1000)
@@ -177,5 +220,5 @@ def test_a_shared_rules_tail_is_decoded_once_and_read_as_a_full_decode_would(
     other.learn(lines[0], [{**rules[0], "value": "OK"}, rules[1]], items[0].rules)
     assert other.split(lines[1]) == (None, None)
     skill_too = '{"id": "h", "text": "ok", "skill": "demo", ' + tail
-    with pytest.raises(InvalidInput, match="give \"skill\" or \"rules\", not both"):
+    with pytest.raises(InvalidInput, match='give "skill" or "rules", not both'):
         eval_batch.parse_batch("\n".join([lines[0], skill_too]), "f.jsonl", max_chars=1000)

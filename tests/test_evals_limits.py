@@ -32,8 +32,7 @@ def test_costly_regex_on_a_long_text_is_an_error_result_not_a_hang() -> None:
 
 
 def test_unique_items_is_linear() -> None:
-    [check] = parse_rules([rule(type="json_schema",
-                                schema={"type": "array", "uniqueItems": True})])
+    [check] = parse_rules([rule(type="json_schema", schema={"type": "array", "uniqueItems": True})])
     items = [{"n": i, "tags": ["a", "b"]} for i in range(5_000)]
     text = json.dumps(items)
     # A budget that a linear walk fits in (one unit per item, plus parsing) and a
@@ -46,8 +45,11 @@ def test_unique_items_is_linear() -> None:
 
 
 def test_refs_must_resolve_at_load() -> None:
-    good = {"$defs": {"v": {"enum": ["approve", "reject"]}},
-            "type": "object", "properties": {"verdict": {"$ref": "#/$defs/v"}}}
+    good = {
+        "$defs": {"v": {"enum": ["approve", "reject"]}},
+        "type": "object",
+        "properties": {"verdict": {"$ref": "#/$defs/v"}},
+    }
     [check] = parse_rules([rule(type="json_schema", schema=good)])
     assert evaluate('{"verdict": "approve"}', [check]).success
     assert not evaluate('{"verdict": "maybe"}', [check]).success
@@ -66,8 +68,7 @@ def test_too_many_rules() -> None:
 def test_duplicate_json_keys_are_refused() -> None:
     from amelio.evals.engine import parse_eval_file
 
-    text = ('{"version": 1, "rules": [{"id": "a", "type": "max_length", "value": 5, '
-            '"value": 500}]}')
+    text = '{"version": 1, "rules": [{"id": "a", "type": "max_length", "value": 5, "value": 500}]}'
     with pytest.raises(EvalRuleError, match="duplicate key 'value'") as info:
         parse_eval_file(text, source="x.evals.json")
     assert info.value.field == "value"

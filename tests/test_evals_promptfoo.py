@@ -75,31 +75,89 @@ tests:
 def test_realistic_config_maps_rules_in_order() -> None:
     result = import_promptfoo(CONFIG, source="promptfooconfig.yaml")
     assert [r.to_dict() for r in result.rules] == [
-        {"id": "pf-001", "name": "Does not contain 'As an AI language model'",
-         "type": "string_not_contains", "value": "As an AI language model",
-         "severity": "warning"},
-        {"id": "pf-002", "name": "Cites the ticket", "type": "regex_match",
-         "pattern": r"ticket #\d+", "severity": "warning"},
-        {"id": "pf-003", "name": "Contains 'password' in any case", "type": "icontains",
-         "value": "password", "severity": "warning"},
-        {"id": "pf-004", "name": "Points to settings", "type": "contains_any",
-         "values": ["Settings", "Paramètres"], "severity": "warning"},
-        {"id": "pf-005", "name": "Is JSON matching the schema", "type": "json_schema",
-         "schema": {"type": "object", "required": ["verdict"],
-                    "properties": {"verdict": {"enum": ["approve", "reject"]}}},
-         "severity": "warning"},
-        {"id": "pf-006", "name": "Does not start with 'Sorry'", "type": "starts_with",
-         "value": "Sorry", "negate": True, "severity": "warning"},
-        {"id": "pf-007", "name": "Contains all of 'refund', '14 days'", "type": "contains_all",
-         "values": ["refund", "14 days"], "case_sensitive": False, "severity": "warning"},
-        {"id": "pf-008", "name": "Equals '42'", "type": "equals", "value": "42",
-         "severity": "warning"},
-        {"id": "pf-009", "name": "Is not valid JSON", "type": "is_json", "negate": True,
-         "severity": "warning"},
-        {"id": "pf-010", "name": r"Does not match /password=\S+/", "type": "regex_not_match",
-         "pattern": r"password=\S+", "severity": "warning"},
-        {"id": "pf-011", "name": "Contains all of 'disk', 'ram'", "type": "contains_all",
-         "values": ["disk", "ram"], "severity": "warning"},
+        {
+            "id": "pf-001",
+            "name": "Does not contain 'As an AI language model'",
+            "type": "string_not_contains",
+            "value": "As an AI language model",
+            "severity": "warning",
+        },
+        {
+            "id": "pf-002",
+            "name": "Cites the ticket",
+            "type": "regex_match",
+            "pattern": r"ticket #\d+",
+            "severity": "warning",
+        },
+        {
+            "id": "pf-003",
+            "name": "Contains 'password' in any case",
+            "type": "icontains",
+            "value": "password",
+            "severity": "warning",
+        },
+        {
+            "id": "pf-004",
+            "name": "Points to settings",
+            "type": "contains_any",
+            "values": ["Settings", "Paramètres"],
+            "severity": "warning",
+        },
+        {
+            "id": "pf-005",
+            "name": "Is JSON matching the schema",
+            "type": "json_schema",
+            "schema": {
+                "type": "object",
+                "required": ["verdict"],
+                "properties": {"verdict": {"enum": ["approve", "reject"]}},
+            },
+            "severity": "warning",
+        },
+        {
+            "id": "pf-006",
+            "name": "Does not start with 'Sorry'",
+            "type": "starts_with",
+            "value": "Sorry",
+            "negate": True,
+            "severity": "warning",
+        },
+        {
+            "id": "pf-007",
+            "name": "Contains all of 'refund', '14 days'",
+            "type": "contains_all",
+            "values": ["refund", "14 days"],
+            "case_sensitive": False,
+            "severity": "warning",
+        },
+        {
+            "id": "pf-008",
+            "name": "Equals '42'",
+            "type": "equals",
+            "value": "42",
+            "severity": "warning",
+        },
+        {
+            "id": "pf-009",
+            "name": "Is not valid JSON",
+            "type": "is_json",
+            "negate": True,
+            "severity": "warning",
+        },
+        {
+            "id": "pf-010",
+            "name": r"Does not match /password=\S+/",
+            "type": "regex_not_match",
+            "pattern": r"password=\S+",
+            "severity": "warning",
+        },
+        {
+            "id": "pf-011",
+            "name": "Contains all of 'disk', 'ram'",
+            "type": "contains_all",
+            "values": ["disk", "ram"],
+            "severity": "warning",
+        },
     ]
 
 
@@ -107,7 +165,8 @@ def test_unmapped_assertions_are_listed_with_a_reason() -> None:
     result = import_promptfoo(CONFIG, source="promptfooconfig.yaml")
     lookbehind = result.unmapped[1]
     assert lookbehind.startswith(
-        "tests[1].assert[4]: type 'regex' not imported, field 'pattern': RE2 cannot compile it")
+        "tests[1].assert[4]: type 'regex' not imported, field 'pattern': RE2 cannot compile it"
+    )
     assert "no lookaround" in lookbehind
     assert result.unmapped[:1] + result.unmapped[2:] == (
         "tests[0].assert[1]: type 'llm-rubric' has no deterministic equivalent",
@@ -145,8 +204,10 @@ tests:
       - {type: contains, value: a}
 """
     result = import_promptfoo(config, source="p.yaml")
-    assert [(r.id, r.type) for r in result.rules] == [("pf-001", "string_contains"),
-                                                      ("pf-002", "icontains")]
+    assert [(r.id, r.type) for r in result.rules] == [
+        ("pf-001", "string_contains"),
+        ("pf-002", "icontains"),
+    ]
     assert result.unmapped == ()
 
 
@@ -162,9 +223,13 @@ scenarios:
     result = import_promptfoo(config, source="p.yaml")
     (rule,) = result.rules
     assert rule.to_dict() == {
-        "id": "pf-001", "name": "Contains none of 'lorem', 'ipsum', 'dolor'",
-        "type": "contains_any", "values": ["lorem", "ipsum", "dolor"],
-        "case_sensitive": False, "negate": True, "severity": "warning",
+        "id": "pf-001",
+        "name": "Contains none of 'lorem', 'ipsum', 'dolor'",
+        "type": "contains_any",
+        "values": ["lorem", "ipsum", "dolor"],
+        "case_sensitive": False,
+        "negate": True,
+        "severity": "warning",
     }
     assert not evaluate("LOREM", [rule]).success
     assert evaluate("fine", [rule]).success
@@ -185,8 +250,7 @@ tests:
     result = import_promptfoo(config, source="p.yaml")
     assert result.rules == ()
     assert result.unmapped == (
-        "defaultTest: loaded from 'file://defaults.yaml', which is not read; "
-        "inline the assertions",
+        "defaultTest: loaded from 'file://defaults.yaml', which is not read; inline the assertions",
         "tests[0].assert: expected a list of assertions",
         "tests[1].assert[0]: not an assertion (expected a mapping with a type)",
         "tests[1].assert[1]: not an assertion (expected a mapping with a type)",

@@ -42,18 +42,18 @@ def test_schema_is_public(api: Api) -> None:
 
 def test_ingest_answers_202_with_a_status_per_event(api: Api, workspace: Workspace) -> None:
     client, h, c = api
-    events = [example_event("result_clicked", signer=c.signer),
-              example_event("vote_up"), example_event("vote_up", consent="denied")]
+    events = [
+        example_event("result_clicked", signer=c.signer),
+        example_event("vote_up"),
+        example_event("vote_up", consent="denied"),
+    ]
     events.append(dict(events[0]))
     r = client.post("/v1/feedback/events", headers=h, content=ndjson(events))
     assert r.status_code == 202, r.text
     body = r.json()
-    assert (body["accepted"], body["duplicate"], body["rejected"], body["dropped"]) == (
-        2, 1, 0, 1)
-    assert [e["status"] for e in body["events"]] == ["accepted", "accepted", "dropped",
-                                                     "duplicate"]
-    assert body["events"][0] == {"index": 0, "eventId": events[0]["eventId"],
-                                 "status": "accepted"}
+    assert (body["accepted"], body["duplicate"], body["rejected"], body["dropped"]) == (2, 1, 0, 1)
+    assert [e["status"] for e in body["events"]] == ["accepted", "accepted", "dropped", "duplicate"]
+    assert body["events"][0] == {"index": 0, "eventId": events[0]["eventId"], "status": "accepted"}
     # durable: another engine, as another process would, sees them at once
     other = db.create_engine(workspace.settings.effective_database_url)
     try:
@@ -74,8 +74,7 @@ def test_ingest_needs_a_client_key_or_better(api: Api, workspace: Workspace) -> 
     body = ndjson([example_event("vote_up")])
     assert client.post("/v1/feedback/events", content=body).status_code == 401
     _, bot = keys.create_key(workspace.engine, name="bot", role="bot")
-    r = client.post("/v1/feedback/events", content=body,
-                    headers={"Authorization": f"Bearer {bot}"})
+    r = client.post("/v1/feedback/events", content=body, headers={"Authorization": f"Bearer {bot}"})
     assert r.status_code == 202
     stats = client.get("/v1/feedback/stats", headers={"Authorization": f"Bearer {bot}"})
     assert stats.json()["byType"] == {"vote_up": 1}
@@ -101,9 +100,9 @@ def test_oversized_batches_are_413(api: Api, workspace: Workspace) -> None:
     assert feedback_stats(workspace)["total"] == 0
 
 
-def test_rate_limited_requests_are_429_with_retry_after(workspace: Workspace,
-                                                       monkeypatch: pytest.MonkeyPatch
-                                                       ) -> None:
+def test_rate_limited_requests_are_429_with_retry_after(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AMELIO_FEEDBACK_RATE_SESSION", "0.5")
     monkeypatch.setenv("AMELIO_FEEDBACK_BURST_SESSION", "2")
     ws = open_workspace(workspace.root)
@@ -111,12 +110,19 @@ def test_rate_limited_requests_are_429_with_retry_after(workspace: Workspace,
         _, token = keys.create_key(ws.engine, name="web", role="client")
         h = {"Authorization": f"Bearer {token}"}
         with TestClient(create_app(ws)) as client:
-            ok = client.post("/v1/feedback/events", headers=h,
-                             content=ndjson([example_event("vote_up") for _ in range(2)]))
+            ok = client.post(
+                "/v1/feedback/events",
+                headers=h,
+                content=ndjson([example_event("vote_up") for _ in range(2)]),
+            )
             assert ok.status_code == 202
-            r = client.post("/v1/feedback/events", headers=h,
-                            content=ndjson([example_event("vote_up"),
-                                            example_event("vote_up", session_id="s-2")]))
+            r = client.post(
+                "/v1/feedback/events",
+                headers=h,
+                content=ndjson(
+                    [example_event("vote_up"), example_event("vote_up", session_id="s-2")]
+                ),
+            )
             assert r.status_code == 429
             assert r.headers["Retry-After"] == "2"
             assert r.json()["error"]["details"] == {"retryAfter": 2, "scope": "session"}
@@ -132,8 +138,7 @@ def test_cli_schema_ingest_verify_purge(workspace: Workspace, tmp_path: Path) ->
     runner = CliRunner()
     w = ["-w", str(workspace.root)]
     schema = runner.invoke(main, ["feedback", "schema"])
-    assert schema.exit_code == 0 and json.loads(schema.stdout)["title"] == \
-        "MartyFeedbackEventV1"
+    assert schema.exit_code == 0 and json.loads(schema.stdout)["title"] == "MartyFeedbackEventV1"
     signer = Collector(workspace).signer
     events = [example_event("result_clicked", signer=signer), example_event("vote_down")]
     path = tmp_path / "events.ndjson"
@@ -156,8 +161,7 @@ def test_cli_schema_ingest_verify_purge(workspace: Workspace, tmp_path: Path) ->
         conn.execute(feedback_events.delete().where(feedback_events.c.seq == 2))
     verify = runner.invoke(main, [*w, "feedback", "verify"])
     assert verify.exit_code == 1 and "FAILED at seq 2" in verify.stdout
-    assert json.loads(runner.invoke(main, [*w, "feedback", "verify", "--json"]).stdout
-                      )["seq"] == 2
+    assert json.loads(runner.invoke(main, [*w, "feedback", "verify", "--json"]).stdout)["seq"] == 2
     purge = runner.invoke(main, [*w, "feedback", "purge", "--older-than", "0"])
     assert purge.exit_code == 0 and "Purged 2 events" in purge.stdout
     assert runner.invoke(main, [*w, "feedback", "purge", "--older-than", "-1"]).exit_code == 2

@@ -46,8 +46,9 @@ class Clock:
         return self.ms / 1000
 
 
-def collector(ws: Workspace, clock: Clock | None = None,
-              limiter: RateLimiter | None = None) -> Collector:
+def collector(
+    ws: Workspace, clock: Clock | None = None, limiter: RateLimiter | None = None
+) -> Collector:
     clock = clock or Clock()
     return Collector(ws, clock=clock, limiter=limiter)
 
@@ -55,24 +56,30 @@ def collector(ws: Workspace, clock: Clock | None = None,
 def event(c: Collector, kind: str = "result_clicked", **kw: Any) -> dict[str, Any]:
     kw.setdefault("time_ms", NOW_MS)
     if "token" not in kw:
-        kw["token"] = c.signer.issue(kw.get("query_id", "q-1"), kw.get("request_id", "r-1"),
-                                     now_ms=NOW_MS)
+        kw["token"] = c.signer.issue(
+            kw.get("query_id", "q-1"), kw.get("request_id", "r-1"), now_ms=NOW_MS
+        )
     return example_event(kind, **kw)
 
 
 def stored(ws: Workspace) -> list[dict[str, Any]]:
     with ws.engine.connect() as conn:
-        rows = conn.execute(sa.select(feedback_events.c.payload)
-                            .order_by(feedback_events.c.seq)).scalars().all()
+        rows = (
+            conn.execute(sa.select(feedback_events.c.payload).order_by(feedback_events.c.seq))
+            .scalars()
+            .all()
+        )
     return [json.loads(r) for r in rows]
 
 
 def dump(ws: Workspace) -> str:
     """Every stored value of the feedback tables, as one text to search."""
     with ws.engine.connect() as conn:
-        return "\n".join(str(tuple(r)) for t in (feedback_events, feedback_chain,
-                                                 feedback_tombstones)
-                         for r in conn.execute(sa.select(t)))
+        return "\n".join(
+            str(tuple(r))
+            for t in (feedback_events, feedback_chain, feedback_tombstones)
+            for r in conn.execute(sa.select(t))
+        )
 
 
 # -- schema (no database) -------------------------------------------------------------
@@ -84,7 +91,8 @@ def test_every_type_has_a_valid_example(kind: str) -> None:
 
 
 REQUIRED = {
-    "vote_up": ("vote", "vote"), "vote_down": ("request.branch", "request.branch"),
+    "vote_up": ("vote", "vote"),
+    "vote_down": ("request.branch", "request.branch"),
     "clarification_chosen": ("clarification", "clarification"),
     "result_pinned": ("result.rankShown", "result.rankShown"),
     "result_hidden": ("result", "result"),
@@ -110,8 +118,7 @@ def _without(data: dict[str, Any], path: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("kind", EVENT_TYPES)
-def test_every_type_refuses_a_missing_required_part(sqlite_workspace: Workspace,
-                                                   kind: str) -> None:
+def test_every_type_refuses_a_missing_required_part(sqlite_workspace: Workspace, kind: str) -> None:
     c = collector(sqlite_workspace)
     removed, reported = REQUIRED[kind]
     bad = _without(event(c, kind), removed)
@@ -121,20 +128,24 @@ def test_every_type_refuses_a_missing_required_part(sqlite_workspace: Workspace,
     assert stored(sqlite_workspace) == []
 
 
-@pytest.mark.parametrize(("change", "field", "reason"), [
-    (lambda e: e.update(extra=1), "extra", "Extra inputs are not permitted"),
-    (lambda e: e["session"].update(email="a@b.c"), "session.email", "Extra inputs"),
-    (lambda e: e["result"].update(rankShown="3"), "result.rankShown", "valid integer"),
-    (lambda e: e["context"].update(deviceTier="ULTRA"), "context.deviceTier", "HIGH+"),
-    (lambda e: e.update(eventType="teleported"), "eventType", "unknown or missing"),
-    (lambda e: e.update(eventId="not-a-ulid"), "eventId", "pattern"),
-    (lambda e: e.update(eventVersion="v2"), "eventVersion", "'v1'"),
-    (lambda e: e.update(vote={"score": 1}), "vote", "Extra inputs"),  # wrong type's payload
-    (lambda e: e["session"].pop("sessionId"), "session", "exactly one of sessionId"),
-    (lambda e: e["request"].update(alpha=1.5), "request.alpha", "less than or equal"),
-])
-def test_invalid_events_name_the_field(sqlite_workspace: Workspace, change: Any, field: str,
-                                       reason: str) -> None:
+@pytest.mark.parametrize(
+    ("change", "field", "reason"),
+    [
+        (lambda e: e.update(extra=1), "extra", "Extra inputs are not permitted"),
+        (lambda e: e["session"].update(email="a@b.c"), "session.email", "Extra inputs"),
+        (lambda e: e["result"].update(rankShown="3"), "result.rankShown", "valid integer"),
+        (lambda e: e["context"].update(deviceTier="ULTRA"), "context.deviceTier", "HIGH+"),
+        (lambda e: e.update(eventType="teleported"), "eventType", "unknown or missing"),
+        (lambda e: e.update(eventId="not-a-ulid"), "eventId", "pattern"),
+        (lambda e: e.update(eventVersion="v2"), "eventVersion", "'v1'"),
+        (lambda e: e.update(vote={"score": 1}), "vote", "Extra inputs"),  # wrong type's payload
+        (lambda e: e["session"].pop("sessionId"), "session", "exactly one of sessionId"),
+        (lambda e: e["request"].update(alpha=1.5), "request.alpha", "less than or equal"),
+    ],
+)
+def test_invalid_events_name_the_field(
+    sqlite_workspace: Workspace, change: Any, field: str, reason: str
+) -> None:
     c = collector(sqlite_workspace)
     good, bad = event(c), event(c)
     change(bad)
@@ -161,19 +172,22 @@ def test_json_schema_states_the_types_and_their_requirements() -> None:
 # -- anonymization and scrubbing (no database) ----------------------------------------
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("write to jean.dupont+x@example.co.uk today", "write to [email] today"),
-    ("call +33 6 12 34 56 78 or 06.12.34.56.78", "call [phone] or [phone]"),
-    ("US: (555) 123-4567.", "US: [phone]."),
-    ("IBAN FR76 3000 6000 0112 3456 7890 189 MERCI", "IBAN [iban] MERCI"),
-    ("iban de89370400440532013000", "iban [iban]"),
-    ("card 4111 1111 1111 1111 please", "card [card] please"),
-    ("card 5500-0000-0000-0004", "card [card]"),
-    ("on 2026-05-15 at 14:30, v3.2.1, 42 people, order 1234567", None),
-    ("mistyped FR76 3000 6000 0112 3456 7890 188 ok", "mistyped [iban] ok"),
-    ("AB12 CDEF GHIJ KLMN OPQR", None),
-    ("plain words", None),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("write to jean.dupont+x@example.co.uk today", "write to [email] today"),
+        ("call +33 6 12 34 56 78 or 06.12.34.56.78", "call [phone] or [phone]"),
+        ("US: (555) 123-4567.", "US: [phone]."),
+        ("IBAN FR76 3000 6000 0112 3456 7890 189 MERCI", "IBAN [iban] MERCI"),
+        ("iban de89370400440532013000", "iban [iban]"),
+        ("card 4111 1111 1111 1111 please", "card [card] please"),
+        ("card 5500-0000-0000-0004", "card [card]"),
+        ("on 2026-05-15 at 14:30, v3.2.1, 42 people, order 1234567", None),
+        ("mistyped FR76 3000 6000 0112 3456 7890 188 ok", "mistyped [iban] ok"),
+        ("AB12 CDEF GHIJ KLMN OPQR", None),
+        ("plain words", None),
+    ],
+)
 def test_scrub_removes_contact_and_payment_details(text: str, expected: str | None) -> None:
     assert scrub(text) == (text if expected is None else expected)
 
@@ -238,13 +252,15 @@ def test_buckets_charge_all_or_nothing_and_say_when() -> None:
 # -- the collector on both databases ---------------------------------------------------
 
 
-def test_every_type_is_stored_anonymized_and_verifiable(workspace: Workspace,
-                                                        caplog: pytest.LogCaptureFixture
-                                                        ) -> None:
+def test_every_type_is_stored_anonymized_and_verifiable(
+    workspace: Workspace, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     c = collector(workspace)
-    events = [event(c, kind, session_id="session-RAW-42", user_id="alice@corp.example")
-              for kind in EVENT_TYPES]
+    events = [
+        event(c, kind, session_id="session-RAW-42", user_id="alice@corp.example")
+        for kind in EVENT_TYPES
+    ]
     events[1]["vote"]["comment"] = "Mail alice@corp.example or call 06 12 34 56 78"
     result = c.ingest(events)
     assert result.counts() == {"accepted": 14, "duplicate": 0, "rejected": 0, "dropped": 0}
@@ -267,10 +283,13 @@ def test_every_type_is_stored_anonymized_and_verifiable(workspace: Workspace,
 
 def test_same_user_two_days_two_hashes(workspace: Workspace) -> None:
     c = collector(workspace)
-    c.ingest([event(c, "action_executed", time_ms=NOW_MS - DAY_MS, user_id="alice"),
-              event(c, "action_executed", time_ms=NOW_MS, user_id="alice"),
-              event(c, "action_executed", time_ms=NOW_MS, user_id="alice",
-                    session_id="other")])
+    c.ingest(
+        [
+            event(c, "action_executed", time_ms=NOW_MS - DAY_MS, user_id="alice"),
+            event(c, "action_executed", time_ms=NOW_MS, user_id="alice"),
+            event(c, "action_executed", time_ms=NOW_MS, user_id="alice", session_id="other"),
+        ]
+    )
     yesterday, today, today_again = (r["session"] for r in stored(workspace))
     assert yesterday["userIdHash"] != today["userIdHash"]
     assert yesterday["sessionIdHash"] != today["sessionIdHash"]
@@ -320,17 +339,22 @@ def test_tokens_forged_expired_or_missing_are_rejected(workspace: Workspace) -> 
     assert {s.field for s in statuses[1:5]} == {"request.feedbackToken"}
     assert [s.reason for s in statuses[1:5]] == [
         "feedbackToken signature does not match (forged or from another server)",
-        "feedbackToken was issued for another queryId", "feedbackToken has expired",
-        "required for an event about a query (the search response's feedbackToken)"]
+        "feedbackToken was issued for another queryId",
+        "feedbackToken has expired",
+        "required for an event about a query (the search response's feedbackToken)",
+    ]
     assert len(stored(workspace)) == 2
 
 
 def test_time_window(workspace: Workspace) -> None:
     c = collector(workspace)
     retention = workspace.settings.feedback_retention_days
-    events = [event(c, time_ms=NOW_MS + 299_000), event(c, time_ms=NOW_MS + 301_000),
-              event(c, time_ms=NOW_MS - retention * DAY_MS + 60_000),
-              event(c, time_ms=NOW_MS - retention * DAY_MS - 60_000)]
+    events = [
+        event(c, time_ms=NOW_MS + 299_000),
+        event(c, time_ms=NOW_MS + 301_000),
+        event(c, time_ms=NOW_MS - retention * DAY_MS + 60_000),
+        event(c, time_ms=NOW_MS - retention * DAY_MS - 60_000),
+    ]
     statuses = c.ingest(events).statuses
     assert [s.status for s in statuses] == ["accepted", "rejected", "accepted", "rejected"]
     assert statuses[1].reason == "more than 5 minutes in the future"
@@ -353,8 +377,12 @@ def test_rate_limit_refuses_the_whole_request(workspace: Workspace) -> None:
     with pytest.raises(RateLimited) as info:  # the key has 8 - 3 + 1 - 3 = 3 left
         c.ingest([event(c, session_id=f"s{i}") for i in range(4)], api_key="k")
     assert info.value.details["scope"] == "key"
-    assert c.ingest([event(c, session_id=f"t{i}") for i in range(3)], api_key="other"
-                    ).count("accepted") == 3
+    assert (
+        c.ingest([event(c, session_id=f"t{i}") for i in range(3)], api_key="other").count(
+            "accepted"
+        )
+        == 3
+    )
     with pytest.raises(RateLimited):  # rejected events cost the key too: 8 - 3 - 6 < 0
         c.ingest([{"junk": i} for i in range(6)], api_key="other")
 
@@ -380,13 +408,17 @@ def test_ndjson_and_arrays_with_bad_items(workspace: Workspace) -> None:
     good = [json.dumps(event(c)) for _ in range(3)]
     body = "\n".join([good[0], "{not json", "", good[1], "[1]", good[2]]).encode()
     result = c.ingest_body(body)
-    assert [s.status for s in result.statuses] == ["accepted", "rejected", "accepted",
-                                                   "rejected", "accepted"]
+    assert [s.status for s in result.statuses] == [
+        "accepted",
+        "rejected",
+        "accepted",
+        "rejected",
+        "accepted",
+    ]
     assert "not valid JSON" in str(result.statuses[1].reason)
     assert result.statuses[3].reason == "an event is a JSON object"
     array = json.dumps([event(c), 7, event(c, consent="denied")]).encode()
-    assert [s.status for s in c.ingest_body(array).statuses] == ["accepted", "rejected",
-                                                                 "dropped"]
+    assert [s.status for s in c.ingest_body(array).statuses] == ["accepted", "rejected", "dropped"]
     assert len(stored(workspace)) == 4
     two_on_a_line = (json.dumps(event(c)) + "," + json.dumps(event(c))).encode()
     result = c.ingest_body(two_on_a_line + b"\n" + json.dumps(event(c)).encode())
@@ -396,8 +428,7 @@ def test_ndjson_and_arrays_with_bad_items(workspace: Workspace) -> None:
 def test_concurrent_writers_keep_one_chain(workspace: Workspace) -> None:
     c = collector(workspace)
     shared = event(c)
-    batches = [[shared] + [event(c, session_id=f"w{w}-{i}") for i in range(20)]
-               for w in range(4)]
+    batches = [[shared] + [event(c, session_id=f"w{w}-{i}") for i in range(20)] for w in range(4)]
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(c.ingest, batches))
     assert sum(r.count("accepted") for r in results) == 81  # the shared event once
@@ -423,22 +454,26 @@ def test_tampering_is_detected(workspace: Workspace) -> None:
     with engine.begin() as conn:
         row = conn.execute(sa.select(feedback_events).where(feedback_events.c.seq == 3)).one()
         forged = row.payload.replace('"rankShown":3', '"rankShown":1')
-        conn.execute(feedback_events.update().where(feedback_events.c.seq == 3)
-                     .values(payload=forged))
+        conn.execute(
+            feedback_events.update().where(feedback_events.c.seq == 3).values(payload=forged)
+        )
     report = verify_events(workspace)
     assert (report.ok, report.seq, report.event_id) == (False, 3, events[2]["eventId"])
     assert "tampered" in str(report.problem) and report.checked == 2
     with engine.begin() as conn:  # put it back; now change an indexed copy only
-        conn.execute(feedback_events.update().where(feedback_events.c.seq == 3)
-                     .values(payload=row.payload, doc_id="calendar_event:1:1"))
+        conn.execute(
+            feedback_events.update()
+            .where(feedback_events.c.seq == 3)
+            .values(payload=row.payload, doc_id="calendar_event:1:1")
+        )
     assert verify_events(workspace).seq == 3
     with engine.begin() as conn:
-        conn.execute(feedback_events.update().where(feedback_events.c.seq == 3)
-                     .values(doc_id=row.doc_id))
+        conn.execute(
+            feedback_events.update().where(feedback_events.c.seq == 3).values(doc_id=row.doc_id)
+        )
         conn.execute(feedback_events.delete().where(feedback_events.c.seq == 4))
     report = verify_events(workspace)
-    assert (report.ok, report.seq, report.problem) == (False, 4, "missing: this event was "
-                                                       "deleted")
+    assert (report.ok, report.seq, report.problem) == (False, 4, "missing: this event was deleted")
     with engine.begin() as conn:
         conn.execute(feedback_events.delete().where(feedback_events.c.seq >= 4))
     assert verify_events(workspace).seq == 4  # the newest ones, gone: still missing
@@ -471,7 +506,10 @@ def test_purge_keeps_the_chain_verifiable(workspace: Workspace) -> None:
 def test_purging_everything_leaves_a_valid_empty_chain(workspace: Workspace) -> None:
     _fill(workspace, [NOW_MS - 2 * DAY_MS] * 3)
     assert purge_events(workspace, 1, now_ms=NOW_MS).to_dict() == {
-        "deleted": 3, "anchorSeq": 3, "tombstones": 0}
+        "deleted": 3,
+        "anchorSeq": 3,
+        "tombstones": 0,
+    }
     assert purge_events(workspace, 1, now_ms=NOW_MS).deleted == 0
     report = verify_events(workspace)
     assert report.ok and report.checked == 0 and report.last_seq == 3

@@ -41,8 +41,9 @@ SAFE = "Run `git pull --rebase`, then git push --force-with-lease."
 
 
 def answer(ws: Workspace, message: str, text: str, project: str = "default") -> int:
-    return respond(ws, message, project=project,
-                   provider=ScriptedProvider(default=text)).interaction_id
+    return respond(
+        ws, message, project=project, provider=ScriptedProvider(default=text)
+    ).interaction_id
 
 
 @pytest.fixture
@@ -61,10 +62,10 @@ def git_history(ws: Workspace, fails: int, passes: int) -> None:
 @pytest.mark.parametrize(
     ("fails", "passes", "selected"),
     [
-        (2, 0, False),   # 2 uses: under the 3-use minimum, however bad
+        (2, 0, False),  # 2 uses: under the 3-use minimum, however bad
         (3, 0, True),
-        (1, 3, True),    # 75 % < 80 %
-        (1, 4, False),   # exactly 80 % is not under 80 %
+        (1, 3, True),  # 75 % < 80 %
+        (1, 4, False),  # exactly 80 % is not under 80 %
         (0, 5, False),
     ],
 )
@@ -96,8 +97,11 @@ def test_daily_and_per_rule_figures_add_up_to_the_metrics(ws: Workspace) -> None
     assert sum(d.feedback_positive for d in days) == metrics.feedback_positive == 1
     assert sum(d.feedback_negative for d in days) == metrics.feedback_negative == 1
     stats = rule_stats(ws, "default", metrics.skill)
-    assert {r: s.total - s.passed for r, s in stats.items() if s.passed < s.total} \
-        == metrics.rule_failures == {"gh-001": 3}
+    assert (
+        {r: s.total - s.passed for r, s in stats.items() if s.passed < s.total}
+        == metrics.rule_failures
+        == {"gh-001": 3}
+    )
     assert len(stats["gh-001"].failures) == 3 and stats["gh-001"].pass_rate == 0.5
     assert recent_failed_answers(ws, "default", metrics.skill) == (("gh-001", FORCE),) * 3
     with pytest.raises(NotFound):
@@ -130,8 +134,9 @@ def test_template_is_deterministic_and_cites_evidence(ws: Workspace) -> None:
     assert "- Prefer --force-with-lease (Learned from fixit feedback.)" in first.content
     assert "success rate 25% (1 of 4)" in first.rationale and "gh-001" in first.rationale
     # A second round replaces the section instead of stacking another.
-    again = template_proposal(skills.SkillSpec(**{**spec.__dict__, "content": first.content}),
-                              finding)
+    again = template_proposal(
+        skills.SkillSpec(**{**spec.__dict__, "content": first.content}), finding
+    )
     assert again is not None and again.content.count(SECTION_START) == 1
 
 
@@ -148,8 +153,9 @@ def test_improve_creates_reports_and_is_idempotent(ws: Workspace) -> None:
     assert "git-help" in Path(report.files[1]).read_text()
     again = run_improve(ws)
     assert again.proposals == []
-    assert again.projects[0]["skipped"] == [{"skill": "git-help", "reason":
-                                            f"proposal #{report.proposals[0]['id']} is pending"}]
+    assert again.projects[0]["skipped"] == [
+        {"skill": "git-help", "reason": f"proposal #{report.proposals[0]['id']} is pending"}
+    ]
     assert len(props.list_proposals(ws)) == 1
     assert last_report(ws)["runId"] == again.run_id  # type: ignore[index]
 
@@ -164,8 +170,11 @@ def test_approve_makes_a_version_and_logs_it(ws: Workspace) -> None:
     skill = skills.get_skill(ws.engine, "git-help")
     assert skill.version == 2 and skill.spec.content == proposal.proposed_content
     log = [(e.kind, e.version, e.proposal_id) for e in skills.skill_log(ws.engine, "git-help")]
-    assert log == [("import", 1, None), ("proposal", None, proposal.id),
-                   ("approval", 2, proposal.id)]
+    assert log == [
+        ("import", 1, None),
+        ("proposal", None, proposal.id),
+        ("approval", 2, proposal.id),
+    ]
     with pytest.raises(Conflict, match="already approved"):
         props.reject_proposal(ws, proposal.id, actor="bob")
     with pytest.raises(NotFound):
@@ -173,32 +182,38 @@ def test_approve_makes_a_version_and_logs_it(ws: Workspace) -> None:
 
 
 def test_reject_and_stale_proposals(ws: Workspace) -> None:
-    first = props.create_proposal(ws, "git-help", proposed_content="# Git\n\nNew body",
-                                  rationale="clearer", author="ana")
+    first = props.create_proposal(
+        ws, "git-help", proposed_content="# Git\n\nNew body", rationale="clearer", author="ana"
+    )
     with pytest.raises(Conflict, match="still pending"):
-        props.create_proposal(ws, "git-help", proposed_content="# Other", rationale="x",
-                              author="bob")
+        props.create_proposal(
+            ws, "git-help", proposed_content="# Other", rationale="x", author="bob"
+        )
     rejected = props.reject_proposal(ws, first.id, actor="bob", reason="too short")
     assert rejected.status == "rejected" and rejected.decision_reason == "too short"
     assert skills.skill_log(ws.engine, "git-help")[-1].kind == "rejection"
 
-    stale = props.create_proposal(ws, "git-help", proposed_content="# Git v2", rationale="r",
-                                  author="ana")
-    skills.update_skill(ws.engine, "git-help", content="# Edited by hand", author="carl",
-                        reason="typo")
+    stale = props.create_proposal(
+        ws, "git-help", proposed_content="# Git v2", rationale="r", author="ana"
+    )
+    skills.update_skill(
+        ws.engine, "git-help", content="# Edited by hand", author="carl", reason="typo"
+    )
     with pytest.raises(Conflict, match="stale: it was written for git-help v1, which is now v2"):
         props.approve_proposal(ws, stale.id, actor="ana")
     assert skills.get_skill(ws.engine, "git-help").spec.content == "# Edited by hand\n"
     assert run_improve(ws).superseded == [stale.id]
     assert props.get_proposal(ws, stale.id).status == "superseded"
     with pytest.raises(InvalidInput, match="identical"):
-        props.create_proposal(ws, "git-help", proposed_content="# Edited by hand",
-                              rationale="r", author="a")
+        props.create_proposal(
+            ws, "git-help", proposed_content="# Edited by hand", rationale="r", author="a"
+        )
 
 
 def test_concurrent_approvals_exactly_one_wins(ws: Workspace) -> None:
-    proposal = props.create_proposal(ws, "git-help", proposed_content="# Git\n\nv2",
-                                     rationale="r", author="ana")
+    proposal = props.create_proposal(
+        ws, "git-help", proposed_content="# Git\n\nv2", rationale="r", author="ana"
+    )
     outcomes: list[str] = []
     barrier = threading.Barrier(4)
 
@@ -220,11 +235,13 @@ def test_concurrent_approvals_exactly_one_wins(ws: Workspace) -> None:
 
 
 def test_rollback_restores_an_old_version_as_new(ws: Workspace) -> None:
-    proposal = props.create_proposal(ws, "git-help", proposed_content="# Git\n\nv2",
-                                     rationale="r", author="ana")
+    proposal = props.create_proposal(
+        ws, "git-help", proposed_content="# Git\n\nv2", rationale="r", author="ana"
+    )
     props.approve_proposal(ws, proposal.id, actor="ana")
-    result = CliRunner().invoke(main, ["-w", str(ws.root), "skills", "rollback", "git-help",
-                                       "--to", "1"])
+    result = CliRunner().invoke(
+        main, ["-w", str(ws.root), "skills", "rollback", "git-help", "--to", "1"]
+    )
     assert result.exit_code == 0, result.output
     skill = skills.get_skill(ws.engine, "git-help")
     assert skill.version == 3
@@ -246,8 +263,9 @@ def file_ws(sqlite_workspace: Workspace, examples: Path) -> Workspace:
 
 
 def approve_new(ws: Workspace, body: str) -> None:
-    proposal = props.create_proposal(ws, "git-help", proposed_content=body, rationale="r",
-                                     author="ana")
+    proposal = props.create_proposal(
+        ws, "git-help", proposed_content=body, rationale="r", author="ana"
+    )
     props.approve_proposal(ws, proposal.id, actor="ana")
 
 
@@ -257,8 +275,7 @@ def test_approval_rotates_files_keeping_three_backups(file_ws: Workspace) -> Non
     for n in range(1, 5):
         approve_new(file_ws, f"# Git\n\nversion {n + 1}")
     names = sorted(p.name for p in folder.iterdir())
-    assert names == ["SKILL.md", "SKILL.v1.md", "SKILL.v2.md", "SKILL.v3.md",
-                     "git-help.evals.json"]
+    assert names == ["SKILL.md", "SKILL.v1.md", "SKILL.v2.md", "SKILL.v3.md", "git-help.evals.json"]
     assert "version 5" in (folder / "SKILL.md").read_text()
     assert "version 4" in (folder / "SKILL.v1.md").read_text()
     assert "version 2" in (folder / "SKILL.v3.md").read_text()
@@ -268,7 +285,8 @@ def test_approval_rotates_files_keeping_three_backups(file_ws: Workspace) -> Non
 
 
 def test_crash_during_rotation_recovers_to_the_committed_version(
-        file_ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    file_ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     folder = file_ws.skills_dir / "git-help"
     real_replace = os.replace
     calls = {"n": 0}
@@ -288,7 +306,10 @@ def test_crash_during_rotation_recovers_to_the_committed_version(
     assert props.recover_files(file_ws, "git-help") == "forward"
     assert "crashed version" in (folder / "SKILL.md").read_text()
     assert sorted(p.name for p in folder.iterdir()) == [
-        "SKILL.md", "SKILL.v1.md", "git-help.evals.json"]
+        "SKILL.md",
+        "SKILL.v1.md",
+        "git-help.evals.json",
+    ]
 
 
 # -- the demo, the API and the CLI ---------------------------------------------------------
@@ -299,24 +320,35 @@ def test_demo_data_selects_exactly_the_rule_s_skills(ws: Workspace) -> None:
     assert load_recorded_interactions(ws) == 0  # a second run adds nothing
     report = run_improve(ws, notify=False)
     assert sorted(p["skill"] for p in report.proposals) == [
-        "customer-support-reply", "deployment", "git-help"]
+        "customer-support-reply",
+        "deployment",
+        "git-help",
+    ]
     underperformers = {f["skill"] for p in report.projects for f in p["underperformers"]}
     assert underperformers == {"customer-support-reply", "deployment", "git-help"}
 
 
 @pytest.fixture
 def api(ws: Workspace) -> Iterator[tuple[TestClient, dict[str, dict[str, str]]]]:
-    headers = {role: {"Authorization": "Bearer " + keys.create_key(
-        ws.engine, name=role, role=role)[1]} for role in ("admin", "bot")}
+    headers = {
+        role: {"Authorization": "Bearer " + keys.create_key(ws.engine, name=role, role=role)[1]}
+        for role in ("admin", "bot")
+    }
     with TestClient(create_app(ws)) as client:
         yield client, headers
 
 
-def test_proposal_routes(api: tuple[TestClient, dict[str, dict[str, str]]], ws: Workspace
-                         ) -> None:
+def test_proposal_routes(api: tuple[TestClient, dict[str, dict[str, str]]], ws: Workspace) -> None:
     client, h = api
-    r = client.post("/v1/proposals", headers=h["admin"], json={
-        "skill": "git-help", "proposedContent": "# Git\n\nHuman edit", "rationale": "clearer"})
+    r = client.post(
+        "/v1/proposals",
+        headers=h["admin"],
+        json={
+            "skill": "git-help",
+            "proposedContent": "# Git\n\nHuman edit",
+            "rationale": "clearer",
+        },
+    )
     assert r.status_code == 201 and r.json()["proposedBy"] == "human"
     pid = r.json()["id"]
     assert "+Human edit" in client.get(f"/v1/proposals/{pid}", headers=h["bot"]).json()["diff"]
@@ -333,8 +365,9 @@ def test_proposal_routes(api: tuple[TestClient, dict[str, dict[str, str]]], ws: 
     assert client.get("/v1/proposals/999", headers=h["bot"]).status_code == 404
 
 
-def test_improve_route_and_cli(api: tuple[TestClient, dict[str, dict[str, str]]],
-                               ws: Workspace) -> None:
+def test_improve_route_and_cli(
+    api: tuple[TestClient, dict[str, dict[str, str]]], ws: Workspace
+) -> None:
     client, h = api
     git_history(ws, 3, 0)
     r = client.post("/v1/improve", headers=h["admin"], json={"dryRun": True})
@@ -345,18 +378,19 @@ def test_improve_route_and_cli(api: tuple[TestClient, dict[str, dict[str, str]]]
     assert client.get("/v1/improve/last", headers=h["bot"]).json()["report"]["runId"]
     listed = runner.invoke(main, ["-w", str(ws.root), "proposals", "list", "--json"])
     pid = json.loads(listed.stdout)[0]["id"]
-    assert "@@" in runner.invoke(main, ["-w", str(ws.root), "proposals", "diff",
-                                        str(pid)]).stdout
-    assert runner.invoke(main, ["-w", str(ws.root), "proposals", "reject", str(pid), "-m",
-                                "no"]).exit_code == 0
+    assert "@@" in runner.invoke(main, ["-w", str(ws.root), "proposals", "diff", str(pid)]).stdout
+    assert (
+        runner.invoke(
+            main, ["-w", str(ws.root), "proposals", "reject", str(pid), "-m", "no"]
+        ).exit_code
+        == 0
+    )
     log = runner.invoke(main, ["-w", str(ws.root), "skills", "log", "git-help"]).stdout
     assert "rejection" in log and f"#{pid}" in log
-    assert runner.invoke(main, ["-w", str(ws.root), "improve", "--all", "-p", "x"]
-                         ).exit_code == 2
+    assert runner.invoke(main, ["-w", str(ws.root), "improve", "--all", "-p", "x"]).exit_code == 2
 
 
-def test_improve_sends_a_signed_webhook(ws: Workspace, monkeypatch: pytest.MonkeyPatch
-                                        ) -> None:
+def test_improve_sends_a_signed_webhook(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse
@@ -383,12 +417,17 @@ def test_improve_sends_a_signed_webhook(ws: Workspace, monkeypatch: pytest.Monke
             configured.dispose()
     assert report.deliveries[0]["ok"] is True
     body, headers = received[0]
-    assert verify_signature(body, headers["x-amelio-timestamp"],
-                            headers["x-amelio-signature"], "s3cret")
+    assert verify_signature(
+        body, headers["x-amelio-timestamp"], headers["x-amelio-signature"], "s3cret"
+    )
     sent = json.loads(body)
     assert sent["kind"] == "improve.report" and sent["payload"]["runId"] == report.run_id
     pid = report.proposals[0]["id"]
     # The link opens the proposal on the dashboard, where a signed-in admin decides: the
     # API's approve route is a POST with an admin key, which no chat client can send.
-    assert {"label": f"Review #{pid} git-help", "action": "review", "proposalId": pid,
-            "url": f"https://amelio.example/proposals/{pid}"} in sent["actions"]
+    assert {
+        "label": f"Review #{pid} git-help",
+        "action": "review",
+        "proposalId": pid,
+        "url": f"https://amelio.example/proposals/{pid}",
+    } in sent["actions"]

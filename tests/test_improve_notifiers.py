@@ -116,8 +116,12 @@ def test_delivery_is_signed_and_verifiable(receiver: Receiver, url: str) -> None
     assert sent["kind"] == "improve.report" and sent["title"] == NOTE.title
     assert sent["text"] == NOTE.text
     assert sent["payload"] == {"run": 7, "day": "2025-01-02", "skills": ["code-review", "weather"]}
-    assert sent["actions"][0] == {"label": "Approve #12", "url": None, "proposalId": 12,
-                                  "action": "approve"}
+    assert sent["actions"][0] == {
+        "label": "Approve #12",
+        "url": None,
+        "proposalId": 12,
+        "action": "approve",
+    }
     assert sent["actions"][2]["url"] == "https://amelio.example/runs/7"
     assert sent["sentAt"].endswith("Z")
     assert got.headers["content-type"] == "application/json"
@@ -167,8 +171,9 @@ def test_5xx_is_retried_with_backoff_then_delivered(receiver: Receiver, url: str
     assert len({r.body for r in receiver.requests}) == 1
     assert len({r.headers["x-amelio-delivery"] for r in receiver.requests}) == 1
     for r in receiver.requests:
-        assert verify_signature(r.body, r.headers["x-amelio-timestamp"],
-                                r.headers["x-amelio-signature"], SECRET)
+        assert verify_signature(
+            r.body, r.headers["x-amelio-timestamp"], r.headers["x-amelio-signature"], SECRET
+        )
 
 
 def test_gives_up_after_the_last_attempt(receiver: Receiver, url: str) -> None:
@@ -241,8 +246,7 @@ class Inbox:
         return DeliveryResult(self.name, True, 1)
 
 
-def test_plugin_notifiers_run_and_their_failures_are_recorded(receiver: Receiver,
-                                                              url: str) -> None:
+def test_plugin_notifiers_run_and_their_failures_are_recorded(receiver: Receiver, url: str) -> None:
     sent: list[Notification] = []
 
     class ChatPlugin:

@@ -116,14 +116,21 @@ def crash_after(k: int | None, calls: list[str] | None = None) -> Iterator[None]
 
 
 def stage(folder: Path, evals_json: str | None = NEW_EVALS, backups: int = 3) -> Rotation:
-    return stage_rotation(folder, skill_md=NEW_MD, evals_json=evals_json, evals_name=EVALS,
-                          target_version=7, backups=backups)
+    return stage_rotation(
+        folder,
+        skill_md=NEW_MD,
+        evals_json=evals_json,
+        evals_name=EVALS,
+        target_version=7,
+        backups=backups,
+    )
 
 
 def committed_is(flag: bool) -> Callable[[int], bool]:
     def committed(version: int) -> bool:
         assert version == 7
         return flag
+
     return committed
 
 
@@ -143,10 +150,13 @@ def count_calls(action: Callable[[], T]) -> tuple[T, int]:
 
 
 @pytest.mark.parametrize("n_backups", [0, 1, 2, 3, 4])
-@pytest.mark.parametrize(("had_evals", "evals_json"),
-                         [(True, NEW_EVALS), (True, None), (False, NEW_EVALS), (False, None)])
-def test_rotation_keeps_three_backups(tmp_path: Path, n_backups: int, had_evals: bool,
-                                      evals_json: str | None) -> None:
+@pytest.mark.parametrize(
+    ("had_evals", "evals_json"),
+    [(True, NEW_EVALS), (True, None), (False, NEW_EVALS), (False, None)],
+)
+def test_rotation_keeps_three_backups(
+    tmp_path: Path, n_backups: int, had_evals: bool, evals_json: str | None
+) -> None:
     old = old_state(n_backups, evals=had_evals)
     folder = make_folder(tmp_path, old)
     stage(folder, evals_json).apply()
@@ -177,12 +187,18 @@ def test_staging_changes_nothing_visible(tmp_path: Path) -> None:
 def test_first_version_and_no_backups(tmp_path: Path) -> None:
     folder = make_folder(tmp_path, {"SKILL.v2.md": b"orphan\n"})
     stage(folder).apply()
-    assert snapshot(folder) == {"SKILL.md": NEW_MD.encode(), "SKILL.v3.md": b"orphan\n",
-                                EVALS: NEW_EVALS.encode()}
+    assert snapshot(folder) == {
+        "SKILL.md": NEW_MD.encode(),
+        "SKILL.v3.md": b"orphan\n",
+        EVALS: NEW_EVALS.encode(),
+    }
     folder = make_folder(tmp_path / "zero", old_state(2))
     stage(folder, backups=0).apply()
-    assert snapshot(folder) == {"SKILL.md": NEW_MD.encode(), "notes.txt": b"not ours\n",
-                                EVALS: NEW_EVALS.encode()}
+    assert snapshot(folder) == {
+        "SKILL.md": NEW_MD.encode(),
+        "notes.txt": b"not ours\n",
+        EVALS: NEW_EVALS.encode(),
+    }
 
 
 # Idempotence and misuse
@@ -244,11 +260,19 @@ def test_stray_copies_without_journal_are_cleaned(tmp_path: Path) -> None:
     assert snapshot(folder) == old
 
 
-@pytest.mark.parametrize(("owner", "name", "nth"), [
-    (rotation, "_write_synced", 1), (rotation, "_write_synced", 5), (os, "replace", 1),
-    (rotation, "_fsync_dir", 1), (rotation, "_fsync_dir", 2)])
-def test_failed_stage_leaves_old_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                       owner: object, name: str, nth: int) -> None:
+@pytest.mark.parametrize(
+    ("owner", "name", "nth"),
+    [
+        (rotation, "_write_synced", 1),
+        (rotation, "_write_synced", 5),
+        (os, "replace", 1),
+        (rotation, "_fsync_dir", 1),
+        (rotation, "_fsync_dir", 2),
+    ],
+)
+def test_failed_stage_leaves_old_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, owner: object, name: str, nth: int
+) -> None:
     """An OSError while staging (disk full, even after the journal landed) cleans up."""
     old = old_state(3)
     folder = make_folder(tmp_path, old)
@@ -290,14 +314,17 @@ def test_bad_evals_name_is_refused(tmp_path: Path, name: str) -> None:
 
 # Crash at every point
 
-CASES = [(n, had, ev) for n in (0, 3, 4) for had, ev in ((True, NEW_EVALS), (True, None),
-                                                         (False, NEW_EVALS))]
+CASES = [
+    (n, had, ev)
+    for n in (0, 3, 4)
+    for had, ev in ((True, NEW_EVALS), (True, None), (False, NEW_EVALS))
+]
 
 
 @pytest.mark.parametrize(("n_backups", "had_evals", "evals_json"), CASES)
-def test_crash_at_every_point_of_stage_commit_apply(tmp_path: Path, n_backups: int,
-                                                    had_evals: bool,
-                                                    evals_json: str | None) -> None:
+def test_crash_at_every_point_of_stage_commit_apply(
+    tmp_path: Path, n_backups: int, had_evals: bool, evals_json: str | None
+) -> None:
     old = old_state(n_backups, evals=had_evals)
     new = expected_new(old, NEW_MD, evals_json)
     probe = make_folder(tmp_path / "probe", old)
@@ -362,8 +389,10 @@ def test_crash_in_apply_then_crash_in_recovery(tmp_path: Path) -> None:
         for i in range(n_apply + 2):
             folder = make_folder(tmp_path / f"j{j}-i{i}", old)
             staged = stage(folder)
-            for k, action in ((j, staged.apply),
-                              (i, lambda f=folder: recover(f, committed_is(True)))):
+            for k, action in (
+                (j, staged.apply),
+                (i, lambda f=folder: recover(f, committed_is(True))),
+            ):
                 with crash_after(k), suppress(Crash):
                     action()
             recover(folder, committed_is(True))
@@ -373,31 +402,51 @@ def test_crash_in_apply_then_crash_in_recovery(tmp_path: Path) -> None:
 # Random folders
 
 
-_extra_names = st.sampled_from(["notes.txt", "SKILL.v0.md", "SKILL.v01.md", "SKILL.v9.md",
-                                "SKILL.v4.md", "SKILL.v5.md", "other.evals.json"])
+_extra_names = st.sampled_from(
+    [
+        "notes.txt",
+        "SKILL.v0.md",
+        "SKILL.v01.md",
+        "SKILL.v9.md",
+        "SKILL.v4.md",
+        "SKILL.v5.md",
+        "other.evals.json",
+    ]
+)
 _slot_names = st.sampled_from(["SKILL.md", "SKILL.v1.md", "SKILL.v2.md", "SKILL.v3.md", EVALS])
 
 
 @settings(max_examples=150, deadline=None, database=None)
 @given(
-    old=st.dictionaries(st.one_of(_slot_names, _extra_names), st.binary(max_size=40),
-                        max_size=10),
+    old=st.dictionaries(st.one_of(_slot_names, _extra_names), st.binary(max_size=40), max_size=10),
     skill_md=st.text(st.characters(exclude_categories=["Cs"]), max_size=40),
     evals_json=st.none() | st.text(st.characters(exclude_categories=["Cs"]), max_size=20),
     backups=st.integers(0, 4),
     crash_at=st.integers(0, 60),
     commit_succeeds=st.booleans(),
 )
-def test_random_folders_end_old_or_new(old: Files, skill_md: str, evals_json: str | None,
-                                       backups: int, crash_at: int, commit_succeeds: bool) -> None:
+def test_random_folders_end_old_or_new(
+    old: Files,
+    skill_md: str,
+    evals_json: str | None,
+    backups: int,
+    crash_at: int,
+    commit_succeeds: bool,
+) -> None:
     """Any folder, any crash point: recover() lands on the state the database holds."""
     expected = expected_new(old, skill_md, evals_json, backups)
     with tempfile.TemporaryDirectory() as tmp:
         folder = make_folder(Path(tmp), old)
         committed = False
         with crash_after(crash_at), suppress(Crash):
-            staged = stage_rotation(folder, skill_md=skill_md, evals_json=evals_json,
-                                    evals_name=EVALS, target_version=7, backups=backups)
+            staged = stage_rotation(
+                folder,
+                skill_md=skill_md,
+                evals_json=evals_json,
+                evals_name=EVALS,
+                target_version=7,
+                backups=backups,
+            )
             committed = commit_succeeds  # the database commit sits here
             if committed:
                 staged.apply()

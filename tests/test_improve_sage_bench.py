@@ -56,26 +56,37 @@ def test_parse_sage_answer() -> None:
     assert parse_sage_answer("  NO_CHANGE.  ", current) is None
     assert parse_sage_answer(f"```markdown\n{new}```", current) == new
     assert parse_sage_answer(current, current) is None
-    for bad, why in [("", "empty"), ("--- a\n+++ b\n@@ -1 +1 @@\n-x\n+y", "diff"),
-                     ("# Git\n\n(rest unchanged)\n" + "x" * 400, "elides"),
-                     ("# Git\n\n2. Never force push.", "fragment")]:
+    for bad, why in [
+        ("", "empty"),
+        ("--- a\n+++ b\n@@ -1 +1 @@\n-x\n+y", "diff"),
+        ("# Git\n\n(rest unchanged)\n" + "x" * 400, "elides"),
+        ("# Git\n\n2. Never force push.", "fragment"),
+    ]:
         with pytest.raises(SageRejected, match=why):
             parse_sage_answer(bad, current)
 
 
 def test_parse_judge() -> None:
     assert parse_judge('Here: {"score_a": 3, "score_b": 8, "reason": "B is safer"} ok') == (
-        3.0, 8.0, "B is safer")
-    for bad in ("A is better", '{"score_a": 0, "score_b": 5}', '{"score_a": true, "score_b": 5}',
-                '{"score_a": 11, "score_b": 5}', '{"a": 1}'):
+        3.0,
+        8.0,
+        "B is safer",
+    )
+    for bad in (
+        "A is better",
+        '{"score_a": 0, "score_b": 5}',
+        '{"score_a": true, "score_b": 5}',
+        '{"score_a": 11, "score_b": 5}',
+        '{"a": 1}',
+    ):
         with pytest.raises(ValueError, match="no valid scores"):
             parse_judge(bad)
 
 
 def test_scenarios_option() -> None:
-    default = parse_scenarios_option(None, parse_scenarios_option("both:8",
-                                                                  parse_scenarios_option(
-                                                                      "8", _plan())))
+    default = parse_scenarios_option(
+        None, parse_scenarios_option("both:8", parse_scenarios_option("8", _plan()))
+    )
     assert (default.source, default.count) == ("both", 8)
     assert parse_scenarios_option("3", _plan()).count == 3
     assert parse_scenarios_option("replay:5", _plan()).source == "replay"
@@ -112,9 +123,13 @@ class Brain:
                 return "I prefer the second one."
             a, b = request.prompt.split("ANSWER A:\n", 1)[1].split("\n\nANSWER B:\n", 1)
             score = {True: 9, False: 3}
-            return json.dumps({"score_a": score["force-with-lease" in a],
-                               "score_b": score["force-with-lease" in b],
-                               "reason": "the safer command wins"})
+            return json.dumps(
+                {
+                    "score_a": score["force-with-lease" in a],
+                    "score_b": score["force-with-lease" in b],
+                    "reason": "the safer command wins",
+                }
+            )
         return SAFE if MARKER in request.system.split("ACTIVE SKILL", 1)[-1] else FORCE
 
 
@@ -126,8 +141,12 @@ def brain_server() -> Iterator[tuple[FakeLLMServer, Brain]]:
 
 
 @pytest.fixture
-def ws(workspace: Workspace, examples: Path, brain_server: tuple[FakeLLMServer, Brain],
-       monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
+def ws(
+    workspace: Workspace,
+    examples: Path,
+    brain_server: tuple[FakeLLMServer, Brain],
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Workspace]:
     server, brain = brain_server
     server.reset()
     brain.sage, brain.judge = "NO_CHANGE", "fair"
@@ -150,9 +169,9 @@ def better_git(ws: Workspace) -> str:
     return current + f"\n## {MARKER}\n\nAlways use --force-with-lease, never a plain force.\n"
 
 
-def test_sage_proposes_and_the_benchmark_proves_it(ws: Workspace,
-                                                   brain_server: tuple[FakeLLMServer, Brain]
-                                                   ) -> None:
+def test_sage_proposes_and_the_benchmark_proves_it(
+    ws: Workspace, brain_server: tuple[FakeLLMServer, Brain]
+) -> None:
     server, brain = brain_server
     brain.sage = f"```markdown\n{better_git(ws)}```"
     [result] = analyze(ws)
@@ -175,18 +194,24 @@ def test_sage_proposes_and_the_benchmark_proves_it(ws: Workspace,
     assert s0["reason"] == "the safer command wins"
 
 
-def test_rerun_is_free_and_reproducible(ws: Workspace,
-                                        brain_server: tuple[FakeLLMServer, Brain]) -> None:
-    proposal = props.create_proposal(ws, "git-help", proposed_content=better_git(ws),
-                                     rationale="r", author="a")
+def test_rerun_is_free_and_reproducible(
+    ws: Workspace, brain_server: tuple[FakeLLMServer, Brain]
+) -> None:
+    proposal = props.create_proposal(
+        ws, "git-help", proposed_content=better_git(ws), rationale="r", author="a"
+    )
     first = run_benchmark(ws, proposal.id, scenarios="generated:3", swap=False, seed=7)
     assert first.verdict == "TIE"  # 3 wins of 3: p = 0.25, not proof
     assert (first.summary["wins"], first.summary["pValue"]) == (3, 0.25)
     assert first.summary["minScenarios"] == 6  # and the report says to run at least 6
     _, admin = keys.create_key(ws.engine, name="admin", role="admin")
     with TestClient(create_app(ws)) as client:
-        assert client.post("/login", data={"api_key": admin, "next": "/skills"},
-                           follow_redirects=False).status_code == 303
+        assert (
+            client.post(
+                "/login", data={"api_key": admin, "next": "/skills"}, follow_redirects=False
+            ).status_code
+            == 303
+        )
         page = client.get(f"/proposals/{proposal.id}/report").text
     assert "Not significant with 3 scenarios: run at least 6." in page
     calls = len(brain_server[0].requests)
@@ -197,9 +222,9 @@ def test_rerun_is_free_and_reproducible(ws: Workspace,
     assert again.summary["costUsd"] == 0
 
 
-def test_no_change_fragment_and_malformed_judge(ws: Workspace,
-                                                brain_server: tuple[FakeLLMServer, Brain]
-                                                ) -> None:
+def test_no_change_fragment_and_malformed_judge(
+    ws: Workspace, brain_server: tuple[FakeLLMServer, Brain]
+) -> None:
     _, brain = brain_server
     [result] = analyze(ws)
     assert result.outcome == "no_change" and props.list_proposals(ws) == []
@@ -208,21 +233,24 @@ def test_no_change_fragment_and_malformed_judge(ws: Workspace,
     assert result.outcome == "rejected" and "fragment" in result.reason
     assert props.list_proposals(ws) == []
 
-    proposal = props.create_proposal(ws, "git-help", proposed_content=better_git(ws),
-                                     rationale="r", author="a")
+    proposal = props.create_proposal(
+        ws, "git-help", proposed_content=better_git(ws), rationale="r", author="a"
+    )
     brain.judge = "garbage"
     report = run_benchmark(ws, proposal.id, scenarios="replay:1", seed=1)
     assert report.verdict == "TIE" and report.summary["errors"] == 1
     assert "no usable scores after 2 tries" in report.scenarios[0]["error"]
 
 
-def test_self_benchmark_is_a_tie_under_a_noisy_judge(sqlite_workspace: Workspace,
-                                                     examples: Path) -> None:
+def test_self_benchmark_is_a_tie_under_a_noisy_judge(
+    sqlite_workspace: Workspace, examples: Path
+) -> None:
     ws = sqlite_workspace
     skills.import_skills(ws.engine, examples)
     current = skills.get_skill(ws.engine, "git-help").spec.content
-    proposal = props.create_proposal(ws, "git-help", proposed_content=current + "\n<!-- ok -->\n",
-                                     rationale="same", author="a")
+    proposal = props.create_proposal(
+        ws, "git-help", proposed_content=current + "\n<!-- ok -->\n", rationale="same", author="a"
+    )
     noise = random.Random(42)
 
     class NoisyJudge:
@@ -237,17 +265,26 @@ def test_self_benchmark_is_a_tie_under_a_noisy_judge(sqlite_workspace: Workspace
 
     verdicts = []
     for run in range(60):
-        assistant = ScriptedProvider(default=lambda req, run=run: (
-            json.dumps([f"run {run} case {i}" for i in range(8)])
-            if "realistic test messages" in req.system else SAFE))
-        report = run_benchmark(ws, proposal.id, scenarios="generated:8", seed=run,
-                               provider=assistant, judge=NoisyJudge())
+        assistant = ScriptedProvider(
+            default=lambda req, run=run: (
+                json.dumps([f"run {run} case {i}" for i in range(8)])
+                if "realistic test messages" in req.system
+                else SAFE
+            )
+        )
+        report = run_benchmark(
+            ws,
+            proposal.id,
+            scenarios="generated:8",
+            seed=run,
+            provider=assistant,
+            judge=NoisyJudge(),
+        )
         verdicts.append(report.verdict)
     assert verdicts.count("TIE") / len(verdicts) >= 0.95
 
 
-def test_api_sage_and_benchmarks(ws: Workspace, brain_server: tuple[FakeLLMServer, Brain]
-                                 ) -> None:
+def test_api_sage_and_benchmarks(ws: Workspace, brain_server: tuple[FakeLLMServer, Brain]) -> None:
     _, brain = brain_server
     brain.sage = better_git(ws)
     _, token = keys.create_key(ws.engine, name="admin", role="admin")
@@ -261,8 +298,11 @@ def test_api_sage_and_benchmarks(ws: Workspace, brain_server: tuple[FakeLLMServe
         assert runs and runs[0]["verdict"] == "PASSED"  # ran in the background
         badge = client.get(f"/v1/proposals/{pid}", headers=h).json()["benchmark"]
         assert badge["verdict"] == "PASSED" and badge["improvementPct"] > 0
-        r = client.post(f"/v1/proposals/{pid}/benchmarks", headers=h,
-                        json={"scenarios": "replay:1", "swap": False, "seed": 3})
+        r = client.post(
+            f"/v1/proposals/{pid}/benchmarks",
+            headers=h,
+            json={"scenarios": "replay:1", "swap": False, "seed": 3},
+        )
         assert r.status_code == 202
         assert len(client.get(f"/v1/proposals/{pid}/benchmarks", headers=h).json()["runs"]) == 2
         assert client.post("/v1/proposals/999/benchmarks", headers=h).status_code == 404
@@ -270,18 +310,30 @@ def test_api_sage_and_benchmarks(ws: Workspace, brain_server: tuple[FakeLLMServe
         assert r.status_code == 422
 
 
-def test_cli_bench_and_improve_with_sage(ws: Workspace,
-                                         brain_server: tuple[FakeLLMServer, Brain]) -> None:
+def test_cli_bench_and_improve_with_sage(
+    ws: Workspace, brain_server: tuple[FakeLLMServer, Brain]
+) -> None:
     _, brain = brain_server
     brain.sage = better_git(ws)
     runner = CliRunner()
-    result = runner.invoke(main, ["-w", str(ws.root), "improve", "--sage", "--no-notify",
-                                  "--json"])
+    result = runner.invoke(main, ["-w", str(ws.root), "improve", "--sage", "--no-notify", "--json"])
     assert result.exit_code == 0, result.output
     [made] = json.loads(result.stdout)["projects"][0]["proposals"]
     assert made["proposedBy"] == "sage"
-    result = runner.invoke(main, ["-w", str(ws.root), "bench", str(made["id"]),
-                                  "--scenarios", "replay:1", "--no-swap", "--seed", "1"])
+    result = runner.invoke(
+        main,
+        [
+            "-w",
+            str(ws.root),
+            "bench",
+            str(made["id"]),
+            "--scenarios",
+            "replay:1",
+            "--no-swap",
+            "--seed",
+            "1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "Benchmark" in result.stdout and "★ new" in result.stdout
     assert "Not significant with 1 scenarios" in result.stdout
@@ -290,8 +342,9 @@ def test_cli_bench_and_improve_with_sage(ws: Workspace,
 
 def test_without_llm_both_commands_explain(workspace: Workspace, examples: Path) -> None:
     skills.import_skills(workspace.engine, examples)
-    proposal = props.create_proposal(workspace, "git-help", proposed_content="# Git\n\nNew",
-                                     rationale="r", author="a")
+    proposal = props.create_proposal(
+        workspace, "git-help", proposed_content="# Git\n\nNew", rationale="r", author="a"
+    )
     runner = CliRunner()
     for args in (["sage", "analyze", "--skill", "git-help"], ["bench", str(proposal.id)]):
         result = runner.invoke(main, ["-w", str(workspace.root), *args])

@@ -22,12 +22,16 @@ from amelio.workspace.config import Settings
 from amelio.workspace.folder import Workspace, open_workspace
 
 T0 = datetime(2026, 5, 1, 10, 0, tzinfo=UTC)
-VPN = ("# VPN access\n\nThe VPN is for remote work only. Connect with the Amelio client.\n\n"
-       "## Password reset\n\nTo reset the VPN password, open the self-service portal and "
-       "choose Reset. The new password reaches the VPN gateway within five minutes.\n\n"
-       "## Outages\n\nDuring an outage, call the helpdesk at extension 4242.")
-REFUND = ("Refunds are granted within thirty days of purchase with a receipt. After thirty "
-          "days customers get store credit. Damaged items are always refunded.")
+VPN = (
+    "# VPN access\n\nThe VPN is for remote work only. Connect with the Amelio client.\n\n"
+    "## Password reset\n\nTo reset the VPN password, open the self-service portal and "
+    "choose Reset. The new password reaches the VPN gateway within five minutes.\n\n"
+    "## Outages\n\nDuring an outage, call the helpdesk at extension 4242."
+)
+REFUND = (
+    "Refunds are granted within thirty days of purchase with a receipt. After thirty "
+    "days customers get store credit. Damaged items are always refunded."
+)
 
 
 def src(source_id: str, text: str, at: datetime = T0, **extra: str) -> Source:
@@ -54,36 +58,42 @@ def count(ws: Workspace, table: sa.Table) -> int:
 
 
 def test_source_validation() -> None:
-    ok = Source.parse({"sourceId": "T-1", "kind": "ticket", "text": "x",
-                       "updatedAt": "2026-05-01T12:00:00"}, max_chars=100)
+    ok = Source.parse(
+        {"sourceId": "T-1", "kind": "ticket", "text": "x", "updatedAt": "2026-05-01T12:00:00"},
+        max_chars=100,
+    )
     assert ok.updated_at == datetime(2026, 5, 1, 12, tzinfo=UTC)  # naive means UTC
     assert ok.title == "T-1" and ok.url is None
-    shifted = Source.parse({"sourceId": "a", "text": "x", "updatedAt": "2026-05-01T14:00+02:00"},
-                           max_chars=100)
+    shifted = Source.parse(
+        {"sourceId": "a", "text": "x", "updatedAt": "2026-05-01T14:00+02:00"}, max_chars=100
+    )
     assert shifted.updated_at == datetime(2026, 5, 1, 12, tzinfo=UTC)
-    bad = [({"text": "x", "updatedAt": "2026-05-01"}, "sourceId"),
-           ({"sourceId": "a", "kind": "Ticket!", "text": "x", "updatedAt": "2026-05-01"}, "kind"),
-           ({"sourceId": "a", "text": "  ", "updatedAt": "2026-05-01"}, "text"),
-           ({"sourceId": "a", "text": "x", "updatedAt": "yesterday"}, "updatedAt"),
-           ({"sourceId": "a", "text": "x"}, "updatedAt"),
-           ({"sourceId": "a", "text": "x", "updatedAt": "2026-05-01",
-             "url": "javascript:alert(1)"}, "url"),
-           ({"sourceId": "a", "text": "x", "updatedAt": "2026-05-01", "body": "?"}, "body"),
-           ({"sourceId": "a\nb", "text": "x", "updatedAt": "2026-05-01"}, "sourceId")]
+    bad = [
+        ({"text": "x", "updatedAt": "2026-05-01"}, "sourceId"),
+        ({"sourceId": "a", "kind": "Ticket!", "text": "x", "updatedAt": "2026-05-01"}, "kind"),
+        ({"sourceId": "a", "text": "  ", "updatedAt": "2026-05-01"}, "text"),
+        ({"sourceId": "a", "text": "x", "updatedAt": "yesterday"}, "updatedAt"),
+        ({"sourceId": "a", "text": "x"}, "updatedAt"),
+        (
+            {"sourceId": "a", "text": "x", "updatedAt": "2026-05-01", "url": "javascript:alert(1)"},
+            "url",
+        ),
+        ({"sourceId": "a", "text": "x", "updatedAt": "2026-05-01", "body": "?"}, "body"),
+        ({"sourceId": "a\nb", "text": "x", "updatedAt": "2026-05-01"}, "sourceId"),
+    ]
     for data, field in bad:
         with pytest.raises(InvalidInput) as info:
             Source.parse(data, max_chars=100)
         assert info.value.details["field"] == field, data
     with pytest.raises(InputTooLarge):
-        Source.parse({"sourceId": "a", "text": "x" * 101, "updatedAt": "2026-05-01"},
-                     max_chars=100)
+        Source.parse({"sourceId": "a", "text": "x" * 101, "updatedAt": "2026-05-01"}, max_chars=100)
 
 
 def test_chunks_keep_their_spans_and_sections() -> None:
     chunks = knowledge.chunk_text(VPN, 200)
     assert len(chunks) == 3
     for chunk in chunks:
-        assert VPN[chunk.start:chunk.end] == chunk.text and len(chunk.text) <= 200
+        assert VPN[chunk.start : chunk.end] == chunk.text and len(chunk.text) <= 200
     assert chunks[1].text.startswith("## Password reset")  # a heading starts a chunk
     long = " ".join(f"Sentence {i} says something." for i in range(100))
     assert all(len(c.text) <= 200 for c in knowledge.chunk_text(long, 200))
@@ -94,9 +104,14 @@ def test_chunks_keep_their_spans_and_sections() -> None:
 
 
 def test_citations_point_at_the_right_chunks(ws: Workspace) -> None:
-    receipt = knowledge.enqueue(ws, "support", [
-        src("wiki/vpn", VPN, kind="wiki", title="VPN guide", url="https://wiki.example/vpn"),
-        src("T-9", REFUND, kind="ticket", title="Refund question")])
+    receipt = knowledge.enqueue(
+        ws,
+        "support",
+        [
+            src("wiki/vpn", VPN, kind="wiki", title="VPN guide", url="https://wiki.example/vpn"),
+            src("T-9", REFUND, kind="ticket", title="Refund question"),
+        ],
+    )
     assert receipt.queued == ("wiki/vpn", "T-9")
     report = knowledge.drain(ws)
     assert sorted(report.indexed) == ["T-9", "wiki/vpn"] and report.pending == 0
@@ -106,16 +121,27 @@ def test_citations_point_at_the_right_chunks(ws: Workspace) -> None:
     assert answer.answer.startswith("Extractive answer (no LLM configured)")
     first = answer.citations[0]
     assert (first.source_id, first.position) == ("wiki/vpn", 1)
-    assert VPN[first.start:first.end] == first.text and "self-service portal" in first.text
+    assert VPN[first.start : first.end] == first.text and "self-service portal" in first.text
     assert "self-service portal" in answer.answer.splitlines()[2]
     assert answer.answer.splitlines()[2].endswith("[1]")
     cited = answer.to_dict()["citations"][0]
     assert cited | {"score": 0, "lexicalScore": 0} == {
-        "n": 1, "sourceId": "wiki/vpn", "kind": "wiki", "title": "VPN guide",
-        "url": "https://wiki.example/vpn", "updatedAt": T0.isoformat(), "chunk": 1,
-        "chunkId": first.chunk_id, "start": first.start, "end": first.end,
-        "text": first.text, "score": 0, "lexicalScore": 0, "semanticScore": None,
-        "cited": True}
+        "n": 1,
+        "sourceId": "wiki/vpn",
+        "kind": "wiki",
+        "title": "VPN guide",
+        "url": "https://wiki.example/vpn",
+        "updatedAt": T0.isoformat(),
+        "chunk": 1,
+        "chunkId": first.chunk_id,
+        "start": first.start,
+        "end": first.end,
+        "text": first.text,
+        "score": 0,
+        "lexicalScore": 0,
+        "semanticScore": None,
+        "cited": True,
+    }
 
     refund = knowledge.answer_question(ws, "support", "are damaged items refunded?")
     assert refund.citations[0].source_id == "T-9"
@@ -138,10 +164,12 @@ def test_resync_is_idempotent_and_newer_replaces(ws: Workspace) -> None:
     assert count(ws, knowledge_queue) == 0 and count(ws, knowledge_chunks) == chunks
 
     # Two newer versions before the worker runs: only the newest is kept.
-    knowledge.enqueue(ws, "support", [src("T-1", "Refunds need the manager's approval.",
-                                          T0 + timedelta(hours=1))])
-    knowledge.enqueue(ws, "support", [src("T-1", "Refunds are issued as vouchers now.",
-                                          T0 + timedelta(hours=2))])
+    knowledge.enqueue(
+        ws, "support", [src("T-1", "Refunds need the manager's approval.", T0 + timedelta(hours=1))]
+    )
+    knowledge.enqueue(
+        ws, "support", [src("T-1", "Refunds are issued as vouchers now.", T0 + timedelta(hours=2))]
+    )
     assert count(ws, knowledge_queue) == 1
     assert knowledge.drain(ws).indexed == ["T-1"]
     [stored] = knowledge.list_sources(ws, "support")
@@ -222,8 +250,7 @@ def test_retries_with_backoff_then_dead_letters(workspace: Workspace) -> None:
     assert knowledge.failures(ws) == [] and knowledge.queue_health(ws)["status"] == "ok"
 
 
-def test_wait_drains_through_the_backoff(ws: Workspace, monkeypatch: pytest.MonkeyPatch
-                                         ) -> None:
+def test_wait_drains_through_the_backoff(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AMELIO_KNOWLEDGE_SYNC_BACKOFF", "0.05")
     slow = open_workspace(ws.root)
     knowledge.enqueue(slow, "support", [src("T-1", REFUND)])
@@ -251,12 +278,12 @@ def test_a_restart_keeps_the_queue(ws: Workspace) -> None:
 # -- answers with an LLM --------------------------------------------------------------------
 
 
-def test_generated_answer_cites_the_retrieved_chunks(sqlite_workspace: Workspace,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_generated_answer_cites_the_retrieved_chunks(
+    sqlite_workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ws = sqlite_workspace
     knowledge.create_notebook(ws, "support")
-    knowledge.enqueue(ws, "support", [src("wiki/vpn", VPN, title="VPN guide"),
-                                      src("T-9", REFUND)])
+    knowledge.enqueue(ws, "support", [src("wiki/vpn", VPN, title="VPN guide"), src("T-9", REFUND)])
     knowledge.drain(ws)
     with FakeLLMServer(default=lambda r: "Use the self-service portal [1]; ask IT [7].") as fake:
         monkeypatch.setenv("AMELIO_LLM_PROVIDER", "openai")
@@ -281,8 +308,9 @@ def test_generated_answer_cites_the_retrieved_chunks(sqlite_workspace: Workspace
         assert slow.answer.startswith("Extractive answer (the LLM did not answer)")
         assert len(fake.requests) == 2  # no retry: the timeout is the whole budget
         llm_ws.dispose()
-    scripted = knowledge.answer_question(ws, "support", "refund receipt",
-                                         provider=ScriptedProvider(default="No idea."))
+    scripted = knowledge.answer_question(
+        ws, "support", "refund receipt", provider=ScriptedProvider(default="No idea.")
+    )
     assert scripted.mode == "generated" and scripted.cited == ()
 
 
@@ -293,8 +321,11 @@ class ConceptEmbedder:
     """A deterministic stand-in for a sentence model: words map to concepts."""
 
     model = "concepts-v1"
-    CONCEPTS: Sequence[set[str]] = ({"car", "automobile", "vehicle"}, {"refund", "money"},
-                                    {"vpn", "network"})
+    CONCEPTS: Sequence[set[str]] = (
+        {"car", "automobile", "vehicle"},
+        {"refund", "money"},
+        {"vpn", "network"},
+    )
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         out = []
@@ -306,8 +337,9 @@ class ConceptEmbedder:
 
 def test_semantic_retrieval_finds_what_words_miss(ws: Workspace) -> None:
     embedder = ConceptEmbedder()
-    knowledge.enqueue(ws, "support", [src("fleet", "Company car keys are at reception."),
-                                      src("T-9", REFUND)])
+    knowledge.enqueue(
+        ws, "support", [src("fleet", "Company car keys are at reception."), src("T-9", REFUND)]
+    )
     knowledge.drain(ws, indexer=lambda s: prepare_source(s, chunk_chars=200, embedder=embedder))
     nid = knowledge.get_notebook(ws, "support").id
     assert search(ws.settings, ws.engine, nid, "automobile") == []  # no shared word
@@ -319,8 +351,10 @@ def test_semantic_retrieval_finds_what_words_miss(ws: Workspace) -> None:
     assert answer.citations[0].source_id == "fleet"
 
 
-@pytest.mark.skipif(importlib.util.find_spec("sentence_transformers") is not None,
-                    reason="the embeddings extra is installed")
+@pytest.mark.skipif(
+    importlib.util.find_spec("sentence_transformers") is not None,
+    reason="the embeddings extra is installed",
+)
 def test_an_embedding_model_without_the_extra_is_a_clear_error() -> None:
     assert embedder_for(Settings()) is None
     with pytest.raises(ConfigError, match=r"pip install 'amelio\[embeddings\]'"):
@@ -330,6 +364,16 @@ def test_an_embedding_model_without_the_extra_is_a_clear_error() -> None:
 def test_plurals_fold_so_refunds_finds_refund() -> None:
     from amelio.knowledge.index import term
 
-    assert [term(t) for t in ("refunds", "policies", "boxes", "employees", "access",
-                              "status", "gas", "remboursements")] == [
-        "refund", "policy", "boxe", "employee", "access", "status", "gas", "remboursement"]
+    assert [
+        term(t)
+        for t in (
+            "refunds",
+            "policies",
+            "boxes",
+            "employees",
+            "access",
+            "status",
+            "gas",
+            "remboursements",
+        )
+    ] == ["refund", "policy", "boxe", "employee", "access", "status", "gas", "remboursement"]

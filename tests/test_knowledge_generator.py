@@ -21,8 +21,10 @@ from amelio.testing import FakeLLMServer
 from amelio.workspace import keys
 from amelio.workspace.folder import Workspace, open_workspace
 
-REFUNDS = ("Refunds are granted within 30 days of purchase with a receipt. After 30 days the "
-           "customer gets store credit. Damaged items are always refunded, receipt or not.")
+REFUNDS = (
+    "Refunds are granted within 30 days of purchase with a receipt. After 30 days the "
+    "customer gets store credit. Damaged items are always refunded, receipt or not."
+)
 SKILL = """---
 name: refund-requests
 description: Answers customer refund requests by the store's refund policy.
@@ -45,27 +47,38 @@ def at(day: int) -> datetime:
 def ws(workspace: Workspace, examples: Path) -> Workspace:
     skills.import_skills(workspace.engine, examples)
     knowledge.create_notebook(workspace, "policies")
-    knowledge.enqueue(workspace, "policies", [
-        knowledge.Source("wiki/refunds", REFUNDS, at(1), "wiki", "Refund policy")])
+    knowledge.enqueue(
+        workspace,
+        "policies",
+        [knowledge.Source("wiki/refunds", REFUNDS, at(1), "wiki", "Refund policy")],
+    )
     knowledge.drain(workspace)
     return workspace
 
 
 def test_a_generated_skill_is_a_proposal_until_approved(ws: Workspace) -> None:
     llm = ScriptedProvider([f"Here is the skill:\n```markdown\n{SKILL}```"], model="m1")
-    made = knowledge.generate_skill(ws, "policies", "how we handle refund requests",
-                                    provider=llm)
+    made = knowledge.generate_skill(ws, "policies", "how we handle refund requests", provider=llm)
     [request] = llm.requests
     assert request.system.startswith("You are an AI architect")
     assert "OBJECTIVE: how we handle refund requests" in request.messages[0].content
     assert "[1] Refund policy (source wiki/refunds, chunk 0)" in request.messages[0].content
     p = made.proposal
     assert (p.skill, p.scope, p.status, p.proposed_by, p.base_version) == (
-        "refund-requests", "new", "pending", "generator", 0)
-    assert p.new_skill == {"description": "Answers customer refund requests by the store's "
-                           "refund policy.", "triggers": ["refund", "money back"],
-                           "keywords": ["receipt", "store credit"], "extra": {},
-                           "evals": None, "scope": "global"}
+        "refund-requests",
+        "new",
+        "pending",
+        "generator",
+        0,
+    )
+    assert p.new_skill == {
+        "description": "Answers customer refund requests by the store's refund policy.",
+        "triggers": ["refund", "money back"],
+        "keywords": ["receipt", "store credit"],
+        "extra": {},
+        "evals": None,
+        "scope": "global",
+    }
     assert p.evidence["sources"] == ["wiki/refunds"] and p.evidence["model"] == "m1"
     assert p.proposed_content.startswith("# Refund requests")
     assert "+3. Always refund damaged items [1]." in p.diff()
@@ -84,61 +97,101 @@ def test_a_generated_skill_is_a_proposal_until_approved(ws: Workspace) -> None:
     assert skill.spec.content == p.proposed_content
     [event] = skills.skill_log(ws.engine, "refund-requests")
     assert (event.kind, event.version, event.proposal_id, event.actor) == (
-        "approval", 1, p.id, "ceo")
+        "approval",
+        1,
+        p.id,
+        "ceo",
+    )
     assert route_message(ws, "I want my money back").names[0] == "refund-requests"
     with pytest.raises(Conflict, match="already approved"):
         props.approve_proposal(ws, p.id, actor="ceo")
 
 
-@pytest.mark.parametrize(("answer", "why"), [
-    ("I could not find enough information.", "front matter"),
-    (SKILL.replace("triggers: [refund, money back]\n", ""), "trigger"),
-    (SKILL.replace("keywords: [receipt, store credit]\n", "keywords: []\n"), "keyword"),
-    (SKILL.replace("name: refund-requests", "name: Refund Requests"), "not a valid skill name"),
-    (SKILL.replace("name: refund-requests", "name: git-help"), "already exists"),
-    (SKILL.split("# Refund requests")[0], "rulebook body"),
-    (SKILL.replace("description: Answers customer refund requests by the store's refund "
-                   "policy.\n", ""), "description"),
-    ("---\nname: [unclosed\n---\n# Body", "invalid YAML"),
-])
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        ("I could not find enough information.", "front matter"),
+        (SKILL.replace("triggers: [refund, money back]\n", ""), "trigger"),
+        (SKILL.replace("keywords: [receipt, store credit]\n", "keywords: []\n"), "keyword"),
+        (SKILL.replace("name: refund-requests", "name: Refund Requests"), "not a valid skill name"),
+        (SKILL.replace("name: refund-requests", "name: git-help"), "already exists"),
+        (SKILL.split("# Refund requests")[0], "rulebook body"),
+        (
+            SKILL.replace(
+                "description: Answers customer refund requests by the store's refund policy.\n", ""
+            ),
+            "description",
+        ),
+        ("---\nname: [unclosed\n---\n# Body", "invalid YAML"),
+    ],
+)
 def test_invalid_generated_skills_are_rejected_and_not_stored(
-        sqlite_workspace: Workspace, examples: Path, answer: str, why: str) -> None:
+    sqlite_workspace: Workspace, examples: Path, answer: str, why: str
+) -> None:
     ws = sqlite_workspace
     skills.import_skills(ws.engine, examples)
     knowledge.create_notebook(ws, "policies")
     knowledge.enqueue(ws, "policies", [knowledge.Source("wiki/refunds", REFUNDS, at(1))])
     knowledge.drain(ws)
     with pytest.raises(LLMError, match=why) as info:
-        knowledge.generate_skill(ws, "policies", "refund requests",
-                                 provider=ScriptedProvider([answer]))
+        knowledge.generate_skill(
+            ws, "policies", "refund requests", provider=ScriptedProvider([answer])
+        )
     assert "nothing was stored" in info.value.message
     assert props.list_proposals(ws) == []
 
 
 def test_new_skill_proposals_conflicts_and_rejection(ws: Workspace) -> None:
-    p = props.create_skill_proposal(ws, SKILL, rationale="r", author="ana",
-                                    rules=[{"id": "r1", "name": "mentions credit",
-                                            "type": "icontains", "value": "credit",
-                                            "severity": "warning"}])
+    p = props.create_skill_proposal(
+        ws,
+        SKILL,
+        rationale="r",
+        author="ana",
+        rules=[
+            {
+                "id": "r1",
+                "name": "mentions credit",
+                "type": "icontains",
+                "value": "credit",
+                "severity": "warning",
+            }
+        ],
+    )
     with pytest.raises(Conflict, match=f"Proposal #{p.id}"):
         props.create_skill_proposal(ws, SKILL, rationale="again", author="ana")
     with pytest.raises(EvalRuleError, match="rule 'x'"):
-        props.create_skill_proposal(ws, SKILL.replace("refund-requests", "other"),
-                                    rationale="r", author="ana", rules=[{"id": "x"}])
+        props.create_skill_proposal(
+            ws,
+            SKILL.replace("refund-requests", "other"),
+            rationale="r",
+            author="ana",
+            rules=[{"id": "x"}],
+        )
     rejected = props.reject_proposal(ws, p.id, actor="ceo", reason="not now")
     assert rejected.status == "rejected" and rejected.decision_reason == "not now"
 
     again = props.create_skill_proposal(ws, SKILL, rationale="r2", author="ana")
-    skills.save_skills(ws.engine, [skills.SkillSpec("refund-requests", "made by hand",
-                                                    ("refund",), ("receipt",), "# Hand\n")])
+    skills.save_skills(
+        ws.engine,
+        [
+            skills.SkillSpec(
+                "refund-requests", "made by hand", ("refund",), ("receipt",), "# Hand\n"
+            )
+        ],
+    )
     with pytest.raises(Conflict, match="created since"):
         props.approve_proposal(ws, again.id, actor="ceo")
     assert props.get_proposal(ws, again.id).status == "pending"
     with pytest.raises(Conflict, match="already exists"):
         props.create_skill_proposal(ws, SKILL, rationale="r3", author="ana")
 
-    scoped = props.create_skill_proposal(ws, SKILL.replace("refund-requests", "acme-refunds"),
-                                         rationale="r", author="ana", scope="project")
+    scoped = props.create_skill_proposal(
+        ws,
+        SKILL.replace("refund-requests", "acme-refunds"),
+        rationale="r",
+        author="ana",
+        scope="project",
+    )
     props.approve_proposal(ws, scoped.id, actor="ceo")
     assert skills.get_skill(ws.engine, "acme-refunds", "default").scope == "project"
     assert "acme-refunds" not in {s.name for s in skills.list_skills(ws.engine)}
@@ -146,8 +199,9 @@ def test_new_skill_proposals_conflicts_and_rejection(ws: Workspace) -> None:
 
 
 @pytest.fixture
-def llm_ws(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Workspace,
-                                                                           FakeLLMServer]]:
+def llm_ws(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Workspace, FakeLLMServer]]:
     with FakeLLMServer(default=SKILL) as fake:
         monkeypatch.setenv("AMELIO_LLM_PROVIDER", "openai")
         monkeypatch.setenv("AMELIO_LLM_BASE_URL", fake.openai_base_url)
@@ -175,8 +229,11 @@ def test_generate_route(llm_ws: tuple[Workspace, FakeLLMServer], ws: Workspace) 
         assert [p["skill"] for p in listed] == ["refund-requests"]
         r = client.post("/v1/skills/generate", headers=admin, json=body)  # the same name again
         assert r.status_code == 502 and "still pending" in r.json()["error"]["message"]
-        r = client.post("/v1/skills/generate", headers=admin,
-                        json={"notebook": "policies", "objective": "quarterly revenue"})
+        r = client.post(
+            "/v1/skills/generate",
+            headers=admin,
+            json={"notebook": "policies", "objective": "quarterly revenue"},
+        )
         assert r.status_code == 422 and "nothing about" in r.json()["error"]["message"]
     with TestClient(create_app(ws)) as client:  # no LLM configured
         r = client.post("/v1/skills/generate", headers=admin, json=body)
@@ -194,23 +251,42 @@ def test_the_migration_keeps_proposals_and_their_benchmarks(database_url: str) -
     try:
         db.upgrade(engine, "0006_feedback_events")
         with db.transaction(engine) as conn:
-            conn.execute(sa.text(
-                "INSERT INTO skills (name, description, triggers, keywords, extra, content, "
-                "version, content_hash, created_at, updated_at) VALUES ('s', '', '[]', '[]', "
-                "'{}', 'x', 1, 'h', :t, :t)"), {"t": at(1)})
-            conn.execute(sa.text(
-                "INSERT INTO proposals (skill_id, skill_name, project_id, base_version, "
-                "current_content, proposed_content, rationale, evidence, status, proposed_by, "
-                "author, created_at) SELECT id, 's', 1, 1, 'x', 'y', 'r', '{}', 'pending', "
-                "'human', 'a', :t FROM skills"), {"t": at(1)})
-            conn.execute(sa.text(
-                "INSERT INTO benchmark_runs (proposal_id, status, summary, created_at) "
-                "SELECT id, 'done', '{}', :t FROM proposals"), {"t": at(1)})
+            conn.execute(
+                sa.text(
+                    "INSERT INTO skills (name, description, triggers, keywords, extra, content, "
+                    "version, content_hash, created_at, updated_at) VALUES ('s', '', '[]', '[]', "
+                    "'{}', 'x', 1, 'h', :t, :t)"
+                ),
+                {"t": at(1)},
+            )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO proposals (skill_id, skill_name, project_id, base_version, "
+                    "current_content, proposed_content, rationale, evidence, status, proposed_by, "
+                    "author, created_at) SELECT id, 's', 1, 1, 'x', 'y', 'r', '{}', 'pending', "
+                    "'human', 'a', :t FROM skills"
+                ),
+                {"t": at(1)},
+            )
+            conn.execute(
+                sa.text(
+                    "INSERT INTO benchmark_runs (proposal_id, status, summary, created_at) "
+                    "SELECT id, 'done', '{}', :t FROM proposals"
+                ),
+                {"t": at(1)},
+            )
         db.upgrade(engine)
         with engine.connect() as conn:
             assert conn.scalar(sa.text("SELECT count(*) FROM benchmark_runs")) == 1
-            assert conn.scalar(sa.text("SELECT count(*) FROM proposals WHERE new_skill IS "
-                                       "NULL AND skill_id IS NOT NULL")) == 1
+            assert (
+                conn.scalar(
+                    sa.text(
+                        "SELECT count(*) FROM proposals WHERE new_skill IS "
+                        "NULL AND skill_id IS NOT NULL"
+                    )
+                )
+                == 1
+            )
             if conn.dialect.name == "sqlite":
                 assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
     finally:

@@ -58,9 +58,17 @@ def test_a_folder_pass_syncs_changes_and_removals(workspace: Workspace, tmp_path
     touch(raw / ".git" / "e.md", "hidden", t)
     touch(raw / "empty.md", "   \n", t)
     knowledge.ensure_notebook(ws, "raw")
-    knowledge.enqueue(ws, "raw", [knowledge.Source("T-1", "A ticket, not a file.",
-                                                   knowledge.read_document(raw / "a.md",
-                                                                           raw).updated_at)])
+    knowledge.enqueue(
+        ws,
+        "raw",
+        [
+            knowledge.Source(
+                "T-1",
+                "A ticket, not a file.",
+                knowledge.read_document(raw / "a.md", raw).updated_at,
+            )
+        ],
+    )
     report = knowledge.sync_folder(ws, raw, "raw")
     assert sorted(report.queued) == ["a.md", "c.html", "sub/b.txt"]
     assert len(report.errors) == 1 and "empty.md" in report.errors[0]
@@ -76,8 +84,9 @@ def test_a_folder_pass_syncs_changes_and_removals(workspace: Workspace, tmp_path
     assert answer.citations[0].source_id == "a.md" and "version two" in answer.citations[0].text
 
     (raw / "sub" / "b.txt").unlink()
-    removed = apply_changes(ws, raw, "raw", {(watchfiles.Change.deleted,
-                                              str(raw / "sub" / "b.txt"))})
+    removed = apply_changes(
+        ws, raw, "raw", {(watchfiles.Change.deleted, str(raw / "sub" / "b.txt"))}
+    )
     assert removed.removed == ["sub/b.txt"] and ids(ws) == {"T-1", "a.md", "c.html"}
     # Deleted while nobody watched: the next full pass notices (and spares the ticket).
     (raw / "c.html").unlink()
@@ -96,8 +105,15 @@ def test_watch_follows_a_real_folder(sqlite_workspace: Workspace, tmp_path: Path
 
     def run() -> None:
         try:
-            knowledge.watch_folder(ws, raw, "raw", stop_event=stop, on_report=reports.append,
-                                   debounce_ms=50, step_ms=10)
+            knowledge.watch_folder(
+                ws,
+                raw,
+                "raw",
+                stop_event=stop,
+                on_report=reports.append,
+                debounce_ms=50,
+                step_ms=10,
+            )
         except BaseException as exc:  # surfaced by the assertions below
             errors.append(exc)
 
@@ -126,6 +142,7 @@ def test_watch_follows_a_real_folder(sqlite_workspace: Workspace, tmp_path: Path
 
 def test_watch_command_needs_a_folder(sqlite_workspace: Workspace, tmp_path: Path) -> None:
     runner = CliRunner()
-    result = runner.invoke(main, ["-w", str(sqlite_workspace.root), "watch",
-                                  str(tmp_path / "missing"), "-n", "raw"])
+    result = runner.invoke(
+        main, ["-w", str(sqlite_workspace.root), "watch", str(tmp_path / "missing"), "-n", "raw"]
+    )
     assert result.exit_code == 2 and "does not exist" in result.output

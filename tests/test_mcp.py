@@ -33,8 +33,17 @@ from amelio.server.auth import authorize_project
 from amelio.workspace import keys
 from amelio.workspace.folder import Workspace
 
-TOOLS = {"route_skills", "get_skill", "check_answer", "log_interaction", "give_feedback",
-         "add_learning", "list_learnings", "search", "ask_knowledge"}
+TOOLS = {
+    "route_skills",
+    "get_skill",
+    "check_answer",
+    "log_interaction",
+    "give_feedback",
+    "add_learning",
+    "list_learnings",
+    "search",
+    "ask_knowledge",
+}
 SKILL_URI = "amelio://projects/{}/skills/{}/SKILL.md"
 LEARNINGS_URI = "amelio://projects/{}/learnings.md"
 FORCE = "Run git push --force and you are done."
@@ -76,14 +85,22 @@ def stdio(ws: Workspace, project: str) -> StdioServerParameters:
     whether or not the CLI package does yet)."""
     return StdioServerParameters(
         command=sys.executable,
-        args=["-c", "import amelio.cli.mcp; from amelio.cli import main; main()",
-              "-w", str(ws.root), "mcp", "--project", project],
-        env=dict(os.environ), cwd=str(ws.root))
+        args=[
+            "-c",
+            "import amelio.cli.mcp; from amelio.cli import main; main()",
+            "-w",
+            str(ws.root),
+            "mcp",
+            "--project",
+            project,
+        ],
+        env=dict(os.environ),
+        cwd=str(ws.root),
+    )
 
 
 @pytest.mark.slow
-def test_stdio_tools_resources_prompt_and_errors(workspace: Workspace, examples: Path
-                                                 ) -> None:
+def test_stdio_tools_resources_prompt_and_errors(workspace: Workspace, examples: Path) -> None:
     skills.import_skills(workspace.engine, examples)
     learnings.add_learning(workspace, "Prefer --force-with-lease", skill="git-help")
     expected_missing = message_of(raised(skills.get_skill, workspace.engine, "nope", "default"))
@@ -93,29 +110,45 @@ def test_stdio_tools_resources_prompt_and_errors(workspace: Workspace, examples:
             listed = await client.list_tools()
             assert {t.name for t in listed.tools} == TOOLS
 
-            route = data(await client.call_tool("route_skills",
-                                                {"message": "git push rejected"}))
+            route = data(await client.call_tool("route_skills", {"message": "git push rejected"}))
             assert route["skills"][0]["name"] == "git-help"
             skill = data(await client.call_tool("get_skill", {"name": "git-help"}))
             assert skill["version"] == 1 and "force" in skill["content"].lower()
-            report = data(await client.call_tool("check_answer",
-                                                 {"text": FORCE, "skill": "git-help"}))
+            report = data(
+                await client.call_tool("check_answer", {"text": FORCE, "skill": "git-help"})
+            )
             assert report["success"] is False and report["footnotes"]
 
-            added = data(await client.call_tool(
-                "add_learning", {"text": "Avoid sudo in deployment scripts",
-                                 "skill": "deployment"}))
+            added = data(
+                await client.call_tool(
+                    "add_learning",
+                    {"text": "Avoid sudo in deployment scripts", "skill": "deployment"},
+                )
+            )
             assert added["outcome"] == "added" and added["project"] == "default"
             rules = data(await client.call_tool("list_learnings", {}))["learnings"]
-            assert {r["rule"] for r in rules} == {"Avoid sudo in deployment scripts",
-                                                  "Prefer --force-with-lease"}
+            assert {r["rule"] for r in rules} == {
+                "Avoid sudo in deployment scripts",
+                "Prefer --force-with-lease",
+            }
 
-            logged = data(await client.call_tool(
-                "log_interaction", {"message": "git push rejected", "answer": FORCE,
-                                    "skills": ["git-help"], "model": "claude-x"}))
+            logged = data(
+                await client.call_tool(
+                    "log_interaction",
+                    {
+                        "message": "git push rejected",
+                        "answer": FORCE,
+                        "skills": ["git-help"],
+                        "model": "claude-x",
+                    },
+                )
+            )
             interaction = logged["interactionId"]
-            feedback = data(await client.call_tool(
-                "give_feedback", {"interactionId": interaction, "kind": "up"}))
+            feedback = data(
+                await client.call_tool(
+                    "give_feedback", {"interactionId": interaction, "kind": "up"}
+                )
+            )
             assert feedback["interactionId"] == interaction
 
             resources = {r.uri for r in (await client.list_resources()).resources}
@@ -123,13 +156,13 @@ def test_stdio_tools_resources_prompt_and_errors(workspace: Workspace, examples:
             assert LEARNINGS_URI.format("default") in resources
             read = await client.read_resource(SKILL_URI.format("default", "git-help"))
             text = read.contents[0].text  # type: ignore[union-attr]
-            assert text == skills.render_skill_md(skills.get_skill(workspace.engine,
-                                                                    "git-help").spec)
+            assert text == skills.render_skill_md(
+                skills.get_skill(workspace.engine, "git-help").spec
+            )
             read = await client.read_resource(LEARNINGS_URI.format("default"))
             assert "Avoid sudo in deployment scripts" in read.contents[0].text  # type: ignore[union-attr]
 
-            prompt = await client.get_prompt("system_block",
-                                             {"message": "git push rejected"})
+            prompt = await client.get_prompt("system_block", {"message": "git push rejected"})
             system, message = (m.content.text for m in prompt.messages)  # type: ignore[union-attr]
             assert "SKILLS_HINT" in system and "- git-help:" in system
             assert "Prefer --force-with-lease" in system
@@ -141,11 +174,15 @@ def test_stdio_tools_resources_prompt_and_errors(workspace: Workspace, examples:
             assert error["message"] == expected_missing
             error = error_of(await client.call_tool("check_answer", {"text": "hi"}))
             assert error["message"] == "Give exactly one of `skill` or `rules`."
-            error = error_of(await client.call_tool("give_feedback",
-                                                    {"interactionId": 999, "kind": "up"}))
+            error = error_of(
+                await client.call_tool("give_feedback", {"interactionId": 999, "kind": "up"})
+            )
             assert error["code"] == "not_found"
-            error = error_of(await client.call_tool(
-                "give_feedback", {"interactionId": interaction, "kind": "meh"}))
+            error = error_of(
+                await client.call_tool(
+                    "give_feedback", {"interactionId": interaction, "kind": "meh"}
+                )
+            )
             assert "use up, down or fixit" in error["message"]
             # ... and as MCP errors where there is no result to carry them.
             with pytest.raises(MCPError) as caught:
@@ -169,9 +206,13 @@ def test_stdio_without_a_workspace_says_so(tmp_path: Path) -> None:
     import subprocess
 
     done = subprocess.run(
-        [sys.executable, "-c", "import amelio.cli.mcp; from amelio.cli import main; main()",
-         "mcp"], cwd=tmp_path, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-        check=False)
+        [sys.executable, "-c", "import amelio.cli.mcp; from amelio.cli import main; main()", "mcp"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
     assert done.returncode == 1
     assert done.stderr.startswith("Error: ") and done.stdout == ""
 
@@ -182,9 +223,18 @@ def test_stdio_without_a_workspace_says_so(tmp_path: Path) -> None:
 @contextmanager
 def served(app: Any) -> Iterator[str]:
     """The app on a loopback port, lifespan on (the MCP session manager runs in it)."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, http="h11", ws="none",
-                            loop="asyncio", lifespan="on", log_config=None,
-                            log_level="warning", access_log=False)
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=0,
+        http="h11",
+        ws="none",
+        loop="asyncio",
+        lifespan="on",
+        log_config=None,
+        log_level="warning",
+        access_log=False,
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="amelio-mcp-test", daemon=True)
     thread.start()
@@ -205,18 +255,21 @@ def http(url: str, token: str, project: str | None = None) -> Client:
     headers = {"Authorization": f"Bearer {token}"}
     if project is not None:
         headers["X-Amelio-Project"] = project
-    return Client(streamable_http_client(f"{url}/mcp",
-                                         http_client=httpx2.AsyncClient(headers=headers)))
+    return Client(
+        streamable_http_client(f"{url}/mcp", http_client=httpx2.AsyncClient(headers=headers))
+    )
 
 
 def test_http_bot_key_and_project_scope(workspace: Workspace, examples: Path) -> None:
     skills.import_skills(workspace.engine, examples)
     _, bot = keys.create_key(workspace.engine, name="agent", role="bot")
-    acme_key, acme = keys.create_key(workspace.engine, name="acme-agent", role="bot",
-                                     projects=["acme"])
+    acme_key, acme = keys.create_key(
+        workspace.engine, name="acme-agent", role="bot", projects=["acme"]
+    )
     _, client_key = keys.create_key(workspace.engine, name="events", role="client")
-    other = log_exchange(workspace, "git push rejected", FORCE, project="default",
-                         skills=["git-help"])
+    other = log_exchange(
+        workspace, "git push rejected", FORCE, project="default", skills=["git-help"]
+    )
     forbidden = raised(authorize_project, workspace.engine, acme_key, "default")
     assert isinstance(forbidden, Forbidden)
     app = create_app(workspace)
@@ -226,19 +279,28 @@ def test_http_bot_key_and_project_scope(workspace: Workspace, examples: Path) ->
     async def sessions(url: str) -> None:
         async with http(url, bot) as client:
             assert {t.name for t in (await client.list_tools()).tools} == TOOLS
-            route = data(await client.call_tool("route_skills",
-                                                {"message": "deploy the api", "limit": 2}))
+            route = data(
+                await client.call_tool("route_skills", {"message": "deploy the api", "limit": 2})
+            )
             assert route["skills"][0]["name"] == "deployment" and len(route["skills"]) <= 2
-            logged = data(await client.call_tool(
-                "log_interaction", {"message": "git push rejected", "answer": FORCE,
-                                    "idempotencyKey": "turn-1"}))
-            again = data(await client.call_tool(
-                "log_interaction", {"message": "git push rejected", "answer": FORCE,
-                                    "idempotencyKey": "turn-1"}))
+            logged = data(
+                await client.call_tool(
+                    "log_interaction",
+                    {"message": "git push rejected", "answer": FORCE, "idempotencyKey": "turn-1"},
+                )
+            )
+            again = data(
+                await client.call_tool(
+                    "log_interaction",
+                    {"message": "git push rejected", "answer": FORCE, "idempotencyKey": "turn-1"},
+                )
+            )
             assert again["interactionId"] == logged["interactionId"]
-            data(await client.call_tool("give_feedback",
-                                        {"interactionId": logged["interactionId"],
-                                         "kind": "up"}))
+            data(
+                await client.call_tool(
+                    "give_feedback", {"interactionId": logged["interactionId"], "kind": "up"}
+                )
+            )
             found = data(await client.call_tool("search", {"query": "anything"}))
             assert "feedbackToken" in found
             prompt = await client.get_prompt("system_block", {"message": "deploy the api"})
@@ -252,8 +314,11 @@ def test_http_bot_key_and_project_scope(workspace: Workspace, examples: Path) ->
             assert LEARNINGS_URI.format("acme") in resources
             read = await client.read_resource(LEARNINGS_URI.format("acme"))
             assert "Say hello first" in read.contents[0].text  # type: ignore[union-attr]
-            error = error_of(await client.call_tool(
-                "give_feedback", {"interactionId": other.interaction_id, "kind": "down"}))
+            error = error_of(
+                await client.call_tool(
+                    "give_feedback", {"interactionId": other.interaction_id, "kind": "down"}
+                )
+            )
             assert error["code"] == "forbidden" and error["message"] == forbidden.message
             with pytest.raises(MCPError) as caught:
                 await client.read_resource(LEARNINGS_URI.format("default"))
@@ -269,17 +334,27 @@ def test_http_bot_key_and_project_scope(workspace: Workspace, examples: Path) ->
         r = httpx.post(f"{url}/mcp", json=ping, headers=accept)
         assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized"
         assert r.headers["www-authenticate"] == "Bearer"
-        r = httpx.post(f"{url}/mcp", json=ping,
-                       headers=accept | {"Authorization": f"Bearer {client_key}"})
+        r = httpx.post(
+            f"{url}/mcp", json=ping, headers=accept | {"Authorization": f"Bearer {client_key}"}
+        )
         assert r.status_code == 403 and r.json()["error"]["code"] == "forbidden"
-        r = httpx.post(f"{url}/mcp", json=ping, headers=accept | {
-            "Authorization": f"Bearer {acme}", "X-Amelio-Project": "default"})
+        r = httpx.post(
+            f"{url}/mcp",
+            json=ping,
+            headers=accept | {"Authorization": f"Bearer {acme}", "X-Amelio-Project": "default"},
+        )
         assert r.status_code == 403 and r.json()["error"]["message"] == forbidden.message
-        r = httpx.post(f"{url}/mcp", json=ping, headers=accept | {
-            "Authorization": f"Bearer {bot}", "X-Amelio-Project": "nowhere"})
+        r = httpx.post(
+            f"{url}/mcp",
+            json=ping,
+            headers=accept | {"Authorization": f"Bearer {bot}", "X-Amelio-Project": "nowhere"},
+        )
         assert r.status_code == 404 and r.json()["error"]["code"] == "project_not_found"
-        r = httpx.post(f"{url}/mcp", json=ping, headers=accept | {
-            "Authorization": f"Bearer {bot}", "X-Amelio-Project": "Bad Name"})
+        r = httpx.post(
+            f"{url}/mcp",
+            json=ping,
+            headers=accept | {"Authorization": f"Bearer {bot}", "X-Amelio-Project": "Bad Name"},
+        )
         assert r.status_code == 422
 
     stored = get_interaction(workspace, other.interaction_id)
@@ -319,9 +394,13 @@ from amelio.cli import main
 sys.argv = ["amelio", "-w", sys.argv[1], "mcp"]
 main()
 """
-    done = subprocess.run([sys.executable, "-c", script, str(sqlite_workspace.root)],
-                          capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                          check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(sqlite_workspace.root)],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
     hint = "pip install 'amelio[mcp]'"
     assert done.stdout.startswith("503 ") and hint in done.stdout
     assert done.returncode == 1 and done.stderr.startswith("Error: ") and hint in done.stderr

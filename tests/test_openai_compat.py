@@ -27,10 +27,18 @@ FORCE = "Run git push --force and you are done."
 SAFE = "Run `git pull --rebase`, then git push --force-with-lease."
 QUESTION = "git push rejected, help"
 FOOTNOTE = "⚠️ Never suggest --force (use --force-with-lease)"
-WEATHER_TOOL = {"type": "function", "function": {
-    "name": "git_status", "description": "Show the working tree status.",
-    "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
-                   "required": ["path"]}}}
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "git_status",
+        "description": "Show the working tree status.",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": {"type": "string"}},
+            "required": ["path"],
+        },
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +48,9 @@ def upstream() -> Iterator[FakeLLMServer]:
 
 
 @pytest.fixture
-def ws(workspace: Workspace, examples: Path, upstream: FakeLLMServer,
-       monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
+def ws(
+    workspace: Workspace, examples: Path, upstream: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Workspace]:
     upstream.reset()
     skills.import_skills(workspace.engine, examples)
     monkeypatch.setenv("AMELIO_LLM_PROVIDER", "openai")
@@ -67,14 +76,20 @@ def _rows(ws: Workspace) -> int:
 
 
 def test_plain_completion_prepends_the_block_passes_the_rest_and_logs(
-        ws: Workspace, client: openai.OpenAI, upstream: FakeLLMServer) -> None:
+    ws: Workspace, client: openai.OpenAI, upstream: FakeLLMServer
+) -> None:
     upstream.reply(FORCE)
     raw = client.chat.completions.with_raw_response.create(
-        model="amelio", temperature=0.2, max_tokens=50,
-        messages=[{"role": "system", "content": "Be brief."},
-                  {"role": "user", "content": "hello"},
-                  {"role": "assistant", "content": "Hi!"},
-                  {"role": "user", "content": QUESTION}])
+        model="amelio",
+        temperature=0.2,
+        max_tokens=50,
+        messages=[
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "hello"},
+            {"role": "assistant", "content": "Hi!"},
+            {"role": "user", "content": QUESTION},
+        ],
+    )
     completion = raw.parse()
     assert completion.choices[0].message.content == FORCE  # no footnotes unless asked
     extra: dict[str, Any] = completion.model_extra["amelio"]  # type: ignore[index]
@@ -88,8 +103,11 @@ def test_plain_completion_prepends_the_block_passes_the_rest_and_logs(
     assert sent["messages"][0]["role"] == "system"
     assert "SKILLS_HINT" in sent["messages"][0]["content"]
     assert sent["messages"][1:] == [
-        {"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello"},
-        {"role": "assistant", "content": "Hi!"}, {"role": "user", "content": QUESTION}]
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": "Hi!"},
+        {"role": "user", "content": QUESTION},
+    ]
 
     stored = get_interaction(ws, extra["interactionId"])
     assert stored["message"] == QUESTION and stored["answer"] == FORCE
@@ -100,26 +118,35 @@ def test_plain_completion_prepends_the_block_passes_the_rest_and_logs(
 
 
 def test_footnotes_are_appended_when_the_request_asks(
-        client: openai.OpenAI, upstream: FakeLLMServer) -> None:
+    client: openai.OpenAI, upstream: FakeLLMServer
+) -> None:
     upstream.reply(FORCE)
     completion = client.chat.completions.create(
-        model="amelio", messages=[{"role": "user", "content": QUESTION}],
-        extra_body={"amelio": {"footnotes": True}})
+        model="amelio",
+        messages=[{"role": "user", "content": QUESTION}],
+        extra_body={"amelio": {"footnotes": True}},
+    )
     assert completion.choices[0].message.content == f"{FORCE}\n\n{FOOTNOTE}"
     upstream.reply(FORCE)
     completion = client.chat.completions.create(
-        model="amelio", messages=[{"role": "user", "content": QUESTION}],
-        extra_headers={"X-Amelio-Footnotes": "1"})
+        model="amelio",
+        messages=[{"role": "user", "content": QUESTION}],
+        extra_headers={"X-Amelio-Footnotes": "1"},
+    )
     assert completion.choices[0].message.content == f"{FORCE}\n\n{FOOTNOTE}"
 
 
 def test_streaming_relays_chunks_then_the_amelio_chunk(
-        ws: Workspace, client: openai.OpenAI, upstream: FakeLLMServer) -> None:
+    ws: Workspace, client: openai.OpenAI, upstream: FakeLLMServer
+) -> None:
     upstream.reply(FORCE)
     stream = client.chat.completions.create(
-        model="fake-large", stream=True, stream_options={"include_usage": True},
+        model="fake-large",
+        stream=True,
+        stream_options={"include_usage": True},
         messages=[{"role": "user", "content": QUESTION}],
-        extra_body={"amelio": {"footnotes": True}})
+        extra_body={"amelio": {"footnotes": True}},
+    )
     text, finish, extra, usage = [], None, None, None
     for chunk in stream:
         for choice in chunk.choices:
@@ -138,26 +165,42 @@ def test_streaming_relays_chunks_then_the_amelio_chunk(
 
 
 def test_the_library_relays_a_stream_without_the_service(
-        ws: Workspace, upstream: FakeLLMServer) -> None:
+    ws: Workspace, upstream: FakeLLMServer
+) -> None:
     """chat_completions() (a script, no event loop) relays the same stream as the
     service does on its loop: the chunks, the footnotes before the finish, the
     amelio chunk, one stored interaction."""
     upstream.reply(FORCE)
-    raw = json.dumps({"model": "amelio", "stream": True, "amelio": {"footnotes": True},
-                      "messages": [{"role": "user", "content": QUESTION}]}).encode()
+    raw = json.dumps(
+        {
+            "model": "amelio",
+            "stream": True,
+            "amelio": {"footnotes": True},
+            "messages": [{"role": "user", "content": QUESTION}],
+        }
+    ).encode()
     result = chat_completions(ws, parse_chat_request(raw, ws.settings))
     assert result.chunks is not None and isinstance(result.chunks, Iterator)
-    events = [line[6:] for part in result.chunks for line in part.decode().split("\n")
-              if line.startswith("data: ")]
+    events = [
+        line[6:]
+        for part in result.chunks
+        for line in part.decode().split("\n")
+        if line.startswith("data: ")
+    ]
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
-    text = "".join(c["choices"][0]["delta"].get("content") or ""
-                   for c in chunks if c.get("choices"))
+    text = "".join(
+        c["choices"][0]["delta"].get("content") or "" for c in chunks if c.get("choices")
+    )
     assert text == f"{FORCE}\n\n{FOOTNOTE}"
-    finishing = [i for i, c in enumerate(chunks)
-                 if c.get("choices") and c["choices"][0].get("finish_reason")]
-    footnote = next(i for i, c in enumerate(chunks) if c.get("choices")
-                    and FOOTNOTE in (c["choices"][0]["delta"].get("content") or ""))
+    finishing = [
+        i for i, c in enumerate(chunks) if c.get("choices") and c["choices"][0].get("finish_reason")
+    ]
+    footnote = next(
+        i
+        for i, c in enumerate(chunks)
+        if c.get("choices") and FOOTNOTE in (c["choices"][0]["delta"].get("content") or "")
+    )
     assert finishing and footnote < finishing[0]
     extra = chunks[-1]["amelio"]
     assert get_interaction(ws, extra["interactionId"])["answer"] == FORCE
@@ -165,18 +208,39 @@ def test_the_library_relays_a_stream_without_the_service(
 
 
 def test_tools_pass_through_and_the_answer_after_the_tool_result_is_logged(
-        ws: Workspace, client: openai.OpenAI, upstream: FakeLLMServer) -> None:
-    call = {"id": "call_1", "type": "function",
-            "function": {"name": "git_status", "arguments": '{"path": "."}'}}
+    ws: Workspace, client: openai.OpenAI, upstream: FakeLLMServer
+) -> None:
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "git_status", "arguments": '{"path": "."}'},
+    }
     # The fake server answers text only; a scripted body is how it returns a tool call.
-    upstream.fail(200, body={
-        "id": "chatcmpl-tool", "object": "chat.completion", "created": 1, "model": "fake-model",
-        "choices": [{"index": 0, "finish_reason": "tool_calls", "logprobs": None,
-                     "message": {"role": "assistant", "content": None, "tool_calls": [call]}}],
-        "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}})
+    upstream.fail(
+        200,
+        body={
+            "id": "chatcmpl-tool",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "fake-model",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "logprobs": None,
+                    "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                }
+            ],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+        },
+    )
     asked = [{"role": "user", "content": QUESTION}]
-    first = client.chat.completions.create(model="amelio", messages=asked,  # type: ignore[arg-type]
-                                           tools=[WEATHER_TOOL], tool_choice="auto")
+    first = client.chat.completions.create(
+        model="amelio",
+        messages=asked,  # type: ignore[arg-type]
+        tools=[WEATHER_TOOL],
+        tool_choice="auto",
+    )
     tool_calls = first.choices[0].message.tool_calls
     assert tool_calls and tool_calls[0].function.name == "git_status"
     assert first.model_extra["amelio"]["interactionId"] is None  # type: ignore[index]
@@ -185,10 +249,16 @@ def test_tools_pass_through_and_the_answer_after_the_tool_result_is_logged(
     assert _rows(ws) == 0  # a tool call is not an answer
 
     upstream.reply(SAFE)
-    turn = [*asked, {"role": "assistant", "content": None, "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": "call_1", "content": "rejected: non-fast-forward"}]
-    second = client.chat.completions.create(model="amelio", messages=turn,  # type: ignore[arg-type]
-                                            tools=[WEATHER_TOOL])
+    turn = [
+        *asked,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "rejected: non-fast-forward"},
+    ]
+    second = client.chat.completions.create(
+        model="amelio",
+        messages=turn,  # type: ignore[arg-type]
+        tools=[WEATHER_TOOL],
+    )
     assert second.choices[0].message.content == SAFE
     sent = upstream.requests[-1].body
     assert sent["messages"][1:] == turn and sent["tools"] == [WEATHER_TOOL]
@@ -203,12 +273,21 @@ def test_models_lists_amelio_and_the_upstreams(client: openai.OpenAI) -> None:
     assert ids == ["amelio", "fake-model", "fake-large"]
 
 
-def test_errors_are_openai_shaped(ws: Workspace, client: openai.OpenAI,
-                                  upstream: FakeLLMServer) -> None:
+def test_errors_are_openai_shaped(
+    ws: Workspace, client: openai.OpenAI, upstream: FakeLLMServer
+) -> None:
     user = [{"role": "user", "content": QUESTION}]
-    upstream.fail(404, body={"error": {"message": "The model `nope` does not exist.",
-                                       "type": "invalid_request_error", "param": None,
-                                       "code": "model_not_found"}})
+    upstream.fail(
+        404,
+        body={
+            "error": {
+                "message": "The model `nope` does not exist.",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "model_not_found",
+            }
+        },
+    )
     with pytest.raises(openai.NotFoundError) as missing:
         client.chat.completions.create(model="nope", messages=user)  # type: ignore[arg-type]
     assert missing.value.code == "model_not_found" and "nope" in missing.value.message
@@ -228,8 +307,11 @@ def test_errors_are_openai_shaped(ws: Workspace, client: openai.OpenAI,
         client.chat.completions.create(model="amelio", messages=user)  # type: ignore[arg-type]
     assert refused.value.status_code == 503 and "AMELIO_LLM_API_KEY" in refused.value.message
     with pytest.raises(openai.NotFoundError) as project:
-        client.chat.completions.create(model="amelio", messages=user,  # type: ignore[arg-type]
-                                       extra_headers={"X-Amelio-Project": "nowhere"})
+        client.chat.completions.create(
+            model="amelio",
+            messages=user,  # type: ignore[arg-type]
+            extra_headers={"X-Amelio-Project": "nowhere"},
+        )
     assert project.value.code == "project_not_found"
     wrong = openai.OpenAI(api_key="not-a-key", base_url=client.base_url, max_retries=0)
     with pytest.raises(openai.AuthenticationError) as auth:
@@ -238,8 +320,9 @@ def test_errors_are_openai_shaped(ws: Workspace, client: openai.OpenAI,
     assert _rows(ws) == 0
 
 
-def test_bad_bodies_get_openai_errors_in_process(ws: Workspace,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_bodies_get_openai_errors_in_process(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AMELIO_MAX_TEXT_CHARS", "100")
     small = open_workspace(ws.root)
     _, token = keys.create_key(small.engine, name="bot", role="bot")
@@ -249,18 +332,35 @@ def test_bad_bodies_get_openai_errors_in_process(ws: Workspace,
             cases: list[tuple[Any, int, str | None]] = [
                 (b"{not json", 400, "invalid_json"),
                 (b"[]", 400, "invalid_json"),
-                (json.dumps({"messages": [{"role": "user", "content": "x"}]}), 400,
-                 "invalid_model"),
-                (json.dumps({"model": "amelio", "messages": [{"role": "robot"}]}), 400,
-                 "invalid_message"),
-                (json.dumps({"model": "amelio", "messages": [{"role": {}}]}), 400,
-                 "invalid_message"),  # found by schemathesis: an unhashable role
-                (json.dumps({"model": "amelio", "messages": [{"role": "system",
-                                                              "content": "x"}]}),
-                 400, "no_user_message"),
-                (json.dumps({"model": "amelio", "messages": [{"role": "user",
-                                                              "content": "x" * 101}]}),
-                 413, "input_too_large"),
+                (
+                    json.dumps({"messages": [{"role": "user", "content": "x"}]}),
+                    400,
+                    "invalid_model",
+                ),
+                (
+                    json.dumps({"model": "amelio", "messages": [{"role": "robot"}]}),
+                    400,
+                    "invalid_message",
+                ),
+                (
+                    json.dumps({"model": "amelio", "messages": [{"role": {}}]}),
+                    400,
+                    "invalid_message",
+                ),  # found by schemathesis: an unhashable role
+                (
+                    json.dumps(
+                        {"model": "amelio", "messages": [{"role": "system", "content": "x"}]}
+                    ),
+                    400,
+                    "no_user_message",
+                ),
+                (
+                    json.dumps(
+                        {"model": "amelio", "messages": [{"role": "user", "content": "x" * 101}]}
+                    ),
+                    413,
+                    "input_too_large",
+                ),
             ]
             for body, status, code in cases:
                 response = http.post("/v1/chat/completions", content=body, headers=auth)
@@ -268,8 +368,9 @@ def test_bad_bodies_get_openai_errors_in_process(ws: Workspace,
                 error = response.json()["error"]
                 assert set(error) == {"message", "type", "param", "code"}
                 assert error["code"] == code and error["message"]
-            chunked = http.post("/v1/chat/completions", headers=auth,
-                                content=iter([b"{" + b" " * 1_000_000] * 3))
+            chunked = http.post(
+                "/v1/chat/completions", headers=auth, content=iter([b"{" + b" " * 1_000_000] * 3)
+            )
             assert chunked.status_code == 413
             assert chunked.json()["error"]["type"] == "invalid_request_error"
             assert http.get("/v1/models").json()["error"]["type"] == "authentication_error"
@@ -287,13 +388,15 @@ def test_scoped_key_uses_its_project(ws: Workspace, upstream: FakeLLMServer) -> 
         assert done.status_code == 200
         stored = get_interaction(ws, int(done.headers["x-amelio-interaction-id"]))
         assert stored["project"] == "team-a"
-        other = http.post("/v1/chat/completions", json=body,
-                          headers={**auth, "X-Amelio-Project": "default"})
+        other = http.post(
+            "/v1/chat/completions", json=body, headers={**auth, "X-Amelio-Project": "default"}
+        )
         assert other.status_code == 403 and other.json()["error"]["code"] == "forbidden"
 
 
 def test_other_providers_take_text_turns_and_refuse_tools(
-        ws: Workspace, upstream: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    ws: Workspace, upstream: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AMELIO_LLM_PROVIDER", "anthropic")
     monkeypatch.setenv("AMELIO_LLM_BASE_URL", upstream.anthropic_base_url)
     other = open_workspace(ws.root)
@@ -303,23 +406,33 @@ def test_other_providers_take_text_turns_and_refuse_tools(
             client = openai.OpenAI(api_key=token, base_url=f"{server.url}/v1", max_retries=0)
             upstream.reply(FORCE)
             done = client.chat.completions.create(
-                model="amelio", max_tokens=40,
-                messages=[{"role": "system", "content": "Be brief."},
-                          {"role": "user", "content": QUESTION}],
-                extra_body={"amelio": {"footnotes": True}})
+                model="amelio",
+                max_tokens=40,
+                messages=[
+                    {"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": QUESTION},
+                ],
+                extra_body={"amelio": {"footnotes": True}},
+            )
             assert done.choices[0].message.content == f"{FORCE}\n\n{FOOTNOTE}"
             sent = upstream.requests[-1]
             assert sent.protocol == "anthropic" and sent.body["max_tokens"] == 40
             assert "SKILLS_HINT" in sent.system and sent.system.endswith("Be brief.")
             upstream.reply(SAFE)
-            parts = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
-                model="amelio", stream=True, messages=[{"role": "user", "content": QUESTION}])
-                if c.choices]
+            parts = [
+                c.choices[0].delta.content or ""
+                for c in client.chat.completions.create(
+                    model="amelio", stream=True, messages=[{"role": "user", "content": QUESTION}]
+                )
+                if c.choices
+            ]
             assert "".join(parts) == SAFE
             with pytest.raises(openai.BadRequestError) as refused:
                 client.chat.completions.create(
-                    model="amelio", messages=[{"role": "user", "content": QUESTION}],
-                    tools=[WEATHER_TOOL])  # type: ignore[list-item]
+                    model="amelio",
+                    messages=[{"role": "user", "content": QUESTION}],
+                    tools=[WEATHER_TOOL],
+                )  # type: ignore[list-item]
             assert refused.value.code == "tools_unsupported"
             assert "AMELIO_LLM_PROVIDER=openai" in refused.value.message
     finally:

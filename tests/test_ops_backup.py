@@ -55,8 +55,11 @@ def put_documents(ws: Workspace, *docs: Document) -> None:
 
 
 def files(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture
@@ -72,7 +75,8 @@ def source(tmp_path: Path) -> Iterator[Workspace]:
 
 
 def test_a_backup_taken_while_events_are_written_restores_and_verifies(
-        source: Workspace, tmp_path: Path) -> None:
+    source: Workspace, tmp_path: Path
+) -> None:
     collector = Collector(source)
     before = event_count(source)
     wrote_once, stop = threading.Event(), threading.Event()
@@ -121,8 +125,14 @@ def test_a_backup_taken_while_events_are_written_restores_and_verifies(
     assert (tmp_path / "live.zip").stat().st_mode & 0o077 == 0
 
 
-def _rewrite(archive: Path, out: Path, *, member: str, data: bytes | None = None,
-             manifest_path: str | None = None) -> None:
+def _rewrite(
+    archive: Path,
+    out: Path,
+    *,
+    member: str,
+    data: bytes | None = None,
+    manifest_path: str | None = None,
+) -> None:
     """A copy of ``archive`` with one member's bytes changed, or listed under
     another name in the manifest."""
     with zipfile.ZipFile(archive) as src, zipfile.ZipFile(out, "w") as dst:
@@ -148,18 +158,23 @@ def _damage(archive: Path, how: str) -> Path:
             info = zf.getinfo(".amelio/amelio.db")
         start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
         middle = start + info.compress_size // 2
-        out.write_bytes(raw[:middle] + bytes([raw[middle] ^ 0xFF]) + raw[middle + 1:])
+        out.write_bytes(raw[:middle] + bytes([raw[middle] ^ 0xFF]) + raw[middle + 1 :])
     elif how == "forged":
-        _rewrite(archive, out, member="amelio.toml", data=b'port = 9999\n')
+        _rewrite(archive, out, member="amelio.toml", data=b"port = 9999\n")
     else:  # a member that would land outside the workspace
-        _rewrite(archive, out, member="projects/acme/learnings.md",
-                 manifest_path="projects/../../escaped.md")
+        _rewrite(
+            archive,
+            out,
+            member="projects/acme/learnings.md",
+            manifest_path="projects/../../escaped.md",
+        )
     return out
 
 
 @pytest.mark.parametrize("how", ["truncated", "flipped", "forged", "escaping"])
 def test_a_damaged_backup_is_refused_and_leaves_the_target_alone(
-        source: Workspace, tmp_path: Path, how: str) -> None:
+    source: Workspace, tmp_path: Path, how: str
+) -> None:
     good = backup_workspace(source.settings, tmp_path / "good.zip").path
     damaged = _damage(good, how)
     target, _ = init_workspace(tmp_path / "target")
@@ -176,7 +191,8 @@ def test_a_damaged_backup_is_refused_and_leaves_the_target_alone(
 
 
 def test_restore_replaces_a_workspace_with_data_only_when_forced(
-        source: Workspace, tmp_path: Path) -> None:
+    source: Workspace, tmp_path: Path
+) -> None:
     archive = backup_workspace(source.settings, tmp_path / "b.zip").path
     fresh, _ = init_workspace(tmp_path / "fresh")  # `amelio init` alone is not data
     fresh.dispose()
@@ -199,14 +215,16 @@ def test_restore_replaces_a_workspace_with_data_only_when_forced(
     try:
         assert verify_events(ws).checked == 30
         assert [p.name for p in list_projects(ws.engine)] == ["acme", "default"]
-        assert [d.doc_id for d in Corpus.for_workspace(ws.settings.data_dir).all_documents()
-                ] == ["vpn"]
+        assert [d.doc_id for d in Corpus.for_workspace(ws.settings.data_dir).all_documents()] == [
+            "vpn"
+        ]
     finally:
         ws.dispose()
 
 
 def test_restore_refuses_a_database_another_process_has_open(
-        source: Workspace, tmp_path: Path) -> None:
+    source: Workspace, tmp_path: Path
+) -> None:
     archive = backup_workspace(source.settings, tmp_path / "b.zip").path
     target, _ = init_workspace(tmp_path / "target")  # its pool keeps a connection, as serve's
     with pytest.raises(Conflict, match="amelio serve"):
@@ -216,7 +234,8 @@ def test_restore_refuses_a_database_another_process_has_open(
 
 
 def test_a_secret_key_from_the_environment_must_be_given_again(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AMELIO_SECRET_KEY", "kept-outside-the-workspace-0123456789")
     ws, _ = init_workspace(tmp_path / "source")
     ingest(Collector(ws), 5, "k")
@@ -246,8 +265,9 @@ def test_an_older_backup_is_upgraded_and_a_newer_one_refused(tmp_path: Path) -> 
     db.upgrade(engine, previous)
     engine.dispose()
 
-    report = restore_workspace(backup_workspace(load_settings(old), tmp_path / "old.zip").path,
-                               tmp_path / "upgraded")
+    report = restore_workspace(
+        backup_workspace(load_settings(old), tmp_path / "old.zip").path, tmp_path / "upgraded"
+    )
     assert report.manifest.migration == previous
     assert report.upgraded and report.migration == db.head_revision()
     open_workspace(report.root).dispose()  # at head: it opens
@@ -285,8 +305,9 @@ def test_the_commands_end_to_end(tmp_path: Path) -> None:
     src, new = tmp_path / "src", tmp_path / "new"
     assert run("init", str(src)).exit_code == 0
     events = tmp_path / "events.ndjson"
-    events.write_text("".join(json.dumps(example_event("vote_up", session_id=f"s{i}")) + "\n"
-                              for i in range(5)))
+    events.write_text(
+        "".join(json.dumps(example_event("vote_up", session_id=f"s{i}")) + "\n" for i in range(5))
+    )
     assert run("-w", str(src), "feedback", "ingest", str(events)).exit_code == 0
 
     (tmp_path / "backups").mkdir()

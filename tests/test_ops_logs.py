@@ -17,8 +17,14 @@ from amelio.ops.logs import configure_logging, uvicorn_log_config
 
 def amelio(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("AMELIO_")}
-    return subprocess.run([sys.executable, "-m", "amelio", *args], capture_output=True,
-                          text=True, check=False, timeout=120, env=base | (env or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "amelio", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env=base | (env or {}),
+    )
 
 
 def test_a_command_says_nothing_on_stderr_by_default(tmp_path: Path) -> None:
@@ -31,10 +37,13 @@ def test_verbose_json_logs_are_one_object_per_line(tmp_path: Path) -> None:
     done = amelio("-v", "--log-format", "json", "init", str(tmp_path / "ws"))
     assert done.returncode == 0, done.stderr
     records = [json.loads(line) for line in done.stderr.splitlines()]
-    assert records and all({"time", "level", "logger", "message"} <= r.keys()
-                           for r in records)
-    assert any(r["logger"] == "alembic.runtime.migration" and r["level"] == "INFO"
-               and "0014_routing_examples" in r["message"] for r in records)
+    assert records and all({"time", "level", "logger", "message"} <= r.keys() for r in records)
+    assert any(
+        r["logger"] == "alembic.runtime.migration"
+        and r["level"] == "INFO"
+        and "0014_routing_examples" in r["message"]
+        for r in records
+    )
     # The environment variable chooses the same, for a service's unit file.
     again = amelio("-v", "init", str(tmp_path / "ws2"), env={"AMELIO_LOG_FORMAT": "json"})
     assert json.loads(again.stderr.splitlines()[0])["level"] == "INFO"
@@ -67,9 +76,15 @@ def test_uvicorn_logs_json_with_its_own_levels() -> None:
     logging.config.dictConfig(config)
     try:
         handler = logging.getLogger("uvicorn.access").handlers[0]
-        record = logging.LogRecord("uvicorn.access", logging.INFO, __file__, 1,
-                                   '%s - "%s %s HTTP/%s" %d', ("127.0.0.1:5", "GET", "/v1/health",
-                                                                "1.1", 200), None)
+        record = logging.LogRecord(
+            "uvicorn.access",
+            logging.INFO,
+            __file__,
+            1,
+            '%s - "%s %s HTTP/%s" %d',
+            ("127.0.0.1:5", "GET", "/v1/health", "1.1", 200),
+            None,
+        )
         record.color_message = "\x1b[36mthe same, in colour\x1b[0m"  # as uvicorn adds
         line = json.loads(handler.format(record))
     finally:

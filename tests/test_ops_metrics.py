@@ -29,8 +29,11 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 def scrape(text: str) -> Samples:
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def value(samples: Samples, name: str, **labels: str) -> float:
@@ -44,8 +47,13 @@ def llm() -> Iterator[FakeLLMServer]:
 
 
 @pytest.fixture
-def ws(workspace: Workspace, examples: Path, llm: FakeLLMServer, tmp_path: Path,
-       monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
+def ws(
+    workspace: Workspace,
+    examples: Path,
+    llm: FakeLLMServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Workspace]:
     skills.import_skills(workspace.engine, examples)
     monkeypatch.setenv("AMELIO_LLM_PROVIDER", "anthropic")
     monkeypatch.setenv("AMELIO_LLM_BASE_URL", llm.anthropic_base_url)
@@ -54,9 +62,15 @@ def ws(workspace: Workspace, examples: Path, llm: FakeLLMServer, tmp_path: Path,
     monkeypatch.setenv("AMELIO_LLM_MAX_RETRIES", "0")
     configured = open_workspace(workspace.root)
     docs = tmp_path / "docs.jsonl"
-    docs.write_text("".join(json.dumps(d) + "\n" for d in [
-        {"docId": "reset", "title": "Reset your password", "text": "Open settings, reset."},
-        {"docId": "vpn", "title": "VPN", "text": "Connect to the VPN first."}]))
+    docs.write_text(
+        "".join(
+            json.dumps(d) + "\n"
+            for d in [
+                {"docId": "reset", "title": "Reset your password", "text": "Open settings, reset."},
+                {"docId": "vpn", "title": "VPN", "text": "Connect to the VPN first."},
+            ]
+        )
+    )
     workspace_corpus(configured.settings).import_file(docs)
     yield configured
     configured.dispose()
@@ -69,26 +83,35 @@ def test_metrics_move_with_real_traffic(ws: Workspace, llm: FakeLLMServer) -> No
     auth = {"Authorization": f"Bearer {admin}"}
     with TestClient(create_app(ws)) as client:
         assert client.get("/metrics").status_code == 401
-        assert client.get("/metrics", headers={"Authorization": f"Bearer {bot}"}
-                          ).status_code == 403
+        assert client.get("/metrics", headers={"Authorization": f"Bearer {bot}"}).status_code == 403
         before = scrape(client.get("/metrics", headers=auth).text)
 
         for _ in range(3):
             assert client.get("/v1/health").status_code == 200
         assert client.get("/v1/skills/nope", headers=auth).status_code == 404
         for _ in range(2):  # the same query twice: a miss, then a hit
-            assert client.post("/v1/search", headers=auth,
-                               json={"query": "reset password", "rankProfile": "bm25"}
-                               ).status_code == 200
+            assert (
+                client.post(
+                    "/v1/search",
+                    headers=auth,
+                    json={"query": "reset password", "rankProfile": "bm25"},
+                ).status_code
+                == 200
+            )
         events = [example_event("vote_up"), example_event("result_clicked")]  # no token
-        r = client.post("/v1/feedback/events", json=events,
-                        headers={"Authorization": f"Bearer {client_key}"})
+        r = client.post(
+            "/v1/feedback/events", json=events, headers={"Authorization": f"Bearer {client_key}"}
+        )
         assert r.status_code == 202 and r.json()["rejected"] == 1
-        assert client.post("/v1/chat", headers=auth,
-                           json={"message": "git push rejected"}).status_code == 200
+        assert (
+            client.post("/v1/chat", headers=auth, json={"message": "git push rejected"}).status_code
+            == 200
+        )
         llm.fail(500, times=1)
-        assert client.post("/v1/chat", headers=auth,
-                           json={"message": "git push rejected"}).status_code >= 500
+        assert (
+            client.post("/v1/chat", headers=auth, json={"message": "git push rejected"}).status_code
+            >= 500
+        )
         r = client.get("/metrics", headers=auth)
     assert r.headers["content-type"].startswith("text/plain")
     after = scrape(r.text)
@@ -98,13 +121,22 @@ def test_metrics_move_with_real_traffic(ws: Workspace, llm: FakeLLMServer) -> No
 
     health = {"method": "GET", "route": "/v1/health", "status": "200"}
     assert delta("amelio_http_request_duration_seconds_count", **health) == 3
-    assert delta("amelio_http_request_duration_seconds_count", method="GET",
-                 route="/v1/skills/{name}", status="404") == 1  # the template, not the path
+    assert (
+        delta(
+            "amelio_http_request_duration_seconds_count",
+            method="GET",
+            route="/v1/skills/{name}",
+            status="404",
+        )
+        == 1
+    )  # the template, not the path
     assert delta("amelio_search_cache_requests_total", result="miss") == 1
     assert delta("amelio_search_cache_requests_total", result="hit") == 1
     assert delta("amelio_feedback_events_total", outcome="accepted", field="") == 1
-    assert delta("amelio_feedback_events_total", outcome="rejected",
-                 field="request.feedbackToken") == 1
+    assert (
+        delta("amelio_feedback_events_total", outcome="rejected", field="request.feedbackToken")
+        == 1
+    )
     ok = {"provider": "anthropic", "model": "claude-test"}
     assert delta("amelio_llm_calls_total", **ok, outcome="ok") == 1
     assert delta("amelio_llm_calls_total", **ok, outcome="error") == 1
@@ -112,11 +144,18 @@ def test_metrics_move_with_real_traffic(ws: Workspace, llm: FakeLLMServer) -> No
     assert delta("amelio_llm_tokens_total", **ok, direction="output") > 0
 
 
-def test_database_gauges_and_the_separate_port(ws: Workspace, monkeypatch: pytest.MonkeyPatch
-                                               ) -> None:
+def test_database_gauges_and_the_separate_port(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     git = skills.get_skill(ws.engine, "git-help")
-    props.create_proposal(ws, "git-help", proposed_content=git.spec.content + "\nMore.\n",
-                          rationale="r", proposed_by="template", author="t")
+    props.create_proposal(
+        ws,
+        "git-help",
+        proposed_content=git.spec.content + "\nMore.\n",
+        rationale="r",
+        proposed_by="template",
+        author="t",
+    )
     assert claim(ws, "improve", datetime.now(UTC), "me")
     finish(ws, "improve", "me", "error", "boom")
     port = free_port()
@@ -150,13 +189,24 @@ def test_workers_share_their_counters(tmp_path: Path) -> None:
         with ServeProcess(ws.root, workers=2, env=env) as served:
             for _ in range(20):  # a new connection each time: any worker may answer
                 assert httpx.get(f"{served.base}/v1/health").status_code == 200
-            texts = [httpx.get(f"{served.base}/metrics",
-                               headers={"Authorization": f"Bearer {admin}"}).text
-                     for _ in range(6)]
+            texts = [
+                httpx.get(
+                    f"{served.base}/metrics", headers={"Authorization": f"Bearer {admin}"}
+                ).text
+                for _ in range(6)
+            ]
     finally:
         ws.dispose()
-    counts = {value(scrape(t), "amelio_http_request_duration_seconds_count", method="GET",
-                    route="/v1/health", status="200") for t in texts}
+    counts = {
+        value(
+            scrape(t),
+            "amelio_http_request_duration_seconds_count",
+            method="GET",
+            route="/v1/health",
+            status="200",
+        )
+        for t in texts
+    }
     # Whichever worker answered the scrape, it counted the requests all workers served
     # (at least the 20 here; the start-up probe adds its own).
     assert len(counts) == 1 and counts.pop() >= 20

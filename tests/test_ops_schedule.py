@@ -29,15 +29,16 @@ T0 = datetime(2026, 12, 2, 3, 0, tzinfo=UTC)
 
 def _row(ws: Workspace, name: str = "improve") -> sa.Row[tuple[object, ...]]:
     with ws.engine.connect() as conn:
-        return conn.execute(sa.select(scheduled_jobs)
-                            .where(scheduled_jobs.c.name == name)).one()
+        return conn.execute(sa.select(scheduled_jobs).where(scheduled_jobs.c.name == name)).one()
 
 
 def _runs(ws: Workspace) -> int:
     """The improve job's recorded runs; 0 before its row exists."""
     with ws.engine.connect() as conn:
-        return int(conn.scalar(sa.select(scheduled_jobs.c.runs)
-                               .where(scheduled_jobs.c.name == "improve")) or 0)
+        return int(
+            conn.scalar(sa.select(scheduled_jobs.c.runs).where(scheduled_jobs.c.name == "improve"))
+            or 0
+        )
 
 
 def _improve_runs(ws: Workspace) -> int:
@@ -46,16 +47,20 @@ def _improve_runs(ws: Workspace) -> int:
 
 
 def test_cron_times_follow_the_workspace_time_zone(
-        workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AMELIO_TIMEZONE", "Europe/Paris")
     ws = open_workspace(workspace.root)
     try:
         after = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
         # 03:00 in Paris is 02:00 UTC in winter, 01:00 UTC in summer.
         assert next_times(IMPROVE, ws.settings, after, 2) == [
-            datetime(2026, 12, 3, 2, 0, tzinfo=UTC), datetime(2026, 12, 4, 2, 0, tzinfo=UTC)]
+            datetime(2026, 12, 3, 2, 0, tzinfo=UTC),
+            datetime(2026, 12, 4, 2, 0, tzinfo=UTC),
+        ]
         assert next_times(IMPROVE, ws.settings, datetime(2026, 7, 1, tzinfo=UTC)) == [
-            datetime(2026, 7, 1, 1, 0, tzinfo=UTC)]
+            datetime(2026, 7, 1, 1, 0, tzinfo=UTC)
+        ]
         assert last_time(IMPROVE, ws.settings, after) == datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
         monkeypatch.setenv("AMELIO_IMPROVE_SCHEDULE", "61 * * * *")
         with pytest.raises(ConfigError, match="AMELIO_IMPROVE_SCHEDULE: '61 \\* \\* \\* \\*'"):
@@ -93,8 +98,7 @@ def test_a_killed_holders_lease_expires_and_its_time_runs_again(workspace: Works
     assert claim(workspace, "improve", T0, "killed", now=T0)
     # While the lease lives, nobody else runs the job: not this time, not the next.
     assert not claim(workspace, "improve", T0, "other", now=T0 + lease / 2)
-    assert not claim(workspace, "improve", T0 + timedelta(days=1), "other",
-                     now=T0 + lease / 2)
+    assert not claim(workspace, "improve", T0 + timedelta(days=1), "other", now=T0 + lease / 2)
     # The holder was killed: no renewal, no finish. Its lease expires, and the
     # interrupted time is claimed again.
     assert claim(workspace, "improve", T0, "other", now=T0 + lease + timedelta(seconds=1))
@@ -106,14 +110,16 @@ def test_a_killed_holders_lease_expires_and_its_time_runs_again(workspace: Works
 
 
 def test_a_missed_night_runs_once_at_start_and_a_new_job_does_not(
-        workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     first = Scheduler(workspace)
     first._catch_up(IMPROVE)  # first sight: the last time is recorded, nothing runs
     assert _improve_runs(workspace) == 0
     assert _row(workspace).due_at is not None
     with workspace.engine.begin() as conn:  # the server was down for two nights
-        conn.execute(scheduled_jobs.update().values(
-            due_at=_row(workspace).due_at - timedelta(days=2)))
+        conn.execute(
+            scheduled_jobs.update().values(due_at=_row(workspace).due_at - timedelta(days=2))
+        )
     Scheduler(workspace)._catch_up(IMPROVE)
     Scheduler(workspace)._catch_up(IMPROVE)  # a second replica starting: nothing more
     assert _improve_runs(workspace) == 1
@@ -124,8 +130,9 @@ def test_a_missed_night_runs_once_at_start_and_a_new_job_does_not(
     no_catch_up = open_workspace(workspace.root)
     try:
         with no_catch_up.engine.begin() as conn:
-            conn.execute(scheduled_jobs.update().values(
-                due_at=_row(no_catch_up).due_at - timedelta(days=2)))
+            conn.execute(
+                scheduled_jobs.update().values(due_at=_row(no_catch_up).due_at - timedelta(days=2))
+            )
         Scheduler(no_catch_up)._catch_up(IMPROVE)
         assert _improve_runs(no_catch_up) == 1
     finally:
@@ -133,11 +140,13 @@ def test_a_missed_night_runs_once_at_start_and_a_new_job_does_not(
 
 
 def test_the_loop_runs_the_job_at_its_time_and_records_a_failure(
-        workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     times: list[datetime] = []
 
-    def soon(job: schedule.Job, settings: object, after: datetime, count: int = 1
-             ) -> list[datetime]:
+    def soon(
+        job: schedule.Job, settings: object, after: datetime, count: int = 1
+    ) -> list[datetime]:
         times.append(after.replace(microsecond=0) + timedelta(seconds=1))
         return [times[-1]]
 
@@ -145,8 +154,7 @@ def test_the_loop_runs_the_job_at_its_time_and_records_a_failure(
         raise RuntimeError("the disk is full")
 
     monkeypatch.setattr(schedule, "next_times", soon)
-    monkeypatch.setattr(schedule, "JOBS", (schedule.Job("improve", "improve_schedule",
-                                                        broken),))
+    monkeypatch.setattr(schedule, "JOBS", (schedule.Job("improve", "improve_schedule", broken),))
     scheduler = Scheduler(workspace)
     scheduler.start()
     try:
@@ -168,7 +176,8 @@ def _aware(value: datetime) -> datetime:
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_two_service_processes_on_postgresql_run_a_missed_night_once(
-        tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AMELIO_DATABASE_URL", postgres_url)
     from amelio.workspace.folder import init_workspace
 
@@ -176,18 +185,20 @@ def test_two_service_processes_on_postgresql_run_a_missed_night_once(
     try:
         Scheduler(ws)._catch_up(IMPROVE)  # the job exists; then two nights are missed
         with ws.engine.begin() as conn:
-            conn.execute(scheduled_jobs.update().values(
-                due_at=_row(ws).due_at - timedelta(days=2)))
+            conn.execute(scheduled_jobs.update().values(due_at=_row(ws).due_at - timedelta(days=2)))
         _, admin = keys.create_key(ws.engine, name="ops", role="admin")
         env = {**os.environ, "AMELIO_DATABASE_URL": postgres_url, "AMELIO_WARM_UP": "false"}
-        with ServeProcess(ws.root, workers=2, env=env, log=tmp_path / "a.log") as one, \
-                ServeProcess(ws.root, env=env, log=tmp_path / "b.log"):
+        with (
+            ServeProcess(ws.root, workers=2, env=env, log=tmp_path / "a.log") as one,
+            ServeProcess(ws.root, env=env, log=tmp_path / "b.log"),
+        ):
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and _row(ws).outcome != "ok":
                 time.sleep(0.1)
             time.sleep(1.0)  # time for a second run to show, if there were one
-            jobs = httpx.get(f"{one.base}/v1/schedule",
-                             headers={"Authorization": f"Bearer {admin}"}).json()["jobs"]
+            jobs = httpx.get(
+                f"{one.base}/v1/schedule", headers={"Authorization": f"Bearer {admin}"}
+            ).json()["jobs"]
         assert _improve_runs(ws) == 1  # three processes started; one ran the missed night
         row = _row(ws)
         assert row.runs == 1 and row.outcome == "ok"
@@ -198,7 +209,8 @@ def test_two_service_processes_on_postgresql_run_a_missed_night_once(
 
 
 def test_cli_schedule_shows_next_runs_and_the_last_outcome(
-        workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert claim(workspace, "improve", T0, "me")
     finish(workspace, "improve", "me", "ok", "run 7: 2 new proposal(s) (0.4 s)")
     runner = CliRunner()

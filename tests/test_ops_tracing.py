@@ -40,8 +40,9 @@ def exporter() -> Iterator[InMemorySpanExporter]:
 
 
 @pytest.fixture
-def traced(sqlite_workspace: Workspace, examples: Path, monkeypatch: pytest.MonkeyPatch
-           ) -> Iterator[tuple[Workspace, FakeLLMServer]]:
+def traced(
+    sqlite_workspace: Workspace, examples: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Workspace, FakeLLMServer]]:
     skills.import_skills(sqlite_workspace.engine, examples)
     with FakeLLMServer(default="Run `git pull --rebase`, then push.") as llm:
         monkeypatch.setenv("AMELIO_LLM_PROVIDER", "anthropic")
@@ -56,38 +57,40 @@ def traced(sqlite_workspace: Workspace, examples: Path, monkeypatch: pytest.Monk
 
 def _children(spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableSpan]:
     assert parent.context is not None
-    return [s for s in spans if s.parent is not None
-            and s.parent.span_id == parent.context.span_id]
+    return [s for s in spans if s.parent is not None and s.parent.span_id == parent.context.span_id]
 
 
 def test_a_chat_request_is_one_trace_with_each_step(
-        traced: tuple[Workspace, FakeLLMServer], exporter: InMemorySpanExporter) -> None:
+    traced: tuple[Workspace, FakeLLMServer], exporter: InMemorySpanExporter
+) -> None:
     ws, _ = traced
     _, admin = keys.create_key(ws.engine, name="ops", role="admin")
     with TestClient(create_app(ws)) as client:
         exporter.clear()
-        r = client.post("/v1/chat", headers={"Authorization": f"Bearer {admin}"},
-                        json={"message": "git push rejected"})
+        r = client.post(
+            "/v1/chat",
+            headers={"Authorization": f"Bearer {admin}"},
+            json={"message": "git push rejected"},
+        )
         assert r.status_code == 200, r.text
         client.get("/v1/health")  # excluded: health checks would drown the traces
     spans = list(exporter.get_finished_spans())
     [server] = [s for s in spans if s.kind == trace.SpanKind.SERVER]
     assert server.name == "POST /v1/chat" and server.parent is None
     assert server.context is not None
-    in_trace = [s for s in spans if s.context is not None
-                and s.context.trace_id == server.context.trace_id]
+    in_trace = [
+        s for s in spans if s.context is not None and s.context.trace_id == server.context.trace_id
+    ]
     # Outside the request's trace: only the background workers' SQL (the sync worker's
     # polls, the warm-up, the schedule), each its own trace.
     others = {s.name.split()[0] for s in spans if s not in in_trace}
-    assert others <= {"SELECT", "INSERT", "UPDATE", "DELETE", "BEGIN", "PRAGMA", "connect"}, \
-        others
+    assert others <= {"SELECT", "INSERT", "UPDATE", "DELETE", "BEGIN", "PRAGMA", "connect"}, others
 
     names = [s.name for s in in_trace]
     for step in ("amelio.route", "amelio.prompt", "chat claude-test", "amelio.evals"):
         assert names.count(step) == 1, names
     [route] = [s for s in in_trace if s.name == "amelio.route"]
-    assert route.attributes is not None and "git-help" in route.attributes[
-        "amelio.route.skills"]
+    assert route.attributes is not None and "git-help" in route.attributes["amelio.route.skills"]
     [chat] = [s for s in in_trace if s.name == "chat claude-test"]
     attributes = dict(chat.attributes or {})
     assert chat.kind == trace.SpanKind.CLIENT
@@ -103,8 +106,12 @@ def test_a_chat_request_is_one_trace_with_each_step(
         found = [c for parent in frontier for c in _children(in_trace, parent)]
         below += found
         frontier = found
-    [call] = [s for s in below if s.kind == trace.SpanKind.CLIENT
-              and str((s.attributes or {}).get("url.full", "")).endswith("/v1/messages")]
+    [call] = [
+        s
+        for s in below
+        if s.kind == trace.SpanKind.CLIENT
+        and str((s.attributes or {}).get("url.full", "")).endswith("/v1/messages")
+    ]
     assert (call.attributes or {}).get("http.response.status_code") == 200
     # The SQL statements are traced too (the interaction stored, the skills read).
     assert {"SELECT", "INSERT"} <= {s.name.split()[0] for s in in_trace}, names
@@ -112,13 +119,19 @@ def test_a_chat_request_is_one_trace_with_each_step(
     assert evaluated.attributes is not None and evaluated.attributes["amelio.evals.rules"] > 0
     # In the order a request runs them.
     start = {s.name: s.start_time for s in in_trace}
-    assert start["amelio.route"] < start["amelio.prompt"] < start["chat claude-test"] \
+    assert (
+        start["amelio.route"]
+        < start["amelio.prompt"]
+        < start["chat claude-test"]
         < start["amelio.evals"]
+    )
 
 
 def test_a_failed_llm_call_is_an_error_span(
-        traced: tuple[Workspace, FakeLLMServer], exporter: InMemorySpanExporter,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    traced: tuple[Workspace, FakeLLMServer],
+    exporter: InMemorySpanExporter,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     ws, llm = traced
     monkeypatch.setenv("AMELIO_LLM_MAX_RETRIES", "0")
     no_retry = open_workspace(ws.root)
@@ -127,8 +140,11 @@ def test_a_failed_llm_call_is_an_error_span(
         with TestClient(create_app(no_retry)) as client:
             exporter.clear()
             llm.fail(500)
-            r = client.post("/v1/chat", headers={"Authorization": f"Bearer {admin}"},
-                            json={"message": "git push rejected"})
+            r = client.post(
+                "/v1/chat",
+                headers={"Authorization": f"Bearer {admin}"},
+                json={"message": "git push rejected"},
+            )
         assert r.status_code >= 500
     finally:
         no_retry.dispose()
@@ -137,8 +153,9 @@ def test_a_failed_llm_call_is_an_error_span(
     assert any(e.name == "exception" for e in chat.events)
 
 
-def test_tracing_off_instruments_nothing(sqlite_workspace: Workspace,
-                                         exporter: InMemorySpanExporter) -> None:
+def test_tracing_off_instruments_nothing(
+    sqlite_workspace: Workspace, exporter: InMemorySpanExporter
+) -> None:
     with TestClient(create_app(sqlite_workspace)) as client:
         exporter.clear()
         client.get("/v1/skills")
@@ -146,8 +163,9 @@ def test_tracing_off_instruments_nothing(sqlite_workspace: Workspace,
     assert not servers, [(s.name, s.instrumentation_scope) for s in servers]
 
 
-def test_a_wrong_tracing_setting_is_a_clear_error(sqlite_workspace: Workspace,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_wrong_tracing_setting_is_a_clear_error(
+    sqlite_workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AMELIO_TRACING", "jaeger")
     with pytest.raises(ConfigError, match="tracing"):
         open_workspace(sqlite_workspace.root)

@@ -29,8 +29,12 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
     """The demo workspace (skills, interactions, feedback, searches, an improve run),
     plus a Telegram link and a routing example: every kind of row there is."""
     ws, _ = prepare_demo(tmp_path_factory.mktemp("demo") / "ws")
-    links.redeem_invite(ws, links.create_invite(ws, project="default", role="admin")[1],
-                        chat_id=-1001234567890, title="Ops")
+    links.redeem_invite(
+        ws,
+        links.create_invite(ws, project="default", role="admin")[1],
+        chat_id=-1001234567890,
+        title="Ops",
+    )
     yield ws
     ws.dispose()
 
@@ -50,7 +54,8 @@ def test_export_then_import_gives_back_the_same_rows(demo: Workspace, tmp_path: 
     target, _ = init_workspace(tmp_path / "target")
     try:
         (target.settings.data_dir / "secret_key").write_bytes(
-            (demo.settings.data_dir / "secret_key").read_bytes())
+            (demo.settings.data_dir / "secret_key").read_bytes()
+        )
         from amelio.privacy.identity import _file_key
 
         _file_key.cache_clear()
@@ -132,8 +137,7 @@ def test_cli_export_and_import(demo: Workspace, tmp_path: Path) -> None:
 
 
 @pytest.mark.postgres
-def test_db_copy_moves_a_sqlite_workspace_to_postgresql(demo: Workspace, postgres_url: str
-                                                        ) -> None:
+def test_db_copy_moves_a_sqlite_workspace_to_postgresql(demo: Workspace, postgres_url: str) -> None:
     url = postgres_url
     report = copy_database(demo, url)
     assert report.ok, report.to_dict()
@@ -141,16 +145,16 @@ def test_db_copy_moves_a_sqlite_workspace_to_postgresql(demo: Workspace, postgre
     with pytest.raises(InvalidInput, match="pass --force"):
         copy_database(demo, url)
     assert copy_database(demo, url, force=True).ok
-    moved = open_workspace(demo.root, settings=demo.settings.model_copy(
-        update={"database_url": url}))
+    moved = open_workspace(
+        demo.root, settings=demo.settings.model_copy(update={"database_url": url})
+    )
     try:
         assert verify_events(moved).ok
         key, _ = keys.create_key(moved.engine, name="after", role="bot")
         assert key.id == report.source["api_keys"] + 1  # the sequence moved on
     finally:
         moved.dispose()
-    done = CliRunner().invoke(main, ["-w", str(demo.root), "db", "copy", "--to", url,
-                                     "--force"])
+    done = CliRunner().invoke(main, ["-w", str(demo.root), "db", "copy", "--to", url, "--force"])
     assert done.exit_code == 0, done.output
     assert "Feedback chain on the target: ok." in done.output
     with pytest.raises(InvalidInput, match="own database"):

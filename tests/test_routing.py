@@ -14,10 +14,16 @@ from amelio.text import fold, normalize, tokens
 from amelio.workspace.folder import Workspace
 
 
-def spec(name: str, triggers: tuple[str, ...] = (), keywords: tuple[str, ...] = (),
-         description: str = "") -> SkillSpec:
-    return SkillSpec(name=name, description=description or f"About {name}.", triggers=triggers,
-                     keywords=keywords, content=f"SECRET BODY OF {name}")
+def spec(
+    name: str, triggers: tuple[str, ...] = (), keywords: tuple[str, ...] = (), description: str = ""
+) -> SkillSpec:
+    return SkillSpec(
+        name=name,
+        description=description or f"About {name}.",
+        triggers=triggers,
+        keywords=keywords,
+        content=f"SECRET BODY OF {name}",
+    )
 
 
 SEED = [
@@ -48,13 +54,13 @@ def test_matched_terms_are_reported() -> None:
 @pytest.mark.parametrize(
     ("message", "expected"),
     [
-        ("Déployer en production", [("deploy", 3.0)]),      # accents folded both ways
+        ("Déployer en production", [("deploy", 3.0)]),  # accents folded both ways
         ("deployer en PRODUCTION", [("deploy", 3.0)]),
         ("DÉPLOYER", [("deploy", 2.0)]),
-        ("preview the page", []),                          # review ≠ preview
-        ("reviewing", []),                                 # whole words only
-        ("code, review!", [("code-review", 2.0)]),         # the phrase is broken: review only
-        ("pull   request", [("code-review", 1.0)]),        # phrases ignore spacing
+        ("preview the page", []),  # review ≠ preview
+        ("reviewing", []),  # whole words only
+        ("code, review!", [("code-review", 2.0)]),  # the phrase is broken: review only
+        ("pull   request", [("code-review", 1.0)]),  # phrases ignore spacing
         ("pullrequest", []),
         ("", []),
     ],
@@ -124,7 +130,7 @@ def test_bm25_ignores_function_words_in_skill_names(scorer: str) -> None:
 @pytest.mark.parametrize(
     ("message", "skill", "term"),
     [
-        ("Documente l'API", "api-design", "api"),       # a French elision
+        ("Documente l'API", "api-design", "api"),  # a French elision
         ("what's possible here", "what-can-i-ask-you", "what"),  # an English contraction
         ("the airline’s app", "book-flight", "airline"),  # a possessive, typographic apostrophe
     ],
@@ -146,6 +152,7 @@ def test_scorers_are_plugins() -> None:
     def first_alphabetical(skills_: object) -> object:
         def score(message: tuple[str, ...]) -> dict[int, tuple[float, list[str]]]:
             return {0: (1.0, ["always"])}
+
         return score
 
     class Plugin:
@@ -164,17 +171,22 @@ def test_scorers_are_plugins() -> None:
     assert "always-first" not in scorers()
 
 
-def test_route_message_uses_project_view_and_settings(workspace: Workspace,
-                                                      examples: Path) -> None:
+def test_route_message_uses_project_view_and_settings(workspace: Workspace, examples: Path) -> None:
     skills.import_skills(workspace.engine, examples)
     route = route_message(workspace, "please review this pull request")
     assert route.scorer == "learned"
     assert route.names[0] == "code-review"
-    assert route_message(workspace, "git push rejected", scorer="keywords").names == (
-        "git-help",)
+    assert route_message(workspace, "git push rejected", scorer="keywords").names == ("git-help",)
     # A project fork with other triggers changes routing for that project only.
     skills.fork_skill(workspace.engine, "git-help", "acme", author="t")
-    skills.update_skill(workspace.engine, "git-help", project="acme", triggers=["zzz-trigger"],
-                        keywords=[], author="t", reason="r")
+    skills.update_skill(
+        workspace.engine,
+        "git-help",
+        project="acme",
+        triggers=["zzz-trigger"],
+        keywords=[],
+        author="t",
+        reason="r",
+    )
     assert route_message(workspace, "zzz-trigger", project="acme").names == ("git-help",)
     assert route_message(workspace, "zzz-trigger").names == ()

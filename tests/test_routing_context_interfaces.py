@@ -33,10 +33,16 @@ def test_route_command(ws: Path) -> None:
     code, out = cli("-w", str(ws), "route", "please review this pull request")
     assert code == 0
     assert out.splitlines()[2].split()[:2] == ["1", "code-review"]
-    data = json.loads(cli("-w", str(ws), "route", "git push rejected", "--scorer", "keywords",
-                          "--json")[1])
-    assert data["skills"][0] == {"name": "git-help", "description": data["skills"][0][
-        "description"], "score": 4.0, "matched": ["git", "push rejected"], "scope": "global"}
+    data = json.loads(
+        cli("-w", str(ws), "route", "git push rejected", "--scorer", "keywords", "--json")[1]
+    )
+    assert data["skills"][0] == {
+        "name": "git-help",
+        "description": data["skills"][0]["description"],
+        "score": 4.0,
+        "matched": ["git", "push rejected"],
+        "scope": "global",
+    }
     assert data["hint"].startswith("SKILLS_HINT")
     assert "No skill matches" in cli("-w", str(ws), "route", "tell me a joke")[1]
     code, out = cli("-w", str(ws), "route", "x", "--scorer", "nope")
@@ -44,13 +50,23 @@ def test_route_command(ws: Path) -> None:
 
 
 def test_learnings_and_prompt_commands(ws: Path) -> None:
-    code, out = cli("-w", str(ws), "learnings", "add", "Avoid sudo in deployment scripts",
-                    "--source", "negative", "--skill", "deployment")
+    code, out = cli(
+        "-w",
+        str(ws),
+        "learnings",
+        "add",
+        "Avoid sudo in deployment scripts",
+        "--source",
+        "negative",
+        "--skill",
+        "deployment",
+    )
     assert code == 0 and "added" in out
     assert "merged" in cli("-w", str(ws), "learnings", "add", "avoid SUDO in deployment scripts")[1]
     listed = json.loads(cli("-w", str(ws), "learnings", "list", "--json")[1])
     assert [(i["rule"], i["skill"], i["occurrences"]) for i in listed] == [
-        ("Avoid sudo in deployment scripts", None, 2)]
+        ("Avoid sudo in deployment scripts", None, 2)
+    ]
     prompt = cli("-w", str(ws), "prompt", "deploy the api to production")[1]
     assert "SKILLS_HINT" in prompt and "- Avoid sudo in deployment scripts" in prompt
     assert cli("-w", str(ws), "learnings", "delete", str(listed[0]["id"]))[0] == 0
@@ -67,8 +83,12 @@ def test_learnings_and_prompt_commands(ws: Path) -> None:
 @pytest.fixture
 def api(workspace: Workspace, examples: Path) -> Iterator[tuple[TestClient, dict[str, dict]]]:
     skills.import_skills(workspace.engine, examples)
-    headers = {role: {"Authorization": "Bearer " + keys.create_key(
-        workspace.engine, name=role, role=role)[1]} for role in ("admin", "bot", "client")}
+    headers = {
+        role: {
+            "Authorization": "Bearer " + keys.create_key(workspace.engine, name=role, role=role)[1]
+        }
+        for role in ("admin", "bot", "client")
+    }
     with TestClient(create_app(workspace)) as client:
         yield client, headers
 
@@ -80,8 +100,7 @@ def test_route_and_prompt_routes(api: tuple[TestClient, dict[str, dict]]) -> Non
     assert r.json()["scorer"] == "learned"
     r = client.post("/v1/route", headers=h["bot"], json={"message": "x", "scorer": "nope"})
     assert r.status_code == 422 and r.json()["error"]["details"]["field"] == "scorer"
-    assert client.post("/v1/route", headers=h["client"],
-                       json={"message": "x"}).status_code == 403
+    assert client.post("/v1/route", headers=h["client"], json={"message": "x"}).status_code == 403
     assert client.post("/v1/route", headers=h["bot"], json={"message": ""}).status_code == 422
     r = client.post("/v1/prompt", headers=h["bot"], json={"message": "deploy to production"})
     body = r.json()
@@ -91,16 +110,18 @@ def test_route_and_prompt_routes(api: tuple[TestClient, dict[str, dict]]) -> Non
 
 def test_learnings_routes(api: tuple[TestClient, dict[str, dict]]) -> None:
     client, h = api
-    r = client.post("/v1/learnings", headers=h["bot"],
-                    json={"rule": "Cite the runbook", "source": "fixit", "skill": "deployment"})
+    r = client.post(
+        "/v1/learnings",
+        headers=h["bot"],
+        json={"rule": "Cite the runbook", "source": "fixit", "skill": "deployment"},
+    )
     assert r.status_code == 201 and r.json()["outcome"] == "added"
     lid = r.json()["id"]
     r = client.post("/v1/learnings", headers=h["bot"], json={"rule": "x", "source": "gossip"})
     assert r.status_code == 422 and r.json()["error"]["details"]["field"] == "source"
     listed = client.get("/v1/learnings?skill=deployment", headers=h["bot"]).json()
     assert [i["id"] for i in listed["learnings"]] == [lid]
-    assert client.get("/v1/learnings?skill=git-help", headers=h["bot"]).json()[
-        "learnings"] == []
+    assert client.get("/v1/learnings?skill=git-help", headers=h["bot"]).json()["learnings"] == []
     assert client.delete(f"/v1/learnings/{lid}", headers=h["bot"]).status_code == 403
     r = client.delete(f"/v1/learnings/{lid}", headers=h["admin"])
     assert r.status_code == 200 and r.json()["status"] == "retired"

@@ -23,21 +23,29 @@ from amelio.workspace import keys
 from amelio.workspace.folder import Workspace
 
 #: Messages a billing skill's metadata does not name, sharing the pair "charged twice".
-BILLING_EXAMPLES = ("charged twice this month", "I was charged twice",
-                    "why charged twice again", "double charge on my card")
+BILLING_EXAMPLES = (
+    "charged twice this month",
+    "I was charged twice",
+    "why charged twice again",
+    "double charge on my card",
+)
 
 
 def write_skill(folder: Path, name: str, front: str) -> None:
     (folder / name).mkdir(parents=True, exist_ok=True)
-    (folder / name / "SKILL.md").write_text(f"---\nname: {name}\n{front}---\n\n# {name}\n",
-                                            encoding="utf-8")
+    (folder / name / "SKILL.md").write_text(
+        f"---\nname: {name}\n{front}---\n\n# {name}\n", encoding="utf-8"
+    )
 
 
 @pytest.fixture
 def ws(tmp_path: Path, workspace: Workspace) -> Workspace:
     """Two skills; billing has one SKILL.md example."""
-    write_skill(tmp_path / "skills", "billing", "description: Invoices.\ntriggers: [invoice]\n"
-                "examples:\n  - where is my money back\n")
+    write_skill(
+        tmp_path / "skills",
+        "billing",
+        "description: Invoices.\ntriggers: [invoice]\nexamples:\n  - where is my money back\n",
+    )
     write_skill(tmp_path / "skills", "travel", "description: Trips.\ntriggers: [hotel]\n")
     skills.import_skills(workspace.engine, tmp_path / "skills")
     return workspace
@@ -51,11 +59,14 @@ def cli(ws: Workspace, *args: str) -> Result:
 
 
 def test_examples_commands_list_add_and_remove(ws: Workspace) -> None:
-    added = [json.loads(cli(ws, "skills", "examples", "add", "billing", text, "--json").output)
-             for text in BILLING_EXAMPLES[:2]]
+    added = [
+        json.loads(cli(ws, "skills", "examples", "add", "billing", text, "--json").output)
+        for text in BILLING_EXAMPLES[:2]
+    ]
     assert [(a["text"], a["source"], a["author"]) for a in added] == [
         (BILLING_EXAMPLES[0], "manual", added[0]["author"]),
-        (BILLING_EXAMPLES[1], "manual", added[0]["author"])]
+        (BILLING_EXAMPLES[1], "manual", added[0]["author"]),
+    ]
     assert added[0]["author"]  # the OS user, or "cli"
     result = cli(ws, "skills", "examples", "add", "billing", "  a refund\nplease ")
     assert result.exit_code == 0, result.output
@@ -77,12 +88,15 @@ def test_examples_commands_list_add_and_remove(ws: Workspace) -> None:
     assert f"Removed example {first} of billing: {BILLING_EXAMPLES[0]}" in removed.output
     now = json.loads(cli(ws, "skills", "examples", "list", "billing", "--json").output)
     assert first not in [e["ref"] for e in now["examples"]]
-    kept = json.loads(cli(ws, "skills", "examples", "list", "billing", "--removed",
-                          "--json").output)
+    kept = json.loads(
+        cli(ws, "skills", "examples", "list", "billing", "--removed", "--json").output
+    )
     (gone,) = [e for e in kept["examples"] if e["ref"] == first]
     assert gone["removedAt"] and gone["removedBy"] == added[0]["author"]
-    assert "removed" in cli(ws, "skills", "examples", "list", "billing", "--removed"
-                            ).output.splitlines()[0]
+    assert (
+        "removed"
+        in cli(ws, "skills", "examples", "list", "billing", "--removed").output.splitlines()[0]
+    )
 
     md = cli(ws, "skills", "examples", "remove", "billing", "md1", "--json")
     assert md.exit_code == 0 and json.loads(md.output)["source"] == "skill"
@@ -90,10 +104,12 @@ def test_examples_commands_list_add_and_remove(ws: Workspace) -> None:
     assert skills.get_skill(ws.engine, "billing", "default").version == 2
     assert skills.get_skill(ws.engine, "billing", "default").spec.examples == ()
 
-    for ref, error in (("999", "Error: No routing example 999 of skill 'billing'"),
-                       ("x1", "Error: 'x1' names no example"),
-                       ("²", "Error: '²' names no example"),
-                       ("md7", "Error: Skill 'billing' has no SKILL.md example md7")):
+    for ref, error in (
+        ("999", "Error: No routing example 999 of skill 'billing'"),
+        ("x1", "Error: 'x1' names no example"),
+        ("²", "Error: '²' names no example"),
+        ("md7", "Error: Skill 'billing' has no SKILL.md example md7"),
+    ):
         result = cli(ws, "skills", "examples", "remove", "billing", ref)
         assert result.exit_code == 1 and error in result.output, (ref, result.output)
     result = cli(ws, "skills", "examples", "add", "nope", "text")
@@ -111,13 +127,22 @@ def test_suggest_triggers_command_files_a_proposal_to_approve(ws: Workspace) -> 
         routing_examples.add_example(ws, "billing", text)
     routing_examples.add_example(ws, "travel", "card for the hotel")
 
-    dry = json.loads(cli(ws, "skills", "suggest-triggers", "billing", "--dry-run",
-                         "--json").output)
+    dry = json.loads(cli(ws, "skills", "suggest-triggers", "billing", "--dry-run", "--json").output)
     assert dry["proposal"] is None and dry["examples"] == 5
     assert {"term": "charged twice", "kind": "trigger"}.items() <= dry["terms"][0].items()
     assert dry["triggers"] == ["invoice", "charged twice"]
-    few = json.loads(cli(ws, "skills", "suggest-triggers", "billing", "--dry-run",
-                         "--max-keywords", "0", "--json").output)
+    few = json.loads(
+        cli(
+            ws,
+            "skills",
+            "suggest-triggers",
+            "billing",
+            "--dry-run",
+            "--max-keywords",
+            "0",
+            "--json",
+        ).output
+    )
     assert {t["kind"] for t in few["terms"]} == {"trigger"}
     shown = cli(ws, "skills", "suggest-triggers", "billing", "--dry-run")
     assert shown.exit_code == 0
@@ -130,8 +155,11 @@ def test_suggest_triggers_command_files_a_proposal_to_approve(ws: Workspace) -> 
     proposal_id = re.search(r"Proposal #(\d+) filed", filed.output)
     assert proposal_id, filed.output
     assert f"amelio proposals approve {proposal_id.group(1)}" in filed.output
-    assert re.search(r"On metadata alone, \d of 5 examples route to billing first now, "
-                     r"\d with these terms\.", filed.output)
+    assert re.search(
+        r"On metadata alone, \d of 5 examples route to billing first now, "
+        r"\d with these terms\.",
+        filed.output,
+    )
     pending = cli(ws, "skills", "suggest-triggers", "billing")
     assert pending.exit_code == 1 and "still pending" in pending.output
     approved = cli(ws, "proposals", "approve", proposal_id.group(1))
@@ -146,21 +174,27 @@ def test_suggest_triggers_command_files_a_proposal_to_approve(ws: Workspace) -> 
 
 @pytest.fixture
 def api(ws: Workspace) -> Iterator[tuple[TestClient, dict[str, dict[str, str]]]]:
-    headers = {role: {"Authorization": "Bearer " + keys.create_key(
-        ws.engine, name=role, role=role)[1]} for role in ("admin", "bot", "client")}
+    headers = {
+        role: {"Authorization": "Bearer " + keys.create_key(ws.engine, name=role, role=role)[1]}
+        for role in ("admin", "bot", "client")
+    }
     with TestClient(create_app(ws)) as client:
         yield client, headers
 
 
 def test_examples_routes_read_for_bots_and_write_for_admins(
-        api: tuple[TestClient, dict[str, dict[str, str]]], ws: Workspace) -> None:
+    api: tuple[TestClient, dict[str, dict[str, str]]], ws: Workspace
+) -> None:
     client, h = api
     url = "/v1/skills/billing/examples"
     assert client.get(url, headers=h["client"]).status_code == 403
     r = client.get(url, headers=h["bot"])
     assert r.status_code == 200
-    assert r.json() == {"skill": "billing", "project": "default", "examples": [
-        routing_examples.list_examples(ws, "billing")[0].to_dict()]}
+    assert r.json() == {
+        "skill": "billing",
+        "project": "default",
+        "examples": [routing_examples.list_examples(ws, "billing")[0].to_dict()],
+    }
 
     refused = client.post(url, headers=h["bot"], json={"text": "charged twice"})
     assert refused.status_code == 403 and refused.json()["error"]["code"] == "forbidden"
@@ -168,9 +202,14 @@ def test_examples_routes_read_for_bots_and_write_for_admins(
     assert r.status_code == 201
     example = r.json()
     assert (example["text"], example["source"], example["author"]) == (
-        "charged twice", "manual", "key:admin")
+        "charged twice",
+        "manual",
+        "key:admin",
+    )
     assert [e["ref"] for e in client.get(url, headers=h["bot"]).json()["examples"]] == [
-        "md1", example["ref"]]
+        "md1",
+        example["ref"],
+    ]
 
     assert client.delete(f"{url}/{example['ref']}", headers=h["bot"]).status_code == 403
     r = client.delete(f"{url}/{example['ref']}", headers=h["admin"])
@@ -196,8 +235,9 @@ def test_examples_routes_read_for_bots_and_write_for_admins(
     assert r.status_code == 404 and r.json()["error"]["code"] == "project_not_found"
 
 
-def test_suggest_triggers_route(api: tuple[TestClient, dict[str, dict[str, str]]],
-                                ws: Workspace) -> None:
+def test_suggest_triggers_route(
+    api: tuple[TestClient, dict[str, dict[str, str]]], ws: Workspace
+) -> None:
     client, h = api
     url = "/v1/skills/billing/suggest-triggers"
     assert client.post(url, headers=h["bot"]).status_code == 403
@@ -216,21 +256,23 @@ def test_suggest_triggers_route(api: tuple[TestClient, dict[str, dict[str, str]]
     assert proposal["author"] == "key:admin" and proposal["status"] == "pending"
     assert client.post(url, headers=h["admin"]).status_code == 409
     assert client.post(url, headers=h["admin"], json={"maxTriggers": -1}).status_code == 422
-    assert client.post("/v1/skills/nope/suggest-triggers", headers=h["admin"]
-                       ).status_code == 404
+    assert client.post("/v1/skills/nope/suggest-triggers", headers=h["admin"]).status_code == 404
     paths = client.get("/openapi.json").json()["paths"]
-    assert {"/v1/skills/{name}/examples", "/v1/skills/{name}/examples/{ref}",
-            "/v1/skills/{name}/suggest-triggers"} <= set(paths)
-    assert {"200", "201", "409"} <= set(paths["/v1/skills/{name}/suggest-triggers"]["post"][
-        "responses"])
+    assert {
+        "/v1/skills/{name}/examples",
+        "/v1/skills/{name}/examples/{ref}",
+        "/v1/skills/{name}/suggest-triggers",
+    } <= set(paths)
+    assert {"200", "201", "409"} <= set(
+        paths["/v1/skills/{name}/suggest-triggers"]["post"]["responses"]
+    )
 
 
 # -- dashboard ----------------------------------------------------------------------------
 
 
 def login(client: TestClient, token: str) -> str:
-    r = client.post("/login", data={"api_key": token, "next": "/skills"},
-                    follow_redirects=False)
+    r = client.post("/login", data={"api_key": token, "next": "/skills"}, follow_redirects=False)
     assert r.status_code == 303
     match = re.search(r'name="csrf" value="([0-9a-f]+)"', client.get("/skills").text)
     assert match
@@ -238,11 +280,13 @@ def login(client: TestClient, token: str) -> str:
 
 
 @pytest.fixture
-def site(tmp_path: Path, sqlite_workspace: Workspace) -> Iterator[tuple[TestClient,
-                                                                        Workspace]]:
+def site(tmp_path: Path, sqlite_workspace: Workspace) -> Iterator[tuple[TestClient, Workspace]]:
     ws = sqlite_workspace
-    write_skill(tmp_path / "skills", "billing", "description: Invoices.\ntriggers: [invoice]\n"
-                "examples:\n  - where is my money back\n")
+    write_skill(
+        tmp_path / "skills",
+        "billing",
+        "description: Invoices.\ntriggers: [invoice]\nexamples:\n  - where is my money back\n",
+    )
     write_skill(tmp_path / "skills", "travel", "description: Trips.\ntriggers: [hotel]\n")
     skills.import_skills(ws.engine, tmp_path / "skills")
     with TestClient(create_app(ws)) as client:
@@ -272,9 +316,11 @@ def test_routing_tab_adds_removes_and_suggests(site: tuple[TestClient, Workspace
     r = client.post("/skills/billing/examples", data={"csrf": "wrong", "text": "x"})
     assert r.status_code == 403
     for text in BILLING_EXAMPLES:
-        r = client.post("/skills/billing/examples",
-                        data={"csrf": csrf, "project": "default", "text": text},
-                        follow_redirects=False)
+        r = client.post(
+            "/skills/billing/examples",
+            data={"csrf": csrf, "project": "default", "text": text},
+            follow_redirects=False,
+        )
         assert r.status_code == 303 and r.headers["location"].startswith(ROUTING + "&msg=")
     listed = routing_examples.list_examples(ws, "billing")
     assert [e.text for e in listed][1:] == list(reversed(BILLING_EXAMPLES))
@@ -285,25 +331,32 @@ def test_routing_tab_adds_removes_and_suggests(site: tuple[TestClient, Workspace
     assert "charged twice this month" in page and "added by hand" in page
 
     last = listed[1]
-    r = client.post(f"/skills/billing/examples/{last.ref}/remove", data={"csrf": csrf},
-                    follow_redirects=False)
+    r = client.post(
+        f"/skills/billing/examples/{last.ref}/remove", data={"csrf": csrf}, follow_redirects=False
+    )
     assert r.status_code == 303
     assert flash(client.get(r.headers["location"]).text) == f"Example {last.ref} removed."
     assert last.text not in client.get(ROUTING).text.split("<tbody>")[1]
     assert "1 removed" in client.get(ROUTING).text
-    for ref, said in (("999", "No routing example 999 of skill 'billing'"),
-                      ("²", "² names no example of this skill."),
-                      ("3000000000", "3000000000 names no example of this skill."),
-                      ("md9", "Skill 'billing' has no SKILL.md example md9.")):
+    for ref, said in (
+        ("999", "No routing example 999 of skill 'billing'"),
+        ("²", "² names no example of this skill."),
+        ("3000000000", "3000000000 names no example of this skill."),
+        ("md9", "Skill 'billing' has no SKILL.md example md9."),
+    ):
         r = client.post(f"/skills/billing/examples/{ref}/remove", data={"csrf": csrf})
         assert r.status_code == 200 and said in flash(r.text), (ref, flash(r.text))
 
-    r = client.post("/skills/billing/suggest-triggers", data={"csrf": csrf, "project": "default"},
-                    follow_redirects=False)
+    r = client.post(
+        "/skills/billing/suggest-triggers",
+        data={"csrf": csrf, "project": "default"},
+        follow_redirects=False,
+    )
     assert r.status_code == 303
     target = r.headers["location"]
-    match = re.fullmatch(r"/skills/billing\?project=default&tab=prs&msg=[^#]+#proposal-(\d+)",
-                         target)
+    match = re.fullmatch(
+        r"/skills/billing\?project=default&tab=prs&msg=[^#]+#proposal-(\d+)", target
+    )
     assert match, target
     prs = client.get(target.split("#")[0]).text
     assert f'id="proposal-{match.group(1)}"' in prs and "charged twice" in prs
@@ -321,9 +374,11 @@ def test_routing_tab_for_viewers_and_in_french(site: tuple[TestClient, Workspace
     assert "charged twice" in page and "ann" in page
     assert "/remove" not in page and 'action="/skills/billing/examples"' not in page
     assert "suggest-triggers" not in page
-    for path, data in ((f"/skills/billing/examples/{example.ref}/remove", {}),
-                       ("/skills/billing/examples", {"text": "x"}),
-                       ("/skills/billing/suggest-triggers", {})):
+    for path, data in (
+        (f"/skills/billing/examples/{example.ref}/remove", {}),
+        ("/skills/billing/examples", {"text": "x"}),
+        ("/skills/billing/suggest-triggers", {}),
+    ):
         r = client.post(path, data={"csrf": csrf, **data})
         assert r.status_code == 403, path
     assert len(routing_examples.list_examples(ws, "billing")) == 2
@@ -334,10 +389,25 @@ def test_routing_tab_for_viewers_and_in_french(site: tuple[TestClient, Workspace
 
 
 def test_routing_strings_exist_in_both_languages() -> None:
-    keys_ = ("routing", "examples_help", "no_examples", "add_example", "remove",
-             "suggest_triggers", "nothing_to_add", "triggers_proposed", "example_added",
-             "example_removed", "skill_example_removed", "no_such_example", "source_skill",
-             "source_interaction", "source_manual", "suggest_needs", "removed_examples")
+    keys_ = (
+        "routing",
+        "examples_help",
+        "no_examples",
+        "add_example",
+        "remove",
+        "suggest_triggers",
+        "nothing_to_add",
+        "triggers_proposed",
+        "example_added",
+        "example_removed",
+        "skill_example_removed",
+        "no_such_example",
+        "source_skill",
+        "source_interaction",
+        "source_manual",
+        "suggest_needs",
+        "removed_examples",
+    )
     for key in keys_:
         assert key in _EN and key in _FR, key
     assert set(_EN) - set(_FR) == {"app"}

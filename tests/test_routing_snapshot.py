@@ -19,33 +19,67 @@ from amelio.skills.model import SkillSpec
 from amelio.workspace.folder import Workspace, open_workspace
 from amelio.workspace.projects import create_project
 
-MESSAGES = ["I was charged twice for my invoice", "book a flight to Lisbon next week",
-            "will it rain tomorrow", "something no skill is about", "refund"]
+MESSAGES = [
+    "I was charged twice for my invoice",
+    "book a flight to Lisbon next week",
+    "will it rain tomorrow",
+    "something no skill is about",
+    "refund",
+]
 EXAMPLES = {
-    "billing": ["I was billed twice", "where is my refund", "my card was charged",
-                "download last month's invoice", "update my payment method",
-                "why is my bill so high", "cancel my subscription payment",
-                "I need a receipt", "pay my invoice", "refund my payment",
-                "invoice for my payment", "a refund for the invoice"],
-    "travel": ["find me a hotel in Rome", "change my flight", "book a train ticket",
-               "I need a rental car", "cancel my trip", "what time is my flight",
-               "upgrade my seat", "add a bag to my booking"],
-    "weather": ["is it sunny in Paris", "do I need an umbrella", "how cold is it outside",
-                "weekend forecast please", "will it snow", "what's the temperature",
-                "is a storm coming", "how windy is it", "forecast for rain",
-                "sunny or rain", "rain forecast", "sunny forecast"],
+    "billing": [
+        "I was billed twice",
+        "where is my refund",
+        "my card was charged",
+        "download last month's invoice",
+        "update my payment method",
+        "why is my bill so high",
+        "cancel my subscription payment",
+        "I need a receipt",
+        "pay my invoice",
+        "refund my payment",
+        "invoice for my payment",
+        "a refund for the invoice",
+    ],
+    "travel": [
+        "find me a hotel in Rome",
+        "change my flight",
+        "book a train ticket",
+        "I need a rental car",
+        "cancel my trip",
+        "what time is my flight",
+        "upgrade my seat",
+        "add a bag to my booking",
+    ],
+    "weather": [
+        "is it sunny in Paris",
+        "do I need an umbrella",
+        "how cold is it outside",
+        "weekend forecast please",
+        "will it snow",
+        "what's the temperature",
+        "is a storm coming",
+        "how windy is it",
+        "forecast for rain",
+        "sunny or rain",
+        "rain forecast",
+        "sunny forecast",
+    ],
 }
 
 
 def _skills(folder: Path) -> Path:
     for name, description, triggers, keywords in (
-            ("billing", "Invoices and payments.", "invoice", "payment, refund"),
-            ("travel", "Trips and bookings.", "book a flight", "hotel, trip"),
-            ("weather", "Forecasts.", "forecast", "rain, sunny")):
+        ("billing", "Invoices and payments.", "invoice", "payment, refund"),
+        ("travel", "Trips and bookings.", "book a flight", "hotel, trip"),
+        ("weather", "Forecasts.", "forecast", "rain, sunny"),
+    ):
         (folder / name).mkdir(parents=True)
         (folder / name / "SKILL.md").write_text(
             f"---\nname: {name}\ndescription: {description}\ntriggers: [{triggers}]\n"
-            f"keywords: [{keywords}]\n---\n\n# {name}\n", encoding="utf-8")
+            f"keywords: [{keywords}]\n---\n\n# {name}\n",
+            encoding="utf-8",
+        )
     return folder
 
 
@@ -74,9 +108,13 @@ def _full(ws: Workspace, message: str, **kw: object) -> dict[str, object]:
 @pytest.mark.parametrize("scorer", [None, "learned", "hybrid", "keywords", "bm25"])
 @pytest.mark.parametrize("semantic", [True, False])
 @pytest.mark.parametrize("with_examples", [True, False])
-def test_a_snapshot_routes_as_the_database_does(ws: Workspace, monkeypatch: pytest.MonkeyPatch,
-                                                scorer: str | None, semantic: bool,
-                                                with_examples: bool) -> None:
+def test_a_snapshot_routes_as_the_database_does(
+    ws: Workspace,
+    monkeypatch: pytest.MonkeyPatch,
+    scorer: str | None,
+    semantic: bool,
+    with_examples: bool,
+) -> None:
     if not semantic:
         monkeypatch.setenv("AMELIO_ROUTER_EMBEDDING_MODEL", "")
     if with_examples:  # 36 examples: the threshold is learned from them
@@ -87,25 +125,34 @@ def test_a_snapshot_routes_as_the_database_does(ws: Workspace, monkeypatch: pyte
     for message in MESSAGES:
         full = _full(ws, message, scorer=scorer)
         assert _fast(ws, message, scorer=scorer) == full
-        assert _fast(ws, message, scorer=scorer, limit=1) == _full(ws, message, scorer=scorer,
-                                                                   limit=1)
+        assert _fast(ws, message, scorer=scorer, limit=1) == _full(
+            ws, message, scorer=scorer, limit=1
+        )
     if scorer in (None, "learned") and with_examples:
         snapshot = _header(ws, scorer)
         assert snapshot["calibration"]["source"] == "examples"
         assert snapshot["model"] == ("wordllama" if semantic else None)
 
 
-def _header(ws: Workspace, scorer: str | None = None, project: str = "default"
-            ) -> dict[str, object]:
+def _header(
+    ws: Workspace, scorer: str | None = None, project: str = "default"
+) -> dict[str, object]:
     raw = snapshot_path(ws.root, project, scorer).read_bytes()
     size = int.from_bytes(raw[:8], "little")
-    return json.loads(raw[8:8 + size])  # type: ignore[no-any-return]
+    return json.loads(raw[8 : 8 + size])  # type: ignore[no-any-return]
 
 
 def test_project_forks_are_routed_with_their_scope(ws: Workspace) -> None:
     create_project(ws.engine, "acme")
-    skills.update_project_skill(ws.engine, "billing", "acme", author="test", reason="fork",
-                                description="Acme's invoices.", keywords=["acme", "payment"])
+    skills.update_project_skill(
+        ws.engine,
+        "billing",
+        "acme",
+        author="test",
+        reason="fork",
+        description="Acme's invoices.",
+        keywords=["acme", "payment"],
+    )
     full = _full(ws, "acme payment", project="acme")
     assert full["skills"][0] == full["skills"][0] | {"name": "billing", "scope": "project"}
     assert _fast(ws, "acme payment", project="acme") == full
@@ -114,25 +161,32 @@ def test_project_forks_are_routed_with_their_scope(ws: Workspace) -> None:
 
 CHANGES = {
     "a skill edited": lambda ws: skills.update_skill(
-        ws.engine, "weather", author="test", reason="test", keywords=["rain", "snow"]),
+        ws.engine, "weather", author="test", reason="test", keywords=["rain", "snow"]
+    ),
     "a skill added": lambda ws: skills.save_skills(
-        ws.engine, [SkillSpec(name="music", description="Songs.", keywords=("song",))]),
+        ws.engine, [SkillSpec(name="music", description="Songs.", keywords=("song",))]
+    ),
     "an example added": lambda ws: routing_examples.add_example(ws, "weather", "hail?"),
     "an example removed": lambda ws: routing_examples.remove_example(
-        ws, routing_examples.list_examples(ws, "billing")[-1].id),
+        ws, routing_examples.list_examples(ws, "billing")[-1].id
+    ),
     "amelio.toml edited": lambda ws: (ws.root / "amelio.toml").write_text(
-        "router_limit = 2\n", encoding="utf-8"),
+        "router_limit = 2\n", encoding="utf-8"
+    ),
     "an AMELIO_ variable set": lambda ws: __import__("os").environ.__setitem__(
-        "AMELIO_ROUTER_MIN_SCORE", "0.5"),
+        "AMELIO_ROUTER_MIN_SCORE", "0.5"
+    ),
     "an AMELIO_ variable in lower case": lambda ws: __import__("os").environ.__setitem__(
-        "amelio_router_limit", "3"),
+        "amelio_router_limit", "3"
+    ),
     "another Amelio version": lambda ws: setattr(amelio, "__version__", "99.0"),
 }
 
 
 @pytest.mark.parametrize("change", sorted(CHANGES))
 def test_any_change_makes_the_snapshot_stale_and_the_next_run_saves_a_new_one(
-        ws: Workspace, monkeypatch: pytest.MonkeyPatch, change: str) -> None:
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch, change: str
+) -> None:
     monkeypatch.setattr(amelio, "__version__", amelio.__version__)  # restored after
     monkeypatch.setenv("AMELIO_ROUTER_MIN_SCORE", "")  # so the tests can set it
     monkeypatch.delenv("AMELIO_ROUTER_MIN_SCORE")
@@ -148,7 +202,8 @@ def test_any_change_makes_the_snapshot_stale_and_the_next_run_saves_a_new_one(
 
 
 def test_the_newest_example_taken_back_then_another_added_makes_the_snapshot_stale(
-        ws: Workspace) -> None:
+    ws: Workspace,
+) -> None:
     """A 👎 deletes its example's row, and SQLite gives that id to the next example:
     the stamp must still move (it holds the newest creation time too)."""
     from amelio.assistant.quality import give_answer_feedback
@@ -156,8 +211,7 @@ def test_the_newest_example_taken_back_then_another_added_makes_the_snapshot_sta
 
     for text in EXAMPLES["weather"][:3]:
         routing_examples.add_example(ws, "weather", text)
-    kept = log_exchange(ws, "hail storm tonight", "Stay in.", project="default",
-                        skills=["weather"])
+    kept = log_exchange(ws, "hail storm tonight", "Stay in.", project="default", skills=["weather"])
     give_answer_feedback(ws, kept.interaction_id, "up", user="u")
     newest = routing_examples.list_examples(ws, "weather")[0]
     assert newest.text == "hail storm tonight"
@@ -199,7 +253,8 @@ def test_a_plugin_scorer_under_a_builtin_name_gets_no_snapshot(ws: Workspace) ->
 
 
 def test_a_package_installed_or_a_database_replaced_makes_the_snapshot_stale(
-        ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import os
     import shutil
     import sys
@@ -221,34 +276,38 @@ def test_a_package_installed_or_a_database_replaced_makes_the_snapshot_stale(
 
 
 def test_a_new_embedding_model_file_makes_the_snapshot_stale(
-        ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _full(ws, MESSAGES[2])
     assert _fast(ws, MESSAGES[2]) is not None
     monkeypatch.setattr(route_snapshot, "_model_file", lambda model: [1, 2] if model else None)
     assert _fast(ws, MESSAGES[2]) is None
 
 
-@pytest.mark.parametrize("damage", ["empty", "truncated", "not json", "huge header",
-                                    "wrong checks", "missing database"])
+@pytest.mark.parametrize(
+    "damage", ["empty", "truncated", "not json", "huge header", "wrong checks", "missing database"]
+)
 def test_a_damaged_snapshot_is_ignored_and_replaced(ws: Workspace, damage: str) -> None:
     full = _full(ws, MESSAGES[0])
     path = snapshot_path(ws.root, "default", None)
     raw = path.read_bytes()
     size = int.from_bytes(raw[:8], "little")
-    header = json.loads(raw[8:8 + size])
+    header = json.loads(raw[8 : 8 + size])
     if damage == "wrong checks":
         header["checks"] = [["SELECT sqlite_version() AS nonsense", [[1]]]]
     elif damage == "missing database":
         header["database"] = str(ws.root / "gone.db")
     encoded = json.dumps(header).encode()
-    path.write_bytes({
-        "empty": b"",
-        "truncated": raw[:size // 2],
-        "not json": raw[:8] + b"{" * size + raw[8 + size:],
-        "huge header": (2**62).to_bytes(8, "little") + raw[8:],
-        "wrong checks": len(encoded).to_bytes(8, "little") + encoded + raw[8 + size:],
-        "missing database": len(encoded).to_bytes(8, "little") + encoded + raw[8 + size:],
-    }[damage])
+    path.write_bytes(
+        {
+            "empty": b"",
+            "truncated": raw[: size // 2],
+            "not json": raw[:8] + b"{" * size + raw[8 + size :],
+            "huge header": (2**62).to_bytes(8, "little") + raw[8:],
+            "wrong checks": len(encoded).to_bytes(8, "little") + encoded + raw[8 + size :],
+            "missing database": len(encoded).to_bytes(8, "little") + encoded + raw[8 + size :],
+        }[damage]
+    )
     assert _fast(ws, MESSAGES[0]) is None
     assert not (ws.root / "gone.db").exists()  # read-only: nothing was created
     assert _full(ws, MESSAGES[0]) == full
@@ -266,8 +325,7 @@ def test_the_snapshot_is_private_and_holds_no_code(ws: Workspace) -> None:
     assert {s["name"] for s in header["skills"]} == {"billing", "travel", "weather"}
 
 
-def test_only_a_sqlite_workspace_gets_a_snapshot(
-        workspace: Workspace, tmp_path: Path) -> None:
+def test_only_a_sqlite_workspace_gets_a_snapshot(workspace: Workspace, tmp_path: Path) -> None:
     skills.import_skills(workspace.engine, _skills(tmp_path / "more"))
     route = route_and_save(workspace, MESSAGES[0], project="default")
     saved = snapshot_path(workspace.root, "default", None).exists()

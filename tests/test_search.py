@@ -32,12 +32,23 @@ from amelio.workspace import keys
 from amelio.workspace.folder import Workspace
 
 DOCS = [
-    {"_id": "reset", "title": "Reset your password", "text": "Open settings, choose "
-     "security, then reset the password. A reset link arrives by email."},
-    {"_id": "sso", "title": "Single sign-on", "text": "Sign in with your company account; "
-     "the password is managed by your identity provider."},
-    {"_id": "expire", "title": "Password expiry", "text": "Passwords expire after 90 days; "
-     "you are asked to choose a new password."},
+    {
+        "_id": "reset",
+        "title": "Reset your password",
+        "text": "Open settings, choose "
+        "security, then reset the password. A reset link arrives by email.",
+    },
+    {
+        "_id": "sso",
+        "title": "Single sign-on",
+        "text": "Sign in with your company account; "
+        "the password is managed by your identity provider.",
+    },
+    {
+        "_id": "expire",
+        "title": "Password expiry",
+        "text": "Passwords expire after 90 days; you are asked to choose a new password.",
+    },
     {"_id": "invoice", "title": "Download an invoice", "text": "Invoices are under billing."},
     {"_id": "refund", "title": "Ask for a refund", "text": "Refunds go back to the card."},
 ]
@@ -60,28 +71,44 @@ def corpus(workspace: Workspace, tmp_path: Path) -> DocumentStore:
 def searcher(workspace: Workspace, corpus: Corpus) -> Searcher:
     """No exploration: these tests are about what feedback does to the ranking
     (exploration has tests of its own, with ``_explorer``)."""
-    engine = Searcher(workspace, corpus=corpus, background_aggregation=False,
-                      rng=random.Random(0))
+    engine = Searcher(workspace, corpus=corpus, background_aggregation=False, rng=random.Random(0))
     engine.settings = workspace.settings.model_copy(
-        update={"search_thompson": 0.0, "search_exploration": 0.0})
+        update={"search_thompson": 0.0, "search_exploration": 0.0}
+    )
     return engine
 
 
-def click_events(response: SearchResponse, doc_id: str, session: str, *, dwell_ms: int = 20_000,
-                 times: int = 1) -> list[dict[str, Any]]:
+def click_events(
+    response: SearchResponse, doc_id: str, session: str, *, dwell_ms: int = 20_000, times: int = 1
+) -> list[dict[str, Any]]:
     rank = next(i for i, d in enumerate(response.results, start=1) if d.doc_id == doc_id)
-    request = {"queryId": response.query_id, "requestId": response.request_id,
-               "feedbackToken": response.token}
-    common = {"eventVersion": "v1", "session": {"sessionId": session},
-              "consent": {"telemetry": "granted"}, "request": request,
-              "result": {"docId": doc_id, "rankShown": rank}}
+    request = {
+        "queryId": response.query_id,
+        "requestId": response.request_id,
+        "feedbackToken": response.token,
+    }
+    common = {
+        "eventVersion": "v1",
+        "session": {"sessionId": session},
+        "consent": {"telemetry": "granted"},
+        "request": request,
+        "result": {"docId": doc_id, "rankShown": rank},
+    }
     events: list[dict[str, Any]] = []
     now = int(time.time() * 1000)
     for _ in range(times):
-        events.append({**common, "eventId": new_event_id(), "eventTimeMs": now,
-                       "eventType": "result_clicked"})
-        events.append({**common, "eventId": new_event_id(), "eventTimeMs": now,
-                       "eventType": "result_dwell_time", "outcome": {"dwellMs": dwell_ms}})
+        events.append(
+            {**common, "eventId": new_event_id(), "eventTimeMs": now, "eventType": "result_clicked"}
+        )
+        events.append(
+            {
+                **common,
+                "eventId": new_event_id(),
+                "eventTimeMs": now,
+                "eventType": "result_dwell_time",
+                "outcome": {"dwellMs": dwell_ms},
+            }
+        )
     return events
 
 
@@ -96,13 +123,24 @@ def store(request: pytest.FixtureRequest) -> type[DocumentStore]:
 
 
 def test_import_reads_beir_and_ndjson_updates_and_deletes(
-        store: type[DocumentStore], sqlite_workspace: Workspace, tmp_path: Path) -> None:
+    store: type[DocumentStore], sqlite_workspace: Workspace, tmp_path: Path
+) -> None:
     c = store.for_workspace(sqlite_workspace.settings.data_dir)
     assert c.import_file(write_jsonl(tmp_path / "a.jsonl", DOCS)).total == 5
-    report = c.import_file(write_jsonl(tmp_path / "b.jsonl", [
-        {"docId": "refund", "title": "Refund policy", "body": "Refunds within 14 days.",
-         "lang": "en"},
-        {"docId": "invoice", "deleted": True}]))
+    report = c.import_file(
+        write_jsonl(
+            tmp_path / "b.jsonl",
+            [
+                {
+                    "docId": "refund",
+                    "title": "Refund policy",
+                    "body": "Refunds within 14 days.",
+                    "lang": "en",
+                },
+                {"docId": "invoice", "deleted": True},
+            ],
+        )
+    )
     assert (report.upserted, report.deleted, report.total) == (1, 1, 4)
     assert c.documents(["refund"])["refund"].extra == {"lang": "en"}
     assert [h.doc_id for h in c.lexical("invoice", 5)] == []
@@ -112,7 +150,8 @@ def test_import_reads_beir_and_ndjson_updates_and_deletes(
 
 
 def test_a_line_without_an_id_is_refused_with_its_line(
-        store: type[DocumentStore], sqlite_workspace: Workspace, tmp_path: Path) -> None:
+    store: type[DocumentStore], sqlite_workspace: Workspace, tmp_path: Path
+) -> None:
     c = store.for_workspace(sqlite_workspace.settings.data_dir)
     bad = write_jsonl(tmp_path / "bad.jsonl", [DOCS[0], {"title": "no id", "text": "x"}])
     with pytest.raises(InvalidInput, match=r"bad.jsonl line 2: the document has no id"):
@@ -121,29 +160,59 @@ def test_a_line_without_an_id_is_refused_with_its_line(
 
 
 def test_lexical_folds_accents_and_ignores_fts_syntax(
-        store: type[DocumentStore], sqlite_workspace: Workspace, tmp_path: Path) -> None:
+    store: type[DocumentStore], sqlite_workspace: Workspace, tmp_path: Path
+) -> None:
     c = store.for_workspace(sqlite_workspace.settings.data_dir)
-    c.import_file(write_jsonl(tmp_path / "fr.jsonl", [
-        {"_id": "1", "title": "Réinitialiser le mot de passe", "text": "Paramètres."}]))
+    c.import_file(
+        write_jsonl(
+            tmp_path / "fr.jsonl",
+            [{"_id": "1", "title": "Réinitialiser le mot de passe", "text": "Paramètres."}],
+        )
+    )
     assert [h.doc_id for h in c.lexical("REINITIALISER", 3)] == ["1"]
     assert c.lexical('passe" OR NOT *', 3)[0].doc_id == "1"
 
 
 def test_a_title_match_outranks_body_matches_and_survives_the_cut(
-        store: type[DocumentStore], sqlite_workspace: Workspace, tmp_path: Path) -> None:
+    store: type[DocumentStore], sqlite_workspace: Workspace, tmp_path: Path
+) -> None:
     """Titles count double: a document naming the query in its title beats six that
     mention it once in a longer body (it would lose with both fields weighted 1), and
     the candidate cut keeps it however few are asked for."""
     c = store.for_workspace(sqlite_workspace.settings.data_dir)
-    c.import_file(write_jsonl(tmp_path / "engines.jsonl", [
-        {"_id": "title", "title": "Turbine blade cooling",
-         "text": "How the blades are cooled under load in the hot section of the engine."},
-        *({"_id": f"body{i}", "title": f"Engine note {i}",
-           "text": "The turbine sits behind the combustor, where the hot gas leaves the "
-                   "chamber."} for i in range(6)),
-        *({"_id": f"other{i}", "title": f"Wing note {i}",
-           "text": "The flaps extend on approach and retract after take-off."}
-          for i in range(20))]))
+    c.import_file(
+        write_jsonl(
+            tmp_path / "engines.jsonl",
+            [
+                {
+                    "_id": "title",
+                    "title": "Turbine blade cooling",
+                    "text": (
+                        "How the blades are cooled under load in the hot section of the engine."
+                    ),
+                },
+                *(
+                    {
+                        "_id": f"body{i}",
+                        "title": f"Engine note {i}",
+                        "text": (
+                            "The turbine sits behind the combustor, where the hot gas leaves "
+                            "the chamber."
+                        ),
+                    }
+                    for i in range(6)
+                ),
+                *(
+                    {
+                        "_id": f"other{i}",
+                        "title": f"Wing note {i}",
+                        "text": "The flaps extend on approach and retract after take-off.",
+                    }
+                    for i in range(20)
+                ),
+            ],
+        )
+    )
     hits = c.lexical("turbine", 10)
     assert [h.doc_id for h in hits][:2] == ["title", "body0"] and len(hits) == 7
     assert hits[0].score > hits[1].score
@@ -151,15 +220,26 @@ def test_a_title_match_outranks_body_matches_and_survives_the_cut(
 
 
 def test_lexical_results_are_sorted_by_the_score_they_report(
-        store: type[DocumentStore], sqlite_workspace: Workspace, tmp_path: Path) -> None:
+    store: type[DocumentStore], sqlite_workspace: Workspace, tmp_path: Path
+) -> None:
     """The order, the LIMIT cut and the reported score are one number, so each
     shorter list is the head of the longer one, and the bm25 profile shows them so."""
     rng = random.Random(3)
     words = [f"w{i}" for i in range(40)]
     c = store.for_workspace(sqlite_workspace.settings.data_dir)
-    c.import_file(write_jsonl(tmp_path / "random.jsonl", [
-        {"_id": f"d{i}", "title": " ".join(rng.choices(words, k=rng.randint(1, 6))),
-         "text": " ".join(rng.choices(words, k=rng.randint(5, 60)))} for i in range(300)]))
+    c.import_file(
+        write_jsonl(
+            tmp_path / "random.jsonl",
+            [
+                {
+                    "_id": f"d{i}",
+                    "title": " ".join(rng.choices(words, k=rng.randint(1, 6))),
+                    "text": " ".join(rng.choices(words, k=rng.randint(5, 60))),
+                }
+                for i in range(300)
+            ],
+        )
+    )
     engine = Searcher(sqlite_workspace, corpus=c, background_aggregation=False)
     for query in ("w1 w7", "w3", "w12 w30 w2", "w39 w0"):
         hits = c.lexical(query, 100)
@@ -177,36 +257,41 @@ def test_lexical_results_are_sorted_by_the_score_they_report(
 def test_search_contract_token_and_impression(workspace: Workspace, corpus: Corpus) -> None:
     _, key = keys.create_key(workspace.engine, name="bot", role="bot")
     with TestClient(create_app(workspace)) as client:
-        r = client.post("/v1/search", headers={"Authorization": f"Bearer {key}"},
-                        json={"query": "reset my password", "rankProfile": "bm25"})
+        r = client.post(
+            "/v1/search",
+            headers={"Authorization": f"Bearer {key}"},
+            json={"query": "reset my password", "rankProfile": "bm25"},
+        )
     assert r.status_code == 200, r.text
     body = r.json()
-    assert set(body) == {"queryId", "requestId", "rankProfile", "alpha", "results",
-                         "feedbackToken"}
+    assert set(body) == {"queryId", "requestId", "rankProfile", "alpha", "results", "feedbackToken"}
     assert body["rankProfile"] == "bm25" and body["results"][0]["docId"] == "reset"
     assert [x["rank"] for x in body["results"]] == list(range(1, len(body["results"]) + 1))
     assert {"docId", "rank", "score", "scoreVespa", "feedbackScore"} <= set(body["results"][0])
-    token_signer(workspace.settings).verify(body["feedbackToken"], body["queryId"],
-                                            body["requestId"])
+    token_signer(workspace.settings).verify(
+        body["feedbackToken"], body["queryId"], body["requestId"]
+    )
     with workspace.engine.connect() as conn:
         row = conn.execute(sa.select(search_impressions)).one()
     assert row.query_id == body["queryId"] and row.query_norm == "reset my password"
     assert row.results[0][:2] == ["reset", 1]
 
 
-@pytest.mark.parametrize(("payload", "field", "status"), [
-    ({"query": "password", "rankProfile": "fancy"}, "rankProfile", 422),
-    ({"query": "password", "rankProfile": "hybrid", "alpha": 1.5}, "alpha", 422),
-    ({"query": "  ?! ", "rankProfile": "bm25"}, "query", 422),
-    ({"query": "password", "limit": 0}, "limit", 422),
-])
-def test_bad_requests_get_clear_errors(workspace: Workspace, corpus: Corpus,
-                                       payload: dict[str, Any], field: str,
-                                       status: int) -> None:
+@pytest.mark.parametrize(
+    ("payload", "field", "status"),
+    [
+        ({"query": "password", "rankProfile": "fancy"}, "rankProfile", 422),
+        ({"query": "password", "rankProfile": "hybrid", "alpha": 1.5}, "alpha", 422),
+        ({"query": "  ?! ", "rankProfile": "bm25"}, "query", 422),
+        ({"query": "password", "limit": 0}, "limit", 422),
+    ],
+)
+def test_bad_requests_get_clear_errors(
+    workspace: Workspace, corpus: Corpus, payload: dict[str, Any], field: str, status: int
+) -> None:
     _, key = keys.create_key(workspace.engine, name="bot", role="bot")
     with TestClient(create_app(workspace)) as client:
-        r = client.post("/v1/search", headers={"Authorization": f"Bearer {key}"},
-                        json=payload)
+        r = client.post("/v1/search", headers={"Authorization": f"Bearer {key}"}, json=payload)
     assert r.status_code == status, r.text
     assert r.json()["error"]["details"]["field"] == field
 
@@ -214,8 +299,9 @@ def test_bad_requests_get_clear_errors(workspace: Workspace, corpus: Corpus,
 # -- signals and the feedback ranking ----------------------------------------------------
 
 
-def test_clicks_become_signals_once_and_rebuild_matches(workspace: Workspace,
-                                                       searcher: Searcher) -> None:
+def test_clicks_become_signals_once_and_rebuild_matches(
+    workspace: Workspace, searcher: Searcher
+) -> None:
     collector = Collector(workspace)
     events: list[dict[str, Any]] = []
     for i in range(3):
@@ -235,7 +321,8 @@ def test_clicks_become_signals_once_and_rebuild_matches(workspace: Workspace,
 
 
 def test_feedback_moves_a_result_up_and_beta_zero_is_the_kill_switch(
-        workspace: Workspace, searcher: Searcher) -> None:
+    workspace: Workspace, searcher: Searcher
+) -> None:
     query = "password"
     before = [d.doc_id for d in searcher.rank(query, profile="hybrid")]
     target = before[-1]
@@ -248,33 +335,39 @@ def test_feedback_moves_a_result_up_and_beta_zero_is_the_kill_switch(
     aggregate(workspace)
     after = searcher.rank(query, profile="hybrid_with_feedback")
     assert after[0].doc_id == target and after[0].feedback > 0
-    assert [d.doc_id for d in searcher.rank(query, profile="hybrid_with_feedback",
-                                            beta=0.0)] == before
+    assert [
+        d.doc_id for d in searcher.rank(query, profile="hybrid_with_feedback", beta=0.0)
+    ] == before
     # the warm cache is keyed by the signals version: cached before, fresh after
     assert searcher.search(query, profile="hybrid_with_feedback").cached
 
 
-def test_one_session_moves_a_document_a_bounded_amount(workspace: Workspace,
-                                                       searcher: Searcher) -> None:
+def test_one_session_moves_a_document_a_bounded_amount(
+    workspace: Workspace, searcher: Searcher
+) -> None:
     response = searcher.search("password", profile="hybrid_with_feedback")
-    Collector(workspace).ingest(click_events(response, "expire", "one", times=50),
-                                rate_limit=False)
+    Collector(workspace).ingest(click_events(response, "expire", "one", times=50), rate_limit=False)
     aggregate(workspace)
-    boosted = next(d for d in searcher.rank("password", profile="hybrid_with_feedback")
-                   if d.doc_id == "expire")
+    boosted = next(
+        d for d in searcher.rank("password", profile="hybrid_with_feedback") if d.doc_id == "expire"
+    )
     assert 0 < boosted.feedback < 0.5
 
 
 def test_bounces_count_for_nothing_and_unreported_dwell_for_half(
-        workspace: Workspace, searcher: Searcher) -> None:
+    workspace: Workspace, searcher: Searcher
+) -> None:
     collector = Collector(workspace)
     events: list[dict[str, Any]] = []
     for i in range(4):
         response = searcher.search("password", profile="hybrid_with_feedback")
         events += click_events(response, "reset", f"long{i}", dwell_ms=30_000)
         events += click_events(response, "sso", f"bounce{i}", dwell_ms=2_000)
-        events += [e for e in click_events(response, "expire", f"quiet{i}")
-                   if e["eventType"] == "result_clicked"]  # a client that sends no dwell
+        events += [
+            e
+            for e in click_events(response, "expire", f"quiet{i}")
+            if e["eventType"] == "result_clicked"
+        ]  # a client that sends no dwell
     collector.ingest(events, rate_limit=False)
     aggregate(workspace)
     rows = signals_for(workspace.engine, "password")
@@ -282,13 +375,15 @@ def test_bounces_count_for_nothing_and_unreported_dwell_for_half(
     assert (rows["sso"].clicks, rows["sso"].dwell_clicks, rows["sso"].bounces) == (4, 0, 4)
     assert (rows["expire"].clicks, rows["expire"].bounces) == (4, 0)
     assert utility(4, 4, 0) == 4 and utility(4, 0, 4) == 0 and utility(4, 0, 0) == 2
-    feedback = {d.doc_id: d.feedback
-                for d in searcher.rank("password", profile="hybrid_with_feedback")}
+    feedback = {
+        d.doc_id: d.feedback for d in searcher.rank("password", profile="hybrid_with_feedback")
+    }
     assert feedback["reset"] > feedback["expire"] > feedback["sso"]
 
 
 def test_position_bias_is_harvested_from_documents_seen_at_several_ranks(
-        sqlite_workspace: Workspace) -> None:
+    sqlite_workspace: Workspace,
+) -> None:
     """Clicks drawn from a known position-based model: examination 1/rank, each
     document its own attractiveness, shown at a few random ranks. The fit must
     find 1/rank, whatever the documents' attractiveness, and not EM's bias."""
@@ -304,11 +399,24 @@ def test_position_bias_is_harvested_from_documents_seen_at_several_ranks(
             imps[str(rank)] = n
             clicks[str(rank)] = sum(rng.random() < gamma / rank for _ in range(n))
         total = sum(clicks.values())
-        rows.append({"query_norm": f"q{d % 300}", "doc_id": f"d{d}",
-                     "impressions": sum(imps.values()), "impressions_by_rank": imps,
-                     "clicks_by_rank": clicks, "clicks": total, "dwell_clicks": total,
-                     "pins": 0, "hides": 0, "votes_up": 0, "votes_down": 0,
-                     "reformulations": 0, "abandonments": 0, "updated_ms": 0})
+        rows.append(
+            {
+                "query_norm": f"q{d % 300}",
+                "doc_id": f"d{d}",
+                "impressions": sum(imps.values()),
+                "impressions_by_rank": imps,
+                "clicks_by_rank": clicks,
+                "clicks": total,
+                "dwell_clicks": total,
+                "pins": 0,
+                "hides": 0,
+                "votes_up": 0,
+                "votes_down": 0,
+                "reformulations": 0,
+                "abandonments": 0,
+                "updated_ms": 0,
+            }
+        )
     with sqlite_workspace.engine.begin() as conn:
         assert fit_pbm(conn)[0] == [1.0]  # nothing seen yet
         conn.execute(search_signals.insert(), rows)
@@ -365,8 +473,7 @@ def test_swaps_are_recorded_and_counted(workspace: Workspace, tmp_path: Path) ->
     assert {s for s in swapped if s is not None} <= {1, 2, 3, 4}
     treated = sum(1 for s in swapped if s == 1)
     cells = SwapCounts.load(state["swaps"]).cells
-    assert cells[1][1] == treated and cells[1][0] == sum(1 for s in swapped
-                                                         if s is None or s > 2)
+    assert cells[1][1] == treated and cells[1][0] == sum(1 for s in swapped if s is None or s > 2)
     # each rank-1 click is in pair 1's control or treated group, unless the swap
     # was at ranks 2–3, which leaves rank 2 holding another document
     assert cells[1][2] + cells[1][4] == sum(1 for s in swapped if s != 2)
@@ -385,14 +492,20 @@ def test_simulation_learns_on_a_small_dataset(tmp_path: Path) -> None:
     data = tmp_path / "beir"
     (data / "qrels").mkdir(parents=True)
     # The relevant d8 and d9 match the query least: no "help" in their titles.
-    docs = [{"_id": f"d{i}", "title": f"password help {i}" if i < 8 else f"account {i}",
-             "text": "password " * (10 - i) + "account"} for i in range(10)]
+    docs = [
+        {
+            "_id": f"d{i}",
+            "title": f"password help {i}" if i < 8 else f"account {i}",
+            "text": "password " * (10 - i) + "account",
+        }
+        for i in range(10)
+    ]
     write_jsonl(data / "corpus.jsonl", docs)
     write_jsonl(data / "queries.jsonl", [{"_id": "q1", "text": "password help"}])
-    (data / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td9\t4\n"
-                                             "q1\td8\t3\n", encoding="utf-8")
-    result = simulate(data, sessions_per_query=60, rounds=3, eval_sessions=5, seed=1,
-                      thompson=0.2)
+    (data / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\nq1\td9\t4\nq1\td8\t3\n", encoding="utf-8"
+    )
+    result = simulate(data, sessions_per_query=60, rounds=3, eval_sessions=5, seed=1, thompson=0.2)
     assert result.final("bm25", "ndcg10") < 0.5
     assert result.gap_closed("hybrid_with_feedback") > 0.5
     assert result.gap_closed("naive_ctr") > 0.0
@@ -407,7 +520,8 @@ def test_simulation_learns_on_a_small_dataset(tmp_path: Path) -> None:
 
 
 def test_the_naive_arm_counts_clicks_over_raw_impressions_with_the_same_prior(
-        workspace: Workspace, searcher: Searcher) -> None:
+    workspace: Workspace, searcher: Searcher
+) -> None:
     """The simulation's naive baseline is smoothed click counting, not a strawman:
     the product's scorer and prior (``search_prior_weight`` at the average rate),
     with every impression counted as examined and every click the same."""
@@ -416,8 +530,7 @@ def test_the_naive_arm_counts_clicks_over_raw_impressions_with_the_same_prior(
         response = searcher.search("password", session=f"s{i}")
         rank = next(k for k, d in enumerate(response.results, start=1) if d.doc_id == "expire")
         now = int(time.time() * 1000)
-        collector.ingest(sim_click_events(response, rank, f"s{i}", None, now),
-                         rate_limit=False)
+        collector.ingest(sim_click_events(response, rank, f"s{i}", None, now), rate_limit=False)
     aggregate(workspace)
     _examined_as_shown(workspace)
     with workspace.engine.connect() as conn:
@@ -428,8 +541,9 @@ def test_the_naive_arm_counts_clicks_over_raw_impressions_with_the_same_prior(
     assert fitted["gamma0"] == pytest.approx(0.5 * 4 / shown, abs=1e-6)  # ½: no dwell sent
     m, c0 = workspace.settings.search_prior_weight, 4 / shown
     expected = math.log((4 + m * c0) / (rows["expire"].impressions + m) / c0)
-    scores = {d.doc_id: d.feedback for d in searcher.rank("password",
-                                                          profile="hybrid_with_feedback")}
+    scores = {
+        d.doc_id: d.feedback for d in searcher.rank("password", profile="hybrid_with_feedback")
+    }
     assert scores["expire"] == pytest.approx(expected, abs=1e-4)
     assert scores["reset"] == pytest.approx(math.log(m / (4 + m)), abs=1e-4)  # shown, unclicked
 
@@ -437,8 +551,7 @@ def test_the_naive_arm_counts_clicks_over_raw_impressions_with_the_same_prior(
 def test_cli_import_search_and_signals(sqlite_workspace: Workspace, tmp_path: Path) -> None:
     runner = CliRunner()
     ws = ["--workspace", str(sqlite_workspace.root)]
-    r = runner.invoke(main, [*ws, "corpus", "import",
-                             str(write_jsonl(tmp_path / "d.jsonl", DOCS))])
+    r = runner.invoke(main, [*ws, "corpus", "import", str(write_jsonl(tmp_path / "d.jsonl", DOCS))])
     assert r.exit_code == 0 and "5 document(s) imported" in r.output, r.output
     r = runner.invoke(main, [*ws, "search", "refund", "--profile", "bm25", "--json"])
     assert r.exit_code == 0, r.output
@@ -460,24 +573,30 @@ def _no_background(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _explorer(workspace: Workspace, tmp_path: Path, share: float) -> Searcher:
     c = Corpus.for_workspace(workspace.settings.data_dir)
-    c.import_file(write_jsonl(tmp_path / "many.jsonl", [
-        {"_id": f"d{i:02}", "title": f"password note {i}", "text": "password " * (40 - i)}
-        for i in range(30)]))
-    searcher = Searcher(workspace, corpus=c, background_aggregation=False,
-                        rng=random.Random(3))
+    c.import_file(
+        write_jsonl(
+            tmp_path / "many.jsonl",
+            [
+                {"_id": f"d{i:02}", "title": f"password note {i}", "text": "password " * (40 - i)}
+                for i in range(30)
+            ],
+        )
+    )
+    searcher = Searcher(workspace, corpus=c, background_aggregation=False, rng=random.Random(3))
     searcher.settings = workspace.settings.model_copy(
-        update={"search_thompson": share, "search_exploration": 0.0})
+        update={"search_thompson": share, "search_exploration": 0.0}
+    )
     return searcher
 
 
 def test_thompson_sampling_shows_unseen_candidates_at_their_recorded_rank(
-        workspace: Workspace, tmp_path: Path) -> None:
+    workspace: Workspace, tmp_path: Path
+) -> None:
     """Exploring responses draw each feedback score from its posterior: candidates
     nobody has examined reach the page, the impression records where they were
     shown, and a click counts at that rank."""
     searcher = _explorer(workspace, tmp_path, share=1.0)
-    page = [d.doc_id for d in searcher.rank("password", profile="hybrid_with_feedback",
-                                            limit=5)]
+    page = [d.doc_id for d in searcher.rank("password", profile="hybrid_with_feedback", limit=5)]
     assert page == ["d00", "d01", "d02", "d03", "d04"]  # rank() never explores
     seen: set[str] = set()
     for _ in range(30):
@@ -514,8 +633,10 @@ def test_exploration_follows_uncertainty(workspace: Workspace, tmp_path: Path) -
         Collector(workspace).ingest(events, rate_limit=False)
         events = []
         aggregate(workspace)
-    tops = [searcher.search("password", profile="hybrid_with_feedback", limit=5)
-            .results[0].doc_id for _ in range(40)]
+    tops = [
+        searcher.search("password", profile="hybrid_with_feedback", limit=5).results[0].doc_id
+        for _ in range(40)
+    ]
     assert tops.count("d20") >= 30
     assert searcher.rank("password", profile="hybrid_with_feedback")[0].doc_id == "d20"
 
@@ -548,27 +669,36 @@ def test_adjacent_swaps_are_recorded(workspace: Workspace, tmp_path: Path) -> No
 # -- GET /v1/search/signals --------------------------------------------------------------
 
 
-def test_signals_route_shows_one_query_to_admins_only(workspace: Workspace,
-                                                      searcher: Searcher) -> None:
+def test_signals_route_shows_one_query_to_admins_only(
+    workspace: Workspace, searcher: Searcher
+) -> None:
     response = searcher.search("Password!", profile="bm25")
     Collector(workspace).ingest(click_events(response, "expire", "s1"), rate_limit=False)
     aggregate(workspace)
     _, admin = keys.create_key(workspace.engine, name="admin", role="admin")
     _, bot = keys.create_key(workspace.engine, name="bot", role="bot")
     with TestClient(create_app(workspace)) as client:
-        r = client.get("/v1/search/signals", params={"query": "  PASSWORD "},
-                       headers={"Authorization": f"Bearer {admin}"})
-        denied = client.get("/v1/search/signals", params={"query": "password"},
-                            headers={"Authorization": f"Bearer {bot}"})
-        unknown = client.get("/v1/search/signals", params={"query": "nothing here"},
-                             headers={"Authorization": f"Bearer {admin}"})
+        r = client.get(
+            "/v1/search/signals",
+            params={"query": "  PASSWORD "},
+            headers={"Authorization": f"Bearer {admin}"},
+        )
+        denied = client.get(
+            "/v1/search/signals",
+            params={"query": "password"},
+            headers={"Authorization": f"Bearer {bot}"},
+        )
+        unknown = client.get(
+            "/v1/search/signals",
+            params={"query": "nothing here"},
+            headers={"Authorization": f"Bearer {admin}"},
+        )
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["query"] == "password"
     expire = body["documents"]["expire"]
     assert expire["clicks"] == 1 and expire["dwellClicks"] == 1 and expire["impressions"] == 1
-    rank = str(next(i for i, d in enumerate(response.results, start=1)
-                    if d.doc_id == "expire"))
+    rank = str(next(i for i, d in enumerate(response.results, start=1) if d.doc_id == "expire"))
     assert expire["clicksByRank"] == {rank: 1} and expire["impressionsByRank"][rank] == 1
     assert set(body["documents"]) == {d.doc_id for d in response.results}
     assert denied.status_code == 403

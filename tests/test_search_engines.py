@@ -39,8 +39,7 @@ DOCS = [
 ]
 
 
-def test_the_built_in_engines_are_registered_and_an_unknown_one_is_named(
-        tmp_path: Path) -> None:
+def test_the_built_in_engines_are_registered_and_an_unknown_one_is_named(tmp_path: Path) -> None:
     engines = search_engines()
     assert {"embedded", "tantivy", "fts5", "vespa"} <= engines.keys()
     settings = Settings(workspace=tmp_path)
@@ -54,7 +53,8 @@ def test_the_built_in_engines_are_registered_and_an_unknown_one_is_named(
 
 @pytest.mark.parametrize("kind", [Corpus, TantivyEngine], ids=["fts5", "tantivy"])
 def test_both_engines_rank_the_same_documents_the_same_way(
-        kind: type[Corpus | TantivyEngine], tmp_path: Path) -> None:
+    kind: type[Corpus | TantivyEngine], tmp_path: Path
+) -> None:
     engine = kind(tmp_path / "corpus.db")
     engine.apply(DOCS)
     assert {h.doc_id for h in engine.lexical("password", 5)} == {"expire", "reset"}
@@ -66,8 +66,7 @@ def test_both_engines_rank_the_same_documents_the_same_way(
     assert engine.count() == 4
 
 
-def test_tantivy_and_fts5_match_the_same_documents_with_the_same_scores(
-        tmp_path: Path) -> None:
+def test_tantivy_and_fts5_match_the_same_documents_with_the_same_scores(tmp_path: Path) -> None:
     """The same tokens and FTS5's BM25 in both: asked for every match, the two
     engines return the same set (every document holding a query word, folded),
     the best in the same order with the same scores; a document whose title is
@@ -76,17 +75,26 @@ def test_tantivy_and_fts5_match_the_same_documents_with_the_same_scores(
 
     rng = random.Random(5)
     words = [f"w{i}" for i in range(60)]
-    docs = [Document(f"d{i}", " ".join(rng.choices(words, k=rng.randint(2, 6))),
-                     " ".join(rng.choices(words, k=rng.randint(10, 40)))) for i in range(300)]
+    docs = [
+        Document(
+            f"d{i}",
+            " ".join(rng.choices(words, k=rng.randint(2, 6))),
+            " ".join(rng.choices(words, k=rng.randint(10, 40))),
+        )
+        for i in range(300)
+    ]
     docs.append(Document("target", "Wèird Wörds", "nothing else here"))
     fts5, tantivy = Corpus(tmp_path / "a" / "corpus.db"), TantivyEngine(tmp_path / "b" / "c.db")
     fts5.apply(docs)
     tantivy.apply(docs)
     for query in ("w1 w7", "w3", "w12 w30 w2", "weird words w5"):
         asked = set(query.split())
-        holding = {d.doc_id for d in docs
-                   if asked & set(f"{d.title} {d.body}".lower().replace("è", "e")
-                                  .replace("ö", "o").split())}
+        holding = {
+            d.doc_id
+            for d in docs
+            if asked
+            & set(f"{d.title} {d.body}".lower().replace("è", "e").replace("ö", "o").split())
+        }
         assert {h.doc_id for h in fts5.lexical(query, 400)} == holding
         assert {h.doc_id for h in tantivy.lexical(query, 400)} == holding
         best = [(h.doc_id, round(h.score, 9)) for h in fts5.lexical(query, 10)]
@@ -130,7 +138,8 @@ def test_concurrent_imports_into_tantivy_all_land(tmp_path: Path) -> None:
         try:
             TantivyEngine(tmp_path / "corpus.db").apply(
                 [Document(f"d{start + i}", "concurrent import", f"body {i}") for i in range(50)],
-                batch=10)
+                batch=10,
+            )
         except BaseException as exc:
             errors.append(exc)
 
@@ -145,17 +154,25 @@ def test_concurrent_imports_into_tantivy_all_land(tmp_path: Path) -> None:
 
 def test_corpus_reindex_command(sqlite_workspace: Workspace, tmp_path: Path) -> None:
     docs = tmp_path / "docs.jsonl"
-    docs.write_text("".join(json.dumps({"_id": d.doc_id, "title": d.title, "text": d.body})
-                            + "\n" for d in DOCS), encoding="utf-8")
+    docs.write_text(
+        "".join(
+            json.dumps({"_id": d.doc_id, "title": d.title, "text": d.body}) + "\n" for d in DOCS
+        ),
+        encoding="utf-8",
+    )
     runner = CliRunner()
     root = ["--workspace", str(sqlite_workspace.root)]
     assert runner.invoke(main, [*root, "corpus", "import", str(docs)]).exit_code == 0
     result = runner.invoke(main, [*root, "corpus", "reindex", "--json"])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output) | {"seconds": 0} == {"engine": "tantivy", "documents": 5,
-                                                          "seconds": 0}
-    result = runner.invoke(main, [*root, "corpus", "reindex"],
-                           env={"AMELIO_SEARCH_BACKEND": "fts5"})
+    assert json.loads(result.output) | {"seconds": 0} == {
+        "engine": "tantivy",
+        "documents": 5,
+        "seconds": 0,
+    }
+    result = runner.invoke(
+        main, [*root, "corpus", "reindex"], env={"AMELIO_SEARCH_BACKEND": "fts5"}
+    )
     assert result.exit_code == 0 and "5 document(s) indexed by fts5" in result.output
 
 
@@ -168,8 +185,9 @@ class _ListEngine:
         self.docs: dict[str, Document] = {}
         self.writes = 0
 
-    def apply(self, items: Iterable[Document | Deletion], *,
-              embedder: Embedder | None = None) -> ImportReport:
+    def apply(
+        self, items: Iterable[Document | Deletion], *, embedder: Embedder | None = None
+    ) -> ImportReport:
         for item in items:
             if isinstance(item, Deletion):
                 self.docs.pop(item.doc_id, None)
@@ -181,8 +199,9 @@ class _ListEngine:
     def lexical(self, query: str, limit: int) -> list[Hit]:
         return [Hit(d, 1.0 / (i + 1)) for i, d in enumerate(self.docs)][:limit]
 
-    def nearest(self, query: str, limit: int, embedder: Embedder, *,
-                also: Sequence[str] = ()) -> tuple[list[Hit], dict[str, float]]:
+    def nearest(
+        self, query: str, limit: int, embedder: Embedder, *, also: Sequence[str] = ()
+    ) -> tuple[list[Hit], dict[str, float]]:
         return [], {}
 
     def documents(self, doc_ids: Sequence[str]) -> dict[str, Document]:
@@ -215,12 +234,14 @@ def listed_engine() -> Iterator[_ListEngine]:
 
 
 def test_a_plugin_engine_serves_search_by_its_name(
-        sqlite_workspace: Workspace, listed_engine: _ListEngine) -> None:
+    sqlite_workspace: Workspace, listed_engine: _ListEngine
+) -> None:
     settings = sqlite_workspace.settings.model_copy(update={"search_backend": "listed"})
     assert open_engine(settings) is listed_engine
     listed_engine.apply(DOCS)
-    searcher = Searcher(sqlite_workspace, engine=open_engine(settings),
-                        background_aggregation=False)
+    searcher = Searcher(
+        sqlite_workspace, engine=open_engine(settings), background_aggregation=False
+    )
     response = searcher.search("anything at all", profile="bm25", limit=3)
     assert [d.doc_id for d in response.results] == ["reset", "sso", "expire"]
     assert response.titles["sso"] == "Single sign-on"

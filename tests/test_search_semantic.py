@@ -23,9 +23,11 @@ class ConceptEmbedder:
     Counts how many texts it embedded, so tests can see what was (re)computed."""
 
     model = "concepts-v1"
-    CONCEPTS: Sequence[set[str]] = ({"password", "login", "credentials", "sign"},
-                                    {"invoice", "invoices", "bill", "billing"},
-                                    {"refund", "refunds", "money", "card"})
+    CONCEPTS: Sequence[set[str]] = (
+        {"password", "login", "credentials", "sign"},
+        {"invoice", "invoices", "bill", "billing"},
+        {"refund", "refunds", "money", "card"},
+    )
 
     def __init__(self) -> None:
         self.embedded = 0
@@ -53,10 +55,12 @@ def corpus(sqlite_workspace: Workspace, tmp_path: Path, concepts: ConceptEmbedde
     return c
 
 
-def test_semantic_finds_what_shares_no_word(sqlite_workspace: Workspace, corpus: Corpus,
-                                            concepts: ConceptEmbedder) -> None:
-    searcher = Searcher(sqlite_workspace, corpus=corpus, embedder=concepts,
-                        background_aggregation=False)
+def test_semantic_finds_what_shares_no_word(
+    sqlite_workspace: Workspace, corpus: Corpus, concepts: ConceptEmbedder
+) -> None:
+    searcher = Searcher(
+        sqlite_workspace, corpus=corpus, embedder=concepts, background_aggregation=False
+    )
     assert searcher.rank("my bill", profile="bm25") == ()  # no shared word
     [top, *rest] = searcher.rank("my bill", profile="semantic")
     assert top.doc_id == "invoice" and top.score == pytest.approx(top.first_phase)
@@ -66,9 +70,11 @@ def test_semantic_finds_what_shares_no_word(sqlite_workspace: Workspace, corpus:
 
 
 def test_hybrid_mixes_normalized_scores_and_alpha_zero_is_lexical(
-        sqlite_workspace: Workspace, corpus: Corpus, concepts: ConceptEmbedder) -> None:
-    searcher = Searcher(sqlite_workspace, corpus=corpus, embedder=concepts,
-                        background_aggregation=False)
+    sqlite_workspace: Workspace, corpus: Corpus, concepts: ConceptEmbedder
+) -> None:
+    searcher = Searcher(
+        sqlite_workspace, corpus=corpus, embedder=concepts, background_aggregation=False
+    )
     lexical = searcher.rank("refund card", profile="hybrid", alpha=0.0)
     assert [d.doc_id for d in lexical] == ["refund"]  # the only lexical match
     mixed = searcher.rank("refund card", profile="hybrid", alpha=0.5)
@@ -80,18 +86,24 @@ def test_hybrid_mixes_normalized_scores_and_alpha_zero_is_lexical(
 
 
 def test_vectors_follow_updates_and_deletes_and_heal_missing_ones(
-        sqlite_workspace: Workspace, tmp_path: Path, concepts: ConceptEmbedder) -> None:
+    sqlite_workspace: Workspace, tmp_path: Path, concepts: ConceptEmbedder
+) -> None:
     corpus = Corpus.for_workspace(sqlite_workspace.settings.data_dir)
     corpus.import_file(write_jsonl(tmp_path / "docs.jsonl", DOCS))  # no embedder: lexical only
-    searcher = Searcher(sqlite_workspace, corpus=corpus, embedder=concepts,
-                        background_aggregation=False)
+    searcher = Searcher(
+        sqlite_workspace, corpus=corpus, embedder=concepts, background_aggregation=False
+    )
     assert searcher.rank("my bill", profile="semantic")[0].doc_id == "invoice"
     assert concepts.embedded == len(DOCS) + 1  # healed on first use
     # an update re-embeds only what changed, a deletion drops its vector, and the
     # cached ranking of the old corpus is not served
-    corpus.apply([Document("invoice", "Shipping times", "Parcels arrive in two days."),
-                  Document("bill", "Your bill", "Each bill is sent monthly.")],
-                 embedder=concepts)
+    corpus.apply(
+        [
+            Document("invoice", "Shipping times", "Parcels arrive in two days."),
+            Document("bill", "Your bill", "Each bill is sent monthly."),
+        ],
+        embedder=concepts,
+    )
     assert concepts.embedded == len(DOCS) + 3
     ranked = searcher.rank("my bill", profile="semantic")
     assert ranked[0].doc_id == "bill"
@@ -101,34 +113,42 @@ def test_vectors_follow_updates_and_deletes_and_heal_missing_ones(
     assert conn.execute("SELECT count(*) FROM vectors").fetchone()[0] == len(DOCS)
 
 
-def test_a_corpus_written_by_another_process_is_seen(sqlite_workspace: Workspace,
-                                                     corpus: Corpus,
-                                                     concepts: ConceptEmbedder) -> None:
-    searcher = Searcher(sqlite_workspace, corpus=corpus, embedder=concepts,
-                        background_aggregation=False)
+def test_a_corpus_written_by_another_process_is_seen(
+    sqlite_workspace: Workspace, corpus: Corpus, concepts: ConceptEmbedder
+) -> None:
+    searcher = Searcher(
+        sqlite_workspace, corpus=corpus, embedder=concepts, background_aggregation=False
+    )
     assert searcher.rank("my bill", profile="semantic")[0].doc_id == "invoice"
     # another Corpus on the same file, as `amelio corpus import` next to `amelio serve`
     other = Corpus.for_workspace(sqlite_workspace.settings.data_dir)
-    other.apply([Document("invoice", "Download an invoice", "Refunds are under money."),
-                 Document("statement", "Monthly statement", "Your bill for each month.")],
-                embedder=concepts)
+    other.apply(
+        [
+            Document("invoice", "Download an invoice", "Refunds are under money."),
+            Document("statement", "Monthly statement", "Your bill for each month."),
+        ],
+        embedder=concepts,
+    )
     assert searcher.rank("my bill", profile="semantic")[0].doc_id == "statement"
 
 
 def test_the_shipped_model_loads_offline_and_ranks_by_meaning(
-        sqlite_workspace: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sqlite_workspace: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Any attempt to reach a model hub would fail loudly here.
     monkeypatch.setattr("socket.socket.connect", _no_network)
     corpus = Corpus.for_workspace(sqlite_workspace.settings.data_dir)
     searcher = Searcher(sqlite_workspace, corpus=corpus, background_aggregation=False)
     assert searcher.settings.search_embedding_model == "wordllama"
-    corpus.import_file(write_jsonl(tmp_path / "docs.jsonl", DOCS),
-                       embedder=load_embedder("wordllama"))
+    corpus.import_file(
+        write_jsonl(tmp_path / "docs.jsonl", DOCS), embedder=load_embedder("wordllama")
+    )
     assert searcher.rank("get my bill", profile="bm25") == ()
     assert searcher.rank("get my bill", profile="semantic")[0].doc_id == "invoice"
     assert searcher.rank("money back", profile="semantic")[0].doc_id == "refund"
-    assert embedder_for(sqlite_workspace.settings.model_copy(
-        update={"knowledge_embedding_model": "wordllama"})) is load_embedder("wordllama")
+    assert embedder_for(
+        sqlite_workspace.settings.model_copy(update={"knowledge_embedding_model": "wordllama"})
+    ) is load_embedder("wordllama")
 
 
 def _no_network(*_: object) -> None:
@@ -136,29 +156,30 @@ def _no_network(*_: object) -> None:
 
 
 def test_without_the_extra_semantic_says_how_to_install(
-        sqlite_workspace: Workspace, corpus: Corpus, monkeypatch: pytest.MonkeyPatch) -> None:
+    sqlite_workspace: Workspace, corpus: Corpus, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setitem(sys.modules, "wordllama", None)  # `import wordllama` fails
     monkeypatch.setattr(embeddings, "_loaded", {})
     searcher = Searcher(sqlite_workspace, corpus=corpus, background_aggregation=False)
     for profile, alpha in (("semantic", None), ("hybrid", 0.5)):
-        with pytest.raises(SemanticUnavailable,
-                           match=r"pip install 'amelio\[semantic\]'") as info:
+        with pytest.raises(SemanticUnavailable, match=r"pip install 'amelio\[semantic\]'") as info:
             searcher.search("password", profile=profile, alpha=alpha)
         assert info.value.http_status == 503 and profile in info.value.message
     assert searcher.search("password", profile="hybrid", alpha=0.0).results  # lexical works
 
 
-def test_semantic_switched_off_names_the_setting(sqlite_workspace: Workspace,
-                                                 corpus: Corpus) -> None:
+def test_semantic_switched_off_names_the_setting(
+    sqlite_workspace: Workspace, corpus: Corpus
+) -> None:
     searcher = Searcher(sqlite_workspace, corpus=corpus, background_aggregation=False)
     searcher.settings = searcher.settings.model_copy(update={"search_embedding_model": ""})
     with pytest.raises(SemanticUnavailable, match="AMELIO_SEARCH_EMBEDDING_MODEL=wordllama"):
         searcher.search("password", profile="semantic")
 
 
-def test_with_contributions_on_documents_wait_for_browsers(tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch
-                                                           ) -> None:
+def test_with_contributions_on_documents_wait_for_browsers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With ``contributions`` on, neither the import nor a semantic search embeds the
     documents on the server (that is the browsers' work); hybrid still finds them
     lexically, and ``amelio corpus embed`` is the server's own fallback."""
@@ -192,30 +213,37 @@ def test_with_contributions_on_documents_wait_for_browsers(tmp_path: Path,
         assert json.loads(embedded.stdout)["embedded"] == len(DOCS)
         assert store.missing_vectors("wordllama") == []
         assert searcher.rank("forgot my login", profile="semantic")[0].doc_id in {
-            "reset", "sso", "expire"}
+            "reset",
+            "sso",
+            "expire",
+        }
     finally:
         ws.dispose()
 
 
-def test_put_vectors_skips_documents_whose_text_moved_on(corpus: Corpus,
-                                                         concepts: ConceptEmbedder) -> None:
+def test_put_vectors_skips_documents_whose_text_moved_on(
+    corpus: Corpus, concepts: ConceptEmbedder
+) -> None:
     """With the texts the vectors were computed from, the store writes only the documents
     whose embed text is still that (checked in its own write transaction) and says which
     it skipped: unknown ids too."""
-    corpus.apply([Document("a", "Reset", "your password.", {}),
-                  Document("b", "Pay", "an invoice.", {})])  # no embedder: no vectors
+    corpus.apply(
+        [Document("a", "Reset", "your password.", {}), Document("b", "Pay", "an invoice.", {})]
+    )  # no embedder: no vectors
     [va, vb] = concepts.embed(["x", "y"])
-    skipped = corpus.put_vectors(concepts.model, {"a": va, "b": vb, "nope": va},
-                                 texts={"a": "Reset\nyour password.", "b": "Pay\nold text.",
-                                        "nope": "?"})
+    skipped = corpus.put_vectors(
+        concepts.model,
+        {"a": va, "b": vb, "nope": va},
+        texts={"a": "Reset\nyour password.", "b": "Pay\nold text.", "nope": "?"},
+    )
     assert skipped == ["b", "nope"]
-    assert [d for d, _ in corpus.missing_vectors(concepts.model)
-            if d in {"a", "b"}] == ["b"]
+    assert [d for d, _ in corpus.missing_vectors(concepts.model) if d in {"a", "b"}] == ["b"]
     assert corpus.put_vectors(concepts.model, {"b": vb}) == []  # no texts: not compared
 
 
-def test_deferred_vectors_are_read_without_the_write_lock(corpus: Corpus,
-                                                          concepts: ConceptEmbedder) -> None:
+def test_deferred_vectors_are_read_without_the_write_lock(
+    corpus: Corpus, concepts: ConceptEmbedder
+) -> None:
     """With missing vectors left to browsers, loading the matrix writes nothing, so it must
     not wait for the write lock (browsers' vectors being stored hold it)."""
     import sqlite3

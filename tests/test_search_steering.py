@@ -39,36 +39,90 @@ from amelio.workspace.folder import Workspace
 
 QUERY = "rollback a deployment"
 DOCS = [
-    ("roll-back", "Roll back a deployment", "To roll back a deployment, redeploy the previous "
-     "release tag from the pipeline page. The rollback keeps the database as it is."),
-    ("rollback-db", "Rollback and database migrations", "A rollback of the application does "
-     "not undo migrations. Write a down migration before you deploy, or restore the backup "
-     "taken by the deployment job."),
-    ("deploy-checklist", "Deployment checklist", "Before a deployment: tests are green, the "
-     "changelog is written, a rollback plan exists and someone is on call."),
-    ("canary", "Canary releases", "A canary release sends a few percent of traffic to the new "
-     "version first; if errors rise, the deployment stops and traffic goes back to the old "
-     "version."),
-    ("blue-green", "Blue-green deployment", "Two identical environments: deploy to the idle "
-     "one, switch the router, and switch back to roll back in seconds."),
-    ("failed-deploy", "What to do when a deployment fails", "Read the job log, then decide: "
-     "fix forward with a small patch, or rollback to the last good release."),
-    ("feature-flags", "Feature flags instead of rollbacks", "Hide unfinished work behind a "
-     "flag; turning the flag off is faster than a rollback and needs no deployment."),
-    ("helm", "Helm rollback", "helm rollback RELEASE REVISION returns a Kubernetes release to "
-     "an earlier revision; helm history lists the revisions."),
-    ("kubectl", "kubectl rollout undo", "kubectl rollout undo deployment/api returns a "
-     "Kubernetes deployment to its previous ReplicaSet."),
-    ("freeze", "Deployment freeze", "No deployment on Friday afternoons or during the "
-     "end-of-year freeze, except fixes approved by the release manager."),
-    ("post-mortem", "Writing a post-mortem", "After an incident, write what happened, the "
-     "timeline, why the rollback took long, and what changes."),
-    ("env-vars", "Environment variables in a deployment", "Secrets and settings come from the "
-     "environment; a deployment fails early when one is missing."),
-    ("release-notes", "Release notes", "Every release gets notes: what changed, what to "
-     "watch, how to roll back."),
-    ("db-backup", "Database backups", "Backups run nightly and before each deployment; "
-     "restoring one takes about twenty minutes."),
+    (
+        "roll-back",
+        "Roll back a deployment",
+        "To roll back a deployment, redeploy the previous "
+        "release tag from the pipeline page. The rollback keeps the database as it is.",
+    ),
+    (
+        "rollback-db",
+        "Rollback and database migrations",
+        "A rollback of the application does "
+        "not undo migrations. Write a down migration before you deploy, or restore the backup "
+        "taken by the deployment job.",
+    ),
+    (
+        "deploy-checklist",
+        "Deployment checklist",
+        "Before a deployment: tests are green, the "
+        "changelog is written, a rollback plan exists and someone is on call.",
+    ),
+    (
+        "canary",
+        "Canary releases",
+        "A canary release sends a few percent of traffic to the new "
+        "version first; if errors rise, the deployment stops and traffic goes back to the old "
+        "version.",
+    ),
+    (
+        "blue-green",
+        "Blue-green deployment",
+        "Two identical environments: deploy to the idle "
+        "one, switch the router, and switch back to roll back in seconds.",
+    ),
+    (
+        "failed-deploy",
+        "What to do when a deployment fails",
+        "Read the job log, then decide: "
+        "fix forward with a small patch, or rollback to the last good release.",
+    ),
+    (
+        "feature-flags",
+        "Feature flags instead of rollbacks",
+        "Hide unfinished work behind a "
+        "flag; turning the flag off is faster than a rollback and needs no deployment.",
+    ),
+    (
+        "helm",
+        "Helm rollback",
+        "helm rollback RELEASE REVISION returns a Kubernetes release to "
+        "an earlier revision; helm history lists the revisions.",
+    ),
+    (
+        "kubectl",
+        "kubectl rollout undo",
+        "kubectl rollout undo deployment/api returns a "
+        "Kubernetes deployment to its previous ReplicaSet.",
+    ),
+    (
+        "freeze",
+        "Deployment freeze",
+        "No deployment on Friday afternoons or during the "
+        "end-of-year freeze, except fixes approved by the release manager.",
+    ),
+    (
+        "post-mortem",
+        "Writing a post-mortem",
+        "After an incident, write what happened, the "
+        "timeline, why the rollback took long, and what changes.",
+    ),
+    (
+        "env-vars",
+        "Environment variables in a deployment",
+        "Secrets and settings come from the "
+        "environment; a deployment fails early when one is missing.",
+    ),
+    (
+        "release-notes",
+        "Release notes",
+        "Every release gets notes: what changed, what to watch, how to roll back.",
+    ),
+    (
+        "db-backup",
+        "Database backups",
+        "Backups run nightly and before each deployment; restoring one takes about twenty minutes.",
+    ),
 ]
 SEARCHES = 40
 #: The service folds new events in every few seconds: every few searches here.
@@ -81,29 +135,48 @@ ONE_ACTOR_RANKS = 2
 def searcher(workspace: Workspace, tmp_path: Path) -> Searcher:
     corpus = Corpus.for_workspace(workspace.settings.data_dir)
     source = tmp_path / "docs.jsonl"
-    source.write_text("".join(json.dumps({"_id": i, "title": t, "text": x}) + "\n"
-                              for i, t, x in DOCS), encoding="utf-8")
+    source.write_text(
+        "".join(json.dumps({"_id": i, "title": t, "text": x}) + "\n" for i, t, x in DOCS),
+        encoding="utf-8",
+    )
     corpus.import_file(source)
     # exploration is off in tests (conftest): rankings are deterministic
-    return Searcher(workspace, corpus=corpus, background_aggregation=False,
-                    rng=random.Random(0))
+    return Searcher(workspace, corpus=corpus, background_aggregation=False, rng=random.Random(0))
 
 
-def clicks(response: SearchResponse | dict[str, Any], doc_id: str, session: str,
-           dwell_ms: int, user: str | None = None) -> list[dict[str, Any]]:
+def clicks(
+    response: SearchResponse | dict[str, Any],
+    doc_id: str,
+    session: str,
+    dwell_ms: int,
+    user: str | None = None,
+) -> list[dict[str, Any]]:
     """What a client sends when its person opens ``doc_id`` of ``response`` (from
     the library, or the JSON of ``POST /v1/search``) and reads it."""
     body = response.to_dict() if isinstance(response, SearchResponse) else response
     rank = next(r["rank"] for r in body["results"] if r["docId"] == doc_id)
     who = {"sessionId": session} | ({"userId": user} if user else {})
-    common = {"eventVersion": "v1", "eventTimeMs": int(time.time() * 1000), "session": who,
-              "consent": {"telemetry": "granted"},
-              "request": {"queryId": body["queryId"], "requestId": body["requestId"],
-                          "feedbackToken": body["feedbackToken"]},
-              "result": {"docId": doc_id, "rankShown": rank}}
-    return [{**common, "eventId": new_event_id(), "eventType": "result_clicked"},
-            {**common, "eventId": new_event_id(), "eventType": "result_dwell_time",
-             "outcome": {"dwellMs": dwell_ms}}]
+    common = {
+        "eventVersion": "v1",
+        "eventTimeMs": int(time.time() * 1000),
+        "session": who,
+        "consent": {"telemetry": "granted"},
+        "request": {
+            "queryId": body["queryId"],
+            "requestId": body["requestId"],
+            "feedbackToken": body["feedbackToken"],
+        },
+        "result": {"docId": doc_id, "rankShown": rank},
+    }
+    return [
+        {**common, "eventId": new_event_id(), "eventType": "result_clicked"},
+        {
+            **common,
+            "eventId": new_event_id(),
+            "eventType": "result_dwell_time",
+            "outcome": {"dwellMs": dwell_ms},
+        },
+    ]
 
 
 def rank_of(searcher: Searcher, doc_id: str) -> int:
@@ -111,8 +184,11 @@ def rank_of(searcher: Searcher, doc_id: str) -> int:
     return next(i for i, d in enumerate(ranking, start=1) if d.doc_id == doc_id)
 
 
-def steer(workspace: Workspace, searcher: Searcher,
-          actor: Callable[[int], tuple[str | None, str, str | None]]) -> tuple[str, int, int]:
+def steer(
+    workspace: Workspace,
+    searcher: Searcher,
+    actor: Callable[[int], tuple[str | None, str, str | None]],
+) -> tuple[str, int, int]:
     """Forty searches of :data:`QUERY`, each clicking the document that was tenth
     before any feedback and reading it for half a minute or so. ``actor(i)`` names
     who did search ``i``: (search sessionId, event sessionId, userId).
@@ -123,20 +199,21 @@ def steer(workspace: Workspace, searcher: Searcher,
     collector, dwell = Collector(workspace), random.Random(7)
     for i in range(SEARCHES):
         search_session, event_session, user = actor(i)
-        response = searcher.search(QUERY, profile="hybrid_with_feedback",
-                                   session=search_session, user=user)
+        response = searcher.search(
+            QUERY, profile="hybrid_with_feedback", session=search_session, user=user
+        )
         if any(d.doc_id == target for d in response.results):
             ms = int(max(dwell.gauss(30_000, 8_000), 9_000))
-            collector.ingest(clicks(response, target, event_session, ms, user),
-                             rate_limit=False)
+            collector.ingest(clicks(response, target, event_session, ms, user), rate_limit=False)
         if (i + 1) % AGGREGATE_EVERY == 0:
             aggregate(workspace)
     return target, before, rank_of(searcher, target)
 
 
 def test_forty_people_lift_the_document(workspace: Workspace, searcher: Searcher) -> None:
-    target, before, after = steer(workspace, searcher,
-                                  lambda i: (f"person-{i}", f"person-{i}", None))
+    target, before, after = steer(
+        workspace, searcher, lambda i: (f"person-{i}", f"person-{i}", None)
+    )
     assert before == 10
     assert after == 1, (target, after)
     row = signals_for(workspace.engine, QUERY)[target]
@@ -144,7 +221,8 @@ def test_forty_people_lift_the_document(workspace: Workspace, searcher: Searcher
 
 
 def test_one_session_searching_forty_times_moves_it_at_most_two_ranks(
-        workspace: Workspace, searcher: Searcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    workspace: Workspace, searcher: Searcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
     target, before, after = steer(workspace, searcher, lambda i: ("spammer", "spammer", None))
     assert before - after <= ONE_ACTOR_RANKS, (target, before, after)
     rows = signals_for(workspace.engine, QUERY)
@@ -163,7 +241,8 @@ def test_one_session_searching_forty_times_moves_it_at_most_two_ranks(
 
 
 def test_without_a_session_id_each_search_is_a_session_of_its_own(
-        workspace: Workspace, searcher: Searcher) -> None:
+    workspace: Workspace, searcher: Searcher
+) -> None:
     """Why clients must send sessionId: the server cannot tell forty searches of one
     person from forty people's, and the forty examinations without a click sink
     the documents above the one clicked (its clicks still count once)."""
@@ -173,20 +252,20 @@ def test_without_a_session_id_each_search_is_a_session_of_its_own(
     assert after == 1
 
 
-def test_one_user_over_many_sessions_is_one_actor(workspace: Workspace,
-                                                  searcher: Searcher) -> None:
-    target, before, after = steer(workspace, searcher,
-                                  lambda i: (f"tab-{i}", f"tab-{i}", "the-same-person"))
+def test_one_user_over_many_sessions_is_one_actor(workspace: Workspace, searcher: Searcher) -> None:
+    target, before, after = steer(
+        workspace, searcher, lambda i: (f"tab-{i}", f"tab-{i}", "the-same-person")
+    )
     assert before - after <= ONE_ACTOR_RANKS, (target, before, after)
     assert signals_for(workspace.engine, QUERY)[target].clicks == 1
 
 
 def test_switching_session_ids_between_search_and_click_gains_nothing(
-        workspace: Workspace, searcher: Searcher) -> None:
+    workspace: Workspace, searcher: Searcher
+) -> None:
     """The click counts under the impression's session too: forty fresh event
     sessions clicking what one search session was shown still count once."""
-    target, before, after = steer(workspace, searcher,
-                                  lambda i: ("spammer", f"fresh-{i}", None))
+    target, before, after = steer(workspace, searcher, lambda i: ("spammer", f"fresh-{i}", None))
     assert before - after <= ONE_ACTOR_RANKS, (target, before, after)
     assert signals_for(workspace.engine, QUERY)[target].clicks == 1
 
@@ -195,26 +274,31 @@ def test_switching_session_ids_between_search_and_click_gains_nothing(
 
 
 def test_session_and_user_are_stored_as_the_hashes_of_feedback_events(
-        workspace: Workspace, searcher: Searcher) -> None:
+    workspace: Workspace, searcher: Searcher
+) -> None:
     _, key = keys.create_key(workspace.engine, name="bot", role="bot")
     with TestClient(create_app(workspace)) as client:
-        r = client.post("/v1/search", headers={"Authorization": f"Bearer {key}"},
-                        json={"query": QUERY, "sessionId": "browser-tab-77",
-                              "userId": "alice@example.com"})
+        r = client.post(
+            "/v1/search",
+            headers={"Authorization": f"Bearer {key}"},
+            json={"query": QUERY, "sessionId": "browser-tab-77", "userId": "alice@example.com"},
+        )
         assert r.status_code == 200, r.text
-        anonymous = client.post("/v1/search", headers={"Authorization": f"Bearer {key}"},
-                                json={"query": QUERY})
+        anonymous = client.post(
+            "/v1/search", headers={"Authorization": f"Bearer {key}"}, json={"query": QUERY}
+        )
         assert anonymous.status_code == 200, anonymous.text
     body = r.json()
     result = Collector(workspace).ingest(
-        clicks(body, body["results"][0]["docId"], "browser-tab-77", 20_000,
-               "alice@example.com"), rate_limit=False)
+        clicks(body, body["results"][0]["docId"], "browser-tab-77", 20_000, "alice@example.com"),
+        rate_limit=False,
+    )
     assert result.count("accepted") == 2
     with workspace.engine.connect() as conn:
-        rows = conn.execute(sa.select(search_impressions).order_by(search_impressions.c.id)
-                            ).all()
-        event = conn.execute(sa.select(feedback_events.c.session_hash,
-                                       feedback_events.c.user_hash)).first()
+        rows = conn.execute(sa.select(search_impressions).order_by(search_impressions.c.id)).all()
+        event = conn.execute(
+            sa.select(feedback_events.c.session_hash, feedback_events.c.user_hash)
+        ).first()
     assert event is not None
     assert (rows[0].session_hash, rows[0].user_hash) == (event.session_hash, event.user_hash)
     assert len(rows[0].session_hash) == 8 and rows[0].user_hash != rows[0].session_hash
@@ -223,19 +307,26 @@ def test_session_and_user_are_stored_as_the_hashes_of_feedback_events(
     assert (rows[1].session_hash, rows[1].user_hash) == (None, None)
 
 
-@pytest.mark.parametrize(("payload", "field"), [
-    ({"sessionId": "x" * 201}, "sessionId"),
-    ({"sessionId": ""}, "sessionId"),
-    ({"userId": "u" * 201}, "userId"),
-    ({"project": "../../etc"}, "project"),
-    ({"project": "Acme"}, "project"),
-])
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"sessionId": "x" * 201}, "sessionId"),
+        ({"sessionId": ""}, "sessionId"),
+        ({"userId": "u" * 201}, "userId"),
+        ({"project": "../../etc"}, "project"),
+        ({"project": "Acme"}, "project"),
+    ],
+)
 def test_bad_ids_and_project_names_are_refused_and_nothing_is_stored(
-        sqlite_workspace: Workspace, payload: dict[str, Any], field: str) -> None:
+    sqlite_workspace: Workspace, payload: dict[str, Any], field: str
+) -> None:
     _, key = keys.create_key(sqlite_workspace.engine, name="bot", role="bot")
     with TestClient(create_app(sqlite_workspace)) as client:
-        r = client.post("/v1/search", headers={"Authorization": f"Bearer {key}"},
-                        json={"query": QUERY, **payload})
+        r = client.post(
+            "/v1/search",
+            headers={"Authorization": f"Bearer {key}"},
+            json={"query": QUERY, **payload},
+        )
     assert r.status_code == 422, r.text
     assert [e["field"] for e in r.json()["error"]["details"]["errors"]] == [field]
     with sqlite_workspace.engine.connect() as conn:
@@ -243,7 +334,8 @@ def test_bad_ids_and_project_names_are_refused_and_nothing_is_stored(
 
 
 def test_the_library_and_the_cli_refuse_a_project_name_that_is_a_path(
-        sqlite_workspace: Workspace) -> None:
+    sqlite_workspace: Workspace,
+) -> None:
     searcher = Searcher(sqlite_workspace, background_aggregation=False)
     with pytest.raises(InvalidInput, match=r"Invalid project name '\.\./\.\./etc'") as info:
         searcher.search("anything", project="../../etc")
@@ -252,15 +344,28 @@ def test_the_library_and_the_cli_refuse_a_project_name_that_is_a_path(
         searcher.search("anything", session="s" * 201)
     assert too_long.value.details["field"] == "sessionId"
     assert "s" * 20 not in too_long.value.message  # a raw id never reaches a message
-    r = CliRunner().invoke(main, ["--workspace", str(sqlite_workspace.root), "search",
-                                  "anything", "--project", "../../etc"])
+    r = CliRunner().invoke(
+        main,
+        ["--workspace", str(sqlite_workspace.root), "search", "anything", "--project", "../../etc"],
+    )
     assert r.exit_code == 1 and "Invalid project name '../../etc'" in r.output, r.output
-    r = CliRunner().invoke(main, ["--workspace", str(sqlite_workspace.root), "search",
-                                  "anything", "--session", "cli-1", "--json"])
+    r = CliRunner().invoke(
+        main,
+        [
+            "--workspace",
+            str(sqlite_workspace.root),
+            "search",
+            "anything",
+            "--session",
+            "cli-1",
+            "--json",
+        ],
+    )
     assert r.exit_code == 0, r.output
     with sqlite_workspace.engine.connect() as conn:
-        stored = conn.execute(sa.select(search_impressions.c.project,
-                                        search_impressions.c.session_hash)).all()
+        stored = conn.execute(
+            sa.select(search_impressions.c.project, search_impressions.c.session_hash)
+        ).all()
     day = datetime.now(UTC).date()
     assert [tuple(s) for s in stored] == [("default", searcher.hasher.hash("cli-1", day))]
 
@@ -274,8 +379,9 @@ def test_the_openapi_document_shows_the_request_contract(sqlite_workspace: Works
     assert "userId" in fields
 
 
-def test_an_email_address_in_a_query_is_not_stored(workspace: Workspace,
-                                                   searcher: Searcher) -> None:
+def test_an_email_address_in_a_query_is_not_stored(
+    workspace: Workspace, searcher: Searcher
+) -> None:
     query = "rollback a deployment for jean.dupont@example.com"
     doc = searcher.rank(query, profile="hybrid_with_feedback")[1].doc_id
     for person in ("s1", "s2"):  # what two people teach (one alone cannot: see above)
@@ -290,8 +396,11 @@ def test_an_email_address_in_a_query_is_not_stored(workspace: Workspace,
     aggregate(workspace)
     _, admin = keys.create_key(workspace.engine, name="admin", role="admin")
     with TestClient(create_app(workspace)) as client:
-        r = client.get("/v1/search/signals", params={"query": query},
-                       headers={"Authorization": f"Bearer {admin}"})
+        r = client.get(
+            "/v1/search/signals",
+            params={"query": query},
+            headers={"Authorization": f"Bearer {admin}"},
+        )
     assert r.status_code == 200, r.text
     assert r.json()["query"] == stored[0] and r.json()["documents"][doc]["clicks"] == 2
     assert searcher.rank(query, profile="hybrid_with_feedback")[0].doc_id == doc

@@ -22,8 +22,10 @@ from support.processes import free_port
 
 @pytest.fixture
 def tokens(workspace: Workspace) -> dict[str, str]:
-    return {role: keys.create_key(workspace.engine, name=role, role=role)[1]
-            for role in ("admin", "bot", "client")}
+    return {
+        role: keys.create_key(workspace.engine, name=role, role=role)[1]
+        for role in ("admin", "bot", "client")
+    }
 
 
 @pytest.fixture
@@ -45,8 +47,7 @@ def test_health_is_public_and_reports_migration(client: TestClient) -> None:
     assert body["migration"]["current"] == body["migration"]["head"]
 
 
-def test_keys_and_roles(client: TestClient, tokens: dict[str, str], workspace: Workspace
-                        ) -> None:
+def test_keys_and_roles(client: TestClient, tokens: dict[str, str], workspace: Workspace) -> None:
     r = client.get("/v1/skills")
     assert r.status_code == 401
     assert r.json()["error"]["code"] == "unauthorized"
@@ -63,8 +64,9 @@ def test_keys_and_roles(client: TestClient, tokens: dict[str, str], workspace: W
     assert client.get("/v1/skills", headers=auth(tokens["admin"])).status_code == 401
 
 
-def test_list_and_show_skills(client: TestClient, tokens: dict[str, str],
-                              workspace: Workspace) -> None:
+def test_list_and_show_skills(
+    client: TestClient, tokens: dict[str, str], workspace: Workspace
+) -> None:
     r = client.get("/v1/skills", headers=auth(tokens["bot"]))
     body = r.json()
     assert body["project"] == "default"
@@ -75,14 +77,14 @@ def test_list_and_show_skills(client: TestClient, tokens: dict[str, str],
     assert {"name", "description", "triggers", "keywords", "version", "updatedAt"} <= set(first)
     assert "content" not in first
 
-    skills.update_skill(workspace.engine, "git-help", content="# Git\n\nv2 body", author="ana",
-                        reason="shorter")
+    skills.update_skill(
+        workspace.engine, "git-help", content="# Git\n\nv2 body", author="ana", reason="shorter"
+    )
     r = client.get("/v1/skills/git-help", headers=auth(tokens["bot"]))
     detail = r.json()
     assert detail["version"] == 2
     assert detail["content"] == "# Git\n\nv2 body\n"
-    assert [(v["version"], v["author"]) for v in detail["versions"]] == [(1, "import"),
-                                                                         (2, "ana")]
+    assert [(v["version"], v["author"]) for v in detail["versions"]] == [(1, "import"), (2, "ana")]
     old = client.get("/v1/skills/git-help?version=1", headers=auth(tokens["bot"])).json()
     assert old["version"] == 1
     assert old["currentVersion"] == 2
@@ -98,8 +100,9 @@ def test_list_and_show_skills(client: TestClient, tokens: dict[str, str],
     assert r.json()["error"]["code"] == "project_not_found"
 
 
-def test_validation_errors_and_oversized_bodies_are_json(client: TestClient,
-                                                         tokens: dict[str, str]) -> None:
+def test_validation_errors_and_oversized_bodies_are_json(
+    client: TestClient, tokens: dict[str, str]
+) -> None:
     r = client.get("/v1/skills/git-help?version=zero", headers=auth(tokens["bot"]))
     assert r.status_code == 422
     assert r.json()["error"]["details"]["errors"][0]["field"] == "query.version"
@@ -107,8 +110,11 @@ def test_validation_errors_and_oversized_bodies_are_json(client: TestClient,
     r = client.post("/v1/skills", content=big, headers=auth(tokens["admin"]))
     assert r.status_code == 413
     assert r.json()["error"]["code"] == "input_too_large"
-    r = client.post("/v1/evals/check", content=b'{"text": "x",', headers={
-        **auth(tokens["bot"]), "content-type": "application/json"})
+    r = client.post(
+        "/v1/evals/check",
+        content=b'{"text": "x",',
+        headers={**auth(tokens["bot"]), "content-type": "application/json"},
+    )
     assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_json"
     assert "not valid JSON" in r.json()["error"]["message"]
     r = client.get("/v1/nothing-here")
@@ -126,8 +132,15 @@ def test_openapi_documents_the_routes(client: TestClient) -> None:
 
 
 def amelio(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "amelio", *args], cwd=cwd, text=True,
-                          capture_output=True, timeout=60, env=os.environ.copy(), check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "amelio", *args],
+        cwd=cwd,
+        text=True,
+        capture_output=True,
+        timeout=60,
+        env=os.environ.copy(),
+        check=False,
+    )
 
 
 @pytest.mark.slow
@@ -138,8 +151,10 @@ def test_serve_end_to_end_and_refusal_when_unmigrated(tmp_path: Path, examples: 
     ws.dispose()
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "amelio", "-w", str(tmp_path / "ws"), "serve", "--port",
-         str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [sys.executable, "-m", "amelio", "-w", str(tmp_path / "ws"), "serve", "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         base = f"http://127.0.0.1:{port}"

@@ -40,8 +40,15 @@ def test_mixed_load_stores_every_acknowledged_event(load: ModuleType, tmp_path: 
     corpus = tmp_path / "corpus.jsonl"
     queries = load.query_pool(load.write_corpus(corpus, 300), 2000)
     with FakeLLMServer(default="Use git revert.") as llm:
-        result = load.run_configuration("sqlite", 1, levels=[2], seconds=1.0, corpus=corpus,
-                                        queries=queries, llm_url=llm.openai_base_url)
+        result = load.run_configuration(
+            "sqlite",
+            1,
+            levels=[2],
+            seconds=1.0,
+            corpus=corpus,
+            queries=queries,
+            llm_url=llm.openai_base_url,
+        )
         chats_sent_to_llm = len(llm.requests)
     [step] = result.steps
     answered = Counter(s.kind for s in step.samples if s.ok)
@@ -61,8 +68,21 @@ def test_serve_with_two_workers(sqlite_workspace: Workspace, tmp_path: Path) -> 
     log = tmp_path / "serve.log"
     with log.open("wb") as out:
         server = subprocess.Popen(
-            [sys.executable, "-m", "amelio", "-w", str(sqlite_workspace.root), "serve",
-             "--port", str(port), "--workers", "2"], stdout=out, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "amelio",
+                "-w",
+                str(sqlite_workspace.root),
+                "serve",
+                "--port",
+                str(port),
+                "--workers",
+                "2",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         health = None
         workers = 0
@@ -85,13 +105,20 @@ def test_serve_with_two_workers(sqlite_workspace: Workspace, tmp_path: Path) -> 
 
 
 def test_connections_on_a_socket_bound_by_the_parent_get_tcp_nodelay(
-        sqlite_workspace: Workspace) -> None:
+    sqlite_workspace: Workspace,
+) -> None:
     """With --workers, uvicorn's parent binds the socket and asyncio leaves Nagle on
     (each keep-alive response then waits ~40 ms for a delayed ACK): the protocol
     ``amelio serve`` gives the workers turns it off itself."""
-    config = uvicorn.Config(create_app(sqlite_workspace), host="127.0.0.1", port=0,
-                            http=NoDelayH11Protocol, lifespan="off", log_config=None,
-                            access_log=False)
+    config = uvicorn.Config(
+        create_app(sqlite_workspace),
+        host="127.0.0.1",
+        port=0,
+        http=NoDelayH11Protocol,
+        lifespan="off",
+        log_config=None,
+        access_log=False,
+    )
     server = uvicorn.Server(config)
     listener = config.bind_socket()  # as the multiprocess supervisor does
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)

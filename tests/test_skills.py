@@ -32,12 +32,14 @@ keywords:
 """
 
 
-def write_skill(root: Path, name: str, text: str | None = None,
-                evals: object | None = None) -> Path:
+def write_skill(
+    root: Path, name: str, text: str | None = None, evals: object | None = None
+) -> Path:
     folder = root / name
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "SKILL.md").write_text(text if text is not None else GOOD.format(name=name),
-                                     encoding="utf-8")
+    (folder / "SKILL.md").write_text(
+        text if text is not None else GOOD.format(name=name), encoding="utf-8"
+    )
     if evals is not None:
         body = evals if isinstance(evals, str) else json.dumps(evals)
         (folder / f"{name}.evals.json").write_text(body, encoding="utf-8")
@@ -46,8 +48,10 @@ def write_skill(root: Path, name: str, text: str | None = None,
 
 def counts(ws: Workspace) -> tuple[int, int]:
     with ws.engine.connect() as conn:
-        return (conn.scalar(sa.select(sa.func.count()).select_from(skills_table)) or 0,
-                conn.scalar(sa.select(sa.func.count()).select_from(skill_versions)) or 0)
+        return (
+            conn.scalar(sa.select(sa.func.count()).select_from(skills_table)) or 0,
+            conn.scalar(sa.select(sa.func.count()).select_from(skill_versions)) or 0,
+        )
 
 
 def test_examples_import_with_evals_and_history(workspace: Workspace, examples: Path) -> None:
@@ -62,15 +66,15 @@ def test_examples_import_with_evals_and_history(workspace: Workspace, examples: 
     assert review.spec.keywords
     assert review.spec.content.startswith("#")
     assert review.spec.evals
-    assert all(r["severity"] in ("warning", "info")
-                                     for r in review.spec.evals)
+    assert all(r["severity"] in ("warning", "info") for r in review.spec.evals)
     history = skills.list_versions(workspace.engine, "code-review")
     assert [(v.version, v.author) for v in history] == [(1, "import")]
     assert str(examples.resolve()) in history[0].reason
 
 
-def test_reimport_is_a_noop_and_a_change_is_a_new_version(workspace: Workspace,
-                                                          tmp_path: Path) -> None:
+def test_reimport_is_a_noop_and_a_change_is_a_new_version(
+    workspace: Workspace, tmp_path: Path
+) -> None:
     src = tmp_path / "src"
     write_skill(src, "alpha")
     write_skill(src, "beta")
@@ -91,8 +95,9 @@ def test_reimport_is_a_noop_and_a_change_is_a_new_version(workspace: Workspace,
     assert "Be kind" in history[1].spec.content
 
 
-def test_round_trip_import_export_import_changes_nothing(workspace: Workspace, examples: Path,
-                                                         tmp_path: Path) -> None:
+def test_round_trip_import_export_import_changes_nothing(
+    workspace: Workspace, examples: Path, tmp_path: Path
+) -> None:
     skills.import_skills(workspace.engine, examples)
     before = {s.name: s.spec for s in skills.list_skills(workspace.engine)}
     out = tmp_path / "exported"
@@ -109,7 +114,8 @@ def test_round_trip_import_export_import_changes_nothing(workspace: Workspace, e
 
 def test_extra_front_matter_survives_round_trip(tmp_path: Path) -> None:
     text = GOOD.format(name="gamma").replace(
-        "keywords:", "license: MIT\nallowed-tools: [Read, Grep]\nkeywords:")
+        "keywords:", "license: MIT\nallowed-tools: [Read, Grep]\nkeywords:"
+    )
     write_skill(tmp_path / "src", "gamma", text)
     spec = skills.read_skills(tmp_path / "src")[0]
     assert spec.extra == {"license": "MIT", "allowed-tools": ["Read", "Grep"]}
@@ -120,8 +126,12 @@ def test_extra_front_matter_survives_round_trip(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "evals", "needle", "field"),
     [
-        ("---\nname: bad\ndescription: [unclosed\n---\nbody\n", None, "invalid YAML at line 3",
-         "front matter"),
+        (
+            "---\nname: bad\ndescription: [unclosed\n---\nbody\n",
+            None,
+            "invalid YAML at line 3",
+            "front matter",
+        ),
         ("---\ndescription: no name here\n---\nbody\n", None, "missing", "name"),
         ("# no front matter at all\n", None, "missing front matter", "name"),
         ("---\nname: other\n---\nbody\n", None, "does not match its folder", "name"),
@@ -131,20 +141,50 @@ def test_extra_front_matter_survives_round_trip(tmp_path: Path) -> None:
         ("---\nname: bad\ntags: !!set {a, b}\n---\n", None, "not supported", "tags"),
         ("---\nname: bad\n---\nnul \x00 byte\n", None, "NUL", None),
         ("---\nname: bad\n---\n", "{not json", "invalid JSON", None),
-        ("---\nname: bad\n---\n",
-         {"version": 1, "skill": "bad", "rules": [
-             {"id": "b-1", "name": "x", "type": "telepathy", "value": "y",
-              "severity": "warning"}]},
-         "telepathy", "type"),
-        ("---\nname: bad\n---\n",
-         {"version": 1, "skill": "bad", "rules": [
-             {"id": "b-2", "name": "x", "type": "max_length", "value": "long",
-              "severity": "warning"}]},
-         "b-2", "value"),
+        (
+            "---\nname: bad\n---\n",
+            {
+                "version": 1,
+                "skill": "bad",
+                "rules": [
+                    {
+                        "id": "b-1",
+                        "name": "x",
+                        "type": "telepathy",
+                        "value": "y",
+                        "severity": "warning",
+                    }
+                ],
+            },
+            "telepathy",
+            "type",
+        ),
+        (
+            "---\nname: bad\n---\n",
+            {
+                "version": 1,
+                "skill": "bad",
+                "rules": [
+                    {
+                        "id": "b-2",
+                        "name": "x",
+                        "type": "max_length",
+                        "value": "long",
+                        "severity": "warning",
+                    }
+                ],
+            },
+            "b-2",
+            "value",
+        ),
     ],
 )
 def test_bad_skill_files_fail_whole_import_naming_file_and_field(
-    workspace: Workspace, tmp_path: Path, text: str, evals: object, needle: str,
+    workspace: Workspace,
+    tmp_path: Path,
+    text: str,
+    evals: object,
+    needle: str,
     field: str | None,
 ) -> None:
     src = tmp_path / "src"
@@ -161,9 +201,24 @@ def test_bad_skill_files_fail_whole_import_naming_file_and_field(
 
 
 def test_eval_error_names_rule_id(tmp_path: Path) -> None:
-    write_skill(tmp_path, "bad", "---\nname: bad\n---\n", {"version": 1, "skill": "bad", "rules": [
-        {"id": "bad-007", "name": "n", "type": "regex_match", "pattern": "(unclosed",
-         "severity": "warning"}]})
+    write_skill(
+        tmp_path,
+        "bad",
+        "---\nname: bad\n---\n",
+        {
+            "version": 1,
+            "skill": "bad",
+            "rules": [
+                {
+                    "id": "bad-007",
+                    "name": "n",
+                    "type": "regex_match",
+                    "pattern": "(unclosed",
+                    "severity": "warning",
+                }
+            ],
+        },
+    )
     with pytest.raises(EvalRuleError) as info:
         skills.read_skills(tmp_path)
     assert info.value.rule_id == "bad-007"
@@ -178,16 +233,26 @@ def test_name_must_match_folder_so_names_are_unique(tmp_path: Path) -> None:
         skills.read_skills(tmp_path)
 
 
-def test_legacy_registry_supplies_triggers_and_keywords(workspace: Workspace,
-                                                        tmp_path: Path) -> None:
+def test_legacy_registry_supplies_triggers_and_keywords(
+    workspace: Workspace, tmp_path: Path
+) -> None:
     src = tmp_path / "legacy"
     write_skill(src, "deploy", "# Deploy\n\nUse blue/green.\n")  # no front matter
     write_skill(src, "review", "---\nname: review\ndescription: Reviews.\n---\nBody\n")
-    (src / "_registry.json").write_text(json.dumps({"skills": {
-        "deploy": {"triggers": ["deploy", "ship it"], "keywords": ["docker"],
-                   "description": "Deploys."},
-        "review": {"triggers": ["review"], "keywords": ["owasp"]},
-    }}))
+    (src / "_registry.json").write_text(
+        json.dumps(
+            {
+                "skills": {
+                    "deploy": {
+                        "triggers": ["deploy", "ship it"],
+                        "keywords": ["docker"],
+                        "description": "Deploys.",
+                    },
+                    "review": {"triggers": ["review"], "keywords": ["owasp"]},
+                }
+            }
+        )
+    )
     skills.import_skills(workspace.engine, src)
     deploy = skills.get_skill(workspace.engine, "deploy")
     assert deploy.spec.triggers == ("deploy", "ship it")
@@ -225,43 +290,80 @@ def test_project_fork_wins_over_global(workspace: Workspace, tmp_path: Path) -> 
         skills.fork_skill(workspace.engine, "beta", "acme", author="t")
 
 
-def test_update_project_skill_forks_the_global_one_first(workspace: Workspace,
-                                                         tmp_path: Path) -> None:
+def test_update_project_skill_forks_the_global_one_first(
+    workspace: Workspace, tmp_path: Path
+) -> None:
     write_skill(tmp_path, "alpha")
     skills.import_skills(workspace.engine, tmp_path)
     with pytest.raises(Conflict, match="version 1, not 3"):  # stale: nothing forked
-        skills.update_project_skill(workspace.engine, "alpha", "acme", content="Stale",
-                                    author="t", reason="r", expected_version=3)
+        skills.update_project_skill(
+            workspace.engine,
+            "alpha",
+            "acme",
+            content="Stale",
+            author="t",
+            reason="r",
+            expected_version=3,
+        )
     assert skills.get_skill(workspace.engine, "alpha", "acme").scope == "global"
-    changed = skills.update_project_skill(workspace.engine, "alpha", "acme", content="Mine",
-                                          author="t", reason="r", expected_version=1)
+    changed = skills.update_project_skill(
+        workspace.engine,
+        "alpha",
+        "acme",
+        content="Mine",
+        author="t",
+        reason="r",
+        expected_version=1,
+    )
     assert (changed.project, changed.version, changed.spec.content) == ("acme", 2, "Mine\n")
-    assert [e.kind for e in skills.skill_log(workspace.engine, "alpha", "acme")] == [
-        "fork", "edit"]
+    assert [e.kind for e in skills.skill_log(workspace.engine, "alpha", "acme")] == ["fork", "edit"]
     assert "Be precise" in skills.get_skill(workspace.engine, "alpha").spec.content
-    again = skills.update_project_skill(workspace.engine, "alpha", "acme", content="Again",
-                                        author="t", reason="r", expected_version=2)
+    again = skills.update_project_skill(
+        workspace.engine,
+        "alpha",
+        "acme",
+        content="Again",
+        author="t",
+        reason="r",
+        expected_version=2,
+    )
     assert (again.project, again.version) == ("acme", 3)
-    top = skills.update_project_skill(workspace.engine, "alpha", None, content="Global",
-                                      author="t", reason="r")
+    top = skills.update_project_skill(
+        workspace.engine, "alpha", None, content="Global", author="t", reason="r"
+    )
     assert (top.project, top.version) == (None, 2)
 
 
 def test_update_rollback_and_optimistic_lock(workspace: Workspace, tmp_path: Path) -> None:
     write_skill(tmp_path, "alpha")
     skills.import_skills(workspace.engine, tmp_path)
-    v2 = skills.update_skill(workspace.engine, "alpha", content="New body", author="ana",
-                             reason="clearer", expected_version=1)
+    v2 = skills.update_skill(
+        workspace.engine,
+        "alpha",
+        content="New body",
+        author="ana",
+        reason="clearer",
+        expected_version=1,
+    )
     assert v2.version == 2
     assert v2.spec.content == "New body\n"
     with pytest.raises(Conflict, match="version 2, not 1"):
-        skills.update_skill(workspace.engine, "alpha", content="Lost update", author="bob",
-                            reason="stale", expected_version=1)
+        skills.update_skill(
+            workspace.engine,
+            "alpha",
+            content="Lost update",
+            author="bob",
+            reason="stale",
+            expected_version=1,
+        )
     v3 = skills.rollback_skill(workspace.engine, "alpha", 1, author="ana")
     assert v3.version == 3
     assert "Be precise" in v3.spec.content
     assert [(v.version, v.reason) for v in skills.list_versions(workspace.engine, "alpha")] == [
-        (1, f"imported from {tmp_path.resolve()}"), (2, "clearer"), (3, "rollback to v1")]
+        (1, f"imported from {tmp_path.resolve()}"),
+        (2, "clearer"),
+        (3, "rollback to v1"),
+    ]
     with pytest.raises(SkillNotFound):
         skills.rollback_skill(workspace.engine, "alpha", 9, author="ana")
 
@@ -270,8 +372,13 @@ def test_update_with_invalid_rules_changes_nothing(workspace: Workspace, tmp_pat
     write_skill(tmp_path, "alpha")
     skills.import_skills(workspace.engine, tmp_path)
     with pytest.raises(EvalRuleError):
-        skills.update_skill(workspace.engine, "alpha", author="a", reason="r",
-                            rules=[{"id": "x", "name": "x", "type": "nope", "severity": "info"}])
+        skills.update_skill(
+            workspace.engine,
+            "alpha",
+            author="a",
+            reason="r",
+            rules=[{"id": "x", "name": "x", "type": "nope", "severity": "info"}],
+        )
     assert skills.get_skill(workspace.engine, "alpha").version == 1
     assert counts(workspace) == (1, 1)
 
@@ -283,8 +390,14 @@ def test_concurrent_updates_never_fork_history(workspace: Workspace, tmp_path: P
 
     def writer(i: int) -> None:
         try:
-            skills.update_skill(workspace.engine, "alpha", content=f"body {i}", author=f"w{i}",
-                                reason="race", expected_version=1)
+            skills.update_skill(
+                workspace.engine,
+                "alpha",
+                content=f"body {i}",
+                author=f"w{i}",
+                reason="race",
+                expected_version=1,
+            )
             outcomes.append("won")
         except Conflict:
             outcomes.append("lost")
@@ -308,12 +421,12 @@ def test_unknown_skill_and_project(workspace: Workspace) -> None:
         skills.list_skills(workspace.engine, "no-such-project")
 
 
-def test_single_skill_folder_and_file_import(workspace: Workspace, examples: Path,
-                                             tmp_path: Path) -> None:
+def test_single_skill_folder_and_file_import(
+    workspace: Workspace, examples: Path, tmp_path: Path
+) -> None:
     shutil.copytree(examples / "git-help", tmp_path / "git-help")
     assert [s.name for s in skills.read_skills(tmp_path / "git-help")] == ["git-help"]
-    assert [s.name for s in skills.read_skills(tmp_path / "git-help" / "SKILL.md")] == [
-        "git-help"]
+    assert [s.name for s in skills.read_skills(tmp_path / "git-help" / "SKILL.md")] == ["git-help"]
     with pytest.raises(SkillFileError, match="no such file"):
         skills.read_skills(tmp_path / "missing")
 
@@ -343,8 +456,11 @@ def test_same_content_is_not_a_new_version(workspace: Workspace, tmp_path: Path)
     write_skill(tmp_path, "alpha")
     skills.import_skills(workspace.engine, tmp_path)
     same = skills.get_skill(workspace.engine, "alpha").spec.content
-    assert skills.update_skill(workspace.engine, "alpha", content=same, author="a",
-                               reason="noop").version == 1
+    assert (
+        skills.update_skill(
+            workspace.engine, "alpha", content=same, author="a", reason="noop"
+        ).version
+        == 1
+    )
     with pytest.raises(InvalidInput, match="NUL"):
-        skills.update_skill(workspace.engine, "alpha", content="a\x00b", author="a",
-                            reason="r")
+        skills.update_skill(workspace.engine, "alpha", content="a\x00b", author="a", reason="r")

@@ -33,9 +33,19 @@ keywords:
 
 1. Be precise about {name}.
 """
-RULES = {"version": 1, "skill": "{name}", "rules": [
-    {"id": "r-1", "name": "Says hello", "type": "string_contains", "value": "hello",
-     "severity": "warning"}]}
+RULES = {
+    "version": 1,
+    "skill": "{name}",
+    "rules": [
+        {
+            "id": "r-1",
+            "name": "Says hello",
+            "type": "string_contains",
+            "value": "hello",
+            "severity": "warning",
+        }
+    ],
+}
 
 
 def make_source(root: Path, *names: str) -> Path:
@@ -59,8 +69,11 @@ def actions(report: SyncReport) -> dict[str, str]:
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
-    return {p.relative_to(root).as_posix(): p.read_bytes()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def edit_body(path: Path, old: str, new: str) -> str:
@@ -71,7 +84,8 @@ def edit_body(path: Path, old: str, new: str) -> str:
 
 
 def test_first_sync_writes_the_skills_and_their_rules_then_nothing(
-        seeded: Workspace, tmp_path: Path) -> None:
+    seeded: Workspace, tmp_path: Path
+) -> None:
     agent = tmp_path / "agent" / "skills"
     report = sync_skills(seeded, agent)
     assert actions(report) == {"alpha": "write", "beta": "write"}
@@ -87,12 +101,19 @@ def test_first_sync_writes_the_skills_and_their_rules_then_nothing(
 
 
 def test_an_approved_proposal_is_written_on_the_next_sync_with_rotation(
-        seeded: Workspace, tmp_path: Path) -> None:
+    seeded: Workspace, tmp_path: Path
+) -> None:
     agent = tmp_path / "agent"
     sync_skills(seeded, agent)
     old = (agent / "alpha" / "SKILL.md").read_bytes()
-    made = proposals.create_proposal(seeded, "alpha", proposed_content="# alpha\n\n1. Say hello.",
-                                     rationale="clearer", proposed_by="sage", author="sage")
+    made = proposals.create_proposal(
+        seeded,
+        "alpha",
+        proposed_content="# alpha\n\n1. Say hello.",
+        rationale="clearer",
+        proposed_by="sage",
+        author="sage",
+    )
     proposals.approve_proposal(seeded, made.id, actor="alice")
     report = sync_skills(seeded, agent)
     assert actions(report) == {"alpha": "write", "beta": "unchanged"}
@@ -105,7 +126,8 @@ def test_an_approved_proposal_is_written_on_the_next_sync_with_rotation(
 
 
 def test_a_hand_edit_becomes_a_pending_proposal_and_the_file_is_kept(
-        seeded: Workspace, tmp_path: Path) -> None:
+    seeded: Workspace, tmp_path: Path
+) -> None:
     agent = tmp_path / "agent"
     sync_skills(seeded, agent)
     path = agent / "alpha" / "SKILL.md"
@@ -114,7 +136,10 @@ def test_a_hand_edit_becomes_a_pending_proposal_and_the_file_is_kept(
     assert actions(report)["alpha"] == "propose"
     proposal = proposals.get_proposal(seeded, report.items[0].proposal_id or 0)
     assert (proposal.status, proposal.proposed_by, proposal.author) == (
-        "pending", "human", "skills sync test")
+        "pending",
+        "human",
+        "skills sync test",
+    )
     assert "2. Cite sources." in proposal.proposed_content
     assert path.read_text(encoding="utf-8") == written
     assert skills.get_skill(seeded.engine, "alpha").version == 1  # no silent change either
@@ -130,7 +155,8 @@ def test_a_hand_edit_becomes_a_pending_proposal_and_the_file_is_kept(
 
 
 def test_a_declined_edit_is_replaced_by_the_registry_and_kept_as_a_backup(
-        seeded: Workspace, tmp_path: Path) -> None:
+    seeded: Workspace, tmp_path: Path
+) -> None:
     agent = tmp_path / "agent"
     sync_skills(seeded, agent)
     path = agent / "beta" / "SKILL.md"
@@ -145,7 +171,8 @@ def test_a_declined_edit_is_replaced_by_the_registry_and_kept_as_a_backup(
 
 
 def test_a_later_save_replaces_the_sync_s_own_proposal_and_undoing_withdraws_it(
-        seeded: Workspace, tmp_path: Path) -> None:
+    seeded: Workspace, tmp_path: Path
+) -> None:
     agent = tmp_path / "agent"
     sync_skills(seeded, agent)
     path = agent / "alpha" / "SKILL.md"
@@ -160,13 +187,16 @@ def test_a_later_save_replaces_the_sync_s_own_proposal_and_undoing_withdraws_it(
     path.write_text(original, encoding="utf-8")
     undone = sync_skills(seeded, agent).items[0]
     assert (undone.action, undone.detail) == (
-        "unchanged", f"the edit was undone; proposal #{second} withdrawn")
+        "unchanged",
+        f"the edit was undone; proposal #{second} withdrawn",
+    )
     assert proposals.get_proposal(seeded, second).status == "rejected"
     assert sync_skills(seeded, agent).items[0].detail == ""
 
 
 def test_front_matter_edits_are_kept_and_reported_not_proposed(
-        seeded: Workspace, tmp_path: Path) -> None:
+    seeded: Workspace, tmp_path: Path
+) -> None:
     agent = tmp_path / "agent"
     sync_skills(seeded, agent)
     path = agent / "alpha" / "SKILL.md"
@@ -180,12 +210,20 @@ def test_front_matter_edits_are_kept_and_reported_not_proposed(
 def test_dry_run_changes_nothing(seeded: Workspace, tmp_path: Path) -> None:
     agent = tmp_path / "agent"
     assert actions(sync_skills(seeded, tmp_path / "nowhere", dry_run=True)) == {
-        "alpha": "write", "beta": "write"}
+        "alpha": "write",
+        "beta": "write",
+    }
     assert not (tmp_path / "nowhere").exists()
     sync_skills(seeded, agent)
     edit_body(agent / "alpha" / "SKILL.md", "Be precise", "Be brief")
-    made = proposals.create_proposal(seeded, "beta", proposed_content="# beta\n\nNew.",
-                                     rationale="r", proposed_by="sage", author="sage")
+    made = proposals.create_proposal(
+        seeded,
+        "beta",
+        proposed_content="# beta\n\nNew.",
+        rationale="r",
+        proposed_by="sage",
+        author="sage",
+    )
     proposals.approve_proposal(seeded, made.id, actor="alice")
     make_source(agent, "gamma")
     before, versions = snapshot(agent), [s.version for s in skills.list_skills(seeded.engine)]
@@ -199,15 +237,22 @@ def test_dry_run_changes_nothing(seeded: Workspace, tmp_path: Path) -> None:
 
 
 def test_a_malformed_skill_md_is_reported_with_file_and_field_and_the_others_sync(
-        seeded: Workspace, tmp_path: Path) -> None:
+    seeded: Workspace, tmp_path: Path
+) -> None:
     agent = tmp_path / "agent"
     sync_skills(seeded, agent)
     broken = agent / "alpha" / "SKILL.md"
     broken.write_text(broken.read_text().replace("description:", "description: [", 1))
     (agent / "gamma").mkdir()
     (agent / "gamma" / "SKILL.md").write_text("---\nname: gamma\ntriggers: one\n---\n\nBody.\n")
-    made = proposals.create_proposal(seeded, "beta", proposed_content="# beta\n\nNew.",
-                                     rationale="r", proposed_by="sage", author="sage")
+    made = proposals.create_proposal(
+        seeded,
+        "beta",
+        proposed_content="# beta\n\nNew.",
+        rationale="r",
+        proposed_by="sage",
+        author="sage",
+    )
     proposals.approve_proposal(seeded, made.id, actor="alice")
     report = sync_skills(seeded, agent)
     assert actions(report) == {"alpha": "error", "beta": "write", "gamma": "error"}
@@ -234,7 +279,8 @@ def test_a_new_folder_is_proposed_as_a_new_skill(seeded: Workspace, tmp_path: Pa
 
 
 def test_a_deleted_folder_is_reported_and_the_registry_keeps_the_skill(
-        seeded: Workspace, tmp_path: Path) -> None:
+    seeded: Workspace, tmp_path: Path
+) -> None:
     agent = tmp_path / "agent"
     sync_skills(seeded, agent)
     for entry in (agent / "beta").iterdir():
@@ -247,11 +293,18 @@ def test_a_deleted_folder_is_reported_and_the_registry_keeps_the_skill(
 
 
 def test_an_existing_folder_is_adopted_or_brought_up_to_date(
-        seeded: Workspace, tmp_path: Path) -> None:
+    seeded: Workspace, tmp_path: Path
+) -> None:
     """A first sync of a folder the skills came from: no state file yet."""
     agent = make_source(tmp_path / "agent", "alpha", "beta")
-    made = proposals.create_proposal(seeded, "beta", proposed_content="# beta\n\nNew.",
-                                     rationale="r", proposed_by="sage", author="sage")
+    made = proposals.create_proposal(
+        seeded,
+        "beta",
+        proposed_content="# beta\n\nNew.",
+        rationale="r",
+        proposed_by="sage",
+        author="sage",
+    )
     proposals.approve_proposal(seeded, made.id, actor="alice")
     report = sync_skills(seeded, agent)
     assert actions(report) == {"alpha": "adopt", "beta": "write"}
@@ -259,16 +312,28 @@ def test_an_existing_folder_is_adopted_or_brought_up_to_date(
 
 
 def test_an_interrupted_write_is_finished_by_the_next_sync(
-        seeded: Workspace, tmp_path: Path) -> None:
+    seeded: Workspace, tmp_path: Path
+) -> None:
     agent = tmp_path / "agent"
     sync_skills(seeded, agent)
-    made = proposals.create_proposal(seeded, "alpha", proposed_content="# alpha\n\nNew.",
-                                     rationale="r", proposed_by="sage", author="sage")
+    made = proposals.create_proposal(
+        seeded,
+        "alpha",
+        proposed_content="# alpha\n\nNew.",
+        rationale="r",
+        proposed_by="sage",
+        author="sage",
+    )
     proposals.approve_proposal(seeded, made.id, actor="alice")
     spec = skills.get_skill(seeded.engine, "alpha").spec
     # The process died after staging, before any rename: the journal is on disk.
-    rotation.stage_rotation(agent / "alpha", skill_md=files.render_skill_md(spec),
-                            evals_json=None, evals_name="alpha.evals.json", target_version=2)
+    rotation.stage_rotation(
+        agent / "alpha",
+        skill_md=files.render_skill_md(spec),
+        evals_json=None,
+        evals_name="alpha.evals.json",
+        target_version=2,
+    )
     assert actions(sync_skills(seeded, agent))["alpha"] == "write"
     assert not (agent / "alpha" / rotation.JOURNAL).exists()
     assert files.read_skills(agent / "alpha")[0] == spec
@@ -277,10 +342,13 @@ def test_an_interrupted_write_is_finished_by_the_next_sync(
 def test_a_project_s_view_and_its_folder(seeded: Workspace, tmp_path: Path) -> None:
     agent = tmp_path / "agent"
     skills.fork_skill(seeded.engine, "alpha", "acme", author="t")
-    skills.update_skill(seeded.engine, "alpha", project="acme", author="t", reason="r",
-                        content="# alpha for acme\n")
-    assert actions(sync_skills(seeded, agent, project="acme")) == {"alpha": "write",
-                                                                    "beta": "write"}
+    skills.update_skill(
+        seeded.engine, "alpha", project="acme", author="t", reason="r", content="# alpha for acme\n"
+    )
+    assert actions(sync_skills(seeded, agent, project="acme")) == {
+        "alpha": "write",
+        "beta": "write",
+    }
     assert "alpha for acme" in (agent / "alpha" / "SKILL.md").read_text()
     edit_body(agent / "alpha" / "SKILL.md", "alpha for acme", "alpha for acme, edited")
     report = sync_skills(seeded, agent, project="acme")
@@ -305,8 +373,15 @@ def test_watch_picks_up_an_edit(seeded: Workspace, tmp_path: Path) -> None:
 
     def run() -> None:
         try:
-            watch_skills(seeded, agent, stop_event=stop, on_report=on_report, poll_ms=500,
-                         debounce_ms=100, step_ms=20)
+            watch_skills(
+                seeded,
+                agent,
+                stop_event=stop,
+                on_report=on_report,
+                poll_ms=500,
+                debounce_ms=100,
+                step_ms=20,
+            )
         except BaseException as exc:  # surfaced in the test thread below
             errors.append(exc)
 
@@ -335,7 +410,9 @@ def test_cli_sync_json_dry_run_and_errors(seeded: Workspace, tmp_path: Path) -> 
     done = runner.invoke(main, [*ws, "skills", "sync", str(agent), "--json"])
     assert done.exit_code == 0, done.output
     assert {i["skill"]: i["action"] for i in json.loads(done.output)["items"]} == {
-        "alpha": "write", "beta": "write"}
+        "alpha": "write",
+        "beta": "write",
+    }
     (agent / "alpha" / "SKILL.md").write_text("no front matter\n")
     bad = runner.invoke(main, [*ws, "skills", "sync", str(agent)])
     assert bad.exit_code == 1 and "SKILL.md" in bad.output

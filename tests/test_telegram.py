@@ -45,8 +45,9 @@ def server() -> Iterator[FakeTelegramServer]:
         yield fake
 
 
-def _configured(base: Workspace, examples: Path, server: FakeTelegramServer,
-                monkeypatch: pytest.MonkeyPatch) -> Workspace:
+def _configured(
+    base: Workspace, examples: Path, server: FakeTelegramServer, monkeypatch: pytest.MonkeyPatch
+) -> Workspace:
     """The example skills, and settings that point the bot and the notifier at the fake."""
     skills.import_skills(base.engine, examples)
     monkeypatch.setenv("AMELIO_TELEGRAM_TOKEN", TOKEN)
@@ -55,8 +56,12 @@ def _configured(base: Workspace, examples: Path, server: FakeTelegramServer,
 
 
 @pytest.fixture
-def ws(sqlite_workspace: Workspace, examples: Path, server: FakeTelegramServer,
-       monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
+def ws(
+    sqlite_workspace: Workspace,
+    examples: Path,
+    server: FakeTelegramServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Workspace]:
     """On SQLite: what the bot does is the same on both databases; the races, whose
     outcome is each database's to decide, run on both (``any_ws``)."""
     configured = _configured(sqlite_workspace, examples, server, monkeypatch)
@@ -65,8 +70,12 @@ def ws(sqlite_workspace: Workspace, examples: Path, server: FakeTelegramServer,
 
 
 @pytest.fixture
-def any_ws(workspace: Workspace, examples: Path, server: FakeTelegramServer,
-           monkeypatch: pytest.MonkeyPatch) -> Iterator[Workspace]:
+def any_ws(
+    workspace: Workspace,
+    examples: Path,
+    server: FakeTelegramServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Workspace]:
     configured = _configured(workspace, examples, server, monkeypatch)
     yield configured
     configured.dispose()
@@ -86,7 +95,8 @@ def last(server: FakeTelegramServer, chat_id: int, count: int) -> SentMessage:
 
 
 def test_an_unlinked_chat_gets_the_instruction_and_nothing_else(
-        ws: Workspace, server: FakeTelegramServer) -> None:
+    ws: Workspace, server: FakeTelegramServer
+) -> None:
     provider = ScriptedProvider(default=SAFE)
     with BotThread(ws, provider=provider):
         server.user_message(4242, "git push rejected")
@@ -101,17 +111,22 @@ def test_an_unlinked_chat_gets_the_instruction_and_nothing_else(
         assert conn.execute(sa.text("SELECT count(*) FROM interactions")).scalar() == 0
 
 
-def test_an_invite_links_one_chat_once_and_expires(ws: Workspace,
-                                                   server: FakeTelegramServer) -> None:
+def test_an_invite_links_one_chat_once_and_expires(
+    ws: Workspace, server: FakeTelegramServer
+) -> None:
     _, code = links.create_invite(ws, project="default", role="user")
     _, stale = links.create_invite(ws, project="default", role="admin")
     with ws.engine.begin() as conn:  # as if a day had passed since it was printed
-        conn.execute(telegram_invites.update().where(telegram_invites.c.role == "admin")
-                     .values(expires_at=utcnow() - timedelta(minutes=1)))
+        conn.execute(
+            telegram_invites.update()
+            .where(telegram_invites.c.role == "admin")
+            .values(expires_at=utcnow() - timedelta(minutes=1))
+        )
     with BotThread(ws):
         server.user_message(10, f"/start {code}")
-        assert last(server, 10, 1).text.startswith("Linked: this chat is in project default "
-                                                   "as user.")
+        assert last(server, 10, 1).text.startswith(
+            "Linked: this chat is in project default as user."
+        )
         server.user_message(11, f"/start {code}")  # the same code, from another chat
         assert "already used" in last(server, 11, 1).text
         server.user_message(12, f"/start {stale}")
@@ -156,7 +171,8 @@ def test_invite_checks_its_input(ws: Workspace) -> None:
 
 
 def test_an_answer_has_footnotes_and_buttons_and_a_fix_becomes_a_learning(
-        ws: Workspace, server: FakeTelegramServer) -> None:
+    ws: Workspace, server: FakeTelegramServer
+) -> None:
     def slow_force(request: LLMRequest) -> str:
         time.sleep(0.5)  # long enough for "typing…" to show
         return FORCE
@@ -180,11 +196,16 @@ def test_an_answer_has_footnotes_and_buttons_and_a_fix_becomes_a_learning(
         server.wait_for(lambda: len(server.callback_answers) >= 1)
         server.press_button(USER_CHAT, answer.message_id, up)
         server.wait_for(lambda: len(server.callback_answers) >= 2)
-        assert [a.text for a in server.callback_answers] == ["Thanks: 👎 recorded.",
-                                                             "Changed to 👍."]
+        assert [a.text for a in server.callback_answers] == [
+            "Thanks: 👎 recorded.",
+            "Changed to 👍.",
+        ]
         with ws.engine.connect() as conn:
-            votes = conn.execute(sa.select(feedback.c.kind).where(
-                feedback.c.interaction_id == interaction_id, feedback.c.channel == "vote")).all()
+            votes = conn.execute(
+                sa.select(feedback.c.kind).where(
+                    feedback.c.interaction_id == interaction_id, feedback.c.channel == "vote"
+                )
+            ).all()
         assert [v.kind for v in votes] == ["up"]
 
         # Fix It asks; the reply is the correction, and so a learning.
@@ -192,8 +213,11 @@ def test_an_answer_has_footnotes_and_buttons_and_a_fix_becomes_a_learning(
         question = last(server, USER_CHAT, sent + 2)
         assert question.text.startswith(f"🛠️ Fix #{interaction_id}:")
         assert question.reply_markup is not None and question.reply_markup["force_reply"]
-        server.user_message(USER_CHAT, "Never force-push: use --force-with-lease.",
-                            reply_to_message_id=question.message_id)
+        server.user_message(
+            USER_CHAT,
+            "Never force-push: use --force-with-lease.",
+            reply_to_message_id=question.message_id,
+        )
         thanks = last(server, USER_CHAT, sent + 3)
         assert thanks.text == "Thanks, learned: Never force-push: use --force-with-lease."
         [learned] = [item for item in learnings.list_learnings(ws) if item.source == "fixit"]
@@ -207,15 +231,18 @@ def test_an_answer_has_footnotes_and_buttons_and_a_fix_becomes_a_learning(
 
 
 def test_a_long_answer_is_split_without_breaking_its_code_block(
-        ws: Workspace, server: FakeTelegramServer) -> None:
+    ws: Workspace, server: FakeTelegramServer
+) -> None:
     code = "\n".join(f"print('line {n}')  # {'x' * 40}" for n in range(150))
     long_answer = "Here is the script.\n\n```python\n" + code + "\n```\n\nRun it. " * 1
     with BotThread(ws, provider=ScriptedProvider(default=long_answer)):
         link(server, ws, USER_CHAT)
         before = len(server.messages_to(USER_CHAT))
         server.user_message(USER_CHAT, "write me a script")
-        server.wait_for(lambda: any(m.reply_markup for m in server.messages_to(USER_CHAT)
-                                    [before:]), what="the last part, with the buttons")
+        server.wait_for(
+            lambda: any(m.reply_markup for m in server.messages_to(USER_CHAT)[before:]),
+            what="the last part, with the buttons",
+        )
     parts = server.messages_to(USER_CHAT)[before:]
     assert len(parts) >= 2  # the fake refuses a message over 4,096 characters
     assert all(p.raw_text.count("```") % 2 == 0 for p in parts)  # every fence closed
@@ -225,7 +252,8 @@ def test_a_long_answer_is_split_without_breaking_its_code_block(
 
 
 def test_the_llm_down_gets_a_short_message_and_the_bot_goes_on(
-        ws: Workspace, server: FakeTelegramServer) -> None:
+    ws: Workspace, server: FakeTelegramServer
+) -> None:
     def down(request: LLMRequest) -> str:
         raise LLMUnavailable("The LLM provider is unreachable.")
 
@@ -241,8 +269,7 @@ def test_the_llm_down_gets_a_short_message_and_the_bot_goes_on(
         assert last(server, USER_CHAT, sent + 2).callback_data  # answered, with buttons
 
 
-def test_a_429_is_waited_out_as_telegram_asks(ws: Workspace,
-                                              server: FakeTelegramServer) -> None:
+def test_a_429_is_waited_out_as_telegram_asks(ws: Workspace, server: FakeTelegramServer) -> None:
     with BotThread(ws, provider=ScriptedProvider(default=SAFE)):
         link(server, ws, USER_CHAT)
         sent = len(server.messages_to(USER_CHAT))
@@ -263,13 +290,17 @@ def _admin_setup(ws: Workspace, server: FakeTelegramServer, *chats: int) -> None
 
 
 def _card(server: FakeTelegramServer, chat_id: int) -> SentMessage:
-    return server.wait_for(lambda: next((m for m in server.messages_to(chat_id)
-                                         if m.text.startswith("Proposal #")), None),
-                           what=f"a proposal card in chat {chat_id}")
+    return server.wait_for(
+        lambda: next(
+            (m for m in server.messages_to(chat_id) if m.text.startswith("Proposal #")), None
+        ),
+        what=f"a proposal card in chat {chat_id}",
+    )
 
 
 def test_an_admin_card_approves_a_new_version_and_rotates_skill_md(
-        ws: Workspace, server: FakeTelegramServer) -> None:
+    ws: Workspace, server: FakeTelegramServer
+) -> None:
     with BotThread(ws, provider=ScriptedProvider(default=SAFE)):
         _admin_setup(ws, server, ADMIN_CHAT)
         link(server, ws, USER_CHAT)  # a user chat gets no report
@@ -280,13 +311,18 @@ def test_an_admin_card_approves_a_new_version_and_rotates_skill_md(
         summary = server.messages_to(ADMIN_CHAT)[-2]
         assert "1 new proposal" in summary.text and "git-help" in summary.text
         assert f"Proposal #{made['id']}" in card.text and "Benchmark: not run" in card.text
-        assert card.callback_data == [f"p:approve:{made['id']}", f"p:reject:{made['id']}",
-                                      f"p:diff:{made['id']}", f"p:bench:{made['id']}"]
+        assert card.callback_data == [
+            f"p:approve:{made['id']}",
+            f"p:reject:{made['id']}",
+            f"p:diff:{made['id']}",
+            f"p:bench:{made['id']}",
+        ]
         before = skills.get_skill(ws.engine, "git-help", "default").version
         server.press_button(ADMIN_CHAT, card.message_id, f"p:approve:{made['id']}")
-        server.wait_for(lambda: any(m.edited and "Approved" in m.text
-                                    for m in server.messages_to(ADMIN_CHAT)),
-                        what="the card showing the approval")
+        server.wait_for(
+            lambda: any(m.edited and "Approved" in m.text for m in server.messages_to(ADMIN_CHAT)),
+            what="the card showing the approval",
+        )
     proposal = props.get_proposal(ws, made["id"])
     assert proposal.status == "approved"
     assert proposal.decided_by and proposal.decided_by.startswith(f"telegram:{ADMIN_CHAT}")
@@ -296,7 +332,8 @@ def test_an_admin_card_approves_a_new_version_and_rotates_skill_md(
 
 
 def test_two_admins_approving_at_once_get_one_winner(
-        any_ws: Workspace, server: FakeTelegramServer) -> None:
+    any_ws: Workspace, server: FakeTelegramServer
+) -> None:
     ws = any_ws
     with BotThread(ws, provider=ScriptedProvider(default=SAFE)):
         _admin_setup(ws, server, ADMIN_CHAT, OTHER_ADMIN)
@@ -306,19 +343,30 @@ def test_two_admins_approving_at_once_get_one_winner(
         server.press_button(ADMIN_CHAT, first.message_id, data)
         server.press_button(OTHER_ADMIN, second.message_id, data)
         server.wait_for(lambda: len(server.callback_answers) >= 2)
-        loser = server.wait_for(lambda: next(
-            (m for chat in (ADMIN_CHAT, OTHER_ADMIN) for m in server.messages_to(chat)
-             if m.text.startswith(f"#{made['id']}:")), None), what="the 409 reason")
+        loser = server.wait_for(
+            lambda: next(
+                (
+                    m
+                    for chat in (ADMIN_CHAT, OTHER_ADMIN)
+                    for m in server.messages_to(chat)
+                    if m.text.startswith(f"#{made['id']}:")
+                ),
+                None,
+            ),
+            what="the 409 reason",
+        )
     answers = sorted(a.text or "" for a in server.callback_answers)
     assert len([a for a in answers if a.startswith("Approved")]) == 1
     assert "not pending" in loser.text or "already" in loser.text
     versions = skills.list_versions(ws.engine, "git-help", "default")
-    assert [v.version for v in versions].count(props.get_proposal(ws, made["id"])
-                                               .result_version) == 1
+    assert [v.version for v in versions].count(
+        props.get_proposal(ws, made["id"]).result_version
+    ) == 1
 
 
 def test_reject_asks_for_a_reason_and_skip_rejects_without_one(
-        ws: Workspace, server: FakeTelegramServer) -> None:
+    ws: Workspace, server: FakeTelegramServer
+) -> None:
     with BotThread(ws, provider=ScriptedProvider(default=SAFE)):
         _admin_setup(ws, server, ADMIN_CHAT)
         [made] = run_improve(ws).proposals
@@ -341,8 +389,7 @@ def test_reject_asks_for_a_reason_and_skip_rejects_without_one(
     assert proposal.decided_by and proposal.decided_by.startswith(f"telegram:{ADMIN_CHAT}")
 
 
-def test_a_user_chat_cannot_press_admin_buttons(ws: Workspace,
-                                                server: FakeTelegramServer) -> None:
+def test_a_user_chat_cannot_press_admin_buttons(ws: Workspace, server: FakeTelegramServer) -> None:
     with BotThread(ws, provider=ScriptedProvider(default=SAFE)):
         _admin_setup(ws, server, ADMIN_CHAT)
         link(server, ws, USER_CHAT)
@@ -351,45 +398,55 @@ def test_a_user_chat_cannot_press_admin_buttons(ws: Workspace,
         server.user_message(USER_CHAT, "git push rejected")
         answer = last(server, USER_CHAT, sent + 1)
         # A modified client can send any callback data with a press in its own chat.
-        server.press_button(USER_CHAT, answer.message_id, f"p:approve:{made['id']}",
-                            strict=False)
+        server.press_button(USER_CHAT, answer.message_id, f"p:approve:{made['id']}", strict=False)
         server.wait_for(lambda: server.callback_answers, what="the refusal")
     assert "Only an admin chat" in (server.callback_answers[0].text or "")
     assert props.get_proposal(ws, made["id"]).status == "pending"
 
 
 def test_the_webhook_takes_updates_only_with_the_secret(
-        ws: Workspace, server: FakeTelegramServer) -> None:
+    ws: Workspace, server: FakeTelegramServer
+) -> None:
     app = create_app(ws)
     provider = ScriptedProvider(default=SAFE)
     # The URL is known once the server listens, so Telegram is told by hand here.
-    app.include_router(webhook_router(ws, "https://bot.example/tg/hook", provider=provider,
-                                      register=False))
+    app.include_router(
+        webhook_router(ws, "https://bot.example/tg/hook", provider=provider, register=False)
+    )
     with ThreadedServer(app, lifespan="on") as live:
         import httpx
 
-        update = {"update_id": 1, "message": {
-            "message_id": 1, "date": 0, "chat": {"id": 77, "type": "private"},
-            "from": {"id": 77, "is_bot": False, "first_name": "Ada"}, "text": "hello"}}
-        forged = httpx.post(f"{live.url}/tg/hook", json=update,
-                            headers={SECRET_HEADER: "guess"})
+        update = {
+            "update_id": 1,
+            "message": {
+                "message_id": 1,
+                "date": 0,
+                "chat": {"id": 77, "type": "private"},
+                "from": {"id": 77, "is_bot": False, "first_name": "Ada"},
+                "text": "hello",
+            },
+        }
+        forged = httpx.post(f"{live.url}/tg/hook", json=update, headers={SECRET_HEADER: "guess"})
         assert forged.status_code == 403
         missing = httpx.post(f"{live.url}/tg/hook", json=update)
         assert missing.status_code == 403
         server.add_chat(77)
-        ok = httpx.post(f"{live.url}/tg/hook", json=update,
-                        headers={SECRET_HEADER: webhook_secret(TOKEN)})
+        ok = httpx.post(
+            f"{live.url}/tg/hook", json=update, headers={SECRET_HEADER: webhook_secret(TOKEN)}
+        )
         assert ok.status_code == 200
         [said] = server.wait_for_message(77)
-        bad = httpx.post(f"{live.url}/tg/hook", content=b"[1, 2",
-                         headers={SECRET_HEADER: webhook_secret(TOKEN)})
+        bad = httpx.post(
+            f"{live.url}/tg/hook", content=b"[1, 2", headers={SECRET_HEADER: webhook_secret(TOKEN)}
+        )
         assert bad.status_code == 400
     assert said.text == UNLINKED
     assert len(server.messages_to(77)) == 1  # the forged updates were never handled
 
 
 def test_cli_run_without_or_with_a_wrong_token_says_why(
-        tmp_path: Path, server: FakeTelegramServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, server: FakeTelegramServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     runner = CliRunner()
     assert runner.invoke(main, ["init", str(tmp_path / "w")]).exit_code == 0
     done = runner.invoke(main, ["-w", str(tmp_path / "w"), "telegram", "run"])
@@ -421,8 +478,9 @@ def test_cli_invite_chats_and_unlink(ws: Workspace, server: FakeTelegramServer) 
     assert gone.exit_code == 1 and "not linked" in gone.output
 
 
-def test_allowed_chats_keep_others_out(ws: Workspace, server: FakeTelegramServer,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_allowed_chats_keep_others_out(
+    ws: Workspace, server: FakeTelegramServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AMELIO_TELEGRAM_ALLOWED_CHATS", f"{USER_CHAT}")
     allowed = open_workspace(ws.root)
     try:
@@ -437,21 +495,33 @@ def test_allowed_chats_keep_others_out(ws: Workspace, server: FakeTelegramServer
 
 
 def test_cli_webhook_mode_checks_the_token_before_serving(
-        tmp_path: Path, server: FakeTelegramServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, server: FakeTelegramServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     runner = CliRunner()
     assert runner.invoke(main, ["init", str(tmp_path / "w")]).exit_code == 0
     monkeypatch.setenv("AMELIO_TELEGRAM_TOKEN", "999:wrong")
     monkeypatch.setenv("AMELIO_TELEGRAM_API_URL", server.url)
-    done = runner.invoke(main, ["-w", str(tmp_path / "w"), "telegram", "run", "--webhook",
-                                "https://bot.example/hook", "--port", "1"])
+    done = runner.invoke(
+        main,
+        [
+            "-w",
+            str(tmp_path / "w"),
+            "telegram",
+            "run",
+            "--webhook",
+            "https://bot.example/hook",
+            "--port",
+            "1",
+        ],
+    )
     assert done.exit_code == 1 and "refused AMELIO_TELEGRAM_TOKEN" in done.output
-    done = runner.invoke(main, ["-w", str(tmp_path / "w"), "telegram", "run", "--webhook",
-                                "ftp://bot.example/hook"])
+    done = runner.invoke(
+        main, ["-w", str(tmp_path / "w"), "telegram", "run", "--webhook", "ftp://bot.example/hook"]
+    )
     assert done.exit_code == 1 and "is not an http(s) URL" in done.output
 
 
-def test_the_commands_say_what_their_names_say(ws: Workspace,
-                                               server: FakeTelegramServer) -> None:
+def test_the_commands_say_what_their_names_say(ws: Workspace, server: FakeTelegramServer) -> None:
     with BotThread(ws, provider=ScriptedProvider(default=FORCE)):
         link(server, ws, USER_CHAT)
         n = len(server.messages_to(USER_CHAT))
@@ -468,8 +538,7 @@ def test_the_commands_say_what_their_names_say(ws: Workspace,
         server.user_message(USER_CHAT, "/quality")
         assert "• git-help: 0% passed (0/1)" in last(server, USER_CHAT, n + 5).text
         server.user_message(USER_CHAT, "/project")
-        assert last(server, USER_CHAT, n + 6).text == ("This chat is in project default as "
-                                                      "user.")
+        assert last(server, USER_CHAT, n + 6).text == ("This chat is in project default as user.")
         server.user_message(USER_CHAT, "/help")
         helped = last(server, USER_CHAT, n + 7).text
         assert "/learnings" in helped and "admin chat" not in helped
@@ -478,7 +547,8 @@ def test_the_commands_say_what_their_names_say(ws: Workspace,
 
 
 def test_run_benchmark_from_a_card_sends_the_verdict_card(
-        ws: Workspace, server: FakeTelegramServer) -> None:
+    ws: Workspace, server: FakeTelegramServer
+) -> None:
     def llm(request: LLMRequest) -> str:
         if "ANSWER A:" in request.messages[-1].content:  # the judge
             return '{"score_a": 4, "score_b": 8, "reason": "B is safer"}'
@@ -489,14 +559,29 @@ def test_run_benchmark_from_a_card_sends_the_verdict_card(
         [made] = run_improve(ws).proposals
         card = _card(server, ADMIN_CHAT)
         server.press_button(ADMIN_CHAT, card.message_id, f"p:bench:{made['id']}")
-        verdict = server.wait_for(lambda: next(
-            (m for m in server.messages_to(ADMIN_CHAT)
-             if m.text.startswith(f"Benchmark of proposal #{made['id']}")), None),
-            timeout=30, what="the benchmark's summary")
-        new_card = server.wait_for(lambda: next(
-            (m for m in server.messages_to(ADMIN_CHAT)[::-1] if m.text.startswith("Proposal #")
-             and "Benchmark: not run" not in m.text), None), what="the card with its badge")
+        verdict = server.wait_for(
+            lambda: next(
+                (
+                    m
+                    for m in server.messages_to(ADMIN_CHAT)
+                    if m.text.startswith(f"Benchmark of proposal #{made['id']}")
+                ),
+                None,
+            ),
+            timeout=30,
+            what="the benchmark's summary",
+        )
+        new_card = server.wait_for(
+            lambda: next(
+                (
+                    m
+                    for m in server.messages_to(ADMIN_CHAT)[::-1]
+                    if m.text.startswith("Proposal #") and "Benchmark: not run" not in m.text
+                ),
+                None,
+            ),
+            what="the card with its badge",
+        )
     assert "git-help" in verdict.text
-    assert "Benchmark: " in new_card.text and new_card.callback_data[0] == \
-        f"p:approve:{made['id']}"
+    assert "Benchmark: " in new_card.text and new_card.callback_data[0] == f"p:approve:{made['id']}"
     assert server.callback_answers[-1].text == "Benchmark started: the verdict arrives here."

@@ -177,17 +177,15 @@ def test_inline_code_keeps_backslashes_and_backticks() -> None:
 
 
 def test_markdown_constructs() -> None:
-    source = (
-        "# Deploy *now*\n"
-        "Run **the build** then *check* _it_.\n"
-        "- first\n"
-        "* second\n"
-        "1. third"
-    )
+    source = "# Deploy *now*\nRun **the build** then *check* _it_.\n- first\n* second\n1. third"
     text, entities = parse_markdown_v2(to_markdown_v2(source))
     assert text == "Deploy now\nRun the build then check it.\n• first\n• second\n1. third"
-    assert entities == [("bold", "Deploy now", ""), ("bold", "the build", ""),
-                        ("italic", "check", ""), ("italic", "it", "")]
+    assert entities == [
+        ("bold", "Deploy now", ""),
+        ("bold", "the build", ""),
+        ("italic", "check", ""),
+        ("italic", "it", ""),
+    ]
 
 
 def test_unclosed_fence_is_plain_text() -> None:
@@ -201,18 +199,21 @@ def test_empty_code_is_plain_text() -> None:
     assert parse_markdown_v2(to_markdown_v2("a ` ` b")) == ("a ` ` b", [])
 
 
-@pytest.mark.parametrize(("source", "text", "entities"), [
-    ("**bold", "**bold", []),
-    ("a ** b ** c", "a ** b ** c", []),
-    ("***", "***", []),
-    ("**a *b* c**", "a b c", [("bold", "a b c", "")]),
-    ("*a **b* c**", "a **b c**", [("italic", "a **b", "")]),
-    ("***both***", "both", [("bold", "both", "")]),
-    ("2*3*4 and snake_case_name and __init__", "2*3*4 and snake_case_name and __init__", []),
-    ("*a*_b_", "ab", [("italic", "a", "")]),  # "_a__b_" would open an underline
-    ("**a**, **b.**", "a, b.", [("bold", "a", ""), ("bold", "b.", "")]),
-    ("**a****b**", "a****b", [("bold", "a****b", "")]),  # a run of four is literal
-])
+@pytest.mark.parametrize(
+    ("source", "text", "entities"),
+    [
+        ("**bold", "**bold", []),
+        ("a ** b ** c", "a ** b ** c", []),
+        ("***", "***", []),
+        ("**a *b* c**", "a b c", [("bold", "a b c", "")]),
+        ("*a **b* c**", "a **b c**", [("italic", "a **b", "")]),
+        ("***both***", "both", [("bold", "both", "")]),
+        ("2*3*4 and snake_case_name and __init__", "2*3*4 and snake_case_name and __init__", []),
+        ("*a*_b_", "ab", [("italic", "a", "")]),  # "_a__b_" would open an underline
+        ("**a**, **b.**", "a, b.", [("bold", "a", ""), ("bold", "b.", "")]),
+        ("**a****b**", "a****b", [("bold", "a****b", "")]),  # a run of four is literal
+    ],
+)
 def test_stars_and_underscores(source: str, text: str, entities: list[Entity]) -> None:
     assert parse_markdown_v2(to_markdown_v2(source)) == (text, entities)
 
@@ -220,10 +221,14 @@ def test_stars_and_underscores(source: str, text: str, entities: list[Entity]) -
 def test_link_with_a_parenthesis_in_the_url() -> None:
     md = to_markdown_v2("See [Foo](https://en.wikipedia.org/wiki/Foo_(bar)).")
     assert parse_markdown_v2(md) == (
-        "See Foo.", [("link", "Foo", "https://en.wikipedia.org/wiki/Foo_(bar)")])
+        "See Foo.",
+        [("link", "Foo", "https://en.wikipedia.org/wiki/Foo_(bar)")],
+    )
 
 
-@pytest.mark.parametrize("url", ["javascript:alert(1)", "tg://user?id=1", "/docs/a.md", "ftp://x.io"])
+@pytest.mark.parametrize(
+    "url", ["javascript:alert(1)", "tg://user?id=1", "/docs/a.md", "ftp://x.io"]
+)
 def test_non_http_link_is_plain_text(url: str) -> None:
     source = f"Open [**this**]({url}) now."
     assert parse_markdown_v2(to_markdown_v2(source)) == (source, [])
@@ -321,10 +326,49 @@ def test_blank_and_bad_limits() -> None:
 # -- properties ---------------------------------------------------------------------------------
 
 TOKENS = [
-    "a", "b", "word", " ", " ", "\n", "\n\n", "\t", "\r\n", "*", "**", "_", "__", "`", "```",
-    "```py\n", "\n```\n", "    ```\n", "[", "]", "(", ")", "[t](https://x.io/a_(b))", "[t](ftp://x)",
-    "# ", "- ", "* ", "\\", ".", "!", "-", "#", ">", "|", "~", "{", "}", "=", "+", "😀", "é",
-    "\u200d", "---",
+    "a",
+    "b",
+    "word",
+    " ",
+    " ",
+    "\n",
+    "\n\n",
+    "\t",
+    "\r\n",
+    "*",
+    "**",
+    "_",
+    "__",
+    "`",
+    "```",
+    "```py\n",
+    "\n```\n",
+    "    ```\n",
+    "[",
+    "]",
+    "(",
+    ")",
+    "[t](https://x.io/a_(b))",
+    "[t](ftp://x)",
+    "# ",
+    "- ",
+    "* ",
+    "\\",
+    ".",
+    "!",
+    "-",
+    "#",
+    ">",
+    "|",
+    "~",
+    "{",
+    "}",
+    "=",
+    "+",
+    "😀",
+    "é",
+    "\u200d",
+    "---",
 ]
 markdown = st.lists(st.sampled_from(TOKENS), max_size=60).map("".join)
 texts = st.one_of(markdown, st.text(max_size=60))

@@ -38,15 +38,11 @@ def server(_shared_server: FakeLLMServer) -> FakeLLMServer:
 
 
 def claude(server: FakeLLMServer, **options: object) -> anthropic.Anthropic:
-    return anthropic.Anthropic(
-        api_key="test-key", base_url=server.anthropic_base_url, **options
-    )
+    return anthropic.Anthropic(api_key="test-key", base_url=server.anthropic_base_url, **options)
 
 
 def gpt(server: FakeLLMServer, **options: object) -> openai.OpenAI:
-    return openai.OpenAI(
-        api_key="test-key", base_url=server.openai_base_url, **options
-    )
+    return openai.OpenAI(api_key="test-key", base_url=server.openai_base_url, **options)
 
 
 # -- Anthropic -------------------------------------------------------------------
@@ -121,8 +117,9 @@ def test_anthropic_raw_sse_includes_ping_and_usage(server: FakeLLMServer) -> Non
 
 def test_anthropic_requires_a_key_and_a_version(server: FakeLLMServer) -> None:
     body = {"model": MODEL, "max_tokens": 5, "messages": USER}
-    no_key = httpx.post(f"{server.url}/v1/messages", json=body,
-                        headers={"anthropic-version": "2023-06-01"})
+    no_key = httpx.post(
+        f"{server.url}/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"}
+    )
     assert no_key.status_code == 401
     assert no_key.json()["type"] == "error"
     assert no_key.json()["error"]["type"] == "authentication_error"
@@ -155,13 +152,19 @@ def test_anthropic_429_then_success_through_sdk_retries(
     retries = [r.headers["x-stainless-retry-count"] for r in server.requests]
     assert retries == ["0", "1"]
     # The SDK waited what retry-after said, not its own backoff (0.375 s or more).
-    waits = [r.args[-1] for r in caplog.records
-             if isinstance(r.args, tuple) and str(r.msg).startswith("Retrying request")]
+    waits = [
+        r.args[-1]
+        for r in caplog.records
+        if isinstance(r.args, tuple) and str(r.msg).startswith("Retrying request")
+    ]
     assert waits == [pytest.approx(0.01)]
 
     server.fail(429, retry_after=0.01)
-    limited = httpx.post(f"{server.url}/v1/messages", json={"messages": USER},
-                         headers={"x-api-key": "k", "anthropic-version": "2023-06-01"})
+    limited = httpx.post(
+        f"{server.url}/v1/messages",
+        json={"messages": USER},
+        headers={"x-api-key": "k", "anthropic-version": "2023-06-01"},
+    )
     assert limited.status_code == 429
     assert limited.headers["retry-after"] == "0.01"
 
@@ -329,8 +332,7 @@ def test_stream_delivers_the_first_delta_before_the_last_is_produced(protocol: s
     # In lockstep, the server makes delta n+1 only once the client holds delta n; a
     # server that buffered the answer never lets the client see delta 1 while it
     # waits, so the wait gives up (once) and the count says so.
-    with FakeLLMServer(replies=[answer]) as fake, \
-            fake.lockstep(lambda: len(arrivals)) as produced:
+    with FakeLLMServer(replies=[answer]) as fake, fake.lockstep(lambda: len(arrivals)) as produced:
         if protocol == "anthropic":
             with claude(fake).messages.stream(model=MODEL, max_tokens=9, messages=USER) as s:
                 for text in s.text_stream:
@@ -370,7 +372,10 @@ def test_fake_claude_cli_prints_the_json_result_and_records_the_call(tmp_path: P
     cli = write_fake_claude_cli(tmp_path / "bin", reply="Paris.")
     done = subprocess.run(
         [str(cli), "-p", "Capital of France?", "--output-format", "json", "--model", "sonnet"],
-        capture_output=True, text=True, check=True, timeout=10,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=10,
     )
     result = json.loads(done.stdout)
     assert result["type"] == "result"
@@ -386,8 +391,14 @@ def test_fake_claude_cli_prints_the_json_result_and_records_the_call(tmp_path: P
 
     [call] = read_fake_claude_calls(cli)
     assert call["prompt"] == "Capital of France?"
-    assert call["argv"] == ["-p", "Capital of France?", "--output-format", "json",
-                            "--model", "sonnet"]
+    assert call["argv"] == [
+        "-p",
+        "Capital of France?",
+        "--output-format",
+        "json",
+        "--model",
+        "sonnet",
+    ]
     assert call["options"]["--model"] == "sonnet"
 
 
@@ -395,7 +406,11 @@ def test_fake_claude_cli_reads_the_prompt_from_stdin(tmp_path: Path) -> None:
     cli = write_fake_claude_cli(tmp_path)
     done = subprocess.run(
         [str(cli), "-p", "--output-format", "json"],
-        input="a long prompt\nover lines", capture_output=True, text=True, check=True, timeout=10,
+        input="a long prompt\nover lines",
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=10,
     )
     assert json.loads(done.stdout)["result"] == "OK"
     text = subprocess.run([str(cli), "-p", "hi"], capture_output=True, text=True, timeout=10)
@@ -407,8 +422,12 @@ def test_fake_claude_cli_reads_the_prompt_from_stdin(tmp_path: Path) -> None:
 
 def test_fake_claude_cli_failure_exit_code_and_stderr(tmp_path: Path) -> None:
     cli = write_fake_claude_cli(tmp_path, exit_code=2, stderr="Error: not logged in\n")
-    done = subprocess.run([str(cli), "-p", "hi", "--output-format", "json"],
-                          capture_output=True, text=True, timeout=10)
+    done = subprocess.run(
+        [str(cli), "-p", "hi", "--output-format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
     assert done.returncode == 2
     assert done.stderr == "Error: not logged in\n"
     assert done.stdout == ""

@@ -41,12 +41,23 @@ from browser_support import launch_chromium, wait_for, workspace_with
 STATIC = Path(__file__).resolve().parent.parent / "src" / "amelio" / "web" / "static"
 
 DOCS = [
-    {"_id": "reset", "title": "Reset your password", "text": "Open settings, choose "
-     "security, then reset the password. A reset link arrives by email."},
-    {"_id": "sso", "title": "Single sign-on", "text": "Sign in with your company account; "
-     "the password is managed by your identity provider."},
-    {"_id": "expire", "title": "Password expiry", "text": "Passwords expire after 90 days; "
-     "you are asked to choose a new password."},
+    {
+        "_id": "reset",
+        "title": "Reset your password",
+        "text": "Open settings, choose "
+        "security, then reset the password. A reset link arrives by email.",
+    },
+    {
+        "_id": "sso",
+        "title": "Single sign-on",
+        "text": "Sign in with your company account; "
+        "the password is managed by your identity provider.",
+    },
+    {
+        "_id": "expire",
+        "title": "Password expiry",
+        "text": "Passwords expire after 90 days; you are asked to choose a new password.",
+    },
     {"_id": "invoice", "title": "Download an invoice", "text": "Invoices are under billing."},
 ]
 
@@ -102,23 +113,35 @@ class Recorder:
         self.busy = 0
         self.quiet_since = time.monotonic()
 
-    async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[Any]],
-                       send: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
-        if scope["type"] != "http" or scope["path"] != "/v1/feedback/events" \
-                or scope["method"] != "POST":
+    async def __call__(
+        self,
+        scope: dict[str, Any],
+        receive: Callable[[], Awaitable[Any]],
+        send: Callable[[dict[str, Any]], Awaitable[None]],
+    ) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["path"] != "/v1/feedback/events"
+            or scope["method"] != "POST"
+        ):
             await self.app(scope, receive, send)
             return
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-        call: dict[str, Any] = {"at": time.monotonic(), "query": scope["query_string"].decode(),
-                                "authorization": "authorization" in headers,
-                                "type": headers.get("content-type", ""), "status": None,
-                                "headers": {}}
+        call: dict[str, Any] = {
+            "at": time.monotonic(),
+            "query": scope["query_string"].decode(),
+            "authorization": "authorization" in headers,
+            "type": headers.get("content-type", ""),
+            "status": None,
+            "headers": {},
+        }
 
         async def record(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 call["status"] = message["status"]
-                call["headers"] = {k.decode().lower(): v.decode()
-                                   for k, v in message.get("headers", [])}
+                call["headers"] = {
+                    k.decode().lower(): v.decode() for k, v in message.get("headers", [])
+                }
             await send(message)
 
         self.busy += 1
@@ -133,7 +156,8 @@ class Recorder:
         """Wait until nothing has come for ``quiet`` seconds (a closing page's beacon)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and (
-                self.busy or time.monotonic() - self.quiet_since < quiet):
+            self.busy or time.monotonic() - self.quiet_since < quiet
+        ):
             time.sleep(0.05)
 
 
@@ -148,8 +172,11 @@ def page_app(cfg: dict[str, Any]) -> Starlette:
         if request.query_params.get("session"):
             body["sessionId"] = request.query_params["session"]
         async with httpx.AsyncClient() as client:
-            r = await client.post(f"{cfg['amelio']}/v1/search", json=body,
-                                  headers={"Authorization": f"Bearer {cfg['bot']}"})
+            r = await client.post(
+                f"{cfg['amelio']}/v1/search",
+                json=body,
+                headers={"Authorization": f"Bearer {cfg['bot']}"},
+            )
         r.raise_for_status()
         cfg["served"].append((time.monotonic(), r.json()["queryId"]))
         return JSONResponse(r.json())
@@ -157,18 +184,23 @@ def page_app(cfg: dict[str, Any]) -> Starlette:
     async def doc(request: Request) -> HTMLResponse:
         return HTMLResponse(f"<p>{request.path_params['doc']}</p>")
 
-    return Starlette(routes=[Route("/search", page), Route("/api/search", search),
-                             Route("/doc/{doc}", doc)])
+    return Starlette(
+        routes=[Route("/search", page), Route("/api/search", search), Route("/doc/{doc}", doc)]
+    )
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory, chromium: str
-         ) -> Iterator[dict[str, Any]]:
+def site(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("client-js")
     cfg: dict[str, Any] = {"served": []}
     with ThreadedServer(page_app(cfg)) as page_server:
-        ws = workspace_with(root / "ws", cors_origins=page_server.url, search_thompson=0.0,
-                            search_exploration=0.0, warm_up=False)
+        ws = workspace_with(
+            root / "ws",
+            cors_origins=page_server.url,
+            search_thompson=0.0,
+            search_exploration=0.0,
+            warm_up=False,
+        )
         docs = root / "docs.jsonl"
         docs.write_text("".join(json.dumps(d) + "\n" for d in DOCS), encoding="utf-8")
         workspace_corpus(ws.settings).import_file(docs)
@@ -178,9 +210,15 @@ def site(tmp_path_factory: pytest.TempPathFactory, chromium: str
         recorder = Recorder(app)
         with ThreadedServer(recorder) as amelio_server:
             cfg["amelio"] = amelio_server.url
-            yield {"page": page_server.url, "amelio": amelio_server.url, "ws": ws, "app": app,
-                   "recorder": recorder, "client_key_id": client_key.id,
-                   "served": cfg["served"]}
+            yield {
+                "page": page_server.url,
+                "amelio": amelio_server.url,
+                "ws": ws,
+                "app": app,
+                "recorder": recorder,
+                "client_key_id": client_key.id,
+                "served": cfg["served"],
+            }
         ws.dispose()
 
 
@@ -211,9 +249,15 @@ def stored(site: dict[str, Any], since: float) -> list[dict[str, Any]]:
     """Stored feedback events about the searches served since ``since``, oldest first."""
     queries = [q for at, q in site["served"] if at >= since]
     with site["ws"].engine.connect() as conn:
-        rows = conn.execute(sa.select(feedback_events)
-                            .where(feedback_events.c.query_id.in_(queries))
-                            .order_by(feedback_events.c.seq)).mappings().all()
+        rows = (
+            conn.execute(
+                sa.select(feedback_events)
+                .where(feedback_events.c.query_id.in_(queries))
+                .order_by(feedback_events.c.seq)
+            )
+            .mappings()
+            .all()
+        )
     return [{**row, "event": json.loads(row["payload"])} for row in rows]
 
 
@@ -258,8 +302,9 @@ def test_nothing_leaves_the_page_before_consent(context: Any, site: dict[str, An
 
 
 @pytest.mark.slow
-def test_click_leave_and_return_sends_the_click_and_its_dwell(context: Any,
-                                                              site: dict[str, Any]) -> None:
+def test_click_leave_and_return_sends_the_click_and_its_dwell(
+    context: Any, site: dict[str, Any]
+) -> None:
     ws, since = site["ws"], time.monotonic()
     page = open_search(context, site, "reset password", consent="granted")
     response = page.evaluate("window.last")
@@ -273,8 +318,9 @@ def test_click_leave_and_return_sends_the_click_and_its_dwell(context: Any,
     page.go_back()
     page.wait_for_selector("body[data-ready]")
     back = time.monotonic()
-    rows = wait_for(lambda: [r for r in stored(site, since)
-                             if r["event_type"] == "result_dwell_time"])
+    rows = wait_for(
+        lambda: [r for r in stored(site, since) if r["event_type"] == "result_dwell_time"]
+    )
     assert rows, page.evaluate("window.errors")
     events = {r["event_type"]: r for r in stored(site, since)}
     assert set(events) == {"result_clicked", "result_dwell_time"}  # clicked: no abandonment
@@ -287,14 +333,18 @@ def test_click_leave_and_return_sends_the_click_and_its_dwell(context: Any,
     assert 1500 <= dwell <= (back - started) * 1000 + 100
     # The search ran in the same tab session, so events and impression join.
     with ws.engine.connect() as conn:
-        shown = conn.execute(sa.select(search_impressions.c.session_hash).where(
-            search_impressions.c.query_id == response["queryId"])).scalar_one()
+        shown = conn.execute(
+            sa.select(search_impressions.c.session_hash).where(
+                search_impressions.c.query_id == response["queryId"]
+            )
+        ).scalar_one()
     assert shown is not None and events["result_clicked"]["session_hash"] == shown
 
 
 @pytest.mark.slow
-def test_the_last_events_leave_with_sendbeacon_on_pagehide(context: Any,
-                                                           site: dict[str, Any]) -> None:
+def test_the_last_events_leave_with_sendbeacon_on_pagehide(
+    context: Any, site: dict[str, Any]
+) -> None:
     since = time.monotonic()
     # A minute between flushes: only the page going away can send these.
     page = open_search(context, site, "password", consent="granted", flush="60000")
@@ -308,11 +358,17 @@ def test_the_last_events_leave_with_sendbeacon_on_pagehide(context: Any,
     page.goto(f"{site['page']}/doc/elsewhere")  # pagehide: results seen, none clicked
     rows = wait_for(lambda: len(stored(site, since)) >= 4 and stored(site, since))
     assert sorted(r["event_type"] for r in rows) == [
-        "query_abandoned", "result_hidden", "result_pinned", "vote_up"]
+        "query_abandoned",
+        "result_hidden",
+        "result_pinned",
+        "vote_up",
+    ]
     by_type = {r["event_type"]: r for r in rows}
     assert by_type["vote_up"]["doc_id"] == docs[0]
     assert (by_type["result_pinned"]["doc_id"], by_type["result_pinned"]["rank_shown"]) == (
-        docs[1], 2)
+        docs[1],
+        2,
+    )
     assert by_type["result_hidden"]["event"]["hide"] == {"reason": "outdated"}
     # The recorder notes a call once the app has answered it, which is after its rows
     # are stored: wait for the note too.
@@ -351,14 +407,17 @@ def test_a_429_is_retried_after_its_retry_after(context: Any, site: dict[str, An
 
 
 @pytest.mark.slow
-def test_do_not_track_and_global_privacy_control_send_nothing(browser: Any,
-                                                              site: dict[str, Any]) -> None:
+def test_do_not_track_and_global_privacy_control_send_nothing(
+    browser: Any, site: dict[str, Any]
+) -> None:
     since = time.monotonic()
-    signals = {"doNotTrack": "Object.defineProperty(Navigator.prototype, 'doNotTrack', "
-                             "{get: () => '1', configurable: true})",
-               "globalPrivacyControl": "Object.defineProperty(Navigator.prototype, "
-                                       "'globalPrivacyControl', {get: () => true, "
-                                       "configurable: true})"}
+    signals = {
+        "doNotTrack": "Object.defineProperty(Navigator.prototype, 'doNotTrack', "
+        "{get: () => '1', configurable: true})",
+        "globalPrivacyControl": "Object.defineProperty(Navigator.prototype, "
+        "'globalPrivacyControl', {get: () => true, "
+        "configurable: true})",
+    }
     contexts = []
     for name, script in signals.items():
         ctx = browser.new_context()
@@ -367,7 +426,10 @@ def test_do_not_track_and_global_privacy_control_send_nothing(browser: Any,
         contexts.append(ctx)
         page = open_search(ctx, site, "reset password", consent="granted")
         assert page.evaluate("[amelio.consent, amelio.blockedBy, amelio.sessionId]") == [
-            "denied", name, None]
+            "denied",
+            name,
+            None,
+        ]
         page.evaluate("amelio.setConsent('granted')")  # the signal still wins
         page.locator("#results li").first.locator("button").click()
         page.evaluate("amelio.flush()")
@@ -391,8 +453,9 @@ def test_do_not_track_and_global_privacy_control_send_nothing(browser: Any,
 
 
 @pytest.mark.slow
-def test_the_next_query_reports_reformulation_and_abandonment(context: Any,
-                                                              site: dict[str, Any]) -> None:
+def test_the_next_query_reports_reformulation_and_abandonment(
+    context: Any, site: dict[str, Any]
+) -> None:
     since = time.monotonic()
     page = open_search(context, site, "reset password", consent="granted")
     first = page.evaluate("window.last.queryId")
@@ -402,8 +465,11 @@ def test_the_next_query_reports_reformulation_and_abandonment(context: Any,
     rows = wait_for(lambda: len(stored(site, since)) >= 3 and stored(site, since))
     second = page.evaluate("window.last.queryId")
     got = sorted((r["event_type"], r["query_id"] == first) for r in rows)
-    assert got == [("query_abandoned", False), ("query_abandoned", True),
-                   ("query_reformulated", True)]
+    assert got == [
+        ("query_abandoned", False),
+        ("query_abandoned", True),
+        ("query_reformulated", True),
+    ]
     reformulated = next(r for r in rows if r["event_type"] == "query_reformulated")
     assert reformulated["event"]["outcome"] == {"reformulatedAfter": True}
     assert all(r["query_id"] != second for r in rows)  # the current query is still open
@@ -411,7 +477,8 @@ def test_the_next_query_reports_reformulation_and_abandonment(context: Any,
 
 @pytest.mark.slow
 def test_a_result_read_in_another_tab_dwells_until_the_results_show_again(
-        context: Any, site: dict[str, Any]) -> None:
+    context: Any, site: dict[str, Any]
+) -> None:
     """Ctrl+click opens the result in a tab of its own; the results page goes hidden while
     the person reads it. Headless Chromium keeps every page visible, so the page's
     visibility is set by hand here (the browser's own events drive the other tests)."""
@@ -436,8 +503,10 @@ def test_a_result_read_in_another_tab_dwells_until_the_results_show_again(
     page.evaluate("amelio.flush()")
     rows = wait_for(lambda: len(stored(site, since)) >= 2 and stored(site, since))
     dwell = rows[1]["event"]
-    assert (dwell["eventType"], dwell["result"]) == ("result_dwell_time",
-                                                     {"docId": doc, "rankShown": 3})
+    assert (dwell["eventType"], dwell["result"]) == (
+        "result_dwell_time",
+        {"docId": doc, "rankShown": 3},
+    )
     assert 1000 <= dwell["outcome"]["dwellMs"] <= (shown - hidden) * 1000 + 100
     calls = [c for c in feedback_calls(site, since) if c["status"] == 202]
     assert len(calls) == 2 and all(c["authorization"] and not c["query"] for c in calls)
@@ -470,17 +539,24 @@ def test_static_amelio_js_and_its_types_are_served(sqlite_workspace: Workspace) 
 
 
 def test_a_client_key_may_come_as_a_query_parameter_only_for_events(
-        sqlite_workspace: Workspace) -> None:
+    sqlite_workspace: Workspace,
+) -> None:
     ws = sqlite_workspace
-    token = {role: keys.create_key(ws.engine, name=role, role=role)[1]
-             for role in ("client", "bot", "admin")}
+    token = {
+        role: keys.create_key(ws.engine, name=role, role=role)[1]
+        for role in ("client", "bot", "admin")
+    }
     signer = Collector(ws).signer
     with TestClient(create_app(ws)) as client:
+
         def send(params: dict[str, str], headers: dict[str, str] | None = None) -> Any:
             body = json.dumps(example_event("result_clicked", signer=signer))
-            return client.post("/v1/feedback/events", params=params, content=body,
-                               headers={"Content-Type": "text/plain;charset=UTF-8",
-                                        **(headers or {})})
+            return client.post(
+                "/v1/feedback/events",
+                params=params,
+                content=body,
+                headers={"Content-Type": "text/plain;charset=UTF-8", **(headers or {})},
+            )
 
         r = send({"key": token["client"]})
         assert r.status_code == 202 and r.json()["accepted"] == 1
@@ -497,25 +573,33 @@ def test_a_client_key_may_come_as_a_query_parameter_only_for_events(
         assert r.status_code == 401
         h = {"Authorization": f"Bearer {token['client']}"}
         for method, path, body in (
-                ("GET", "/v1/skills", None), ("POST", "/v1/chat", {"message": "hi"}),
-                ("POST", "/v1/search", {"query": "x"}), ("GET", "/v1/feedback/stats", None),
-                ("GET", "/v1/learnings", None)):
+            ("GET", "/v1/skills", None),
+            ("POST", "/v1/chat", {"message": "hi"}),
+            ("POST", "/v1/search", {"query": "x"}),
+            ("GET", "/v1/feedback/stats", None),
+            ("GET", "/v1/learnings", None),
+        ):
             r = client.request(method, path, headers=h, json=body)
             assert r.status_code == 403, (path, r.text)
             assert r.json()["error"]["code"] == "forbidden"
 
 
 def test_cors_is_off_by_default_and_on_for_the_configured_origins(
-        sqlite_workspace: Workspace) -> None:
-    preflight = {"Origin": "https://shop.example", "Access-Control-Request-Method": "POST",
-                 "Access-Control-Request-Headers": "authorization,content-type"}
+    sqlite_workspace: Workspace,
+) -> None:
+    preflight = {
+        "Origin": "https://shop.example",
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization,content-type",
+    }
     with TestClient(create_app(sqlite_workspace)) as client:
         r = client.options("/v1/feedback/events", headers=preflight)
         assert "access-control-allow-origin" not in r.headers
         r = client.get("/static/amelio.js", headers={"Origin": "https://shop.example"})
         assert "access-control-allow-origin" not in r.headers
-    with _client_app(sqlite_workspace,
-                     cors_origins="https://shop.example, http://127.0.0.1:8080") as client:
+    with _client_app(
+        sqlite_workspace, cors_origins="https://shop.example, http://127.0.0.1:8080"
+    ) as client:
         r = client.options("/v1/feedback/events", headers=preflight)
         assert r.status_code == 200
         assert r.headers["access-control-allow-origin"] == "https://shop.example"
@@ -524,17 +608,20 @@ def test_cors_is_off_by_default_and_on_for_the_configured_origins(
         assert "access-control-allow-credentials" not in r.headers  # keys, never cookies
         r = client.get("/static/amelio.js", headers={"Origin": "http://127.0.0.1:8080"})
         assert r.headers["access-control-allow-origin"] == "http://127.0.0.1:8080"
-        r = client.post("/v1/feedback/events", headers={"Origin": "https://shop.example"},
-                        content=b"[]")
+        r = client.post(
+            "/v1/feedback/events", headers={"Origin": "https://shop.example"}, content=b"[]"
+        )
         assert r.status_code == 401  # CORS opens the door to the browser, not to the API
         assert r.headers["access-control-expose-headers"] == "Retry-After"
-        r = client.options("/v1/feedback/events", headers=preflight | {
-            "Origin": "https://evil.example"})
+        r = client.options(
+            "/v1/feedback/events", headers=preflight | {"Origin": "https://evil.example"}
+        )
         assert r.headers.get("access-control-allow-origin") != "https://evil.example"
 
 
-@pytest.mark.parametrize("value", ["https://shop.example/", "shop.example",
-                                   "https://a.example https://b.example"])
+@pytest.mark.parametrize(
+    "value", ["https://shop.example/", "shop.example", "https://a.example https://b.example"]
+)
 def test_a_cors_origin_is_scheme_host_and_port(value: str, tmp_path: Path) -> None:
     from amelio.errors import ConfigError
 

@@ -35,9 +35,13 @@ def brain(request: FakeRequest) -> str:
         return json.dumps(["git push rejected after a rebase", "how do I undo a push"])
     if "judge" in request.system:
         a, b = request.prompt.split("ANSWER A:\n", 1)[1].split("\n\nANSWER B:\n", 1)
-        return json.dumps({"score_a": 9 if "lease" in a else 3,
-                           "score_b": 9 if "lease" in b else 3,
-                           "reason": "the answer with --force-with-lease is safe"})
+        return json.dumps(
+            {
+                "score_a": 9 if "lease" in a else 3,
+                "score_b": 9 if "lease" in b else 3,
+                "reason": "the answer with --force-with-lease is safe",
+            }
+        )
     if "knowledge notebook" in request.system:
         return "Open the self-service portal and choose Reset. [1]"
     if "amelio:improvements" in request.system:
@@ -46,15 +50,19 @@ def brain(request: FakeRequest) -> str:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory, chromium: str
-         ) -> Iterator[dict[str, Any]]:
+def site(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("dash")
     llm = FakeLLMServer(default=brain).start()
-    env = {"AMELIO_LLM_PROVIDER": "openai", "AMELIO_LLM_BASE_URL": llm.openai_base_url,
-           "AMELIO_LLM_MODEL": "fake", "AMELIO_LLM_MAX_RETRIES": "0",
-           # The browser's Accept-Language picks the language (each context sets its locale);
-           # no sync worker, so the knowledge test decides when the queue is drained.
-           "AMELIO_UI_LANGUAGE": "auto", "AMELIO_KNOWLEDGE_WORKER": "false"}
+    env = {
+        "AMELIO_LLM_PROVIDER": "openai",
+        "AMELIO_LLM_BASE_URL": llm.openai_base_url,
+        "AMELIO_LLM_MODEL": "fake",
+        "AMELIO_LLM_MAX_RETRIES": "0",
+        # The browser's Accept-Language picks the language (each context sets its locale);
+        # no sync worker, so the knowledge test decides when the queue is drained.
+        "AMELIO_UI_LANGUAGE": "auto",
+        "AMELIO_KNOWLEDGE_WORKER": "false",
+    }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     ws, _ = init_workspace(root / "ws")
@@ -66,8 +74,10 @@ def site(tmp_path_factory: pytest.TempPathFactory, chromium: str
     run_improve(ws, notify=False)
     ws.dispose()
     ws = open_workspace(root / "ws")
-    tokens = {role: keys.create_key(ws.engine, name=f"{role}-user", role=role)[1]
-              for role in ("admin", "bot")}
+    tokens = {
+        role: keys.create_key(ws.engine, name=f"{role}-user", role=role)[1]
+        for role in ("admin", "bot")
+    }
     with ThreadedServer(create_app(ws)) as server:
         yield {"server.url": server.url, "tokens": tokens, "ws": ws}
     ws.dispose()
@@ -147,8 +157,12 @@ def test_review_cycle_in_the_browser(page: Any, site: dict[str, Any], tmp_path: 
     page.get_by_role("link", name="Content", exact=True).click()
     assert page.locator("#version option").count() == 2
 
-    for path, name in (("/quality", "quality"), ("/learnings", "learnings"),
-                       ("/interactions", "interactions"), ("/search", "search")):
+    for path, name in (
+        ("/quality", "quality"),
+        ("/learnings", "learnings"),
+        ("/interactions", "interactions"),
+        ("/search", "search"),
+    ):
         page.goto(site["base"] + path)
         assert page.locator("h1").count() == 1
         if name == "search":
@@ -166,36 +180,42 @@ def test_review_cycle_in_the_browser(page: Any, site: dict[str, Any], tmp_path: 
     assert page.locator("article.proposal").first.is_visible()
 
 
-def test_non_admin_sees_no_controls_and_forged_posts_fail(page: Any, site: dict[str, Any]
-                                                          ) -> None:
+def test_non_admin_sees_no_controls_and_forged_posts_fail(page: Any, site: dict[str, Any]) -> None:
     login(page, site, "bot")
     page.goto(f"{site['base']}/skills/deployment?tab=prs")
     assert page.locator("article.proposal").count() >= 1
     assert page.get_by_role("button", name="Approve").count() == 0
     assert page.get_by_role("button", name="Sage analyze").count() == 0
     cookies = {c["name"]: c["value"] for c in page.context.cookies()}
-    pending = httpx.get(f"{site['base']}/v1/proposals?status=pending", headers={
-        "Authorization": f"Bearer {site['tokens']['bot']}"}).json()["proposals"]
+    pending = httpx.get(
+        f"{site['base']}/v1/proposals?status=pending",
+        headers={"Authorization": f"Bearer {site['tokens']['bot']}"},
+    ).json()["proposals"]
     pid = pending[0]["id"]
     # A bot session: refused even with its own valid CSRF token.
     csrf = page.locator("input[name=csrf]").first.get_attribute("value")
-    r = httpx.post(f"{site['base']}/proposals/{pid}/approve", cookies=cookies,
-                   data={"csrf": csrf})
+    r = httpx.post(f"{site['base']}/proposals/{pid}/approve", cookies=cookies, data={"csrf": csrf})
     assert r.status_code == 403
     # An admin session without the form's CSRF token (a forged cross-site POST).
     ws = site["ws"]
     admin_key = next(k for k in keys.list_keys(ws.engine) if k.role == "admin")
-    forged = {COOKIE: dump_session(ws.settings, key_id=admin_key.id, role="admin",
-                                   name=admin_key.name)}
-    r = httpx.post(f"{site['base']}/proposals/{pid}/approve", cookies=forged,
-                   data={"csrf": "x"})
+    forged = {
+        COOKIE: dump_session(ws.settings, key_id=admin_key.id, role="admin", name=admin_key.name)
+    }
+    r = httpx.post(f"{site['base']}/proposals/{pid}/approve", cookies=forged, data={"csrf": "x"})
     assert r.status_code == 403
     # A cookie signed with another key is no session at all.
-    r = httpx.get(f"{site['base']}/skills", cookies={COOKIE: "e30.deadbeef"},
-                  follow_redirects=False)
+    r = httpx.get(
+        f"{site['base']}/skills", cookies={COOKIE: "e30.deadbeef"}, follow_redirects=False
+    )
     assert r.status_code == 303 and "/login" in r.headers["location"]
-    assert httpx.get(f"{site['base']}/v1/proposals/{pid}", headers={
-        "Authorization": f"Bearer {site['tokens']['bot']}"}).json()["status"] == "pending"
+    assert (
+        httpx.get(
+            f"{site['base']}/v1/proposals/{pid}",
+            headers={"Authorization": f"Bearer {site['tokens']['bot']}"},
+        ).json()["status"]
+        == "pending"
+    )
 
 
 def _broken_indexer(source: knowledge.Source) -> Any:
@@ -208,16 +228,18 @@ def _dead_letter(ws: Any, source: knowledge.Source) -> None:
     moves it to the dead letters."""
     knowledge.enqueue(ws, "support", [source])
     start, step = datetime.now(UTC), count()
-    report = knowledge.drain(ws, indexer=_broken_indexer,
-                             clock=lambda: start + timedelta(seconds=10 * next(step)))
+    report = knowledge.drain(
+        ws, indexer=_broken_indexer, clock=lambda: start + timedelta(seconds=10 * next(step))
+    )
     assert report.dead == [source.source_id]
 
 
 def _as(page: Any, locale: str, cookies: list[Any]) -> Any:
     """A new page in a browser context with ``locale`` (its Accept-Language) and the
     session ``cookies``."""
-    context = page.context.browser.new_context(viewport={"width": 1280, "height": 900},
-                                               locale=locale)
+    context = page.context.browser.new_context(
+        viewport={"width": 1280, "height": 900}, locale=locale
+    )
     context.add_cookies(cookies)
     other = context.new_page()
     other.set_default_timeout(15_000)
@@ -229,23 +251,40 @@ def test_knowledge_page_in_the_browser(page: Any, site: dict[str, Any], tmp_path
     ws = site["ws"]
     raw = tmp_path / "raw"
     raw.mkdir()
-    (raw / "vpn.md").write_text("# VPN password reset\n\nTo reset the VPN password, open the "
-                                "self-service portal and choose Reset.\n", encoding="utf-8")
+    (raw / "vpn.md").write_text(
+        "# VPN password reset\n\nTo reset the VPN password, open the "
+        "self-service portal and choose Reset.\n",
+        encoding="utf-8",
+    )
     knowledge.create_notebook(ws, "support")
     knowledge.sync_folder(ws, raw, "support")
     assert knowledge.drain(ws).indexed == ["vpn.md"]
     t0 = datetime(2026, 5, 1, 10, tzinfo=UTC)
-    _dead_letter(ws, knowledge.Source("T-1042", "Refunds are paid back within five days.", t0,
-                                      kind="ticket", title="Refund delay"))
+    _dead_letter(
+        ws,
+        knowledge.Source(
+            "T-1042",
+            "Refunds are paid back within five days.",
+            t0,
+            kind="ticket",
+            title="Refund delay",
+        ),
+    )
 
     login(page, site, "admin")
     page.get_by_role("link", name="Knowledge").click()
     page.wait_for_url(re.compile(r".*/knowledge\?project=default"))
     row = page.locator("tr[data-notebook=support]")
-    health = {cell: row.locator(f"td.{cell}").inner_text()
-              for cell in ("sources", "chunks", "pending", "dead", "last-sync")}
+    health = {
+        cell: row.locator(f"td.{cell}").inner_text()
+        for cell in ("sources", "chunks", "pending", "dead", "last-sync")
+    }
     assert (health["sources"], health["chunks"], health["pending"], health["dead"]) == (
-        "1", "1", "0", "1")
+        "1",
+        "1",
+        "0",
+        "1",
+    )
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", health["last-sync"])
     row.get_by_role("link", name="support").click()
     page.wait_for_url(re.compile(r".*/knowledge/support\?.*"))
@@ -274,15 +313,25 @@ def test_knowledge_page_in_the_browser(page: Any, site: dict[str, Any], tmp_path
     dead.get_by_role("button", name="Retry").click()
     assert "is back in the queue" in page.locator(".flash").inner_text()
     shown = page.get_by_test_id("notebook-health")
-    assert (shown.locator("dd.pending").inner_text(), shown.locator("dd.dead").inner_text()
-            ) == ("1", "0")
+    assert (shown.locator("dd.pending").inner_text(), shown.locator("dd.dead").inner_text()) == (
+        "1",
+        "0",
+    )
     assert page.locator("table.dead-letters").count() == 0
     assert knowledge.failures(ws, notebook="support") == []
     assert knowledge.drain(ws).indexed == ["T-1042"]  # the retried job indexes now
 
     # In French: the same page, its health, a question, and Retry for the admin only.
-    _dead_letter(ws, knowledge.Source("T-2001", "Les factures partent le premier du mois.",
-                                      t0, kind="ticket", title="Factures"))
+    _dead_letter(
+        ws,
+        knowledge.Source(
+            "T-2001",
+            "Les factures partent le premier du mois.",
+            t0,
+            kind="ticket",
+            title="Factures",
+        ),
+    )
     fr = _as(page, "fr-FR", page.context.cookies())
     fr.goto(f"{site['base']}/skills")
     fr.get_by_role("link", name="Connaissances").click()
@@ -290,7 +339,9 @@ def test_knowledge_page_in_the_browser(page: Any, site: dict[str, Any], tmp_path
     assert "Lettres mortes" in fr.locator("table.notebooks thead").inner_text()
     row = fr.locator("tr[data-notebook=support]")
     assert (row.locator("td.sources").inner_text(), row.locator("td.dead").inner_text()) == (
-        "2", "1")
+        "2",
+        "1",
+    )
     row.get_by_role("link", name="support").click()
     fr.get_by_label("Question").fill("mot de passe VPN")
     fr.get_by_role("button", name="Demander").click()

@@ -27,8 +27,7 @@ keywords: [policy, money back]
 
 
 def login(client: TestClient, token: str) -> str:
-    r = client.post("/login", data={"api_key": token, "next": "/skills"},
-                    follow_redirects=False)
+    r = client.post("/login", data={"api_key": token, "next": "/skills"}, follow_redirects=False)
     assert r.status_code == 303
     page = client.get("/skills").text
     match = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
@@ -36,12 +35,14 @@ def login(client: TestClient, token: str) -> str:
     return match.group(1)
 
 
-def test_new_skill_proposals_are_reviewed_on_the_skills_page(sqlite_workspace: Workspace,
-                                                             examples: Path) -> None:
+def test_new_skill_proposals_are_reviewed_on_the_skills_page(
+    sqlite_workspace: Workspace, examples: Path
+) -> None:
     ws = sqlite_workspace
     skills.import_skills(ws.engine, examples)
-    proposal = props.create_skill_proposal(ws, NEW_SKILL, rationale="from the wiki",
-                                           proposed_by="generator", author="generator")
+    proposal = props.create_skill_proposal(
+        ws, NEW_SKILL, rationale="from the wiki", proposed_by="generator", author="generator"
+    )
     _, admin = keys.create_key(ws.engine, name="ana", role="admin")
     with TestClient(create_app(ws)) as client:
         assert client.get("/skills", follow_redirects=False).status_code == 303
@@ -50,8 +51,9 @@ def test_new_skill_proposals_are_reviewed_on_the_skills_page(sqlite_workspace: W
         assert "refund-policy" in page and "from the wiki" in page
         r = client.post(f"/proposals/{proposal.id}/approve", data={"csrf": "wrong"})
         assert r.status_code == 403
-        r = client.post(f"/proposals/{proposal.id}/approve", data={"csrf": csrf},
-                        follow_redirects=False)
+        r = client.post(
+            f"/proposals/{proposal.id}/approve", data={"csrf": csrf}, follow_redirects=False
+        )
         assert r.status_code == 303 and "/skills/refund-policy" in r.headers["location"]
     assert skills.get_skill(ws.engine, "refund-policy").version == 1
 
@@ -69,19 +71,25 @@ def test_revoking_a_key_ends_its_session(sqlite_workspace: Workspace) -> None:
         assert r.status_code == 401 and "not valid" in r.text
 
 
-def test_search_page_shows_scores_and_signals_without_logging(sqlite_workspace: Workspace,
-                                                              tmp_path: Path) -> None:
+def test_search_page_shows_scores_and_signals_without_logging(
+    sqlite_workspace: Workspace, tmp_path: Path
+) -> None:
     from amelio.feedback import Collector
     from amelio.search import Corpus, Searcher, aggregate
     from test_search import DOCS, click_events, write_jsonl
 
     ws = sqlite_workspace
     Corpus.for_workspace(ws.settings.data_dir).import_file(
-        write_jsonl(tmp_path / "docs.jsonl", DOCS))
+        write_jsonl(tmp_path / "docs.jsonl", DOCS)
+    )
     response = Searcher(ws, background_aggregation=False).search(
-        "password", profile="hybrid_with_feedback")
-    Collector(ws).ingest(click_events(response, "expire", "s1") + click_events(
-        response, "sso", "s2", dwell_ms=1_000), rate_limit=False)
+        "password", profile="hybrid_with_feedback"
+    )
+    Collector(ws).ingest(
+        click_events(response, "expire", "s1")
+        + click_events(response, "sso", "s2", dwell_ms=1_000),
+        rate_limit=False,
+    )
     aggregate(ws)
     _, admin = keys.create_key(ws.engine, name="ana", role="admin")
     _, bot = keys.create_key(ws.engine, name="bob", role="bot")
@@ -97,15 +105,20 @@ def test_search_page_shows_scores_and_signals_without_logging(sqlite_workspace: 
         row = re.search(r"<code>expire</code>.*?</tr>", text, re.S)
         assert row and re.search(r'class="up">\+0\.\d+', row.group(0))
         assert _impressions(ws) == before  # looking taught nothing
-        bad = client.get("/search", params={"q": "password", "alpha": "2",
-                                            "profile": "hybrid"})
+        bad = client.get("/search", params={"q": "password", "alpha": "2", "profile": "hybrid"})
         assert bad.status_code == 200 and "alpha is the semantic weight" in bad.text
         junk = client.get("/search", params={"q": "password", "alpha": "lots"})
         assert "alpha is a number" in junk.text
         empty = client.get("/search", params={"q": "?!"})
         assert "The query is empty" in empty.text
-        client.post("/logout", data={"csrf": re.search(
-            r'name="csrf" value="([0-9a-f]+)"', client.get("/skills").text).group(1)})
+        client.post(
+            "/logout",
+            data={
+                "csrf": re.search(
+                    r'name="csrf" value="([0-9a-f]+)"', client.get("/skills").text
+                ).group(1)
+            },
+        )
         login(client, bot)
         as_bot = client.get("/search", params={"q": "password"}).text
         assert "Password expiry" in as_bot and "Bounces" not in as_bot
@@ -121,14 +134,22 @@ def _impressions(ws: Workspace) -> int:
 
 
 def test_a_notification_link_opens_the_proposal_after_signing_in(
-        sqlite_workspace: Workspace, examples: Path) -> None:
+    sqlite_workspace: Workspace, examples: Path
+) -> None:
     ws = sqlite_workspace
     skills.import_skills(ws.engine, examples)
     git = skills.get_skill(ws.engine, "git-help")
-    proposal = props.create_proposal(ws, "git-help", proposed_content=git.spec.content + "\nx\n",
-                                     rationale="r", proposed_by="template", author="t")
-    new = props.create_skill_proposal(ws, NEW_SKILL, rationale="wiki", proposed_by="generator",
-                                      author="generator")
+    proposal = props.create_proposal(
+        ws,
+        "git-help",
+        proposed_content=git.spec.content + "\nx\n",
+        rationale="r",
+        proposed_by="template",
+        author="t",
+    )
+    new = props.create_skill_proposal(
+        ws, NEW_SKILL, rationale="wiki", proposed_by="generator", author="generator"
+    )
     _, admin = keys.create_key(ws.engine, name="ana", role="admin")
     with TestClient(create_app(ws)) as client:
         r = client.get(f"/proposals/{proposal.id}", follow_redirects=False)
@@ -136,8 +157,9 @@ def test_a_notification_link_opens_the_proposal_after_signing_in(
         assert r.headers["location"] == f"/login?next=/proposals/{proposal.id}"
         login(client, admin)
         r = client.get(f"/proposals/{proposal.id}", follow_redirects=False)
-        assert r.headers["location"] == (f"/skills/git-help?project=default&tab=prs"
-                                         f"#proposal-{proposal.id}")
+        assert r.headers["location"] == (
+            f"/skills/git-help?project=default&tab=prs#proposal-{proposal.id}"
+        )
         page = client.get(r.headers["location"]).text
         assert f'id="proposal-{proposal.id}"' in page
         r = client.get(f"/proposals/{new.id}", follow_redirects=False)
@@ -145,8 +167,9 @@ def test_a_notification_link_opens_the_proposal_after_signing_in(
         assert client.get("/proposals/99999", follow_redirects=False).status_code == 404
 
 
-def _dead_letter(ws: Workspace, notebook: str, source: dict[str, str], *,
-                 project: str = "default") -> int:
+def _dead_letter(
+    ws: Workspace, notebook: str, source: dict[str, str], *, project: str = "default"
+) -> int:
     """Queue ``source`` and fail every try of it (the library's drain with an indexer
     that always raises, its clock stepping past each backoff): a dead letter."""
     from datetime import UTC, datetime, timedelta
@@ -155,18 +178,23 @@ def _dead_letter(ws: Workspace, notebook: str, source: dict[str, str], *,
     from amelio import knowledge
     from amelio.knowledge.index import IndexedSource
 
-    knowledge.enqueue(ws, notebook, [knowledge.Source.parse(source, max_chars=10_000)],
-                      project=project)
+    knowledge.enqueue(
+        ws, notebook, [knowledge.Source.parse(source, max_chars=10_000)], project=project
+    )
     start, step = datetime.now(UTC), count()
 
     def broken(_: knowledge.Source) -> IndexedSource:
         raise OSError("disk <b>full</b>")
 
-    report = knowledge.drain(ws, indexer=broken,
-                             clock=lambda: start + timedelta(seconds=10 * next(step)))
+    report = knowledge.drain(
+        ws, indexer=broken, clock=lambda: start + timedelta(seconds=10 * next(step))
+    )
     assert report.dead == [source["sourceId"]]
-    [dead] = [f for f in knowledge.failures(ws, notebook=notebook, project=project)
-              if f.source_id == source["sourceId"]]
+    [dead] = [
+        f
+        for f in knowledge.failures(ws, notebook=notebook, project=project)
+        if f.source_id == source["sourceId"]
+    ]
     return dead.id
 
 
@@ -177,16 +205,23 @@ def _dead_ids(ws: Workspace, notebook: str, project: str = "default") -> list[in
 
 
 def test_knowledge_retry_needs_an_admin_a_csrf_token_and_the_project(
-        sqlite_workspace: Workspace) -> None:
+    sqlite_workspace: Workspace,
+) -> None:
     from amelio import knowledge
 
     ws = sqlite_workspace
     knowledge.create_notebook(ws, "support")
     knowledge.create_notebook(ws, "billing")
-    dead = _dead_letter(ws, "support", {"sourceId": "T-7", "text": "Refunds take five days.",
-                                        "updatedAt": "2026-05-01T10:00:00Z"})
-    elsewhere = _dead_letter(ws, "billing", {"sourceId": "B-1", "text": "Invoices are monthly.",
-                                             "updatedAt": "2026-05-01T10:00:00Z"})
+    dead = _dead_letter(
+        ws,
+        "support",
+        {"sourceId": "T-7", "text": "Refunds take five days.", "updatedAt": "2026-05-01T10:00:00Z"},
+    )
+    elsewhere = _dead_letter(
+        ws,
+        "billing",
+        {"sourceId": "B-1", "text": "Invoices are monthly.", "updatedAt": "2026-05-01T10:00:00Z"},
+    )
     _, admin = keys.create_key(ws.engine, name="ana", role="admin")
     _, bot = keys.create_key(ws.engine, name="bob", role="bot")
     _, bound = keys.create_key(ws.engine, name="acme-bot", role="bot", projects=["acme"])
@@ -211,8 +246,11 @@ def test_knowledge_retry_needs_an_admin_a_csrf_token_and_the_project(
         assert client.post(retry, data={}).status_code == 403
         assert _dead_ids(ws, "support") == [dead]  # nothing above retried it
         # Another notebook's dead letter is not retried through this one's page.
-        r = client.post(f"/knowledge/support/failures/{elsewhere}/retry", data={"csrf": csrf},
-                        follow_redirects=False)
+        r = client.post(
+            f"/knowledge/support/failures/{elsewhere}/retry",
+            data={"csrf": csrf},
+            follow_redirects=False,
+        )
         assert r.status_code == 303 and "not%20a%20dead%20letter" in r.headers["location"]
         assert _dead_ids(ws, "billing") == [elsewhere]
         r = client.post(retry, data={"csrf": csrf}, follow_redirects=False)
@@ -222,28 +260,50 @@ def test_knowledge_retry_needs_an_admin_a_csrf_token_and_the_project(
 
 
 def test_knowledge_page_escapes_sources_and_answers_without_an_llm(
-        sqlite_workspace: Workspace) -> None:
+    sqlite_workspace: Workspace,
+) -> None:
     from amelio import knowledge
 
     ws = sqlite_workspace
     assert ws.settings.llm_provider == "none"
     knowledge.create_notebook(ws, "support")
     evil = "<script>alert('id')</script>"
-    knowledge.enqueue(ws, "support", [knowledge.Source.parse({
-        "sourceId": evil, "title": "<script>alert('title')</script> VPN",
-        "text": "To reset the VPN password, open the <script>alert('text')</script> portal.",
-        "url": "https://crm.example/t?a=1&b=<x>", "updatedAt": "2026-05-01T10:00:00Z"},
-        max_chars=10_000)])
+    knowledge.enqueue(
+        ws,
+        "support",
+        [
+            knowledge.Source.parse(
+                {
+                    "sourceId": evil,
+                    "title": "<script>alert('title')</script> VPN",
+                    "text": (
+                        "To reset the VPN password, open the <script>alert('text')</script> portal."
+                    ),
+                    "url": "https://crm.example/t?a=1&b=<x>",
+                    "updatedAt": "2026-05-01T10:00:00Z",
+                },
+                max_chars=10_000,
+            )
+        ],
+    )
     knowledge.drain(ws)
-    _dead_letter(ws, "support", {"sourceId": "<script>alert('dead')</script>",
-                                 "text": "Refunds.", "updatedAt": "2026-05-01T10:00:00Z"})
+    _dead_letter(
+        ws,
+        "support",
+        {
+            "sourceId": "<script>alert('dead')</script>",
+            "text": "Refunds.",
+            "updatedAt": "2026-05-01T10:00:00Z",
+        },
+    )
     _, bot = keys.create_key(ws.engine, name="bob", role="bot")
     with TestClient(create_app(ws)) as client:
         login(client, bot)
         listing = client.get("/knowledge").text
         assert 'data-notebook="support"' in listing and '<span class="badge warn">1' in listing
-        page = client.get("/knowledge/support", params={
-            "q": "VPN password <script>alert('q')</script>"})
+        page = client.get(
+            "/knowledge/support", params={"q": "VPN password <script>alert('q')</script>"}
+        )
         assert page.status_code == 200
         text = page.text
         assert "<script>alert(" not in text

@@ -37,8 +37,9 @@ def test_no_workspace_says_how_to_make_one(tmp_path: Path) -> None:
         find_workspace(cwd=tmp_path)
 
 
-def test_env_wins_over_toml_wins_over_default(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_env_wins_over_toml_wins_over_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ws = make_ws(tmp_path / "ws", 'llm_provider = "openai"\nport = 9001\nllm_model = "m1"\n')
     settings = load_settings(ws)
     assert (settings.llm_provider, settings.port, settings.llm_model) == ("openai", 9001, "m1")
@@ -70,8 +71,9 @@ def test_secrets_are_masked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert "***" in rows["database_url"]
 
 
-def test_api_key_falls_back_to_provider_variable(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_api_key_falls_back_to_provider_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ws = make_ws(tmp_path / "ws", 'llm_provider = "anthropic"\n')
     monkeypatch.setenv("ANTHROPIC_API_KEY", "from-anthropic")
     assert load_settings(ws).effective_llm_api_key == "from-anthropic"
@@ -84,7 +86,7 @@ def test_api_key_falls_back_to_provider_variable(tmp_path: Path,
     [
         ("port = [", "invalid TOML"),
         ('port = "not a number"', "port"),
-        ('no_such_setting = 1', "no_such_setting"),
+        ("no_such_setting = 1", "no_such_setting"),
     ],
 )
 def test_bad_settings_name_the_problem(tmp_path: Path, toml: str, needle: str) -> None:

@@ -117,23 +117,64 @@ __all__ = [
 #: Where each public name lives; the module is imported on first use.
 _LAZY: dict[str, str] = {
     **dict.fromkeys(("Settings", "find_workspace", "load_settings"), "amelio.workspace.config"),
-    **dict.fromkeys((
-        "AmelioError", "AuthError", "ConfigError", "Conflict", "DatabaseError",
-        "EvalRuleError", "Forbidden", "InputTooLarge", "InvalidInput", "NotFound",
-        "NotMigrated", "ProjectNotFound", "SkillFileError", "SkillNotFound",
-        "WorkspaceNotFound"), "amelio.errors"),
-    **dict.fromkeys((
-        "EvalReport", "EvalResult", "EvalRule", "EvalSpec", "RuleType", "Verdict",
-        "append_footnotes", "evaluate", "parse_eval_file", "parse_rules",
-        "render_footnotes"), "amelio.evals"),
+    **dict.fromkeys(
+        (
+            "AmelioError",
+            "AuthError",
+            "ConfigError",
+            "Conflict",
+            "DatabaseError",
+            "EvalRuleError",
+            "Forbidden",
+            "InputTooLarge",
+            "InvalidInput",
+            "NotFound",
+            "NotMigrated",
+            "ProjectNotFound",
+            "SkillFileError",
+            "SkillNotFound",
+            "WorkspaceNotFound",
+        ),
+        "amelio.errors",
+    ),
+    **dict.fromkeys(
+        (
+            "EvalReport",
+            "EvalResult",
+            "EvalRule",
+            "EvalSpec",
+            "RuleType",
+            "Verdict",
+            "append_footnotes",
+            "evaluate",
+            "parse_eval_file",
+            "parse_rules",
+            "render_footnotes",
+        ),
+        "amelio.evals",
+    ),
     "hookimpl": "amelio.hookspecs",
-    **dict.fromkeys((
-        "ImportReport", "Skill", "SkillSpec", "SkillVersion", "export_skills", "fork_skill",
-        "get_skill", "import_skills", "list_skills", "list_versions", "read_skills",
-        "rollback_skill", "update_skill"), "amelio.skills"),
+    **dict.fromkeys(
+        (
+            "ImportReport",
+            "Skill",
+            "SkillSpec",
+            "SkillVersion",
+            "export_skills",
+            "fork_skill",
+            "get_skill",
+            "import_skills",
+            "list_skills",
+            "list_versions",
+            "read_skills",
+            "rollback_skill",
+            "update_skill",
+        ),
+        "amelio.skills",
+    ),
     **dict.fromkeys(("Workspace", "init_workspace", "open_workspace"), "amelio.workspace.folder"),
 }
 
 
 if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and flag typos
-    __getattr__, __dir__ = _lazy_namespace('amelio', _LAZY, globals(), __all__)
+    __getattr__, __dir__ = _lazy_namespace("amelio", _LAZY, globals(), __all__)

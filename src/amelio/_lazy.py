@@ -14,9 +14,12 @@ from typing import Any
 __all__ = ["lazy_namespace"]
 
 
-def lazy_namespace(package: str, names: Mapping[str, str],
-                   namespace: MutableMapping[str, Any], public: Sequence[str]
-                   ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_namespace(
+    package: str,
+    names: Mapping[str, str],
+    namespace: MutableMapping[str, Any],
+    public: Sequence[str],
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The ``__getattr__`` and ``__dir__`` of ``package``, whose ``names`` map each
     public name to the module it comes from; ``namespace`` is its ``globals()``."""
 

@@ -61,8 +61,7 @@ class Embedder(Protocol):
 #: its folder: the tokenizer and the fp16 embedding matrix (256 dimensions).
 WORDLLAMA_TOKENIZER = ("tokenizers", "l2_supercat_tokenizer_config.json")
 WORDLLAMA_WEIGHTS = ("weights", "l2_supercat_256.safetensors")
-_NOT_INSTALLED = ("The wordllama embedding model is not installed: pip install "
-                  "'amelio[semantic]'.")
+_NOT_INSTALLED = "The wordllama embedding model is not installed: pip install 'amelio[semantic]'."
 
 
 def wordllama_dir() -> Path:
@@ -88,16 +87,21 @@ def _safetensors_matrix(path: Path, key: str = "embedding.weight") -> Any:
         (size,) = struct.unpack("<Q", fh.read(8))
         header = json.loads(fh.read(size))
     entry = header.get(key)
-    if not isinstance(entry, dict) or entry.get("dtype") != "F16" or \
-            len(entry.get("shape", ())) != 2:
-        raise EmbedderUnavailable(f"{path} holds no fp16 matrix {key!r}: reinstall "
-                                  "'amelio[semantic]'.")
+    if (
+        not isinstance(entry, dict)
+        or entry.get("dtype") != "F16"
+        or len(entry.get("shape", ())) != 2
+    ):
+        raise EmbedderUnavailable(
+            f"{path} holds no fp16 matrix {key!r}: reinstall 'amelio[semantic]'."
+        )
     start, stop = entry["data_offsets"]
     rows, dim = entry["shape"]
     if stop - start != rows * dim * 2:
         raise EmbedderUnavailable(f"{path} is truncated: reinstall 'amelio[semantic]'.")
-    return np.asarray(np.memmap(path, dtype="<f2", mode="r", offset=8 + size + start,
-                                shape=(rows, dim)))  # a plain array: memmap slicing is slower
+    return np.asarray(
+        np.memmap(path, dtype="<f2", mode="r", offset=8 + size + start, shape=(rows, dim))
+    )  # a plain array: memmap slicing is slower
 
 
 class _WordLlama:
@@ -128,8 +132,9 @@ class _WordLlama:
         except EmbedderUnavailable:
             raise
         except Exception as exc:  # the tokenizer's errors are its own types
-            raise EmbedderUnavailable(f"The wordllama model files cannot be read ({exc}): "
-                                      "reinstall 'amelio[semantic]'.") from exc
+            raise EmbedderUnavailable(
+                f"The wordllama model files cannot be read ({exc}): reinstall 'amelio[semantic]'."
+            ) from exc
         self._tokenizer.enable_padding()
         self._tokenizer.no_truncation()
         self._lock = threading.Lock()
@@ -146,7 +151,7 @@ class _WordLlama:
         rows, dim = self._matrix.shape
         out = np.empty((len(texts), dim), dtype=np.float32)
         for start in range(0, len(texts), self.batch_size):
-            chunk = list(texts[start:start + self.batch_size])
+            chunk = list(texts[start : start + self.batch_size])
             with self._lock:  # the tokenizer pads in place: one caller at a time
                 encoded = self._tokenizer.encode_batch(chunk, add_special_tokens=False)
             ids = np.array([e.ids for e in encoded], dtype=np.int32)
@@ -158,8 +163,8 @@ class _WordLlama:
             norms = np.linalg.norm(pooled, axis=1, keepdims=True)
             # A text with no token (""): a zero vector, where WordLlama divides 0 by 0
             # and returns NaNs that would poison every score they meet.
-            np.divide(pooled, norms, out=out[start:start + len(chunk)], where=norms > 0)
-            out[start:start + len(chunk)][norms[:, 0] == 0] = 0.0
+            np.divide(pooled, norms, out=out[start : start + len(chunk)], where=norms > 0)
+            out[start : start + len(chunk)][norms[:, 0] == 0] = 0.0
         return out
 
 
@@ -173,7 +178,8 @@ class _SentenceTransformer:
             raise EmbedderUnavailable(
                 f"{setting} is {model!r}, but sentence-transformers is not installed: pip "
                 f"install 'amelio[embeddings]', or set {setting} to {WORDLLAMA!r} "
-                "(amelio[semantic]) or to '' for lexical retrieval only.") from exc
+                "(amelio[semantic]) or to '' for lexical retrieval only."
+            ) from exc
         self.model = model
         self._model = SentenceTransformer(model)
 
@@ -205,6 +211,7 @@ def load_embedder(name: str, *, setting: str = "the embedding model") -> Embedde
     setting that chose it, so an error says which one to change."""
     with _lock:
         if name not in _loaded:
-            _loaded[name] = _WordLlama() if name == WORDLLAMA else _SentenceTransformer(
-                name, setting)
+            _loaded[name] = (
+                _WordLlama() if name == WORDLLAMA else _SentenceTransformer(name, setting)
+            )
         return _loaded[name]

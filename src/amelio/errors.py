@@ -117,8 +117,9 @@ class SkillFileError(InvalidInput):
         self, message: str, *, file: str | None = None, field: str | None = None, **details: Any
     ) -> None:
         where = ", ".join(p for p in (file, f"field '{field}'" if field else None) if p)
-        super().__init__(f"{where}: {message}" if where else message, file=file, field=field,
-                         **details)
+        super().__init__(
+            f"{where}: {message}" if where else message, file=file, field=field, **details
+        )
         self.file = file
         self.field = field
 

@@ -29,9 +29,7 @@ def fold(text: str) -> str:
     if text.isascii():  # nothing to decompose or strip: the common case, and 10× faster
         return text.lower()
     decomposed = unicodedata.normalize("NFKD", text.casefold())
-    return "".join(ch for ch in decomposed if not unicodedata.combining(ch)).translate(
-        _APOSTROPHES
-    )
+    return "".join(ch for ch in decomposed if not unicodedata.combining(ch)).translate(_APOSTROPHES)
 
 
 def tokens(text: str, *, breaks: bool = False) -> tuple[str, ...]:
@@ -43,8 +41,7 @@ def tokens(text: str, *, breaks: bool = False) -> tuple[str, ...]:
     """
     if not breaks:
         return tuple(_WORD.findall(fold(text)))
-    return tuple(BREAK if not t[0].isalnum() else t
-                 for t in _WORD_OR_BREAK.findall(fold(text)))
+    return tuple(BREAK if not t[0].isalnum() else t for t in _WORD_OR_BREAK.findall(fold(text)))
 
 
 @lru_cache(maxsize=4096)

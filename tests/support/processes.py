@@ -44,14 +44,18 @@ sys.argv = ["amelio", *sys.argv[1:]]
 runpy.run_module("amelio", run_name="__main__", alter_sys=True)
 """
 
+
 def import_time(stderr: str) -> tuple[float, list[str]]:
     """From ``python -X importtime`` output: the sum of the top-level cumulative
     entries in ms (everything the process imported) and every module, in order."""
     total_us, modules = 0, []
     for line in stderr.splitlines():
         fields = line.removeprefix("import time:").split("|")
-        if not line.startswith("import time:") or len(fields) != 3 \
-                or not fields[1].strip().isdigit():
+        if (
+            not line.startswith("import time:")
+            or len(fields) != 3
+            or not fields[1].strip().isdigit()
+        ):
             continue  # other output, or the header line
         modules.append(fields[2].strip())
         if not fields[2].startswith("  ", 1):  # nested imports are indented by two spaces
@@ -59,13 +63,11 @@ def import_time(stderr: str) -> tuple[float, list[str]]:
     return total_us / 1000, modules
 
 
-
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
 
 
 class ServeProcess:
@@ -77,8 +79,15 @@ class ServeProcess:
     that must not share an interpreter (and its GIL) with the server they measure.
     """
 
-    def __init__(self, workspace: Path, *, workers: int = 1, env: dict[str, str] | None = None,
-                 log: Path | None = None, timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        *,
+        workers: int = 1,
+        env: dict[str, str] | None = None,
+        log: Path | None = None,
+        timeout: float = 60.0,
+    ) -> None:
         self.workspace = workspace
         self.workers = workers
         self.env = env
@@ -92,9 +101,24 @@ class ServeProcess:
         self.base = f"http://127.0.0.1:{port}"
         with self.log.open("wb") as out:  # the child keeps its own descriptor
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "amelio", "--workspace", str(self.workspace), "serve",
-                 "--host", "127.0.0.1", "--port", str(port), "--workers", str(self.workers)],
-                env=self.env, stdout=out, stderr=subprocess.STDOUT)
+                [
+                    sys.executable,
+                    "-m",
+                    "amelio",
+                    "--workspace",
+                    str(self.workspace),
+                    "serve",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--workers",
+                    str(self.workers),
+                ],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline and self.process.poll() is None:
             try:
@@ -134,8 +158,9 @@ class ServeProcess:
 
 
 @contextmanager
-def postgres_database(server_url: str, *, prefix: str = "amelio_test",
-                      template: str | None = None) -> Iterator[str]:
+def postgres_database(
+    server_url: str, *, prefix: str = "amelio_test", template: str | None = None
+) -> Iterator[str]:
     """A new, empty PostgreSQL database on the server at ``server_url`` (whose own
     database is only used to create and drop it); yields its URL and drops it,
     connections and all, afterwards. For tests, benchmarks and fuzzing runs that
@@ -154,4 +179,3 @@ def postgres_database(server_url: str, *, prefix: str = "amelio_test",
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
-

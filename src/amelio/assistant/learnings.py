@@ -107,10 +107,17 @@ class Learning:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "id": self.id, "project": self.project, "skill": self.skill, "rule": self.rule,
-            "source": self.source, "status": self.status, "helpful": self.helpful,
-            "harmful": self.harmful, "occurrences": self.occurrences,
-            "createdAt": self.created_at.isoformat(), "lastSeenAt": self.last_seen_at.isoformat(),
+            "id": self.id,
+            "project": self.project,
+            "skill": self.skill,
+            "rule": self.rule,
+            "source": self.source,
+            "status": self.status,
+            "helpful": self.helpful,
+            "harmful": self.harmful,
+            "occurrences": self.occurrences,
+            "createdAt": self.created_at.isoformat(),
+            "lastSeenAt": self.last_seen_at.isoformat(),
             "retiredReason": self.retired_reason,
         }
 
@@ -159,10 +166,18 @@ def _similarity(a: str, b: str) -> float:
 def _row(row: sa.Row[Any], project: str) -> Learning:
     m = row._mapping
     return Learning(
-        id=m["id"], project=project, skill=m["skill"], rule=m["rule"], source=m["source"],
-        status=m["status"], helpful=m["helpful"], harmful=m["harmful"],
-        occurrences=m["occurrences"], created_at=m["created_at"],
-        last_seen_at=m["last_seen_at"], retired_reason=m["retired_reason"],
+        id=m["id"],
+        project=project,
+        skill=m["skill"],
+        rule=m["rule"],
+        source=m["source"],
+        status=m["status"],
+        helpful=m["helpful"],
+        harmful=m["harmful"],
+        occurrences=m["occurrences"],
+        created_at=m["created_at"],
+        last_seen_at=m["last_seen_at"],
+        retired_reason=m["retired_reason"],
     )
 
 
@@ -171,15 +186,18 @@ def _clean_rule(rule: str) -> str:
     if not text:
         raise InvalidInput("A learning needs a non-empty rule.", field="rule")
     if len(text) > MAX_RULE_CHARS:
-        raise InvalidInput(f"A learning is at most {MAX_RULE_CHARS:,} characters; this one is "
-                           f"{len(text):,}.", field="rule")
+        raise InvalidInput(
+            f"A learning is at most {MAX_RULE_CHARS:,} characters; this one is {len(text):,}.",
+            field="rule",
+        )
     return text
 
 
 def _check_source(source: str) -> str:
     if source not in SOURCES:
-        raise InvalidInput(f"Unknown learning source {source!r}; use one of: "
-                           f"{', '.join(SOURCES)}.", field="source")
+        raise InvalidInput(
+            f"Unknown learning source {source!r}; use one of: {', '.join(SOURCES)}.", field="source"
+        )
     return source
 
 
@@ -190,8 +208,17 @@ def learnings_path(ws: Workspace, project: str) -> Path:
 # -- writes -----------------------------------------------------------------------------
 
 
-def _add(conn: sa.Connection, pid: int, rule: str, source: str, skill: str | None,
-         at: datetime, similarity: float, *, from_file: bool = False) -> tuple[int, str]:
+def _add(
+    conn: sa.Connection,
+    pid: int,
+    rule: str,
+    source: str,
+    skill: str | None,
+    at: datetime,
+    similarity: float,
+    *,
+    from_file: bool = False,
+) -> tuple[int, str]:
     """Store one rule unless it is already known; returns (id, what happened).
 
     ``from_file``: the rule is a line of learnings.md being read back, so a known
@@ -208,19 +235,31 @@ def _add(conn: sa.Connection, pid: int, rule: str, source: str, skill: str | Non
     if existing is None:
         active = conn.execute(
             sa.select(learnings.c.id, learnings.c.rule, learnings.c.skill).where(
-                learnings.c.project_id == pid, learnings.c.status == "active")
+                learnings.c.project_id == pid, learnings.c.status == "active"
+            )
         ).all()
-        near = max(((_similarity(rule, r.rule), r) for r in active), default=None,
-                   key=lambda x: x[0])
+        near = max(
+            ((_similarity(rule, r.rule), r) for r in active), default=None, key=lambda x: x[0]
+        )
         if near is not None and near[0] >= similarity:
-            existing = conn.execute(
-                sa.select(learnings).where(learnings.c.id == near[1].id)).one()
+            existing = conn.execute(sa.select(learnings).where(learnings.c.id == near[1].id)).one()
     if existing is None:
-        result = conn.execute(learnings.insert().values(
-            project_id=pid, skill=skill, rule=rule, rule_key=key, source=source,
-            status="active", helpful=0, harmful=0, occurrences=1, created_at=at,
-            last_seen_at=at, updated_at=utcnow(),
-        ))
+        result = conn.execute(
+            learnings.insert().values(
+                project_id=pid,
+                skill=skill,
+                rule=rule,
+                rule_key=key,
+                source=source,
+                status="active",
+                helpful=0,
+                harmful=0,
+                occurrences=1,
+                created_at=at,
+                last_seen_at=at,
+                updated_at=utcnow(),
+            )
+        )
         assert result.inserted_primary_key is not None
         return int(result.inserted_primary_key[0]), "added"
     values: dict[str, Any] = {"updated_at": utcnow()}
@@ -230,8 +269,10 @@ def _add(conn: sa.Connection, pid: int, rule: str, source: str, skill: str | Non
         outcome = "kept"
     else:
         # Seen again: it is fresh, and a rule scoped to two skills applies to all.
-        values |= {"occurrences": existing.occurrences + 1,
-                   "last_seen_at": max(existing.last_seen_at, at)}
+        values |= {
+            "occurrences": existing.occurrences + 1,
+            "last_seen_at": max(existing.last_seen_at, at),
+        }
         if existing.skill != skill:
             values["skill"] = None
     if existing.status == "retired":
@@ -242,8 +283,13 @@ def _add(conn: sa.Connection, pid: int, rule: str, source: str, skill: str | Non
 
 
 def add_learning(
-    ws: Workspace, rule: str, *, source: str = "manual", project: str = DEFAULT_PROJECT,
-    skill: str | None = None, at: datetime | None = None,
+    ws: Workspace,
+    rule: str,
+    *,
+    source: str = "manual",
+    project: str = DEFAULT_PROJECT,
+    skill: str | None = None,
+    at: datetime | None = None,
 ) -> tuple[Learning, str]:
     """Add a rule; returns the stored item and ``added``, ``merged`` or ``reactivated``."""
     import sqlalchemy as sa
@@ -257,8 +303,9 @@ def add_learning(
     sync_file(ws, project)
     with db.transaction(ws.engine) as conn:
         pid = ensure_project(conn, project)
-        lid, outcome = _add(conn, pid, text, src, skill, at or utcnow(),
-                            ws.settings.learnings_merge_similarity)
+        lid, outcome = _add(
+            conn, pid, text, src, skill, at or utcnow(), ws.settings.learnings_merge_similarity
+        )
         row = conn.execute(sa.select(learnings).where(learnings.c.id == lid)).one()
     _write_file(ws, project)
     return _row(row, project), outcome
@@ -268,14 +315,16 @@ def _retire(conn: sa.Connection, where: sa.ColumnElement[bool], reason: str) -> 
     from amelio.db.schema import learnings, utcnow
 
     result = conn.execute(
-        learnings.update().where(where, learnings.c.status == "active")
+        learnings.update()
+        .where(where, learnings.c.status == "active")
         .values(status="retired", retired_reason=reason, updated_at=utcnow())
     )
     return int(result.rowcount)
 
 
-def delete_learning(ws: Workspace, learning_id: int, *, project: str = DEFAULT_PROJECT,
-                    reason: str = "deleted") -> Learning:
+def delete_learning(
+    ws: Workspace, learning_id: int, *, project: str = DEFAULT_PROJECT, reason: str = "deleted"
+) -> Learning:
     """Retire a learning: it leaves prompts and learnings.md but stays on record."""
     import sqlalchemy as sa
 
@@ -288,16 +337,18 @@ def delete_learning(ws: Workspace, learning_id: int, *, project: str = DEFAULT_P
         where = sa.and_(learnings.c.id == learning_id, learnings.c.project_id == pid)
         row = conn.execute(sa.select(learnings).where(where)).first()
         if row is None:
-            raise NotFound(f"No learning {learning_id} in project {project!r}.",
-                           learning_id=learning_id)
+            raise NotFound(
+                f"No learning {learning_id} in project {project!r}.", learning_id=learning_id
+            )
         _retire(conn, where, reason)
         row = conn.execute(sa.select(learnings).where(where)).one()
     _write_file(ws, project)
     return _row(row, project)
 
 
-def record_outcome(ws: Workspace, learning_ids: Iterable[int], *, helpful: bool,
-                   project: str = DEFAULT_PROJECT) -> list[int]:
+def record_outcome(
+    ws: Workspace, learning_ids: Iterable[int], *, helpful: bool, project: str = DEFAULT_PROJECT
+) -> list[int]:
     """Count feedback on an answer whose prompt used these learnings; returns the ids
     retired because their harmful count overtook their helpful count."""
     import sqlalchemy as sa
@@ -315,12 +366,18 @@ def record_outcome(ws: Workspace, learning_ids: Iterable[int], *, helpful: bool,
         pid = project_id(conn, project)
         scope = sa.and_(learnings.c.id.in_(ids), learnings.c.project_id == pid)
         conn.execute(learnings.update().where(scope).values({column: column + 1}))
-        doomed = list(conn.scalars(sa.select(learnings.c.id).where(
-            scope, learnings.c.status == "active", learnings.c.harmful > learnings.c.helpful,
-            learnings.c.harmful >= minimum)))
+        doomed = list(
+            conn.scalars(
+                sa.select(learnings.c.id).where(
+                    scope,
+                    learnings.c.status == "active",
+                    learnings.c.harmful > learnings.c.helpful,
+                    learnings.c.harmful >= minimum,
+                )
+            )
+        )
         if doomed:
-            _retire(conn, learnings.c.id.in_(doomed),
-                    "harmful feedback overtook helpful feedback")
+            _retire(conn, learnings.c.id.in_(doomed), "harmful feedback overtook helpful feedback")
     if doomed:
         _write_file(ws, project)
     return doomed
@@ -330,8 +387,13 @@ def record_outcome(ws: Workspace, learning_ids: Iterable[int], *, helpful: bool,
 
 
 def list_learnings(
-    ws: Workspace, *, project: str = DEFAULT_PROJECT, skill: str | None = None,
-    include_retired: bool = False, sync: bool = True, conn: sa.Connection | None = None,
+    ws: Workspace,
+    *,
+    project: str = DEFAULT_PROJECT,
+    skill: str | None = None,
+    include_retired: bool = False,
+    sync: bool = True,
+    conn: sa.Connection | None = None,
 ) -> list[Learning]:
     """A project's learnings, newest first (``skill`` keeps that skill's and global ones).
 
@@ -352,7 +414,8 @@ def list_learnings(
         if skill is not None:
             query = query.where(sa.or_(learnings.c.skill.is_(None), learnings.c.skill == skill))
         rows = conn.execute(
-            query.order_by(learnings.c.last_seen_at.desc(), learnings.c.id.desc())).all()
+            query.order_by(learnings.c.last_seen_at.desc(), learnings.c.id.desc())
+        ).all()
     return [_row(r, project) for r in rows]
 
 
@@ -370,19 +433,33 @@ def _block_query() -> sa.Select[Any]:
     from amelio.db.schema import learnings
 
     return (
-        sa.select(learnings.c.id, learnings.c.rule, learnings.c.helpful, learnings.c.harmful,
-                  learnings.c.last_seen_at)
-        .where(learnings.c.project_id == sa.bindparam("project_id"),
-               learnings.c.status == "active",
-               sa.or_(learnings.c.skill.is_(None),
-                      learnings.c.skill.in_(sa.bindparam("skills", expanding=True))))
+        sa.select(
+            learnings.c.id,
+            learnings.c.rule,
+            learnings.c.helpful,
+            learnings.c.harmful,
+            learnings.c.last_seen_at,
+        )
+        .where(
+            learnings.c.project_id == sa.bindparam("project_id"),
+            learnings.c.status == "active",
+            sa.or_(
+                learnings.c.skill.is_(None),
+                learnings.c.skill.in_(sa.bindparam("skills", expanding=True)),
+            ),
+        )
         .order_by(learnings.c.last_seen_at.desc(), learnings.c.id.desc())
     )
 
 
 def prompt_block(
-    ws: Workspace, *, project: str = DEFAULT_PROJECT, skills: Sequence[str] = (),
-    budget: int | None = None, ordering: str | None = None, conn: sa.Connection | None = None,
+    ws: Workspace,
+    *,
+    project: str = DEFAULT_PROJECT,
+    skills: Sequence[str] = (),
+    budget: int | None = None,
+    ordering: str | None = None,
+    conn: sa.Connection | None = None,
 ) -> LearningsBlock:
     """The seed's ``formatForPrompt``: the learnings that fit ``budget`` characters.
 
@@ -397,8 +474,12 @@ def prompt_block(
     ordering = ordering or settings.learnings_ordering
     sync_file(ws, project)
     with db.reading(conn or ws.engine) as c:
-        items = list(c.execute(_block_query(), {"project_id": project_id(c, project),
-                                              "skills": sorted(set(skills))}))
+        items = list(
+            c.execute(
+                _block_query(),
+                {"project_id": project_id(c, project), "skills": sorted(set(skills))},
+            )
+        )
     if ordering == "helpful":
         items.sort(key=lambda x: (-(x.helpful - x.harmful), -x.last_seen_at.timestamp(), -x.id))
     lines: list[str] = []
@@ -442,19 +523,26 @@ def parse_learnings_md(text: str) -> tuple[list[ParsedLine], list[ParseError]]:
             continue
         match = _LINE.match(line)
         if match is None:
-            errors.append(ParseError(
-                number, "expected '- [ISO-8601 time] [source] rule'", raw))
+            errors.append(ParseError(number, "expected '- [ISO-8601 time] [source] rule'", raw))
             continue
         try:
             at = aware(datetime.fromisoformat(match["ts"].strip()))
         except ValueError:
-            errors.append(ParseError(number, f"bad time {match['ts']!r}: use ISO 8601, "
-                                             "e.g. 2026-04-03T14:22:00Z", raw))
+            errors.append(
+                ParseError(
+                    number,
+                    f"bad time {match['ts']!r}: use ISO 8601, e.g. 2026-04-03T14:22:00Z",
+                    raw,
+                )
+            )
             continue
         source = match["source"].strip()
         if source not in SOURCES:
-            errors.append(ParseError(number, f"unknown source {source!r}: use one of "
-                                             f"{', '.join(SOURCES)}", raw))
+            errors.append(
+                ParseError(
+                    number, f"unknown source {source!r}: use one of {', '.join(SOURCES)}", raw
+                )
+            )
             continue
         rule = " ".join(match["rule"].split())
         if len(rule) > MAX_RULE_CHARS:
@@ -471,22 +559,32 @@ def _stamp(moment: datetime) -> str:
 def render_learnings_md(items: Sequence[Learning], unreadable: Sequence[str] = ()) -> str:
     """The seed's file: a header, then one ``- [time] [source] rule`` line per
     learning, oldest first, global rules then one section per skill."""
-    out = ["# Learnings", "",
-           "> Generated by Amelio and injected into prompts. Edit freely: one rule per line,",
-           "> `- [ISO-8601 time] [source] rule` (source: fixit, negative, manual, sage).",
-           "> Rules under `## Skill: <name>` apply when that skill is hinted.", "",
-           "## Rules", ""]
+    out = [
+        "# Learnings",
+        "",
+        "> Generated by Amelio and injected into prompts. Edit freely: one rule per line,",
+        "> `- [ISO-8601 time] [source] rule` (source: fixit, negative, manual, sage).",
+        "> Rules under `## Skill: <name>` apply when that skill is hinted.",
+        "",
+        "## Rules",
+        "",
+    ]
     ordered = sorted(items, key=lambda x: (x.created_at, x.id))
-    out += [f"- [{_stamp(x.created_at)}] [{x.source}] {x.rule}" for x in ordered
-            if x.skill is None]
+    out += [f"- [{_stamp(x.created_at)}] [{x.source}] {x.rule}" for x in ordered if x.skill is None]
     for skill in sorted({x.skill for x in ordered if x.skill is not None}):
         out += ["", f"## Skill: {skill}", ""]
-        out += [f"- [{_stamp(x.created_at)}] [{x.source}] {x.rule}" for x in ordered
-                if x.skill == skill]
+        out += [
+            f"- [{_stamp(x.created_at)}] [{x.source}] {x.rule}" for x in ordered if x.skill == skill
+        ]
     if unreadable:
-        out += ["", _UNREADABLE_HEADING, "",
-                "<!-- Amelio could not read these lines; fix them (then move them up) "
-                "or delete them. -->", *unreadable]
+        out += [
+            "",
+            _UNREADABLE_HEADING,
+            "",
+            "<!-- Amelio could not read these lines; fix them (then move them up) "
+            "or delete them. -->",
+            *unreadable,
+        ]
     return "\n".join(out) + "\n"
 
 
@@ -515,8 +613,11 @@ def _write_file(ws: Workspace, project: str, unreadable: Sequence[str] = ()) -> 
     with db.transaction(ws.engine) as conn:
         pid = project_id(conn, project)
         conn.execute(learning_files.delete().where(learning_files.c.project_id == pid))
-        conn.execute(learning_files.insert().values(project_id=pid, content_hash=_hash(text),
-                                                    written_at=utcnow()))
+        conn.execute(
+            learning_files.insert().values(
+                project_id=pid, content_hash=_hash(text), written_at=utcnow()
+            )
+        )
     _in_sync[path] = (_signature(path.stat()), _hash(text))
 
 
@@ -560,8 +661,9 @@ def sync_file(ws: Workspace, project: str = DEFAULT_PROJECT) -> SyncReport:
         return SyncReport()
     with ws.engine.connect() as conn:
         pid = project_id(conn, project)
-        known = conn.scalar(sa.select(learning_files.c.content_hash)
-                            .where(learning_files.c.project_id == pid))
+        known = conn.scalar(
+            sa.select(learning_files.c.content_hash).where(learning_files.c.project_id == pid)
+        )
     if known == digest:
         _in_sync[path] = (signature, digest)
         return SyncReport()
@@ -571,8 +673,16 @@ def sync_file(ws: Workspace, project: str = DEFAULT_PROJECT) -> SyncReport:
         keep: set[int] = set()
         for entry in entries:
             rule = scrub_for_storage(ws.settings, entry.rule, "learnings")
-            lid, outcome = _add(conn, pid, rule, entry.source, entry.skill, entry.at,
-                                ws.settings.learnings_merge_similarity, from_file=True)
+            lid, outcome = _add(
+                conn,
+                pid,
+                rule,
+                entry.source,
+                entry.skill,
+                entry.at,
+                ws.settings.learnings_merge_similarity,
+                from_file=True,
+            )
             keep.add(lid)
             added += outcome in ("added", "reactivated")
         gone = learnings.c.project_id == pid

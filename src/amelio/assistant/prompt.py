@@ -68,9 +68,15 @@ def assemble(system_prompt: str, hint: str, learnings: str, skill: str = "") -> 
     return "\n\n".join(part.strip() for part in parts if part.strip())
 
 
-def build_prompt(ws: Workspace, message: str, *, project: str = DEFAULT_PROJECT,
-                 scorer: str | None = None, skill: str | None = None,
-                 content: str | None = None) -> Prompt:
+def build_prompt(
+    ws: Workspace,
+    message: str,
+    *,
+    project: str = DEFAULT_PROJECT,
+    scorer: str | None = None,
+    skill: str | None = None,
+    content: str | None = None,
+) -> Prompt:
     """Route the message, pick the learnings for the hinted skills, add the applied
     skill's rulebook, assemble.
 
@@ -82,8 +88,9 @@ def build_prompt(ws: Workspace, message: str, *, project: str = DEFAULT_PROJECT,
         with span("amelio.route", {"amelio.project": project}) as routed:
             route = route_message(ws, message, project=project, scorer=scorer, conn=conn)
             if routed is not None:
-                routed.set_attributes({"amelio.route.scorer": route.scorer,
-                                       "amelio.route.skills": list(route.names)})
+                routed.set_attributes(
+                    {"amelio.route.scorer": route.scorer, "amelio.route.skills": list(route.names)}
+                )
         with span("amelio.prompt", {"amelio.project": project}) as prompting:
             hinted = list(route.names)
             applied: Skill | None = None
@@ -94,9 +101,12 @@ def build_prompt(ws: Workspace, message: str, *, project: str = DEFAULT_PROJECT,
                 applied = route.top.skill or get_skill(conn, route.top.name, project)
             block = prompt_block(ws, project=project, skills=hinted, conn=conn)
             if prompting is not None:
-                prompting.set_attributes({"amelio.prompt.learnings": len(block.ids),
-                                          "amelio.prompt.skill": applied.name if applied
-                                          else ""})
+                prompting.set_attributes(
+                    {
+                        "amelio.prompt.learnings": len(block.ids),
+                        "amelio.prompt.skill": applied.name if applied else "",
+                    }
+                )
     if applied is not None and content is not None:
         applied = replace(applied, spec=replace(applied.spec, content=content))
     body = ""

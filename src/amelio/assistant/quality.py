@@ -86,8 +86,10 @@ class AnswerFeedbackResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "feedbackId": self.feedback_id, "interactionId": self.interaction_id,
-            "kind": self.kind, "replaced": self.replaced,
+            "feedbackId": self.feedback_id,
+            "interactionId": self.interaction_id,
+            "kind": self.kind,
+            "replaced": self.replaced,
             "learning": self.learning.to_dict() if self.learning else None,
             "retiredLearningIds": list(self.retired_learning_ids),
         }
@@ -111,8 +113,11 @@ class SkillMetrics:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "project": self.project, "skill": self.skill, "appliedCount": self.applied_count,
-            "successCount": self.success_count, "successRate": round(self.success_rate, 4),
+            "project": self.project,
+            "skill": self.skill,
+            "appliedCount": self.applied_count,
+            "successCount": self.success_count,
+            "successRate": round(self.success_rate, 4),
             "feedbackPositive": self.feedback_positive,
             "feedbackNegative": self.feedback_negative,
             "lastUsed": self.last_used.isoformat() if self.last_used else None,
@@ -134,8 +139,10 @@ def _distill(ws: Workspace, kind: str, message: str, answer: str, comment: str) 
     """One concrete rule from a correction, or None (the caller falls back)."""
     try:
         provider = get_provider(ws.settings, purpose="Distilling learnings")
-        user = (f"User message:\n{message[:2000]}\n\nAssistant answer:\n{answer[:4000]}\n\n"
-                f"User's {'fix request' if kind == 'fixit' else 'complaint'}:\n{comment}")
+        user = (
+            f"User message:\n{message[:2000]}\n\nAssistant answer:\n{answer[:4000]}\n\n"
+            f"User's {'fix request' if kind == 'fixit' else 'complaint'}:\n{comment}"
+        )
         rule = provider.complete(LLMRequest.single(_DISTILL_SYSTEM, user, max_tokens=200)).text
     except AmelioError as exc:
         log.warning("could not distill a learning, storing the comment as is: %s", exc.message)
@@ -144,17 +151,22 @@ def _distill(ws: Workspace, kind: str, message: str, answer: str, comment: str) 
     return rule if 0 < len(rule) <= learnings.MAX_RULE_CHARS else None
 
 
-def give_answer_feedback(ws: Workspace, interaction_id: int, kind: str, *,
-                         comment: str | None = None, user: str | None = None
-                         ) -> AnswerFeedbackResult:
+def give_answer_feedback(
+    ws: Workspace,
+    interaction_id: int,
+    kind: str,
+    *,
+    comment: str | None = None,
+    user: str | None = None,
+) -> AnswerFeedbackResult:
     """Record 👍, 👎 or Fix It on an interaction's answer, and learn from it."""
     if kind not in ANSWER_FEEDBACK_KINDS:
-        raise InvalidInput(f"Unknown feedback kind {kind!r}: use up, down or fixit.",
-                           field="kind")
+        raise InvalidInput(f"Unknown feedback kind {kind!r}: use up, down or fixit.", field="kind")
     comment = " ".join((comment or "").split()) or None
     if comment and len(comment) > MAX_COMMENT_CHARS:
-        raise InvalidInput(f"A comment is at most {MAX_COMMENT_CHARS:,} characters.",
-                           field="comment")
+        raise InvalidInput(
+            f"A comment is at most {MAX_COMMENT_CHARS:,} characters.", field="comment"
+        )
     if comment:
         comment = scrub_for_storage(ws.settings, comment, "comments")
     ref = user_ref(ws.settings, user)
@@ -168,19 +180,33 @@ def give_answer_feedback(ws: Workspace, interaction_id: int, kind: str, *,
         ).first()
         if row is None:
             raise NotFound(f"No interaction {interaction_id}.", interaction_id=interaction_id)
-        where = sa.and_(feedback.c.interaction_id == interaction_id, feedback.c.user_ref == ref,
-                        feedback.c.channel == channel)
+        where = sa.and_(
+            feedback.c.interaction_id == interaction_id,
+            feedback.c.user_ref == ref,
+            feedback.c.channel == channel,
+        )
         previous = conn.execute(sa.select(feedback).where(where)).first()
         if previous is None:
-            result = conn.execute(feedback.insert().values(
-                interaction_id=interaction_id, user_ref=ref, channel=channel, kind=kind,
-                comment=comment, created_at=now, updated_at=now))
+            result = conn.execute(
+                feedback.insert().values(
+                    interaction_id=interaction_id,
+                    user_ref=ref,
+                    channel=channel,
+                    kind=kind,
+                    comment=comment,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
             assert result.inserted_primary_key is not None
             feedback_id = int(result.inserted_primary_key[0])
         else:
             feedback_id = int(previous.id)
-            conn.execute(feedback.update().where(feedback.c.id == feedback_id)
-                         .values(kind=kind, comment=comment, updated_at=now))
+            conn.execute(
+                feedback.update()
+                .where(feedback.c.id == feedback_id)
+                .values(kind=kind, comment=comment, updated_at=now)
+            )
         routing_examples.on_answer_feedback(conn, row, kind)
     project = str(row.project)
     changed = previous is None or previous.kind != kind or previous.comment != comment
@@ -197,11 +223,18 @@ def give_answer_feedback(ws: Workspace, interaction_id: int, kind: str, *,
             message = scrub_for_storage(ws.settings, row.message, "learnings")
             rule = f"{prefix}: {_context(row.applied_skill, message)}"
         learning, _ = learnings.add_learning(
-            ws, rule, source="fixit" if kind == "fixit" else "negative", project=project,
-            skill=row.applied_skill)
+            ws,
+            rule,
+            source="fixit" if kind == "fixit" else "negative",
+            project=project,
+            skill=row.applied_skill,
+        )
         with db.transaction(ws.engine) as conn:
-            conn.execute(feedback.update().where(feedback.c.id == feedback_id)
-                         .values(learning_id=learning.id))
+            conn.execute(
+                feedback.update()
+                .where(feedback.c.id == feedback_id)
+                .values(learning_id=learning.id)
+            )
 
     retired: list[int] = []
     if channel == "vote" and (previous is None or previous.kind != kind):
@@ -209,13 +242,20 @@ def give_answer_feedback(ws: Workspace, interaction_id: int, kind: str, *,
         if kind == "down":
             # A 👎 blames only the learnings written for the skill that answered: a
             # general rule in every prompt would otherwise be retired by any bad answer.
-            used = [item.id for item in learnings.list_learnings(ws, project=project)
-                    if item.id in used and item.skill is not None
-                    and item.skill == row.applied_skill]
+            used = [
+                item.id
+                for item in learnings.list_learnings(ws, project=project)
+                if item.id in used and item.skill is not None and item.skill == row.applied_skill
+            ]
         retired = learnings.record_outcome(ws, used, helpful=kind == "up", project=project)
-    return AnswerFeedbackResult(feedback_id, interaction_id, kind,
-                                previous.kind if previous is not None else None, learning,
-                                tuple(retired))
+    return AnswerFeedbackResult(
+        feedback_id,
+        interaction_id,
+        kind,
+        previous.kind if previous is not None else None,
+        learning,
+        tuple(retired),
+    )
 
 
 # -- metrics ------------------------------------------------------------------------------
@@ -225,9 +265,11 @@ _USED = interactions.c.applied_skill.is_not(None)
 #: 👍 and 👎 are votes; a Fix It is a correction (its own channel), not a vote.
 _VOTE = feedback.c.channel == "vote"
 _VOTES = feedback.join(interactions, interactions.c.id == feedback.c.interaction_id).join(
-    projects, projects.c.id == interactions.c.project_id)
-_CHECKS = eval_results.join(interactions, interactions.c.id == eval_results.c.interaction_id
-                            ).join(projects, projects.c.id == interactions.c.project_id)
+    projects, projects.c.id == interactions.c.project_id
+)
+_CHECKS = eval_results.join(interactions, interactions.c.id == eval_results.c.interaction_id).join(
+    projects, projects.c.id == interactions.c.project_id
+)
 _KEY = (projects.c.name.label("project"), interactions.c.applied_skill)
 
 
@@ -245,11 +287,18 @@ def _rule_counts(*where: sa.ColumnElement[bool]) -> sa.Select[Any]:
     """Per (project, skill, rule): the answers checked against the rule and how many
     passed, the source of every per-rule figure."""
     e = eval_results
-    return (sa.select(*_KEY, e.c.rule_id, sa.func.max(e.c.rule_name).label("rule_name"),
-                      sa.func.count().label("n"),
-                      sa.func.sum(sa.case((e.c.passed, 1), else_=0)).label("ok"))
-            .select_from(_CHECKS).where(_USED, *where)
-            .group_by(projects.c.name, interactions.c.applied_skill, e.c.rule_id))
+    return (
+        sa.select(
+            *_KEY,
+            e.c.rule_id,
+            sa.func.max(e.c.rule_name).label("rule_name"),
+            sa.func.count().label("n"),
+            sa.func.sum(sa.case((e.c.passed, 1), else_=0)).label("ok"),
+        )
+        .select_from(_CHECKS)
+        .where(_USED, *where)
+        .group_by(projects.c.name, interactions.c.applied_skill, e.c.rule_id)
+    )
 
 
 def quality_metrics(ws: Workspace, project: str | None = None) -> list[SkillMetrics]:
@@ -257,15 +306,23 @@ def quality_metrics(ws: Workspace, project: str | None = None) -> list[SkillMetr
     ``project`` is None."""
     i, f, p = interactions, feedback, projects
     scope = _scope(ws, project)
-    base = (sa.select(*_KEY, sa.func.count().label("n"),
-                      sa.func.sum(sa.case((i.c.success, 1), else_=0)).label("ok"),
-                      sa.func.max(i.c.created_at).label("last"))
-            .join(p, p.c.id == i.c.project_id)
-            .where(_USED, *scope)
-            .group_by(p.c.name, i.c.applied_skill))
-    votes = (sa.select(*_KEY, f.c.kind, sa.func.count().label("n"))
-             .select_from(_VOTES).where(_VOTE, _USED, *scope)
-             .group_by(p.c.name, i.c.applied_skill, f.c.kind))
+    base = (
+        sa.select(
+            *_KEY,
+            sa.func.count().label("n"),
+            sa.func.sum(sa.case((i.c.success, 1), else_=0)).label("ok"),
+            sa.func.max(i.c.created_at).label("last"),
+        )
+        .join(p, p.c.id == i.c.project_id)
+        .where(_USED, *scope)
+        .group_by(p.c.name, i.c.applied_skill)
+    )
+    votes = (
+        sa.select(*_KEY, f.c.kind, sa.func.count().label("n"))
+        .select_from(_VOTES)
+        .where(_VOTE, _USED, *scope)
+        .group_by(p.c.name, i.c.applied_skill, f.c.kind)
+    )
     with ws.engine.connect() as conn:
         rows = conn.execute(base).all()
         vote_rows = conn.execute(votes).all()
@@ -284,11 +341,19 @@ def quality_metrics(ws: Workspace, project: str | None = None) -> list[SkillMetr
     for r in rows:
         k = (r.project, r.applied_skill)
         last = None if r.last is None else aware(r.last)  # max() may lose the column type
-        out.append(SkillMetrics(
-            project=r.project, skill=r.applied_skill, applied_count=int(r.n),
-            success_count=int(r.ok or 0), feedback_positive=counts.get(k, {}).get("up", 0),
-            feedback_negative=counts.get(k, {}).get("down", 0), last_used=last,
-            rule_failures=fails.get(k, {}), rule_names=names.get(k, {})))
+        out.append(
+            SkillMetrics(
+                project=r.project,
+                skill=r.applied_skill,
+                applied_count=int(r.n),
+                success_count=int(r.ok or 0),
+                feedback_positive=counts.get(k, {}).get("up", 0),
+                feedback_negative=counts.get(k, {}).get("down", 0),
+                last_used=last,
+                rule_failures=fails.get(k, {}),
+                rule_names=names.get(k, {}),
+            )
+        )
     return sorted(out, key=lambda m: (m.project, m.skill))
 
 
@@ -317,10 +382,16 @@ def daily_metrics(ws: Workspace, project: str | None = None) -> list[DailyMetric
     i, f, p = interactions, feedback, projects
     scope = _scope(ws, project)
     with ws.engine.connect() as conn:
-        uses = conn.execute(sa.select(*_KEY, i.c.created_at, i.c.success)
-                            .join(p, p.c.id == i.c.project_id).where(_USED, *scope)).all()
-        votes = conn.execute(sa.select(*_KEY, f.c.updated_at, f.c.kind)
-                             .select_from(_VOTES).where(_VOTE, _USED, *scope)).all()
+        uses = conn.execute(
+            sa.select(*_KEY, i.c.created_at, i.c.success)
+            .join(p, p.c.id == i.c.project_id)
+            .where(_USED, *scope)
+        ).all()
+        votes = conn.execute(
+            sa.select(*_KEY, f.c.updated_at, f.c.kind)
+            .select_from(_VOTES)
+            .where(_VOTE, _USED, *scope)
+        ).all()
     days: dict[tuple[str, str, date], Counter[str]] = defaultdict(Counter)
     for r in uses:
         day = days[(r.project, r.applied_skill, aware(r.created_at).date())]
@@ -328,8 +399,10 @@ def daily_metrics(ws: Workspace, project: str | None = None) -> list[DailyMetric
         day["ok"] += int(bool(r.success))
     for r in votes:
         days[(r.project, r.applied_skill, aware(r.updated_at).date())][r.kind] += 1
-    return [DailyMetrics(project, skill, day, c["n"], c["ok"], c["up"], c["down"])
-            for (project, skill, day), c in sorted(days.items())]
+    return [
+        DailyMetrics(project, skill, day, c["n"], c["ok"], c["up"], c["down"])
+        for (project, skill, day), c in sorted(days.items())
+    ]
 
 
 @dataclass(frozen=True)
@@ -358,34 +431,53 @@ class RuleStats:
         return self.passed / self.total if self.total else 0.0
 
 
-def _failed_checks(conn: sa.Connection, project: str, skill: str, *, limit: int,
-                   excerpt: int, warning_only: bool = False) -> list[FailedCheck]:
+def _failed_checks(
+    conn: sa.Connection,
+    project: str,
+    skill: str,
+    *,
+    limit: int,
+    excerpt: int,
+    warning_only: bool = False,
+) -> list[FailedCheck]:
     """The latest failed checks of a skill's answers, newest first."""
     i, e = interactions, eval_results
-    query = (sa.select(e.c.rule_id, e.c.detail, i.c.id, i.c.answer, i.c.created_at)
-             .select_from(_CHECKS)
-             .where(projects.c.name == project, i.c.applied_skill == skill,
-                    sa.not_(e.c.passed), *([e.c.severity == "warning"] if warning_only else []))
-             .order_by(i.c.id.desc()).limit(limit))
-    return [FailedCheck(r.id, r.rule_id, r.detail, r.answer[:excerpt], r.created_at)
-            for r in conn.execute(query)]
+    query = (
+        sa.select(e.c.rule_id, e.c.detail, i.c.id, i.c.answer, i.c.created_at)
+        .select_from(_CHECKS)
+        .where(
+            projects.c.name == project,
+            i.c.applied_skill == skill,
+            sa.not_(e.c.passed),
+            *([e.c.severity == "warning"] if warning_only else []),
+        )
+        .order_by(i.c.id.desc())
+        .limit(limit)
+    )
+    return [
+        FailedCheck(r.id, r.rule_id, r.detail, r.answer[:excerpt], r.created_at)
+        for r in conn.execute(query)
+    ]
 
 
-def rule_stats(ws: Workspace, project: str, skill: str, failures: int = 3
-               ) -> dict[str, RuleStats]:
+def rule_stats(ws: Workspace, project: str, skill: str, failures: int = 3) -> dict[str, RuleStats]:
     """Per rule id of ``skill`` in ``project``: answers checked, passed, and the latest
     ``failures`` failing answers (what the dashboard's evals tab shows)."""
     with ws.engine.connect() as conn:
-        totals = conn.execute(_rule_counts(projects.c.name == project,
-                                           interactions.c.applied_skill == skill)).all()
+        totals = conn.execute(
+            _rule_counts(projects.c.name == project, interactions.c.applied_skill == skill)
+        ).all()
         failing = _failed_checks(conn, project, skill, limit=200, excerpt=300)
     latest: dict[str, list[FailedCheck]] = defaultdict(list)
     for check in failing:
         if len(latest[check.rule_id]) < failures:
             latest[check.rule_id].append(check)
-    return {r.rule_id: RuleStats(r.rule_id, r.rule_name, int(r.n), int(r.ok or 0),
-                                 tuple(latest[r.rule_id]))
-            for r in totals}
+    return {
+        r.rule_id: RuleStats(
+            r.rule_id, r.rule_name, int(r.n), int(r.ok or 0), tuple(latest[r.rule_id])
+        )
+        for r in totals
+    }
 
 
 # -- underperformers ----------------------------------------------------------------------
@@ -413,8 +505,7 @@ class Finding:
         return self.metrics.to_dict() | {
             "reasons": list(self.reasons),
             "successBounds": [round(b, 4) for b in self.success_bounds],
-            "learnings": [{"id": i.id, "rule": i.rule, "source": i.source}
-                          for i in self.learnings],
+            "learnings": [{"id": i.id, "rule": i.rule, "source": i.source} for i in self.learnings],
         }
 
 
@@ -432,8 +523,12 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
 
 
 def find_underperformers(
-    ws: Workspace, project: str | None = None, *, min_applied: int | None = None,
-    min_success_rate: float | None = None, mode: str | None = None,
+    ws: Workspace,
+    project: str | None = None,
+    *,
+    min_applied: int | None = None,
+    min_success_rate: float | None = None,
+    mode: str | None = None,
     confidence: float | None = None,
 ) -> list[Finding]:
     """The seed's rule: ``applied >= min_applied`` and (``success_rate < min_success_rate``
@@ -442,13 +537,15 @@ def find_underperformers(
     unlucky answers do not make a skill "underperforming"."""
     settings = ws.settings
     min_applied = settings.underperform_min_applied if min_applied is None else min_applied
-    threshold = (settings.underperform_min_success_rate if min_success_rate is None
-                 else min_success_rate)
+    threshold = (
+        settings.underperform_min_success_rate if min_success_rate is None else min_success_rate
+    )
     mode = mode or settings.underperform_mode
     confidence = confidence or settings.underperform_confidence
     if mode not in ("seed", "wilson"):
-        raise InvalidInput(f"Unknown underperformance mode {mode!r}: use seed or wilson.",
-                           field="mode")
+        raise InvalidInput(
+            f"Unknown underperformance mode {mode!r}: use seed or wilson.", field="mode"
+        )
     findings = []
     for m in quality_metrics(ws, project):
         if m.applied_count < min_applied:
@@ -460,25 +557,35 @@ def find_underperformers(
             reasons.append(
                 f"success rate {m.success_rate:.0%} ({m.success_count} of {m.applied_count}) "
                 f"is under {threshold:.0%}"
-                + (f" with {confidence:.0%} confidence (Wilson upper bound {bounds[1]:.0%})"
-                   if mode == "wilson" else ""))
+                + (
+                    f" with {confidence:.0%} confidence (Wilson upper bound {bounds[1]:.0%})"
+                    if mode == "wilson"
+                    else ""
+                )
+            )
         if m.feedback_negative > m.feedback_positive:
             reasons.append(f"more 👎 ({m.feedback_negative}) than 👍 ({m.feedback_positive})")
         if not reasons:
             continue
-        linked = tuple(item for item in learnings.list_learnings(ws, project=m.project)
-                       if item.skill == m.skill)
-        findings.append(Finding(m, tuple(reasons), bounds, linked,
-                                recent_failed_answers(ws, m.project, m.skill)))
+        linked = tuple(
+            item
+            for item in learnings.list_learnings(ws, project=m.project)
+            if item.skill == m.skill
+        )
+        findings.append(
+            Finding(
+                m, tuple(reasons), bounds, linked, recent_failed_answers(ws, m.project, m.skill)
+            )
+        )
     return findings
 
 
-def recent_failed_answers(ws: Workspace, project: str, skill: str, limit: int = 5
-                          ) -> tuple[tuple[str, str], ...]:
+def recent_failed_answers(
+    ws: Workspace, project: str, skill: str, limit: int = 5
+) -> tuple[tuple[str, str], ...]:
     """Recent answers of ``skill`` that failed a warning rule, as (rule id, answer
     excerpt): the failure text a rewrite learns from (a :class:`Finding` carries
     them; Sage reads them for a skill that is not underperforming too)."""
     with ws.engine.connect() as conn:
-        checks = _failed_checks(conn, project, skill, limit=limit, excerpt=1000,
-                                warning_only=True)
+        checks = _failed_checks(conn, project, skill, limit=limit, excerpt=1000, warning_only=True)
     return tuple((c.rule_id, c.answer) for c in checks)

@@ -89,9 +89,11 @@ class Reply:
             "learningIds": list(self.learning_ids),
             "model": self.completion.model,
             "provider": self.completion.provider,
-            "usage": {"inputTokens": self.completion.input_tokens,
-                      "outputTokens": self.completion.output_tokens,
-                      "costUsd": self.completion.cost_usd},
+            "usage": {
+                "inputTokens": self.completion.input_tokens,
+                "outputTokens": self.completion.output_tokens,
+                "costUsd": self.completion.cost_usd,
+            },
             "latencyMs": round(self.completion.latency_ms, 2),
         }
 
@@ -117,21 +119,39 @@ def _rules(skill: Skill) -> tuple[evals.EvalRule, ...]:
     return cached
 
 
-def _prepare(ws: Workspace, message: str, project: str, scorer: str | None
-             ) -> tuple[Prompt, Skill | None, LLMRequest]:
+def _prepare(
+    ws: Workspace, message: str, project: str, scorer: str | None
+) -> tuple[Prompt, Skill | None, LLMRequest]:
     prompt = build_prompt(ws, message, project=project, scorer=scorer)
     request = LLMRequest.single(prompt.system, message, max_tokens=ws.settings.llm_max_tokens)
     return prompt, prompt.applied, request
 
 
-def _finish(ws: Workspace, *, prompt: Prompt, applied: Skill | None, completion: Completion,
-            project: str, user: str | None, started: float) -> Reply:
+def _finish(
+    ws: Workspace,
+    *,
+    prompt: Prompt,
+    applied: Skill | None,
+    completion: Completion,
+    project: str,
+    user: str | None,
+    started: float,
+) -> Reply:
     """Check the answer, store the interaction and its eval results in one transaction."""
     hits = prompt.route.hits if prompt.route else ()
     learning_ids = prompt.learnings.ids if prompt.learnings else ()
-    return _store(ws, project=project, user=user, message=prompt.message, hits=hits,
-                  applied=applied, prompt_hash=prompt.hash, learning_ids=learning_ids,
-                  completion=completion, started=started)
+    return _store(
+        ws,
+        project=project,
+        user=user,
+        message=prompt.message,
+        hits=hits,
+        applied=applied,
+        prompt_hash=prompt.hash,
+        learning_ids=learning_ids,
+        completion=completion,
+        started=started,
+    )
 
 
 _INSERT_INTERACTION = interactions.insert()
@@ -170,35 +190,48 @@ def _postgres_insert() -> sa.TextClause:
         f"checked AS (INSERT INTO eval_results (interaction_id, {result_names}) "
         f"SELECT inserted.id, r.* FROM inserted, unnest({arrays}) AS r({result_names})) "
         f"SELECT id FROM inserted, relaxed"
-    ).bindparams(*(sa.bindparam(c.name, type_=c.type) for c in columns),
-                 *(sa.bindparam(f"r_{c.name}", type_=postgresql.ARRAY(c.type))
-                   for c in checked))
+    ).bindparams(
+        *(sa.bindparam(c.name, type_=c.type) for c in columns),
+        *(sa.bindparam(f"r_{c.name}", type_=postgresql.ARRAY(c.type)) for c in checked),
+    )
 
 
 _POSTGRES_INSERT = _postgres_insert()
 
 
-def _insert_postgres(engine: sa.Engine, row: dict[str, Any],
-                     results: list[dict[str, Any]]) -> int:
+def _insert_postgres(engine: sa.Engine, row: dict[str, Any], results: list[dict[str, Any]]) -> int:
     params = {**row, **{f"r_{name}": [r[name] for r in results] for name in _RESULT_COLUMNS}}
     with engine.connect() as conn:
         conn.execution_options(isolation_level="AUTOCOMMIT")
         return int(conn.execute(_POSTGRES_INSERT, params).scalar_one())
 
 
-def _store(ws: Workspace, *, project: str, user: str | None, message: str,
-           hits: tuple[RouteHit, ...], applied: Skill | None, prompt_hash: str,
-           learning_ids: tuple[int, ...], completion: Completion, started: float,
-           idempotency_key: str | None = None) -> Reply:
+def _store(
+    ws: Workspace,
+    *,
+    project: str,
+    user: str | None,
+    message: str,
+    hits: tuple[RouteHit, ...],
+    applied: Skill | None,
+    prompt_hash: str,
+    learning_ids: tuple[int, ...],
+    completion: Completion,
+    started: float,
+    idempotency_key: str | None = None,
+) -> Reply:
     """Evaluate ``completion.text`` with the applied skill's rules and store it all: the
     one write path of every interaction, whoever made the answer."""
     rules = _rules(applied) if applied is not None else ()
     with span("amelio.evals", {"amelio.evals.rules": len(rules)}) as checking:
         report = evals.evaluate(completion.text, rules, max_chars=ws.settings.max_text_chars)
         if checking is not None:
-            checking.set_attributes({"amelio.evals.success": report.success,
-                                     "amelio.evals.failed": sum(
-                                         not r.passed for r in report.results)})
+            checking.set_attributes(
+                {
+                    "amelio.evals.success": report.success,
+                    "amelio.evals.failed": sum(not r.passed for r in report.results),
+                }
+            )
     footnotes = tuple(evals.render_footnotes(report))
     total_ms = (time.perf_counter() - started) * 1000
 
@@ -227,9 +260,17 @@ def _store(ws: Workspace, *, project: str, user: str | None, message: str,
         "created_at": utcnow(),
         "idempotency_key": idempotency_key,
     }
-    results = [{"rule_id": r.rule_id, "rule_name": r.name, "rule_type": r.type,
-                "severity": r.severity, "passed": r.passed, "detail": clean(r.detail)}
-               for r in report.results]
+    results = [
+        {
+            "rule_id": r.rule_id,
+            "rule_name": r.name,
+            "rule_type": r.type,
+            "severity": r.severity,
+            "passed": r.passed,
+            "detail": clean(r.detail),
+        }
+        for r in report.results
+    ]
     if ws.engine.dialect.name == "postgresql":
         interaction_id = _insert_postgres(ws.engine, row, results)
     else:
@@ -240,8 +281,9 @@ def _store(ws: Workspace, *, project: str, user: str | None, message: str,
             assert result.inserted_primary_key is not None
             interaction_id = int(result.inserted_primary_key[0])
             if results:
-                conn.execute(_INSERT_EVAL_RESULTS,
-                             [{"interaction_id": interaction_id, **r} for r in results])
+                conn.execute(
+                    _INSERT_EVAL_RESULTS, [{"interaction_id": interaction_id, **r} for r in results]
+                )
     return Reply(
         interaction_id=interaction_id,
         text=evals.append_footnotes(completion.text, report),
@@ -266,8 +308,9 @@ def warm_up(ws: Workspace, *, projects_limit: int = 50) -> float:
     with contextlib.suppress(LLMError, InvalidInput):  # not configured: nothing to load
         get_provider(ws.settings, purpose="Chat")
     with ws.engine.connect() as conn:
-        names = conn.scalars(sa.select(projects.c.name).order_by(projects.c.id)
-                             .limit(projects_limit)).all()
+        names = conn.scalars(
+            sa.select(projects.c.name).order_by(projects.c.id).limit(projects_limit)
+        ).all()
     for name in names:
         build_prompt(ws, "warm up", project=name)
         for skill in visible_skills(ws.engine, name):
@@ -275,35 +318,66 @@ def warm_up(ws: Workspace, *, projects_limit: int = 50) -> float:
     return time.perf_counter() - started
 
 
-def record_reply(ws: Workspace, prompt: Prompt, completion: Completion, *,
-                 project: str = DEFAULT_PROJECT, user: str | None = None,
-                 started: float | None = None) -> Reply:
+def record_reply(
+    ws: Workspace,
+    prompt: Prompt,
+    completion: Completion,
+    *,
+    project: str = DEFAULT_PROJECT,
+    user: str | None = None,
+    started: float | None = None,
+) -> Reply:
     """The end of :func:`respond` for a caller that made the LLM call itself with a
     prompt from :func:`amelio.assistant.prompt.build_prompt` (the OpenAI-compatible endpoint,
     which forwards the client's own request): evaluate and store, as respond() does.
 
     ``started`` is the caller's ``time.perf_counter()`` at the start, for ``totalMs``.
     """
-    return _finish(ws, prompt=prompt, applied=prompt.applied, completion=completion,
-                   project=project, user=user,
-                   started=time.perf_counter() if started is None else started)
+    return _finish(
+        ws,
+        prompt=prompt,
+        applied=prompt.applied,
+        completion=completion,
+        project=project,
+        user=user,
+        started=time.perf_counter() if started is None else started,
+    )
 
 
-def respond(ws: Workspace, message: str, *, project: str = DEFAULT_PROJECT,
-            user: str | None = None, provider: Provider | None = None,
-            scorer: str | None = None) -> Reply:
+def respond(
+    ws: Workspace,
+    message: str,
+    *,
+    project: str = DEFAULT_PROJECT,
+    user: str | None = None,
+    provider: Provider | None = None,
+    scorer: str | None = None,
+) -> Reply:
     """Answer ``message`` with the configured LLM and record the interaction."""
     started = time.perf_counter()
     provider = provider or get_provider(ws.settings, purpose="Chat")
     prompt, applied, request = _prepare(ws, message, project, scorer)
     completion = provider.complete(request)
-    return _finish(ws, prompt=prompt, applied=applied, completion=completion, project=project,
-                   user=user, started=started)
+    return _finish(
+        ws,
+        prompt=prompt,
+        applied=applied,
+        completion=completion,
+        project=project,
+        user=user,
+        started=started,
+    )
 
 
-def respond_stream(ws: Workspace, message: str, *, project: str = DEFAULT_PROJECT,
-                   user: str | None = None, provider: Provider | None = None,
-                   scorer: str | None = None) -> Iterator[TextDelta | Reply]:
+def respond_stream(
+    ws: Workspace,
+    message: str,
+    *,
+    project: str = DEFAULT_PROJECT,
+    user: str | None = None,
+    provider: Provider | None = None,
+    scorer: str | None = None,
+) -> Iterator[TextDelta | Reply]:
     """Like :func:`respond`, yielding text deltas as the model writes, then the Reply.
 
     Routing, the prompt and the provider are set up before the first ``next()``
@@ -322,8 +396,15 @@ def respond_stream(ws: Workspace, message: str, *, project: str = DEFAULT_PROJEC
                 yield event
         if completion is None:
             raise LLMError("The provider's stream ended without a final answer.")
-        yield _finish(ws, prompt=prompt, applied=applied, completion=completion,
-                      project=project, user=user, started=started)
+        yield _finish(
+            ws,
+            prompt=prompt,
+            applied=applied,
+            completion=completion,
+            project=project,
+            user=user,
+            started=started,
+        )
 
     return events()
 
@@ -334,37 +415,67 @@ def get_interaction(ws: Workspace, interaction_id: int) -> dict[str, Any]:
         row = conn.execute(
             sa.select(interactions, projects.c.name.label("project_name"))
             .join(projects, projects.c.id == interactions.c.project_id)
-            .where(interactions.c.id == interaction_id)).first()
+            .where(interactions.c.id == interaction_id)
+        ).first()
         if row is None:
             raise NotFound(f"No interaction {interaction_id}.", interaction_id=interaction_id)
-        rules = conn.execute(sa.select(eval_results).where(
-            eval_results.c.interaction_id == interaction_id).order_by(eval_results.c.id)).all()
+        rules = conn.execute(
+            sa.select(eval_results)
+            .where(eval_results.c.interaction_id == interaction_id)
+            .order_by(eval_results.c.id)
+        ).all()
     m = row._mapping
     return {
-        "interactionId": m["id"], "project": m["project_name"], "message": m["message"],
+        "interactionId": m["id"],
+        "project": m["project_name"],
+        "message": m["message"],
         "answer": m["answer"],
-        "hinted": m["hinted"], "appliedSkill": m["applied_skill"],
-        "skillVersion": m["skill_version"], "promptHash": m["prompt_hash"],
-        "learningIds": m["learning_ids"], "success": m["success"], "model": m["model"],
-        "provider": m["provider"], "llmMs": m["llm_ms"], "totalMs": m["total_ms"],
-        "inputTokens": m["input_tokens"], "outputTokens": m["output_tokens"],
-        "costUsd": m["cost_usd"], "createdAt": m["created_at"].isoformat(),
-        "evals": [{"ruleId": r.rule_id, "name": r.rule_name, "type": r.rule_type,
-                   "severity": r.severity, "passed": r.passed, "detail": r.detail}
-                  for r in rules],
+        "hinted": m["hinted"],
+        "appliedSkill": m["applied_skill"],
+        "skillVersion": m["skill_version"],
+        "promptHash": m["prompt_hash"],
+        "learningIds": m["learning_ids"],
+        "success": m["success"],
+        "model": m["model"],
+        "provider": m["provider"],
+        "llmMs": m["llm_ms"],
+        "totalMs": m["total_ms"],
+        "inputTokens": m["input_tokens"],
+        "outputTokens": m["output_tokens"],
+        "costUsd": m["cost_usd"],
+        "createdAt": m["created_at"].isoformat(),
+        "evals": [
+            {
+                "ruleId": r.rule_id,
+                "name": r.rule_name,
+                "type": r.rule_type,
+                "severity": r.severity,
+                "passed": r.passed,
+                "detail": r.detail,
+            }
+            for r in rules
+        ],
     }
 
 
-def answer_with(ws: Workspace, message: str, *, skill: str, content: str, provider: Provider,
-                project: str = DEFAULT_PROJECT) -> tuple[Completion, evals.EvalReport]:
+def answer_with(
+    ws: Workspace,
+    message: str,
+    *,
+    skill: str,
+    content: str,
+    provider: Provider,
+    project: str = DEFAULT_PROJECT,
+) -> tuple[Completion, evals.EvalReport]:
     """The pipeline respond() runs, with ``skill`` applied at ``content`` and nothing
     stored: how a benchmark compares an old and a new version of a skill."""
     prompt = build_prompt(ws, message, project=project, skill=skill, content=content)
     request = LLMRequest.single(prompt.system, message, max_tokens=ws.settings.llm_max_tokens)
     completion = provider.complete(request)
     assert prompt.applied is not None
-    report = evals.evaluate(completion.text, _rules(prompt.applied),
-                            max_chars=ws.settings.max_text_chars)
+    report = evals.evaluate(
+        completion.text, _rules(prompt.applied), max_chars=ws.settings.max_text_chars
+    )
     return completion, report
 
 
@@ -385,16 +496,16 @@ def _bounded(value: str | None, what: str, limit: int) -> str | None:
     return value
 
 
-def _attribute(ws: Workspace, message: str, project: str, skills: list[str] | None
-               ) -> tuple[tuple[RouteHit, ...], Skill | None]:
+def _attribute(
+    ws: Workspace, message: str, project: str, skills: list[str] | None
+) -> tuple[tuple[RouteHit, ...], Skill | None]:
     """The skills an answer made elsewhere is counted under: the ones the caller names
     (the first is applied), else the router's, exactly as respond() would pick them."""
     settings = ws.settings
     with db.reading(ws.engine) as conn:
         if skills:
             found = [get_skill(conn, name, project) for name in dict.fromkeys(skills)]
-            hits = tuple(RouteHit(s.name, s.spec.description, 1.0, (), s.project, s)
-                         for s in found)
+            hits = tuple(RouteHit(s.name, s.spec.description, 1.0, (), s.project, s) for s in found)
         else:
             hits = route_message(ws, message, project=project, conn=conn).hits
         applied: Skill | None = None
@@ -408,7 +519,8 @@ def _logged(ws: Workspace, project: str, key: str) -> int | None:
         found = conn.scalar(
             sa.select(interactions.c.id)
             .join(projects, projects.c.id == interactions.c.project_id)
-            .where(projects.c.name == project, interactions.c.idempotency_key == key))
+            .where(projects.c.name == project, interactions.c.idempotency_key == key)
+        )
     return None if found is None else int(found)
 
 
@@ -418,27 +530,56 @@ def _stored_reply(ws: Workspace, interaction_id: int, message: str, answer: str)
     stored = get_interaction(ws, interaction_id)
     clean = scrub_for_storage(ws.settings, message, "interactions")
     if stored["message"] != clean or stored["answer"] != scrub_for_storage(
-            ws.settings, answer, "interactions"):
-        raise Conflict("This idempotency key was already used for a different exchange in "
-                       "this project: use a new key for each exchange.",
-                       interaction_id=interaction_id)
-    report = evals.EvalReport(tuple(
-        evals.EvalResult(r["ruleId"], r["name"], r["type"], r["severity"], r["passed"],
-                         r["detail"]) for r in stored["evals"]))
+        ws.settings, answer, "interactions"
+    ):
+        raise Conflict(
+            "This idempotency key was already used for a different exchange in "
+            "this project: use a new key for each exchange.",
+            interaction_id=interaction_id,
+        )
+    report = evals.EvalReport(
+        tuple(
+            evals.EvalResult(
+                r["ruleId"], r["name"], r["type"], r["severity"], r["passed"], r["detail"]
+            )
+            for r in stored["evals"]
+        )
+    )
     hits = tuple(RouteHit(h["name"], "", float(h["score"]), ()) for h in stored["hinted"])
-    completion = Completion(answer, stored["model"], stored["provider"],
-                            stored["inputTokens"], stored["outputTokens"], stored["llmMs"],
-                            stored["costUsd"])
+    completion = Completion(
+        answer,
+        stored["model"],
+        stored["provider"],
+        stored["inputTokens"],
+        stored["outputTokens"],
+        stored["llmMs"],
+        stored["costUsd"],
+    )
     return Reply(
-        interaction_id=interaction_id, text=evals.append_footnotes(answer, report),
-        answer=answer, footnotes=tuple(evals.render_footnotes(report)), skills=hits,
-        applied_skill=stored["appliedSkill"], evals=report, completion=completion,
-        prompt_hash=stored["promptHash"], learning_ids=tuple(stored["learningIds"]))
+        interaction_id=interaction_id,
+        text=evals.append_footnotes(answer, report),
+        answer=answer,
+        footnotes=tuple(evals.render_footnotes(report)),
+        skills=hits,
+        applied_skill=stored["appliedSkill"],
+        evals=report,
+        completion=completion,
+        prompt_hash=stored["promptHash"],
+        learning_ids=tuple(stored["learningIds"]),
+    )
 
 
-def log_exchange(ws: Workspace, message: str, answer: str, *, project: str,
-                 skills: list[str] | None = None, model: str | None = None,
-                 provider: str | None = None, idempotency_key: str | None = None) -> Reply:
+def log_exchange(
+    ws: Workspace,
+    message: str,
+    answer: str,
+    *,
+    project: str,
+    skills: list[str] | None = None,
+    model: str | None = None,
+    provider: str | None = None,
+    idempotency_key: str | None = None,
+) -> Reply:
     """Record an exchange answered by another system (an agent with its own model).
 
     The answer is checked by the applied skill's rules and stored as one interaction,
@@ -455,8 +596,11 @@ def log_exchange(ws: Workspace, message: str, answer: str, *, project: str,
         if not text.strip():
             raise InvalidInput(f"The {what} is empty.", field=what)
         if len(text) > limit:
-            raise InputTooLarge(f"The {what} is over {limit:,} characters (max_text_chars).",
-                                field=what, limit=limit)
+            raise InputTooLarge(
+                f"The {what} is over {limit:,} characters (max_text_chars).",
+                field=what,
+                limit=limit,
+            )
     if skills is not None and len(skills) > MAX_LOGGED_SKILLS:
         raise InvalidInput(f"Name at most {MAX_LOGGED_SKILLS} skills.", field="skills")
     model = _bounded(model, "model", 200) or "unknown"
@@ -469,11 +613,19 @@ def log_exchange(ws: Workspace, message: str, answer: str, *, project: str,
     hits, applied = _attribute(ws, message, project, skills)
     completion = Completion(answer, model, provider)
     try:
-        return _store(ws, project=project, user=None, message=message, hits=hits,
-                      applied=applied,
-                      prompt_hash=hashlib.sha256(message.encode("utf-8")).hexdigest(),
-                      learning_ids=(), completion=completion, started=started,
-                      idempotency_key=key)
+        return _store(
+            ws,
+            project=project,
+            user=None,
+            message=message,
+            hits=hits,
+            applied=applied,
+            prompt_hash=hashlib.sha256(message.encode("utf-8")).hexdigest(),
+            learning_ids=(),
+            completion=completion,
+            started=started,
+            idempotency_key=key,
+        )
     except sa.exc.IntegrityError:
         # A concurrent retry with the same key won the insert: answer with its row.
         if key is None or (found := _logged(ws, project, key)) is None:

@@ -31,61 +31,81 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: Every top-level command: the module under ``amelio.cli`` that defines it, and the
 #: one-line help ``amelio --help`` shows for it (its docstring's first sentence).
 COMMANDS: dict[str, tuple[str, str]] = {
-    "backup": ("ops", "Write a consistent copy of the workspace to FILE (a zip): database, "
-                      "search corpus, secret key, amelio.toml and learnings.md files."),
-    "bench": ("sage", "A/B benchmark of a proposal: old vs new skill, eval rules and an LLM "
-                      "judge."),
+    "backup": (
+        "ops",
+        "Write a consistent copy of the workspace to FILE (a zip): database, "
+        "search corpus, secret key, amelio.toml and learnings.md files.",
+    ),
+    "bench": (
+        "sage",
+        "A/B benchmark of a proposal: old vs new skill, eval rules and an LLM judge.",
+    ),
     "chat": ("assistant", "Ask the assistant; the answer streams, then its eval footnotes."),
     "config": ("admin", "Inspect settings."),
-    "corpus": ("search", "The search corpus: the workspace's documents and their index "
-                         "(search_backend)."),
+    "corpus": (
+        "search",
+        "The search corpus: the workspace's documents and their index (search_backend).",
+    ),
     "db": ("admin", "Database migrations, and the move to another database."),
-    "demo": ("admin", "Create (or reuse) a demo workspace with the example skills and serve "
-                      "it."),
+    "demo": ("admin", "Create (or reuse) a demo workspace with the example skills and serve it."),
     "eval": ("evals", "Check the text in FILE (default: stdin) against eval rules."),
     "evals": ("evals", "Manage eval rules."),
     "export": ("ops", "Write every table to DIRECTORY as versioned JSONL, with a manifest."),
     "feedback": ("feedback", "Answer feedback and feedback events: two different things."),
-    "import": ("ops", "Load the export in DIRECTORY into this workspace, whose database must "
-                      "be empty."),
-    "improve": ("improve", "Find underperforming skills and propose improvements (run it "
-                           "nightly)."),
-    "init": ("admin", "Create a workspace in DIRECTORY (amelio.toml, skills/, migrated "
-                      "database)."),
+    "import": (
+        "ops",
+        "Load the export in DIRECTORY into this workspace, whose database must be empty.",
+    ),
+    "improve": (
+        "improve",
+        "Find underperforming skills and propose improvements (run it nightly).",
+    ),
+    "init": ("admin", "Create a workspace in DIRECTORY (amelio.toml, skills/, migrated database)."),
     "keys": ("admin", "API keys for the service."),
     "knowledge": ("knowledge", "Notebooks: sync sources, ask with citations, dead letters."),
     "learnings": ("context", "Rules learned from corrections, injected into prompts."),
-    "log": ("assistant", "Record an exchange answered elsewhere; its evals run and it counts "
-                         "in quality."),
-    "mcp": ("mcp", "Serve Amelio's MCP server on stdin/stdout (an MCP client starts this "
-                   "command)."),
+    "log": (
+        "assistant",
+        "Record an exchange answered elsewhere; its evals run and it counts in quality.",
+    ),
+    "mcp": (
+        "mcp",
+        "Serve Amelio's MCP server on stdin/stdout (an MCP client starts this command).",
+    ),
     "projects": ("admin", "Projects (tenants) of the workspace."),
     "prompt": ("context", "Print the full prompt Amelio would send for MESSAGE."),
-    "proposals": ("improve", "Review proposed skill changes: list, show, diff, approve, "
-                             "reject."),
-    "quality": ("assistant", "Quality metrics per skill: use, success rate, feedback, failing "
-                             "rules."),
-    "restore": ("ops", "Restore the backup FILE into the workspace; `-w DIR` may name a new "
-                       "folder."),
-    "route": ("route", "Rank the skills that fit MESSAGE, with scores and the terms that "
-                         "matched."),
+    "proposals": ("improve", "Review proposed skill changes: list, show, diff, approve, reject."),
+    "quality": (
+        "assistant",
+        "Quality metrics per skill: use, success rate, feedback, failing rules.",
+    ),
+    "restore": (
+        "ops",
+        "Restore the backup FILE into the workspace; `-w DIR` may name a new folder.",
+    ),
+    "route": ("route", "Rank the skills that fit MESSAGE, with scores and the terms that matched."),
     "sage": ("sage", "Sage: LLM-written skill updates from the evidence."),
-    "schedule": ("ops", "The jobs `amelio serve` runs on its own: next runs and the last "
-                        "outcome."),
-    "search": ("search", "Search the corpus, as POST /v1/search does (the impression is "
-                         "logged)."),
-    "serve": ("admin", "Run the API service on the workspace (its database must be "
-                       "migrated)."),
-    "signals": ("search", "Per (query, document) signals learned from impressions and "
-                          "feedback events."),
-    "simulate": ("search", "Simulated users click on search results; report NDCG@10 and "
-                           "CTR@3 per profile."),
+    "schedule": ("ops", "The jobs `amelio serve` runs on its own: next runs and the last outcome."),
+    "search": ("search", "Search the corpus, as POST /v1/search does (the impression is logged)."),
+    "serve": ("admin", "Run the API service on the workspace (its database must be migrated)."),
+    "signals": (
+        "search",
+        "Per (query, document) signals learned from impressions and feedback events.",
+    ),
+    "simulate": (
+        "search",
+        "Simulated users click on search results; report NDCG@10 and CTR@3 per profile.",
+    ),
     "skills": ("skills", "Import, list, show, export and sync skills."),
-    "telegram": ("telegram", "The Telegram bot: chat with the assistant, vote, fix, approve "
-                             "proposals."),
+    "telegram": (
+        "telegram",
+        "The Telegram bot: chat with the assistant, vote, fix, approve proposals.",
+    ),
     "vespa": ("vespa", "Search at scale on Vespa (see docs/scaling.md#search-at-scale-on-vespa)."),
-    "watch": ("knowledge", "Keep a notebook in sync with DIRECTORY's .md, .txt and .html "
-                           "files (Ctrl-C stops)."),
+    "watch": (
+        "knowledge",
+        "Keep a notebook in sync with DIRECTORY's .md, .txt and .html files (Ctrl-C stops).",
+    ),
 }
 
 
@@ -99,8 +119,9 @@ class LazyGroup(click.Group):
     imported yet; an unknown name loads them all, so click can suggest the closest.
     """
 
-    def __init__(self, *args: Any, lazy_commands: Mapping[str, tuple[str, str]] | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, lazy_commands: Mapping[str, tuple[str, str]] | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.lazy_commands = dict(lazy_commands or {})
 
@@ -117,8 +138,9 @@ class LazyGroup(click.Group):
         for name in self.list_commands(ctx):
             self.get_command(ctx, name)
 
-    def resolve_command(self, ctx: click.Context, args: list[str]
-                        ) -> tuple[str | None, click.Command | None, list[str]]:
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
         if args and self.get_command(ctx, args[0]) is None:
             self.load_all(ctx)  # an unknown name: let click suggest the closest ones
         return super().resolve_command(ctx, args)
@@ -150,8 +172,9 @@ def handle_errors(func: F) -> F:
             click.echo(f"Error: {exc.message}", err=True)
             sys.exit(1)
         except UnicodeDecodeError as exc:
-            click.echo(f"Error: the input is not UTF-8 text ({exc.reason} at byte "
-                       f"{exc.start}).", err=True)
+            click.echo(
+                f"Error: the input is not UTF-8 text ({exc.reason} at byte {exc.start}).", err=True
+            )
             sys.exit(1)
         except OSError as exc:
             where = f" {exc.filename}" if exc.filename else ""
@@ -193,18 +216,33 @@ project_option = click.option(
 )
 
 
-@click.group(cls=LazyGroup, lazy_commands=COMMANDS,
-             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    cls=LazyGroup,
+    lazy_commands=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(amelio.__version__, prog_name="amelio")
 @click.option(
-    "--workspace", "-w", type=click.Path(file_okay=False, path_type=Path), default=None,
+    "--workspace",
+    "-w",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
     help="Workspace folder (default: AMELIO_WORKSPACE, else the nearest amelio.toml above).",
 )
-@click.option("--verbose", "-v", count=True,
-              help="Log INFO (-v) or DEBUG (-vv) on stderr; default: warnings only.")
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
-              envvar="AMELIO_LOG_FORMAT", show_default=True,
-              help="Log records as text, or as one JSON object per line (AMELIO_LOG_FORMAT).")
+@click.option(
+    "--verbose",
+    "-v",
+    count=True,
+    help="Log INFO (-v) or DEBUG (-vv) on stderr; default: warnings only.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    envvar="AMELIO_LOG_FORMAT",
+    show_default=True,
+    help="Log records as text, or as one JSON object per line (AMELIO_LOG_FORMAT).",
+)
 @click.pass_context
 def main(ctx: click.Context, workspace: Path | None, verbose: int, log_format: str) -> None:
     """Amelio: assistants and search that improve from their own use."""
@@ -214,5 +252,3 @@ def main(ctx: click.Context, workspace: Path | None, verbose: int, log_format: s
     ctx.ensure_object(dict)
     ctx.obj["workspace"] = workspace
     ctx.obj["log_format"] = log_format
-
-

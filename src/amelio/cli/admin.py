@@ -59,8 +59,7 @@ def config_show(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         print_json({r.name: {"value": r.value, "source": r.source, "env": r.env} for r in rows})
         return
-    table(["setting", "value", "source", "env"], [(r.name, r.value, r.source, r.env)
-                                                    for r in rows])
+    table(["setting", "value", "source", "env"], [(r.name, r.value, r.source, r.env) for r in rows])
 
 
 @main.group("db")
@@ -69,8 +68,13 @@ def db_group() -> None:
 
 
 @db_group.command("copy")
-@click.option("--to", "url", required=True, metavar="URL",
-              help="The target database, e.g. postgresql+psycopg://user@host/amelio.")
+@click.option(
+    "--to",
+    "url",
+    required=True,
+    metavar="URL",
+    help="The target database, e.g. postgresql+psycopg://user@host/amelio.",
+)
 @click.option("--force", is_flag=True, help="Replace what the target already holds.")
 @json_option
 @click.pass_context
@@ -84,16 +88,23 @@ def db_copy(ctx: click.Context, url: str, force: bool, as_json: bool) -> None:
     if as_json:
         print_json(report.to_dict())
     else:
-        table(["table", "source", "target"],
-              [(name, n, report.copied.get(name, "")) for name, n in report.source.items()
-               if n or report.copied.get(name)])
+        table(
+            ["table", "source", "target"],
+            [
+                (name, n, report.copied.get(name, ""))
+                for name, n in report.source.items()
+                if n or report.copied.get(name)
+            ],
+        )
         click.echo(f"Feedback chain on the target: {report.chain}.")
     if not report.ok:
         raise click.exceptions.Exit(1)
     if not as_json:
-        click.echo(f"Copied to {report.target}. Set database_url in amelio.toml (or "
-                   "AMELIO_DATABASE_URL) to it, then start the service; the old database "
-                   "is left as it was.")
+        click.echo(
+            f"Copied to {report.target}. Set database_url in amelio.toml (or "
+            "AMELIO_DATABASE_URL) to it, then start the service; the old database "
+            "is left as it was."
+        )
 
 
 @db_group.command("upgrade")
@@ -177,28 +188,46 @@ def keys_group() -> None:
 
 
 @keys_group.command("create")
-@click.option("--role", type=click.Choice(keys.ROLES), required=True,
-              help="admin: everything; bot: chat and feedback; client: feedback events only.")
+@click.option(
+    "--role",
+    type=click.Choice(keys.ROLES),
+    required=True,
+    help="admin: everything; bot: chat and feedback; client: feedback events only.",
+)
 @click.option("--name", required=True, help="Who or what uses the key.")
-@click.option("--project", "projects", multiple=True, metavar="PROJECT",
-              help="Bind the key to this project (repeat for several; created if needed). "
-              "Without it a bot or client key is global.")
+@click.option(
+    "--project",
+    "projects",
+    multiple=True,
+    metavar="PROJECT",
+    help="Bind the key to this project (repeat for several; created if needed). "
+    "Without it a bot or client key is global.",
+)
 @json_option
 @click.pass_context
 @handle_errors
-def keys_create(ctx: click.Context, role: str, name: str, projects: tuple[str, ...],
-                as_json: bool) -> None:
+def keys_create(
+    ctx: click.Context, role: str, name: str, projects: tuple[str, ...], as_json: bool
+) -> None:
     """Create an API key and print it once (only its hash is stored)."""
-    key, token = keys.create_key(workspace(ctx).engine, name=name, role=role,
-                                 projects=projects)
+    key, token = keys.create_key(workspace(ctx).engine, name=name, role=role, projects=projects)
     if as_json:
-        print_json({"id": key.id, "name": key.name, "role": key.role,
-                    "projects": list(key.projects) or None, "key": token})
+        print_json(
+            {
+                "id": key.id,
+                "name": key.name,
+                "role": key.role,
+                "projects": list(key.projects) or None,
+                "key": token,
+            }
+        )
         return
     click.echo(token)
     scope = f"projects {', '.join(key.projects)}" if key.projects else "global"
-    click.echo(f"Key {key.id} ({key.role}, {key.name}, {scope}). Store it now: it is not "
-               "shown again.", err=True)
+    click.echo(
+        f"Key {key.id} ({key.role}, {key.name}, {scope}). Store it now: it is not shown again.",
+        err=True,
+    )
 
 
 @keys_group.command("list")
@@ -209,13 +238,35 @@ def keys_list(ctx: click.Context, as_json: bool) -> None:
     """List API keys (never the keys themselves)."""
     found = keys.list_keys(workspace(ctx).engine)
     if as_json:
-        print_json([{"id": k.id, "name": k.name, "role": k.role, "prefix": k.prefix,
-                      "projects": list(k.projects) or None,
-                      "revoked": k.revoked_at is not None} for k in found])
+        print_json(
+            [
+                {
+                    "id": k.id,
+                    "name": k.name,
+                    "role": k.role,
+                    "prefix": k.prefix,
+                    "projects": list(k.projects) or None,
+                    "revoked": k.revoked_at is not None,
+                }
+                for k in found
+            ]
+        )
         return
-    table(["id", "name", "role", "projects", "prefix", "last used", "revoked"],
-           [(k.id, k.name, k.role, ", ".join(k.projects) or "(global)", k.prefix + "…",
-             k.last_used_at or "-", "yes" if k.revoked_at else "") for k in found])
+    table(
+        ["id", "name", "role", "projects", "prefix", "last used", "revoked"],
+        [
+            (
+                k.id,
+                k.name,
+                k.role,
+                ", ".join(k.projects) or "(global)",
+                k.prefix + "…",
+                k.last_used_at or "-",
+                "yes" if k.revoked_at else "",
+            )
+            for k in found
+        ],
+    )
 
 
 @keys_group.command("revoke")
@@ -235,24 +286,31 @@ def _logging_options(log_format: str) -> dict[str, Any]:
     from amelio.ops.logs import uvicorn_log_config
 
     log_config = uvicorn_log_config(log_format)
-    return {"log_level": "info"} if log_config is None else {
-        "log_level": "info", "log_config": log_config}
+    return (
+        {"log_level": "info"}
+        if log_config is None
+        else {"log_level": "info", "log_config": log_config}
+    )
 
 
-def _serve_app(ws: Workspace, app: Any, host: str | None, port: int | None,
-               log_format: str = "text") -> None:
+def _serve_app(
+    ws: Workspace, app: Any, host: str | None, port: int | None, log_format: str = "text"
+) -> None:
     """Serve ``app`` (the service, maybe with more routes) in this process."""
     import uvicorn
 
     host = host or ws.settings.host
     port = port or ws.settings.port
-    click.echo(f"Amelio {amelio.__version__} serving {ws.root} at http://{host}:{port}/ "
-               f"(API docs: http://{host}:{port}/docs)")
+    click.echo(
+        f"Amelio {amelio.__version__} serving {ws.root} at http://{host}:{port}/ "
+        f"(API docs: http://{host}:{port}/docs)"
+    )
     uvicorn.run(app, host=host, port=port, **_logging_options(log_format))
 
 
-def _serve(ws: Workspace, host: str | None, port: int | None, workers: int = 1,
-           log_format: str = "text") -> None:
+def _serve(
+    ws: Workspace, host: str | None, port: int | None, workers: int = 1, log_format: str = "text"
+) -> None:
     if workers == 1:
         from amelio.server import create_app
 
@@ -274,8 +332,10 @@ def _serve(ws: Workspace, host: str | None, port: int | None, workers: int = 1,
 
     host = host or ws.settings.host
     port = port or ws.settings.port
-    click.echo(f"Amelio {amelio.__version__} serving {ws.root} at http://{host}:{port}/ "
-               f"(API docs: http://{host}:{port}/docs, {workers} worker processes)")
+    click.echo(
+        f"Amelio {amelio.__version__} serving {ws.root} at http://{host}:{port}/ "
+        f"(API docs: http://{host}:{port}/docs, {workers} worker processes)"
+    )
     # uvicorn starts each worker as a fresh process from an import string, so the
     # workers build their own app from the environment: the same workspace, the same
     # AMELIO_* settings. The generated secret is written once here, before they start,
@@ -284,17 +344,30 @@ def _serve(ws: Workspace, host: str | None, port: int | None, workers: int = 1,
 
     secret_key(ws.settings)
     os.environ["AMELIO_WORKSPACE"] = str(ws.root)
-    uvicorn.run("amelio.server:app_from_env", factory=True, host=host, port=port,
-                workers=workers, http=NoDelayH11Protocol, **_logging_options(log_format))
+    uvicorn.run(
+        "amelio.server:app_from_env",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        http=NoDelayH11Protocol,
+        **_logging_options(log_format),
+    )
 
 
 @main.command()
 @click.option("--host", default=None, help="Bind address (default: setting `host`).")
-@click.option("--port", type=click.IntRange(1, 65535), default=None,
-              help="Port (default: setting `port`).")
-@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="Worker processes sharing the port; each keeps its own search cache "
-                   "and rate-limit buckets (see docs/scaling.md).")
+@click.option(
+    "--port", type=click.IntRange(1, 65535), default=None, help="Port (default: setting `port`)."
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Worker processes sharing the port; each keeps its own search cache "
+    "and rate-limit buckets (see docs/scaling.md).",
+)
 @click.pass_context
 @handle_errors
 def serve(ctx: click.Context, host: str | None, port: int | None, workers: int) -> None:
@@ -303,16 +376,26 @@ def serve(ctx: click.Context, host: str | None, port: int | None, workers: int) 
 
 
 @main.command()
-@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("demo-workspace"), show_default=True, help="Demo workspace folder.")
-@click.option("--skills", "skills_path", type=click.Path(exists=True, path_type=Path),
-              default=None, help="Skills to import (default: the example skills).")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("demo-workspace"),
+    show_default=True,
+    help="Demo workspace folder.",
+)
+@click.option(
+    "--skills",
+    "skills_path",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="Skills to import (default: the example skills).",
+)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
 @click.option("--no-serve", is_flag=True, help="Prepare the workspace and stop.")
 @handle_errors
-def demo(directory: Path, skills_path: Path | None, host: str, port: int, no_serve: bool
-         ) -> None:
+def demo(directory: Path, skills_path: Path | None, host: str, port: int, no_serve: bool) -> None:
     """Create (or reuse) a demo workspace with the example skills and serve it."""
     from amelio.demo.app import create_demo_app, prepare_demo
 
@@ -325,6 +408,10 @@ def demo(directory: Path, skills_path: Path | None, host: str, port: int, no_ser
     if no_serve:
         ws.dispose()
         return
-    _serve_app(ws, create_demo_app(ws), host, port,
-               click.get_current_context().obj.get("log_format", "text"))
-
+    _serve_app(
+        ws,
+        create_demo_app(ws),
+        host,
+        port,
+        click.get_current_context().obj.get("log_format", "text"),
+    )

@@ -18,8 +18,7 @@ from amelio.workspace.projects import DEFAULT_PROJECT
 @json_option
 @click.pass_context
 @handle_errors
-def chat(ctx: click.Context, message: str, project: str, user: str | None,
-         as_json: bool) -> None:
+def chat(ctx: click.Context, message: str, project: str, user: str | None, as_json: bool) -> None:
     """Ask the assistant; the answer streams, then its eval footnotes."""
     from amelio.assistant.respond import Reply, respond_stream
     from amelio.llm import TextDelta
@@ -41,27 +40,45 @@ def chat(ctx: click.Context, message: str, project: str, user: str | None,
         for note in reply.footnotes:
             click.echo(note)
     skill = f", skill {reply.applied_skill}" if reply.applied_skill else ""
-    click.echo(f"[interaction {reply.interaction_id}{skill}; feedback: "
-               f"amelio feedback {reply.interaction_id} up|down|fixit]", err=True)
+    click.echo(
+        f"[interaction {reply.interaction_id}{skill}; feedback: "
+        f"amelio feedback {reply.interaction_id} up|down|fixit]",
+        err=True,
+    )
 
 
 @main.command("log")
 @click.argument("message")
 @click.argument("answer")
 @click.option("--project", "-p", default=DEFAULT_PROJECT, show_default=True)
-@click.option("--skill", "skills", multiple=True,
-              help="A skill the answer used (repeatable; the first one's rules check it). "
-                   "Default: the router attributes the message.")
+@click.option(
+    "--skill",
+    "skills",
+    multiple=True,
+    help="A skill the answer used (repeatable; the first one's rules check it). "
+    "Default: the router attributes the message.",
+)
 @click.option("--model", default=None, help="The model that answered.")
 @click.option("--provider", default=None, help="Who answered (default: external).")
-@click.option("--idempotency-key", default=None,
-              help="A retry with the same key returns the first interaction.")
+@click.option(
+    "--idempotency-key",
+    default=None,
+    help="A retry with the same key returns the first interaction.",
+)
 @json_option
 @click.pass_context
 @handle_errors
-def log_command(ctx: click.Context, message: str, answer: str, project: str,
-                skills: tuple[str, ...], model: str | None, provider: str | None,
-                idempotency_key: str | None, as_json: bool) -> None:
+def log_command(
+    ctx: click.Context,
+    message: str,
+    answer: str,
+    project: str,
+    skills: tuple[str, ...],
+    model: str | None,
+    provider: str | None,
+    idempotency_key: str | None,
+    as_json: bool,
+) -> None:
     """Record an exchange answered elsewhere; its evals run and it counts in quality.
 
     MESSAGE or ANSWER '-' reads that one from standard input.
@@ -73,9 +90,16 @@ def log_command(ctx: click.Context, message: str, answer: str, project: str,
             raise click.UsageError("Only one of MESSAGE and ANSWER can be read from stdin.")
         text = sys.stdin.read()
         message, answer = (text, answer) if message == "-" else (message, text)
-    reply = log_exchange(workspace(ctx), message, answer, project=project,
-                         skills=list(skills) or None, model=model, provider=provider,
-                         idempotency_key=idempotency_key)
+    reply = log_exchange(
+        workspace(ctx),
+        message,
+        answer,
+        project=project,
+        skills=list(skills) or None,
+        model=model,
+        provider=provider,
+        idempotency_key=idempotency_key,
+    )
     if as_json:
         print_json(reply.to_dict())
         return
@@ -102,9 +126,19 @@ def quality_command(ctx: click.Context, project: str | None, as_json: bool) -> N
     if not metrics:
         click.echo("No interactions yet.")
         return
-    table(["project", "skill", "applied", "success", "👍", "👎", "top failing rule", "last used"],
-          [(m.project, m.skill, m.applied_count, f"{m.success_rate:.0%}", m.feedback_positive,
-            m.feedback_negative,
-            max(m.rule_failures.items(), key=lambda x: x[1])[0] if m.rule_failures else "-",
-            f"{m.last_used:%Y-%m-%d %H:%M}" if m.last_used else "-")
-           for m in metrics])
+    table(
+        ["project", "skill", "applied", "success", "👍", "👎", "top failing rule", "last used"],
+        [
+            (
+                m.project,
+                m.skill,
+                m.applied_count,
+                f"{m.success_rate:.0%}",
+                m.feedback_positive,
+                m.feedback_negative,
+                max(m.rule_failures.items(), key=lambda x: x[1])[0] if m.rule_failures else "-",
+                f"{m.last_used:%Y-%m-%d %H:%M}" if m.last_used else "-",
+            )
+            for m in metrics
+        ],
+    )

@@ -9,8 +9,9 @@ from amelio.assistant import learnings
 from amelio.cli._common import handle_errors, json_option, main, print_json, short, table, workspace
 from amelio.workspace.projects import DEFAULT_PROJECT
 
-project_option = click.option("--project", "-p", default=DEFAULT_PROJECT, show_default=True,
-                              help="Project (tenant).")
+project_option = click.option(
+    "--project", "-p", default=DEFAULT_PROJECT, show_default=True, help="Project (tenant)."
+)
 
 
 @main.command("prompt")
@@ -20,8 +21,9 @@ project_option = click.option("--project", "-p", default=DEFAULT_PROJECT, show_d
 @json_option
 @click.pass_context
 @handle_errors
-def prompt_command(ctx: click.Context, message: str, project: str, scorer: str | None,
-                   as_json: bool) -> None:
+def prompt_command(
+    ctx: click.Context, message: str, project: str, scorer: str | None, as_json: bool
+) -> None:
     """Print the full prompt Amelio would send for MESSAGE."""
     from amelio.assistant.prompt import build_prompt
 
@@ -41,16 +43,17 @@ def learnings_group() -> None:
 @click.argument("rule")
 @project_option
 @click.option("--skill", default=None, help="Only when this skill is hinted.")
-@click.option("--source", type=click.Choice(learnings.SOURCES), default="manual",
-              show_default=True)
+@click.option("--source", type=click.Choice(learnings.SOURCES), default="manual", show_default=True)
 @json_option
 @click.pass_context
 @handle_errors
-def learnings_add(ctx: click.Context, rule: str, project: str, skill: str | None, source: str,
-                  as_json: bool) -> None:
+def learnings_add(
+    ctx: click.Context, rule: str, project: str, skill: str | None, source: str, as_json: bool
+) -> None:
     """Add RULE (a duplicate or near-duplicate merges into the existing learning)."""
-    item, outcome = learnings.add_learning(workspace(ctx), rule, source=source,
-                                           project=project, skill=skill)
+    item, outcome = learnings.add_learning(
+        workspace(ctx), rule, source=source, project=project, skill=skill
+    )
     if as_json:
         print_json(item.to_dict() | {"outcome": outcome})
     else:
@@ -64,17 +67,23 @@ def learnings_add(ctx: click.Context, rule: str, project: str, skill: str | None
 @json_option
 @click.pass_context
 @handle_errors
-def learnings_list(ctx: click.Context, project: str, skill: str | None, include_retired: bool,
-                   as_json: bool) -> None:
+def learnings_list(
+    ctx: click.Context, project: str, skill: str | None, include_retired: bool, as_json: bool
+) -> None:
     """List learnings, newest first."""
-    items = learnings.list_learnings(workspace(ctx), project=project, skill=skill,
-                                     include_retired=include_retired)
+    items = learnings.list_learnings(
+        workspace(ctx), project=project, skill=skill, include_retired=include_retired
+    )
     if as_json:
         print_json([i.to_dict() for i in items])
         return
-    table(["id", "source", "skill", "+", "-", "status", "rule"],
-          [(i.id, i.source, i.skill or "-", i.helpful, i.harmful, i.status, short(i.rule, 70))
-           for i in items])
+    table(
+        ["id", "source", "skill", "+", "-", "status", "rule"],
+        [
+            (i.id, i.source, i.skill or "-", i.helpful, i.harmful, i.status, short(i.rule, 70))
+            for i in items
+        ],
+    )
 
 
 @learnings_group.command("delete")

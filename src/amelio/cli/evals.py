@@ -32,8 +32,9 @@ def _read_limited(stream: IO[str], limit: int, name: str) -> str:
     """Read at most ``limit`` chars: a huge input is refused without loading it whole."""
     text = stream.read(limit + 1)
     if len(text) > limit:
-        raise InputTooLarge(f"{name} is over the {limit:,}-character limit "
-                            "(AMELIO_MAX_TEXT_CHARS).", limit=limit)
+        raise InputTooLarge(
+            f"{name} is over the {limit:,}-character limit (AMELIO_MAX_TEXT_CHARS).", limit=limit
+        )
     return text
 
 
@@ -47,8 +48,9 @@ def _rules_from_file(path: Path) -> tuple[evals.EvalRule, ...]:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise EvalRuleError(f"invalid JSON at line {exc.lineno}, column {exc.colno}: "
-                                f"{exc.msg}", file=str(path)) from exc
+            raise EvalRuleError(
+                f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", file=str(path)
+            ) from exc
         return evals.parse_rules(data, source=str(path))
     return evals.parse_eval_file(text, source=str(path)).rules
 
@@ -67,14 +69,17 @@ def _print_report(report: evals.EvalReport) -> None:
     def status(r: evals.EvalResult) -> str:
         return "ERROR" if r.error else ("pass" if r.passed else "FAIL")
 
-    table(["result", "severity", "rule", "type", "name", "detail"],
-          [(status(r), r.severity, r.rule_id, r.type, r.name, r.detail)
-           for r in report.results])
+    table(
+        ["result", "severity", "rule", "type", "name", "detail"],
+        [(status(r), r.severity, r.rule_id, r.type, r.name, r.detail) for r in report.results],
+    )
     failed_warnings = sum(1 for r in report.failed if r.severity == "warning")
     click.echo("")
-    click.echo(f"{len(report.results)} rules: {report.passed_count} passed, "
-               f"{len(report.failed)} failed ({failed_warnings} warning). "
-               f"{'Success.' if report.success else 'Failure: a warning rule failed.'}")
+    click.echo(
+        f"{len(report.results)} rules: {report.passed_count} passed, "
+        f"{len(report.failed)} failed ({failed_warnings} warning). "
+        f"{'Success.' if report.success else 'Failure: a warning rule failed.'}"
+    )
     for note in evals.render_footnotes(report):
         click.echo(note)
 
@@ -97,8 +102,13 @@ def _text_limit(ctx: click.Context) -> int:
     return load_settings(root).max_text_chars
 
 
-def _check(ctx: click.Context, file: IO[str], skill: str | None, rules_path: Path | None,
-           project: str | None) -> tuple[evals.EvalReport, str]:
+def _check(
+    ctx: click.Context,
+    file: IO[str],
+    skill: str | None,
+    rules_path: Path | None,
+    project: str | None,
+) -> tuple[evals.EvalReport, str]:
     if rules_path is not None:
         limit = _text_limit(ctx)
         rules, suite = _rules_from_file(rules_path), rules_path.stem
@@ -115,23 +125,47 @@ def _check(ctx: click.Context, file: IO[str], skill: str | None, rules_path: Pat
 
 @main.command("eval")
 @click.argument("file", type=click.File("r", encoding="utf-8"), default="-")
-@click.option("--skill", default=None,
-              help="Check against this skill's rules (needs a workspace).")
-@click.option("--rules", "rules_path", default=None,
-              type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Check against a rules file; no workspace needed.")
+@click.option("--skill", default=None, help="Check against this skill's rules (needs a workspace).")
+@click.option(
+    "--rules",
+    "rules_path",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Check against a rules file; no workspace needed.",
+)
 @project_option
-@click.option("--batch", is_flag=True,
-              help="FILE holds many outputs: JSON lines {id, text, skill | rules, project} "
-                   "or promptfoo's output JSON; --skill/--rules apply to those that name "
-                   "no rules.")
-@click.option("--max-failures", type=click.IntRange(min=0), default=0, show_default=True,
-              help="With --batch: outputs that may fail before the exit code is 1.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "junit", "markdown"]),
-              default="table", show_default=True)
+@click.option(
+    "--batch",
+    is_flag=True,
+    help="FILE holds many outputs: JSON lines {id, text, skill | rules, project} "
+    "or promptfoo's output JSON; --skill/--rules apply to those that name "
+    "no rules.",
+)
+@click.option(
+    "--max-failures",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="With --batch: outputs that may fail before the exit code is 1.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "junit", "markdown"]),
+    default="table",
+    show_default=True,
+)
 @click.pass_context
-def eval_command(ctx: click.Context, file: IO[str], skill: str | None, rules_path: Path | None,
-                 project: str | None, batch: bool, max_failures: int, fmt: str) -> None:
+def eval_command(
+    ctx: click.Context,
+    file: IO[str],
+    skill: str | None,
+    rules_path: Path | None,
+    project: str | None,
+    batch: bool,
+    max_failures: int,
+    fmt: str,
+) -> None:
     """Check the text in FILE (default: stdin) against eval rules.
 
     Exit code 0 when no warning rule fails (with --batch: when at most
@@ -165,8 +199,15 @@ def eval_command(ctx: click.Context, file: IO[str], skill: str | None, rules_pat
     ctx.exit(0 if report.success else 1)
 
 
-def _eval_batch(ctx: click.Context, file: IO[str], skill: str | None, rules_path: Path | None,
-                project: str | None, max_failures: int, fmt: str) -> None:
+def _eval_batch(
+    ctx: click.Context,
+    file: IO[str],
+    skill: str | None,
+    rules_path: Path | None,
+    project: str | None,
+    max_failures: int,
+    fmt: str,
+) -> None:
     from amelio.evals import batch as eval_batch
 
     if skill is not None and rules_path is not None:
@@ -185,8 +226,10 @@ def _eval_batch(ctx: click.Context, file: IO[str], skill: str | None, rules_path
             elif rules_path is not None:
                 cache[key] = (_rules_from_file(rules_path), rules_path.stem)
             else:
-                raise InvalidInput(f"{item.where}: no rules for this output: give the line "
-                                   "a skill or rules, or the command --skill or --rules.")
+                raise InvalidInput(
+                    f"{item.where}: no rules for this output: give the line "
+                    "a skill or rules, or the command --skill or --rules."
+                )
         return cache[key]
 
     try:
@@ -209,13 +252,23 @@ def _eval_batch(ctx: click.Context, file: IO[str], skill: str | None, rules_path
     elif fmt == "markdown":
         click.echo(eval_batch.render_markdown(results))
     else:
-        table(["output", "result", "failed rules"],
-              [(r.item.id, "pass" if r.report.success else "FAIL",
-                ", ".join(f.rule_id for f in r.report.failed if f.severity == "warning"))
-               for r in failed] or [("(all)", "pass", "")])
-        click.echo(f"{len(results) - len(failed)} of {len(results)} outputs pass "
-                   f"({sum(len(r.report.results) for r in results):,} checks); "
-                   f"{len(failed)} failed, {max_failures} allowed.")
+        table(
+            ["output", "result", "failed rules"],
+            [
+                (
+                    r.item.id,
+                    "pass" if r.report.success else "FAIL",
+                    ", ".join(f.rule_id for f in r.report.failed if f.severity == "warning"),
+                )
+                for r in failed
+            ]
+            or [("(all)", "pass", "")],
+        )
+        click.echo(
+            f"{len(results) - len(failed)} of {len(results)} outputs pass "
+            f"({sum(len(r.report.results) for r in results):,} checks); "
+            f"{len(failed)} failed, {max_failures} allowed."
+        )
     ctx.exit(0 if len(failed) <= max_failures else 1)
 
 
@@ -224,10 +277,12 @@ def evals_group() -> None:
     """Manage eval rules."""
 
 
-def _merge(existing: tuple[evals.EvalRule, ...], new: tuple[evals.EvalRule, ...]
-           ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _merge(
+    existing: tuple[evals.EvalRule, ...], new: tuple[evals.EvalRule, ...]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Existing rules plus the new ones that check something not checked yet, with
     ids renumbered past any clash; returns (all rules, added rules)."""
+
     def key(rule: evals.EvalRule) -> str:
         return json.dumps([rule.type, dict(rule.params)], sort_keys=True, default=str)
 
@@ -257,8 +312,9 @@ def _merge(existing: tuple[evals.EvalRule, ...], new: tuple[evals.EvalRule, ...]
 @click.option("--dry-run", is_flag=True, help="Show what would be imported; change nothing.")
 @click.pass_context
 @handle_errors
-def import_promptfoo_command(ctx: click.Context, config_file: Path, skill: str,
-                             project: str | None, dry_run: bool) -> None:
+def import_promptfoo_command(
+    ctx: click.Context, config_file: Path, skill: str, project: str | None, dry_run: bool
+) -> None:
     """Map a promptfoo config's deterministic assertions into a skill's rules.
 
     Assertions without an equivalent (llm-rubric, similar, javascript, …) are
@@ -284,9 +340,15 @@ def import_promptfoo_command(ctx: click.Context, config_file: Path, skill: str,
     # --project changes that project's own version (forking the global skill first),
     # never the global skill.
     updated = skills.update_project_skill(
-        ws.engine, skill, project, rules=merged, author=os.environ.get("USER", "cli"),
+        ws.engine,
+        skill,
+        project,
+        rules=merged,
+        author=os.environ.get("USER", "cli"),
         reason=f"imported {len(added)} rules from {config_file.name}",
         expected_version=current.version,
     )
-    click.echo(f"Added {len(added)} rules to {skill} (now v{updated.version}); "
-               f"{len(result.unmapped)} assertions not mapped.")
+    click.echo(
+        f"Added {len(added)} rules to {skill} (now v{updated.version}); "
+        f"{len(result.unmapped)} assertions not mapped."
+    )

@@ -42,9 +42,12 @@ class _FeedbackGroup(click.Group):
             command = self.get_command(ctx, name)
             if command is not None and not command.hidden:
                 (answer if name in _ANSWER_COMMANDS else events).append(
-                    (name, command.get_short_help_str(formatter.width)))
-        for title, rows in (("Answer feedback (👍/👎/Fix It on an assistant answer)", answer),
-                            ("Feedback events (MartyFeedbackEventV1, the event store)", events)):
+                    (name, command.get_short_help_str(formatter.width))
+                )
+        for title, rows in (
+            ("Answer feedback (👍/👎/Fix It on an assistant answer)", answer),
+            ("Feedback events (MartyFeedbackEventV1, the event store)", events),
+        ):
             if rows:
                 with formatter.section(title):
                     formatter.write_dl(rows)
@@ -66,7 +69,8 @@ def feedback_group() -> None:
 
 
 @feedback_group.command(
-    "give", short_help="👍 (up), 👎 (down) or 🛠️ Fix It (fixit) on an interaction's answer.")
+    "give", short_help="👍 (up), 👎 (down) or 🛠️ Fix It (fixit) on an interaction's answer."
+)
 @click.argument("interaction_id", type=int)
 @click.argument("kind", type=click.Choice(ANSWER_FEEDBACK_KINDS))
 @click.option("--comment", "-m", default=None, help="What was wrong / the rule to learn.")
@@ -74,16 +78,21 @@ def feedback_group() -> None:
 @json_option
 @click.pass_context
 @handle_errors
-def give_command(ctx: click.Context, interaction_id: int, kind: str, comment: str | None,
-                 user: str | None, as_json: bool) -> None:
+def give_command(
+    ctx: click.Context,
+    interaction_id: int,
+    kind: str,
+    comment: str | None,
+    user: str | None,
+    as_json: bool,
+) -> None:
     """Answer feedback: 👍 (up), 👎 (down) or 🛠️ Fix It (fixit) on an interaction.
 
     👎 and Fix It become learnings; `amelio feedback ID KIND` runs this too.
     """
     from amelio.assistant.quality import give_answer_feedback
 
-    result = give_answer_feedback(workspace(ctx), interaction_id, kind, comment=comment,
-                                  user=user)
+    result = give_answer_feedback(workspace(ctx), interaction_id, kind, comment=comment, user=user)
     if as_json:
         print_json(result.to_dict())
         return
@@ -108,32 +117,62 @@ def _action_map(values: tuple[str, ...]) -> dict[str, str]:
     for value in values:
         action, sep, event_type = value.partition("=")
         if not sep or not action or not event_type:
-            raise click.BadParameter(f"{value!r} is not ACTION=EVENT_TYPE "
-                                     "(e.g. add_to_cart=result_pinned)", param_hint="--map")
+            raise click.BadParameter(
+                f"{value!r} is not ACTION=EVENT_TYPE (e.g. add_to_cart=result_pinned)",
+                param_hint="--map",
+            )
         pairs[action] = event_type
     return pairs
 
 
 @feedback_group.command(
-    "ingest", short_help="Ingest events from an NDJSON file (or a JSON array), as the API "
-    "would; --format ubi for OpenSearch UBI.")
+    "ingest",
+    short_help="Ingest events from an NDJSON file (or a JSON array), as the API "
+    "would; --format ubi for OpenSearch UBI.",
+)
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["marty", "ubi"]), default="marty",
-              show_default=True, help="marty: MartyFeedbackEventV1 events; ubi: OpenSearch "
-              "User Behavior Insights queries and events (docs/feedback.md#opensearch-ubi).")
-@click.option("--consent", type=click.Choice(["granted", "denied", "unknown"]), default=None,
-              help="UBI only, and required there: UBI events carry no consent, so say "
-              "whether the source collected them with consent (only granted ones are kept).")
-@click.option("--project", default="default", show_default=True,
-              help="UBI only: the project whose impressions the UBI queries become.")
-@click.option("--map", "mappings", multiple=True, metavar="ACTION=EVENT_TYPE",
-              help="UBI only: take this action_name as this event type (repeatable), e.g. "
-              "add_to_cart=result_pinned.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["marty", "ubi"]),
+    default="marty",
+    show_default=True,
+    help="marty: MartyFeedbackEventV1 events; ubi: OpenSearch "
+    "User Behavior Insights queries and events (docs/feedback.md#opensearch-ubi).",
+)
+@click.option(
+    "--consent",
+    type=click.Choice(["granted", "denied", "unknown"]),
+    default=None,
+    help="UBI only, and required there: UBI events carry no consent, so say "
+    "whether the source collected them with consent (only granted ones are kept).",
+)
+@click.option(
+    "--project",
+    default="default",
+    show_default=True,
+    help="UBI only: the project whose impressions the UBI queries become.",
+)
+@click.option(
+    "--map",
+    "mappings",
+    multiple=True,
+    metavar="ACTION=EVENT_TYPE",
+    help="UBI only: take this action_name as this event type (repeatable), e.g. "
+    "add_to_cart=result_pinned.",
+)
 @json_option
 @click.pass_context
 @handle_errors
-def ingest_command(ctx: click.Context, file: Path, fmt: str, consent: str | None,
-                   project: str, mappings: tuple[str, ...], as_json: bool) -> None:
+def ingest_command(
+    ctx: click.Context,
+    file: Path,
+    fmt: str,
+    consent: str | None,
+    project: str,
+    mappings: tuple[str, ...],
+    as_json: bool,
+) -> None:
     """Feedback events: ingest an NDJSON file (or a JSON array), as the API would.
 
     The same checks apply (schema, consent, tokens, anonymization, duplicates),
@@ -148,8 +187,10 @@ def ingest_command(ctx: click.Context, file: Path, fmt: str, consent: str | None
         _ingest_ubi(ctx, file, consent, project, _action_map(mappings), as_json)
         return
     if consent is not None or mappings or project != "default":
-        raise click.UsageError("--consent, --map and --project apply to --format ubi only "
-                               "(MartyFeedbackEventV1 events carry their own consent).")
+        raise click.UsageError(
+            "--consent, --map and --project apply to --format ubi only "
+            "(MartyFeedbackEventV1 events carry their own consent)."
+        )
     from amelio.feedback import Collector
     from amelio.feedback.collector import EventStatus
 
@@ -164,56 +205,77 @@ def ingest_command(ctx: click.Context, file: Path, fmt: str, consent: str | None
         print_json({**counts, "rejections": [s.to_dict() for s in rejected]})
         return
     click.echo(", ".join(f"{n} {name}" for name, n in counts.items()))
-    _echo_problems([(s.position, s.field, s.reason) for s in rejected], "event",
-                   "rejections")
+    _echo_problems([(s.position, s.field, s.reason) for s in rejected], "event", "rejections")
 
 
-def _echo_problems(problems: Sequence[tuple[int, str | None, str | None]], unnamed: str,
-                   noun: str) -> None:
+def _echo_problems(
+    problems: Sequence[tuple[int, str | None, str | None]], unnamed: str, noun: str
+) -> None:
     """The first problems of an import, one a line (``unnamed`` stands for a missing
     field), and how many more ``--json`` lists: a terminal is no place for ten
     thousand of them."""
     for line, where, reason in problems[:_SHOWN_REJECTIONS]:
         click.echo(f"line {line}: {where or unnamed}: {reason}")
     if len(problems) > _SHOWN_REJECTIONS:
-        click.echo(f"… and {len(problems) - _SHOWN_REJECTIONS} more {noun} (--json lists "
-                   "them all).")
+        click.echo(
+            f"… and {len(problems) - _SHOWN_REJECTIONS} more {noun} (--json lists them all)."
+        )
 
 
-def _ingest_ubi(ctx: click.Context, file: Path, consent: str | None, project: str,
-                actions: dict[str, str], as_json: bool) -> None:
+def _ingest_ubi(
+    ctx: click.Context,
+    file: Path,
+    consent: str | None,
+    project: str,
+    actions: dict[str, str],
+    as_json: bool,
+) -> None:
     from amelio.feedback.ubi import ingest_ubi
 
     if consent is None:
-        raise click.UsageError("UBI events carry no consent: pass --consent granted to state "
-                               "that the source collected them with consent (events "
-                               "without it are dropped, as the API drops them).")
-    report = ingest_ubi(workspace(ctx), file, consent=consent, project=project,
-                        actions=actions)
+        raise click.UsageError(
+            "UBI events carry no consent: pass --consent granted to state "
+            "that the source collected them with consent (events "
+            "without it are dropped, as the API drops them)."
+        )
+    report = ingest_ubi(workspace(ctx), file, consent=consent, project=project, actions=actions)
     if as_json:
         print_json(report.to_dict())
         return
     q, e = report.queries, report.events
-    click.echo(f"queries: {q['imported']} imported, {q['duplicate']} duplicate, "
-               f"{q['rejected']} rejected")
+    click.echo(
+        f"queries: {q['imported']} imported, {q['duplicate']} duplicate, {q['rejected']} rejected"
+    )
     click.echo("events: " + ", ".join(f"{n} {name}" for name, n in e.items()))
     _echo_problems(report.problems, "record", "problems")
 
 
 @feedback_group.command(
-    "export", short_help="Write stored search feedback as OpenSearch UBI queries and events.")
+    "export", short_help="Write stored search feedback as OpenSearch UBI queries and events."
+)
 @click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["ubi"]), required=True,
-              help="ubi: OpenSearch User Behavior Insights 1.3.0 (ubi_queries.ndjson and "
-              "ubi_events.ndjson).")
-@click.option("--since", "since_days", type=click.IntRange(min=0), default=None,
-              metavar="DAYS", help="Only what happened in the last DAYS days.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["ubi"]),
+    required=True,
+    help="ubi: OpenSearch User Behavior Insights 1.3.0 (ubi_queries.ndjson and ubi_events.ndjson).",
+)
+@click.option(
+    "--since",
+    "since_days",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="DAYS",
+    help="Only what happened in the last DAYS days.",
+)
 @click.option("--force", is_flag=True, help="Replace the files if DIR already has them.")
 @json_option
 @click.pass_context
 @handle_errors
-def export_command(ctx: click.Context, out_dir: Path, fmt: str, since_days: int | None,
-                   force: bool, as_json: bool) -> None:
+def export_command(
+    ctx: click.Context, out_dir: Path, fmt: str, since_days: int | None, force: bool, as_json: bool
+) -> None:
     """Feedback events: write them out in a standard format (--format ubi).
 
     ubi_queries.ndjson gets one UBI query per logged search impression (its hits in
@@ -230,13 +292,20 @@ def export_command(ctx: click.Context, out_dir: Path, fmt: str, since_days: int 
     if as_json:
         print_json(report.to_dict())
         return
-    click.echo(f"{report.queries} queries and {report.events} events written to {out_dir}"
-               + (f" ({report.skipped} events about assistant answers left out: UBI is "
-                  "about search)" if report.skipped else "") + ".")
+    click.echo(
+        f"{report.queries} queries and {report.events} events written to {out_dir}"
+        + (
+            f" ({report.skipped} events about assistant answers left out: UBI is about search)"
+            if report.skipped
+            else ""
+        )
+        + "."
+    )
 
 
 @feedback_group.command(
-    "verify", short_help="Check the signature chain of the stored events (exit 1 if broken).")
+    "verify", short_help="Check the signature chain of the stored events (exit 1 if broken)."
+)
 @json_option
 @click.pass_context
 @handle_errors
@@ -249,22 +318,31 @@ def verify_command(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         print_json(report.to_dict())
     elif report.ok:
-        click.echo(f"OK: {report.checked} events verified (chain {report.anchor_seq + 1}"
-                   f"–{report.last_seq}).")
+        click.echo(
+            f"OK: {report.checked} events verified (chain {report.anchor_seq + 1}"
+            f"–{report.last_seq})."
+        )
     else:
         where = f" at seq {report.seq}" if report.seq is not None else ""
         event = f" (event {report.event_id})" if report.event_id else ""
-        click.echo(f"FAILED{where}{event}: {report.problem}; {report.checked} events "
-                   "verified before it.")
+        click.echo(
+            f"FAILED{where}{event}: {report.problem}; {report.checked} events verified before it."
+        )
     if not report.ok:
         sys.exit(1)
 
 
 @feedback_group.command(
-    "purge", short_help="Delete old events (retention); the chain stays verifiable.")
-@click.option("--older-than", "older_than", type=click.IntRange(min=0), default=None,
-              metavar="DAYS", help="Remove events that happened more than DAYS ago "
-              "(default: feedback_retention_days).")
+    "purge", short_help="Delete old events (retention); the chain stays verifiable."
+)
+@click.option(
+    "--older-than",
+    "older_than",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="DAYS",
+    help="Remove events that happened more than DAYS ago (default: feedback_retention_days).",
+)
 @json_option
 @click.pass_context
 @handle_errors
@@ -276,8 +354,9 @@ def purge_command(ctx: click.Context, older_than: int | None, as_json: bool) -> 
     if as_json:
         print_json(report.to_dict())
         return
-    click.echo(f"Purged {report.deleted} events; the chain now starts after seq "
-               f"{report.anchor_seq}.")
+    click.echo(
+        f"Purged {report.deleted} events; the chain now starts after seq {report.anchor_seq}."
+    )
 
 
 @feedback_group.command("stats", short_help="Stored events per type, and the chain's length.")

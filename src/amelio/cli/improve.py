@@ -24,14 +24,24 @@ def _actor() -> str:
 @click.option("--all", "all_projects", is_flag=True, help="Every project (the default).")
 @click.option("--dry-run", is_flag=True, help="Report what would be proposed; write nothing.")
 @click.option("--no-notify", is_flag=True, help="Do not send the report to the notifiers.")
-@click.option("--sage", "use_sage", is_flag=True,
-              help="Sage (the LLM) writes the proposals instead of templates; each is "
-                   "benchmarked.")
+@click.option(
+    "--sage",
+    "use_sage",
+    is_flag=True,
+    help="Sage (the LLM) writes the proposals instead of templates; each is benchmarked.",
+)
 @json_option
 @click.pass_context
 @handle_errors
-def improve(ctx: click.Context, project: str | None, all_projects: bool, dry_run: bool,
-            no_notify: bool, use_sage: bool, as_json: bool) -> None:
+def improve(
+    ctx: click.Context,
+    project: str | None,
+    all_projects: bool,
+    dry_run: bool,
+    no_notify: bool,
+    use_sage: bool,
+    as_json: bool,
+) -> None:
     """Find underperforming skills and propose improvements (run it nightly)."""
     from amelio.improve.nightly import run_improve
 
@@ -41,11 +51,13 @@ def improve(ctx: click.Context, project: str | None, all_projects: bool, dry_run
     if use_sage:
         from amelio.improve.sage import improve_with_sage
 
-        report = improve_with_sage(ws, projects=[project] if project else None,
-                                   dry_run=dry_run, notify=not no_notify)
+        report = improve_with_sage(
+            ws, projects=[project] if project else None, dry_run=dry_run, notify=not no_notify
+        )
     else:
-        report = run_improve(ws, projects=[project] if project else None,
-                             dry_run=dry_run, notify=not no_notify)
+        report = run_improve(
+            ws, projects=[project] if project else None, dry_run=dry_run, notify=not no_notify
+        )
     if as_json:
         print_json(report.to_dict() | {"files": report.files})
         return
@@ -66,23 +78,45 @@ def proposals_group() -> None:
 @click.option("--status", type=click.Choice(props.STATUSES), default=None)
 @click.option("--skill", default=None)
 @click.option("--project", "-p", default=None)
-@click.option("--scope", type=click.Choice(props.SCOPES), default=None,
-              help="new: proposals that create a skill (the generator's).")
+@click.option(
+    "--scope",
+    type=click.Choice(props.SCOPES),
+    default=None,
+    help="new: proposals that create a skill (the generator's).",
+)
 @json_option
 @click.pass_context
 @handle_errors
-def proposals_list(ctx: click.Context, status: str | None, skill: str | None,
-                   project: str | None, scope: str | None, as_json: bool) -> None:
+def proposals_list(
+    ctx: click.Context,
+    status: str | None,
+    skill: str | None,
+    project: str | None,
+    scope: str | None,
+    as_json: bool,
+) -> None:
     """Proposals, newest first."""
-    found = props.list_proposals(workspace(ctx), status=status, skill=skill, project=project,
-                                 scope=scope)
+    found = props.list_proposals(
+        workspace(ctx), status=status, skill=skill, project=project, scope=scope
+    )
     if as_json:
         print_json([p.to_dict() for p in found])
         return
-    table(["id", "skill", "project", "status", "by", "base", "rationale"],
-          [(p.id, p.skill, p.project, p.status, p.proposed_by,
-            "new" if p.scope == "new" else f"v{p.base_version}",
-            short(p.rationale, 60)) for p in found])
+    table(
+        ["id", "skill", "project", "status", "by", "base", "rationale"],
+        [
+            (
+                p.id,
+                p.skill,
+                p.project,
+                p.status,
+                p.proposed_by,
+                "new" if p.scope == "new" else f"v{p.base_version}",
+                short(p.rationale, 60),
+            )
+            for p in found
+        ],
+    )
 
 
 @proposals_group.command("show")
@@ -101,8 +135,10 @@ def proposals_show(ctx: click.Context, proposal_id: int, as_json: bool) -> None:
     click.echo(f"by {p.proposed_by} ({p.author}) {base}, {p.created_at:%Y-%m-%d}")
     if p.new_skill is not None:
         click.echo(f"description: {p.new_skill.get('description', '')}")
-        click.echo(f"triggers: {', '.join(p.new_skill.get('triggers', []))}; keywords: "
-                   f"{', '.join(p.new_skill.get('keywords', []))}")
+        click.echo(
+            f"triggers: {', '.join(p.new_skill.get('triggers', []))}; keywords: "
+            f"{', '.join(p.new_skill.get('keywords', []))}"
+        )
     if p.decided_by:
         click.echo(f"decided by {p.decided_by}: {p.decision_reason or '-'}")
     click.echo(f"\n{p.rationale}\n")
@@ -147,12 +183,17 @@ def proposals_reject(ctx: click.Context, proposal_id: int, reason: str | None) -
 @click.option("--project", "-p", default=DEFAULT_PROJECT, show_default=True)
 @click.pass_context
 @handle_errors
-def proposals_create(ctx: click.Context, skill: str, content_file: IO[str],
-                     rationale: str, project: str) -> None:
+def proposals_create(
+    ctx: click.Context, skill: str, content_file: IO[str], rationale: str, project: str
+) -> None:
     """Propose CONTENT_FILE (the new skill body) for SKILL, as a person."""
-    p = props.create_proposal(workspace(ctx), skill, proposed_content=content_file.read(),
-                              rationale=rationale, proposed_by="human", author=_actor(),
-                              project=project)
+    p = props.create_proposal(
+        workspace(ctx),
+        skill,
+        proposed_content=content_file.read(),
+        rationale=rationale,
+        proposed_by="human",
+        author=_actor(),
+        project=project,
+    )
     click.echo(f"Proposal #{p.id} created for {p.skill}.")
-
-

@@ -26,8 +26,13 @@ if TYPE_CHECKING:
     from amelio.workspace.folder import Workspace
 
 notebook_option = click.option("--notebook", "-n", required=True, help="Notebook name.")
-project_option = click.option("--project", "-p", default=DEFAULT_PROJECT, show_default=True,
-                              help="Project the notebook belongs to.")
+project_option = click.option(
+    "--project",
+    "-p",
+    default=DEFAULT_PROJECT,
+    show_default=True,
+    help="Project the notebook belongs to.",
+)
 
 
 def _print_drain(report: DrainReport) -> None:
@@ -41,26 +46,35 @@ def _print_drain(report: DrainReport) -> None:
     click.echo("Drained: " + ", ".join(parts) + ".")
 
 
-def _read_sources(ws: Workspace, path: Path, kind: str | None, source_id: str | None
-                  ) -> list[knowledge.Source]:
+def _read_sources(
+    ws: Workspace, path: Path, kind: str | None, source_id: str | None
+) -> list[knowledge.Source]:
     """A JSON source (or a list of them), JSON lines, or one document file."""
     from amelio.knowledge.watcher import SUFFIXES
 
     limit = ws.settings.max_text_chars
     suffix = path.suffix.lower()
     if suffix in SUFFIXES:
-        return [knowledge.read_document(path, max_chars=limit, source_id=source_id,
-                                        kind=kind or "doc")]
+        return [
+            knowledge.read_document(path, max_chars=limit, source_id=source_id, kind=kind or "doc")
+        ]
     if suffix not in (".json", ".jsonl"):
-        raise InvalidInput(f"{path}: give a .json or .jsonl file of sources, or a document "
-                           f"({', '.join(sorted(SUFFIXES))}).", file=str(path))
+        raise InvalidInput(
+            f"{path}: give a .json or .jsonl file of sources, or a document "
+            f"({', '.join(sorted(SUFFIXES))}).",
+            file=str(path),
+        )
     text = path.read_text(encoding="utf-8")
     try:
-        data: Any = [json.loads(line) for line in text.splitlines() if line.strip()] \
-            if suffix == ".jsonl" else json.loads(text)
+        data: Any = (
+            [json.loads(line) for line in text.splitlines() if line.strip()]
+            if suffix == ".jsonl"
+            else json.loads(text)
+        )
     except json.JSONDecodeError as exc:
-        raise InvalidInput(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}",
-                           file=str(path)) from exc
+        raise InvalidInput(
+            f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}", file=str(path)
+        ) from exc
     items = data if isinstance(data, list) else [data]
     return [knowledge.Source.parse(item, max_chars=limit) for item in items]
 
@@ -81,10 +95,21 @@ def notebooks(ctx: click.Context, project: str | None, as_json: bool) -> None:
     if as_json:
         print_json([n.to_dict() for n in found])
         return
-    table(["name", "project", "sources", "chunks", "last sync", "pending", "failures"],
-          [(n.name, n.project, n.sources, n.chunks,
-            f"{n.last_sync:%Y-%m-%d %H:%M}" if n.last_sync else "-", n.pending, n.failures)
-           for n in found])
+    table(
+        ["name", "project", "sources", "chunks", "last sync", "pending", "failures"],
+        [
+            (
+                n.name,
+                n.project,
+                n.sources,
+                n.chunks,
+                f"{n.last_sync:%Y-%m-%d %H:%M}" if n.last_sync else "-",
+                n.pending,
+                n.failures,
+            )
+            for n in found
+        ],
+    )
 
 
 @knowledge_group.command("create")
@@ -99,20 +124,33 @@ def create(ctx: click.Context, name: str, project: str) -> None:
 
 
 @knowledge_group.command("sync")
-@click.argument("files", nargs=-1, required=True,
-                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument(
+    "files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
 @notebook_option
 @project_option
 @click.option("--kind", default=None, help="Kind of a document file's source (default: doc).")
-@click.option("--source-id", default=None, help="Source id of a single document file "
-                                                "(default: its file name).")
-@click.option("--no-drain", is_flag=True,
-              help="Only queue; a running `amelio serve` worker indexes them.")
+@click.option(
+    "--source-id",
+    default=None,
+    help="Source id of a single document file (default: its file name).",
+)
+@click.option(
+    "--no-drain", is_flag=True, help="Only queue; a running `amelio serve` worker indexes them."
+)
 @json_option
 @click.pass_context
 @handle_errors
-def sync(ctx: click.Context, files: tuple[Path, ...], notebook: str, project: str,
-         kind: str | None, source_id: str | None, no_drain: bool, as_json: bool) -> None:
+def sync(
+    ctx: click.Context,
+    files: tuple[Path, ...],
+    notebook: str,
+    project: str,
+    kind: str | None,
+    source_id: str | None,
+    no_drain: bool,
+    as_json: bool,
+) -> None:
     """Queue FILES (JSON sources, JSON lines, or .md/.txt/.html documents) and index them."""
     if source_id and len(files) > 1:
         raise click.UsageError("--source-id names one file's source; give one file.")
@@ -152,25 +190,41 @@ def sources(ctx: click.Context, notebook: str, project: str, as_json: bool) -> N
     if as_json:
         print_json(found)
         return
-    table(["source", "kind", "title", "chunks", "updated"],
-          [(short(s["sourceId"], 40), s["kind"], short(s["title"], 40), s["chunks"],
-            s["updatedAt"][:19]) for s in found])
+    table(
+        ["source", "kind", "title", "chunks", "updated"],
+        [
+            (
+                short(s["sourceId"], 40),
+                s["kind"],
+                short(s["title"], 40),
+                s["chunks"],
+                s["updatedAt"][:19],
+            )
+            for s in found
+        ],
+    )
 
 
 @knowledge_group.command("query")
 @click.argument("question")
 @notebook_option
 @project_option
-@click.option("--top-k", type=click.IntRange(1, 50), default=None,
-              help="Passages to retrieve (default: setting knowledge_top_k).")
+@click.option(
+    "--top-k",
+    type=click.IntRange(1, 50),
+    default=None,
+    help="Passages to retrieve (default: setting knowledge_top_k).",
+)
 @json_option
 @click.pass_context
 @handle_errors
-def query(ctx: click.Context, question: str, notebook: str, project: str, top_k: int | None,
-          as_json: bool) -> None:
+def query(
+    ctx: click.Context, question: str, notebook: str, project: str, top_k: int | None, as_json: bool
+) -> None:
     """Answer QUESTION from a notebook, with numbered citations."""
-    answer = knowledge.answer_question(workspace(ctx), notebook, question, project=project,
-                                       top_k=top_k)
+    answer = knowledge.answer_question(
+        workspace(ctx), notebook, question, project=project, top_k=top_k
+    )
     if as_json:
         print_json(answer.to_dict())
         return
@@ -191,16 +245,19 @@ def query(ctx: click.Context, question: str, notebook: str, project: str, top_k:
 @json_option
 @click.pass_context
 @handle_errors
-def generate(ctx: click.Context, objective: str, notebook: str, project: str,
-             as_json: bool) -> None:
+def generate(
+    ctx: click.Context, objective: str, notebook: str, project: str, as_json: bool
+) -> None:
     """Draft a new skill for OBJECTIVE from a notebook, as a proposal (needs an LLM)."""
     made = knowledge.generate_skill(workspace(ctx), notebook, objective, project=project)
     if as_json:
         print_json(made.to_dict())
         return
     p = made.proposal
-    click.echo(f"Proposal #{p.id}: new skill {p.skill} (from {len(made.passages)} passages). "
-               f"Review it with `amelio proposals show {p.id}`, then approve or reject it.")
+    click.echo(
+        f"Proposal #{p.id}: new skill {p.skill} (from {len(made.passages)} passages). "
+        f"Review it with `amelio proposals show {p.id}`, then approve or reject it."
+    )
 
 
 @knowledge_group.command("failures")
@@ -218,10 +275,20 @@ def failures(ctx: click.Context, notebook: str | None, project: str, as_json: bo
     if not found:
         click.echo("No dead letters.")
         return
-    table(["id", "notebook", "source", "tries", "failed", "error"],
-          [(f.id, f.notebook, short(f.source_id, 30), f.attempts,
-            f"{f.failed_at:%Y-%m-%d %H:%M}" if f.failed_at else "-", short(f.error, 60))
-           for f in found])
+    table(
+        ["id", "notebook", "source", "tries", "failed", "error"],
+        [
+            (
+                f.id,
+                f.notebook,
+                short(f.source_id, 30),
+                f.attempts,
+                f"{f.failed_at:%Y-%m-%d %H:%M}" if f.failed_at else "-",
+                short(f.error, 60),
+            )
+            for f in found
+        ],
+    )
 
 
 @knowledge_group.command("retry")
@@ -266,9 +333,11 @@ def health(ctx: click.Context, as_json: bool) -> None:
         print_json(state)
         return
     age = state["oldestPendingAgeSeconds"]
-    click.echo(f"{state['status']}: {state['queueDepth']} queued"
-               + (f" (oldest {age:.0f}s)" if age is not None else "")
-               + f", {state['deadLetters']} dead letters.")
+    click.echo(
+        f"{state['status']}: {state['queueDepth']} queued"
+        + (f" (oldest {age:.0f}s)" if age is not None else "")
+        + f", {state['deadLetters']} dead letters."
+    )
 
 
 @main.command("watch")

@@ -9,8 +9,13 @@ from amelio.workspace.projects import DEFAULT_PROJECT
 
 
 @main.command("mcp")
-@click.option("--project", "-p", default=DEFAULT_PROJECT, show_default=True,
-              help="Project (tenant) the tools, resources and prompt work in.")
+@click.option(
+    "--project",
+    "-p",
+    default=DEFAULT_PROJECT,
+    show_default=True,
+    help="Project (tenant) the tools, resources and prompt work in.",
+)
 @click.pass_context
 @handle_errors
 def mcp_command(ctx: click.Context, project: str) -> None:

@@ -44,8 +44,10 @@ def backup_command(ctx: click.Context, file: Path, force: bool, as_json: bool) -
     manifest = report.manifest
     events = manifest.tables.get("feedback_events", 0)
     click.echo(f"Backed up {settings.workspace} to {report.path}")
-    click.echo(f"  {len(manifest.files)} files, {_size(report.size)}, migration "
-               f"{manifest.migration}, {events} feedback events")
+    click.echo(
+        f"  {len(manifest.files)} files, {_size(report.size)}, migration "
+        f"{manifest.migration}, {events} feedback events"
+    )
     click.echo(f"Restore it with: amelio -w DIR restore {report.path}")
 
 
@@ -69,11 +71,15 @@ def restore_command(ctx: click.Context, file: Path, force: bool, as_json: bool) 
         print_json(report.to_dict())
         return
     manifest = report.manifest
-    click.echo(f"Restored {file} (made {manifest.created_at:%Y-%m-%d %H:%M:%S %Z} by Amelio "
-               f"{manifest.amelio_version}) into {report.root}")
+    click.echo(
+        f"Restored {file} (made {manifest.created_at:%Y-%m-%d %H:%M:%S %Z} by Amelio "
+        f"{manifest.amelio_version}) into {report.root}"
+    )
     if report.replaced:
-        click.echo("  replaced the data that was there" + (
-            f"; removed {', '.join(report.removed)}" if report.removed else ""))
+        click.echo(
+            "  replaced the data that was there"
+            + (f"; removed {', '.join(report.removed)}" if report.removed else "")
+        )
     if report.upgraded:
         click.echo(f"  database upgraded: {manifest.migration} -> {report.migration}")
     click.echo(f"Check it: amelio -w {report.root} feedback verify")
@@ -90,12 +96,19 @@ def _target(ctx: click.Context) -> Path:
     except WorkspaceNotFound as exc:
         raise WorkspaceNotFound(
             "No workspace here to restore into: name the folder with `amelio -w DIR restore "
-            "FILE` (a new folder is made).") from exc
+            "FILE` (a new folder is made)."
+        ) from exc
 
 
 @main.command("schedule")
-@click.option("--next", "count", type=click.IntRange(1, 20), default=3, show_default=True,
-              help="How many next runs to show per job.")
+@click.option(
+    "--next",
+    "count",
+    type=click.IntRange(1, 20),
+    default=3,
+    show_default=True,
+    help="How many next runs to show per job.",
+)
 @json_option
 @click.pass_context
 @handle_errors
@@ -113,38 +126,56 @@ def schedule_command(ctx: click.Context, count: int, as_json: bool) -> None:
     def when(value: datetime | None) -> str:
         return value.astimezone(local).strftime("%Y-%m-%d %H:%M") if value else "—"
 
-    table(["job", "schedule", "next runs", "last run", "outcome"],
-          [(j.name, f"{j.expression} ({j.explained})" if j.expression else "off",
-            ", ".join(when(t) for t in j.next_runs) or "—", when(j.started_at),
-            (f"{j.outcome}: {j.detail}" if j.detail else j.outcome or "—")
-            + (f" (held by {j.holder})" if j.holder else "")) for j in found])
+    table(
+        ["job", "schedule", "next runs", "last run", "outcome"],
+        [
+            (
+                j.name,
+                f"{j.expression} ({j.explained})" if j.expression else "off",
+                ", ".join(when(t) for t in j.next_runs) or "—",
+                when(j.started_at),
+                (f"{j.outcome}: {j.detail}" if j.detail else j.outcome or "—")
+                + (f" (held by {j.holder})" if j.holder else ""),
+            )
+            for j in found
+        ],
+    )
     click.echo(f"Times in {ws.settings.timezone}.")
 
 
 @main.command("export")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--force", is_flag=True, help="Write into a folder that is not empty.")
-@click.option("--with-secret-key", is_flag=True,
-              help="Include the workspace's secret key (the feedback chain and user "
-                   "pseudonyms are keyed by it): keep the export private.")
+@click.option(
+    "--with-secret-key",
+    is_flag=True,
+    help="Include the workspace's secret key (the feedback chain and user "
+    "pseudonyms are keyed by it): keep the export private.",
+)
 @json_option
 @click.pass_context
 @handle_errors
-def export_command(ctx: click.Context, directory: Path, force: bool, with_secret_key: bool,
-                   as_json: bool) -> None:
+def export_command(
+    ctx: click.Context, directory: Path, force: bool, with_secret_key: bool, as_json: bool
+) -> None:
     """Write every table to DIRECTORY as versioned JSONL, with a manifest."""
     from amelio.ops.transfer import export_workspace
 
-    report = export_workspace(workspace(ctx), directory, force=force,
-                              with_secret_key=with_secret_key)
+    report = export_workspace(
+        workspace(ctx), directory, force=force, with_secret_key=with_secret_key
+    )
     if as_json:
         print_json(report.to_dict())
         return
-    click.echo(f"Exported {sum(report.tables.values())} rows of {len(report.tables)} tables "
-               f"to {directory} (migration {report.revision}).")
+    click.echo(
+        f"Exported {sum(report.tables.values())} rows of {len(report.tables)} tables "
+        f"to {directory} (migration {report.revision})."
+    )
     if not with_secret_key:
-        click.echo("The secret key is not in it: give the target the same AMELIO_SECRET_KEY "
-                   "(or .amelio/secret_key) to verify the feedback chain there.")
+        click.echo(
+            "The secret key is not in it: give the target the same AMELIO_SECRET_KEY "
+            "(or .amelio/secret_key) to verify the feedback chain there."
+        )
 
 
 @main.command("import")
@@ -160,6 +191,8 @@ def import_command(ctx: click.Context, directory: Path, as_json: bool) -> None:
     if as_json:
         print_json(report.to_dict())
         return
-    click.echo(f"Imported {sum(report.tables.values())} rows of {len(report.tables)} tables "
-               f"from {directory}. Secret key: {report.secret_key}. Feedback chain: "
-               f"{report.chain}.")
+    click.echo(
+        f"Imported {sum(report.tables.values())} rows of {len(report.tables)} tables "
+        f"from {directory}. Secret key: {report.secret_key}. Feedback chain: "
+        f"{report.chain}."
+    )

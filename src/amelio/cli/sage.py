@@ -16,45 +16,74 @@ if TYPE_CHECKING:
 def print_report(report: BenchmarkReport) -> None:
     s = report.summary
     improvement = "n/a" if report.improvement_pct is None else f"{report.improvement_pct:+.1f}%"
-    click.echo(f"Benchmark {report.run_id} of proposal #{report.proposal_id}: {report.verdict} "
-               f"({improvement}); wins {s['wins']}, losses {s['losses']}, ties {s['ties']}"
-               + (f", errors {s['errors']}" if s["errors"] else ""))
-    click.echo(f"mean difference {s['meanDiff']:+.2f} (CI {s['ci'][0]:+.2f} to {s['ci'][1]:+.2f},"
-               f" p = {s['pValue']:.3g}); old {s['oldAvg']}, new {s['newAvg']} out of 10"
-               + ("; judge only: the skill has no eval rules" if s["judgeOnly"] else ""))
+    click.echo(
+        f"Benchmark {report.run_id} of proposal #{report.proposal_id}: {report.verdict} "
+        f"({improvement}); wins {s['wins']}, losses {s['losses']}, ties {s['ties']}"
+        + (f", errors {s['errors']}" if s["errors"] else "")
+    )
+    click.echo(
+        f"mean difference {s['meanDiff']:+.2f} (CI {s['ci'][0]:+.2f} to {s['ci'][1]:+.2f},"
+        f" p = {s['pValue']:.3g}); old {s['oldAvg']}, new {s['newAvg']} out of 10"
+        + ("; judge only: the skill has no eval rules" if s["judgeOnly"] else "")
+    )
     if s["positionConsistency"] is not None:
         click.echo(f"judge position consistency {s['positionConsistency']:.0%}")
     if s["scenarioCount"] < s["minScenarios"]:
-        click.echo(f"Not significant with {s['scenarioCount']} scenarios: even a clean sweep "
-                   f"cannot reach {s['confidence']:.0%}; run at least {s['minScenarios']} "
-                   f"(--scenarios {s['minScenarios']}).")
-    click.echo(f"{s['llmCalls']} LLM calls ({s['cachedCalls']} cached), "
-               f"{s['inputTokens']} + {s['outputTokens']} tokens, ${s['costUsd']}")
+        click.echo(
+            f"Not significant with {s['scenarioCount']} scenarios: even a clean sweep "
+            f"cannot reach {s['confidence']:.0%}; run at least {s['minScenarios']} "
+            f"(--scenarios {s['minScenarios']})."
+        )
+    click.echo(
+        f"{s['llmCalls']} LLM calls ({s['cachedCalls']} cached), "
+        f"{s['inputTokens']} + {s['outputTokens']} tokens, ${s['costUsd']}"
+    )
     click.echo("")
-    table(["#", "source", "winner", "old", "new", "message", "judge's reason"],
-          [(r["position"] + 1, r["source"],
-            "★ new" if r.get("winner") == "new" else "★ old" if r.get("winner") == "old"
-            else r.get("winner") or "error", r.get("oldScore", "-"), r.get("newScore", "-"),
-            short(r["message"], 40), short(r.get("reason") or r.get("error", ""), 60))
-           for r in report.scenarios])
+    table(
+        ["#", "source", "winner", "old", "new", "message", "judge's reason"],
+        [
+            (
+                r["position"] + 1,
+                r["source"],
+                "★ new"
+                if r.get("winner") == "new"
+                else "★ old"
+                if r.get("winner") == "old"
+                else r.get("winner") or "error",
+                r.get("oldScore", "-"),
+                r.get("newScore", "-"),
+                short(r["message"], 40),
+                short(r.get("reason") or r.get("error", ""), 60),
+            )
+            for r in report.scenarios
+        ],
+    )
 
 
 @main.command("bench")
 @click.argument("proposal_id", type=int)
-@click.option("--scenarios", default=None,
-              help="N, generated:N, replay:N or both:N (default: settings).")
+@click.option(
+    "--scenarios", default=None, help="N, generated:N, replay:N or both:N (default: settings)."
+)
 @click.option("--no-swap", is_flag=True, help="The seed's single random A/B order.")
 @click.option("--seed", type=int, default=None, help="Seed of the A/B order (reproducible).")
 @json_option
 @click.pass_context
 @handle_errors
-def bench(ctx: click.Context, proposal_id: int, scenarios: str | None, no_swap: bool,
-          seed: int | None, as_json: bool) -> None:
+def bench(
+    ctx: click.Context,
+    proposal_id: int,
+    scenarios: str | None,
+    no_swap: bool,
+    seed: int | None,
+    as_json: bool,
+) -> None:
     """A/B benchmark of a proposal: old vs new skill, eval rules and an LLM judge."""
     from amelio.improve.bench import run_benchmark
 
-    report = run_benchmark(workspace(ctx), proposal_id, scenarios=scenarios,
-                           swap=False if no_swap else None, seed=seed)
+    report = run_benchmark(
+        workspace(ctx), proposal_id, scenarios=scenarios, swap=False if no_swap else None, seed=seed
+    )
     if as_json:
         print_json(report.to_dict())
     else:
@@ -73,13 +102,15 @@ def sage_group() -> None:
 @json_option
 @click.pass_context
 @handle_errors
-def sage_analyze(ctx: click.Context, project: str, skills: tuple[str, ...], no_bench: bool,
-                 as_json: bool) -> None:
+def sage_analyze(
+    ctx: click.Context, project: str, skills: tuple[str, ...], no_bench: bool, as_json: bool
+) -> None:
     """Rewrite the weakest skills (underperformers first) as benchmarked proposals."""
     from amelio.improve.sage import analyze
 
-    results = analyze(workspace(ctx), project=project, skills=skills or None,
-                      benchmark=not no_bench)
+    results = analyze(
+        workspace(ctx), project=project, skills=skills or None, benchmark=not no_bench
+    )
     if as_json:
         print_json([r.to_dict() for r in results])
         return
@@ -90,9 +121,11 @@ def sage_analyze(ctx: click.Context, project: str, skills: tuple[str, ...], no_b
         if r.proposal_id:
             line += f" → proposal #{r.proposal_id}"
         if r.benchmark:
-            line += (f", benchmark {r.benchmark.get('verdict')}"
-                     f" ({r.benchmark.get('improvementPct')}%)" if "verdict" in r.benchmark
-                     else f", benchmark failed: {r.benchmark.get('error')}")
+            line += (
+                f", benchmark {r.benchmark.get('verdict')} ({r.benchmark.get('improvementPct')}%)"
+                if "verdict" in r.benchmark
+                else f", benchmark failed: {r.benchmark.get('error')}"
+            )
         click.echo(line)
         if r.outcome in ("rejected", "error", "skipped"):
             click.echo(f"  {r.reason}")

@@ -41,16 +41,19 @@ def import_command(ctx: click.Context, file: Path, as_json: bool) -> None:
     unless contributions are on: browsers embed them then (`amelio corpus embed` does
     it here)."""
     ws = workspace(ctx)
-    report = workspace_corpus(ws.settings).import_file(
-        file, embedder=import_embedder(ws.settings))
+    report = workspace_corpus(ws.settings).import_file(file, embedder=import_embedder(ws.settings))
     if as_json:
         print_json(report.to_dict())
         return
-    click.echo(f"{report.upserted} document(s) imported, {report.deleted} deleted; "
-               f"{report.total} in the corpus.")
+    click.echo(
+        f"{report.upserted} document(s) imported, {report.deleted} deleted; "
+        f"{report.total} in the corpus."
+    )
     if browsers_embed(ws.settings) and report.upserted:
-        click.echo("Not embedded: contributions are on, so browsers running amelio.js embed "
-                   "them (`amelio corpus embed` does it here).")
+        click.echo(
+            "Not embedded: contributions are on, so browsers running amelio.js embed "
+            "them (`amelio corpus embed` does it here)."
+        )
 
 
 @corpus_group.command("embed")
@@ -91,36 +94,66 @@ def reindex_command(ctx: click.Context, as_json: bool) -> None:
 
 @main.command("search")
 @click.argument("query")
-@click.option("--profile", type=click.Choice(PROFILES), default=None,
-              help="Rank profile (default: search_profile).")
+@click.option(
+    "--profile",
+    type=click.Choice(PROFILES),
+    default=None,
+    help="Rank profile (default: search_profile).",
+)
 @click.option("--alpha", type=float, default=None, help="Semantic weight, 0 to 1.")
 @click.option("--limit", "-n", type=int, default=10, show_default=True)
-@click.option("--session", default=None,
-              help="Session id, as feedback events send it (stored hashed): one session's "
-                   "repeated searches count once per document.")
-@click.option("--user", default=None, help="User id, as feedback events send it (stored "
-              "hashed).")
+@click.option(
+    "--session",
+    default=None,
+    help="Session id, as feedback events send it (stored hashed): one session's "
+    "repeated searches count once per document.",
+)
+@click.option("--user", default=None, help="User id, as feedback events send it (stored hashed).")
 @project_option
 @json_option
 @click.pass_context
 @handle_errors
-def search_command(ctx: click.Context, query: str, profile: str | None, alpha: float | None,
-                   limit: int, session: str | None, user: str | None, project: str | None,
-                   as_json: bool) -> None:
+def search_command(
+    ctx: click.Context,
+    query: str,
+    profile: str | None,
+    alpha: float | None,
+    limit: int,
+    session: str | None,
+    user: str | None,
+    project: str | None,
+    as_json: bool,
+) -> None:
     """Search the corpus, as POST /v1/search does (the impression is logged)."""
     ws = workspace(ctx)
     response = Searcher(ws, background_aggregation=False).search(
-        query, project=project or "default", profile=profile, alpha=alpha, limit=limit,
-        session=session, user=user)
+        query,
+        project=project or "default",
+        profile=profile,
+        alpha=alpha,
+        limit=limit,
+        session=session,
+        user=user,
+    )
     if as_json:
         print_json(response.to_dict())
         return
     if not response.results:
         click.echo("No results.")
         return
-    table(["rank", "doc", "score", "feedback", "title"],
-          [(r["rank"], r["docId"], f"{r['score']:.3f}", f"{r['feedbackScore']:+.3f}",
-            short(r["title"], 60)) for r in response.to_dict()["results"]])
+    table(
+        ["rank", "doc", "score", "feedback", "title"],
+        [
+            (
+                r["rank"],
+                r["docId"],
+                f"{r['score']:.3f}",
+                f"{r['feedbackScore']:+.3f}",
+                short(r["title"], 60),
+            )
+            for r in response.to_dict()["results"]
+        ],
+    )
     click.echo(f"queryId {response.query_id} ({response.profile}, alpha {response.alpha})")
 
 
@@ -139,8 +172,10 @@ def update_command(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         print_json(report.to_dict())
         return
-    click.echo(f"{report.impressions} impression(s), {report.events} event(s) folded in; "
-               f"{report.rows} signal row(s) changed; version {report.version}.")
+    click.echo(
+        f"{report.impressions} impression(s), {report.events} event(s) folded in; "
+        f"{report.rows} signal row(s) changed; version {report.version}."
+    )
 
 
 @signals_group.command("rebuild")
@@ -153,8 +188,10 @@ def rebuild_command(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         print_json(report.to_dict())
         return
-    click.echo(f"Rebuilt from {report.impressions} impression(s) and {report.events} "
-               f"event(s): {report.rows} signal row(s); version {report.version}.")
+    click.echo(
+        f"Rebuilt from {report.impressions} impression(s) and {report.events} "
+        f"event(s): {report.rows} signal row(s); version {report.version}."
+    )
 
 
 @signals_group.command("show")
@@ -169,56 +206,125 @@ def show_command(ctx: click.Context, query: str, as_json: bool) -> None:
     if as_json:
         print_json({d: r.to_dict() for d, r in rows.items()})
         return
-    table(["doc", "impressions", "clicks", "dwell+", "pins", "hides", "votes"],
-          [(d, r.impressions, r.clicks, r.dwell_clicks, r.pins, r.hides,
-            f"+{r.votes_up}/-{r.votes_down}")
-           for d, r in sorted(rows.items(), key=lambda x: -x[1].impressions)])
+    table(
+        ["doc", "impressions", "clicks", "dwell+", "pins", "hides", "votes"],
+        [
+            (
+                d,
+                r.impressions,
+                r.clicks,
+                r.dwell_clicks,
+                r.pins,
+                r.hides,
+                f"+{r.votes_up}/-{r.votes_down}",
+            )
+            for d, r in sorted(rows.items(), key=lambda x: -x[1].impressions)
+        ],
+    )
 
 
 @main.command("simulate")
-@click.option("--dataset", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              required=True, help="A BEIR-layout folder (corpus.jsonl, queries.jsonl, qrels/).")
+@click.option(
+    "--dataset",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    required=True,
+    help="A BEIR-layout folder (corpus.jsonl, queries.jsonl, qrels/).",
+)
 @click.option("--sessions-per-query", type=int, default=100, show_default=True)
-@click.option("--click-model", type=click.Choice(USER_MODELS), default="pbm",
-              show_default=True)
+@click.option("--click-model", type=click.Choice(USER_MODELS), default="pbm", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--rounds", type=int, default=10, show_default=True,
-              help="Checkpoints at which signals are measured.")
-@click.option("--eval-sessions", type=int, default=20, show_default=True,
-              help="Fresh sessions per query that measure CTR@3.")
-@click.option("--alpha", type=float, default=0.0, show_default=True,
-              help="Semantic weight of the learning profile (above 0 needs amelio[semantic]).")
-@click.option("--explore", type=float, default=None,
-              help="Share of training responses that explore by Thompson sampling "
-                   "(default: search_thompson).")
-@click.option("--engine", default=None,
-              help="Embedded engine that indexes the data set: embedded, tantivy or fts5 "
-                   "(default: search_backend).")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("simulation"), show_default=True,
-              help="Folder for simulation.csv, .json and .png.")
+@click.option(
+    "--rounds",
+    type=int,
+    default=10,
+    show_default=True,
+    help="Checkpoints at which signals are measured.",
+)
+@click.option(
+    "--eval-sessions",
+    type=int,
+    default=20,
+    show_default=True,
+    help="Fresh sessions per query that measure CTR@3.",
+)
+@click.option(
+    "--alpha",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Semantic weight of the learning profile (above 0 needs amelio[semantic]).",
+)
+@click.option(
+    "--explore",
+    type=float,
+    default=None,
+    help="Share of training responses that explore by Thompson sampling "
+    "(default: search_thompson).",
+)
+@click.option(
+    "--engine",
+    default=None,
+    help="Embedded engine that indexes the data set: embedded, tantivy or fts5 "
+    "(default: search_backend).",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("simulation"),
+    show_default=True,
+    help="Folder for simulation.csv, .json and .png.",
+)
 @json_option
 @handle_errors
-def simulate_command(dataset: Path, sessions_per_query: int, click_model: str, seed: int,
-                     rounds: int, eval_sessions: int, alpha: float, explore: float | None,
-                     engine: str | None, out: Path, as_json: bool) -> None:
+def simulate_command(
+    dataset: Path,
+    sessions_per_query: int,
+    click_model: str,
+    seed: int,
+    rounds: int,
+    eval_sessions: int,
+    alpha: float,
+    explore: float | None,
+    engine: str | None,
+    out: Path,
+    as_json: bool,
+) -> None:
     """Simulated users click on search results; report NDCG@10 and CTR@3 per profile."""
-    result = simulate(dataset, sessions_per_query=sessions_per_query, user_model=click_model,
-                      seed=seed, rounds=rounds, eval_sessions=eval_sessions, alpha=alpha,
-                      thompson=explore, engine=engine,
-                      progress=None if as_json else click.echo)
+    result = simulate(
+        dataset,
+        sessions_per_query=sessions_per_query,
+        user_model=click_model,
+        seed=seed,
+        rounds=rounds,
+        eval_sessions=eval_sessions,
+        alpha=alpha,
+        thompson=explore,
+        engine=engine,
+        progress=None if as_json else click.echo,
+    )
     files = result.write(out)
     if as_json:
         print_json(result.to_dict())
         return
     last = max(r["round"] for r in result.rows)
     learners = ("hybrid_with_feedback", "naive_ctr")
-    table(["profile", "NDCG@10", "CTR@3", "gap closed (NDCG)", "CTR@3 while learning"],
-          [(r["profile"], f"{r['ndcg10']:.3f}", f"{r['ctr3']:.3f}",
-            f"{result.gap_closed(r['profile']):.0%}" if r["profile"] in learners else "",
-            f"{result.training_ctr(r['profile']):.3f}" if r["profile"] in learners else "")
-           for r in result.rows if r["round"] == last])
+    table(
+        ["profile", "NDCG@10", "CTR@3", "gap closed (NDCG)", "CTR@3 while learning"],
+        [
+            (
+                r["profile"],
+                f"{r['ndcg10']:.3f}",
+                f"{r['ctr3']:.3f}",
+                f"{result.gap_closed(r['profile']):.0%}" if r["profile"] in learners else "",
+                f"{result.training_ctr(r['profile']):.3f}" if r["profile"] in learners else "",
+            )
+            for r in result.rows
+            if r["round"] == last
+        ],
+    )
     click.echo("Wrote " + ", ".join(str(f) for f in files))
     if not any(f.suffix == ".png" for f in files):
-        click.echo("No plot: matplotlib is not installed (pip install matplotlib, then run "
-                   "again, or plot simulation.csv: NDCG@10 by sessions per profile).")
+        click.echo(
+            "No plot: matplotlib is not installed (pip install matplotlib, then run "
+            "again, or plot simulation.csv: NDCG@10 by sessions per profile)."
+        )

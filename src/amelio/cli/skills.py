@@ -51,8 +51,10 @@ def skills_import(ctx: click.Context, path: Path, project: str | None, as_json: 
         print_json(report.to_dict())
         return
     scope = f"project {project}" if project else "global"
-    click.echo(f"Imported into {scope}: {len(report.created)} new, {len(report.updated)} "
-               f"updated, {len(report.unchanged)} unchanged.")
+    click.echo(
+        f"Imported into {scope}: {len(report.created)} new, {len(report.updated)} "
+        f"updated, {len(report.unchanged)} unchanged."
+    )
     for label, names in (("new", report.created), ("updated", report.updated)):
         for name in names:
             click.echo(f"  {label:8} {name} (v{report.details[name]})")
@@ -71,21 +73,25 @@ def skills_list(ctx: click.Context, project: str | None, as_json: bool) -> None:
         return
     table(
         ["name", "scope", "version", "rules", "description"],
-        [(s.name, s.scope, s.version, len(s.spec.evals or ()), short(s.spec.description))
-         for s in found],
+        [
+            (s.name, s.scope, s.version, len(s.spec.evals or ()), short(s.spec.description))
+            for s in found
+        ],
     )
 
 
 @skills_group.command("show")
 @click.argument("name")
-@click.option("--version", "version", type=click.IntRange(min=1), default=None,
-              help="Show an older version.")
+@click.option(
+    "--version", "version", type=click.IntRange(min=1), default=None, help="Show an older version."
+)
 @project_option
 @json_option
 @click.pass_context
 @handle_errors
-def skills_show(ctx: click.Context, name: str, version: int | None, project: str | None,
-                as_json: bool) -> None:
+def skills_show(
+    ctx: click.Context, name: str, version: int | None, project: str | None, as_json: bool
+) -> None:
     """Show skill NAME: metadata, content, eval rules and history."""
     engine = workspace(ctx).engine
     skill = skills.get_skill(engine, name, project or projects.DEFAULT_PROJECT)
@@ -94,18 +100,24 @@ def skills_show(ctx: click.Context, name: str, version: int | None, project: str
     if version is not None:
         match = [v for v in history if v.version == version]
         if not match:
-            raise click.BadParameter(f"{name} has versions 1 to {skill.version}",
-                                     param_hint="--version")
+            raise click.BadParameter(
+                f"{name} has versions 1 to {skill.version}", param_hint="--version"
+            )
         spec = match[0].spec
     if as_json:
         data = skill.to_dict()
-        data |= {"version": version or skill.version, "content": spec.content,
-                 "evals": None if spec.evals is None else [dict(r) for r in spec.evals],
-                 "versions": [v.to_dict() for v in history]}
+        data |= {
+            "version": version or skill.version,
+            "content": spec.content,
+            "evals": None if spec.evals is None else [dict(r) for r in spec.evals],
+            "versions": [v.to_dict() for v in history],
+        }
         print_json(data)
         return
-    click.echo(f"{spec.name}  v{version or skill.version} of {skill.version}  ({skill.scope}"
-               f"{' ' + skill.project if skill.project else ''})")
+    click.echo(
+        f"{spec.name}  v{version or skill.version} of {skill.version}  ({skill.scope}"
+        f"{' ' + skill.project if skill.project else ''})"
+    )
     click.echo(f"description: {spec.description}")
     click.echo(f"triggers:    {', '.join(spec.triggers) or '-'}")
     click.echo(f"keywords:    {', '.join(spec.keywords) or '-'}")
@@ -115,8 +127,10 @@ def skills_show(ctx: click.Context, name: str, version: int | None, project: str
     if spec.evals:
         click.echo("eval rules:")
         for rule in spec.evals:
-            click.echo(f"  {rule['id']:10} {rule.get('severity', 'warning'):8} "
-                       f"{rule['type']:20} {rule.get('name', '')}")
+            click.echo(
+                f"  {rule['id']:10} {rule.get('severity', 'warning'):8} "
+                f"{rule['type']:20} {rule.get('name', '')}"
+            )
     click.echo("history:")
     for v in history:
         click.echo(f"  v{v.version}  {v.created_at:%Y-%m-%d %H:%M}  {v.author}: {v.reason}")
@@ -135,15 +149,17 @@ def skills_export(ctx: click.Context, directory: Path, project: str | None) -> N
 
 @skills_group.command("rollback")
 @click.argument("name")
-@click.option("--to", "version", type=click.IntRange(min=1), required=True,
-              help="The version to restore.")
+@click.option(
+    "--to", "version", type=click.IntRange(min=1), required=True, help="The version to restore."
+)
 @project_option
 @click.pass_context
 @handle_errors
 def skills_rollback(ctx: click.Context, name: str, version: int, project: str | None) -> None:
     """Restore version --to of skill NAME, as a new version (history only grows)."""
-    skill = skills.rollback_skill(workspace(ctx).engine, name, version, project=project,
-                                  author=os.environ.get("USER", "cli"))
+    skill = skills.rollback_skill(
+        workspace(ctx).engine, name, version, project=project, author=os.environ.get("USER", "cli")
+    )
     click.echo(f"{name} is now v{skill.version} (content of v{version}).")
 
 
@@ -159,10 +175,20 @@ def skills_log(ctx: click.Context, name: str, project: str | None, as_json: bool
     if as_json:
         print_json([e.to_dict() for e in events])
         return
-    table(["when", "what", "version", "proposal", "who", "why"],
-          [(f"{e.created_at:%Y-%m-%d %H:%M}", e.kind, e.version or "-",
-            f"#{e.proposal_id}" if e.proposal_id else "-", e.actor, short(e.reason, 60))
-           for e in events])
+    table(
+        ["when", "what", "version", "proposal", "who", "why"],
+        [
+            (
+                f"{e.created_at:%Y-%m-%d %H:%M}",
+                e.kind,
+                e.version or "-",
+                f"#{e.proposal_id}" if e.proposal_id else "-",
+                e.actor,
+                short(e.reason, 60),
+            )
+            for e in events
+        ],
+    )
 
 
 # -- routing examples and suggested triggers ----------------------------------------------
@@ -188,30 +214,40 @@ def examples_group() -> None:
 @json_option
 @click.pass_context
 @handle_errors
-def examples_list(ctx: click.Context, name: str, project: str | None, removed: bool,
-                  as_json: bool) -> None:
+def examples_list(
+    ctx: click.Context, name: str, project: str | None, removed: bool, as_json: bool
+) -> None:
     """The routing examples of skill NAME: SKILL.md's (md1, md2…), then logged and added
     ones by id, newest first."""
     from amelio.routing import examples as routing_examples
 
     project = project or projects.DEFAULT_PROJECT
-    found = routing_examples.list_examples(workspace(ctx), name, project=project,
-                                           removed=removed)
+    found = routing_examples.list_examples(workspace(ctx), name, project=project, removed=removed)
     if as_json:
-        print_json({"skill": name, "project": project,
-                    "examples": [e.to_dict() for e in found]})
+        print_json({"skill": name, "project": project, "examples": [e.to_dict() for e in found]})
         return
     headers = ["ref", "source", "text", "author", "created"]
-    rows = [[e.ref, e.source, short(e.text, 60), e.author or "-",
-             f"{e.created_at:%Y-%m-%d %H:%M}" if e.created_at else "-"] for e in found]
+    rows = [
+        [
+            e.ref,
+            e.source,
+            short(e.text, 60),
+            e.author or "-",
+            f"{e.created_at:%Y-%m-%d %H:%M}" if e.created_at else "-",
+        ]
+        for e in found
+    ]
     if removed:
         headers.append("removed")
         for row, e in zip(rows, found, strict=True):
-            row.append(f"{e.removed_at:%Y-%m-%d %H:%M} by {e.removed_by or '-'}"
-                       if e.removed_at else "-")
+            row.append(
+                f"{e.removed_at:%Y-%m-%d %H:%M} by {e.removed_by or '-'}" if e.removed_at else "-"
+            )
     if not found:
-        click.echo(f"{name} has no routing examples in project {project}: kept answers add "
-                   f"them, or `amelio skills examples add {name} TEXT`.")
+        click.echo(
+            f"{name} has no routing examples in project {project}: kept answers add "
+            f"them, or `amelio skills examples add {name} TEXT`."
+        )
         return
     table(headers, rows)
 
@@ -223,19 +259,22 @@ def examples_list(ctx: click.Context, name: str, project: str | None, removed: b
 @json_option
 @click.pass_context
 @handle_errors
-def examples_add(ctx: click.Context, name: str, text: str, project: str | None,
-                 as_json: bool) -> None:
+def examples_add(
+    ctx: click.Context, name: str, text: str, project: str | None, as_json: bool
+) -> None:
     """Teach the router that TEXT is a message for skill NAME."""
     from amelio.routing import examples as routing_examples
 
-    example = routing_examples.add_example(workspace(ctx), name, text,
-                                           project=project or projects.DEFAULT_PROJECT,
-                                           author=_author())
+    example = routing_examples.add_example(
+        workspace(ctx), name, text, project=project or projects.DEFAULT_PROJECT, author=_author()
+    )
     if as_json:
         print_json(example.to_dict())
         return
-    click.echo(f"Example {example.ref} added to {name} (project {example.project}): "
-               f"{short(example.text, 60)}")
+    click.echo(
+        f"Example {example.ref} added to {name} (project {example.project}): "
+        f"{short(example.text, 60)}"
+    )
 
 
 @examples_group.command("remove")
@@ -245,8 +284,9 @@ def examples_add(ctx: click.Context, name: str, text: str, project: str | None,
 @json_option
 @click.pass_context
 @handle_errors
-def examples_remove(ctx: click.Context, name: str, ref: str, project: str | None,
-                    as_json: bool) -> None:
+def examples_remove(
+    ctx: click.Context, name: str, ref: str, project: str | None, as_json: bool
+) -> None:
     """Remove example REF (an id, or md<N>: a SKILL.md one) of skill NAME.
 
     A logged one is kept as removed, so the same answer is not learned again;
@@ -256,8 +296,11 @@ def examples_remove(ctx: click.Context, name: str, ref: str, project: str | None
     from amelio.routing import examples as routing_examples
 
     if not _EXAMPLE_REF.fullmatch(ref.strip()):
-        raise InvalidInput(f"{ref!r} names no example: use a number or md<N> from "
-                           f"`amelio skills examples list {name}`.", field="ref")
+        raise InvalidInput(
+            f"{ref!r} names no example: use a number or md<N> from "
+            f"`amelio skills examples list {name}`.",
+            field="ref",
+        )
     ws = workspace(ctx)
     project = project or projects.DEFAULT_PROJECT
     example = routing_examples.remove(ws, name, ref, project=project, author=_author())
@@ -266,8 +309,10 @@ def examples_remove(ctx: click.Context, name: str, ref: str, project: str | None
         return
     if example.source == "skill":
         version = skills.get_skill(ws.engine, name, project).version
-        click.echo(f"Removed {example.ref} from {name}'s SKILL.md examples (now v{version}): "
-                   f"{short(example.text, 60)}")
+        click.echo(
+            f"Removed {example.ref} from {name}'s SKILL.md examples (now v{version}): "
+            f"{short(example.text, 60)}"
+        )
     else:
         click.echo(f"Removed example {example.ref} of {name}: {short(example.text, 60)}")
 
@@ -276,15 +321,32 @@ def examples_remove(ctx: click.Context, name: str, ref: str, project: str | None
 @click.argument("name")
 @project_option
 @click.option("--dry-run", is_flag=True, help="Show the terms; propose nothing.")
-@click.option("--max-triggers", type=click.IntRange(min=0), default=3, show_default=True,
-              help="At most this many new triggers (word pairs).")
-@click.option("--max-keywords", type=click.IntRange(min=0), default=10, show_default=True,
-              help="At most this many new keywords (words).")
+@click.option(
+    "--max-triggers",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="At most this many new triggers (word pairs).",
+)
+@click.option(
+    "--max-keywords",
+    type=click.IntRange(min=0),
+    default=10,
+    show_default=True,
+    help="At most this many new keywords (words).",
+)
 @json_option
 @click.pass_context
 @handle_errors
-def skills_suggest_triggers(ctx: click.Context, name: str, project: str | None, dry_run: bool,
-                            max_triggers: int, max_keywords: int, as_json: bool) -> None:
+def skills_suggest_triggers(
+    ctx: click.Context,
+    name: str,
+    project: str | None,
+    dry_run: bool,
+    max_triggers: int,
+    max_keywords: int,
+    as_json: bool,
+) -> None:
     """Mine skill NAME's routing examples for triggers and keywords, as a proposal.
 
     Terms many of its examples use and few other skills' do; nothing changes until
@@ -292,30 +354,39 @@ def skills_suggest_triggers(ctx: click.Context, name: str, project: str | None, 
     """
     from amelio.improve.triggers import suggest_triggers
 
-    suggestion = suggest_triggers(workspace(ctx), name,
-                                  project=project or projects.DEFAULT_PROJECT,
-                                  author=_author(), max_triggers=max_triggers,
-                                  max_keywords=max_keywords, propose=not dry_run)
+    suggestion = suggest_triggers(
+        workspace(ctx),
+        name,
+        project=project or projects.DEFAULT_PROJECT,
+        author=_author(),
+        max_triggers=max_triggers,
+        max_keywords=max_keywords,
+        propose=not dry_run,
+    )
     if as_json:
         print_json(suggestion.to_dict())
         return
     s = suggestion
     click.echo(f"{s.skill}: {s.examples} routing examples in project {s.project}.")
     if not s.terms:
-        click.echo("Nothing to add: no word or pair is common in its examples and rare "
-                   "elsewhere.")
+        click.echo("Nothing to add: no word or pair is common in its examples and rare elsewhere.")
         return
-    table(["kind", "term", "in examples", "elsewhere"],
-          [(t.kind, t.term, f"{t.in_examples} of {t.examples}", t.elsewhere) for t in s.terms])
-    click.echo(f"On metadata alone, {s.routed_before} of {s.examples} examples route to "
-               f"{s.skill} first now, {s.routed_after} with these terms.")
+    table(
+        ["kind", "term", "in examples", "elsewhere"],
+        [(t.kind, t.term, f"{t.in_examples} of {t.examples}", t.elsewhere) for t in s.terms],
+    )
+    click.echo(
+        f"On metadata alone, {s.routed_before} of {s.examples} examples route to "
+        f"{s.skill} first now, {s.routed_after} with these terms."
+    )
     if s.proposal is not None:
-        click.echo(f"Proposal #{s.proposal.id} filed: review it with `amelio proposals diff "
-                   f"{s.proposal.id}`, approve with `amelio proposals approve "
-                   f"{s.proposal.id}`.")
+        click.echo(
+            f"Proposal #{s.proposal.id} filed: review it with `amelio proposals diff "
+            f"{s.proposal.id}`, approve with `amelio proposals approve "
+            f"{s.proposal.id}`."
+        )
     else:
         click.echo("Dry run: nothing proposed.")
-
 
 
 @skills_group.command("sync")
@@ -326,8 +397,14 @@ def skills_suggest_triggers(ctx: click.Context, name: str, project: str | None, 
 @json_option
 @click.pass_context
 @handle_errors
-def skills_sync(ctx: click.Context, directory: Path, watch: bool, dry_run: bool,
-                project: str | None, as_json: bool) -> None:
+def skills_sync(
+    ctx: click.Context,
+    directory: Path,
+    watch: bool,
+    dry_run: bool,
+    project: str | None,
+    as_json: bool,
+) -> None:
     """Keep the Agent Skills folder DIRECTORY in step with the registry.
 
     Approved versions are written out (rotated to SKILL.v1.md …); a hand edit
@@ -342,8 +419,9 @@ def skills_sync(ctx: click.Context, directory: Path, watch: bool, dry_run: bool,
     ws = workspace(ctx)
     author = f"{os.environ.get('USER', 'cli')} via skills sync {directory.resolve()}"
     if not watch:
-        report = skill_sync.sync_skills(ws, directory, project=project, author=author,
-                                        dry_run=dry_run)
+        report = skill_sync.sync_skills(
+            ws, directory, project=project, author=author, dry_run=dry_run
+        )
         if as_json:
             print_json(report.to_dict())
         else:
@@ -367,20 +445,29 @@ def skills_sync(ctx: click.Context, directory: Path, watch: bool, dry_run: bool,
     skill_sync.watch_skills(ws, directory, project=project, author=author, on_report=show)
 
 
-def _show_sync(report: skill_sync.SyncReport, *, quiet: bool,
-               seen: dict[str, tuple[str, str]]) -> None:
+def _show_sync(
+    report: skill_sync.SyncReport, *, quiet: bool, seen: dict[str, tuple[str, str]]
+) -> None:
     """One line per skill; ``quiet`` (watching) prints only what changed since last time."""
     for item in report.items:
-        if quiet and (item.action == "unchanged" or seen.get(item.skill) == (item.action,
-                                                                                item.detail)):
+        if quiet and (
+            item.action == "unchanged" or seen.get(item.skill) == (item.action, item.detail)
+        ):
             seen[item.skill] = (item.action, item.detail)
             continue
         seen[item.skill] = (item.action, item.detail)
-        where = f" [{item.file}{', ' + item.field if item.field else ''}]" \
-            if item.action == "error" and item.file else ""
-        click.echo(f"  {item.action:9} {item.skill}  {item.detail}{where}".rstrip(),
-                   err=item.action == "error")
+        where = (
+            f" [{item.file}{', ' + item.field if item.field else ''}]"
+            if item.action == "error" and item.file
+            else ""
+        )
+        click.echo(
+            f"  {item.action:9} {item.skill}  {item.detail}{where}".rstrip(),
+            err=item.action == "error",
+        )
     if not quiet:
         verb = "Would sync" if report.dry_run else "Synced"
-        click.echo(f"{verb} {len(report.items)} skills in {report.folder}"
-                   f"{' (dry run: nothing written)' if report.dry_run else ''}.")
+        click.echo(
+            f"{verb} {len(report.items)} skills in {report.folder}"
+            f"{' (dry run: nothing written)' if report.dry_run else ''}."
+        )

@@ -23,17 +23,28 @@ def telegram_group() -> None:
 
 
 @telegram_group.command("run")
-@click.option("--webhook", "webhook_url", default=None, metavar="URL",
-              help="Receive updates at URL (https, as Telegram calls it) instead of long "
-                   "polling: serves the API with the update route at URL's path.")
-@click.option("--host", default=None, help="With --webhook: bind address (default: setting "
-                                            "`host`).")
-@click.option("--port", type=click.IntRange(1, 65535), default=None,
-              help="With --webhook: port (default: setting `port`).")
+@click.option(
+    "--webhook",
+    "webhook_url",
+    default=None,
+    metavar="URL",
+    help="Receive updates at URL (https, as Telegram calls it) instead of long "
+    "polling: serves the API with the update route at URL's path.",
+)
+@click.option(
+    "--host", default=None, help="With --webhook: bind address (default: setting `host`)."
+)
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="With --webhook: port (default: setting `port`).",
+)
 @click.pass_context
 @handle_errors
-def telegram_run(ctx: click.Context, webhook_url: str | None, host: str | None,
-                 port: int | None) -> None:
+def telegram_run(
+    ctx: click.Context, webhook_url: str | None, host: str | None, port: int | None
+) -> None:
     """Run the bot (long polling by default; Ctrl-C stops it)."""
     # Its own process: opt in to python-telegram-bot's coming timedelta retry_after,
     # which Amelio reads already, rather than warn on every 429.
@@ -66,9 +77,12 @@ def telegram_run(ctx: click.Context, webhook_url: str | None, host: str | None,
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await run_polling(application, api, stop,
-                          ready=lambda: click.echo(f"Amelio's Telegram bot is polling {api} "
-                                                   "(Ctrl-C stops it)."))
+        await run_polling(
+            application,
+            api,
+            stop,
+            ready=lambda: click.echo(f"Amelio's Telegram bot is polling {api} (Ctrl-C stops it)."),
+        )
 
     asyncio.run(polling())
     click.echo("Stopped.")
@@ -87,28 +101,47 @@ def _check_token(ws: Workspace) -> None:
 
 
 @telegram_group.command("invite")
-@click.option("--project", default=DEFAULT_PROJECT, show_default=True,
-              help="The project the chat will talk to.")
-@click.option("--role", type=click.Choice(["user", "admin"]), default="user",
-              show_default=True, help="admin chats also get reports and proposal cards.")
-@click.option("--ttl", "hours", type=click.FloatRange(0.02, 720), default=24.0,
-              show_default=True, help="Hours before the code expires.")
+@click.option(
+    "--project",
+    default=DEFAULT_PROJECT,
+    show_default=True,
+    help="The project the chat will talk to.",
+)
+@click.option(
+    "--role",
+    type=click.Choice(["user", "admin"]),
+    default="user",
+    show_default=True,
+    help="admin chats also get reports and proposal cards.",
+)
+@click.option(
+    "--ttl",
+    "hours",
+    type=click.FloatRange(0.02, 720),
+    default=24.0,
+    show_default=True,
+    help="Hours before the code expires.",
+)
 @json_option
 @click.pass_context
 @handle_errors
-def telegram_invite(ctx: click.Context, project: str, role: str, hours: float,
-                    as_json: bool) -> None:
+def telegram_invite(
+    ctx: click.Context, project: str, role: str, hours: float, as_json: bool
+) -> None:
     """Print a one-time code; in Telegram, `/start CODE` links that chat."""
     from amelio.telegram.links import create_invite
 
-    invite, code = create_invite(workspace(ctx), project=project, role=role,
-                                 ttl=timedelta(hours=hours), created_by="cli")
+    invite, code = create_invite(
+        workspace(ctx), project=project, role=role, ttl=timedelta(hours=hours), created_by="cli"
+    )
     if as_json:
         print_json(invite.to_dict() | {"code": code})
         return
-    click.echo(f"Send this to the bot, from the chat to link (once, before "
-               f"{invite.expires_at:%Y-%m-%d %H:%M} UTC):\n\n    /start {code}\n\n"
-               f"It links the chat to project {project} as {role}.")
+    click.echo(
+        f"Send this to the bot, from the chat to link (once, before "
+        f"{invite.expires_at:%Y-%m-%d %H:%M} UTC):\n\n    /start {code}\n\n"
+        f"It links the chat to project {project} as {role}."
+    )
 
 
 @telegram_group.command("chats")
@@ -127,9 +160,19 @@ def telegram_chats(ctx: click.Context, project: str | None, as_json: bool) -> No
     if not found:
         click.echo("No linked chats: `amelio telegram invite` makes a code.")
         return
-    table(["chat", "project", "role", "title", "linked"],
-          [(link.chat_id, link.project, link.role, link.title or "",
-            f"{link.linked_at:%Y-%m-%d %H:%M}") for link in found])
+    table(
+        ["chat", "project", "role", "title", "linked"],
+        [
+            (
+                link.chat_id,
+                link.project,
+                link.role,
+                link.title or "",
+                f"{link.linked_at:%Y-%m-%d %H:%M}",
+            )
+            for link in found
+        ],
+    )
 
 
 @telegram_group.command("unlink")

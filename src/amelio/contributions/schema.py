@@ -61,7 +61,14 @@ PURPOSES: tuple[str, ...] = get_args(Purpose)
 #: CPU-seconds per hour one client of a tier may give (the page cannot raise them; the
 #: server enforces them from the ``computeMs`` each result reports).
 CPU_SECONDS_PER_HOUR: dict[str, int] = {
-    "HIGH+": 120, "HIGH": 90, "MID+": 60, "MID": 45, "LOW+": 30, "LOW": 15, "DEGRADED": 0}
+    "HIGH+": 120,
+    "HIGH": 90,
+    "MID+": 60,
+    "MID": 45,
+    "LOW+": 30,
+    "LOW": 15,
+    "DEGRADED": 0,
+}
 assert set(CPU_SECONDS_PER_HOUR) == set(DEVICE_TIERS)
 
 #: The most vectors one result may carry (``contributions_batch`` is at most this).
@@ -99,12 +106,13 @@ def decode_vectors(text: str, dimensions: int) -> npt.NDArray[np.float32]:
     try:
         raw = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
-        raise ValueError("vectors is not standard base64 (A-Z a-z 0-9 + /, = padding)"
-                         ) from None
+        raise ValueError("vectors is not standard base64 (A-Z a-z 0-9 + /, = padding)") from None
     row = dimensions * 4
     if not raw or len(raw) % row:
-        raise ValueError(f"vectors decodes to {len(raw)} bytes, not a whole number of "
-                         f"vectors of {dimensions} float32 ({row} bytes each)")
+        raise ValueError(
+            f"vectors decodes to {len(raw)} bytes, not a whole number of "
+            f"vectors of {dimensions} float32 ({row} bytes each)"
+        )
     matrix = vectors_from_bytes(raw, dimensions)
     if len(matrix) > MAX_VECTORS:
         raise ValueError(f"vectors holds {len(matrix)} vectors; at most {MAX_VECTORS}")
@@ -119,24 +127,36 @@ def vectors_from_bytes(raw: bytes, dimensions: int) -> npt.NDArray[np.float32]:
     one definition of the layout, for the result a client sends and the one kept."""
     import numpy as np
 
-    return np.frombuffer(raw, dtype="<f4").reshape(-1, dimensions).astype(np.float32,
-                                                                        copy=False)
+    return np.frombuffer(raw, dtype="<f4").reshape(-1, dimensions).astype(np.float32, copy=False)
 
 
 @_ok
 class Result(TypedDict):
     """The vectors, one per input text, in order: unit vectors (L2-normalised)."""
 
-    model: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$",
-                                description="The model the task named, e.g. wordllama.")]
+    model: Annotated[
+        str,
+        Field(
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,199}$",
+            description="The model the task named, e.g. wordllama.",
+        ),
+    ]
     dimensions: Annotated[int, Field(ge=1, le=MAX_DIMENSIONS)]
-    vectors: Annotated[str, Field(
-        min_length=4, max_length=MAX_VECTORS_CHARS, pattern=BASE64_PATTERN,
-        json_schema_extra={"contentEncoding": "base64",
-                           "contentMediaType": "application/octet-stream"},
-        description="One base64 string (standard alphabet, padded) of the n×dimensions "
-        "matrix of little-endian float32 numbers, row-major: vector i is bytes "
-        "[4·i·dimensions, 4·(i+1)·dimensions); n is the task's number of texts.")]
+    vectors: Annotated[
+        str,
+        Field(
+            min_length=4,
+            max_length=MAX_VECTORS_CHARS,
+            pattern=BASE64_PATTERN,
+            json_schema_extra={
+                "contentEncoding": "base64",
+                "contentMediaType": "application/octet-stream",
+            },
+            description="One base64 string (standard alphabet, padded) of the n×dimensions "
+            "matrix of little-endian float32 numbers, row-major: vector i is bytes "
+            "[4·i·dimensions, 4·(i+1)·dimensions); n is the task's number of texts.",
+        ),
+    ]
 
 
 def _decodable(result: Result, info: ValidationInfo) -> Result:
@@ -158,10 +178,18 @@ class Timings(TypedDict, total=False):
     leasedMs: Ms
     startedMs: Ms
     finishedMs: Ms
-    computeMs: Required[Annotated[float, Field(
-        ge=0, le=HOUR_MS, allow_inf_nan=False,
-        description="CPU milliseconds the result took; counted against the client's "
-        "hourly budget.")]]
+    computeMs: Required[
+        Annotated[
+            float,
+            Field(
+                ge=0,
+                le=HOUR_MS,
+                allow_inf_nan=False,
+                description="CPU milliseconds the result took; counted against the client's "
+                "hourly budget.",
+            ),
+        ]
+    ]
 
 
 @_ok
@@ -169,8 +197,9 @@ class Consent(TypedDict):
     """Only results computed with the person's consent may be sent."""
 
     compute: Literal["granted"]
-    purpose: Annotated[Purpose, Field(description="The purpose consented to; it must be "
-                                      "the task's.")]
+    purpose: Annotated[
+        Purpose, Field(description="The purpose consented to; it must be the task's.")
+    ]
 
 
 @_ok
@@ -180,11 +209,22 @@ class Contribution(TypedDict, total=False):
     contributionVersion: Required[Literal["v1"]]
     taskId: Required[Ulid]
     leaseId: Required[Ulid]
-    clientToken: Required[Annotated[str, Field(min_length=1, max_length=512, description=(
-        "The clientToken GET /v1/contributions/tasks returned."))]]
+    clientToken: Required[
+        Annotated[
+            str,
+            Field(
+                min_length=1,
+                max_length=512,
+                description=("The clientToken GET /v1/contributions/tasks returned."),
+            ),
+        ]
+    ]
     taskType: Required[TaskType]
-    inputDigest: Required[Annotated[str, Field(pattern=DIGEST_PATTERN, description=(
-        "The task's inputDigest, echoed."))]]
+    inputDigest: Required[
+        Annotated[
+            str, Field(pattern=DIGEST_PATTERN, description=("The task's inputDigest, echoed."))
+        ]
+    ]
     result: Required[CheckedResult]
     deviceTier: Required[DeviceTier]
     clientVersion: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/+-]{0,63}$")]
@@ -205,8 +245,7 @@ def contribution_adapter() -> TypeAdapter[Contribution]:
 
 def json_schema() -> dict[str, Any]:
     """The JSON Schema of one contribution (draft 2020-12), as served."""
-    schema = {k: v for k, v in _ADAPTER.json_schema().items()
-              if k not in ("title", "description")}
+    schema = {k: v for k, v in _ADAPTER.json_schema().items() if k not in ("title", "description")}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://amelio.dev/schemas/MartyContributionV1.json",

@@ -61,16 +61,18 @@ class ClientTokens:
         """The client id of a genuine ``token``; :class:`InvalidClientToken` otherwise."""
         version, _, rest = token.partition(".")
         client_id, _, mac = rest.partition(".")
-        if not token.isascii() or version != _VERSION or not _ULID.match(client_id) \
-                or not mac:
+        if not token.isascii() or version != _VERSION or not _ULID.match(client_id) or not mac:
             raise InvalidClientToken(
                 "clientToken is malformed: send the token GET /v1/contributions/tasks "
-                "returned, or leave it out to be issued a new one.", field="clientToken")
+                "returned, or leave it out to be issued a new one.",
+                field="clientToken",
+            )
         if not hmac.compare_digest(mac, self._mac(client_id)):
             raise InvalidClientToken(
                 "clientToken signature does not match (forged, altered, or issued by "
                 "another server): leave it out to be issued a new one.",
-                field="clientToken")
+                field="clientToken",
+            )
         return client_id
 
 

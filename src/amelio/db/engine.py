@@ -69,9 +69,14 @@ def transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
             yield conn
 
 
-def insert_ignore(conn: sa.Connection, table: sa.Table,
-                  values: dict[str, Any] | list[dict[str, Any]], key: Sequence[str], *,
-                  returning: sa.ColumnElement[Any] | None = None) -> list[Any]:
+def insert_ignore(
+    conn: sa.Connection,
+    table: sa.Table,
+    values: dict[str, Any] | list[dict[str, Any]],
+    key: Sequence[str],
+    *,
+    returning: sa.ColumnElement[Any] | None = None,
+) -> list[Any]:
     """INSERT (one row or many) unless a row with the same ``key`` exists, without a
     race: a second writer's insert becomes a no-op instead of a unique-constraint
     error. With ``returning``, that column of the rows actually inserted (RETURNING:
@@ -107,12 +112,15 @@ def create_engine(url: str, **kwargs: Any) -> sa.Engine:
     try:
         parsed = sa.engine.make_url(url)
     except sa.exc.ArgumentError as exc:
-        raise ConfigError(f"AMELIO_DATABASE_URL {url!r} is not a database URL; use "
-                          "sqlite:///path/amelio.db or postgresql+psycopg://user@host/db"
-                          ) from exc
+        raise ConfigError(
+            f"AMELIO_DATABASE_URL {url!r} is not a database URL; use "
+            "sqlite:///path/amelio.db or postgresql+psycopg://user@host/db"
+        ) from exc
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
-        raise ConfigError(f"Amelio runs on SQLite or PostgreSQL, not "
-                          f"{parsed.get_backend_name()!r} (AMELIO_DATABASE_URL).")
+        raise ConfigError(
+            f"Amelio runs on SQLite or PostgreSQL, not "
+            f"{parsed.get_backend_name()!r} (AMELIO_DATABASE_URL)."
+        )
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
@@ -123,8 +131,10 @@ def create_engine(url: str, **kwargs: Any) -> sa.Engine:
     try:
         engine = sa.create_engine(parsed, **kwargs)
     except ModuleNotFoundError as exc:
-        raise ConfigError(f"The database driver for {parsed.drivername} is not installed: "
-                          "pip install 'amelio[postgres]'.") from exc
+        raise ConfigError(
+            f"The database driver for {parsed.drivername} is not installed: "
+            "pip install 'amelio[postgres]'."
+        ) from exc
     if not kwargs.get("pool_pre_ping"):
         _ping_when_idle(engine)
     return engine

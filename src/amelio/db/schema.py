@@ -80,12 +80,10 @@ class UTCDateTime(sa.types.TypeDecorator[datetime]):
     impl = sa.DateTime(timezone=True)
     cache_ok = True
 
-    def process_bind_param(self, value: datetime | None, dialect: sa.Dialect
-                           ) -> datetime | None:
+    def process_bind_param(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
         return None if value is None else aware(value).astimezone(UTC)
 
-    def process_result_value(self, value: datetime | None, dialect: sa.Dialect
-                             ) -> datetime | None:
+    def process_result_value(self, value: datetime | None, dialect: sa.Dialect) -> datetime | None:
         return None if value is None else aware(value)
 
 
@@ -169,10 +167,12 @@ api_keys = sa.Table(
 api_key_projects = sa.Table(
     "api_key_projects",
     metadata,
-    sa.Column("key_id", sa.Integer, sa.ForeignKey("api_keys.id", ondelete="CASCADE"),
-              primary_key=True),
-    sa.Column("project_id", sa.Integer, sa.ForeignKey("projects.id", ondelete="CASCADE"),
-              primary_key=True),
+    sa.Column(
+        "key_id", sa.Integer, sa.ForeignKey("api_keys.id", ondelete="CASCADE"), primary_key=True
+    ),
+    sa.Column(
+        "project_id", sa.Integer, sa.ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True
+    ),
 )
 
 # One row per rule the reflect loop learned. Rules are never rewritten
@@ -183,7 +183,9 @@ learnings = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column(
-        "project_id", sa.Integer, sa.ForeignKey("projects.id", ondelete="CASCADE"),
+        "project_id",
+        sa.Integer,
+        sa.ForeignKey("projects.id", ondelete="CASCADE"),
         nullable=False,
     ),
     sa.Column("skill", sa.String(100), nullable=True),
@@ -209,7 +211,9 @@ learning_files = sa.Table(
     "learning_files",
     metadata,
     sa.Column(
-        "project_id", sa.Integer, sa.ForeignKey("projects.id", ondelete="CASCADE"),
+        "project_id",
+        sa.Integer,
+        sa.ForeignKey("projects.id", ondelete="CASCADE"),
         primary_key=True,
     ),
     sa.Column("content_hash", sa.String(64), nullable=False),
@@ -223,7 +227,9 @@ interactions = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column(
-        "project_id", sa.Integer, sa.ForeignKey("projects.id", ondelete="CASCADE"),
+        "project_id",
+        sa.Integer,
+        sa.ForeignKey("projects.id", ondelete="CASCADE"),
         nullable=False,
     ),
     sa.Column("user_ref", sa.String(64), nullable=True),
@@ -247,8 +253,7 @@ interactions = sa.Table(
     # key finds this row instead of adding a second (NULLs never collide).
     sa.Column("idempotency_key", sa.String(200), nullable=True),
     sa.Index("ix_interactions_project_skill", "project_id", "applied_skill"),
-    sa.Index("uq_interactions_project_idempotency", "project_id", "idempotency_key",
-             unique=True),
+    sa.Index("uq_interactions_project_idempotency", "project_id", "idempotency_key", unique=True),
 )
 
 eval_results = sa.Table(
@@ -256,8 +261,11 @@ eval_results = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column(
-        "interaction_id", sa.Integer, sa.ForeignKey("interactions.id", ondelete="CASCADE"),
-        nullable=False, index=True,
+        "interaction_id",
+        sa.Integer,
+        sa.ForeignKey("interactions.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
     ),
     sa.Column("rule_id", sa.String(200), nullable=False),
     sa.Column("rule_name", sa.Text, nullable=False),
@@ -278,15 +286,20 @@ routing_examples = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column(
-        "project_id", sa.Integer, sa.ForeignKey("projects.id", ondelete="CASCADE"),
+        "project_id",
+        sa.Integer,
+        sa.ForeignKey("projects.id", ondelete="CASCADE"),
         nullable=False,
     ),
     sa.Column("skill", sa.String(100), nullable=False),
     sa.Column("text", sa.Text, nullable=False),
     sa.Column("source", sa.String(20), nullable=False),
     sa.Column(
-        "interaction_id", sa.Integer, sa.ForeignKey("interactions.id", ondelete="CASCADE"),
-        nullable=True, unique=True,
+        "interaction_id",
+        sa.Integer,
+        sa.ForeignKey("interactions.id", ondelete="CASCADE"),
+        nullable=True,
+        unique=True,
     ),
     sa.Column("author", sa.String(200), nullable=True),
     sa.Column("created_at", Timestamp, nullable=False),
@@ -302,7 +315,9 @@ feedback = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column(
-        "interaction_id", sa.Integer, sa.ForeignKey("interactions.id", ondelete="CASCADE"),
+        "interaction_id",
+        sa.Integer,
+        sa.ForeignKey("interactions.id", ondelete="CASCADE"),
         nullable=False,
     ),
     sa.Column("user_ref", sa.String(64), nullable=False),
@@ -327,12 +342,17 @@ proposals = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column(
-        "skill_id", sa.Integer, sa.ForeignKey("skills.id", ondelete="CASCADE"), nullable=True,
+        "skill_id",
+        sa.Integer,
+        sa.ForeignKey("skills.id", ondelete="CASCADE"),
+        nullable=True,
         index=True,
     ),
     sa.Column("skill_name", sa.String(100), nullable=False),
     sa.Column(
-        "project_id", sa.Integer, sa.ForeignKey("projects.id", ondelete="CASCADE"),
+        "project_id",
+        sa.Integer,
+        sa.ForeignKey("projects.id", ondelete="CASCADE"),
         nullable=False,
     ),
     sa.Column("base_version", sa.Integer, nullable=False),
@@ -353,10 +373,12 @@ proposals = sa.Table(
     # For a routing proposal (amelio skills suggest-triggers): the triggers and keywords
     # approval gives the skill, its content unchanged.
     sa.Column("routing", sa.JSON(none_as_null=True), nullable=True),
-    sa.CheckConstraint("status IN ('pending', 'approved', 'rejected', 'superseded')",
-                       name="status"),
-    sa.CheckConstraint("proposed_by IN ('template', 'sage', 'generator', 'human')",
-                       name="proposed_by"),
+    sa.CheckConstraint(
+        "status IN ('pending', 'approved', 'rejected', 'superseded')", name="status"
+    ),
+    sa.CheckConstraint(
+        "proposed_by IN ('template', 'sage', 'generator', 'human')", name="proposed_by"
+    ),
 )
 
 # The evolution log: every change to a skill, and every decision about one,
@@ -366,7 +388,10 @@ skill_events = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column(
-        "skill_id", sa.Integer, sa.ForeignKey("skills.id", ondelete="CASCADE"), nullable=False,
+        "skill_id",
+        sa.Integer,
+        sa.ForeignKey("skills.id", ondelete="CASCADE"),
+        nullable=False,
         index=True,
     ),
     sa.Column("kind", sa.String(20), nullable=False),
@@ -397,8 +422,11 @@ benchmark_runs = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column(
-        "proposal_id", sa.Integer, sa.ForeignKey("proposals.id", ondelete="CASCADE"),
-        nullable=False, index=True,
+        "proposal_id",
+        sa.Integer,
+        sa.ForeignKey("proposals.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
     ),
     sa.Column("status", sa.String(10), nullable=False),
     sa.Column("verdict", sa.String(10), nullable=True),
@@ -414,8 +442,11 @@ benchmark_scenarios = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column(
-        "run_id", sa.Integer, sa.ForeignKey("benchmark_runs.id", ondelete="CASCADE"),
-        nullable=False, index=True,
+        "run_id",
+        sa.Integer,
+        sa.ForeignKey("benchmark_runs.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
     ),
     sa.Column("position", sa.Integer, nullable=False),
     sa.Column("source", sa.String(10), nullable=False),
@@ -501,7 +532,9 @@ knowledge_notebooks = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column(
-        "project_id", sa.Integer, sa.ForeignKey("projects.id", ondelete="CASCADE"),
+        "project_id",
+        sa.Integer,
+        sa.ForeignKey("projects.id", ondelete="CASCADE"),
         nullable=False,
     ),
     sa.Column("name", sa.String(100), nullable=False),
@@ -514,7 +547,9 @@ knowledge_sources = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column(
-        "notebook_id", sa.Integer, sa.ForeignKey("knowledge_notebooks.id", ondelete="CASCADE"),
+        "notebook_id",
+        sa.Integer,
+        sa.ForeignKey("knowledge_notebooks.id", ondelete="CASCADE"),
         nullable=False,
     ),
     sa.Column("source_id", sa.String(256), nullable=False),
@@ -537,8 +572,11 @@ knowledge_chunks = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column(
-        "source_row_id", sa.Integer, sa.ForeignKey("knowledge_sources.id", ondelete="CASCADE"),
-        nullable=False, index=True,
+        "source_row_id",
+        sa.Integer,
+        sa.ForeignKey("knowledge_sources.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
     ),
     sa.Column("notebook_id", sa.Integer, nullable=False, index=True),
     sa.Column("position", sa.Integer, nullable=False),
@@ -559,7 +597,9 @@ knowledge_queue = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column(
-        "notebook_id", sa.Integer, sa.ForeignKey("knowledge_notebooks.id", ondelete="CASCADE"),
+        "notebook_id",
+        sa.Integer,
+        sa.ForeignKey("knowledge_notebooks.id", ondelete="CASCADE"),
         nullable=False,
     ),
     sa.Column("source_id", sa.String(256), nullable=False),
@@ -661,7 +701,9 @@ telegram_invites = sa.Table(
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column("code_hash", sa.String(64), nullable=False, unique=True),
     sa.Column(
-        "project_id", sa.Integer, sa.ForeignKey("projects.id", ondelete="CASCADE"),
+        "project_id",
+        sa.Integer,
+        sa.ForeignKey("projects.id", ondelete="CASCADE"),
         nullable=False,
     ),
     sa.Column("role", sa.String(20), nullable=False),
@@ -680,7 +722,9 @@ telegram_chats = sa.Table(
     metadata,
     sa.Column("chat_id", sa.BigInteger, primary_key=True, autoincrement=False),
     sa.Column(
-        "project_id", sa.Integer, sa.ForeignKey("projects.id", ondelete="CASCADE"),
+        "project_id",
+        sa.Integer,
+        sa.ForeignKey("projects.id", ondelete="CASCADE"),
         nullable=False,
     ),
     sa.Column("role", sa.String(20), nullable=False),
@@ -688,7 +732,9 @@ telegram_chats = sa.Table(
     sa.Column("linked_by", sa.String(200), nullable=True),
     sa.Column("linked_at", Timestamp, nullable=False),
     sa.Column(
-        "invite_id", sa.Integer, sa.ForeignKey("telegram_invites.id", ondelete="SET NULL"),
+        "invite_id",
+        sa.Integer,
+        sa.ForeignKey("telegram_invites.id", ondelete="SET NULL"),
         nullable=True,
     ),
     sa.Index("ix_telegram_chats_project_role", "project_id", "role"),
@@ -763,8 +809,11 @@ contribution_task_docs = sa.Table(
     sa.Column("model", sa.String(200), primary_key=True),
     sa.Column("doc_id", sa.String(256), primary_key=True),
     sa.Column(
-        "task_id", sa.String(26), sa.ForeignKey("contribution_tasks.id", ondelete="CASCADE"),
-        nullable=False, index=True,
+        "task_id",
+        sa.String(26),
+        sa.ForeignKey("contribution_tasks.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
     ),
 )
 
@@ -773,12 +822,16 @@ contribution_leases = sa.Table(
     metadata,
     sa.Column("id", sa.String(26), primary_key=True),
     sa.Column(
-        "task_id", sa.String(26), sa.ForeignKey("contribution_tasks.id", ondelete="CASCADE"),
+        "task_id",
+        sa.String(26),
+        sa.ForeignKey("contribution_tasks.id", ondelete="CASCADE"),
         nullable=False,
     ),
     sa.Column(
-        "client_id", sa.String(26),
-        sa.ForeignKey("contribution_clients.id", ondelete="CASCADE"), nullable=False,
+        "client_id",
+        sa.String(26),
+        sa.ForeignKey("contribution_clients.id", ondelete="CASCADE"),
+        nullable=False,
         index=True,
     ),
     sa.Column("leased_ms", sa.BigInteger, nullable=False),
@@ -793,12 +846,16 @@ contribution_results = sa.Table(
     metadata,
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column(
-        "task_id", sa.String(26), sa.ForeignKey("contribution_tasks.id", ondelete="CASCADE"),
+        "task_id",
+        sa.String(26),
+        sa.ForeignKey("contribution_tasks.id", ondelete="CASCADE"),
         nullable=False,
     ),
     sa.Column(
-        "client_id", sa.String(26),
-        sa.ForeignKey("contribution_clients.id", ondelete="CASCADE"), nullable=False,
+        "client_id",
+        sa.String(26),
+        sa.ForeignKey("contribution_clients.id", ondelete="CASCADE"),
+        nullable=False,
     ),
     sa.Column("vectors", sa.LargeBinary, nullable=False),
     sa.Column("status", sa.String(10), nullable=False),
@@ -807,6 +864,5 @@ contribution_results = sa.Table(
     sa.Column("received_ms", sa.BigInteger, nullable=False),
     sa.UniqueConstraint("task_id", "client_id", name="uq_contribution_results_task_client"),
     sa.Index("ix_contribution_results_client_time", "client_id", "received_ms"),
-    sa.CheckConstraint("status IN ('pending', 'accepted', 'rejected', 'cancelled')",
-                       name="status"),
+    sa.CheckConstraint("status IN ('pending', 'accepted', 'rejected', 'cancelled')", name="status"),
 )

@@ -40,9 +40,16 @@ from amelio.workspace import keys
 from amelio.workspace.config import CONFIG_FILE, load_settings
 from amelio.workspace.folder import Workspace, init_workspace
 
-__all__ = ["create_demo_app", "demo_client_key", "demo_router", "example_skills_path",
-           "load_demo_corpus", "load_demo_searches", "load_recorded_interactions",
-           "prepare_demo"]
+__all__ = [
+    "create_demo_app",
+    "demo_client_key",
+    "demo_router",
+    "example_skills_path",
+    "load_demo_corpus",
+    "load_demo_searches",
+    "load_recorded_interactions",
+    "prepare_demo",
+]
 
 _KEY_FILE = "demo-admin-key"
 _CLIENT_KEY_FILE = "demo-client-key"
@@ -60,8 +67,7 @@ def _example(name: str) -> Path:
     for candidate in (package / "_examples" / name, package.parent.parent / "examples" / name):
         if candidate.exists():
             return candidate
-    raise ConfigError(f"The example {name} are missing from this installation; "
-                      "pass --skills PATH.")
+    raise ConfigError(f"The example {name} are missing from this installation; pass --skills PATH.")
 
 
 def example_skills_path() -> Path:
@@ -81,11 +87,20 @@ def load_recorded_interactions(ws: Workspace, path: Path | None = None) -> int:
         if not line.strip():
             continue
         record = json.loads(line)
-        reply = respond(ws, record["message"], project=record.get("project", "default"),
-                        provider=ScriptedProvider(default=record["answer"], model="recorded"))
+        reply = respond(
+            ws,
+            record["message"],
+            project=record.get("project", "default"),
+            provider=ScriptedProvider(default=record["answer"], model="recorded"),
+        )
         for vote in record.get("feedback", ()):
-            give_answer_feedback(ws, reply.interaction_id, vote["kind"],
-                                 comment=vote.get("comment"), user=vote.get("user"))
+            give_answer_feedback(
+                ws,
+                reply.interaction_id,
+                vote["kind"],
+                comment=vote.get("comment"),
+                user=vote.get("user"),
+            )
         count += 1
     return count
 
@@ -99,8 +114,9 @@ def load_demo_corpus(ws: Workspace, path: Path | None = None) -> int:
     corpus = workspace_corpus(ws.settings)
     if corpus.count():
         return 0
-    return corpus.import_file(path or _example("demo") / "corpus.jsonl",
-                              embedder=import_embedder(ws.settings)).upserted
+    return corpus.import_file(
+        path or _example("demo") / "corpus.jsonl", embedder=import_embedder(ws.settings)
+    ).upserted
 
 
 def load_demo_searches(ws: Workspace, path: Path | None = None) -> int:
@@ -117,18 +133,24 @@ def load_demo_searches(ws: Workspace, path: Path | None = None) -> int:
     count = 0
     for line in path.read_text(encoding="utf-8").splitlines():
         record = json.loads(line)
-        response = searcher.search(record["query"], profile="hybrid_with_feedback", alpha=0.0,
-                                   session=record["session"])
+        response = searcher.search(
+            record["query"], profile="hybrid_with_feedback", alpha=0.0, session=record["session"]
+        )
         ranks = {d.doc_id: rank for rank, d in enumerate(response.results, start=1)}
         for click in record["clicks"]:
             if click["docId"] in ranks:  # not shown this time: nobody could click it
-                events += click_events(response, ranks[click["docId"]], record["session"],
-                                       click["dwellMs"], int(time.time() * 1000))
+                events += click_events(
+                    response,
+                    ranks[click["docId"]],
+                    record["session"],
+                    click["dwellMs"],
+                    int(time.time() * 1000),
+                )
         count += 1
     collector = Collector(ws)
     size = ws.settings.feedback_max_events
     for start in range(0, len(events), size):
-        collector.ingest(events[start:start + size], rate_limit=False)
+        collector.ingest(events[start : start + size], rate_limit=False)
     aggregate(ws)
     return count
 
@@ -216,16 +238,18 @@ def demo_router(client_key: str) -> APIRouter:
 
     @router.get("", response_class=HTMLResponse)
     def page(request: Request) -> HTMLResponse:
-        response = templates.TemplateResponse(request, "demo_search.html",
-                                              {"client_key": client_key})
+        response = templates.TemplateResponse(
+            request, "demo_search.html", {"client_key": client_key}
+        )
         response.headers["Cache-Control"] = "no-store"
         return response
 
     @router.post("/query")
     async def query(body: DemoQuery, request: Request) -> dict[str, Any]:
         engine = searcher(request)
-        response = await run_in_threadpool(engine.search, body.query, limit=10,
-                                           session=body.sessionId)
+        response = await run_in_threadpool(
+            engine.search, body.query, limit=10, session=body.sessionId
+        )
         return response.to_dict()
 
     return router

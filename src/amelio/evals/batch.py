@@ -29,8 +29,15 @@ from amelio.errors import InvalidInput
 if TYPE_CHECKING:
     import xml.etree.ElementTree as ET
 
-__all__ = ["BatchItem", "BatchResult", "check_batch", "junit_suite", "parse_batch",
-           "render_junit", "render_markdown"]
+__all__ = [
+    "BatchItem",
+    "BatchResult",
+    "check_batch",
+    "junit_suite",
+    "parse_batch",
+    "render_junit",
+    "render_markdown",
+]
 
 #: The most outputs one batch takes (a larger file is refused, not half-read).
 MAX_OUTPUTS = 100_000
@@ -56,9 +63,14 @@ class BatchResult:
     suite: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.item.id, "suite": self.suite, "success": self.report.success,
-                "passed": self.report.passed_count, "failed": len(self.report.failed),
-                "failures": [r.to_dict() for r in self.report.failed]}
+        return {
+            "id": self.item.id,
+            "suite": self.suite,
+            "success": self.report.success,
+            "passed": self.report.passed_count,
+            "failed": len(self.report.failed),
+            "failures": [r.to_dict() for r in self.report.failed],
+        }
 
 
 def _promptfoo_outputs(data: dict[str, Any], name: str) -> list[BatchItem]:
@@ -108,7 +120,7 @@ class _SharedTail:
         line does not end with the known tail."""
         if not self.tail or not line.endswith(self.tail):
             return None, None
-        head = line[:len(line) - len(self.tail)].rstrip(_JSON_SPACE)
+        head = line[: len(line) - len(self.tail)].rstrip(_JSON_SPACE)
         # A comma after at least one member: "{," would read as "{}" and hide the error.
         if not head.endswith(",") or head[:-1].rstrip(_JSON_SPACE).endswith("{"):
             return None, None
@@ -129,8 +141,11 @@ class _SharedTail:
             alone = json.loads("{" + tail)
         except json.JSONDecodeError:
             return
-        if isinstance(alone, dict) and list(alone) == ["rules"] and \
-                json.dumps(alone["rules"]) == json.dumps(raw_rules):
+        if (
+            isinstance(alone, dict)
+            and list(alone) == ["rules"]
+            and json.dumps(alone["rules"]) == json.dumps(raw_rules)
+        ):
             self.tail, self.rules = tail, rules
 
 
@@ -164,30 +179,30 @@ def parse_batch(text: str, name: str, *, max_chars: int) -> list[BatchItem]:
             raise InvalidInput(f"{where}: an output is a JSON object with id and text.")
         output = record.get("text")
         if not isinstance(output, str):
-            raise InvalidInput(f"{where}: \"text\" (the output to check) must be a string.",
-                               field="text")
+            raise InvalidInput(
+                f'{where}: "text" (the output to check) must be a string.', field="text"
+            )
         if len(output) > max_chars:
-            raise InvalidInput(f"{where}: the text is over {max_chars:,} characters "
-                               "(AMELIO_MAX_TEXT_CHARS).", field="text")
-        skill, project, raw_rules = record.get("skill"), record.get("project"), \
-            record.get("rules")
+            raise InvalidInput(
+                f"{where}: the text is over {max_chars:,} characters (AMELIO_MAX_TEXT_CHARS).",
+                field="text",
+            )
+        skill, project, raw_rules = record.get("skill"), record.get("project"), record.get("rules")
         if skill is not None and (raw_rules is not None or rules is not None):
-            raise InvalidInput(f"{where}: give \"skill\" or \"rules\", not both.")
+            raise InvalidInput(f'{where}: give "skill" or "rules", not both.')
         for key, value in (("skill", skill), ("project", project)):
             if value is not None and not isinstance(value, str):
-                raise InvalidInput(f"{where}: \"{key}\" must be a string.", field=key)
+                raise InvalidInput(f'{where}: "{key}" must be a string.', field=key)
         if raw_rules is not None:
             if not isinstance(raw_rules, list):
-                raise InvalidInput(f"{where}: \"rules\" must be a list of rules.",
-                                   field="rules")
+                raise InvalidInput(f'{where}: "rules" must be a list of rules.', field="rules")
             # marshal is exact (True, 1 and 1.0 differ) and ~7x cheaper than a JSON dump.
             rules_key = marshal.dumps(raw_rules)
             rules = parsed.get(rules_key)
             if rules is None:
                 rules = parsed[rules_key] = evals.parse_rules(raw_rules, source=where)
                 shared.learn(line, raw_rules, rules)
-        items.append(BatchItem(str(record.get("id", number)), output, where, skill, project,
-                               rules))
+        items.append(BatchItem(str(record.get("id", number)), output, where, skill, project, rules))
         if len(items) > MAX_OUTPUTS:
             raise InvalidInput(f"{name}: over {MAX_OUTPUTS:,} outputs; split the file.")
     if not items:
@@ -195,35 +210,41 @@ def parse_batch(text: str, name: str, *, max_chars: int) -> list[BatchItem]:
     return items
 
 
-def check_batch(items: list[BatchItem], rules_for: Callable[[BatchItem], tuple[Rules, str]],
-                *, max_chars: int) -> list[BatchResult]:
+def check_batch(
+    items: list[BatchItem], rules_for: Callable[[BatchItem], tuple[Rules, str]], *, max_chars: int
+) -> list[BatchResult]:
     """Every output checked against its rules; ``rules_for`` resolves (and caches)
     the rules of an item that does not carry its own."""
     results = []
     for item in items:
         rules, suite = (item.rules, item.where) if item.rules is not None else rules_for(item)
-        results.append(BatchResult(item, evals.evaluate(item.text, rules, max_chars=max_chars),
-                                   suite))
+        results.append(
+            BatchResult(item, evals.evaluate(item.text, rules, max_chars=max_chars), suite)
+        )
     return results
 
 
-def junit_suite(parent: ET.Element | None, name: str, classname: str,
-                report: evals.EvalReport) -> ET.Element:
+def junit_suite(
+    parent: ET.Element | None, name: str, classname: str, report: evals.EvalReport
+) -> ET.Element:
     """One JUnit test suite for a report, a case per rule: failed warnings are
     failures, rules that could not be checked errors, failed infos pass with a
     note, so a CI dashboard matches the exit code."""
     import xml.etree.ElementTree as ET
 
-    attributes = {"name": name, "tests": str(len(report.results)),
-                  "failures": str(sum(1 for r in report.failed
-                                      if r.severity == "warning" and not r.error)),
-                  "errors": str(sum(1 for r in report.failed
-                                    if r.severity == "warning" and r.error))}
-    suite = (ET.Element("testsuite", attributes) if parent is None
-             else ET.SubElement(parent, "testsuite", attributes))
+    attributes = {
+        "name": name,
+        "tests": str(len(report.results)),
+        "failures": str(sum(1 for r in report.failed if r.severity == "warning" and not r.error)),
+        "errors": str(sum(1 for r in report.failed if r.severity == "warning" and r.error)),
+    }
+    suite = (
+        ET.Element("testsuite", attributes)
+        if parent is None
+        else ET.SubElement(parent, "testsuite", attributes)
+    )
     for r in report.results:
-        case = ET.SubElement(suite, "testcase", classname=classname,
-                             name=f"{r.rule_id}: {r.name}")
+        case = ET.SubElement(suite, "testcase", classname=classname, name=f"{r.rule_id}: {r.name}")
         if r.passed:
             continue
         if r.severity != "warning":
@@ -240,14 +261,18 @@ def render_json(results: list[BatchResult], max_failures: int = 0) -> str:
     (not indented) results keep a 1,000-output report readable and let the C encoder
     write it; an indented dump is written by Python's slow path."""
     failed = sum(not r.report.success for r in results)
-    head = {"outputs": len(results), "failedOutputs": failed,
-            "checks": sum(len(r.report.results) for r in results),
-            "maxFailures": max_failures, "success": failed <= max_failures}
+    head = {
+        "outputs": len(results),
+        "failedOutputs": failed,
+        "checks": sum(len(r.report.results) for r in results),
+        "maxFailures": max_failures,
+        "success": failed <= max_failures,
+    }
     encode = json.JSONEncoder(ensure_ascii=False, default=str).encode  # one, not one a line
-    lines = ",\n".join(f"    {encode(r.to_dict())}"
-                        for r in results)
+    lines = ",\n".join(f"    {encode(r.to_dict())}" for r in results)
     return json.dumps(head, ensure_ascii=False)[:-1] + (
-        f', "results": [\n{lines}\n]}}' if results else ', "results": []}')
+        f', "results": [\n{lines}\n]}}' if results else ', "results": []}'
+    )
 
 
 def render_junit(results: list[BatchResult]) -> str:
@@ -265,8 +290,10 @@ def render_markdown(results: list[BatchResult]) -> str:
     """A summary a CI job can post as a comment: the counts, then each failure."""
     failed = [r for r in results if not r.report.success]
     checks = sum(len(r.report.results) for r in results)
-    lines = [f"**{len(results) - len(failed)} of {len(results)} outputs pass** "
-             f"({checks:,} checks).", ""]
+    lines = [
+        f"**{len(results) - len(failed)} of {len(results)} outputs pass** ({checks:,} checks).",
+        "",
+    ]
     if failed:
         lines += ["| output | rule | detail |", "|---|---|---|"]
         for result in failed:

@@ -63,7 +63,8 @@ def _texts(params: Mapping[str, Any], name: str) -> tuple[str, ...]:
     for i, value in enumerate(values):
         if not isinstance(value, str) or not value:
             raise RuleParamError(
-                name, f"item {i} must be a non-empty string, not {json_kind(value)}")
+                name, f"item {i} must be a non-empty string, not {json_kind(value)}"
+            )
     return tuple(values)
 
 
@@ -99,8 +100,12 @@ def _not_contains(params: Mapping[str, Any]) -> Check:
 
     def check(text: str) -> Verdict:
         at = text.find(value)
-        return ok if at < 0 else Verdict(False, f"answer contains {_show(value)} "
-                                                f"at character {at + 1:,}")
+        return (
+            ok
+            if at < 0
+            else Verdict(False, f"answer contains {_show(value)} at character {at + 1:,}")
+        )
+
     return check
 
 
@@ -115,8 +120,9 @@ def _icontains(params: Mapping[str, Any]) -> Check:
 def _contains_any(params: Mapping[str, Any]) -> Check:
     values = _texts(params, "values")
     exact = _flag(params, "case_sensitive", True)
-    pairs = [(v if exact else v.casefold(), Verdict(True, f"answer contains {_show(v)}"))
-             for v in values]
+    pairs = [
+        (v if exact else v.casefold(), Verdict(True, f"answer contains {_show(v)}")) for v in values
+    ]
     no = Verdict(False, f"answer contains none of {_show_all(values)}")
 
     def check(text: str) -> Verdict:
@@ -125,6 +131,7 @@ def _contains_any(params: Mapping[str, Any]) -> Check:
             if needle in haystack:
                 return yes
         return no
+
     return check
 
 
@@ -138,6 +145,7 @@ def _contains_all(params: Mapping[str, Any]) -> Check:
         haystack = text if exact else text.casefold()
         missing = [shown for needle, shown in needles if needle not in haystack]
         return Verdict(False, f"answer is missing {_show_all(missing)}") if missing else yes
+
     return check
 
 
@@ -149,8 +157,8 @@ def _starts_with(params: Mapping[str, Any]) -> Check:
         body = text.lstrip()
         if body.startswith(value):
             return yes
-        return Verdict(False, f"answer starts with {_show(body[:len(value)])}, "
-                              f"not {_show(value)}")
+        return Verdict(False, f"answer starts with {_show(body[: len(value)])}, not {_show(value)}")
+
     return check
 
 
@@ -162,17 +170,24 @@ def _equals(params: Mapping[str, Any]) -> Check:
         actual = text.strip()
         if actual == expected:
             return yes
-        same = next((i for i, (a, b) in enumerate(zip(actual, expected, strict=False)) if a != b),
-                    min(len(actual), len(expected)))
-        return Verdict(False, f"answer ({len(actual):,} chars) differs from the expected text "
-                              f"({len(expected):,} chars) from character {same + 1:,}")
+        same = next(
+            (i for i, (a, b) in enumerate(zip(actual, expected, strict=False)) if a != b),
+            min(len(actual), len(expected)),
+        )
+        return Verdict(
+            False,
+            f"answer ({len(actual):,} chars) differs from the expected text "
+            f"({len(expected):,} chars) from character {same + 1:,}",
+        )
+
     return check
 
 
 def _length(longest: bool) -> Callable[[Mapping[str, Any]], Check]:
     """max_length and min_length: length in characters (code points), as people count."""
-    good, bad, bound = ("within", "over", "maximum") if longest else ("at least", "under",
-                                                                        "minimum")
+    good, bad, bound = (
+        ("within", "over", "maximum") if longest else ("at least", "under", "minimum")
+    )
 
     def compile_length(params: Mapping[str, Any]) -> Check:
         limit = _count(params, "value")
@@ -180,9 +195,12 @@ def _length(longest: bool) -> Callable[[Mapping[str, Any]], Check]:
         def check(text: str) -> Verdict:
             size = len(text)
             ok = size <= limit if longest else size >= limit
-            return Verdict(ok, f"answer is {size:,} chars, {good if ok else bad} "
-                               f"the {bound} of {limit:,}")
+            return Verdict(
+                ok, f"answer is {size:,} chars, {good if ok else bad} the {bound} of {limit:,}"
+            )
+
         return check
+
     return compile_length
 
 
@@ -201,6 +219,7 @@ def _word_count(params: Mapping[str, Any]) -> Check:
         if high is not None and words > high:
             return Verdict(False, f"answer has {words:,} words, over the maximum of {high:,}")
         return Verdict(True, f"answer has {words:,} words, within bounds")
+
     return check
 
 
@@ -219,16 +238,20 @@ def _compile_pattern(params: Mapping[str, Any]) -> tuple[Any, str]:
     if not isinstance(flags, str) or set(flags) - set("ims") or len(set(flags)) != len(flags):
         raise RuleParamError("flags", f"must be letters among i, m, s (each once), not {flags!r}")
     if len(pattern) > REGEX_MAX_PATTERN_CHARS:
-        raise RuleParamError("pattern", f"is {len(pattern):,} chars, over the limit of "
-                                        f"{REGEX_MAX_PATTERN_CHARS:,}")
+        raise RuleParamError(
+            "pattern", f"is {len(pattern):,} chars, over the limit of {REGEX_MAX_PATTERN_CHARS:,}"
+        )
     try:
         regex = _re2(f"(?{flags}){pattern}" if flags else pattern)
     except ValueError as exc:
         raise RuleParamError("pattern", str(exc)) from None
     if regex.programsize > REGEX_MAX_PROGRAM:
-        raise RuleParamError("pattern", f"is too complex for the regex engine (program size "
-                                        f"{regex.programsize:,}, limit {REGEX_MAX_PROGRAM:,}); "
-                                        "use smaller repetition counts like {1,50}")
+        raise RuleParamError(
+            "pattern",
+            f"is too complex for the regex engine (program size "
+            f"{regex.programsize:,}, limit {REGEX_MAX_PROGRAM:,}); "
+            "use smaller repetition counts like {1,50}",
+        )
     return regex, pattern
 
 
@@ -240,8 +263,10 @@ class RegexTooCostly(Exception):
 def _search(regex: Any, data: bytes) -> Any:
     work = regex.programsize * len(data)
     if work > REGEX_MAX_WORK:
-        raise RegexTooCostly(f"pattern too complex for a text of {len(data):,} bytes (program "
-                             f"size {regex.programsize:,}); simplify it or shorten the text")
+        raise RegexTooCostly(
+            f"pattern too complex for a text of {len(data):,} bytes (program "
+            f"size {regex.programsize:,}); simplify it or shorten the text"
+        )
     charge(work // 1000 + 1)  # about a nanosecond per unit: budget units are microseconds
     return regex.search(data)
 
@@ -264,10 +289,13 @@ def _re2(pattern: str) -> Any:
         reason = exc.args[0] if exc.args else ""
         reason = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
         if "too large" in reason:
-            raise ValueError(f"is too large for the regex engine's {REGEX_MAX_MEM >> 20} MiB "
-                             "budget; simplify it") from None
-        raise ValueError(f"RE2 cannot compile it ({reason}); patterns use RE2 syntax: no "
-                         "backreferences like \\1 and no lookaround like (?=…) or (?<!…)") from None
+            raise ValueError(
+                f"is too large for the regex engine's {REGEX_MAX_MEM >> 20} MiB budget; simplify it"
+            ) from None
+        raise ValueError(
+            f"RE2 cannot compile it ({reason}); patterns use RE2 syntax: no "
+            "backreferences like \\1 and no lookaround like (?=…) or (?<!…)"
+        ) from None
 
 
 def _encode(text: str) -> bytes:
@@ -293,6 +321,7 @@ def _regex_not_match(params: Mapping[str, Any]) -> Check:
         # The matched text is not echoed: these rules often guard against leaked secrets.
         at = len(data[: found.start()].decode("utf-8", "surrogatepass"))
         return Verdict(False, f"answer matches /{_clip(pattern)}/ at character {at + 1:,}")
+
     return check
 
 
@@ -326,8 +355,10 @@ _KEYWORD_COST = 5
 
 def _load_json(text: str) -> tuple[Any, str | None]:
     if len(text) > STRUCTURAL_MAX_CHARS:
-        raise AnswerTooLarge(f"answer is {len(text):,} characters; structural rules parse at "
-                             f"most {STRUCTURAL_MAX_CHARS:,}")
+        raise AnswerTooLarge(
+            f"answer is {len(text):,} characters; structural rules parse at "
+            f"most {STRUCTURAL_MAX_CHARS:,}"
+        )
     charge(len(text) // 100 + 1)  # json.loads: about 10 ns a character
     try:
         return json.loads(_json_payload(text), parse_constant=_reject_constant), None
@@ -343,13 +374,13 @@ def _is_json(params: Mapping[str, Any]) -> Check:
     def check(text: str) -> Verdict:
         problem = _load_json(text)[1]
         return yes if problem is None else Verdict(False, problem)
+
     return check
 
 
 def _re2_pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[Any]:
     """JSON Schema's ``pattern`` keyword on RE2 instead of Python's backtracking ``re``."""
-    if validator.is_type(instance, "string") and \
-            _search(_re2(pattern), _encode(instance)) is None:
+    if validator.is_type(instance, "string") and _search(_re2(pattern), _encode(instance)) is None:
         import jsonschema  # type: ignore[import-untyped]
 
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
@@ -405,10 +436,10 @@ def _validator_class(base: Any) -> Any:
     if base not in _RE2_VALIDATORS:
         import jsonschema
 
-        keywords = dict(base.VALIDATORS) | {"pattern": _re2_pattern,
-                                             "uniqueItems": _unique_items}
+        keywords = dict(base.VALIDATORS) | {"pattern": _re2_pattern, "uniqueItems": _unique_items}
         _RE2_VALIDATORS[base] = jsonschema.validators.extend(
-            base, {name: _charged(fn) for name, fn in keywords.items()})
+            base, {name: _charged(fn) for name, fn in keywords.items()}
+        )
     return _RE2_VALIDATORS[base]
 
 
@@ -421,8 +452,11 @@ def _schema_patterns(node: Any, path: str = "schema") -> Iterator[tuple[str, str
             if key in ("const", "enum", "examples", "default"):
                 continue
             if key == "patternProperties":
-                raise RuleParamError("schema", f"{path}.patternProperties is not supported "
-                                               "(it would run on a backtracking regex engine)")
+                raise RuleParamError(
+                    "schema",
+                    f"{path}.patternProperties is not supported "
+                    "(it would run on a backtracking regex engine)",
+                )
             if key == "pattern" and isinstance(value, str):
                 yield f"{path}.pattern", value
             else:
@@ -456,18 +490,26 @@ def _check_refs(schema: Mapping[str, Any], base: Any) -> None:
     import referencing.exceptions
     import referencing.jsonschema
 
-    dialect = schema.get("$schema") or base.META_SCHEMA.get("$schema") \
-        or base.META_SCHEMA.get("$id")
+    dialect = (
+        schema.get("$schema") or base.META_SCHEMA.get("$schema") or base.META_SCHEMA.get("$id")
+    )
     spec = referencing.jsonschema.specification_with(
-        dialect, default=referencing.jsonschema.DRAFT202012)
-    resolver = referencing.Registry().with_resource(
-        "urn:amelio:schema", spec.create_resource(dict(schema))).resolver("urn:amelio:schema")
+        dialect, default=referencing.jsonschema.DRAFT202012
+    )
+    resolver = (
+        referencing.Registry()
+        .with_resource("urn:amelio:schema", spec.create_resource(dict(schema)))
+        .resolver("urn:amelio:schema")
+    )
     for where, ref in refs:
         try:
             resolver.lookup(ref)
         except referencing.exceptions.Unresolvable:
-            raise RuleParamError("schema", f"{where}.$ref {ref!r} does not resolve inside the "
-                                           "schema (remote references are not fetched)") from None
+            raise RuleParamError(
+                "schema",
+                f"{where}.$ref {ref!r} does not resolve inside the "
+                "schema (remote references are not fetched)",
+            ) from None
 
 
 def _json_schema(params: Mapping[str, Any]) -> Check:
@@ -480,22 +522,29 @@ def _json_schema(params: Mapping[str, Any]) -> Check:
     try:
         size = len(json.dumps(schema))
     except (TypeError, ValueError, RecursionError):
-        raise RuleParamError("schema", "must be plain JSON (objects, arrays, strings, "
-                                       "numbers)") from None
+        raise RuleParamError(
+            "schema", "must be plain JSON (objects, arrays, strings, numbers)"
+        ) from None
     if size > SCHEMA_MAX_CHARS:
-        raise RuleParamError("schema", f"is {size:,} characters of JSON; a rule's schema is "
-                                       f"at most {SCHEMA_MAX_CHARS:,}")
+        raise RuleParamError(
+            "schema",
+            f"is {size:,} characters of JSON; a rule's schema is at most {SCHEMA_MAX_CHARS:,}",
+        )
     latest = jsonschema.Draft202012Validator
     if "$schema" in schema and jsonschema.validators.validator_for(schema, default=None) is None:
-        raise RuleParamError("schema", f"unknown $schema {schema['$schema']!r}; use a JSON "
-                                       "Schema draft jsonschema knows, or leave $schema out")
+        raise RuleParamError(
+            "schema",
+            f"unknown $schema {schema['$schema']!r}; use a JSON "
+            "Schema draft jsonschema knows, or leave $schema out",
+        )
     base = jsonschema.validators.validator_for(schema, default=latest)
     try:
         base.check_schema(schema)
     except jsonschema.SchemaError as exc:
         where = "/".join(str(p) for p in exc.path)
-        raise RuleParamError("schema", f"is not a valid JSON Schema at '{where}': "
-                                       f"{exc.message}") from None
+        raise RuleParamError(
+            "schema", f"is not a valid JSON Schema at '{where}': {exc.message}"
+        ) from None
     for where, pattern in _schema_patterns(schema):
         try:
             compiled = _re2(pattern)
@@ -514,38 +563,84 @@ def _json_schema(params: Mapping[str, Any]) -> Check:
         error = best_match(validator.iter_errors(data))
         if error is None:
             return yes
-        return Verdict(False, f"answer JSON does not match the schema at {error.json_path}: "
-                              f"{error.message[:200]}")
+        return Verdict(
+            False,
+            f"answer JSON does not match the schema at {error.json_path}: {error.message[:200]}",
+        )
+
     return check
 
 
 _BUILTIN_TYPES = (
     RuleType("string_contains", _contains, ("value",), description="contains a literal string"),
-    RuleType("string_not_contains", _not_contains, ("value",),
-             description="does not contain a literal string"),
+    RuleType(
+        "string_not_contains",
+        _not_contains,
+        ("value",),
+        description="does not contain a literal string",
+    ),
     RuleType("icontains", _icontains, ("value",), description="contains a string, any case"),
-    RuleType("contains_any", _contains_any, ("values",), ("case_sensitive",),
-             description="contains at least one of the strings"),
-    RuleType("contains_all", _contains_all, ("values",), ("case_sensitive",),
-             description="contains every one of the strings"),
-    RuleType("starts_with", _starts_with, ("value",),
-             description="starts with a string, leading whitespace ignored"),
-    RuleType("equals", _equals, ("value",),
-             description="equals a string, surrounding whitespace ignored"),
-    RuleType("regex_match", _regex_match, ("pattern",), ("flags",),
-             description="matches an RE2 regex somewhere"),
-    RuleType("regex_not_match", _regex_not_match, ("pattern",), ("flags",),
-             description="matches an RE2 regex nowhere"),
-    RuleType("max_length", _length(longest=True), ("value",),
-             description="at most N characters (code points, not bytes)"),
-    RuleType("min_length", _length(longest=False), ("value",),
-             description="at least N characters (code points, not bytes)"),
-    RuleType("word_count", _word_count, (), ("min", "max"),
-             description="whitespace-separated word count within min and/or max"),
+    RuleType(
+        "contains_any",
+        _contains_any,
+        ("values",),
+        ("case_sensitive",),
+        description="contains at least one of the strings",
+    ),
+    RuleType(
+        "contains_all",
+        _contains_all,
+        ("values",),
+        ("case_sensitive",),
+        description="contains every one of the strings",
+    ),
+    RuleType(
+        "starts_with",
+        _starts_with,
+        ("value",),
+        description="starts with a string, leading whitespace ignored",
+    ),
+    RuleType(
+        "equals", _equals, ("value",), description="equals a string, surrounding whitespace ignored"
+    ),
+    RuleType(
+        "regex_match",
+        _regex_match,
+        ("pattern",),
+        ("flags",),
+        description="matches an RE2 regex somewhere",
+    ),
+    RuleType(
+        "regex_not_match",
+        _regex_not_match,
+        ("pattern",),
+        ("flags",),
+        description="matches an RE2 regex nowhere",
+    ),
+    RuleType(
+        "max_length",
+        _length(longest=True),
+        ("value",),
+        description="at most N characters (code points, not bytes)",
+    ),
+    RuleType(
+        "min_length",
+        _length(longest=False),
+        ("value",),
+        description="at least N characters (code points, not bytes)",
+    ),
+    RuleType(
+        "word_count",
+        _word_count,
+        (),
+        ("min", "max"),
+        description="whitespace-separated word count within min and/or max",
+    ),
     RuleType("not_empty", _not_empty, description="has something besides whitespace"),
     RuleType("is_json", _is_json, description="is JSON, or a single ```json fenced block of it"),
-    RuleType("json_schema", _json_schema, ("schema",),
-             description="its JSON satisfies a JSON Schema"),
+    RuleType(
+        "json_schema", _json_schema, ("schema",), description="its JSON satisfies a JSON Schema"
+    ),
 )
 
 

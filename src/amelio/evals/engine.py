@@ -63,7 +63,11 @@ from amelio.evals.rules import (
 from amelio.plugins import get_plugin_manager, is_builtin
 
 __all__ = [
-    "append_footnotes", "evaluate", "parse_eval_file", "parse_rules", "render_footnotes",
+    "append_footnotes",
+    "evaluate",
+    "parse_eval_file",
+    "parse_rules",
+    "render_footnotes",
     "rule_types",
 ]
 
@@ -72,9 +76,13 @@ log = logging.getLogger(__name__)
 _FOOTNOTE_MARKS = {"warning": "⚠️", "info": "ℹ️"}
 
 
-
-def evaluate(text: str, rules: Sequence[EvalRule], *, max_chars: int = MAX_TEXT_CHARS,
-             work_budget: int = WORK_BUDGET) -> EvalReport:
+def evaluate(
+    text: str,
+    rules: Sequence[EvalRule],
+    *,
+    max_chars: int = MAX_TEXT_CHARS,
+    work_budget: int = WORK_BUDGET,
+) -> EvalReport:
     """Run every rule on ``text``. A check that raises is recorded as an errored,
     failed result rather than raised: one broken plugin rule must not lose the
     verdicts of all the others, and one costly rule must not starve them either
@@ -95,19 +103,40 @@ def evaluate(text: str, rules: Sequence[EvalRule], *, max_chars: int = MAX_TEXT_
             try:
                 passed, detail = rule.check(text)
             except WorkBudgetExceeded as exc:
-                append(EvalResult(rule.id, rule.name, rule.type, rule.severity, False,
-                                  f"not checked: {exc}", True))
+                append(
+                    EvalResult(
+                        rule.id,
+                        rule.name,
+                        rule.type,
+                        rule.severity,
+                        False,
+                        f"not checked: {exc}",
+                        True,
+                    )
+                )
                 continue
             except Exception as exc:
                 log.warning("eval rule %r could not be checked: %r", rule.id, exc)
-                append(EvalResult(rule.id, rule.name, rule.type, rule.severity, False,
-                                  f"could not be checked: {type(exc).__name__}: {exc}", True))
+                append(
+                    EvalResult(
+                        rule.id,
+                        rule.name,
+                        rule.type,
+                        rule.severity,
+                        False,
+                        f"could not be checked: {type(exc).__name__}: {exc}",
+                        True,
+                    )
+                )
                 continue
             if passed:
                 append(rule.passed)
             else:
-                append(EvalResult(rule.id, rule.name, rule.type, rule.severity, False,
-                                  str(detail), False))
+                append(
+                    EvalResult(
+                        rule.id, rule.name, rule.type, rule.severity, False, str(detail), False
+                    )
+                )
     finally:
         running_budget.reset(token)
     return EvalReport(tuple(results))
@@ -155,8 +184,11 @@ def rule_types() -> dict[str, RuleType]:
             if not isinstance(rule_type, RuleType):
                 log.warning("plugin %s registered %r, not a RuleType; skipped", _plugin, rule_type)
             elif rule_type.name in found:
-                log.warning("plugin %s registered rule type %r again; the first one is kept",
-                            _plugin, rule_type.name)
+                log.warning(
+                    "plugin %s registered rule type %r again; the first one is kept",
+                    _plugin,
+                    rule_type.name,
+                )
             else:
                 found[rule_type.name] = rule_type
 
@@ -170,15 +202,20 @@ def rule_types() -> dict[str, RuleType]:
 def parse_rules(data: Any, *, source: str | None = None) -> tuple[EvalRule, ...]:
     """Validate and compile a list of rule objects once, so evaluation never has to."""
     if not isinstance(data, list | tuple):
-        raise EvalRuleError(f"rules must be an array of rule objects, not {json_kind(data)}",
-                            file=source, field="rules")
+        raise EvalRuleError(
+            f"rules must be an array of rule objects, not {json_kind(data)}",
+            file=source,
+            field="rules",
+        )
     if len(data) > MAX_RULES:
-        raise EvalRuleError(f"{len(data)} rules, over the limit of {MAX_RULES}",
-                            file=source, field="rules")
+        raise EvalRuleError(
+            f"{len(data)} rules, over the limit of {MAX_RULES}", file=source, field="rules"
+        )
     # Rules of built-in types only (most files) skip plugin discovery: reading every
     # installed package's entry points costs a CLI run more than checking 10,000 rules.
-    builtin = all(isinstance(raw, Mapping) and raw.get("type") in BUILTIN_RULE_TYPES
-                  for raw in data)
+    builtin = all(
+        isinstance(raw, Mapping) and raw.get("type") in BUILTIN_RULE_TYPES for raw in data
+    )
     types = BUILTIN_RULE_TYPES if builtin else rule_types()
     first_index: dict[str, int] = {}
     rules: list[EvalRule] = []
@@ -188,7 +225,9 @@ def parse_rules(data: Any, *, source: str | None = None) -> tuple[EvalRule, ...]
             raise EvalRuleError(
                 f"duplicate id: rules[{first_index[rule.id]}] and rules[{index}] both use it; "
                 "ids must be unique within a file",
-                file=source, rule_id=rule.id, field="id",
+                file=source,
+                rule_id=rule.id,
+                field="id",
             )
         first_index[rule.id] = index
         rules.append(rule)
@@ -213,35 +252,50 @@ def parse_eval_file(text: str, *, source: str) -> EvalSpec:
     try:
         data = json.loads(text, object_pairs_hook=_no_duplicate_keys)
     except _DuplicateKey as exc:
-        raise EvalRuleError(f"duplicate key {exc.args[0]!r} in one object (the last would "
-                            "silently win)", file=source, field=exc.args[0]) from None
+        raise EvalRuleError(
+            f"duplicate key {exc.args[0]!r} in one object (the last would silently win)",
+            file=source,
+            field=exc.args[0],
+        ) from None
     except json.JSONDecodeError as exc:
         raise EvalRuleError(
             f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
-            file=source, line=exc.lineno, column=exc.colno,
+            file=source,
+            line=exc.lineno,
+            column=exc.colno,
         ) from None
     if not isinstance(data, dict):
         raise EvalRuleError(
             f'an eval file must be a JSON object like {{"version": 1, "rules": [...]}}, '
-            f"not {json_kind(data)}", file=source,
+            f"not {json_kind(data)}",
+            file=source,
         )
     for key in data:
         if key not in ("version", "skill", "rules"):
-            raise EvalRuleError("unknown field; an eval file has version, skill and rules",
-                                file=source, field=key)
+            raise EvalRuleError(
+                "unknown field; an eval file has version, skill and rules", file=source, field=key
+            )
     version = data.get("version")
     if type(version) is not int or version != SUPPORTED_VERSION:
         raise EvalRuleError(
             f"unsupported version {version!r}; this Amelio reads version {SUPPORTED_VERSION} "
-            f'(add "version": {SUPPORTED_VERSION})', file=source, field="version",
+            f'(add "version": {SUPPORTED_VERSION})',
+            file=source,
+            field="version",
         )
     skill = data.get("skill")
     if skill is not None and not isinstance(skill, str):
-        raise EvalRuleError(f"must be the skill's name as a string, not {json_kind(skill)}",
-                            file=source, field="skill")
+        raise EvalRuleError(
+            f"must be the skill's name as a string, not {json_kind(skill)}",
+            file=source,
+            field="skill",
+        )
     if "rules" not in data:
-        raise EvalRuleError("missing; an eval file needs a rules array (it may be empty)",
-                            file=source, field="rules")
+        raise EvalRuleError(
+            "missing; an eval file needs a rules array (it may be empty)",
+            file=source,
+            field="rules",
+        )
     return EvalSpec(version, skill, parse_rules(data["rules"], source=source))
 
 
@@ -250,12 +304,15 @@ def _parse_rule(
 ) -> EvalRule:
     where = f"rules[{index}]"
     if not isinstance(raw, Mapping):
-        raise EvalRuleError(f"{where} must be an object with id, type and severity, "
-                            f"not {json_kind(raw)}", file=source)
+        raise EvalRuleError(
+            f"{where} must be an object with id, type and severity, not {json_kind(raw)}",
+            file=source,
+        )
     rule_id = raw.get("id")
     if not isinstance(rule_id, str) or not rule_id.strip():
-        raise EvalRuleError(f"{where} needs an id, a non-empty string unique in the file",
-                            file=source, field="id")
+        raise EvalRuleError(
+            f"{where} needs an id, a non-empty string unique in the file", file=source, field="id"
+        )
 
     def fail(field: str | None, message: str) -> EvalRuleError:
         return EvalRuleError(message, file=source, rule_id=rule_id, field=field)
@@ -270,8 +327,9 @@ def _parse_rule(
     allowed = (*COMMON_FIELDS, *rule_type.required, *rule_type.optional)
     for key in raw:
         if key not in allowed:
-            raise fail(str(key), f"unknown field for a {type_name} rule; "
-                                 f"allowed: {', '.join(allowed)}")
+            raise fail(
+                str(key), f"unknown field for a {type_name} rule; allowed: {', '.join(allowed)}"
+            )
     for key in rule_type.required:
         if key not in raw:
             raise fail(key, f"missing; a {type_name} rule needs {', '.join(rule_type.required)}")
@@ -284,8 +342,9 @@ def _parse_rule(
     negate = raw.get("negate", False)
     if not isinstance(negate, bool):
         raise fail("negate", f"must be true or false, not {json_kind(negate)}")
-    params = {k: copy.deepcopy(v) for k, v in raw.items() if k not in ("id", "name", "type",
-                                                                        "severity")}
+    params = {
+        k: copy.deepcopy(v) for k, v in raw.items() if k not in ("id", "name", "type", "severity")
+    }
     own = MappingProxyType({k: v for k, v in params.items() if k != "negate"})
     try:
         check = rule_type.compile(own)
@@ -305,4 +364,5 @@ def _negated(check: Check, type_name: str) -> Check:
         passed, detail = check(text)
         outcome = "held" if passed else "failed"
         return Verdict(not passed, detail or f"the {type_name} check {outcome}; rule is negated")
+
     return negated

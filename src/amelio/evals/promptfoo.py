@@ -42,12 +42,26 @@ _LIST_TYPES = {
 }
 #: The seed's own negative types read better than ``negate: true``.
 _NEGATIVE_TYPES = {"string_contains": "string_not_contains", "regex_match": "regex_not_match"}
-_MODEL_GRADED = frozenset({
-    "llm-rubric", "model-graded-closedqa", "model-graded-factuality", "factuality",
-    "similar", "answer-relevance", "context-faithfulness", "context-recall",
-    "context-relevance", "g-eval", "select-best", "classifier", "moderation",
-    "search-rubric", "conversation-relevance", "pi",
-})
+_MODEL_GRADED = frozenset(
+    {
+        "llm-rubric",
+        "model-graded-closedqa",
+        "model-graded-factuality",
+        "factuality",
+        "similar",
+        "answer-relevance",
+        "context-faithfulness",
+        "context-recall",
+        "context-relevance",
+        "g-eval",
+        "select-best",
+        "classifier",
+        "moderation",
+        "search-rubric",
+        "conversation-relevance",
+        "pi",
+    }
+)
 #: Rule names: (positive, negated), ``{v}`` is the value shown.
 _NAMES = {
     "string_contains": ("Contains {v}", "Does not contain {v}"),
@@ -80,8 +94,9 @@ def import_promptfoo(text: str, *, source: str) -> PromptfooImport:
         problem = getattr(exc, "problem", None) or str(exc)
         raise EvalRuleError(f"invalid YAML{where}: {problem}", file=source) from None
     if not isinstance(config, Mapping):
-        raise EvalRuleError("a promptfoo config must be a YAML mapping with tests or defaultTest",
-                            file=source)
+        raise EvalRuleError(
+            "a promptfoo config must be a YAML mapping with tests or defaultTest", file=source
+        )
     unmapped: list[str] = []
     seen: set[str] = set()
     rules: list[EvalRule] = []

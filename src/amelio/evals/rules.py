@@ -16,10 +16,27 @@ from functools import cached_property
 from typing import Any, NamedTuple
 
 __all__ = [
-    "COMMON_FIELDS", "DEFAULT_SEVERITY", "MAX_RULES", "MAX_TEXT_CHARS", "SEVERITIES",
-    "STRUCTURAL_MAX_CHARS", "SUPPORTED_VERSION", "WORK_BUDGET", "Check", "EvalReport",
-    "EvalResult", "EvalRule", "EvalSpec", "RuleParamError", "RuleType", "Verdict",
-    "WorkBudget", "WorkBudgetExceeded", "charge", "json_kind", "running_budget",
+    "COMMON_FIELDS",
+    "DEFAULT_SEVERITY",
+    "MAX_RULES",
+    "MAX_TEXT_CHARS",
+    "SEVERITIES",
+    "STRUCTURAL_MAX_CHARS",
+    "SUPPORTED_VERSION",
+    "WORK_BUDGET",
+    "Check",
+    "EvalReport",
+    "EvalResult",
+    "EvalRule",
+    "EvalSpec",
+    "RuleParamError",
+    "RuleType",
+    "Verdict",
+    "WorkBudget",
+    "WorkBudgetExceeded",
+    "charge",
+    "json_kind",
+    "running_budget",
 ]
 
 SEVERITIES = ("warning", "info")
@@ -199,7 +216,8 @@ class WorkBudget:
         if self.spent > self.limit:
             raise WorkBudgetExceeded(
                 f"the rules of this check used up their work budget ({self.limit:,} units); "
-                "shorten the answer or simplify the rules")
+                "shorten the answer or simplify the rules"
+            )
 
 
 #: The budget of the :func:`~amelio.evals.engine.evaluate` call running in this context.
@@ -216,13 +234,17 @@ def charge(units: int) -> None:
         budget.charge(units)
 
 
-
 def json_kind(value: Any) -> str:
     """A JSON-flavoured name for a value's type ("a string", "an array", "null"), for
     error messages users can act on. Public so that rule types (the built-ins in
     :mod:`amelio.evals.builtin`, and plugins') word their parameter errors the same way."""
-    kinds = ((bool, "a boolean"), (int | float, "a number"), (str, "a string"),
-             (Mapping, "an object"), (list | tuple, "an array"))
+    kinds = (
+        (bool, "a boolean"),
+        (int | float, "a number"),
+        (str, "a string"),
+        (Mapping, "an object"),
+        (list | tuple, "an array"),
+    )
     if value is None:
         return "null"
     return next((name for cls, name in kinds if isinstance(value, cls)), type(value).__name__)

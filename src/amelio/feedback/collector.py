@@ -76,9 +76,13 @@ Status = Literal["accepted", "duplicate", "rejected", "dropped"]
 MAX_FUTURE_MS = 5 * 60 * 1000
 _DAY_MS = 86_400_000
 #: Free text, per section: scrubbed before storage (see the module's docstring).
-_TEXT_FIELDS = (("context", ("routeId",)), ("vote", ("comment",)),
-                ("problem", ("freeText",)), ("hide", ("reason",)),
-                ("correction", ("beforeValue", "afterValue")))
+_TEXT_FIELDS = (
+    ("context", ("routeId",)),
+    ("vote", ("comment",)),
+    ("problem", ("freeText",)),
+    ("hide", ("reason",)),
+    ("correction", ("beforeValue", "afterValue")),
+)
 
 
 _BATCH: TypeAdapter[list[FeedbackEvent]] = TypeAdapter(list[MartyFeedbackEventV1])
@@ -95,8 +99,11 @@ class EventStatus(NamedTuple):
     reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"index": self.position, "eventId": self.event_id,
-                               "status": self.status}
+        out: dict[str, Any] = {
+            "index": self.position,
+            "eventId": self.event_id,
+            "status": self.status,
+        }
         if self.status == "rejected":
             out |= {"field": self.field, "reason": self.reason}
         return out
@@ -150,21 +157,28 @@ def parse_batch(body: bytes, *, max_events: int, max_bytes: int) -> list[object]
     else:
         items = [_load(line) for line in body.splitlines() if line.strip()]
     if not items:
-        raise InvalidInput("No events: send a JSON array or NDJSON of "
-                           "MartyFeedbackEventV1 (GET /v1/feedback/schema).")
+        raise InvalidInput(
+            "No events: send a JSON array or NDJSON of "
+            "MartyFeedbackEventV1 (GET /v1/feedback/schema)."
+        )
     if len(items) > max_events:
         raise _too_many(len(items), max_events)
     return items
 
 
 def _too_many(count: int, limit: int) -> InputTooLarge:
-    return InputTooLarge(f"A feedback batch holds at most {limit} events, not {count}; split "
-                         "it (AMELIO_FEEDBACK_MAX_EVENTS).", limit=limit)
+    return InputTooLarge(
+        f"A feedback batch holds at most {limit} events, not {count}; split "
+        "it (AMELIO_FEEDBACK_MAX_EVENTS).",
+        limit=limit,
+    )
 
 
 def _too_big(limit: int) -> InputTooLarge:
-    return InputTooLarge(f"A feedback batch is at most {limit:,} bytes; split it "
-                         "(AMELIO_FEEDBACK_MAX_BYTES).", limit=limit)
+    return InputTooLarge(
+        f"A feedback batch is at most {limit:,} bytes; split it (AMELIO_FEEDBACK_MAX_BYTES).",
+        limit=limit,
+    )
 
 
 def _as_array(body: bytes, max_bytes: int, max_events: int) -> tuple[bytes, int | None]:
@@ -185,8 +199,13 @@ def _rejection(index: int, event_id: str | None, exc: ValidationError) -> EventS
     error = exc.errors(include_url=False, include_input=False, include_context=False)[0]
     loc = [str(p) for p in error["loc"]]
     if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
-        return EventStatus(index, "rejected", event_id, "eventType",
-                           "unknown or missing eventType (see GET /v1/feedback/schema)")
+        return EventStatus(
+            index,
+            "rejected",
+            event_id,
+            "eventType",
+            "unknown or missing eventType (see GET /v1/feedback/schema)",
+        )
     if loc and loc[0] in EVENT_TYPES:  # the union's tag is not part of the event's path
         loc = loc[1:]
     return EventStatus(index, "rejected", event_id, ".".join(loc), error["msg"])
@@ -199,8 +218,13 @@ class Collector:
     the derived keys (the server keeps it on the app).
     """
 
-    def __init__(self, workspace: Workspace, *, limiter: RateLimiter | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        limiter: RateLimiter | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         settings = workspace.settings
         secret = secret_key(settings)
         self.workspace = workspace
@@ -211,8 +235,8 @@ class Collector:
         self._clock = clock
         self.limiter = limiter or RateLimiter(
             per_key=Bucket(settings.feedback_rate_key, settings.feedback_burst_key),
-            per_session=Bucket(settings.feedback_rate_session,
-                               settings.feedback_burst_session))
+            per_session=Bucket(settings.feedback_rate_session, settings.feedback_burst_session),
+        )
         self._validate = event_adapter().validate_python
         self._scrub = pii.scrubs(settings, "events")
 
@@ -237,9 +261,15 @@ class Collector:
         items = parse_batch(body, max_events=limit, max_bytes=self.settings.feedback_max_bytes)
         return self._ingest(items, api_key=api_key)
 
-    def ingest(self, items: Sequence[object], *, api_key: str | None = None,
-               rate_limit: bool = True, require_token: bool = True,
-               indexes: Sequence[int] | None = None) -> IngestResult:
+    def ingest(
+        self,
+        items: Sequence[object],
+        *,
+        api_key: str | None = None,
+        rate_limit: bool = True,
+        require_token: bool = True,
+        indexes: Sequence[int] | None = None,
+    ) -> IngestResult:
         """Process and store one batch of decoded JSON events; raises
         :class:`RateLimited` (storing nothing) when over a limit.
 
@@ -249,20 +279,31 @@ class Collector:
         holding the workspace's key could mint anyway, so its events about a query may
         come without one. A token an event does carry is still checked, and every
         other check still applies; the public endpoint never passes it."""
-        return self._ingest(items, api_key=api_key, rate_limit=rate_limit, indexes=indexes,
-                            require_token=require_token)
+        return self._ingest(
+            items,
+            api_key=api_key,
+            rate_limit=rate_limit,
+            indexes=indexes,
+            require_token=require_token,
+        )
 
-    def ingest_file(self, path: Path | str, *, batch: int | None = None
-                    ) -> Iterator[IngestResult]:
+    def ingest_file(self, path: Path | str, *, batch: int | None = None) -> Iterator[IngestResult]:
         """Ingest an NDJSON (or JSON array) file in batches; ``index`` is the 1-based
         line (or array position). No rate limit: this is an operator's import."""
         size = batch or self.settings.feedback_max_events
         for indexes, items in _file_batches(Path(path), size):
             yield self.ingest(items, rate_limit=False, indexes=indexes)
 
-    def _ingest(self, items: Sequence[object], *, api_key: str | None,
-                rate_limit: bool = True, indexes: Sequence[int] | None = None,
-                validated: bool = False, require_token: bool = True) -> IngestResult:
+    def _ingest(
+        self,
+        items: Sequence[object],
+        *,
+        api_key: str | None,
+        rate_limit: bool = True,
+        indexes: Sequence[int] | None = None,
+        validated: bool = False,
+        require_token: bool = True,
+    ) -> IngestResult:
         where = indexes if indexes is not None else range(len(items))
         batch = _Batch(int(self._clock() * 1000), self.settings.feedback_retention_days)
         statuses: list[EventStatus | None] = []
@@ -282,21 +323,27 @@ class Collector:
             if refusal is not None:
                 wait = RateLimiter.retry_after(refusal)
                 record_feedback(("rate_limited", None) for _ in items)
-                raise RateLimited(f"Too many feedback events for this {refusal.scope}; "
-                                  f"retry in {wait} s. Nothing from this request was "
-                                  "stored.", retry_after=wait, scope=refusal.scope)
+                raise RateLimited(
+                    f"Too many feedback events for this {refusal.scope}; "
+                    f"retry in {wait} s. Nothing from this request was "
+                    "stored.",
+                    retry_after=wait,
+                    scope=refusal.scope,
+                )
         fresh = store.append(self.workspace.engine, self._chain_key, [e for _, e in ready])
         for (offset, event), new in zip(ready, fresh, strict=True):
-            statuses[offset] = EventStatus(where[offset], "accepted" if new else "duplicate",
-                                           event.event_id)
+            statuses[offset] = EventStatus(
+                where[offset], "accepted" if new else "duplicate", event.event_id
+            )
         done = tuple(s for s in statuses if s is not None)
         record_feedback((s.status, s.field if s.status == "rejected" else None) for s in done)
         return IngestResult(done)
 
     # -- one event ---------------------------------------------------------------------
 
-    def _prepare(self, index: int, item: object, validated: bool, batch: _Batch,
-                 require_token: bool = True) -> PreparedEvent | EventStatus:
+    def _prepare(
+        self, index: int, item: object, validated: bool, batch: _Batch, require_token: bool = True
+    ) -> PreparedEvent | EventStatus:
         if validated:  # by the batch's validator: a dict of the schema's shape
             event = cast("dict[str, Any]", item)
         else:
@@ -313,11 +360,17 @@ class Collector:
         event_id = event["eventId"].upper()
         time_ms: int = event["eventTimeMs"]
         if time_ms > batch.latest_ms:
-            return EventStatus(index, "rejected", event_id, "eventTimeMs",
-                               "more than 5 minutes in the future")
+            return EventStatus(
+                index, "rejected", event_id, "eventTimeMs", "more than 5 minutes in the future"
+            )
         if time_ms < batch.oldest_ms:
-            return EventStatus(index, "rejected", event_id, "eventTimeMs",
-                               "older than the retention period (feedback_retention_days)")
+            return EventStatus(
+                index,
+                "rejected",
+                event_id,
+                "eventTimeMs",
+                "older than the retention period (feedback_retention_days)",
+            )
         consent = event.get("consent")
         if consent is None or consent["telemetry"] != "granted":
             return EventStatus(index, "dropped", event_id)
@@ -329,12 +382,12 @@ class Collector:
                 batch.tokens[binding] = self._check_token(*binding, batch.now_ms)
             problem = batch.tokens[binding]
             if problem is not None:
-                return EventStatus(index, "rejected", event_id, "request.feedbackToken",
-                                   problem)
+                return EventStatus(index, "rejected", event_id, "request.feedbackToken", problem)
         return self._anonymize(event, event_id, batch)
 
-    def _check_token(self, token: str | None, query_id: str, request_id: str | None,
-                     now_ms: int) -> str | None:
+    def _check_token(
+        self, token: str | None, query_id: str, request_id: str | None, now_ms: int
+    ) -> str | None:
         """Why ``token`` does not prove this query (None: it does)."""
         if token is None:
             return "required for an event about a query (the search response's feedbackToken)"
@@ -344,8 +397,7 @@ class Collector:
             return exc.message
         return None
 
-    def _anonymize(self, event: dict[str, Any], event_id: str, batch: _Batch
-                   ) -> PreparedEvent:
+    def _anonymize(self, event: dict[str, Any], event_id: str, batch: _Batch) -> PreparedEvent:
         """Rewrite the validated ``event`` (a fresh dict, ours to change) for storage."""
         day = event["eventTimeMs"] // _DAY_MS
         session = event["session"]
@@ -385,9 +437,18 @@ class Collector:
             doc_id = rank_shown = None
         else:
             doc_id, rank_shown = result.get("docId"), result.get("rankShown")
-        return PreparedEvent(event_id, event["eventType"], event["eventTimeMs"], session_hash,
-                             user_hash, request.get("queryId"), request.get("requestId"),
-                             doc_id, rank_shown, to_json(event).decode("utf-8"))
+        return PreparedEvent(
+            event_id,
+            event["eventType"],
+            event["eventTimeMs"],
+            session_hash,
+            user_hash,
+            request.get("queryId"),
+            request.get("requestId"),
+            doc_id,
+            rank_shown,
+            to_json(event).decode("utf-8"),
+        )
 
     def _hash(self, value: str, day: int, cache: dict[tuple[str, int], str]) -> str:
         """The hash of ``value`` on ``day``, remembered for one batch only (a batch
@@ -423,14 +484,15 @@ def _file_batches(path: Path, size: int) -> Iterator[tuple[list[int], list[objec
             if not isinstance(items, list):
                 raise InvalidInput(f"{path}: starts like a JSON array but is not one.")
             for start in range(0, len(items), size):
-                chunk = items[start:start + size]
+                chunk = items[start : start + size]
                 yield list(range(start + 1, start + 1 + len(chunk))), chunk
             return
         yield from _line_batches(enumerate(f, start=1), size)
 
 
-def _line_batches(lines: Iterable[tuple[int, bytes]], size: int
-                  ) -> Iterator[tuple[list[int], list[object]]]:
+def _line_batches(
+    lines: Iterable[tuple[int, bytes]], size: int
+) -> Iterator[tuple[list[int], list[object]]]:
     numbers: list[int] = []
     batch: list[object] = []
     for number, line in lines:
@@ -453,17 +515,22 @@ def verify_events(workspace: Workspace) -> VerifyReport:
     return store.verify(workspace.engine, store.chain_key(secret_key(workspace.settings)))
 
 
-def purge_events(workspace: Workspace, older_than_days: int | None = None, *,
-                 now_ms: int | None = None) -> PurgeReport:
+def purge_events(
+    workspace: Workspace, older_than_days: int | None = None, *, now_ms: int | None = None
+) -> PurgeReport:
     """Delete events that happened more than ``older_than_days`` ago (default: the
     retention setting); the chain stays verifiable."""
-    days = workspace.settings.feedback_retention_days if older_than_days is None \
-        else older_than_days
+    days = (
+        workspace.settings.feedback_retention_days if older_than_days is None else older_than_days
+    )
     if days < 0:
         raise InvalidInput("--older-than is a number of days, 0 or more.", field="older_than")
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    return store.purge(workspace.engine, store.chain_key(secret_key(workspace.settings)),
-                       before_ms=now_ms - days * _DAY_MS)
+    return store.purge(
+        workspace.engine,
+        store.chain_key(secret_key(workspace.settings)),
+        before_ms=now_ms - days * _DAY_MS,
+    )
 
 
 def feedback_stats(workspace: Workspace) -> dict[str, Any]:

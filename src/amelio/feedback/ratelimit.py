@@ -73,16 +73,18 @@ class RateLimiter:
 
     _SWEEP_EVERY = 10_000
 
-    def __init__(self, *, per_key: Bucket, per_session: Bucket,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, *, per_key: Bucket, per_session: Bucket, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._key = _Buckets(per_key)
         self._session = _Buckets(per_session)
         self._clock = clock
         self._lock = threading.Lock()
         self._since_sweep = 0
 
-    def try_acquire(self, key: str | None, sessions: Mapping[str, int], *,
-                    key_cost: int | None = None) -> Refusal | None:
+    def try_acquire(
+        self, key: str | None, sessions: Mapping[str, int], *, key_cost: int | None = None
+    ) -> Refusal | None:
         """Charge ``key`` for the request (``key_cost`` events, by default those of the
         sessions) and each session for its events, or refuse and charge nothing."""
         total = sum(sessions.values()) if key_cost is None else key_cost
@@ -92,8 +94,9 @@ class RateLimiter:
             if key is not None and not self._key.spec.unlimited:
                 waits.append(Refusal("key", self._key.wait(key, total, now)))
             if not self._session.spec.unlimited:
-                slowest = max((self._session.wait(s, n, now) for s, n in sessions.items()),
-                              default=0.0)
+                slowest = max(
+                    (self._session.wait(s, n, now) for s, n in sessions.items()), default=0.0
+                )
                 waits.append(Refusal("session", slowest))
             worst = max(waits, key=lambda r: r.retry_after_s, default=None)
             if worst is not None and worst.retry_after_s > 0:

@@ -39,11 +39,24 @@ __all__ = [
     "new_event_id",
 ]
 
-ExplicitType = Literal["vote_up", "vote_down", "clarification_chosen", "result_pinned",
-                       "result_hidden", "report_problem", "correction_inline"]
-ImplicitType = Literal["result_clicked", "result_dwell_time", "query_reformulated",
-                       "query_abandoned", "action_executed", "action_cancelled",
-                       "marty_response_replaced"]
+ExplicitType = Literal[
+    "vote_up",
+    "vote_down",
+    "clarification_chosen",
+    "result_pinned",
+    "result_hidden",
+    "report_problem",
+    "correction_inline",
+]
+ImplicitType = Literal[
+    "result_clicked",
+    "result_dwell_time",
+    "query_reformulated",
+    "query_abandoned",
+    "action_executed",
+    "action_cancelled",
+    "marty_response_replaced",
+]
 DeviceTier = Literal["HIGH+", "HIGH", "MID+", "MID", "LOW+", "LOW", "DEGRADED"]
 
 EXPLICIT_TYPES: tuple[str, ...] = get_args(ExplicitType)
@@ -59,8 +72,9 @@ HASH8_PATTERN = r"^[A-Z2-7]{8}$"
 _ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$"
 _KEY_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$"
 
-Id = Annotated[str, Field(pattern=_ID_PATTERN, description="An opaque identifier "
-                          "(a UUID or similar).")]
+Id = Annotated[
+    str, Field(pattern=_ID_PATTERN, description="An opaque identifier (a UUID or similar).")
+]
 Key = Annotated[str, Field(pattern=_KEY_PATTERN)]
 Hash8 = Annotated[str, Field(pattern=HASH8_PATTERN)]
 Text = Annotated[str, Field(max_length=2000)]
@@ -76,15 +90,17 @@ class Session(TypedDict, total=False):
     """Who, pseudonymously. Send ``sessionId`` (or an opaque ``sessionIdHash``); the
     server stores only its own daily-salted hash of it."""
 
-    sessionId: Annotated[str, Field(min_length=1, max_length=200,
-                                    description="Raw session id; hashed, never stored.")]
-    userId: Annotated[str, Field(min_length=1, max_length=200,
-                                 description="Raw user id; hashed, never stored.")]
+    sessionId: Annotated[
+        str,
+        Field(min_length=1, max_length=200, description="Raw session id; hashed, never stored."),
+    ]
+    userId: Annotated[
+        str, Field(min_length=1, max_length=200, description="Raw user id; hashed, never stored.")
+    ]
     sessionIdHash: Annotated[Hash8, Field(description="Re-keyed by the server.")]
     userIdHash: Annotated[Hash8, Field(description="Re-keyed by the server.")]
     rolesHash: Hash8
-    locale: Annotated[str, Field(pattern=r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})*$",
-                                 max_length=35)]
+    locale: Annotated[str, Field(pattern=r"^[A-Za-z]{2,3}([-_][A-Za-z0-9]{2,8})*$", max_length=35)]
 
 
 def _one_identity(session: Session) -> Session:
@@ -116,9 +132,13 @@ class _RequestFields(TypedDict, total=False):
     modelBundleVersion: Key
     rankProfile: Key
     alpha: Annotated[float, Field(ge=0, le=1)]
-    feedbackToken: Annotated[str, Field(
-        max_length=512,
-        description="The search response's token for queryId; required with queryId.")]
+    feedbackToken: Annotated[
+        str,
+        Field(
+            max_length=512,
+            description="The search response's token for queryId; required with queryId.",
+        ),
+    ]
 
 
 @_ok
@@ -226,8 +246,9 @@ class Consent(TypedDict):
 class Vote(TypedDict, total=False):
     """👍 / 👎 on an answer."""
 
-    score: Required[Annotated[int, Field(ge=1, le=5, description="How strongly, 1 to 5 "
-                                         "(a thumb sends 1).")]]
+    score: Required[
+        Annotated[int, Field(ge=1, le=5, description="How strongly, 1 to 5 (a thumb sends 1).")]
+    ]
     comment: Text
 
 
@@ -266,11 +287,18 @@ class Correction(TypedDict):
 @_ok
 class _Event(TypedDict, total=False):
     eventVersion: Required[Literal["v1"]]
-    eventId: Required[Annotated[str, Field(
-        pattern=ULID_PATTERN,
-        description="A ULID, unique per event: sending it again is answered `duplicate`.")]]
-    eventTimeMs: Required[Annotated[int, Field(
-        ge=0, description="When it happened, Unix milliseconds.")]]
+    eventId: Required[
+        Annotated[
+            str,
+            Field(
+                pattern=ULID_PATTERN,
+                description="A ULID, unique per event: sending it again is answered `duplicate`.",
+            ),
+        ]
+    ]
+    eventTimeMs: Required[
+        Annotated[int, Field(ge=0, description="When it happened, Unix milliseconds.")]
+    ]
     session: Required[CheckedSession]
     context: Context
     consent: Annotated[Consent, Field(description="Absent means not granted.")]
@@ -422,10 +450,22 @@ class MartyResponseReplaced(_AboutAnswer, total=False):
     eventType: Required[Literal["marty_response_replaced"]]
 
 
-FeedbackEvent = (VoteUp | VoteDown | ClarificationChosen | ResultPinned | ResultHidden
-                 | ReportProblem | CorrectionInline | ResultClicked | ResultDwellTime
-                 | QueryReformulated | QueryAbandoned | ActionExecuted | ActionCancelled
-                 | MartyResponseReplaced)
+FeedbackEvent = (
+    VoteUp
+    | VoteDown
+    | ClarificationChosen
+    | ResultPinned
+    | ResultHidden
+    | ReportProblem
+    | CorrectionInline
+    | ResultClicked
+    | ResultDwellTime
+    | QueryReformulated
+    | QueryAbandoned
+    | ActionExecuted
+    | ActionCancelled
+    | MartyResponseReplaced
+)
 
 MartyFeedbackEventV1 = Annotated[FeedbackEvent, Field(discriminator="eventType")]
 """One feedback event; validate with :func:`event_adapter`."""

@@ -78,8 +78,9 @@ class PreparedEvent(NamedTuple):
     payload: str
 
 
-def _link(key: bytes, previous: str, seq: int, event_id: str, received_ms: int,
-          payload: str) -> str:
+def _link(
+    key: bytes, previous: str, seq: int, event_id: str, received_ms: int, payload: str
+) -> str:
     message = f"{previous}\x1e{seq}\x1e{event_id}\x1e{received_ms}\x1e{payload}"
     return hmac.digest(key, message.encode("utf-8"), "sha256").hex()
 
@@ -93,8 +94,10 @@ class ChainHead:
     mac: str
 
     def expected_mac(self, key: bytes) -> str:
-        message = (f"head\x1e{self.last_seq}\x1e{self.last_signature}\x1e{self.anchor_seq}"
-                   f"\x1e{self.anchor_signature}")
+        message = (
+            f"head\x1e{self.last_seq}\x1e{self.last_signature}\x1e{self.anchor_seq}"
+            f"\x1e{self.anchor_signature}"
+        )
         return hmac.new(key, message.encode("ascii"), hashlib.sha256).hexdigest()
 
     def signed(self, key: bytes, **changes: Any) -> ChainHead:
@@ -108,19 +111,36 @@ class ChainHead:
 
 
 def _tombstone_mac(key: bytes, seq: int, signature: str) -> str:
-    return hmac.new(key, f"tomb\x1e{seq}\x1e{signature}".encode("ascii"),
-                    hashlib.sha256).hexdigest()
+    return hmac.new(
+        key, f"tomb\x1e{seq}\x1e{signature}".encode("ascii"), hashlib.sha256
+    ).hexdigest()
 
 
 # Driver-level SQL where it is on the ingestion path (constants only; values travel as
 # parameters): SQLAlchemy's statement handling cost more than these queries.
-_HEAD = ("SELECT last_seq, last_signature, anchor_seq, anchor_signature, mac "
-         "FROM feedback_chain WHERE id = 1")
+_HEAD = (
+    "SELECT last_seq, last_signature, anchor_seq, anchor_signature, mac "
+    "FROM feedback_chain WHERE id = 1"
+)
 _STORED = "SELECT event_id FROM feedback_events WHERE event_id IN "
 _PG_ID_LIST = "(SELECT jsonb_array_elements_text(%s::jsonb))"
-_WRITE_HEAD = feedback_chain.update().where(feedback_chain.c.id == 1).values(
-    {name: sa.bindparam(name) for name in ("last_seq", "last_signature", "anchor_seq",
-                                           "anchor_signature", "mac", "updated_ms")})
+_WRITE_HEAD = (
+    feedback_chain.update()
+    .where(feedback_chain.c.id == 1)
+    .values(
+        {
+            name: sa.bindparam(name)
+            for name in (
+                "last_seq",
+                "last_signature",
+                "anchor_seq",
+                "anchor_signature",
+                "mac",
+                "updated_ms",
+            )
+        }
+    )
+)
 
 
 def _read_head(conn: sa.Connection, *, lock: bool) -> ChainHead:
@@ -131,11 +151,17 @@ def _read_head(conn: sa.Connection, *, lock: bool) -> ChainHead:
 
 
 def _write_head(conn: sa.Connection, head: ChainHead) -> None:
-    conn.execute(_WRITE_HEAD, {"last_seq": head.last_seq,
-                               "last_signature": head.last_signature,
-                               "anchor_seq": head.anchor_seq,
-                               "anchor_signature": head.anchor_signature, "mac": head.mac,
-                               "updated_ms": _now_ms()})
+    conn.execute(
+        _WRITE_HEAD,
+        {
+            "last_seq": head.last_seq,
+            "last_signature": head.last_signature,
+            "anchor_seq": head.anchor_seq,
+            "anchor_signature": head.anchor_signature,
+            "mac": head.mac,
+            "updated_ms": _now_ms(),
+        },
+    )
 
 
 @contextmanager
@@ -156,9 +182,21 @@ def _durable_transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
 
 # A row is a PreparedEvent's fields followed by what the chain adds (the columns are
 # listed in that order, so a row is built by one tuple display per event).
-_COLUMNS = ("event_id", "event_type", "event_time_ms", "session_hash", "user_hash",
-            "query_id", "request_id", "doc_id", "rank_shown", "payload", "seq", "received_ms",
-            "signature")
+_COLUMNS = (
+    "event_id",
+    "event_type",
+    "event_time_ms",
+    "session_hash",
+    "user_hash",
+    "query_id",
+    "request_id",
+    "doc_id",
+    "rank_shown",
+    "payload",
+    "seq",
+    "received_ms",
+    "signature",
+)
 
 
 def _insert(conn: sa.Connection, rows: list[tuple[Any, ...]]) -> None:
@@ -176,8 +214,7 @@ def _insert(conn: sa.Connection, rows: list[tuple[Any, ...]]) -> None:
         return
     # Only constants go into this text; the values travel as parameters.
     marks = ", ".join("?" * len(_COLUMNS))
-    conn.exec_driver_sql(
-        f"INSERT INTO {feedback_events.name} ({columns}) VALUES ({marks})", rows)  # noqa: S608
+    conn.exec_driver_sql(f"INSERT INTO {feedback_events.name} ({columns}) VALUES ({marks})", rows)  # noqa: S608
 
 
 def _stored_ids_sqlite(conn: sa.Connection, ids: list[str]) -> set[str]:
@@ -185,9 +222,10 @@ def _stored_ids_sqlite(conn: sa.Connection, ids: list[str]) -> set[str]:
     SQLite allow 999)."""
     seen: set[str] = set()
     for start in range(0, len(ids), 500):
-        chunk = tuple(ids[start:start + 500])
-        seen.update(conn.exec_driver_sql(
-            f"{_STORED}({', '.join('?' * len(chunk))})", chunk).scalars())
+        chunk = tuple(ids[start : start + 500])
+        seen.update(
+            conn.exec_driver_sql(f"{_STORED}({', '.join('?' * len(chunk))})", chunk).scalars()
+        )
     return seen
 
 
@@ -207,18 +245,18 @@ def _head_and_stored(conn: sa.Connection, ids: list[str]) -> tuple[ChainHead, se
     raw = cast("psycopg.Connection[Any]", conn.connection.driver_connection)
     # Without pipeline support (libpq before 14) the two still run, one trip each.
     batched: AbstractContextManager[Any] = (
-        raw.pipeline() if psycopg.Pipeline.is_supported() else nullcontext())
+        raw.pipeline() if psycopg.Pipeline.is_supported() else nullcontext()
+    )
     with batched:
         head = raw.execute(_HEAD + " FOR UPDATE")
         stored = raw.execute(_STORED + _PG_ID_LIST, (json.dumps(ids),))
     row = head.fetchone()
     if row is None:
         raise RuntimeError("the feedback chain's head row is missing (not migrated?)")
-    return ChainHead(*row), {event_id for event_id, in stored}
+    return ChainHead(*row), {event_id for (event_id,) in stored}
 
 
-def append(engine: sa.Engine, key: bytes, events: Sequence[PreparedEvent]
-                  ) -> list[bool]:
+def append(engine: sa.Engine, key: bytes, events: Sequence[PreparedEvent]) -> list[bool]:
     """Store ``events`` in order, all in one transaction; for each, whether it was new
     (False: its eventId was already stored, or came earlier in ``events``)."""
     if not events:
@@ -261,9 +299,15 @@ class VerifyReport:
     event_id: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "checked": self.checked, "lastSeq": self.last_seq,
-                "anchorSeq": self.anchor_seq, "problem": self.problem, "seq": self.seq,
-                "eventId": self.event_id}
+        return {
+            "ok": self.ok,
+            "checked": self.checked,
+            "lastSeq": self.last_seq,
+            "anchorSeq": self.anchor_seq,
+            "problem": self.problem,
+            "seq": self.seq,
+            "eventId": self.event_id,
+        }
 
 
 def _columns_match(row: sa.Row[Any]) -> bool:
@@ -272,11 +316,27 @@ def _columns_match(row: sa.Row[Any]) -> bool:
     session = event.get("session", {})
     request = event.get("request", {})
     result = event.get("result", {})
-    return (row.event_id, row.event_type, row.event_time_ms, row.session_hash, row.user_hash,
-            row.query_id, row.request_id, row.doc_id, row.rank_shown) == (
-        event.get("eventId"), event.get("eventType"), event.get("eventTimeMs"),
-        session.get("sessionIdHash"), session.get("userIdHash"), request.get("queryId"),
-        request.get("requestId"), result.get("docId"), result.get("rankShown"))
+    return (
+        row.event_id,
+        row.event_type,
+        row.event_time_ms,
+        row.session_hash,
+        row.user_hash,
+        row.query_id,
+        row.request_id,
+        row.doc_id,
+        row.rank_shown,
+    ) == (
+        event.get("eventId"),
+        event.get("eventType"),
+        event.get("eventTimeMs"),
+        session.get("sessionIdHash"),
+        session.get("userIdHash"),
+        request.get("queryId"),
+        request.get("requestId"),
+        result.get("docId"),
+        result.get("rankShown"),
+    )
 
 
 @contextmanager
@@ -295,45 +355,59 @@ def verify(engine: sa.Engine, key: bytes) -> VerifyReport:
         head = _read_head(conn, lock=False)
         report = _Walk(head)
         if not head.genuine(key):
-            return report.fail("the chain head's signature does not match (rewound or "
-                               "forged)")
-        stray = conn.execute(sa.select(sa.func.min(feedback_events.c.seq)).where(
-            feedback_events.c.seq <= head.anchor_seq)).scalar()
+            return report.fail("the chain head's signature does not match (rewound or forged)")
+        stray = conn.execute(
+            sa.select(sa.func.min(feedback_events.c.seq)).where(
+                feedback_events.c.seq <= head.anchor_seq
+            )
+        ).scalar()
         if stray is not None:
-            return report.fail("an event lies before the chain's anchor (inserted after a "
-                               "purge)", seq=stray)
+            return report.fail(
+                "an event lies before the chain's anchor (inserted after a purge)", seq=stray
+            )
         tombstones: dict[int, str] = {}
-        for seq, signature, mac in conn.execute(sa.select(
-                feedback_tombstones.c.seq, feedback_tombstones.c.signature,
-                feedback_tombstones.c.mac).where(feedback_tombstones.c.seq > head.anchor_seq)):
+        for seq, signature, mac in conn.execute(
+            sa.select(
+                feedback_tombstones.c.seq,
+                feedback_tombstones.c.signature,
+                feedback_tombstones.c.mac,
+            ).where(feedback_tombstones.c.seq > head.anchor_seq)
+        ):
             if not hmac.compare_digest(mac, _tombstone_mac(key, seq, signature)):
                 return report.fail("a tombstone's signature does not match", seq=seq)
             tombstones[seq] = signature
         cursor = head.anchor_seq
         while True:
-            rows = conn.execute(sa.select(feedback_events).where(
-                feedback_events.c.seq > cursor).order_by(feedback_events.c.seq)
-                .limit(_VERIFY_PAGE)).all()
+            rows = conn.execute(
+                sa.select(feedback_events)
+                .where(feedback_events.c.seq > cursor)
+                .order_by(feedback_events.c.seq)
+                .limit(_VERIFY_PAGE)
+            ).all()
             for row in rows:
                 if not report.reach(row.seq, tombstones):
                     return report.result
-                expected = _link(key, report.signature, row.seq, row.event_id,
-                                 row.received_ms, row.payload)
+                expected = _link(
+                    key, report.signature, row.seq, row.event_id, row.received_ms, row.payload
+                )
                 if not hmac.compare_digest(expected, row.signature) or not _columns_match(row):
-                    return report.fail("tampered: its content does not match its signature",
-                                       seq=row.seq, event_id=row.event_id)
+                    return report.fail(
+                        "tampered: its content does not match its signature",
+                        seq=row.seq,
+                        event_id=row.event_id,
+                    )
                 report.advance(row.seq, row.signature)
             if len(rows) < _VERIFY_PAGE:
                 break
             cursor = rows[-1].seq
         if report.seq > head.last_seq:
-            return report.fail("an event lies beyond the chain's head (inserted outside "
-                               "Amelio)", seq=report.seq)
+            return report.fail(
+                "an event lies beyond the chain's head (inserted outside Amelio)", seq=report.seq
+            )
         if not report.reach(head.last_seq + 1, tombstones):
             return report.result
         if report.signature != head.last_signature:
-            return report.fail("the newest event does not match the chain head",
-                               seq=head.last_seq)
+            return report.fail("the newest event does not match the chain head", seq=head.last_seq)
         return report.result
 
 
@@ -347,10 +421,12 @@ class _Walk:
         self.checked = 0
         self.result = VerifyReport(True, 0, head.last_seq, head.anchor_seq)
 
-    def fail(self, problem: str, *, seq: int | None = None, event_id: str | None = None
-             ) -> VerifyReport:
-        self.result = VerifyReport(False, self.checked, self.head.last_seq,
-                                   self.head.anchor_seq, problem, seq, event_id)
+    def fail(
+        self, problem: str, *, seq: int | None = None, event_id: str | None = None
+    ) -> VerifyReport:
+        self.result = VerifyReport(
+            False, self.checked, self.head.last_seq, self.head.anchor_seq, problem, seq, event_id
+        )
         return self.result
 
     def reach(self, seq: int, tombstones: dict[int, str]) -> bool:
@@ -379,28 +455,38 @@ class PurgeReport:
     tombstones: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"deleted": self.deleted, "anchorSeq": self.anchor_seq,
-                "tombstones": self.tombstones}
+        return {
+            "deleted": self.deleted,
+            "anchorSeq": self.anchor_seq,
+            "tombstones": self.tombstones,
+        }
 
 
-def purge(engine: sa.Engine, key: bytes, *, before_ms: int, batch: int = 10_000
-                 ) -> PurgeReport:
+def purge(engine: sa.Engine, key: bytes, *, before_ms: int, batch: int = 10_000) -> PurgeReport:
     """Delete events that happened before ``before_ms``, keeping the chain verifiable."""
     deleted = 0
     while True:
         with db.transaction(engine) as conn:
             head = _read_head(conn, lock=True)
-            doomed = conn.execute(sa.select(feedback_events.c.seq, feedback_events.c.signature)
-                                  .where(feedback_events.c.event_time_ms < before_ms)
-                                  .order_by(feedback_events.c.seq).limit(batch)).all()
+            doomed = conn.execute(
+                sa.select(feedback_events.c.seq, feedback_events.c.signature)
+                .where(feedback_events.c.event_time_ms < before_ms)
+                .order_by(feedback_events.c.seq)
+                .limit(batch)
+            ).all()
             if not doomed:
                 anchor = head.anchor_seq
-                tombs = conn.execute(sa.select(sa.func.count()).select_from(
-                    feedback_tombstones)).scalar_one()
+                tombs = conn.execute(
+                    sa.select(sa.func.count()).select_from(feedback_tombstones)
+                ).scalar_one()
                 return PurgeReport(deleted, anchor, tombs)
-            gone: dict[int, str] = dict(conn.execute(sa.select(
-                feedback_tombstones.c.seq, feedback_tombstones.c.signature).where(
-                feedback_tombstones.c.seq > head.anchor_seq)).all())
+            gone: dict[int, str] = dict(
+                conn.execute(
+                    sa.select(feedback_tombstones.c.seq, feedback_tombstones.c.signature).where(
+                        feedback_tombstones.c.seq > head.anchor_seq
+                    )
+                ).all()
+            )
             gone.update((seq, sig) for seq, sig in doomed)
             anchor_seq, anchor_sig = head.anchor_seq, head.anchor_signature
             while anchor_seq + 1 in gone:
@@ -408,17 +494,28 @@ def purge(engine: sa.Engine, key: bytes, *, before_ms: int, batch: int = 10_000
                 anchor_sig = gone[anchor_seq]
             seqs = [seq for seq, _ in doomed]
             for start in range(0, len(seqs), 500):
-                conn.execute(feedback_events.delete().where(
-                    feedback_events.c.seq.in_(seqs[start:start + 500])))
-            conn.execute(feedback_tombstones.delete().where(
-                feedback_tombstones.c.seq <= anchor_seq))
+                conn.execute(
+                    feedback_events.delete().where(
+                        feedback_events.c.seq.in_(seqs[start : start + 500])
+                    )
+                )
+            conn.execute(
+                feedback_tombstones.delete().where(feedback_tombstones.c.seq <= anchor_seq)
+            )
             now = _now_ms()
-            stones = [{"seq": seq, "signature": sig, "mac": _tombstone_mac(key, seq, sig),
-                       "purged_ms": now} for seq, sig in doomed if seq > anchor_seq]
+            stones = [
+                {
+                    "seq": seq,
+                    "signature": sig,
+                    "mac": _tombstone_mac(key, seq, sig),
+                    "purged_ms": now,
+                }
+                for seq, sig in doomed
+                if seq > anchor_seq
+            ]
             if stones:
                 conn.execute(feedback_tombstones.insert(), stones)
-            _write_head(conn, head.signed(key, anchor_seq=anchor_seq,
-                                          anchor_signature=anchor_sig))
+            _write_head(conn, head.signed(key, anchor_seq=anchor_seq, anchor_signature=anchor_sig))
             deleted += len(doomed)
 
 
@@ -427,10 +524,12 @@ def purge(engine: sa.Engine, key: bytes, *, before_ms: int, batch: int = 10_000
 
 def stats(engine: sa.Engine, *, since_ms: int | None = None) -> dict[str, Any]:
     """Counts per event type, the time span, and the chain's length."""
-    query = sa.select(feedback_events.c.event_type, sa.func.count(),
-                      sa.func.min(feedback_events.c.event_time_ms),
-                      sa.func.max(feedback_events.c.event_time_ms)).group_by(
-        feedback_events.c.event_type)
+    query = sa.select(
+        feedback_events.c.event_type,
+        sa.func.count(),
+        sa.func.min(feedback_events.c.event_time_ms),
+        sa.func.max(feedback_events.c.event_time_ms),
+    ).group_by(feedback_events.c.event_type)
     if since_ms is not None:
         query = query.where(feedback_events.c.event_time_ms >= since_ms)
     with db.reading(engine) as conn:
@@ -439,7 +538,10 @@ def stats(engine: sa.Engine, *, since_ms: int | None = None) -> dict[str, Any]:
     by_type = {t: n for t, n, _, _ in sorted(rows)}
     firsts = [lo for _, _, lo, _ in rows]
     lasts = [hi for _, _, _, hi in rows]
-    return {"total": sum(by_type.values()), "byType": by_type,
-            "firstEventTimeMs": min(firsts) if firsts else None,
-            "lastEventTimeMs": max(lasts) if lasts else None,
-            "chain": {"lastSeq": head.last_seq, "anchorSeq": head.anchor_seq}}
+    return {
+        "total": sum(by_type.values()),
+        "byType": by_type,
+        "firstEventTimeMs": min(firsts) if firsts else None,
+        "lastEventTimeMs": max(lasts) if lasts else None,
+        "chain": {"lastSeq": head.last_seq, "anchorSeq": head.anchor_seq},
+    }

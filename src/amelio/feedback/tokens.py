@@ -60,8 +60,7 @@ class TokenSigner:
     def issue(self, query_id: str, request_id: str, *, now_ms: int | None = None) -> str:
         """The token a search response carries for ``query_id``."""
         if not query_id or not request_id or _SEP in query_id + request_id:
-            raise InvalidInput("A feedback token needs a queryId and a requestId "
-                               "(single-line).")
+            raise InvalidInput("A feedback token needs a queryId and a requestId (single-line).")
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         raw = _SEP.join((query_id, request_id, str(now_ms + self.ttl_s * 1000)))
         claims = _b64(raw.encode("utf-8"))
@@ -76,8 +75,9 @@ class TokenSigner:
         if version != _VERSION or not claims or not mac:
             raise InvalidToken("feedbackToken is malformed")
         if not hmac.compare_digest(mac, self._mac(claims)):
-            raise InvalidToken("feedbackToken signature does not match (forged or "
-                               "from another server)")
+            raise InvalidToken(
+                "feedbackToken signature does not match (forged or from another server)"
+            )
         try:
             query_id, request_id, expiry = _unb64(claims).decode("utf-8").split(_SEP)
             expires_ms = int(expiry)
@@ -88,8 +88,9 @@ class TokenSigner:
             raise InvalidToken("feedbackToken has expired")
         return TokenClaims(query_id, request_id, expires_ms)
 
-    def verify(self, token: str, query_id: str, request_id: str | None = None, *,
-               now_ms: int | None = None) -> TokenClaims:
+    def verify(
+        self, token: str, query_id: str, request_id: str | None = None, *, now_ms: int | None = None
+    ) -> TokenClaims:
         """Check that ``token`` was issued for this query (and request, when given)."""
         claims = self.read(token, now_ms=now_ms)
         check_binding(claims, query_id, request_id)

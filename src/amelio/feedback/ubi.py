@@ -108,8 +108,7 @@ _EXPORTED: Mapping[str, tuple[str, str]] = {
     "result_hidden": ("result_hidden", "FEEDBACK"),
 }
 #: Event types that name a result (UBI's ``event_attributes.object``).
-_ABOUT_RESULT = frozenset({"result_clicked", "result_dwell_time", "result_pinned",
-                           "result_hidden"})
+_ABOUT_RESULT = frozenset({"result_clicked", "result_dwell_time", "result_pinned", "result_hidden"})
 #: Where an exported event keeps what UBI has no field for (its extension point).
 _EVENT_ID_ATTR = "amelio_event_id"
 _DWELL_ATTR = "dwell_ms"
@@ -149,8 +148,9 @@ def _open_choices(node: Any) -> Any:
         return node
     out = {k: _open_choices(v) for k, v in node.items()}
     branches = out.get("oneOf")
-    if isinstance(branches, list) and all(isinstance(b, dict) and b.get("type") == "string"
-                                          for b in branches):
+    if isinstance(branches, list) and all(
+        isinstance(b, dict) and b.get("type") == "string" for b in branches
+    ):
         out["anyOf"] = out.pop("oneOf")
     return out
 
@@ -205,15 +205,19 @@ def _time_ms(text: str) -> int:
 
 
 def _timestamp(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds") \
+    return (
+        datetime.fromtimestamp(ms / 1000, UTC)
+        .isoformat(timespec="milliseconds")
         .replace("+00:00", "Z")
+    )
 
 
 def _event_id(time_ms: int, record: Mapping[str, Any]) -> str:
     """A ULID from the event's time and content: the same UBI event always gets the
     same id, so a second import of a file is answered ``duplicate``."""
-    digest = hashlib.sha256(json.dumps(record, sort_keys=True, ensure_ascii=False)
-                            .encode("utf-8")).digest()
+    digest = hashlib.sha256(
+        json.dumps(record, sort_keys=True, ensure_ascii=False).encode("utf-8")
+    ).digest()
     return str(ULID.from_bytes(max(time_ms, 0).to_bytes(6, "big") + digest[:10]))
 
 
@@ -227,16 +231,25 @@ class UbiIngestReport:
     an action Amelio has no type for are ``skipped``."""
 
     queries: dict[str, int] = field(
-        default_factory=lambda: {"imported": 0, "duplicate": 0, "rejected": 0})
-    events: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
-        ("accepted", "duplicate", "rejected", "dropped", "skipped"), 0))
+        default_factory=lambda: {"imported": 0, "duplicate": 0, "rejected": 0}
+    )
+    events: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(
+            ("accepted", "duplicate", "rejected", "dropped", "skipped"), 0
+        )
+    )
     #: ``(line, field, reason)`` of each rejected or skipped line.
     problems: list[tuple[int, str, str]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"queries": self.queries, "events": self.events,
-                "problems": [{"line": line, "field": where, "reason": reason}
-                             for line, where, reason in self.problems]}
+        return {
+            "queries": self.queries,
+            "events": self.events,
+            "problems": [
+                {"line": line, "field": where, "reason": reason}
+                for line, where, reason in self.problems
+            ],
+        }
 
 
 class _Refused(Exception):
@@ -247,8 +260,9 @@ class _Refused(Exception):
         self.where, self.reason = where, reason
 
 
-def _query_impression(record: Mapping[str, Any], settings: Any, project: str,
-                      hasher: SaltedHasher, now_ms: int) -> dict[str, Any]:
+def _query_impression(
+    record: Mapping[str, Any], settings: Any, project: str, hasher: SaltedHasher, now_ms: int
+) -> dict[str, Any]:
     from amelio.search.service import query_key
 
     query_id = record.get("query_id")
@@ -270,18 +284,30 @@ def _query_impression(record: Mapping[str, Any], settings: Any, project: str,
     first_rank: dict[str, int] = {}
     for rank, doc in enumerate(hits, start=1):
         if doc in first_rank:  # the signals would count the document shown twice
-            raise _Refused("query_response_hit_ids", f"ranks {first_rank[doc]} and {rank} "
-                           "are the same document: a ranking shows each document once")
+            raise _Refused(
+                "query_response_hit_ids",
+                f"ranks {first_rank[doc]} and {rank} "
+                "are the same document: a ranking shows each document once",
+            )
         first_rank[doc] = rank
     created_ms = _time_ms(record["timestamp"]) if "timestamp" in record else now_ms
     client = record.get("client_id")
-    session_hash = (hasher.hash(client, day_from_index(created_ms // 86_400_000))
-                    if client else None)
-    return {"query_id": query_id, "request_id": request_id, "project": project,
-            "query_norm": key, "profile": IMPORTED_PROFILE, "alpha": 0.0, "beta": 0.0,
-            "results": [[doc, rank, 0.0] for rank, doc in enumerate(hits, start=1)],
-            "explored": False, "swapped_rank": None, "created_ms": created_ms,
-            "session_hash": session_hash, "user_hash": None}
+    session_hash = hasher.hash(client, day_from_index(created_ms // 86_400_000)) if client else None
+    return {
+        "query_id": query_id,
+        "request_id": request_id,
+        "project": project,
+        "query_norm": key,
+        "profile": IMPORTED_PROFILE,
+        "alpha": 0.0,
+        "beta": 0.0,
+        "results": [[doc, rank, 0.0] for rank, doc in enumerate(hits, start=1)],
+        "explored": False,
+        "swapped_rank": None,
+        "created_ms": created_ms,
+        "session_hash": session_hash,
+        "user_hash": None,
+    }
 
 
 def _marty_event(record: Mapping[str, Any], event_type: str, consent: str) -> dict[str, Any]:
@@ -294,16 +320,23 @@ def _marty_event(record: Mapping[str, Any], event_type: str, consent: str) -> di
         raise _Refused("query_id", "required: Amelio's search events are about a query")
     who = record.get("session_id") or record.get("client_id")
     if not who:
-        raise _Refused("session_id", "give session_id or client_id: every event needs a "
-                       "session (hashed, never stored)")
+        raise _Refused(
+            "session_id",
+            "give session_id or client_id: every event needs a session (hashed, never stored)",
+        )
     time_ms = _time_ms(record["timestamp"])
     session: dict[str, Any] = {"sessionId": who}
     if record.get("user_id"):
         session["userId"] = record["user_id"]
     event: dict[str, Any] = {
-        "eventVersion": "v1", "eventId": _event_id(time_ms, record), "eventTimeMs": time_ms,
-        "eventType": event_type, "session": session, "request": {"queryId": query_id},
-        "consent": {"telemetry": consent}}
+        "eventVersion": "v1",
+        "eventId": _event_id(time_ms, record),
+        "eventTimeMs": time_ms,
+        "eventType": event_type,
+        "session": session,
+        "request": {"queryId": query_id},
+        "consent": {"telemetry": consent},
+    }
     application = record.get("application")
     if application and _KEY.match(application):
         event["context"] = {"view": application}
@@ -311,8 +344,10 @@ def _marty_event(record: Mapping[str, Any], event_type: str, consent: str) -> di
     if event_type in _ABOUT_RESULT:
         thing = attributes.get("object") or {}
         if "object_id" not in thing:
-            raise _Refused("event_attributes.object.object_id",
-                           f"required for {record['action_name']!r}: which result")
+            raise _Refused(
+                "event_attributes.object.object_id",
+                f"required for {record['action_name']!r}: which result",
+            )
         result: dict[str, Any] = {"docId": str(thing["object_id"])}
         ordinal = (attributes.get("position") or {}).get("ordinal")
         if ordinal is not None:
@@ -321,8 +356,9 @@ def _marty_event(record: Mapping[str, Any], event_type: str, consent: str) -> di
     if event_type == "result_dwell_time":
         dwell = attributes.get(_DWELL_ATTR)
         if dwell is None:
-            raise _Refused(f"event_attributes.{_DWELL_ATTR}",
-                           "required for a dwell event: how long, in ms")
+            raise _Refused(
+                f"event_attributes.{_DWELL_ATTR}", "required for a dwell event: how long, in ms"
+            )
         event["outcome"] = {"dwellMs": dwell}
     return event
 
@@ -343,16 +379,23 @@ def _event_types(actions: Mapping[str, str] | None) -> dict[str, str]:
     allowed = sorted(set(ACTIONS.values()))
     for name, mapped in (actions or {}).items():
         if mapped not in allowed:
-            raise InvalidInput(f"{name}={mapped}: {mapped!r} is not an event type a UBI "
-                               f"event can become (one of {', '.join(allowed)})",
-                               field="map")
+            raise InvalidInput(
+                f"{name}={mapped}: {mapped!r} is not an event type a UBI "
+                f"event can become (one of {', '.join(allowed)})",
+                field="map",
+            )
         mapping[name] = mapped
     return mapping
 
 
-def ingest_ubi(workspace: Workspace, path: Path | str, *, consent: str,
-               project: str = "default", actions: Mapping[str, str] | None = None
-               ) -> UbiIngestReport:
+def ingest_ubi(
+    workspace: Workspace,
+    path: Path | str,
+    *,
+    consent: str,
+    project: str = "default",
+    actions: Mapping[str, str] | None = None,
+) -> UbiIngestReport:
     """Import a UBI file (queries, events, or both mixed; NDJSON or a JSON array).
 
     ``consent`` is what the events' missing consent field is taken to be: only
@@ -365,8 +408,9 @@ def ingest_ubi(workspace: Workspace, path: Path | str, *, consent: str,
     (the aggregator joins an event to its impression later, wherever it came from).
     """
     if consent not in ("granted", "denied", "unknown"):
-        raise InvalidInput(f"consent is granted, denied or unknown, not {consent!r}",
-                           field="consent")
+        raise InvalidInput(
+            f"consent is granted, denied or unknown, not {consent!r}", field="consent"
+        )
     validate_name(project)
     mapping = _event_types(actions)
     collector = Collector(workspace)
@@ -388,8 +432,11 @@ def ingest_ubi(workspace: Workspace, path: Path | str, *, consent: str,
                     where, reason = error
                     raise _Refused(where, f"not a UBI {kind} ({reason})")
                 if kind == "query":
-                    impressions.append(_query_impression(
-                        item, workspace.settings, project, collector.hasher, now_ms))
+                    impressions.append(
+                        _query_impression(
+                            item, workspace.settings, project, collector.hasher, now_ms
+                        )
+                    )
                     continue
                 event_type = mapping.get(item["action_name"])
                 if event_type is None:
@@ -410,28 +457,36 @@ def _unmapped(record: Mapping[str, Any]) -> str:
     """Why an event with no Amelio type is skipped, and what to do about it."""
     if record["action_name"] in ("impression", "view"):
         return "impressions come from the UBI queries' hit lists"
-    return (f"{record['action_name']!r} has no Amelio event type; map it with "
-            "--map ACTION=EVENT_TYPE")
+    return (
+        f"{record['action_name']!r} has no Amelio event type; map it with --map ACTION=EVENT_TYPE"
+    )
 
 
-def _store_events(collector: Collector, events: Sequence[tuple[int, dict[str, Any]]],
-                  report: UbiIngestReport) -> None:
+def _store_events(
+    collector: Collector, events: Sequence[tuple[int, dict[str, Any]]], report: UbiIngestReport
+) -> None:
     """Hand a batch's ``(line, event)`` to the collector, naming each rejection by its
     line and the UBI field it came from."""
     size = collector.settings.feedback_max_events
     for start in range(0, len(events), size):
-        chunk = events[start:start + size]
-        result = collector.ingest([e for _, e in chunk], rate_limit=False,
-                                  require_token=False, indexes=[n for n, _ in chunk])
+        chunk = events[start : start + size]
+        result = collector.ingest(
+            [e for _, e in chunk],
+            rate_limit=False,
+            require_token=False,
+            indexes=[n for n, _ in chunk],
+        )
         for status in result.statuses:
             report.events[status.status] += 1
             if status.status == "rejected":
-                report.problems.append((status.position, _ubi_field(status.field or ""),
-                                        status.reason or ""))
+                report.problems.append(
+                    (status.position, _ubi_field(status.field or ""), status.reason or "")
+                )
 
 
-def _store_impressions(workspace: Workspace, rows: Sequence[dict[str, Any]],
-                       report: UbiIngestReport) -> None:
+def _store_impressions(
+    workspace: Workspace, rows: Sequence[dict[str, Any]], report: UbiIngestReport
+) -> None:
     """Log a batch's queries as impressions, in one transaction. A query id the log
     already holds (an earlier import, a line above, a search this server answered,
     even one answered meanwhile) is kept and counted ``duplicate``: the insert ignores
@@ -442,9 +497,15 @@ def _store_impressions(workspace: Workspace, rows: Sequence[dict[str, Any]],
     imported = 0
     with transaction(workspace.engine) as conn:
         for start in range(0, len(rows), per_statement):
-            imported += len(insert_ignore(
-                conn, search_impressions, list(rows[start:start + per_statement]),
-                ["query_id"], returning=search_impressions.c.query_id))
+            imported += len(
+                insert_ignore(
+                    conn,
+                    search_impressions,
+                    list(rows[start : start + per_statement]),
+                    ["query_id"],
+                    returning=search_impressions.c.query_id,
+                )
+            )
     report.queries["imported"] += imported
     report.queries["duplicate"] += len(rows) - imported
 
@@ -463,18 +524,25 @@ class UbiExportReport:
     files: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"queries": self.queries, "events": self.events, "skipped": self.skipped,
-                "files": self.files}
+        return {
+            "queries": self.queries,
+            "events": self.events,
+            "skipped": self.skipped,
+            "files": self.files,
+        }
 
 
 def _query_record(row: Any) -> dict[str, Any]:
     record: dict[str, Any] = {
-        "application": APPLICATION, "query_id": row.query_id, "user_query": row.query_norm,
-        "timestamp": _timestamp(row.created_ms), "query_response_id": row.request_id,
-        "query_response_hit_ids": [doc for doc, _, _ in sorted(row.results,
-                                                                key=lambda r: r[1])],
+        "application": APPLICATION,
+        "query_id": row.query_id,
+        "user_query": row.query_norm,
+        "timestamp": _timestamp(row.created_ms),
+        "query_response_id": row.request_id,
+        "query_response_hit_ids": [doc for doc, _, _ in sorted(row.results, key=lambda r: r[1])],
         "query_attributes": {"project": row.project, "profile": row.profile},
-        "object_id_field": "_id"}
+        "object_id_field": "_id",
+    }
     if row.session_hash:  # a pseudonym, the only client identity Amelio keeps
         record["client_id"] = row.session_hash
     return record
@@ -490,9 +558,13 @@ def _event_record(row: Any, ranks: Mapping[tuple[str, str], int]) -> dict[str, A
     session = payload["session"]
     record: dict[str, Any] = {
         "application": (payload.get("context") or {}).get("view") or APPLICATION,
-        "action_name": action, "query_id": row.query_id,
-        "session_id": session["sessionIdHash"], "client_id": session["sessionIdHash"],
-        "timestamp": _timestamp(row.event_time_ms), "message_type": message_type}
+        "action_name": action,
+        "query_id": row.query_id,
+        "session_id": session["sessionIdHash"],
+        "client_id": session["sessionIdHash"],
+        "timestamp": _timestamp(row.event_time_ms),
+        "message_type": message_type,
+    }
     if "userIdHash" in session:
         record["user_id"] = session["userIdHash"]
     attributes: dict[str, Any] = {_EVENT_ID_ATTR: row.event_id}
@@ -513,13 +585,21 @@ def _ranks(conn: sa.Connection, rows: Sequence[Any]) -> dict[tuple[str, str], in
     """``(query id, doc id) → rank`` from the impression log, for the events of
     ``rows`` that name a document but not its rank: only those need the log, so a
     batch reads the few impressions it joins rather than the export the whole log."""
-    wanted = sorted({r.query_id for r in rows if r.doc_id is not None
-                     and r.rank_shown is None and r.query_id is not None})
+    wanted = sorted(
+        {
+            r.query_id
+            for r in rows
+            if r.doc_id is not None and r.rank_shown is None and r.query_id is not None
+        }
+    )
     ranks: dict[tuple[str, str], int] = {}
     i = search_impressions.c
     for start in range(0, len(wanted), _ID_CHUNK):
-        for imp in conn.execute(sa.select(i.query_id, i.results)
-                                .where(i.query_id.in_(wanted[start:start + _ID_CHUNK]))):
+        for imp in conn.execute(
+            sa.select(i.query_id, i.results).where(
+                i.query_id.in_(wanted[start : start + _ID_CHUNK])
+            )
+        ):
             for doc, rank, _ in imp.results:
                 ranks.setdefault((imp.query_id, doc), rank)
     return ranks
@@ -549,8 +629,9 @@ def _write(path: Path, records: Iterable[dict[str, Any]], kind: Kind) -> int:
     return count
 
 
-def export_ubi(workspace: Workspace, out_dir: Path | str, *, since_ms: int | None = None,
-               force: bool = False) -> UbiExportReport:
+def export_ubi(
+    workspace: Workspace, out_dir: Path | str, *, since_ms: int | None = None, force: bool = False
+) -> UbiExportReport:
     """Write ``ubi_queries.ndjson`` (one UBI query per logged impression) and
     ``ubi_events.ndjson`` (one UBI event per stored search event) to ``out_dir``,
     from ``since_ms`` on (default: everything); refuses to overwrite without ``force``.
@@ -563,19 +644,43 @@ def export_ubi(workspace: Workspace, out_dir: Path | str, *, since_ms: int | Non
     targets = [out / QUERIES_FILE, out / EVENTS_FILE]
     existing = [p.name for p in targets if p.exists()]
     if existing and not force:
-        raise InvalidInput(f"{out} already holds {', '.join(existing)}: pass --force to "
-                           "replace them, or choose another folder.", field="out")
+        raise InvalidInput(
+            f"{out} already holds {', '.join(existing)}: pass --force to "
+            "replace them, or choose another folder.",
+            field="out",
+        )
     report = UbiExportReport()
     i, e = search_impressions.c, feedback_events.c
     with workspace.engine.connect() as conn:
-        query = sa.select(i.query_id, i.request_id, i.project, i.query_norm, i.profile,
-                          i.results, i.created_ms, i.session_hash).order_by(i.id) \
+        query = (
+            sa.select(
+                i.query_id,
+                i.request_id,
+                i.project,
+                i.query_norm,
+                i.profile,
+                i.results,
+                i.created_ms,
+                i.session_hash,
+            )
+            .order_by(i.id)
             .execution_options(yield_per=_READ_BATCH)
+        )
         if since_ms is not None:
             query = query.where(i.created_ms >= since_ms)
-        events = sa.select(e.event_id, e.event_type, e.event_time_ms, e.query_id, e.doc_id,
-                           e.rank_shown, e.payload).order_by(e.seq) \
+        events = (
+            sa.select(
+                e.event_id,
+                e.event_type,
+                e.event_time_ms,
+                e.query_id,
+                e.doc_id,
+                e.rank_shown,
+                e.payload,
+            )
+            .order_by(e.seq)
             .execution_options(yield_per=_READ_BATCH)
+        )
         if since_ms is not None:
             events = events.where(e.event_time_ms >= since_ms)
 

@@ -44,8 +44,15 @@ from amelio.llm.cache import CachedProvider
 from amelio.skills.store import get_skill
 from amelio.workspace.folder import Workspace
 
-__all__ = ["BenchmarkReport", "ScenarioPlan", "latest_verdict", "list_benchmarks",
-           "parse_judge", "parse_scenarios_option", "run_benchmark"]
+__all__ = [
+    "BenchmarkReport",
+    "ScenarioPlan",
+    "latest_verdict",
+    "list_benchmarks",
+    "parse_judge",
+    "parse_scenarios_option",
+    "run_benchmark",
+]
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +87,15 @@ def parse_scenarios_option(value: str | int | None, default: ScenarioPlan) -> Sc
     if not count.isdigit() and source == "" and text in ("generated", "replay", "both"):
         source, count = text, str(default.count)
     source = source or default.source
-    if source not in ("generated", "replay", "both") or not count.isdigit() \
-            or not 1 <= int(count) <= 100:
-        raise InvalidInput(f"Bad scenarios {text!r}: use N, generated:N, replay:N or both:N "
-                           "(N from 1 to 100).", field="scenarios")
+    if (
+        source not in ("generated", "replay", "both")
+        or not count.isdigit()
+        or not 1 <= int(count) <= 100
+    ):
+        raise InvalidInput(
+            f"Bad scenarios {text!r}: use N, generated:N, replay:N or both:N (N from 1 to 100).",
+            field="scenarios",
+        )
     return ScenarioPlan(source, int(count))
 
 
@@ -97,9 +109,14 @@ class BenchmarkReport:
     scenarios: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"runId": self.run_id, "proposalId": self.proposal_id, "verdict": self.verdict,
-                "improvementPct": self.improvement_pct, **self.summary,
-                "scenarios": self.scenarios}
+        return {
+            "runId": self.run_id,
+            "proposalId": self.proposal_id,
+            "verdict": self.verdict,
+            "improvementPct": self.improvement_pct,
+            **self.summary,
+            "scenarios": self.scenarios,
+        }
 
 
 # -- judging ------------------------------------------------------------------------------
@@ -119,21 +136,28 @@ def parse_judge(text: str) -> tuple[float, float, str]:
         if not isinstance(data, dict):
             continue
         a, b = data.get("score_a"), data.get("score_b")
-        if isinstance(a, int | float) and isinstance(b, int | float) and \
-                1 <= a <= 10 and 1 <= b <= 10 and not isinstance(a, bool) \
-                and not isinstance(b, bool):
+        if (
+            isinstance(a, int | float)
+            and isinstance(b, int | float)
+            and 1 <= a <= 10
+            and 1 <= b <= 10
+            and not isinstance(a, bool)
+            and not isinstance(b, bool)
+        ):
             return float(a), float(b), str(data.get("reason", "")).strip()[:1000]
     raise ValueError(f"no valid scores in judge reply: {text[:120]!r}")
 
 
-def _judge(judge: Provider, message: str, first: str, second: str, tries: int = 2
-           ) -> tuple[float, float, str, Completion | None]:
+def _judge(
+    judge: Provider, message: str, first: str, second: str, tries: int = 2
+) -> tuple[float, float, str, Completion | None]:
     user = f"USER MESSAGE:\n{message}\n\nANSWER A:\n{first}\n\nANSWER B:\n{second}"
     last_error = ""
     for attempt in range(tries):
         extra = "" if attempt == 0 else "\n\nReply with the JSON object only."
-        completion = judge.complete(LLMRequest.single(_JUDGE_SYSTEM, user + extra,
-                                                      max_tokens=300, temperature=0))
+        completion = judge.complete(
+            LLMRequest.single(_JUDGE_SYSTEM, user + extra, max_tokens=300, temperature=0)
+        )
         try:
             a, b, reason = parse_judge(completion.text)
             return a, b, reason, completion
@@ -147,10 +171,13 @@ def _judge(judge: Provider, message: str, first: str, second: str, tries: int = 
 
 def _replayed(ws: Workspace, skill: str, project: str, count: int) -> list[str]:
     """Distinct real messages that skill answered, newest first."""
-    query = (sa.select(interactions.c.message)
-             .join(projects, projects.c.id == interactions.c.project_id)
-             .where(interactions.c.applied_skill == skill, projects.c.name == project)
-             .order_by(interactions.c.id.desc()).limit(count * 5))
+    query = (
+        sa.select(interactions.c.message)
+        .join(projects, projects.c.id == interactions.c.project_id)
+        .where(interactions.c.applied_skill == skill, projects.c.name == project)
+        .order_by(interactions.c.id.desc())
+        .limit(count * 5)
+    )
     with ws.engine.connect() as conn:
         seen: dict[str, None] = {}
         for (message,) in conn.execute(query):
@@ -158,11 +185,14 @@ def _replayed(ws: Workspace, skill: str, project: str, count: int) -> list[str]:
     return list(seen)[:count]
 
 
-def _generated(provider: Provider, skill_name: str, description: str, triggers: Sequence[str],
-               count: int) -> list[str]:
-    user = (f"Write {count} different, realistic messages a user could send that need the "
-            f"skill '{skill_name}': {description}\nTypical words: {', '.join(triggers)}.\n"
-            f"Vary length and difficulty. Reply with a JSON array of {count} strings.")
+def _generated(
+    provider: Provider, skill_name: str, description: str, triggers: Sequence[str], count: int
+) -> list[str]:
+    user = (
+        f"Write {count} different, realistic messages a user could send that need the "
+        f"skill '{skill_name}': {description}\nTypical words: {', '.join(triggers)}.\n"
+        f"Vary length and difficulty. Reply with a JSON array of {count} strings."
+    )
     text = provider.complete(LLMRequest.single(_SCENARIO_SYSTEM, user, max_tokens=1500)).text
     match = re.search(r"\[.*\]", text, re.DOTALL)
     items: list[str] = []
@@ -173,23 +203,33 @@ def _generated(provider: Provider, skill_name: str, description: str, triggers: 
         except json.JSONDecodeError:
             items = []
     if not items:  # one message a line, list markers stripped
-        items = [re.sub(r"^\s*(?:[-*]|\d+[.)])\s*", "", line).strip().strip('"')
-                 for line in text.splitlines() if line.strip()]
+        items = [
+            re.sub(r"^\s*(?:[-*]|\d+[.)])\s*", "", line).strip().strip('"')
+            for line in text.splitlines()
+            if line.strip()
+        ]
     return [i for i in items if i][:count]
 
 
-def _scenarios(ws: Workspace, provider: Provider, plan: ScenarioPlan, skill: Any,
-               project: str) -> list[tuple[str, str]]:
+def _scenarios(
+    ws: Workspace, provider: Provider, plan: ScenarioPlan, skill: Any, project: str
+) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     if plan.source in ("replay", "both"):
         out += [("replay", m) for m in _replayed(ws, skill.name, project, plan.count)]
     missing = plan.count - len(out)
     if plan.source in ("generated", "both") and missing > 0:
-        out += [("generated", m) for m in _generated(
-            provider, skill.name, skill.spec.description, skill.spec.triggers, missing)]
+        out += [
+            ("generated", m)
+            for m in _generated(
+                provider, skill.name, skill.spec.description, skill.spec.triggers, missing
+            )
+        ]
     if not out:
-        raise InvalidInput(f"No scenarios for {skill.name}: no logged messages to replay and "
-                           "none generated.", field="scenarios")
+        raise InvalidInput(
+            f"No scenarios for {skill.name}: no logged messages to replay and none generated.",
+            field="scenarios",
+        )
     return out[: plan.count]
 
 
@@ -213,9 +253,15 @@ def _with_model(ws: Workspace, model: str) -> Any:
 
 
 def run_benchmark(
-    ws: Workspace, proposal_id: int, *, scenarios: str | int | None = None,
-    swap: bool | None = None, seed: int | None = None, provider: Provider | None = None,
-    judge: Provider | None = None, notify: bool = True,
+    ws: Workspace,
+    proposal_id: int,
+    *,
+    scenarios: str | int | None = None,
+    swap: bool | None = None,
+    seed: int | None = None,
+    provider: Provider | None = None,
+    judge: Provider | None = None,
+    notify: bool = True,
 ) -> BenchmarkReport:
     """Benchmark a proposal's new content against the content it would replace; the
     notifiers hear the verdict (``benchmark.report``) unless ``notify`` is False
@@ -223,59 +269,86 @@ def run_benchmark(
     settings = ws.settings
     proposal = get_proposal(ws, proposal_id)
     if proposal.scope == "new":
-        raise InvalidInput(f"Proposal #{proposal_id} creates a new skill, so there is no old "
-                           "version to benchmark it against: review its content, then approve "
-                           "or reject it.", proposal_id=proposal_id)
-    plan = parse_scenarios_option(scenarios, ScenarioPlan(settings.bench_source,
-                                                          settings.bench_scenarios))
+        raise InvalidInput(
+            f"Proposal #{proposal_id} creates a new skill, so there is no old "
+            "version to benchmark it against: review its content, then approve "
+            "or reject it.",
+            proposal_id=proposal_id,
+        )
+    plan = parse_scenarios_option(
+        scenarios, ScenarioPlan(settings.bench_source, settings.bench_scenarios)
+    )
     swap = settings.bench_swap if swap is None else swap
     seed = random.SystemRandom().randrange(2**31) if seed is None else seed
     base = provider or get_provider(settings, purpose="Benchmarking")
-    judge_base = judge or (get_provider(_with_model(ws, settings.judge_model),
-                                        purpose="Benchmarking")
-                           if settings.judge_model else base)
+    judge_base = judge or (
+        get_provider(_with_model(ws, settings.judge_model), purpose="Benchmarking")
+        if settings.judge_model
+        else base
+    )
     runner = CachedProvider(base, ws.engine)
     judging = CachedProvider(judge_base, ws.engine)
     skill = get_skill(ws.engine, proposal.skill, proposal.project)
     with db.transaction(ws.engine) as conn:
-        result = conn.execute(benchmark_runs.insert().values(
-            proposal_id=proposal_id, status="running", summary={}, created_at=utcnow()))
+        result = conn.execute(
+            benchmark_runs.insert().values(
+                proposal_id=proposal_id, status="running", summary={}, created_at=utcnow()
+            )
+        )
         assert result.inserted_primary_key is not None
         run_id = int(result.inserted_primary_key[0])
     try:
         report = _run(ws, run_id, proposal, skill, plan, swap, seed, runner, judging)
     except AmelioError as exc:
         with db.transaction(ws.engine) as conn:
-            conn.execute(benchmark_runs.update().where(benchmark_runs.c.id == run_id).values(
-                status="error", error=exc.message, finished_at=utcnow()))
+            conn.execute(
+                benchmark_runs.update()
+                .where(benchmark_runs.c.id == run_id)
+                .values(status="error", error=exc.message, finished_at=utcnow())
+            )
         raise
     if notify:
         notify_all(settings, benchmark_notification(ws, proposal, report))
     return report
 
 
-def benchmark_notification(ws: Workspace, proposal: Any, report: BenchmarkReport
-                           ) -> Notification:
+def benchmark_notification(ws: Workspace, proposal: Any, report: BenchmarkReport) -> Notification:
     """What the notifiers receive when a benchmark finishes: the verdict, and the
     proposal to review (a chat notifier shows its card with the new badge)."""
     from amelio.improve.nightly import proposal_actions
 
-    gain = (f" ({report.improvement_pct:+.1f} %)" if report.improvement_pct is not None
-            else "")
+    gain = f" ({report.improvement_pct:+.1f} %)" if report.improvement_pct is not None else ""
     title = f"Benchmark of proposal #{proposal.id} ({proposal.skill}): {report.verdict}{gain}"
     count, needed = report.summary.get("scenarioCount", 0), report.summary.get("minScenarios", 0)
-    note = (f"\n\nNot significant with {count} scenarios: run at least {needed}."
-            if count < needed else "")
+    note = (
+        f"\n\nNot significant with {count} scenarios: run at least {needed}."
+        if count < needed
+        else ""
+    )
     return Notification(
-        kind="benchmark.report", title=title, text=title + note,
-        payload={"project": proposal.project, "skill": proposal.skill,
-                 **{k: v for k, v in report.to_dict().items() if k != "scenarios"}},
-        actions=proposal_actions(ws, [{"id": proposal.id, "skill": proposal.skill}]))
+        kind="benchmark.report",
+        title=title,
+        text=title + note,
+        payload={
+            "project": proposal.project,
+            "skill": proposal.skill,
+            **{k: v for k, v in report.to_dict().items() if k != "scenarios"},
+        },
+        actions=proposal_actions(ws, [{"id": proposal.id, "skill": proposal.skill}]),
+    )
 
 
-def _run(ws: Workspace, run_id: int, proposal: Any, skill: Any, plan: ScenarioPlan,
-         swap: bool, seed: int, runner: CachedProvider, judging: CachedProvider
-         ) -> BenchmarkReport:
+def _run(
+    ws: Workspace,
+    run_id: int,
+    proposal: Any,
+    skill: Any,
+    plan: ScenarioPlan,
+    swap: bool,
+    seed: int,
+    runner: CachedProvider,
+    judging: CachedProvider,
+) -> BenchmarkReport:
     rng = random.Random(seed)  # noqa: S311 (reproducible A/B order, not secrets)
     settings = ws.settings
     cases = _scenarios(ws, runner, plan, skill, proposal.project)
@@ -283,22 +356,43 @@ def _run(ws: Workspace, run_id: int, proposal: Any, skill: Any, plan: ScenarioPl
     rows: list[dict[str, Any]] = []
     judge_only = not skill.spec.evals
     for position, (source, message) in enumerate(cases):
-        old_c, old_r = answer_with(ws, message, skill=skill.name, content=proposal.current_content,
-                                   provider=runner, project=proposal.project)
-        new_c, new_r = answer_with(ws, message, skill=skill.name,
-                                   content=proposal.proposed_content, provider=runner,
-                                   project=proposal.project)
+        old_c, old_r = answer_with(
+            ws,
+            message,
+            skill=skill.name,
+            content=proposal.current_content,
+            provider=runner,
+            project=proposal.project,
+        )
+        new_c, new_r = answer_with(
+            ws,
+            message,
+            skill=skill.name,
+            content=proposal.proposed_content,
+            provider=runner,
+            project=proposal.project,
+        )
         spent += [old_c, new_c]
-        row: dict[str, Any] = {"position": position, "source": source, "message": message,
-                               "oldOutput": old_c.text, "newOutput": new_c.text,
-                               "oldEval": _eval_score(old_r), "newEval": _eval_score(new_r)}
+        row: dict[str, Any] = {
+            "position": position,
+            "source": source,
+            "message": message,
+            "oldOutput": old_c.text,
+            "newOutput": new_c.text,
+            "oldEval": _eval_score(old_r),
+            "newEval": _eval_score(new_r),
+        }
         try:
-            orders = ["old-first", "new-first"] if swap else [
-                "old-first" if rng.random() < 0.5 else "new-first"]
+            orders = (
+                ["old-first", "new-first"]
+                if swap
+                else ["old-first" if rng.random() < 0.5 else "new-first"]
+            )
             judged = []
             for order in orders:
-                first, second = (old_c.text, new_c.text) if order == "old-first" else \
-                    (new_c.text, old_c.text)
+                first, second = (
+                    (old_c.text, new_c.text) if order == "old-first" else (new_c.text, old_c.text)
+                )
                 a, b, reason, completion = _judge(judging, message, first, second)
                 if completion is not None:
                     spent.append(completion)
@@ -311,35 +405,68 @@ def _run(ws: Workspace, run_id: int, proposal: Any, skill: Any, plan: ScenarioPl
             old_total = _combined(row["oldEval"], old_judge)
             new_total = _combined(row["newEval"], new_judge)
             diff = new_total - old_total
-            winner = "tie" if not consistent or abs(diff) <= settings.bench_tie_margin else (
-                "new" if diff > 0 else "old")
-            row |= {"orders": [j[0] for j in judged], "oldJudge": old_judge,
-                    "newJudge": new_judge, "reason": judged[0][3],
-                    "reasons": [j[3] for j in judged], "consistent": consistent,
-                    "oldScore": round(old_total, 3), "newScore": round(new_total, 3),
-                    "winner": winner}
+            winner = (
+                "tie"
+                if not consistent or abs(diff) <= settings.bench_tie_margin
+                else ("new" if diff > 0 else "old")
+            )
+            row |= {
+                "orders": [j[0] for j in judged],
+                "oldJudge": old_judge,
+                "newJudge": new_judge,
+                "reason": judged[0][3],
+                "reasons": [j[3] for j in judged],
+                "consistent": consistent,
+                "oldScore": round(old_total, 3),
+                "newScore": round(new_total, 3),
+                "winner": winner,
+            }
         except LLMError as exc:  # recorded as data: the other scenarios still count
             row |= {"error": exc.message, "winner": None}
         rows.append(row)
-    summary = _summarize(rows, settings.bench_confidence, seed, swap, judge_only, plan,
-                         spent, runner, judging)
+    summary = _summarize(
+        rows, settings.bench_confidence, seed, swap, judge_only, plan, spent, runner, judging
+    )
     with db.transaction(ws.engine) as conn:
         for row in rows:
-            conn.execute(benchmark_scenarios.insert().values(
-                run_id=run_id, position=row["position"], source=row["source"],
-                message=row["message"], old_output=row["oldOutput"],
-                new_output=row["newOutput"], result=row))
-        conn.execute(benchmark_runs.update().where(benchmark_runs.c.id == run_id).values(
-            status="done", verdict=summary["verdict"],
-            improvement_pct=summary["improvementPct"], summary=summary,
-            finished_at=utcnow()))
-    return BenchmarkReport(run_id, proposal.id, summary["verdict"], summary["improvementPct"],
-                           summary, rows)
+            conn.execute(
+                benchmark_scenarios.insert().values(
+                    run_id=run_id,
+                    position=row["position"],
+                    source=row["source"],
+                    message=row["message"],
+                    old_output=row["oldOutput"],
+                    new_output=row["newOutput"],
+                    result=row,
+                )
+            )
+        conn.execute(
+            benchmark_runs.update()
+            .where(benchmark_runs.c.id == run_id)
+            .values(
+                status="done",
+                verdict=summary["verdict"],
+                improvement_pct=summary["improvementPct"],
+                summary=summary,
+                finished_at=utcnow(),
+            )
+        )
+    return BenchmarkReport(
+        run_id, proposal.id, summary["verdict"], summary["improvementPct"], summary, rows
+    )
 
 
-def _summarize(rows: list[dict[str, Any]], confidence: float, seed: int, swap: bool,
-               judge_only: bool, plan: ScenarioPlan, spent: list[Completion],
-               runner: CachedProvider, judging: CachedProvider) -> dict[str, Any]:
+def _summarize(
+    rows: list[dict[str, Any]],
+    confidence: float,
+    seed: int,
+    swap: bool,
+    judge_only: bool,
+    plan: ScenarioPlan,
+    spent: list[Completion],
+    runner: CachedProvider,
+    judging: CachedProvider,
+) -> dict[str, Any]:
     scored = [r for r in rows if r.get("winner") is not None]
     diffs = [r["newScore"] - r["oldScore"] for r in scored if r["consistent"]]
     old_avg = statistics.fmean(r["oldScore"] for r in scored) if scored else None
@@ -354,28 +481,41 @@ def _summarize(rows: list[dict[str, Any]], confidence: float, seed: int, swap: b
     if old_avg and new_avg is not None:
         improvement = round((new_avg - old_avg) / old_avg * 100, 2)
     return {
-        "verdict": verdict, "improvementPct": improvement,
+        "verdict": verdict,
+        "improvementPct": improvement,
         "wins": sum(r["winner"] == "new" for r in scored),
         "losses": sum(r["winner"] == "old" for r in scored),
         "ties": sum(r["winner"] == "tie" for r in scored),
         "errors": len(rows) - len(scored),
         "oldAvg": None if old_avg is None else round(old_avg, 3),
         "newAvg": None if new_avg is None else round(new_avg, 3),
-        "meanDiff": round(mean, 3), "pValue": round(p_value, 5),
-        "ci": [round(low, 3), round(high, 3)], "confidence": confidence,
-        "positionConsistency": (round(sum(r["consistent"] for r in scored) / len(scored), 3)
-                                if scored and swap else None),
-        "swap": swap, "seed": seed, "judgeOnly": judge_only,
-        "weights": {"evals": 0 if judge_only else EVAL_WEIGHT,
-                    "judge": 1 if judge_only else JUDGE_WEIGHT},
-        "scenarioSource": plan.source, "scenarioCount": len(rows),
+        "meanDiff": round(mean, 3),
+        "pValue": round(p_value, 5),
+        "ci": [round(low, 3), round(high, 3)],
+        "confidence": confidence,
+        "positionConsistency": (
+            round(sum(r["consistent"] for r in scored) / len(scored), 3)
+            if scored and swap
+            else None
+        ),
+        "swap": swap,
+        "seed": seed,
+        "judgeOnly": judge_only,
+        "weights": {
+            "evals": 0 if judge_only else EVAL_WEIGHT,
+            "judge": 1 if judge_only else JUDGE_WEIGHT,
+        },
+        "scenarioSource": plan.source,
+        "scenarioCount": len(rows),
         # Below this many scenarios no result can be PASSED or FAILED: say so.
         "minScenarios": min_scenarios(confidence),
         "inputTokens": sum(c.input_tokens or 0 for c in spent if not c.raw.get("cached")),
         "outputTokens": sum(c.output_tokens or 0 for c in spent if not c.raw.get("cached")),
         "costUsd": round(sum(c.cost_usd or 0 for c in spent), 6),
-        "cachedCalls": runner.hits + judging.hits, "llmCalls": runner.misses + judging.misses,
-        "model": runner.model, "judgeModel": judging.model,
+        "cachedCalls": runner.hits + judging.hits,
+        "llmCalls": runner.misses + judging.misses,
+        "model": runner.model,
+        "judgeModel": judging.model,
     }
 
 
@@ -383,27 +523,44 @@ def list_benchmarks(ws: Workspace, proposal_id: int) -> list[dict[str, Any]]:
     """Every benchmark run of a proposal, newest first, with its scenarios."""
     get_proposal(ws, proposal_id)
     with ws.engine.connect() as conn:
-        runs = conn.execute(sa.select(benchmark_runs).where(
-            benchmark_runs.c.proposal_id == proposal_id).order_by(benchmark_runs.c.id.desc())
+        runs = conn.execute(
+            sa.select(benchmark_runs)
+            .where(benchmark_runs.c.proposal_id == proposal_id)
+            .order_by(benchmark_runs.c.id.desc())
         ).all()
         out = []
         for run in runs:
-            scenarios = conn.execute(sa.select(benchmark_scenarios.c.result).where(
-                benchmark_scenarios.c.run_id == run.id).order_by(
-                benchmark_scenarios.c.position)).scalars().all()
-            out.append({"runId": run.id, "status": run.status, "verdict": run.verdict,
-                        "improvementPct": run.improvement_pct, "error": run.error,
-                        **dict(run.summary), "scenarios": list(scenarios),
-                        "createdAt": run.created_at.isoformat()})
+            scenarios = (
+                conn.execute(
+                    sa.select(benchmark_scenarios.c.result)
+                    .where(benchmark_scenarios.c.run_id == run.id)
+                    .order_by(benchmark_scenarios.c.position)
+                )
+                .scalars()
+                .all()
+            )
+            out.append(
+                {
+                    "runId": run.id,
+                    "status": run.status,
+                    "verdict": run.verdict,
+                    "improvementPct": run.improvement_pct,
+                    "error": run.error,
+                    **dict(run.summary),
+                    "scenarios": list(scenarios),
+                    "createdAt": run.created_at.isoformat(),
+                }
+            )
     return out
 
 
 def latest_verdict(ws: Workspace, proposal_id: int) -> dict[str, Any] | None:
     """The newest finished run's badge: verdict and improvement."""
     with ws.engine.connect() as conn:
-        row = conn.execute(sa.select(benchmark_runs.c.verdict, benchmark_runs.c.improvement_pct)
-                           .where(benchmark_runs.c.proposal_id == proposal_id,
-                                  benchmark_runs.c.status == "done")
-                           .order_by(benchmark_runs.c.id.desc()).limit(1)).first()
-    return None if row is None else {"verdict": row.verdict,
-                                     "improvementPct": row.improvement_pct}
+        row = conn.execute(
+            sa.select(benchmark_runs.c.verdict, benchmark_runs.c.improvement_pct)
+            .where(benchmark_runs.c.proposal_id == proposal_id, benchmark_runs.c.status == "done")
+            .order_by(benchmark_runs.c.id.desc())
+            .limit(1)
+        ).first()
+    return None if row is None else {"verdict": row.verdict, "improvementPct": row.improvement_pct}

@@ -77,15 +77,23 @@ class ImproveReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "reportVersion": REPORT_VERSION, "runId": self.run_id, "mode": self.mode,
-            "dryRun": self.dry_run, "startedAt": self.started_at,
-            "finishedAt": self.finished_at, "projects": self.projects,
-            "superseded": self.superseded, "deliveries": self.deliveries,
+            "reportVersion": REPORT_VERSION,
+            "runId": self.run_id,
+            "mode": self.mode,
+            "dryRun": self.dry_run,
+            "startedAt": self.started_at,
+            "finishedAt": self.finished_at,
+            "projects": self.projects,
+            "superseded": self.superseded,
+            "deliveries": self.deliveries,
         }
 
     def markdown(self) -> str:
-        lines = [f"# Amelio improve report — {self.started_at}", "",
-                 f"Mode: {self.mode}{' (dry run: nothing written)' if self.dry_run else ''}."]
+        lines = [
+            f"# Amelio improve report — {self.started_at}",
+            "",
+            f"Mode: {self.mode}{' (dry run: nothing written)' if self.dry_run else ''}.",
+        ]
         if self.superseded:
             lines.append(f"Superseded stale proposals: {', '.join(map(str, self.superseded))}.")
         for project in self.projects:
@@ -95,8 +103,10 @@ class ImproveReport:
             for finding in project["underperformers"]:
                 lines.append(f"- **{finding['skill']}**: {'; '.join(finding['reasons'])}.")
             for p in project["proposals"]:
-                lines.append(f"  - proposal #{p['id']} for {p['skill']} ({p['proposedBy']}): "
-                             f"{p['rationale']}")
+                lines.append(
+                    f"  - proposal #{p['id']} for {p['skill']} ({p['proposedBy']}): "
+                    f"{p['rationale']}"
+                )
             for s in project["skipped"]:
                 lines.append(f"  - skipped {s['skill']}: {s['reason']}")
         return "\n".join(lines) + "\n"
@@ -110,33 +120,54 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def _improve_project(ws: Workspace, project: str, proposer: Proposer, mode: str,
-                     dry_run: bool) -> dict[str, Any]:
+def _improve_project(
+    ws: Workspace, project: str, proposer: Proposer, mode: str, dry_run: bool
+) -> dict[str, Any]:
     findings = find_underperformers(ws, project)
-    out: dict[str, Any] = {"project": project,
-                           "underperformers": [f.to_dict() for f in findings],
-                           "proposals": [], "skipped": []}
+    out: dict[str, Any] = {
+        "project": project,
+        "underperformers": [f.to_dict() for f in findings],
+        "proposals": [],
+        "skipped": [],
+    }
     for finding in findings:
         with ws.engine.connect() as conn:
             pending = pending_for(conn, get_skill(conn, finding.skill, project).id)
         if pending is not None:
-            out["skipped"].append({"skill": finding.skill,
-                                   "reason": f"proposal #{pending} is pending"})
+            out["skipped"].append(
+                {"skill": finding.skill, "reason": f"proposal #{pending} is pending"}
+            )
             continue
         try:
             draft = proposer(ws, finding)
             if draft is None:
-                out["skipped"].append({"skill": finding.skill, "reason": "nothing concrete "
-                                       "to propose from the evidence"})
+                out["skipped"].append(
+                    {
+                        "skill": finding.skill,
+                        "reason": "nothing concrete to propose from the evidence",
+                    }
+                )
                 continue
             if dry_run:
-                out["proposals"].append({"id": None, "skill": finding.skill,
-                                         "proposedBy": mode, "rationale": draft.rationale})
+                out["proposals"].append(
+                    {
+                        "id": None,
+                        "skill": finding.skill,
+                        "proposedBy": mode,
+                        "rationale": draft.rationale,
+                    }
+                )
                 continue
             proposal = create_proposal(
-                ws, finding.skill, project=project, proposed_content=draft.content,
-                rationale=draft.rationale, evidence=draft.evidence, proposed_by=mode,
-                author=f"amelio improve ({mode})")
+                ws,
+                finding.skill,
+                project=project,
+                proposed_content=draft.content,
+                rationale=draft.rationale,
+                evidence=draft.evidence,
+                proposed_by=mode,
+                author=f"amelio improve ({mode})",
+            )
             out["proposals"].append(proposal.to_dict())
         except AmelioError as exc:  # one skill's failure is data, not the run's end
             log.warning("improve: %s/%s failed: %s", project, finding.skill, exc.message)
@@ -144,13 +175,20 @@ def _improve_project(ws: Workspace, project: str, proposer: Proposer, mode: str,
     return out
 
 
-def run_improve(ws: Workspace, *, projects: Sequence[str] | None = None, dry_run: bool = False,
-                proposer: Proposer | None = None, mode: str = "template",
-                notify: bool = True) -> ImproveReport:
+def run_improve(
+    ws: Workspace,
+    *,
+    projects: Sequence[str] | None = None,
+    dry_run: bool = False,
+    proposer: Proposer | None = None,
+    mode: str = "template",
+    notify: bool = True,
+) -> ImproveReport:
     """One pass of the nightly loop over ``projects`` (default: all of them)."""
     proposer = proposer or template_proposer
-    report = ImproveReport(started_at=utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"), mode=mode,
-                           dry_run=dry_run)
+    report = ImproveReport(
+        started_at=utcnow().strftime("%Y-%m-%dT%H:%M:%SZ"), mode=mode, dry_run=dry_run
+    )
     if not dry_run:
         report.superseded = supersede_stale(ws)
     names = list(projects) if projects else [p.name for p in list_projects(ws.engine)]
@@ -160,48 +198,67 @@ def run_improve(ws: Workspace, *, projects: Sequence[str] | None = None, dry_run
     if dry_run:
         return report
     with db.transaction(ws.engine) as conn:
-        result = conn.execute(improve_runs.insert().values(
-            started_at=utcnow(), finished_at=utcnow(), mode=mode, report=report.to_dict()))
+        result = conn.execute(
+            improve_runs.insert().values(
+                started_at=utcnow(), finished_at=utcnow(), mode=mode, report=report.to_dict()
+            )
+        )
         assert result.inserted_primary_key is not None
         report.run_id = int(result.inserted_primary_key[0])
     if notify:
-        report.deliveries = [d.to_dict() for d in
-                             notify_all(ws.settings, improve_notification(ws, report))]
+        report.deliveries = [
+            d.to_dict() for d in notify_all(ws.settings, improve_notification(ws, report))
+        ]
     stem = ws.root / "reports" / f"improve-{report.started_at.replace(':', '')}"
-    _atomic_write(stem.with_suffix(".json"), json.dumps(report.to_dict(), indent=2,
-                                                         ensure_ascii=False) + "\n")
+    _atomic_write(
+        stem.with_suffix(".json"), json.dumps(report.to_dict(), indent=2, ensure_ascii=False) + "\n"
+    )
     _atomic_write(stem.with_suffix(".md"), report.markdown())
     report.files = [str(stem.with_suffix(".json")), str(stem.with_suffix(".md"))]
     with db.transaction(ws.engine) as conn:
-        conn.execute(improve_runs.update().where(improve_runs.c.id == report.run_id)
-                     .values(report=report.to_dict()))
+        conn.execute(
+            improve_runs.update()
+            .where(improve_runs.c.id == report.run_id)
+            .values(report=report.to_dict())
+        )
     return report
 
 
-def proposal_actions(ws: Workspace, proposals: Sequence[Mapping[str, Any]]
-                     ) -> tuple[NotificationAction, ...]:
+def proposal_actions(
+    ws: Workspace, proposals: Sequence[Mapping[str, Any]]
+) -> tuple[NotificationAction, ...]:
     """One "review" action per proposal. Its link opens the proposal on the dashboard,
     where a signed-in admin decides: the API's approve and reject routes need an
     admin key in a POST, which no chat client can send from a link."""
     base = ws.settings.public_url.rstrip("/")
-    return tuple(NotificationAction(label=f"Review #{p['id']} {p['skill']}",
-                                    url=f"{base}/proposals/{p['id']}" if base else None,
-                                    proposal_id=p["id"], action="review")
-                 for p in proposals if p.get("id") is not None)
+    return tuple(
+        NotificationAction(
+            label=f"Review #{p['id']} {p['skill']}",
+            url=f"{base}/proposals/{p['id']}" if base else None,
+            proposal_id=p["id"],
+            action="review",
+        )
+        for p in proposals
+        if p.get("id") is not None
+    )
 
 
 def improve_notification(ws: Workspace, report: ImproveReport) -> Notification:
     """What the notifiers receive after an improve run (``improve.report``)."""
     count = len(report.proposals)
-    return Notification(kind="improve.report",
-                        title=f"Amelio improve: {count} new proposal{'s' * (count != 1)}",
-                        text=report.markdown(), payload=report.to_dict(),
-                        actions=proposal_actions(ws, report.proposals))
+    return Notification(
+        kind="improve.report",
+        title=f"Amelio improve: {count} new proposal{'s' * (count != 1)}",
+        text=report.markdown(),
+        payload=report.to_dict(),
+        actions=proposal_actions(ws, report.proposals),
+    )
 
 
 def last_report(ws: Workspace) -> dict[str, Any] | None:
     """The newest run's report, or None before the first run."""
     with ws.engine.connect() as conn:
-        row = conn.execute(sa.select(improve_runs.c.report)
-                           .order_by(improve_runs.c.id.desc()).limit(1)).first()
+        row = conn.execute(
+            sa.select(improve_runs.c.report).order_by(improve_runs.c.id.desc()).limit(1)
+        ).first()
     return dict(row.report) if row else None

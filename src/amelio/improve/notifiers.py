@@ -76,8 +76,12 @@ class NotificationAction:
     action: str = "open"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"label": self.label, "url": self.url, "proposalId": self.proposal_id,
-                "action": self.action}
+        return {
+            "label": self.label,
+            "url": self.url,
+            "proposalId": self.proposal_id,
+            "action": self.action,
+        }
 
 
 @dataclass(frozen=True)
@@ -92,8 +96,13 @@ class Notification:
     actions: tuple[NotificationAction, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "title": self.title, "text": self.text,
-                "payload": dict(self.payload), "actions": [a.to_dict() for a in self.actions]}
+        return {
+            "kind": self.kind,
+            "title": self.title,
+            "text": self.text,
+            "payload": dict(self.payload),
+            "actions": [a.to_dict() for a in self.actions],
+        }
 
 
 @dataclass(frozen=True)
@@ -108,8 +117,13 @@ class DeliveryResult:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"notifier": self.notifier, "ok": self.ok, "attempts": self.attempts,
-                "status": self.status, "error": self.error}
+        return {
+            "notifier": self.notifier,
+            "ok": self.ok,
+            "attempts": self.attempts,
+            "status": self.status,
+            "error": self.error,
+        }
 
 
 class Notifier(Protocol):
@@ -202,8 +216,15 @@ def _signature(body: bytes, timestamp: str, secret: str) -> str:
     return f"sha256={digest.hexdigest()}"
 
 
-def verify_signature(body: bytes, timestamp: str, signature: str, secret: str, *,
-                     max_age_s: int = 300, now: float | None = None) -> bool:
+def verify_signature(
+    body: bytes,
+    timestamp: str,
+    signature: str,
+    secret: str,
+    *,
+    max_age_s: int = 300,
+    now: float | None = None,
+) -> bool:
     """Whether a delivery is authentic and fresh: ``signature`` (``sha256=<hex>``)
     matches ``body`` and ``timestamp`` under ``secret``, and the timestamp is within
     ``max_age_s`` of ``now`` either way, so a captured delivery cannot be replayed
@@ -243,9 +264,16 @@ class WebhookNotifier:
 
     name = "webhook"
 
-    def __init__(self, url: str, secret: str = "", *, timeout: float = 10.0,
-                 max_attempts: int = 3, backoff: float = 1.0,
-                 max_retry_after: float = 60.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        secret: str = "",
+        *,
+        timeout: float = 10.0,
+        max_attempts: int = 3,
+        backoff: float = 1.0,
+        max_retry_after: float = 60.0,
+    ) -> None:
         self.url, self.secret, self.timeout = url, secret, timeout
         self.max_attempts, self.backoff = max(1, max_attempts), backoff
         self.max_retry_after = max_retry_after
@@ -260,8 +288,11 @@ class WebhookNotifier:
         from amelio import __version__  # here, not at import: amelio/__init__ may import us
 
         body = self.body(notification)
-        headers = {"Content-Type": "application/json", "User-Agent": f"amelio/{__version__}",
-                   DELIVERY_HEADER: uuid.uuid4().hex}
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": f"amelio/{__version__}",
+            DELIVERY_HEADER: uuid.uuid4().hex,
+        }
         status: int | None = None
         error = "not sent"
         attempt = 0
@@ -312,5 +343,10 @@ def _build_webhook(settings: Settings) -> WebhookNotifier | None:
 
 @hookimpl
 def register_notifiers(register: Callable[[NotifierType], None]) -> None:
-    register(NotifierType("webhook", _build_webhook,
-                          "POST each report as signed JSON to AMELIO_NOTIFY_WEBHOOK_URL"))
+    register(
+        NotifierType(
+            "webhook",
+            _build_webhook,
+            "POST each report as signed JSON to AMELIO_NOTIFY_WEBHOOK_URL",
+        )
+    )

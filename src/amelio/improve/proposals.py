@@ -101,41 +101,70 @@ class Proposal:
     def diff(self) -> str:
         """A unified diff from the content it was written against to the proposal
         (for a routing proposal, of the triggers and keywords lines)."""
-        before = f"{self.skill} (new skill)" if self.scope == "new" else \
-            f"{self.skill} v{self.base_version}"
+        before = (
+            f"{self.skill} (new skill)"
+            if self.scope == "new"
+            else f"{self.skill} v{self.base_version}"
+        )
         after = f"{self.skill} proposal #{self.id}"
         if self.routing is not None:
             old = self.routing.get("before", {})
-            return "".join(difflib.unified_diff(
-                [f"{k}: {', '.join(old.get(k, []))}\n" for k in ("triggers", "keywords")],
-                [f"{k}: {', '.join(self.routing[k])}\n" for k in ("triggers", "keywords")],
-                fromfile=before, tofile=after))
-        return "".join(difflib.unified_diff(
-            self.current_content.splitlines(keepends=True),
-            self.proposed_content.splitlines(keepends=True), fromfile=before, tofile=after))
+            return "".join(
+                difflib.unified_diff(
+                    [f"{k}: {', '.join(old.get(k, []))}\n" for k in ("triggers", "keywords")],
+                    [f"{k}: {', '.join(self.routing[k])}\n" for k in ("triggers", "keywords")],
+                    fromfile=before,
+                    tofile=after,
+                )
+            )
+        return "".join(
+            difflib.unified_diff(
+                self.current_content.splitlines(keepends=True),
+                self.proposed_content.splitlines(keepends=True),
+                fromfile=before,
+                tofile=after,
+            )
+        )
 
     def to_dict(self, *, with_content: bool = False) -> dict[str, Any]:
         data: dict[str, Any] = {
-            "id": self.id, "skill": self.skill, "project": self.project, "scope": self.scope,
-            "baseVersion": self.base_version, "status": self.status,
-            "proposedBy": self.proposed_by, "author": self.author, "rationale": self.rationale,
-            "evidence": self.evidence, "createdAt": self.created_at.isoformat(),
-            "decidedBy": self.decided_by, "decisionReason": self.decision_reason,
+            "id": self.id,
+            "skill": self.skill,
+            "project": self.project,
+            "scope": self.scope,
+            "baseVersion": self.base_version,
+            "status": self.status,
+            "proposedBy": self.proposed_by,
+            "author": self.author,
+            "rationale": self.rationale,
+            "evidence": self.evidence,
+            "createdAt": self.created_at.isoformat(),
+            "decidedBy": self.decided_by,
+            "decisionReason": self.decision_reason,
             "decidedAt": self.decided_at.isoformat() if self.decided_at else None,
-            "resultVersion": self.result_version, "newSkill": self.new_skill,
+            "resultVersion": self.result_version,
+            "newSkill": self.new_skill,
             "routing": self.routing,
         }
         if with_content:
-            data |= {"currentContent": self.current_content,
-                     "proposedContent": self.proposed_content, "diff": self.diff()}
+            data |= {
+                "currentContent": self.current_content,
+                "proposedContent": self.proposed_content,
+                "diff": self.diff(),
+            }
         return data
 
 
 def _select() -> sa.Select[Any]:
-    return (sa.select(proposals, projects.c.name.label("project_name"),
-                      skills.c.project_id.label("skill_project_id"))
-            .join(projects, projects.c.id == proposals.c.project_id)
-            .join(skills, skills.c.id == proposals.c.skill_id, isouter=True))
+    return (
+        sa.select(
+            proposals,
+            projects.c.name.label("project_name"),
+            skills.c.project_id.label("skill_project_id"),
+        )
+        .join(projects, projects.c.id == proposals.c.project_id)
+        .join(skills, skills.c.id == proposals.c.skill_id, isouter=True)
+    )
 
 
 def _from_row(row: sa.Row[Any]) -> Proposal:
@@ -143,15 +172,28 @@ def _from_row(row: sa.Row[Any]) -> Proposal:
     created = m["created_at"]
     assert created is not None
     new_skill = m["new_skill"]
-    scope = "new" if new_skill is not None else (
-        "global" if m["skill_project_id"] is None else "project")
+    scope = (
+        "new"
+        if new_skill is not None
+        else ("global" if m["skill_project_id"] is None else "project")
+    )
     return Proposal(
-        id=m["id"], skill=m["skill_name"], project=m["project_name"], scope=scope,
-        base_version=m["base_version"], current_content=m["current_content"],
-        proposed_content=m["proposed_content"], rationale=m["rationale"],
-        evidence=dict(m["evidence"]), status=m["status"], proposed_by=m["proposed_by"],
-        author=m["author"], created_at=created, decided_by=m["decided_by"],
-        decision_reason=m["decision_reason"], decided_at=m["decided_at"],
+        id=m["id"],
+        skill=m["skill_name"],
+        project=m["project_name"],
+        scope=scope,
+        base_version=m["base_version"],
+        current_content=m["current_content"],
+        proposed_content=m["proposed_content"],
+        rationale=m["rationale"],
+        evidence=dict(m["evidence"]),
+        status=m["status"],
+        proposed_by=m["proposed_by"],
+        author=m["author"],
+        created_at=created,
+        decided_by=m["decided_by"],
+        decision_reason=m["decision_reason"],
+        decided_at=m["decided_at"],
         result_version=m["result_version"],
         new_skill=None if new_skill is None else dict(new_skill),
         routing=None if m["routing"] is None else dict(m["routing"]),
@@ -166,12 +208,17 @@ def get_proposal(ws: Workspace, proposal_id: int) -> Proposal:
     return _from_row(row)
 
 
-def list_proposals(ws: Workspace, *, status: str | None = None, skill: str | None = None,
-                   project: str | None = None, scope: str | None = None) -> list[Proposal]:
+def list_proposals(
+    ws: Workspace,
+    *,
+    status: str | None = None,
+    skill: str | None = None,
+    project: str | None = None,
+    scope: str | None = None,
+) -> list[Proposal]:
     """Proposals, newest first, optionally filtered."""
     if status is not None and status not in STATUSES:
-        raise InvalidInput(f"Unknown status {status!r}: use {', '.join(STATUSES)}.",
-                           field="status")
+        raise InvalidInput(f"Unknown status {status!r}: use {', '.join(STATUSES)}.", field="status")
     if scope is not None and scope not in SCOPES:
         raise InvalidInput(f"Unknown scope {scope!r}: use {', '.join(SCOPES)}.", field="scope")
     query = _select().order_by(proposals.c.id.desc())
@@ -184,22 +231,36 @@ def list_proposals(ws: Workspace, *, status: str | None = None, skill: str | Non
     if scope == "new":
         query = query.where(proposals.c.new_skill.is_not(None))
     elif scope is not None:
-        query = query.where(proposals.c.new_skill.is_(None), skills.c.project_id.is_(None)
-                            if scope == "global" else skills.c.project_id.is_not(None))
+        query = query.where(
+            proposals.c.new_skill.is_(None),
+            skills.c.project_id.is_(None)
+            if scope == "global"
+            else skills.c.project_id.is_not(None),
+        )
     with ws.engine.connect() as conn:
         return [_from_row(r) for r in conn.execute(query)]
 
 
 def pending_for(conn: sa.Connection, skill_id: int) -> int | None:
     """The pending proposal on a skill row, if any."""
-    return conn.scalar(sa.select(proposals.c.id).where(
-        proposals.c.skill_id == skill_id, proposals.c.status == "pending"))
+    return conn.scalar(
+        sa.select(proposals.c.id).where(
+            proposals.c.skill_id == skill_id, proposals.c.status == "pending"
+        )
+    )
 
 
 def create_proposal(
-    ws: Workspace, skill: str, *, proposed_content: str | None = None, rationale: str,
-    proposed_by: str = "human", author: str, project: str = DEFAULT_PROJECT,
-    evidence: dict[str, Any] | None = None, run_id: int | None = None,
+    ws: Workspace,
+    skill: str,
+    *,
+    proposed_content: str | None = None,
+    rationale: str,
+    proposed_by: str = "human",
+    author: str,
+    project: str = DEFAULT_PROJECT,
+    evidence: dict[str, Any] | None = None,
+    run_id: int | None = None,
     routing: dict[str, Sequence[str]] | None = None,
 ) -> Proposal:
     """Propose new content for the skill ``project`` sees (one pending proposal per skill).
@@ -207,40 +268,63 @@ def create_proposal(
     ``routing`` (``{"triggers": [...], "keywords": [...]}``) proposes new routing
     metadata instead; the content then stays as it is unless also given."""
     if proposed_by not in PROPOSERS:
-        raise InvalidInput(f"Unknown proposer {proposed_by!r}: use {', '.join(PROPOSERS)}.",
-                           field="proposedBy")
+        raise InvalidInput(
+            f"Unknown proposer {proposed_by!r}: use {', '.join(PROPOSERS)}.", field="proposedBy"
+        )
     if proposed_content is None and routing is None:
         raise InvalidInput("A proposal needs content or routing.", field="proposedContent")
-    if proposed_content is not None and (not proposed_content.strip()
-                                         or "\x00" in proposed_content):
+    if proposed_content is not None and (
+        not proposed_content.strip() or "\x00" in proposed_content
+    ):
         raise InvalidInput("A proposal needs non-empty text content.", field="proposedContent")
     with db.transaction(ws.engine) as conn:
         current = get_skill(conn, skill, project)
-        before = {"triggers": list(current.spec.triggers),
-                  "keywords": list(current.spec.keywords)}
-        content = current.spec.content if proposed_content is None else \
-            proposed_content.strip("\n") + "\n"
-        lists = before if routing is None else {
-            k: [str(t) for t in routing.get(k, ())] for k in ("triggers", "keywords")}
+        before = {"triggers": list(current.spec.triggers), "keywords": list(current.spec.keywords)}
+        content = (
+            current.spec.content
+            if proposed_content is None
+            else proposed_content.strip("\n") + "\n"
+        )
+        lists = (
+            before
+            if routing is None
+            else {k: [str(t) for t in routing.get(k, ())] for k in ("triggers", "keywords")}
+        )
         if content == current.spec.content and lists == before:
-            raise InvalidInput(f"The proposal is identical to {skill} v{current.version}.",
-                               field="proposedContent" if routing is None else "routing")
+            raise InvalidInput(
+                f"The proposal is identical to {skill} v{current.version}.",
+                field="proposedContent" if routing is None else "routing",
+            )
         stored_routing = None if routing is None else {**lists, "before": before}
         pending = pending_for(conn, current.id)
         if pending is not None:
-            raise Conflict(f"Proposal #{pending} for {skill} is still pending: approve or "
-                           "reject it first.", proposal_id=pending)
-        result = conn.execute(proposals.insert().values(
-            skill_id=current.id, skill_name=skill, project_id=project_id(conn, project),
-            base_version=current.version, current_content=current.spec.content,
-            proposed_content=content,
-            rationale=rationale, evidence=json.loads(json.dumps(evidence or {}, default=str)),
-            status="pending", proposed_by=proposed_by, author=author[:200], run_id=run_id,
-            created_at=utcnow(), routing=stored_routing))
+            raise Conflict(
+                f"Proposal #{pending} for {skill} is still pending: approve or reject it first.",
+                proposal_id=pending,
+            )
+        result = conn.execute(
+            proposals.insert().values(
+                skill_id=current.id,
+                skill_name=skill,
+                project_id=project_id(conn, project),
+                base_version=current.version,
+                current_content=current.spec.content,
+                proposed_content=content,
+                rationale=rationale,
+                evidence=json.loads(json.dumps(evidence or {}, default=str)),
+                status="pending",
+                proposed_by=proposed_by,
+                author=author[:200],
+                run_id=run_id,
+                created_at=utcnow(),
+                routing=stored_routing,
+            )
+        )
         assert result.inserted_primary_key is not None
         new_id = int(result.inserted_primary_key[0])
-        record_event(conn, current.id, "proposal", actor=author, reason=rationale[:500],
-                     proposal_id=new_id)
+        record_event(
+            conn, current.id, "proposal", actor=author, reason=rationale[:500], proposal_id=new_id
+        )
     return get_proposal(ws, new_id)
 
 
@@ -251,21 +335,35 @@ def check_new_skill(skill_md: str, source: str) -> SkillSpec:
     if not spec.description:
         raise SkillFileError("a new skill needs a description", file=source, field="description")
     if not spec.triggers:
-        raise SkillFileError("a new skill needs at least one trigger, or the router never "
-                             "picks it", file=source, field="triggers")
+        raise SkillFileError(
+            "a new skill needs at least one trigger, or the router never picks it",
+            file=source,
+            field="triggers",
+        )
     if not spec.keywords:
-        raise SkillFileError("a new skill needs at least one keyword", file=source,
-                             field="keywords")
+        raise SkillFileError(
+            "a new skill needs at least one keyword", file=source, field="keywords"
+        )
     if len(spec.content.strip()) < 20:
-        raise SkillFileError("a new skill needs a rulebook body (Markdown after the front "
-                             "matter)", file=source, field="body")
+        raise SkillFileError(
+            "a new skill needs a rulebook body (Markdown after the front matter)",
+            file=source,
+            field="body",
+        )
     return spec
 
 
 def create_skill_proposal(
-    ws: Workspace, skill_md: str, *, rationale: str, proposed_by: str = "human", author: str,
-    project: str = DEFAULT_PROJECT, scope: str = "global",
-    rules: list[dict[str, Any]] | None = None, evidence: dict[str, Any] | None = None,
+    ws: Workspace,
+    skill_md: str,
+    *,
+    rationale: str,
+    proposed_by: str = "human",
+    author: str,
+    project: str = DEFAULT_PROJECT,
+    scope: str = "global",
+    rules: list[dict[str, Any]] | None = None,
+    evidence: dict[str, Any] | None = None,
     source: str = "proposal",
 ) -> Proposal:
     """Propose a skill that does not exist yet, from its whole SKILL.md text.
@@ -277,35 +375,66 @@ def create_skill_proposal(
     (a skill only ``project`` sees).
     """
     if proposed_by not in PROPOSERS:
-        raise InvalidInput(f"Unknown proposer {proposed_by!r}: use {', '.join(PROPOSERS)}.",
-                           field="proposedBy")
+        raise InvalidInput(
+            f"Unknown proposer {proposed_by!r}: use {', '.join(PROPOSERS)}.", field="proposedBy"
+        )
     if scope not in ("global", "project"):
-        raise InvalidInput(f"A new skill is created global or in a project, not {scope!r}.",
-                           field="scope")
+        raise InvalidInput(
+            f"A new skill is created global or in a project, not {scope!r}.", field="scope"
+        )
     spec = check_new_skill(skill_md, source)
-    checked = None if rules is None else [r.to_dict() for r in evals.parse_rules(rules,
-                                                                                  source=source)]
-    new_skill = {"description": spec.description, "triggers": list(spec.triggers),
-                 "keywords": list(spec.keywords), "extra": dict(spec.extra), "evals": checked,
-                 "scope": scope}
+    checked = (
+        None if rules is None else [r.to_dict() for r in evals.parse_rules(rules, source=source)]
+    )
+    new_skill = {
+        "description": spec.description,
+        "triggers": list(spec.triggers),
+        "keywords": list(spec.keywords),
+        "extra": dict(spec.extra),
+        "evals": checked,
+        "scope": scope,
+    }
     with db.transaction(ws.engine) as conn:
         pid = project_id(conn, project)
-        if (find_skill_row(conn, spec.name, None) is not None
-                or find_skill_row(conn, spec.name, pid) is not None):
-            raise Conflict(f"A skill named {spec.name!r} already exists: propose a change to it "
-                           "instead, or choose another name.", skill=spec.name)
-        pending = conn.scalar(sa.select(proposals.c.id).where(
-            proposals.c.skill_name == spec.name, proposals.c.status == "pending",
-            proposals.c.new_skill.is_not(None)))
+        if (
+            find_skill_row(conn, spec.name, None) is not None
+            or find_skill_row(conn, spec.name, pid) is not None
+        ):
+            raise Conflict(
+                f"A skill named {spec.name!r} already exists: propose a change to it "
+                "instead, or choose another name.",
+                skill=spec.name,
+            )
+        pending = conn.scalar(
+            sa.select(proposals.c.id).where(
+                proposals.c.skill_name == spec.name,
+                proposals.c.status == "pending",
+                proposals.c.new_skill.is_not(None),
+            )
+        )
         if pending is not None:
-            raise Conflict(f"Proposal #{pending} for a new skill {spec.name!r} is still "
-                           "pending: approve or reject it first.", proposal_id=pending)
-        result = conn.execute(proposals.insert().values(
-            skill_id=None, skill_name=spec.name, project_id=pid, base_version=0,
-            current_content="", proposed_content=spec.content, rationale=rationale,
-            evidence=json.loads(json.dumps(evidence or {}, default=str)), status="pending",
-            proposed_by=proposed_by, author=author[:200], created_at=utcnow(),
-            new_skill=new_skill))
+            raise Conflict(
+                f"Proposal #{pending} for a new skill {spec.name!r} is still "
+                "pending: approve or reject it first.",
+                proposal_id=pending,
+            )
+        result = conn.execute(
+            proposals.insert().values(
+                skill_id=None,
+                skill_name=spec.name,
+                project_id=pid,
+                base_version=0,
+                current_content="",
+                proposed_content=spec.content,
+                rationale=rationale,
+                evidence=json.loads(json.dumps(evidence or {}, default=str)),
+                status="pending",
+                proposed_by=proposed_by,
+                author=author[:200],
+                created_at=utcnow(),
+                new_skill=new_skill,
+            )
+        )
         assert result.inserted_primary_key is not None
         new_id = int(result.inserted_primary_key[0])
     return get_proposal(ws, new_id)
@@ -333,8 +462,9 @@ def recover_files(ws: Workspace, skill: str) -> str | None:
     return rotation.recover(folder, committed)
 
 
-def approve_proposal(ws: Workspace, proposal_id: int, *, actor: str,
-                     reason: str | None = None) -> Proposal:
+def approve_proposal(
+    ws: Workspace, proposal_id: int, *, actor: str, reason: str | None = None
+) -> Proposal:
     """Make the proposal the skill's new version, atomically; rotate its files."""
     staged: list[rotation.Rotation] = []
     try:
@@ -342,8 +472,11 @@ def approve_proposal(ws: Workspace, proposal_id: int, *, actor: str,
     except sa.exc.IntegrityError as exc:  # a new skill's name was taken meanwhile
         for pending in staged:
             pending.abort()
-        raise Conflict(f"Proposal #{proposal_id} lost a race: a skill of the same name was "
-                       "created meanwhile. Reject it.", proposal_id=proposal_id) from exc
+        raise Conflict(
+            f"Proposal #{proposal_id} lost a race: a skill of the same name was "
+            "created meanwhile. Reject it.",
+            proposal_id=proposal_id,
+        ) from exc
     except BaseException:
         for pending in staged:  # the commit failed: the files stay as they were
             pending.abort()
@@ -353,56 +486,95 @@ def approve_proposal(ws: Workspace, proposal_id: int, *, actor: str,
     return get_proposal(ws, proposal_id)
 
 
-def _approve(ws: Workspace, proposal_id: int, actor: str, reason: str | None,
-             staged: list[rotation.Rotation]) -> None:
+def _approve(
+    ws: Workspace, proposal_id: int, actor: str, reason: str | None, staged: list[rotation.Rotation]
+) -> None:
     with db.transaction(ws.engine) as conn:
-        row = conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)
-                           .with_for_update()).first()
+        row = conn.execute(
+            sa.select(proposals).where(proposals.c.id == proposal_id).with_for_update()
+        ).first()
         if row is None:
             raise NotFound(f"No proposal {proposal_id}.", proposal_id=proposal_id)
         if row.status != "pending":
-            raise Conflict(f"Proposal #{proposal_id} is already {row.status}.",
-                           proposal_id=proposal_id, status=row.status)
+            raise Conflict(
+                f"Proposal #{proposal_id} is already {row.status}.",
+                proposal_id=proposal_id,
+                status=row.status,
+            )
         if row.new_skill is not None:
             _approve_new(conn, row, actor, reason)
             return
-        skill_row = conn.execute(sa.select(skills).where(skills.c.id == row.skill_id)
-                                 .with_for_update()).one()
+        skill_row = conn.execute(
+            sa.select(skills).where(skills.c.id == row.skill_id).with_for_update()
+        ).one()
         if skill_row.version != row.base_version:
             raise Conflict(
                 f"Proposal #{proposal_id} is stale: it was written for {row.skill_name} "
                 f"v{row.base_version}, which is now v{skill_row.version}. Reject it, or run "
                 "`amelio improve` to supersede it with a fresh proposal.",
-                proposal_id=proposal_id, base_version=row.base_version,
-                current_version=skill_row.version)
-        spec = replace(spec_from_row(skill_row._mapping, skill_row.name),
-                       content=row.proposed_content)
+                proposal_id=proposal_id,
+                base_version=row.base_version,
+                current_version=skill_row.version,
+            )
+        spec = replace(
+            spec_from_row(skill_row._mapping, skill_row.name), content=row.proposed_content
+        )
         if row.routing is not None:
-            spec = replace(spec, triggers=tuple(row.routing["triggers"]),
-                           keywords=tuple(row.routing["keywords"]))
+            spec = replace(
+                spec,
+                triggers=tuple(row.routing["triggers"]),
+                keywords=tuple(row.routing["keywords"]),
+            )
         why = f"approved proposal #{proposal_id}" + (f": {reason}" if reason else "")
-        version = write_version(conn, spec, skill_row.project_id, author=actor, reason=why,
-                                 expected_version=row.base_version, kind="approval",
-                                 proposal_id=proposal_id)
+        version = write_version(
+            conn,
+            spec,
+            skill_row.project_id,
+            author=actor,
+            reason=why,
+            expected_version=row.base_version,
+            kind="approval",
+            proposal_id=proposal_id,
+        )
         updated = conn.execute(
             proposals.update()
             .where(proposals.c.id == proposal_id, proposals.c.status == "pending")
-            .values(status="approved", decided_by=actor[:200], decision_reason=reason,
-                    decided_at=utcnow(), result_version=version))
+            .values(
+                status="approved",
+                decided_by=actor[:200],
+                decision_reason=reason,
+                decided_at=utcnow(),
+                result_version=version,
+            )
+        )
         if updated.rowcount != 1:
-            raise Conflict(f"Proposal #{proposal_id} was decided meanwhile.",
-                           proposal_id=proposal_id)
+            raise Conflict(
+                f"Proposal #{proposal_id} was decided meanwhile.", proposal_id=proposal_id
+            )
         folder = _skill_folder(ws, skill_row)
         if folder is not None:
             recover_files(ws, skill_row.name)
-            evals = None if spec.evals is None else json.dumps(
-                {"version": 1, "skill": spec.name, "rules": [dict(r) for r in spec.evals]},
-                indent=2, ensure_ascii=False) + "\n"
+            evals = (
+                None
+                if spec.evals is None
+                else json.dumps(
+                    {"version": 1, "skill": spec.name, "rules": [dict(r) for r in spec.evals]},
+                    indent=2,
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
             # Staged inside the transaction: if the commit fails, abort() undoes it; if
             # the process dies, recover() decides by the version the database holds.
-            staged.append(rotation.stage_rotation(
-                folder, skill_md=files.render_skill_md(spec), evals_json=evals,
-                evals_name=f"{spec.name}.evals.json", target_version=version))
+            staged.append(
+                rotation.stage_rotation(
+                    folder,
+                    skill_md=files.render_skill_md(spec),
+                    evals_json=evals,
+                    evals_name=f"{spec.name}.evals.json",
+                    target_version=version,
+                )
+            )
 
 
 def _approve_new(conn: sa.Connection, row: sa.Row[Any], actor: str, reason: str | None) -> None:
@@ -410,49 +582,78 @@ def _approve_new(conn: sa.Connection, row: sa.Row[Any], actor: str, reason: str 
     meta = dict(row.new_skill)
     pid = None if meta.get("scope", "global") == "global" else int(row.project_id)
     if find_skill_row(conn, row.skill_name, None, lock=True) is not None or (
-            pid is not None and find_skill_row(conn, row.skill_name, pid, lock=True) is not None):
-        raise Conflict(f"Proposal #{row.id} would create {row.skill_name!r}, but a skill of "
-                       "that name was created since. Reject it.", proposal_id=row.id)
+        pid is not None and find_skill_row(conn, row.skill_name, pid, lock=True) is not None
+    ):
+        raise Conflict(
+            f"Proposal #{row.id} would create {row.skill_name!r}, but a skill of "
+            "that name was created since. Reject it.",
+            proposal_id=row.id,
+        )
     spec = SkillSpec(
-        name=row.skill_name, description=meta.get("description", ""),
-        triggers=tuple(meta.get("triggers", ())), keywords=tuple(meta.get("keywords", ())),
+        name=row.skill_name,
+        description=meta.get("description", ""),
+        triggers=tuple(meta.get("triggers", ())),
+        keywords=tuple(meta.get("keywords", ())),
         content=row.proposed_content,
         evals=None if meta.get("evals") is None else tuple(meta["evals"]),
-        extra=dict(meta.get("extra") or {}))
+        extra=dict(meta.get("extra") or {}),
+    )
     why = f"approved proposal #{row.id} (new skill)" + (f": {reason}" if reason else "")
-    version = write_version(conn, spec, pid, author=actor, reason=why, kind="approval",
-                             proposal_id=row.id)
+    version = write_version(
+        conn, spec, pid, author=actor, reason=why, kind="approval", proposal_id=row.id
+    )
     created = find_skill_row(conn, row.skill_name, pid)
     assert created is not None
     updated = conn.execute(
         proposals.update()
         .where(proposals.c.id == row.id, proposals.c.status == "pending")
-        .values(status="approved", decided_by=actor[:200], decision_reason=reason,
-                decided_at=utcnow(), result_version=version, skill_id=created.id))
+        .values(
+            status="approved",
+            decided_by=actor[:200],
+            decision_reason=reason,
+            decided_at=utcnow(),
+            result_version=version,
+            skill_id=created.id,
+        )
+    )
     if updated.rowcount != 1:
         raise Conflict(f"Proposal #{row.id} was decided meanwhile.", proposal_id=row.id)
 
 
-def reject_proposal(ws: Workspace, proposal_id: int, *, actor: str,
-                    reason: str | None = None) -> Proposal:
+def reject_proposal(
+    ws: Workspace, proposal_id: int, *, actor: str, reason: str | None = None
+) -> Proposal:
     with db.transaction(ws.engine) as conn:
-        row = conn.execute(sa.select(proposals).where(proposals.c.id == proposal_id)
-                           .with_for_update()).first()
+        row = conn.execute(
+            sa.select(proposals).where(proposals.c.id == proposal_id).with_for_update()
+        ).first()
         if row is None:
             raise NotFound(f"No proposal {proposal_id}.", proposal_id=proposal_id)
         updated = conn.execute(
             proposals.update()
             .where(proposals.c.id == proposal_id, proposals.c.status == "pending")
-            .values(status="rejected", decided_by=actor[:200], decision_reason=reason,
-                    decided_at=utcnow()))
+            .values(
+                status="rejected",
+                decided_by=actor[:200],
+                decision_reason=reason,
+                decided_at=utcnow(),
+            )
+        )
         if updated.rowcount != 1:
-            raise Conflict(f"Proposal #{proposal_id} is already {row.status}.",
-                           proposal_id=proposal_id, status=row.status)
+            raise Conflict(
+                f"Proposal #{proposal_id} is already {row.status}.",
+                proposal_id=proposal_id,
+                status=row.status,
+            )
         if row.skill_id is not None:  # a new skill's proposal has no skill to log it on
-            record_event(conn, row.skill_id, "rejection", actor=actor,
-                         reason=f"rejected proposal #{proposal_id}" + (f": {reason}" if reason
-                                                                       else ""),
-                         proposal_id=proposal_id)
+            record_event(
+                conn,
+                row.skill_id,
+                "rejection",
+                actor=actor,
+                reason=f"rejected proposal #{proposal_id}" + (f": {reason}" if reason else ""),
+                proposal_id=proposal_id,
+            )
     return get_proposal(ws, proposal_id)
 
 
@@ -462,13 +663,29 @@ def supersede_stale(ws: Workspace) -> list[int]:
         stale = conn.execute(
             sa.select(proposals.c.id, proposals.c.skill_id)
             .join(skills, skills.c.id == proposals.c.skill_id)
-            .where(proposals.c.status == "pending", proposals.c.new_skill.is_(None),
-                   skills.c.version != proposals.c.base_version)).all()
+            .where(
+                proposals.c.status == "pending",
+                proposals.c.new_skill.is_(None),
+                skills.c.version != proposals.c.base_version,
+            )
+        ).all()
         for pid, skill_id in stale:
-            conn.execute(proposals.update().where(proposals.c.id == pid).values(
-                status="superseded", decided_by="amelio", decided_at=utcnow(),
-                decision_reason="the skill changed since the proposal was made"))
-            record_event(conn, skill_id, "superseded", actor="amelio",
-                         reason=f"proposal #{pid} superseded: the skill changed",
-                         proposal_id=pid)
+            conn.execute(
+                proposals.update()
+                .where(proposals.c.id == pid)
+                .values(
+                    status="superseded",
+                    decided_by="amelio",
+                    decided_at=utcnow(),
+                    decision_reason="the skill changed since the proposal was made",
+                )
+            )
+            record_event(
+                conn,
+                skill_id,
+                "superseded",
+                actor="amelio",
+                reason=f"proposal #{pid} superseded: the skill changed",
+                proposal_id=pid,
+            )
     return [int(pid) for pid, _ in stale]

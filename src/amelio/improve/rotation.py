@@ -56,8 +56,15 @@ from typing import Literal
 
 from amelio.errors import Conflict, SkillFileError
 
-__all__ = ["JOURNAL", "SKILL_FILE", "TEMP_SUFFIX", "Recovery", "Rotation", "recover",
-           "stage_rotation"]
+__all__ = [
+    "JOURNAL",
+    "SKILL_FILE",
+    "TEMP_SUFFIX",
+    "Recovery",
+    "Rotation",
+    "recover",
+    "stage_rotation",
+]
 
 SKILL_FILE = "SKILL.md"
 JOURNAL = ".amelio-rotation.json"
@@ -147,8 +154,9 @@ def stage_rotation(
     if backups < 0:
         raise ValueError("backups must be 0 or more")
     if (root / JOURNAL).exists():
-        raise Conflict(f"a rotation of {root} is pending: run recover() on it first",
-                       folder=str(root))
+        raise Conflict(
+            f"a rotation of {root} is pending: run recover() on it first", folder=str(root)
+        )
     _remove_strays(root)
 
     # Oldest backup first, SKILL.md after: a reader during apply never loses a version.
@@ -175,8 +183,12 @@ def stage_rotation(
         for name in writes:
             _write_synced(root / _temp(name), new[name])
         _fsync_dir(root)
-        journal = {"format": _JOURNAL_FORMAT, "target_version": target_version,
-                   "writes": list(writes), "deletes": deletes}
+        journal = {
+            "format": _JOURNAL_FORMAT,
+            "target_version": target_version,
+            "writes": list(writes),
+            "deletes": deletes,
+        }
         _write_synced(root / _temp(JOURNAL), json.dumps(journal, indent=1).encode("utf-8"))
         os.replace(root / _temp(JOURNAL), root / JOURNAL)
         _fsync_dir(root)
@@ -235,7 +247,8 @@ def _read_journal(path: Path) -> tuple[int, list[str], list[str]]:
         raise SkillFileError(
             f"unreadable rotation journal ({exc}); delete it and the hidden "
             f"*{TEMP_SUFFIX} files beside it to keep the visible files as they are",
-            file=str(path)) from exc
+            file=str(path),
+        ) from exc
 
 
 def _remove_strays(root: Path) -> bool:

@@ -64,7 +64,8 @@ SAGE_SYSTEM = (
 _PLACEHOLDER = re.compile(
     r"\((?:the )?(?:rest|remainder|remaining|everything else)[^)]{0,40}(?:unchanged|same|as "
     r"before)\)|\[\s*\.\.\.\s*\]|^\s*\.\.\.\s*$|\brest of the skill (?:is )?unchanged\b",
-    re.IGNORECASE | re.MULTILINE)
+    re.IGNORECASE | re.MULTILINE,
+)
 
 
 class SageRejected(ValueError):
@@ -81,9 +82,14 @@ class SageResult:
     benchmark: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"skill": self.skill, "project": self.project, "outcome": self.outcome,
-                "reason": self.reason, "proposalId": self.proposal_id,
-                "benchmark": self.benchmark}
+        return {
+            "skill": self.skill,
+            "project": self.project,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "proposalId": self.proposal_id,
+            "benchmark": self.benchmark,
+        }
 
 
 def parse_sage_answer(text: str, current: str) -> str | None:
@@ -98,46 +104,60 @@ def parse_sage_answer(text: str, current: str) -> str | None:
         raise SageRejected("the answer is empty")
     lines = answer.splitlines()
     if any(line.startswith("@@ ") for line in lines) or (
-            any(line.startswith("--- ") for line in lines)
-            and any(line.startswith("+++ ") for line in lines)):
+        any(line.startswith("--- ") for line in lines)
+        and any(line.startswith("+++ ") for line in lines)
+    ):
         raise SageRejected("the answer is a diff, not the whole skill")
     if _PLACEHOLDER.search(answer):
-        raise SageRejected("the answer elides part of the skill (a placeholder such as "
-                           "'rest unchanged')")
+        raise SageRejected(
+            "the answer elides part of the skill (a placeholder such as 'rest unchanged')"
+        )
     if len(answer) < 0.5 * len(current.strip()):
-        raise SageRejected(f"the answer looks like a fragment ({len(answer)} characters for a "
-                           f"skill of {len(current.strip())})")
+        raise SageRejected(
+            f"the answer looks like a fragment ({len(answer)} characters for a "
+            f"skill of {len(current.strip())})"
+        )
     if answer.strip() == current.strip():
         return None
     return answer + "\n"
 
 
 def _judge_reasons(ws: Workspace, skill_id: int, limit: int = 6) -> list[str]:
-    query = (sa.select(benchmark_scenarios.c.result)
-             .join(benchmark_runs, benchmark_runs.c.id == benchmark_scenarios.c.run_id)
-             .join(proposals, proposals.c.id == benchmark_runs.c.proposal_id)
-             .where(proposals.c.skill_id == skill_id)
-             .order_by(benchmark_scenarios.c.id.desc()).limit(limit))
+    query = (
+        sa.select(benchmark_scenarios.c.result)
+        .join(benchmark_runs, benchmark_runs.c.id == benchmark_scenarios.c.run_id)
+        .join(proposals, proposals.c.id == benchmark_runs.c.proposal_id)
+        .where(proposals.c.skill_id == skill_id)
+        .order_by(benchmark_scenarios.c.id.desc())
+        .limit(limit)
+    )
     with ws.engine.connect() as conn:
         return [str(r.get("reason")) for r in conn.execute(query).scalars() if r.get("reason")]
 
 
 def _prompt(ws: Workspace, skill: Skill, project: str, finding: Finding | None) -> str:
     metrics = next((m for m in quality_metrics(ws, project) if m.skill == skill.name), None)
-    parts = [f"SKILL: {skill.name}", f"DESCRIPTION: {skill.spec.description}", "",
-             "CURRENT CONTENT:", skill.spec.content.strip(), ""]
+    parts = [
+        f"SKILL: {skill.name}",
+        f"DESCRIPTION: {skill.spec.description}",
+        "",
+        "CURRENT CONTENT:",
+        skill.spec.content.strip(),
+        "",
+    ]
     if metrics is not None:
-        parts.append(f"METRICS: used {metrics.applied_count} times, success rate "
-                     f"{metrics.success_rate:.0%}, {metrics.feedback_positive} 👍 / "
-                     f"{metrics.feedback_negative} 👎.")
+        parts.append(
+            f"METRICS: used {metrics.applied_count} times, success rate "
+            f"{metrics.success_rate:.0%}, {metrics.feedback_positive} 👍 / "
+            f"{metrics.feedback_negative} 👎."
+        )
         if finding is not None:
             parts.append("WHY IT IS FLAGGED: " + "; ".join(finding.reasons) + ".")
         rules = {str(r.get("id")): r for r in skill.spec.evals or ()}
         for rule_id, count in sorted(metrics.rule_failures.items(), key=lambda x: -x[1]):
             name = rules.get(rule_id, {}).get("name", rule_id)
             parts.append(f"- rule {rule_id} “{name}” failed {count} times")
-    failed = (finding.failed_answers if finding
-              else recent_failed_answers(ws, project, skill.name))
+    failed = finding.failed_answers if finding else recent_failed_answers(ws, project, skill.name)
     if failed:
         parts += ["", "ANSWERS THAT FAILED A RULE:"]
         parts += [f"[{rule_id}] {text}" for rule_id, text in failed]
@@ -158,50 +178,71 @@ def _sage_provider(ws: Workspace) -> Provider:
     return get_provider(settings.model_copy(update=update), purpose="Sage")
 
 
-def _draft(ws: Workspace, provider: Provider, skill: Skill, project: str,
-           finding: Finding | None) -> Drafted | None:
-    completion = provider.complete(LLMRequest.single(
-        SAGE_SYSTEM, _prompt(ws, skill, project, finding), max_tokens=4000))
+def _draft(
+    ws: Workspace, provider: Provider, skill: Skill, project: str, finding: Finding | None
+) -> Drafted | None:
+    completion = provider.complete(
+        LLMRequest.single(SAGE_SYSTEM, _prompt(ws, skill, project, finding), max_tokens=4000)
+    )
     content = parse_sage_answer(completion.text, skill.spec.content)
     if content is None:
         return None
     reasons = "; ".join(finding.reasons) if finding else "asked to review it"
-    return Drafted(content, f"Sage ({completion.model}) rewrote {skill.name}: {reasons}.",
-                   {"model": completion.model, "inputTokens": completion.input_tokens,
-                    "outputTokens": completion.output_tokens, "costUsd": completion.cost_usd})
+    return Drafted(
+        content,
+        f"Sage ({completion.model}) rewrote {skill.name}: {reasons}.",
+        {
+            "model": completion.model,
+            "inputTokens": completion.input_tokens,
+            "outputTokens": completion.output_tokens,
+            "costUsd": completion.cost_usd,
+        },
+    )
 
 
 def sage_proposer(provider: Provider) -> Proposer:
     """A proposer for :func:`amelio.improve.nightly.run_improve` that asks Sage."""
+
     def propose(ws: Workspace, finding: Finding) -> Drafted | None:
         skill = get_skill(ws.engine, finding.skill, finding.project)
         try:
             return _draft(ws, provider, skill, finding.project, finding)
         except SageRejected as exc:
             raise InvalidInput(f"Sage's answer was rejected: {exc}") from exc
+
     return propose
 
 
-def _targets(ws: Workspace, project: str, names: Sequence[str] | None
-             ) -> list[tuple[str, Finding | None]]:
+def _targets(
+    ws: Workspace, project: str, names: Sequence[str] | None
+) -> list[tuple[str, Finding | None]]:
     findings = {f.skill: f for f in find_underperformers(ws, project)}
     if names:
         visible = {s.name for s in list_skills(ws.engine, project)}
         unknown = [n for n in names if n not in visible]
         if unknown:
-            raise InvalidInput(f"Unknown skill(s) for project {project!r}: "
-                               f"{', '.join(unknown)}.", field="skills")
+            raise InvalidInput(
+                f"Unknown skill(s) for project {project!r}: {', '.join(unknown)}.", field="skills"
+            )
         return [(n, findings.get(n)) for n in dict.fromkeys(names)]
-    used = sorted((m for m in quality_metrics(ws, project) if m.skill not in findings),
-                  key=lambda m: (m.success_rate, -m.feedback_negative, m.skill))
+    used = sorted(
+        (m for m in quality_metrics(ws, project) if m.skill not in findings),
+        key=lambda m: (m.success_rate, -m.feedback_negative, m.skill),
+    )
     order: list[tuple[str, Finding | None]] = [(f.skill, f) for f in findings.values()]
     order += [(m.skill, None) for m in used]
     return order[: ws.settings.sage_max_skills]
 
 
-def analyze(ws: Workspace, *, project: str = DEFAULT_PROJECT, skills: Sequence[str] | None = None,
-            provider: Provider | None = None, benchmark: bool = True,
-            on_proposal: Callable[[int], None] | None = None) -> list[SageResult]:
+def analyze(
+    ws: Workspace,
+    *,
+    project: str = DEFAULT_PROJECT,
+    skills: Sequence[str] | None = None,
+    provider: Provider | None = None,
+    benchmark: bool = True,
+    on_proposal: Callable[[int], None] | None = None,
+) -> list[SageResult]:
     """Ask Sage to rewrite the weakest skills; each rewrite becomes a benchmarked proposal.
 
     ``on_proposal`` replaces the inline benchmark (the server runs it in the background).
@@ -227,61 +268,88 @@ def analyze(ws: Workspace, *, project: str = DEFAULT_PROJECT, skills: Sequence[s
         if draft is None:
             results.append(SageResult(name, project, "no_change", "Sage answered NO_CHANGE"))
             continue
-        proposal = create_proposal(ws, name, project=project, proposed_content=draft.content,
-                                   rationale=draft.rationale, evidence=draft.evidence,
-                                   proposed_by="sage", author="sage")
+        proposal = create_proposal(
+            ws,
+            name,
+            project=project,
+            proposed_content=draft.content,
+            rationale=draft.rationale,
+            evidence=draft.evidence,
+            proposed_by="sage",
+            author="sage",
+        )
         verdict = None
         if on_proposal is not None:
             on_proposal(proposal.id)
         elif benchmark:
             try:
                 report = run_benchmark(ws, proposal.id, provider=provider, notify=False)
-                verdict = {"runId": report.run_id, "verdict": report.verdict,
-                           "improvementPct": report.improvement_pct}
+                verdict = {
+                    "runId": report.run_id,
+                    "verdict": report.verdict,
+                    "improvementPct": report.improvement_pct,
+                }
             except AmelioError as exc:
                 verdict = {"error": exc.message}
-        results.append(SageResult(name, project, "proposed", draft.rationale, proposal.id,
-                                  verdict))
+        results.append(SageResult(name, project, "proposed", draft.rationale, proposal.id, verdict))
     proposed = [r for r in results if r.proposal_id is not None]
     if proposed:
         notify_all(ws.settings, sage_notification(ws, project, proposed))
     return results
 
 
-def sage_notification(ws: Workspace, project: str, results: Sequence[SageResult]
-                      ) -> Notification:
+def sage_notification(ws: Workspace, project: str, results: Sequence[SageResult]) -> Notification:
     """What the notifiers receive after a Sage analysis that proposed something."""
-    lines = [f"- #{r.proposal_id} {r.skill}: {r.reason}"
-             + (f" (benchmark: {r.benchmark.get('verdict') or r.benchmark.get('error')})"
-                if r.benchmark else "") for r in results]
+    lines = [
+        f"- #{r.proposal_id} {r.skill}: {r.reason}"
+        + (
+            f" (benchmark: {r.benchmark.get('verdict') or r.benchmark.get('error')})"
+            if r.benchmark
+            else ""
+        )
+        for r in results
+    ]
     count = len(results)
     return Notification(
-        kind="sage.report", title=f"Sage: {count} new proposal{'s' * (count != 1)} in {project}",
-        text="\n".join(lines), payload={"project": project,
-                                        "results": [r.to_dict() for r in results]},
-        actions=proposal_actions(ws, [{"id": r.proposal_id, "skill": r.skill} for r in results]))
+        kind="sage.report",
+        title=f"Sage: {count} new proposal{'s' * (count != 1)} in {project}",
+        text="\n".join(lines),
+        payload={"project": project, "results": [r.to_dict() for r in results]},
+        actions=proposal_actions(ws, [{"id": r.proposal_id, "skill": r.skill} for r in results]),
+    )
 
 
-def improve_with_sage(ws: Workspace, *, projects: Sequence[str] | None = None,
-                      dry_run: bool = False, notify: bool = True,
-                      provider: Provider | None = None) -> Any:
+def improve_with_sage(
+    ws: Workspace,
+    *,
+    projects: Sequence[str] | None = None,
+    dry_run: bool = False,
+    notify: bool = True,
+    provider: Provider | None = None,
+) -> Any:
     """``amelio improve --sage``: the nightly loop with Sage writing the proposals,
     each then benchmarked."""
     provider = provider or _sage_provider(ws)
     # The notifiers hear of the run once its benchmarks are done, so that each
     # proposal arrives with its verdict rather than before it.
-    report = run_improve(ws, projects=projects, dry_run=dry_run, proposer=sage_proposer(provider),
-                         mode="sage", notify=False)
+    report = run_improve(
+        ws,
+        projects=projects,
+        dry_run=dry_run,
+        proposer=sage_proposer(provider),
+        mode="sage",
+        notify=False,
+    )
     for made in report.proposals:
         if made.get("id") is None:
             continue
         try:
             bench = run_benchmark(ws, made["id"], provider=provider, notify=False)
-            made["benchmark"] = {"verdict": bench.verdict, "improvementPct":
-                                 bench.improvement_pct}
+            made["benchmark"] = {"verdict": bench.verdict, "improvementPct": bench.improvement_pct}
         except AmelioError as exc:
             made["benchmark"] = {"error": exc.message}
     if notify and not dry_run:
-        report.deliveries = [d.to_dict() for d in
-                             notify_all(ws.settings, improve_notification(ws, report))]
+        report.deliveries = [
+            d.to_dict() for d in notify_all(ws.settings, improve_notification(ws, report))
+        ]
     return report

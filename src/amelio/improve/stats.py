@@ -45,14 +45,15 @@ def wilcoxon_signed_rank(differences: Sequence[float]) -> float:
     for h in half:
         for s in range(total, h - 1, -1):
             counts[s] += counts[s - h]
-    all_ways = 2 ** n
+    all_ways = 2**n
     tail = min(w_plus, total - w_plus)
     p = 2 * sum(counts[: tail + 1]) / all_ways
     return float(min(1.0, p))
 
 
-def bootstrap_mean_ci(differences: Sequence[float], *, confidence: float = 0.95,
-                      resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+def bootstrap_mean_ci(
+    differences: Sequence[float], *, confidence: float = 0.95, resamples: int = 2000, seed: int = 0
+) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean difference (seeded: reproducible)."""
     if not differences:
         return 0.0, 0.0

@@ -62,7 +62,7 @@ def _strip_section(content: str) -> str:
     end = content.find(SECTION_END)
     if start == -1 or end == -1 or end < start:
         return content.rstrip("\n")
-    return (content[:start] + content[end + len(SECTION_END):]).rstrip("\n")
+    return (content[:start] + content[end + len(SECTION_END) :]).rstrip("\n")
 
 
 def template_proposal(spec: SkillSpec, finding: Finding) -> TemplateProposal | None:
@@ -77,27 +77,42 @@ def template_proposal(spec: SkillSpec, finding: Finding) -> TemplateProposal | N
         rule = rules.get(rule_id)
         if rule is None:  # a rule since removed: its failures no longer guide anything
             continue
-        lines.append(f"- {_instruction(rule)} (Rule {rule_id} failed in {count} of "
-                     f"{m.applied_count} answers.)")
+        lines.append(
+            f"- {_instruction(rule)} (Rule {rule_id} failed in {count} of "
+            f"{m.applied_count} answers.)"
+        )
         cited.append(f"{rule_id} “{rule.get('name', rule_id)}” failed {count}×")
     taught = sorted(finding.learnings, key=lambda x: x.id)[:MAX_LEARNINGS]
     for item in taught:
         lines.append(f"- {item.rule} (Learned from {item.source} feedback.)")
     if not lines:
         return None
-    section = "\n".join([SECTION_START, HEADING, "",
-                         "Follow these rules; they come from answers that fell short.", "",
-                         *lines, SECTION_END])
+    section = "\n".join(
+        [
+            SECTION_START,
+            HEADING,
+            "",
+            "Follow these rules; they come from answers that fell short.",
+            "",
+            *lines,
+            SECTION_END,
+        ]
+    )
     content = f"{_strip_section(spec.content)}\n\n{section}\n"
     rationale = (
         f"{spec.name} underperforms in project {m.project}: {'; '.join(finding.reasons)}. "
         + (f"Failing rules: {', '.join(cited)}. " if cited else "")
         + (f"Learnings: {len(taught)} linked correction(s). " if taught else "")
-        + "The proposal adds one instruction per failing rule and per learning.")
+        + "The proposal adds one instruction per failing rule and per learning."
+    )
     evidence = {
-        "appliedCount": m.applied_count, "successCount": m.success_count,
-        "successRate": round(m.success_rate, 4), "feedbackPositive": m.feedback_positive,
-        "feedbackNegative": m.feedback_negative, "reasons": list(finding.reasons),
-        "ruleFailures": dict(failing), "learningIds": [i.id for i in taught],
+        "appliedCount": m.applied_count,
+        "successCount": m.success_count,
+        "successRate": round(m.success_rate, 4),
+        "feedbackPositive": m.feedback_positive,
+        "feedbackNegative": m.feedback_negative,
+        "reasons": list(finding.reasons),
+        "ruleFailures": dict(failing),
+        "learningIds": [i.id for i in taught],
     }
     return TemplateProposal(content, rationale, evidence)

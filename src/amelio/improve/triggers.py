@@ -54,9 +54,14 @@ class TermEvidence:
     score: float
 
     def to_dict(self) -> dict[str, Any]:
-        return {"term": self.term, "kind": self.kind, "inExamples": self.in_examples,
-                "examples": self.examples, "elsewhere": self.elsewhere,
-                "score": round(self.score, 4)}
+        return {
+            "term": self.term,
+            "kind": self.kind,
+            "inExamples": self.in_examples,
+            "examples": self.examples,
+            "elsewhere": self.elsewhere,
+            "score": round(self.score, 4),
+        }
 
 
 @dataclass(frozen=True)
@@ -73,11 +78,17 @@ class TriggerSuggestion:
     proposal: Proposal | None = field(default=None, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"skill": self.skill, "project": self.project, "examples": self.examples,
-                "triggers": list(self.triggers), "keywords": list(self.keywords),
-                "terms": [t.to_dict() for t in self.terms],
-                "routedBefore": self.routed_before, "routedAfter": self.routed_after,
-                "proposal": None if self.proposal is None else self.proposal.to_dict()}
+        return {
+            "skill": self.skill,
+            "project": self.project,
+            "examples": self.examples,
+            "triggers": list(self.triggers),
+            "keywords": list(self.keywords),
+            "terms": [t.to_dict() for t in self.terms],
+            "routedBefore": self.routed_before,
+            "routedAfter": self.routed_after,
+            "proposal": None if self.proposal is None else self.proposal.to_dict(),
+        }
 
 
 def _words(text: str) -> tuple[set[str], set[str]]:
@@ -85,14 +96,22 @@ def _words(text: str) -> tuple[set[str], set[str]]:
     neither a stopword nor one character), as whole normalized words."""
     toks = tokens(text, breaks=True)
     unigrams = set(bm25_terms(toks))
-    pairs = {f"{a} {b}" for a, b in pairwise(toks)
-             if BREAK not in (a, b) and len(a) > 1 and len(b) > 1
-             and a not in BM25_STOPWORDS and b not in BM25_STOPWORDS and "'" not in a + b}
+    pairs = {
+        f"{a} {b}"
+        for a, b in pairwise(toks)
+        if BREAK not in (a, b)
+        and len(a) > 1
+        and len(b) > 1
+        and a not in BM25_STOPWORDS
+        and b not in BM25_STOPWORDS
+        and "'" not in a + b
+    }
     return unigrams, pairs
 
 
-def _mine(own: Sequence[str], background: Sequence[str], known: Iterable[str]
-          ) -> list[TermEvidence]:
+def _mine(
+    own: Sequence[str], background: Sequence[str], known: Iterable[str]
+) -> list[TermEvidence]:
     seen = {" ".join(tokens(k)) for k in known}
     own_uni: Counter[str] = Counter()
     own_bi: Counter[str] = Counter()
@@ -116,15 +135,30 @@ def _mine(own: Sequence[str], background: Sequence[str], known: Iterable[str]
             elsewhere = back[term]
             if share < 2 * elsewhere / m:  # as common elsewhere: it would pull others' messages
                 continue
-            found.append(TermEvidence(term, kind, count, n, elsewhere,
-                                      share * math.log(1 + share * (m + 1) / (elsewhere + 1))))
+            found.append(
+                TermEvidence(
+                    term,
+                    kind,
+                    count,
+                    n,
+                    elsewhere,
+                    share * math.log(1 + share * (m + 1) / (elsewhere + 1)),
+                )
+            )
     found.sort(key=lambda t: (-t.score, t.term))
     return found
 
 
-def suggest_triggers(ws: Workspace, skill: str, *, project: str = DEFAULT_PROJECT,
-                     author: str = "amelio", max_triggers: int = 3, max_keywords: int = 10,
-                     propose: bool = True) -> TriggerSuggestion:
+def suggest_triggers(
+    ws: Workspace,
+    skill: str,
+    *,
+    project: str = DEFAULT_PROJECT,
+    author: str = "amelio",
+    max_triggers: int = 3,
+    max_keywords: int = 10,
+    propose: bool = True,
+) -> TriggerSuggestion:
     """Mine ``skill``'s examples (in ``project``) for triggers and keywords; with
     ``propose``, file them as a routing proposal when there is anything to add."""
     visible = visible_skills(ws.engine, project)
@@ -141,7 +175,8 @@ def suggest_triggers(ws: Workspace, skill: str, *, project: str = DEFAULT_PROJEC
             f"Skill {skill!r} has {len(own)} routing example(s) in project {project!r}; "
             f"suggesting triggers needs at least {MIN_EXAMPLES}. Kept answers (👍, evals "
             "passed) add examples, as do SKILL.md examples: and `amelio skills examples add`.",
-            field="skill")
+            field="skill",
+        )
     background = [t for name, texts in examples.items() if name != skill for t in texts]
     background += [skill_text(s.spec) for s in visible if s.name != skill]
     spec = by_name[skill].spec
@@ -154,26 +189,39 @@ def suggest_triggers(ws: Workspace, skill: str, *, project: str = DEFAULT_PROJEC
 
     # What the change is worth: the skill's examples routed on metadata alone.
     specs = [s.spec for s in visible]
-    proposed = [replace(s, triggers=triggers, keywords=keywords) if s.name == skill else s
-                for s in specs]
+    proposed = [
+        replace(s, triggers=triggers, keywords=keywords) if s.name == skill else s for s in specs
+    ]
     blank = TrainingData(examples=[], embedder=data.embedder, min_score=-math.inf)
     before = Router(specs, "learned", data=blank)
     after = Router(proposed, "learned", data=blank)
     routed_before = sum(before.route(t, limit=1).names == (skill,) for t in own)
     routed_after = sum(after.route(t, limit=1).names == (skill,) for t in own)
 
-    suggestion = TriggerSuggestion(skill, project, len(own), triggers, keywords, chosen,
-                                   routed_before, routed_after)
+    suggestion = TriggerSuggestion(
+        skill, project, len(own), triggers, keywords, chosen, routed_before, routed_after
+    )
     if not propose or not chosen:
         return suggestion
     added = ", ".join(f"{t.kind} {t.term!r}" for t in chosen)
     proposal = create_proposal(
-        ws, skill, project=project, author=author, proposed_by="template",
+        ws,
+        skill,
+        project=project,
+        author=author,
+        proposed_by="template",
         routing={"triggers": triggers, "keywords": keywords},
-        rationale=(f"Mined from {len(own)} routing examples: adds {added}. On metadata alone, "
-                   f"{routed_after} of {len(own)} examples route to {skill} first "
-                   f"(now {routed_before})."),
-        evidence={"kind": "routing", "terms": [t.to_dict() for t in chosen],
-                  "examples": len(own), "routedBefore": routed_before,
-                  "routedAfter": routed_after})
+        rationale=(
+            f"Mined from {len(own)} routing examples: adds {added}. On metadata alone, "
+            f"{routed_after} of {len(own)} examples route to {skill} first "
+            f"(now {routed_before})."
+        ),
+        evidence={
+            "kind": "routing",
+            "terms": [t.to_dict() for t in chosen],
+            "examples": len(own),
+            "routedBefore": routed_before,
+            "routedAfter": routed_after,
+        },
+    )
     return replace(suggestion, proposal=proposal)

@@ -82,15 +82,37 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("GeneratedSkill", "generate_skill"), "amelio.knowledge.generator"),
     **dict.fromkeys(("Embedder", "Passage", "chunk_text", "search"), "amelio.knowledge.index"),
     **dict.fromkeys(("Notebook", "Source"), "amelio.knowledge.model"),
-    **dict.fromkeys(("create_notebook", "delete_source", "ensure_notebook", "get_notebook",
-                     "list_notebooks", "list_sources"), "amelio.knowledge.notebooks"),
+    **dict.fromkeys(
+        (
+            "create_notebook",
+            "delete_source",
+            "ensure_notebook",
+            "get_notebook",
+            "list_notebooks",
+            "list_sources",
+        ),
+        "amelio.knowledge.notebooks",
+    ),
     **dict.fromkeys(("Answer", "answer_question"), "amelio.knowledge.query"),
-    **dict.fromkeys(("DrainReport", "Failure", "SyncReceipt", "SyncWorker", "drain", "enqueue",
-                     "failures", "queue_health", "retry"), "amelio.knowledge.sync"),
-    **dict.fromkeys(("FolderReport", "read_document", "sync_folder", "watch_folder"),
-                    "amelio.knowledge.watcher"),
+    **dict.fromkeys(
+        (
+            "DrainReport",
+            "Failure",
+            "SyncReceipt",
+            "SyncWorker",
+            "drain",
+            "enqueue",
+            "failures",
+            "queue_health",
+            "retry",
+        ),
+        "amelio.knowledge.sync",
+    ),
+    **dict.fromkeys(
+        ("FolderReport", "read_document", "sync_folder", "watch_folder"), "amelio.knowledge.watcher"
+    ),
 }
 
 
 if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and flag typos
-    __getattr__, __dir__ = _lazy_namespace('amelio.knowledge', _LAZY, globals(), __all__)
+    __getattr__, __dir__ = _lazy_namespace("amelio.knowledge", _LAZY, globals(), __all__)

@@ -55,7 +55,7 @@ def parse_generated_skill(text: str) -> str:
     if fence:
         answer = fence.group(1).strip()
     start = answer.find("---\n")
-    if start > 0 and answer[:start].strip() and "\n---" in answer[start + 4:]:
+    if start > 0 and answer[:start].strip() and "\n---" in answer[start + 4 :]:
         answer = answer[start:]
     return answer + "\n"
 
@@ -67,54 +67,95 @@ class GeneratedSkill:
     model: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"proposal": self.proposal.to_dict(with_content=True), "model": self.model,
-                "sources": sorted({p.source_id for p in self.passages})}
+        return {
+            "proposal": self.proposal.to_dict(with_content=True),
+            "model": self.model,
+            "sources": sorted({p.source_id for p in self.passages}),
+        }
 
 
 def _provider(ws: Workspace) -> Provider:
     settings = ws.settings
-    return get_provider(settings.model_copy(update={
-        "llm_timeout": settings.knowledge_generate_timeout}), purpose="The skill generator")
+    return get_provider(
+        settings.model_copy(update={"llm_timeout": settings.knowledge_generate_timeout}),
+        purpose="The skill generator",
+    )
 
 
-def generate_skill(ws: Workspace, notebook: str, objective: str, *,
-                   project: str = DEFAULT_PROJECT, provider: Provider | None = None,
-                   author: str = "generator") -> GeneratedSkill:
+def generate_skill(
+    ws: Workspace,
+    notebook: str,
+    objective: str,
+    *,
+    project: str = DEFAULT_PROJECT,
+    provider: Provider | None = None,
+    author: str = "generator",
+) -> GeneratedSkill:
     """Draft a new skill from ``notebook`` for ``objective`` and store it as a
     pending proposal; :class:`LLMError` (nothing stored) when the LLM's answer is
     not a valid new skill."""
     objective = " ".join(objective.split())
     if not objective:
-        raise InvalidInput("The objective is empty: say what the skill should do.",
-                           field="objective")
+        raise InvalidInput(
+            "The objective is empty: say what the skill should do.", field="objective"
+        )
     if len(objective) > MAX_OBJECTIVE:
-        raise InvalidInput(f"The objective is over {MAX_OBJECTIVE} characters.",
-                           field="objective")
+        raise InvalidInput(f"The objective is over {MAX_OBJECTIVE} characters.", field="objective")
     with ws.engine.connect() as conn:
         nid = notebook_id(conn, notebook, project)
-    passages = tuple(search(ws.settings, ws.engine, nid, objective,
-                            top_k=max(PASSAGES, ws.settings.knowledge_top_k),
-                            embedder=embedder_for(ws.settings)))
+    passages = tuple(
+        search(
+            ws.settings,
+            ws.engine,
+            nid,
+            objective,
+            top_k=max(PASSAGES, ws.settings.knowledge_top_k),
+            embedder=embedder_for(ws.settings),
+        )
+    )
     if not passages:
-        raise InvalidInput(f"Notebook {notebook!r} has nothing about {objective!r}: sync "
-                           "sources about it first.", field="objective")
+        raise InvalidInput(
+            f"Notebook {notebook!r} has nothing about {objective!r}: sync sources about it first.",
+            field="objective",
+        )
     llm = provider or _provider(ws)
-    completion = llm.complete(LLMRequest.single(
-        GENERATOR_SYSTEM, f"OBJECTIVE: {objective}\n\nPASSAGES:\n\n"
-        f"{numbered_passages(passages)}", max_tokens=4000, temperature=0))
+    completion = llm.complete(
+        LLMRequest.single(
+            GENERATOR_SYSTEM,
+            f"OBJECTIVE: {objective}\n\nPASSAGES:\n\n{numbered_passages(passages)}",
+            max_tokens=4000,
+            temperature=0,
+        )
+    )
     skill_md = parse_generated_skill(completion.text)
-    evidence = {"notebook": notebook, "objective": objective, "model": completion.model,
-                "sources": sorted({p.source_id for p in passages}),
-                "passages": [{"n": i, "sourceId": p.source_id, "chunk": p.position}
-                             for i, p in enumerate(passages, start=1)],
-                "inputTokens": completion.input_tokens, "outputTokens": completion.output_tokens}
+    evidence = {
+        "notebook": notebook,
+        "objective": objective,
+        "model": completion.model,
+        "sources": sorted({p.source_id for p in passages}),
+        "passages": [
+            {"n": i, "sourceId": p.source_id, "chunk": p.position}
+            for i, p in enumerate(passages, start=1)
+        ],
+        "inputTokens": completion.input_tokens,
+        "outputTokens": completion.output_tokens,
+    }
     try:
         proposal = create_skill_proposal(
-            ws, skill_md, rationale=f"Generated from notebook {notebook!r} for: {objective}",
-            proposed_by="generator", author=author, project=project,
-            scope="global" if project == DEFAULT_PROJECT else "project", evidence=evidence,
-            source="generated SKILL.md")
+            ws,
+            skill_md,
+            rationale=f"Generated from notebook {notebook!r} for: {objective}",
+            proposed_by="generator",
+            author=author,
+            project=project,
+            scope="global" if project == DEFAULT_PROJECT else "project",
+            evidence=evidence,
+            source="generated SKILL.md",
+        )
     except (InvalidInput, Conflict) as exc:
-        raise LLMError(f"The generated skill was rejected, nothing was stored: {exc.message}",
-                       model=completion.model, **exc.details) from exc
+        raise LLMError(
+            f"The generated skill was rejected, nothing was stored: {exc.message}",
+            model=completion.model,
+            **exc.details,
+        ) from exc
     return GeneratedSkill(proposal, passages, completion.model)

@@ -127,8 +127,10 @@ def chunk_text(text: str, max_chars: int = 1200) -> list[Span]:
     for a, b in blocks:
         heading = bool(_HEADING.match(text[a:b].lstrip()))
         for p_start, p_end in _pieces(text, a, b, max_chars):
-            if current is not None and (p_end - current[0] > max_chars or (
-                    heading and p_start == a and current[1] - current[0] >= max_chars // 4)):
+            if current is not None and (
+                p_end - current[0] > max_chars
+                or (heading and p_start == a and current[1] - current[0] >= max_chars // 4)
+            ):
                 spans.append(current)
                 current = None
             current = (p_start, p_end) if current is None else (current[0], p_end)
@@ -175,8 +177,9 @@ def _terms(title: str, text: str) -> Counter[str]:
     return Counter(term(t) for t in (*tokens(title), *tokens(text)))
 
 
-def prepare_source(source: Source, *, chunk_chars: int = 1200,
-                   embedder: Embedder | None = None) -> IndexedSource:
+def prepare_source(
+    source: Source, *, chunk_chars: int = 1200, embedder: Embedder | None = None
+) -> IndexedSource:
     """Chunk, tokenize and (with an embedder) embed a source."""
     spans = tuple(chunk_text(source.text, chunk_chars))
     terms = tuple(_terms(source.title, s.text) for s in spans)
@@ -186,39 +189,64 @@ def prepare_source(source: Source, *, chunk_chars: int = 1200,
     return IndexedSource(source, spans, terms, tuple(vectors), embedder.model)
 
 
-def write_source(conn: sa.Connection, notebook_id: int, prepared: IndexedSource,
-                 *, now: datetime | None = None) -> str:
+def write_source(
+    conn: sa.Connection, notebook_id: int, prepared: IndexedSource, *, now: datetime | None = None
+) -> str:
     """Store a prepared source in the caller's transaction: ``indexed``, or
     ``unchanged`` when the stored version's updatedAt is the same or newer."""
     src, now = prepared.source, now or utcnow()
-    row = conn.execute(sa.select(knowledge_sources.c.id, knowledge_sources.c.updated_at)
-                       .where(knowledge_sources.c.notebook_id == notebook_id,
-                              knowledge_sources.c.source_id == src.source_id)
-                       .with_for_update()).first()
+    row = conn.execute(
+        sa.select(knowledge_sources.c.id, knowledge_sources.c.updated_at)
+        .where(
+            knowledge_sources.c.notebook_id == notebook_id,
+            knowledge_sources.c.source_id == src.source_id,
+        )
+        .with_for_update()
+    ).first()
     if row is not None and aware(row.updated_at) >= src.updated_at:
         return "unchanged"
-    values = {"kind": src.kind, "title": src.title, "url": src.url, "text": src.text,
-              "content_hash": src.content_hash(), "updated_at": src.updated_at,
-              "indexed_at": now, "chunk_count": len(prepared.spans)}
+    values = {
+        "kind": src.kind,
+        "title": src.title,
+        "url": src.url,
+        "text": src.text,
+        "content_hash": src.content_hash(),
+        "updated_at": src.updated_at,
+        "indexed_at": now,
+        "chunk_count": len(prepared.spans),
+    }
     if row is None:
-        result = conn.execute(knowledge_sources.insert().values(
-            notebook_id=notebook_id, source_id=src.source_id, **values))
+        result = conn.execute(
+            knowledge_sources.insert().values(
+                notebook_id=notebook_id, source_id=src.source_id, **values
+            )
+        )
         assert result.inserted_primary_key is not None
         source_row = int(result.inserted_primary_key[0])
     else:
         source_row = int(row.id)
-        conn.execute(knowledge_chunks.delete().where(
-            knowledge_chunks.c.source_row_id == source_row))
-        conn.execute(knowledge_sources.update().where(knowledge_sources.c.id == source_row)
-                     .values(**values))
+        conn.execute(
+            knowledge_chunks.delete().where(knowledge_chunks.c.source_row_id == source_row)
+        )
+        conn.execute(
+            knowledge_sources.update().where(knowledge_sources.c.id == source_row).values(**values)
+        )
     if not prepared.spans:
         return "indexed"
-    rows = [{"source_row_id": source_row, "notebook_id": notebook_id, "position": i,
-             "text": s.text, "start_char": s.start, "end_char": s.end,
-             "token_count": sum(prepared.terms[i].values()),
-             "embedding_model": prepared.embedding_model,
-             "embedding": prepared.embeddings[i] if prepared.embeddings else None}
-            for i, s in enumerate(prepared.spans)]
+    rows = [
+        {
+            "source_row_id": source_row,
+            "notebook_id": notebook_id,
+            "position": i,
+            "text": s.text,
+            "start_char": s.start,
+            "end_char": s.end,
+            "token_count": sum(prepared.terms[i].values()),
+            "embedding_model": prepared.embedding_model,
+            "embedding": prepared.embeddings[i] if prepared.embeddings else None,
+        }
+        for i, s in enumerate(prepared.spans)
+    ]
     conn.execute(knowledge_chunks.insert(), rows)
     return "indexed"
 
@@ -246,12 +274,21 @@ class Passage:
     matched: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sourceId": self.source_id, "kind": self.kind, "title": self.title,
-                "url": self.url, "updatedAt": self.updated_at.isoformat(),
-                "chunk": self.position, "chunkId": self.chunk_id, "start": self.start,
-                "end": self.end, "text": self.text, "score": round(self.score, 6),
-                "lexicalScore": round(self.lexical, 6),
-                "semanticScore": None if self.semantic is None else round(self.semantic, 6)}
+        return {
+            "sourceId": self.source_id,
+            "kind": self.kind,
+            "title": self.title,
+            "url": self.url,
+            "updatedAt": self.updated_at.isoformat(),
+            "chunk": self.position,
+            "chunkId": self.chunk_id,
+            "start": self.start,
+            "end": self.end,
+            "text": self.text,
+            "score": round(self.score, 6),
+            "lexicalScore": round(self.lexical, 6),
+            "semanticScore": None if self.semantic is None else round(self.semantic, 6),
+        }
 
 
 def collection_name(notebook_id: int) -> str:
@@ -268,8 +305,10 @@ def _fingerprint(conn: sa.Connection, notebook_id: int) -> int:
     (chunk ids only grow; a rewritten source gets new ones)."""
     ch = knowledge_chunks.c
     count, top, total = conn.execute(
-        sa.select(sa.func.count(ch.id), sa.func.max(ch.id), sa.func.sum(ch.id))
-        .where(ch.notebook_id == notebook_id)).one()
+        sa.select(sa.func.count(ch.id), sa.func.max(ch.id), sa.func.sum(ch.id)).where(
+            ch.notebook_id == notebook_id
+        )
+    ).one()
     digest = hashlib.sha256(f"{count}:{top}:{total}".encode()).hexdigest()
     return int(digest[:15], 16)
 
@@ -281,16 +320,20 @@ def _catch_up(conn: sa.Connection, store: DocumentStore, notebook_id: int) -> No
     if store.get_meta("chunks") == stamp:
         return
     ch, src = knowledge_chunks, knowledge_sources
-    stored = {str(i) for i in conn.execute(
-        sa.select(ch.c.id).where(ch.c.notebook_id == notebook_id)).scalars()}
+    stored = {
+        str(i)
+        for i in conn.execute(sa.select(ch.c.id).where(ch.c.notebook_id == notebook_id)).scalars()
+    }
     held = store.doc_ids()
     store.apply([Deletion(d) for d in sorted(held - stored)])
     added = sorted(int(d) for d in stored - held)
     for start in range(0, len(added), _SYNC_BATCH):
-        batch = added[start:start + _SYNC_BATCH]
+        batch = added[start : start + _SYNC_BATCH]
         rows = conn.execute(
             sa.select(ch.c.id, ch.c.text, ch.c.embedding_model, ch.c.embedding, src.c.title)
-            .join(src, src.c.id == ch.c.source_row_id).where(ch.c.id.in_(batch))).all()
+            .join(src, src.c.id == ch.c.source_row_id)
+            .where(ch.c.id.in_(batch))
+        ).all()
         store.apply([Document(str(r.id), analyzed(r.title), analyzed(r.text)) for r in rows])
         by_model: dict[str, dict[str, list[float]]] = {}
         for r in rows:
@@ -301,9 +344,15 @@ def _catch_up(conn: sa.Connection, store: DocumentStore, notebook_id: int) -> No
     store.set_meta("chunks", stamp)
 
 
-def search(settings: Settings, bind: sa.Engine | sa.Connection, notebook_id: int,
-           question: str, *, top_k: int = 5, embedder: Embedder | None = None
-           ) -> list[Passage]:
+def search(
+    settings: Settings,
+    bind: sa.Engine | sa.Connection,
+    notebook_id: int,
+    question: str,
+    *,
+    top_k: int = 5,
+    embedder: Embedder | None = None,
+) -> list[Passage]:
     """The ``top_k`` passages that best match ``question``, best first: BM25 over
     the notebook's collection, mixed with the semantic score when an embedder is
     given."""
@@ -311,27 +360,59 @@ def search(settings: Settings, bind: sa.Engine | sa.Connection, notebook_id: int
     terms = list(dict.fromkeys(term(t) for t in tokens(question)))
     with db.reading(bind) as conn:
         _catch_up(conn, store, notebook_id)
-        found = first_phase(store, " ".join(terms), top_k * CANDIDATES_PER_PASSAGE,
-                            alpha=ALPHA if embedder is not None else 0.0, embedder=embedder,
-                            semantic_query=question)
+        found = first_phase(
+            store,
+            " ".join(terms),
+            top_k * CANDIDATES_PER_PASSAGE,
+            alpha=ALPHA if embedder is not None else 0.0,
+            embedder=embedder,
+            semantic_query=question,
+        )
         best = [int(d) for d in found.order[:top_k]]  # best first
         if not best:
             return []
         ch, src = knowledge_chunks, knowledge_sources
-        rows = {r.id: r for r in conn.execute(
-            sa.select(ch.c.id, ch.c.position, ch.c.text, ch.c.start_char, ch.c.end_char,
-                      src.c.source_id, src.c.kind, src.c.title, src.c.url, src.c.updated_at)
-            .join(src, src.c.id == ch.c.source_row_id).where(ch.c.id.in_(best)))}
+        rows = {
+            r.id: r
+            for r in conn.execute(
+                sa.select(
+                    ch.c.id,
+                    ch.c.position,
+                    ch.c.text,
+                    ch.c.start_char,
+                    ch.c.end_char,
+                    src.c.source_id,
+                    src.c.kind,
+                    src.c.title,
+                    src.c.url,
+                    src.c.updated_at,
+                )
+                .join(src, src.c.id == ch.c.source_row_id)
+                .where(ch.c.id.in_(best))
+            )
+        }
     passages = []
     for cid in best:
         r = rows.get(cid)
         if r is None:  # removed since the collection caught up
             continue
         words = set(analyzed(f"{r.title} {r.text}").split())
-        passages.append(Passage(
-            chunk_id=cid, position=r.position, text=r.text, start=r.start_char,
-            end=r.end_char, source_id=r.source_id, kind=r.kind, title=r.title, url=r.url,
-            updated_at=aware(r.updated_at), score=found.scores[str(cid)],
-            lexical=found.lexical.get(str(cid), 0.0), semantic=found.semantic.get(str(cid)),
-            matched=tuple(t for t in terms if t in words)))
+        passages.append(
+            Passage(
+                chunk_id=cid,
+                position=r.position,
+                text=r.text,
+                start=r.start_char,
+                end=r.end_char,
+                source_id=r.source_id,
+                kind=r.kind,
+                title=r.title,
+                url=r.url,
+                updated_at=aware(r.updated_at),
+                score=found.scores[str(cid)],
+                lexical=found.lexical.get(str(cid), 0.0),
+                semantic=found.semantic.get(str(cid)),
+                matched=tuple(t for t in terms if t in words),
+            )
+        )
     return passages

@@ -60,27 +60,37 @@ class Answer:
     latency_ms: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"notebook": self.notebook, "project": self.project, "question": self.question,
-                "answer": self.answer, "mode": self.mode,
-                "citations": [{"n": i} | p.to_dict() | {"cited": i in self.cited}
-                              for i, p in enumerate(self.citations, start=1)],
-                "model": self.model, "llmError": self.llm_error,
-                "latencyMs": round(self.latency_ms, 2)}
+        return {
+            "notebook": self.notebook,
+            "project": self.project,
+            "question": self.question,
+            "answer": self.answer,
+            "mode": self.mode,
+            "citations": [
+                {"n": i} | p.to_dict() | {"cited": i in self.cited}
+                for i, p in enumerate(self.citations, start=1)
+            ],
+            "model": self.model,
+            "llmError": self.llm_error,
+            "latencyMs": round(self.latency_ms, 2),
+        }
 
 
 def numbered_passages(passages: tuple[Passage, ...] | list[Passage]) -> str:
     """The passages as the LLM sees them: ``[n] title (source, chunk)`` then the text."""
     return "\n\n".join(
         f"[{i}] {p.title} (source {p.source_id}, chunk {p.position})\n{p.text.strip()}"
-        for i, p in enumerate(passages, start=1))
+        for i, p in enumerate(passages, start=1)
+    )
 
 
 def _best_sentence(text: str, terms: set[str], limit: int = 400) -> str:
     if len(text) <= limit:
         return " ".join(text.split())
     sentences = [s.strip() for s in _SENTENCE.findall(text) if s.strip()]
-    best = max(sentences, key=lambda s: (len(terms & set(tokens(s))), -sentences.index(s)),
-               default=text)
+    best = max(
+        sentences, key=lambda s: (len(terms & set(tokens(s))), -sentences.index(s)), default=text
+    )
     best = " ".join(best.split())
     return best if len(best) <= limit else best[: limit - 1] + "…"
 
@@ -89,21 +99,30 @@ def extractive_answer(question: str, passages: tuple[Passage, ...], why: str) ->
     """The best sentence of each of the top passages (at most 3), each cited."""
     terms = set(tokens(question))
     lines = [EXTRACTIVE_NOTE.format(why=why), ""]
-    lines += [f"- {_best_sentence(p.text, terms)} [{i}]"
-              for i, p in enumerate(passages[:3], start=1)]
+    lines += [
+        f"- {_best_sentence(p.text, terms)} [{i}]" for i, p in enumerate(passages[:3], start=1)
+    ]
     return "\n".join(lines)
 
 
 def _provider(ws: Workspace) -> Provider:
     settings = ws.settings
-    return get_provider(settings.model_copy(update={
-        "llm_timeout": settings.knowledge_answer_timeout, "llm_max_retries": 0}),
-        purpose="A generated knowledge answer")
+    return get_provider(
+        settings.model_copy(
+            update={"llm_timeout": settings.knowledge_answer_timeout, "llm_max_retries": 0}
+        ),
+        purpose="A generated knowledge answer",
+    )
 
 
 def answer_question(
-    ws: Workspace, notebook: str, question: str, *, project: str = DEFAULT_PROJECT,
-    top_k: int | None = None, provider: Provider | None = None,
+    ws: Workspace,
+    notebook: str,
+    question: str,
+    *,
+    project: str = DEFAULT_PROJECT,
+    top_k: int | None = None,
+    provider: Provider | None = None,
     embedder: Embedder | None = _UNSET,
 ) -> Answer:
     """Answer ``question`` from ``notebook`` (see the module doc for the two modes).
@@ -116,37 +135,74 @@ def answer_question(
     if not question:
         raise InvalidInput("The question is empty.", field="question")
     if len(question) > MAX_QUESTION:
-        raise InvalidInput(f"The question is over {MAX_QUESTION} characters.",
-                           field="question")
+        raise InvalidInput(f"The question is over {MAX_QUESTION} characters.", field="question")
     if embedder is _UNSET:
         embedder = embedder_for(ws.settings)
     with ws.engine.connect() as conn:
         nid = notebook_id(conn, notebook, project)
-    passages = tuple(search(ws.settings, ws.engine, nid, question,
-                            top_k=top_k or ws.settings.knowledge_top_k, embedder=embedder))
-    base: dict[str, Any] = {"notebook": notebook, "project": project, "question": question,
-                            "citations": passages}
+    passages = tuple(
+        search(
+            ws.settings,
+            ws.engine,
+            nid,
+            question,
+            top_k=top_k or ws.settings.knowledge_top_k,
+            embedder=embedder,
+        )
+    )
+    base: dict[str, Any] = {
+        "notebook": notebook,
+        "project": project,
+        "question": question,
+        "citations": passages,
+    }
     if not passages:
-        return Answer(**base, mode="extractive", latency_ms=timer.ms,
-                      answer=f"Nothing in notebook {notebook!r} matches the question.")
+        return Answer(
+            **base,
+            mode="extractive",
+            latency_ms=timer.ms,
+            answer=f"Nothing in notebook {notebook!r} matches the question.",
+        )
     if provider is None and ws.settings.llm_provider == "none":
-        return Answer(**base, mode="extractive", latency_ms=timer.ms,
-                      answer=extractive_answer(question, passages, "no LLM configured"),
-                      cited=tuple(range(1, min(3, len(passages)) + 1)))
+        return Answer(
+            **base,
+            mode="extractive",
+            latency_ms=timer.ms,
+            answer=extractive_answer(question, passages, "no LLM configured"),
+            cited=tuple(range(1, min(3, len(passages)) + 1)),
+        )
     try:
         llm = provider or _provider(ws)
-        completion = llm.complete(LLMRequest.single(
-            ANSWER_SYSTEM, f"PASSAGES:\n\n{numbered_passages(passages)}\n\n"
-            f"QUESTION: {question}", max_tokens=ws.settings.llm_max_tokens, temperature=0))
+        completion = llm.complete(
+            LLMRequest.single(
+                ANSWER_SYSTEM,
+                f"PASSAGES:\n\n{numbered_passages(passages)}\n\nQUESTION: {question}",
+                max_tokens=ws.settings.llm_max_tokens,
+                temperature=0,
+            )
+        )
     except AmelioError as exc:
         error = exc.message
         if isinstance(exc, LLMUnavailable) and provider is None:
-            error += (f" A knowledge query waits {ws.settings.knowledge_answer_timeout:g} s, "
-                      "once (knowledge_answer_timeout).")
-        return Answer(**base, mode="extractive", latency_ms=timer.ms, llm_error=error,
-                      answer=extractive_answer(question, passages, "the LLM did not answer"),
-                      cited=tuple(range(1, min(3, len(passages)) + 1)))
+            error += (
+                f" A knowledge query waits {ws.settings.knowledge_answer_timeout:g} s, "
+                "once (knowledge_answer_timeout)."
+            )
+        return Answer(
+            **base,
+            mode="extractive",
+            latency_ms=timer.ms,
+            llm_error=error,
+            answer=extractive_answer(question, passages, "the LLM did not answer"),
+            cited=tuple(range(1, min(3, len(passages)) + 1)),
+        )
     text = completion.text.strip()
     cited = tuple(sorted({int(n) for n in _CITE.findall(text) if 1 <= int(n) <= len(passages)}))
-    return Answer(**base, mode="generated", answer=text, cited=cited, model=completion.model,
-                  latency_ms=timer.ms)
+    return Answer(
+        **base,
+        mode="generated",
+        answer=text,
+        cited=cited,
+        model=completion.model,
+        latency_ms=timer.ms,
+    )

@@ -82,8 +82,12 @@ class SyncReceipt:
     unchanged: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"notebook": self.notebook, "project": self.project,
-                "queued": list(self.queued), "unchanged": list(self.unchanged)}
+        return {
+            "notebook": self.notebook,
+            "project": self.project,
+            "queued": list(self.queued),
+            "unchanged": list(self.unchanged),
+        }
 
 
 @dataclass
@@ -98,8 +102,14 @@ class DrainReport:
     pending: int = 0  # rows still waiting (a retry not due yet)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"indexed": self.indexed, "unchanged": self.unchanged, "failed": self.failed,
-                "dead": self.dead, "skipped": self.skipped, "pending": self.pending}
+        return {
+            "indexed": self.indexed,
+            "unchanged": self.unchanged,
+            "failed": self.failed,
+            "dead": self.dead,
+            "skipped": self.skipped,
+            "pending": self.pending,
+        }
 
 
 @dataclass(frozen=True)
@@ -117,18 +127,25 @@ class Failure:
     failed_at: datetime | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "notebook": self.notebook, "project": self.project,
-                "sourceId": self.source_id, "title": self.title,
-                "updatedAt": self.updated_at.isoformat(), "attempts": self.attempts,
-                "error": self.error,
-                "failedAt": self.failed_at.isoformat() if self.failed_at else None}
+        return {
+            "id": self.id,
+            "notebook": self.notebook,
+            "project": self.project,
+            "sourceId": self.source_id,
+            "title": self.title,
+            "updatedAt": self.updated_at.isoformat(),
+            "attempts": self.attempts,
+            "error": self.error,
+            "failedAt": self.failed_at.isoformat() if self.failed_at else None,
+        }
 
 
 # -- enqueue ------------------------------------------------------------------------------
 
 
-def enqueue(ws: Workspace, notebook: str, sources: Sequence[Source], *,
-            project: str = DEFAULT_PROJECT) -> SyncReceipt:
+def enqueue(
+    ws: Workspace, notebook: str, sources: Sequence[Source], *, project: str = DEFAULT_PROJECT
+) -> SyncReceipt:
     """Queue sources for indexing, in one transaction; returns at once."""
     q, src = knowledge_queue, knowledge_sources
     queued: list[str] = []
@@ -141,24 +158,39 @@ def enqueue(ws: Workspace, notebook: str, sources: Sequence[Source], *,
     with db.transaction(ws.engine) as conn:
         nid = notebook_id(conn, notebook, project)
         for s in latest.values():
-            stored = conn.scalar(sa.select(src.c.updated_at).where(
-                src.c.notebook_id == nid, src.c.source_id == s.source_id))
+            stored = conn.scalar(
+                sa.select(src.c.updated_at).where(
+                    src.c.notebook_id == nid, src.c.source_id == s.source_id
+                )
+            )
             if stored is not None and aware(stored) >= s.updated_at:
                 unchanged.append(s.source_id)
                 continue
-            rows = conn.execute(sa.select(q.c.id, q.c.status, q.c.source_updated_at).where(
-                q.c.notebook_id == nid, q.c.source_id == s.source_id).with_for_update()).all()
-            if any(aware(r.source_updated_at) >= s.updated_at for r in rows
-                   if r.status == "pending"):
+            rows = conn.execute(
+                sa.select(q.c.id, q.c.status, q.c.source_updated_at)
+                .where(q.c.notebook_id == nid, q.c.source_id == s.source_id)
+                .with_for_update()
+            ).all()
+            if any(
+                aware(r.source_updated_at) >= s.updated_at for r in rows if r.status == "pending"
+            ):
                 unchanged.append(s.source_id)
                 continue
             # Older queued or dead versions are superseded by this one.
             if rows:
                 conn.execute(q.delete().where(q.c.id.in_([r.id for r in rows])))
-            conn.execute(q.insert().values(
-                notebook_id=nid, source_id=s.source_id, source_updated_at=s.updated_at,
-                payload=s.payload(), status="pending", attempts=0, next_attempt_at=now,
-                created_at=now))
+            conn.execute(
+                q.insert().values(
+                    notebook_id=nid,
+                    source_id=s.source_id,
+                    source_updated_at=s.updated_at,
+                    payload=s.payload(),
+                    status="pending",
+                    attempts=0,
+                    next_attempt_at=now,
+                    created_at=now,
+                )
+            )
             queued.append(s.source_id)
     return SyncReceipt(notebook, project, tuple(queued), tuple(unchanged))
 
@@ -176,33 +208,49 @@ class _Claimed:
 
 def _claim(ws: Workspace, now: datetime) -> _Claimed | None:
     q = knowledge_queue
-    due = sa.and_(q.c.status == "pending", q.c.next_attempt_at <= now,
-                  sa.or_(q.c.claimed_until.is_(None), q.c.claimed_until < now))
+    due = sa.and_(
+        q.c.status == "pending",
+        q.c.next_attempt_at <= now,
+        sa.or_(q.c.claimed_until.is_(None), q.c.claimed_until < now),
+    )
     with db.reading(ws.engine) as conn:  # a cheap read first: an idle poll takes no lock
         if conn.scalar(sa.select(q.c.id).where(due).limit(1)) is None:
             return None
     with db.transaction(ws.engine) as conn:
-        row = conn.execute(sa.select(q).where(due).order_by(q.c.next_attempt_at, q.c.id)
-                           .limit(1).with_for_update(skip_locked=True)).first()
+        row = conn.execute(
+            sa.select(q)
+            .where(due)
+            .order_by(q.c.next_attempt_at, q.c.id)
+            .limit(1)
+            .with_for_update(skip_locked=True)
+        ).first()
         if row is None:
             return None
-        conn.execute(q.update().where(q.c.id == row.id).values(
-            attempts=row.attempts + 1, claimed_until=now + timedelta(seconds=CLAIM_SECONDS)))
+        conn.execute(
+            q.update()
+            .where(q.c.id == row.id)
+            .values(attempts=row.attempts + 1, claimed_until=now + timedelta(seconds=CLAIM_SECONDS))
+        )
     payload = dict(row.payload)
-    source = Source(source_id=row.source_id, text=payload["text"],
-                    updated_at=aware(row.source_updated_at), kind=payload["kind"],
-                    title=payload["title"], url=payload.get("url"))
+    source = Source(
+        source_id=row.source_id,
+        text=payload["text"],
+        updated_at=aware(row.source_updated_at),
+        kind=payload["kind"],
+        title=payload["title"],
+        url=payload.get("url"),
+    )
     return _Claimed(int(row.id), int(row.notebook_id), source, int(row.attempts) + 1)
 
 
 def _still_claimed(item: _Claimed) -> sa.ColumnElement[bool]:
     q = knowledge_queue
-    return sa.and_(q.c.id == item.id, q.c.status == "pending",
-                   q.c.source_updated_at == item.source.updated_at)
+    return sa.and_(
+        q.c.id == item.id, q.c.status == "pending", q.c.source_updated_at == item.source.updated_at
+    )
 
 
-def _fail(ws: Workspace, item: _Claimed, error: str, now: datetime, report: DrainReport
-          ) -> None:
+def _fail(ws: Workspace, item: _Claimed, error: str, now: datetime, report: DrainReport) -> None:
     settings = ws.settings
     dead = item.attempts >= settings.knowledge_sync_tries
     delay = settings.knowledge_sync_backoff * 2 ** (item.attempts - 1)
@@ -212,39 +260,47 @@ def _fail(ws: Workspace, item: _Claimed, error: str, now: datetime, report: Drai
     else:
         values["next_attempt_at"] = now + timedelta(seconds=delay)
     with db.transaction(ws.engine) as conn:
-        changed = conn.execute(knowledge_queue.update().where(_still_claimed(item))
-                               .values(**values)).rowcount
+        changed = conn.execute(
+            knowledge_queue.update().where(_still_claimed(item)).values(**values)
+        ).rowcount
     if not changed:
         report.skipped += 1
         return
     (report.dead if dead else report.failed).append(item.source.source_id)
-    log.warning("knowledge sync of %r failed (try %d of %d)%s: %s", item.source.source_id,
-                item.attempts, settings.knowledge_sync_tries,
-                "; moved to the dead letters" if dead else f"; next try in {delay:g}s", error)
+    log.warning(
+        "knowledge sync of %r failed (try %d of %d)%s: %s",
+        item.source.source_id,
+        item.attempts,
+        settings.knowledge_sync_tries,
+        "; moved to the dead letters" if dead else f"; next try in {delay:g}s",
+        error,
+    )
 
 
-def _process(ws: Workspace, item: _Claimed, indexer: Indexer, clock: Clock,
-             report: DrainReport) -> None:
+def _process(
+    ws: Workspace, item: _Claimed, indexer: Indexer, clock: Clock, report: DrainReport
+) -> None:
     try:
         prepared = indexer(item.source)
         with db.transaction(ws.engine) as conn:
             mine = conn.execute(knowledge_queue.delete().where(_still_claimed(item))).rowcount
-            outcome = write_source(conn, item.notebook_id, prepared, now=clock()) if mine \
-                else None
+            outcome = write_source(conn, item.notebook_id, prepared, now=clock()) if mine else None
     except Exception as exc:  # a failure is data: record it and keep draining
         _fail(ws, item, f"{type(exc).__name__}: {exc}", clock(), report)
         return
     if outcome is None:
         report.skipped += 1
     else:
-        (report.indexed if outcome == "indexed" else report.unchanged).append(
-            item.source.source_id)
+        (report.indexed if outcome == "indexed" else report.unchanged).append(item.source.source_id)
 
 
 def default_indexer(ws: Workspace) -> Indexer:
     """Chunk with the workspace's settings, embed with its embedder (if any)."""
-    return partial(prepare_source, chunk_chars=ws.settings.knowledge_chunk_chars,
-                   embedder=embedder_for(ws.settings))
+    return partial(
+        prepare_source,
+        chunk_chars=ws.settings.knowledge_chunk_chars,
+        embedder=embedder_for(ws.settings),
+    )
 
 
 def _next_due(ws: Workspace) -> datetime | None:
@@ -252,14 +308,23 @@ def _next_due(ws: Workspace) -> datetime | None:
     for: it is working on them (and if it died, a later poll finds them)."""
     q = knowledge_queue
     with db.reading(ws.engine) as conn:
-        due = conn.scalar(sa.select(sa.func.min(q.c.next_attempt_at)).where(
-            q.c.status == "pending", q.c.claimed_until.is_(None)))
+        due = conn.scalar(
+            sa.select(sa.func.min(q.c.next_attempt_at)).where(
+                q.c.status == "pending", q.c.claimed_until.is_(None)
+            )
+        )
     return aware(due) if due is not None else None
 
 
-def drain(ws: Workspace, *, indexer: Indexer | None = None, clock: Clock = utcnow,
-          wait: bool = False, stop: threading.Event | None = None,
-          max_items: int | None = None) -> DrainReport:
+def drain(
+    ws: Workspace,
+    *,
+    indexer: Indexer | None = None,
+    clock: Clock = utcnow,
+    wait: bool = False,
+    stop: threading.Event | None = None,
+    max_items: int | None = None,
+) -> DrainReport:
     """Process every due row now. With ``wait``, also sleep until retries fall due,
     so the queue ends empty but for dead letters."""
     indexer = indexer or default_indexer(ws)
@@ -281,8 +346,10 @@ def drain(ws: Workspace, *, indexer: Indexer | None = None, clock: Clock = utcno
         _process(ws, item, indexer, clock, report)
         done += 1
     with db.reading(ws.engine) as conn:
-        report.pending = int(conn.scalar(sa.select(sa.func.count()).where(
-            knowledge_queue.c.status == "pending")) or 0)
+        report.pending = int(
+            conn.scalar(sa.select(sa.func.count()).where(knowledge_queue.c.status == "pending"))
+            or 0
+        )
     return report
 
 
@@ -291,27 +358,49 @@ def drain(ws: Workspace, *, indexer: Indexer | None = None, clock: Clock = utcno
 
 def _failure_query() -> sa.Select[Any]:
     q, nb = knowledge_queue, knowledge_notebooks
-    return (sa.select(q, nb.c.name.label("notebook"), projects.c.name.label("project"))
-            .join(nb, nb.c.id == q.c.notebook_id).join(projects, projects.c.id == nb.c.project_id)
-            .where(q.c.status == "dead").order_by(q.c.id))
+    return (
+        sa.select(q, nb.c.name.label("notebook"), projects.c.name.label("project"))
+        .join(nb, nb.c.id == q.c.notebook_id)
+        .join(projects, projects.c.id == nb.c.project_id)
+        .where(q.c.status == "dead")
+        .order_by(q.c.id)
+    )
 
 
-def failures(ws: Workspace, *, notebook: str | None = None,
-             project: str = DEFAULT_PROJECT) -> list[Failure]:
+def failures(
+    ws: Workspace, *, notebook: str | None = None, project: str = DEFAULT_PROJECT
+) -> list[Failure]:
     """The dead letters, oldest first (of one notebook, or all)."""
     query = _failure_query()
     with db.reading(ws.engine) as conn:
         if notebook is not None:
-            query = query.where(knowledge_queue.c.notebook_id == notebook_id(conn, notebook,
-                                                                             project))
+            query = query.where(
+                knowledge_queue.c.notebook_id == notebook_id(conn, notebook, project)
+            )
         rows = conn.execute(query).all()
-    return [Failure(r.id, r.notebook, r.project, r.source_id, r.payload.get("title", ""),
-                    aware(r.source_updated_at), r.attempts, r.last_error or "",
-                    aware(r.failed_at) if r.failed_at else None) for r in rows]
+    return [
+        Failure(
+            r.id,
+            r.notebook,
+            r.project,
+            r.source_id,
+            r.payload.get("title", ""),
+            aware(r.source_updated_at),
+            r.attempts,
+            r.last_error or "",
+            aware(r.failed_at) if r.failed_at else None,
+        )
+        for r in rows
+    ]
 
 
-def retry(ws: Workspace, ids: Sequence[int] | None = None, *, notebook: str | None = None,
-          project: str = DEFAULT_PROJECT) -> list[int]:
+def retry(
+    ws: Workspace,
+    ids: Sequence[int] | None = None,
+    *,
+    notebook: str | None = None,
+    project: str = DEFAULT_PROJECT,
+) -> list[int]:
     """Put dead letters back in the queue with fresh tries (the given ids, or all of
     them, or a notebook's); returns the ids retried."""
     q = knowledge_queue
@@ -323,9 +412,17 @@ def retry(ws: Workspace, ids: Sequence[int] | None = None, *, notebook: str | No
             query = query.where(q.c.notebook_id == notebook_id(conn, notebook, project))
         found = [int(i) for i in conn.scalars(query)]
         if found:
-            conn.execute(q.update().where(q.c.id.in_(found)).values(
-                status="pending", attempts=0, next_attempt_at=utcnow(), claimed_until=None,
-                failed_at=None))
+            conn.execute(
+                q.update()
+                .where(q.c.id.in_(found))
+                .values(
+                    status="pending",
+                    attempts=0,
+                    next_attempt_at=utcnow(),
+                    claimed_until=None,
+                    failed_at=None,
+                )
+            )
     return found
 
 
@@ -333,15 +430,20 @@ def queue_health(ws: Workspace) -> dict[str, Any]:
     """Queue depth, the oldest pending row and its age, and the dead letters."""
     q = knowledge_queue
     with db.reading(ws.engine) as conn:
-        depth, oldest = conn.execute(sa.select(sa.func.count(), sa.func.min(q.c.created_at))
-                                     .where(q.c.status == "pending")).one()
+        depth, oldest = conn.execute(
+            sa.select(sa.func.count(), sa.func.min(q.c.created_at)).where(q.c.status == "pending")
+        ).one()
         dead = conn.scalar(sa.select(sa.func.count()).where(q.c.status == "dead"))
     oldest_at = aware(oldest) if oldest is not None else None
-    return {"status": "degraded" if dead else "ok", "queueDepth": int(depth),
-            "oldestPending": oldest_at.isoformat() if oldest_at else None,
-            "oldestPendingAgeSeconds": round((utcnow() - oldest_at).total_seconds(), 3)
-            if oldest_at else None,
-            "deadLetters": int(dead or 0)}
+    return {
+        "status": "degraded" if dead else "ok",
+        "queueDepth": int(depth),
+        "oldestPending": oldest_at.isoformat() if oldest_at else None,
+        "oldestPendingAgeSeconds": round((utcnow() - oldest_at).total_seconds(), 3)
+        if oldest_at
+        else None,
+        "deadLetters": int(dead or 0),
+    }
 
 
 # -- the background worker ----------------------------------------------------------------
@@ -369,8 +471,7 @@ class SyncWorker:
         if self.running:
             return
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="amelio-knowledge-sync",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="amelio-knowledge-sync", daemon=True)
         self._thread.start()
 
     def wake(self) -> None:

@@ -57,9 +57,31 @@ class _TextExtractor(HTMLParser):
     """Visible text of an HTML page, block elements on their own lines."""
 
     _SKIP = frozenset({"script", "style", "noscript", "template", "head"})
-    _BLOCK = frozenset({"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6",
-                        "section", "article", "header", "footer", "pre", "blockquote", "ul",
-                        "ol", "table", "hr"})
+    _BLOCK = frozenset(
+        {
+            "p",
+            "div",
+            "br",
+            "li",
+            "tr",
+            "h1",
+            "h2",
+            "h3",
+            "h4",
+            "h5",
+            "h6",
+            "section",
+            "article",
+            "header",
+            "footer",
+            "pre",
+            "blockquote",
+            "ul",
+            "ol",
+            "table",
+            "hr",
+        }
+    )
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -105,17 +127,25 @@ def _mtime(path: Path) -> datetime:
     return datetime.fromtimestamp(path.stat().st_mtime_ns / 1e9, UTC)
 
 
-def read_document(path: Path, root: Path | None = None, *, max_chars: int = 1_000_000,
-                  source_id: str | None = None, kind: str = FILE_KIND) -> Source:
+def read_document(
+    path: Path,
+    root: Path | None = None,
+    *,
+    max_chars: int = 1_000_000,
+    source_id: str | None = None,
+    kind: str = FILE_KIND,
+) -> Source:
     """A ``.md``, ``.txt`` or ``.html`` file as a source (id: its path under ``root``)."""
     path = Path(path)
     if path.suffix.lower() not in SUFFIXES:
-        raise InvalidInput(f"{path}: only {', '.join(sorted(SUFFIXES))} files are read.",
-                           file=str(path))
+        raise InvalidInput(
+            f"{path}: only {', '.join(sorted(SUFFIXES))} files are read.", file=str(path)
+        )
     raw = path.read_bytes()
     if len(raw) > max_chars * 4:
-        raise InvalidInput(f"{path}: {len(raw):,} bytes, over the max_text_chars limit.",
-                           file=str(path))
+        raise InvalidInput(
+            f"{path}: {len(raw):,} bytes, over the max_text_chars limit.", file=str(path)
+        )
     text = raw.decode("utf-8", errors="replace").removeprefix("\ufeff").replace("\r\n", "\n")
     title = ""
     if path.suffix.lower() in (".html", ".htm"):
@@ -124,10 +154,17 @@ def read_document(path: Path, root: Path | None = None, *, max_chars: int = 1_00
         heading = _HEADING.search(text)
         title = heading.group(1) if heading else ""
     relative = path.resolve().relative_to(root.resolve()) if root else Path(path.name)
-    return Source.parse({"sourceId": source_id or relative.as_posix(), "kind": kind,
-                         "title": (title or path.stem)[:500], "text": text,
-                         "url": path.resolve().as_uri(),
-                         "updatedAt": _mtime(path).isoformat()}, max_chars=max_chars)
+    return Source.parse(
+        {
+            "sourceId": source_id or relative.as_posix(),
+            "kind": kind,
+            "title": (title or path.stem)[:500],
+            "text": text,
+            "url": path.resolve().as_uri(),
+            "updatedAt": _mtime(path).isoformat(),
+        },
+        max_chars=max_chars,
+    )
 
 
 @dataclass
@@ -141,9 +178,13 @@ class FolderReport:
     drained: DrainReport | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"queued": self.queued, "unchanged": self.unchanged, "removed": self.removed,
-                "errors": self.errors,
-                "drained": self.drained.to_dict() if self.drained else None}
+        return {
+            "queued": self.queued,
+            "unchanged": self.unchanged,
+            "removed": self.removed,
+            "errors": self.errors,
+            "drained": self.drained.to_dict() if self.drained else None,
+        }
 
 
 def _hidden(path: Path, root: Path) -> bool:
@@ -160,8 +201,11 @@ def _hidden(path: Path, root: Path) -> bool:
 
 
 def _documents(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.suffix.lower() in SUFFIXES and p.is_file()
-                  and not _hidden(p, root))
+    return sorted(
+        p
+        for p in root.rglob("*")
+        if p.suffix.lower() in SUFFIXES and p.is_file() and not _hidden(p, root)
+    )
 
 
 def _known(ws: Workspace, root: Path, notebook: str, project: str) -> set[str]:
@@ -170,15 +214,25 @@ def _known(ws: Workspace, root: Path, notebook: str, project: str) -> set[str]:
     src, q = knowledge_sources, knowledge_queue
     with db.reading(ws.engine) as conn:
         nid = notebook_id(conn, notebook, project)
-        stored = conn.execute(sa.select(src.c.source_id, src.c.url).where(
-            src.c.notebook_id == nid, src.c.kind == FILE_KIND)).all()
-        queued = conn.execute(sa.select(q.c.source_id, q.c.payload["url"].as_string()).where(
-            q.c.notebook_id == nid)).all()
+        stored = conn.execute(
+            sa.select(src.c.source_id, src.c.url).where(
+                src.c.notebook_id == nid, src.c.kind == FILE_KIND
+            )
+        ).all()
+        queued = conn.execute(
+            sa.select(q.c.source_id, q.c.payload["url"].as_string()).where(q.c.notebook_id == nid)
+        ).all()
     return {sid for sid, url in (*stored, *queued) if url and url.startswith(prefix)}
 
 
-def _queue(ws: Workspace, root: Path, notebook: str, project: str, paths: Iterable[Path],
-           report: FolderReport) -> None:
+def _queue(
+    ws: Workspace,
+    root: Path,
+    notebook: str,
+    project: str,
+    paths: Iterable[Path],
+    report: FolderReport,
+) -> None:
     sources: list[Source] = []
     for path in paths:
         try:
@@ -191,8 +245,9 @@ def _queue(ws: Workspace, root: Path, notebook: str, project: str, paths: Iterab
         report.unchanged += receipt.unchanged
 
 
-def _remove(ws: Workspace, notebook: str, project: str, source_ids: Iterable[str],
-            report: FolderReport) -> None:
+def _remove(
+    ws: Workspace, notebook: str, project: str, source_ids: Iterable[str], report: FolderReport
+) -> None:
     for sid in sorted(source_ids):
         try:
             delete_source(ws, notebook, sid, project=project)
@@ -201,8 +256,13 @@ def _remove(ws: Workspace, notebook: str, project: str, source_ids: Iterable[str
             pass
 
 
-def sync_folder(ws: Workspace, folder: Path, notebook: str, *, project: str = DEFAULT_PROJECT,
-                ) -> FolderReport:
+def sync_folder(
+    ws: Workspace,
+    folder: Path,
+    notebook: str,
+    *,
+    project: str = DEFAULT_PROJECT,
+) -> FolderReport:
     """Reconcile once: queue every document in ``folder``, remove the sources of
     documents that are no longer there."""
     root = Path(folder).resolve()
@@ -216,9 +276,14 @@ def sync_folder(ws: Workspace, folder: Path, notebook: str, *, project: str = DE
     return report
 
 
-def apply_changes(ws: Workspace, folder: Path, notebook: str,
-                  changes: Iterable[tuple[watchfiles.Change, str]], *,
-                  project: str = DEFAULT_PROJECT) -> FolderReport:
+def apply_changes(
+    ws: Workspace,
+    folder: Path,
+    notebook: str,
+    changes: Iterable[tuple[watchfiles.Change, str]],
+    *,
+    project: str = DEFAULT_PROJECT,
+) -> FolderReport:
     """One batch of file events: queue what was added or changed, remove what is
     gone (a deleted folder removes every source under it)."""
     root = Path(folder).resolve()
@@ -245,14 +310,21 @@ def _watch_filter(root: Path) -> Callable[[watchfiles.Change, str], bool]:
         if _hidden(Path(path), root):
             return False
         return change == watchfiles.Change.deleted or Path(path).suffix.lower() in SUFFIXES
+
     return keep
 
 
 def watch_folder(
-    ws: Workspace, folder: Path, notebook: str, *, project: str = DEFAULT_PROJECT,
+    ws: Workspace,
+    folder: Path,
+    notebook: str,
+    *,
+    project: str = DEFAULT_PROJECT,
     stop_event: threading.Event | None = None,
-    on_report: Callable[[FolderReport], None] | None = None, indexer: Indexer | None = None,
-    debounce_ms: int = 400, step_ms: int = 50,
+    on_report: Callable[[FolderReport], None] | None = None,
+    indexer: Indexer | None = None,
+    debounce_ms: int = 400,
+    step_ms: int = 50,
 ) -> None:
     """Keep ``notebook`` in sync with ``folder`` until ``stop_event`` is set (or
     Ctrl-C). The notebook is created if it does not exist."""
@@ -268,8 +340,14 @@ def watch_folder(
 
     settle(sync_folder(ws, root, notebook, project=project))
     # os.fspath: watchfiles wants str paths; rust_timeout lets stop_event be seen quickly.
-    for changes in watchfiles.watch(os.fspath(root), watch_filter=_watch_filter(root),
-                                    stop_event=stop_event, debounce=debounce_ms, step=step_ms,
-                                    rust_timeout=200, yield_on_timeout=False,
-                                    raise_interrupt=False):
+    for changes in watchfiles.watch(
+        os.fspath(root),
+        watch_filter=_watch_filter(root),
+        stop_event=stop_event,
+        debounce=debounce_ms,
+        step=step_ms,
+        rust_timeout=200,
+        yield_on_timeout=False,
+        raise_interrupt=False,
+    ):
         settle(apply_changes(ws, root, notebook, changes, project=project))

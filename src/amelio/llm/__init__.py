@@ -49,8 +49,11 @@ def get_provider(settings: Settings, *, purpose: str = "This") -> Provider:
     types = provider_types()
     provider_type = types.get(settings.llm_provider)
     if provider_type is None:
-        raise InvalidInput(f"Unknown LLM provider {settings.llm_provider!r}; use one of: "
-                           f"{', '.join(sorted(types))}, none.", field="llm_provider")
+        raise InvalidInput(
+            f"Unknown LLM provider {settings.llm_provider!r}; use one of: "
+            f"{', '.join(sorted(types))}, none.",
+            field="llm_provider",
+        )
     from amelio.ops.metrics import InstrumentedProvider
 
     return InstrumentedProvider(provider_type.build(settings))  # type: ignore[return-value]

@@ -21,18 +21,26 @@ DEFAULT_MODEL = "claude-haiku-4-5"
 def _error(exc: Exception, where: str) -> LLMError:
     """The SDK's exception as Amelio's, with what to do about it."""
     import anthropic
+
     if isinstance(exc, anthropic.APITimeoutError):
-        return LLMUnavailable(f"The Anthropic API at {where} did not answer in time "
-                              "(AMELIO_LLM_TIMEOUT), after retries.")
+        return LLMUnavailable(
+            f"The Anthropic API at {where} did not answer in time "
+            "(AMELIO_LLM_TIMEOUT), after retries."
+        )
     if isinstance(exc, anthropic.APIConnectionError):
-        return LLMUnavailable(f"Cannot reach the Anthropic API at {where}: {exc}. "
-                              "Check AMELIO_LLM_BASE_URL and the network.")
+        return LLMUnavailable(
+            f"Cannot reach the Anthropic API at {where}: {exc}. "
+            "Check AMELIO_LLM_BASE_URL and the network."
+        )
     if isinstance(exc, anthropic.AuthenticationError):
-        return LLMNotConfigured("The Anthropic API rejected the API key (401): set "
-                                "AMELIO_LLM_API_KEY or ANTHROPIC_API_KEY to a valid key.")
+        return LLMNotConfigured(
+            "The Anthropic API rejected the API key (401): set "
+            "AMELIO_LLM_API_KEY or ANTHROPIC_API_KEY to a valid key."
+        )
     if isinstance(exc, anthropic.APIStatusError):
-        return LLMError(f"The Anthropic API answered {exc.status_code}: {exc.message}",
-                        status=exc.status_code)
+        return LLMError(
+            f"The Anthropic API answered {exc.status_code}: {exc.message}", status=exc.status_code
+        )
     return LLMError(f"The Anthropic API call failed: {exc}")
 
 
@@ -41,15 +49,19 @@ class AnthropicProvider:
 
     def __init__(self, settings: Settings) -> None:
         import anthropic
+
         key = settings.effective_llm_api_key
         if not key:
-            raise LLMNotConfigured("No API key for anthropic: set AMELIO_LLM_API_KEY or "
-                                   "ANTHROPIC_API_KEY.")
+            raise LLMNotConfigured(
+                "No API key for anthropic: set AMELIO_LLM_API_KEY or ANTHROPIC_API_KEY."
+            )
         self.settings = settings
         self.model = settings.llm_model or DEFAULT_MODEL
         self.client = anthropic.Anthropic(
-            api_key=key, base_url=settings.llm_base_url or None,
-            timeout=settings.llm_timeout, max_retries=settings.llm_max_retries,
+            api_key=key,
+            base_url=settings.llm_base_url or None,
+            timeout=settings.llm_timeout,
+            max_retries=settings.llm_max_retries,
         )
         self._where = settings.llm_base_url or "api.anthropic.com"
 
@@ -68,12 +80,19 @@ class AnthropicProvider:
     def _completion(self, message: Any, timer: Timer) -> Completion:
         text = "".join(b.text for b in message.content if getattr(b, "type", "") == "text")
         usage = message.usage
-        return Completion(text, message.model, self.name, usage.input_tokens,
-                          usage.output_tokens, timer.ms,
-                          _cost(self.settings, usage.input_tokens, usage.output_tokens))
+        return Completion(
+            text,
+            message.model,
+            self.name,
+            usage.input_tokens,
+            usage.output_tokens,
+            timer.ms,
+            _cost(self.settings, usage.input_tokens, usage.output_tokens),
+        )
 
     def complete(self, request: LLMRequest) -> Completion:
         import anthropic
+
         timer = Timer()
         try:
             message = self.client.messages.create(**self._params(request))
@@ -83,6 +102,7 @@ class AnthropicProvider:
 
     def stream(self, request: LLMRequest) -> Iterator[StreamEvent]:
         import anthropic
+
         timer = Timer()
         try:
             with self.client.messages.stream(**self._params(request)) as stream:

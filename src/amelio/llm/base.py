@@ -68,9 +68,15 @@ class Completion:
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "model": self.model, "provider": self.provider,
-                "inputTokens": self.input_tokens, "outputTokens": self.output_tokens,
-                "latencyMs": round(self.latency_ms, 2), "costUsd": self.cost_usd}
+        return {
+            "text": self.text,
+            "model": self.model,
+            "provider": self.provider,
+            "inputTokens": self.input_tokens,
+            "outputTokens": self.output_tokens,
+            "latencyMs": round(self.latency_ms, 2),
+            "costUsd": self.cost_usd,
+        }
 
 
 @dataclass(frozen=True)
@@ -115,13 +121,20 @@ class Timer:
         return (time.perf_counter() - self.start) * 1000
 
 
-def cost_usd(settings: Settings, input_tokens: int | None, output_tokens: int | None
-             ) -> float | None:
+def cost_usd(
+    settings: Settings, input_tokens: int | None, output_tokens: int | None
+) -> float | None:
     """The cost from the configured prices, or None when no price is set."""
     if not (settings.llm_price_input_per_mtok or settings.llm_price_output_per_mtok):
         return None
-    return round(((input_tokens or 0) * settings.llm_price_input_per_mtok
-                  + (output_tokens or 0) * settings.llm_price_output_per_mtok) / 1e6, 8)
+    return round(
+        (
+            (input_tokens or 0) * settings.llm_price_input_per_mtok
+            + (output_tokens or 0) * settings.llm_price_output_per_mtok
+        )
+        / 1e6,
+        8,
+    )
 
 
 def not_configured(what: str = "This") -> LLMNotConfigured:

@@ -23,11 +23,18 @@ __all__ = ["CachedProvider", "cache_key"]
 
 
 def cache_key(provider: Provider, request: LLMRequest) -> str:
-    blob = json.dumps({
-        "provider": provider.name, "model": provider.model, "system": request.system,
-        "messages": [[m.role, m.content] for m in request.messages],
-        "max_tokens": request.max_tokens, "temperature": request.temperature,
-    }, sort_keys=True, ensure_ascii=False)
+    blob = json.dumps(
+        {
+            "provider": provider.name,
+            "model": provider.model,
+            "system": request.system,
+            "messages": [[m.role, m.content] for m in request.messages],
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+        },
+        sort_keys=True,
+        ensure_ascii=False,
+    )
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
@@ -53,17 +60,30 @@ class CachedProvider:
         if cached is not None:
             self.hits += 1
             data: dict[str, Any] = dict(cached)
-            return Completion(data["text"], data["model"], data["provider"],
-                              data.get("input_tokens"), data.get("output_tokens"), 0.0, None,
-                              raw={"cached": True})
+            return Completion(
+                data["text"],
+                data["model"],
+                data["provider"],
+                data.get("input_tokens"),
+                data.get("output_tokens"),
+                0.0,
+                None,
+                raw={"cached": True},
+            )
         completion = self.inner.complete(request)
         self.misses += 1
-        response = {"text": completion.text, "model": completion.model,
-                    "provider": completion.provider, "input_tokens": completion.input_tokens,
-                    "output_tokens": completion.output_tokens, "cost_usd": completion.cost_usd}
+        response = {
+            "text": completion.text,
+            "model": completion.model,
+            "provider": completion.provider,
+            "input_tokens": completion.input_tokens,
+            "output_tokens": completion.output_tokens,
+            "cost_usd": completion.cost_usd,
+        }
         with db.transaction(self.engine) as conn:
-            db.insert_ignore(conn, llm_cache, {"key": key, "response": response,
-                                               "created_at": utcnow()}, ["key"])
+            db.insert_ignore(
+                conn, llm_cache, {"key": key, "response": response, "created_at": utcnow()}, ["key"]
+            )
         return completion
 
     def stream(self, request: LLMRequest) -> Iterator[StreamEvent]:

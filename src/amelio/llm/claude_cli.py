@@ -27,7 +27,8 @@ class ClaudeCLIProvider:
         if path is None:
             raise LLMNotConfigured(
                 f"The Claude CLI {settings.claude_cli_path!r} was not found: install Claude "
-                "Code, or set AMELIO_CLAUDE_CLI_PATH to the `claude` executable.")
+                "Code, or set AMELIO_CLAUDE_CLI_PATH to the `claude` executable."
+            )
         self.path = path
         self.settings = settings
         self.model = settings.llm_model or "claude-cli-default"
@@ -38,19 +39,30 @@ class ClaudeCLIProvider:
             argv += ["--model", self.settings.llm_model]
         try:
             # The prompt goes on stdin: argv has a size limit and shows in `ps`.
-            done = subprocess.run(argv, input=request.prompt_text, capture_output=True,  # noqa: S603 (argv is the configured CLI, no shell)
-                                  text=True, timeout=self.settings.llm_timeout, check=False)
+            done = subprocess.run(  # noqa: S603 (argv is the configured CLI, no shell)
+                argv,
+                input=request.prompt_text,
+                capture_output=True,
+                text=True,
+                timeout=self.settings.llm_timeout,
+                check=False,
+            )
         except subprocess.TimeoutExpired as exc:
-            raise LLMUnavailable(f"The Claude CLI did not answer within "
-                                 f"{self.settings.llm_timeout:g} s (AMELIO_LLM_TIMEOUT).") from exc
+            raise LLMUnavailable(
+                f"The Claude CLI did not answer within "
+                f"{self.settings.llm_timeout:g} s (AMELIO_LLM_TIMEOUT)."
+            ) from exc
         if done.returncode != 0:
-            raise LLMUnavailable(f"The Claude CLI exited with {done.returncode}: "
-                                 f"{done.stderr.strip()[:500] or 'no error output'}")
+            raise LLMUnavailable(
+                f"The Claude CLI exited with {done.returncode}: "
+                f"{done.stderr.strip()[:500] or 'no error output'}"
+            )
         try:
             data = json.loads(done.stdout)
         except json.JSONDecodeError as exc:
-            raise LLMError(f"The Claude CLI printed something that is not JSON: "
-                           f"{done.stdout[:200]!r}") from exc
+            raise LLMError(
+                f"The Claude CLI printed something that is not JSON: {done.stdout[:200]!r}"
+            ) from exc
         if not isinstance(data, dict) or data.get("is_error") or "result" not in data:
             raise LLMError(f"The Claude CLI reported an error: {str(data)[:500]}")
         return data
@@ -69,9 +81,14 @@ class ClaudeCLIProvider:
         usage = data.get("usage") or {}
         cost = data.get("total_cost_usd")
         return Completion(
-            str(data["result"]), self.model, self.name, usage.get("input_tokens"),
-            usage.get("output_tokens"), timer.ms,
-            float(cost) if isinstance(cost, int | float) else None, raw=data,
+            str(data["result"]),
+            self.model,
+            self.name,
+            usage.get("input_tokens"),
+            usage.get("output_tokens"),
+            timer.ms,
+            float(cost) if isinstance(cost, int | float) else None,
+            raw=data,
         )
 
     def stream(self, request: LLMRequest) -> Iterator[StreamEvent]:

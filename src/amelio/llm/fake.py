@@ -19,8 +19,9 @@ class ScriptedProvider:
 
     name = "scripted"
 
-    def __init__(self, replies: Iterable[Answer] = (), *, default: Answer = "OK",
-                 model: str = "scripted") -> None:
+    def __init__(
+        self, replies: Iterable[Answer] = (), *, default: Answer = "OK", model: str = "scripted"
+    ) -> None:
         self.replies: deque[Answer] = deque(replies)
         self.default = default
         self.model = model
@@ -34,8 +35,14 @@ class ScriptedProvider:
     def complete(self, request: LLMRequest) -> Completion:
         timer = Timer()
         text = self._answer(request)
-        return Completion(text, self.model, self.name, len(request.prompt_text.split()),
-                          len(text.split()), timer.ms)
+        return Completion(
+            text,
+            self.model,
+            self.name,
+            len(request.prompt_text.split()),
+            len(text.split()),
+            timer.ms,
+        )
 
     def stream(self, request: LLMRequest) -> Iterator[StreamEvent]:
         completion = self.complete(request)

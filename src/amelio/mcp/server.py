@@ -102,13 +102,13 @@ _bearer = HTTPBearer(auto_error=False)
 F = TypeVar("F", bound=Callable[..., Any])
 
 # Argument types: the API's bounds, so an agent meets the same limits as a client.
-Message = Annotated[str, Field(min_length=1, max_length=100_000,
-                               description="The user's message.")]
+Message = Annotated[str, Field(min_length=1, max_length=100_000, description="The user's message.")]
 SkillName = Annotated[str, Field(min_length=1, max_length=100, description="A skill's name.")]
 OptionalSkill = Annotated[str | None, Field(max_length=100)]
-Rules = Annotated[list[dict[str, Any]] | None, Field(
-    max_length=50,
-    description="Eval rules in the skills' evals.json format (at most 50).")]
+Rules = Annotated[
+    list[dict[str, Any]] | None,
+    Field(max_length=50, description="Eval rules in the skills' evals.json format (at most 50)."),
+]
 
 
 def _require_sdk() -> None:
@@ -160,13 +160,13 @@ def _call(ctx: Context[Any, Any]) -> _Call:
     return _Call(server.workspace, caller, request)
 
 
-def _http_caller(request: Request, credentials: HTTPAuthorizationCredentials | None
-                 ) -> Caller:
+def _http_caller(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Caller:
     """The bot key's caller for ``request``, or the API's 401, 403 or 404."""
     key = require("bot")(request, credentials)
     ws: Workspace = request.app.state.workspace
     project = request.headers.get(PROJECT_HEADER) or (
-        key.projects[0] if key.projects else DEFAULT_PROJECT)
+        key.projects[0] if key.projects else DEFAULT_PROJECT
+    )
     return Caller(key, authorize_project(ws.engine, key, project))
 
 
@@ -174,8 +174,11 @@ def _http_caller(request: Request, credentials: HTTPAuthorizationCredentials | N
 
 
 def _error_result(exc: AmelioError) -> CallToolResult:
-    return CallToolResult(content=[TextContent(type="text", text=exc.message)],
-                          structured_content={"error": exc.to_dict()}, is_error=True)
+    return CallToolResult(
+        content=[TextContent(type="text", text=exc.message)],
+        structured_content={"error": exc.to_dict()},
+        is_error=True,
+    )
 
 
 def _protocol_error(exc: AmelioError) -> MCPError:
@@ -218,9 +221,9 @@ def _protocol(fn: F) -> F:
 
 @_tool
 def route_skills(
-    message: Message, ctx: Context[Any, Any],
-    limit: Annotated[int | None, Field(ge=1, le=50,
-                                       description="How many skills at most.")] = None,
+    message: Message,
+    ctx: Context[Any, Any],
+    limit: Annotated[int | None, Field(ge=1, le=50, description="How many skills at most.")] = None,
 ) -> dict[str, Any]:
     """Rank the skills that fit a message, with scores and the terms that matched."""
     call = _call(ctx)
@@ -236,8 +239,10 @@ def get_skill(name: SkillName, ctx: Context[Any, Any]) -> dict[str, Any]:
 
 @_tool
 def check_answer(
-    text: Annotated[str, Field(description="The answer to check.")], ctx: Context[Any, Any],
-    skill: OptionalSkill = None, rules: Rules = None,
+    text: Annotated[str, Field(description="The answer to check.")],
+    ctx: Context[Any, Any],
+    skill: OptionalSkill = None,
+    rules: Rules = None,
 ) -> dict[str, Any]:
     """Check an answer against a skill's eval rules, or against given rules (one of the
     two): which rules fail, whether it succeeds, and the footnotes to show."""
@@ -256,30 +261,50 @@ def check_answer(
 
 @_tool
 def log_interaction(
-    message: Annotated[str, Field(min_length=1, max_length=1_000_000,
-                                  description="What the user asked your model.")],
-    answer: Annotated[str, Field(min_length=1, max_length=1_000_000,
-                                 description="What your model answered.")],
+    message: Annotated[
+        str,
+        Field(min_length=1, max_length=1_000_000, description="What the user asked your model."),
+    ],
+    answer: Annotated[
+        str, Field(min_length=1, max_length=1_000_000, description="What your model answered.")
+    ],
     ctx: Context[Any, Any],
-    skills: Annotated[list[Annotated[str, Field(min_length=1, max_length=100)]] | None, Field(
-        max_length=assistant.MAX_LOGGED_SKILLS,
-        description="The skills the answer used (the first one's rules check it); "
-                    "absent: the router attributes the message.")] = None,
+    skills: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=100)]] | None,
+        Field(
+            max_length=assistant.MAX_LOGGED_SKILLS,
+            description="The skills the answer used (the first one's rules check it); "
+            "absent: the router attributes the message.",
+        ),
+    ] = None,
     model: Annotated[str | None, Field(min_length=1, max_length=200)] = None,
-    provider: Annotated[str | None, Field(min_length=1, max_length=50,
-                                          description="Who answered; default `external`.")
-                        ] = None,
-    idempotencyKey: Annotated[str | None, Field(  # camelCase: the API's name
-        min_length=1, max_length=assistant.MAX_IDEMPOTENCY_KEY_CHARS,
-        description="A retry with the same key returns the first interaction.")] = None,
+    provider: Annotated[
+        str | None,
+        Field(min_length=1, max_length=50, description="Who answered; default `external`."),
+    ] = None,
+    idempotencyKey: Annotated[
+        str | None,
+        Field(  # camelCase: the API's name
+            min_length=1,
+            max_length=assistant.MAX_IDEMPOTENCY_KEY_CHARS,
+            description="A retry with the same key returns the first interaction.",
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     """Record an exchange your own model answered: the eval rules check the answer and
     it counts in quality metrics like one Amelio answered. Returns its interactionId,
     for give_feedback."""
     call = _call(ctx)
     return assistant.log_exchange(
-        call.ws, message, answer, project=call.project, skills=skills, model=model,
-        provider=provider, idempotency_key=idempotencyKey).to_dict()
+        call.ws,
+        message,
+        answer,
+        project=call.project,
+        skills=skills,
+        model=model,
+        provider=provider,
+        idempotency_key=idempotencyKey,
+    ).to_dict()
 
 
 @_tool
@@ -287,8 +312,10 @@ def give_feedback(
     interactionId: Annotated[int, Field(ge=1, le=MAX_ID)],  # camelCase: the API's name
     kind: Annotated[str, Field(max_length=10, description="up, down or fixit.")],
     ctx: Context[Any, Any],
-    comment: Annotated[str | None, Field(max_length=quality.MAX_COMMENT_CHARS,
-                                         description="What was wrong or right.")] = None,
+    comment: Annotated[
+        str | None,
+        Field(max_length=quality.MAX_COMMENT_CHARS, description="What was wrong or right."),
+    ] = None,
 ) -> dict[str, Any]:
     """👍 (up), 👎 (down) or Fix It (fixit) on an answer; a comment becomes a learning."""
     call = _call(ctx)
@@ -299,17 +326,25 @@ def give_feedback(
 
 @_tool
 def add_learning(
-    text: Annotated[str, Field(min_length=1, max_length=learnings.MAX_RULE_CHARS,
-                               description="The rule, e.g. 'Avoid sudo in scripts'.")],
+    text: Annotated[
+        str,
+        Field(
+            min_length=1,
+            max_length=learnings.MAX_RULE_CHARS,
+            description="The rule, e.g. 'Avoid sudo in scripts'.",
+        ),
+    ],
     ctx: Context[Any, Any],
-    skill: Annotated[str | None, Field(max_length=100,
-                                       description="Only when this skill is hinted.")] = None,
+    skill: Annotated[
+        str | None, Field(max_length=100, description="Only when this skill is hinted.")
+    ] = None,
 ) -> dict[str, Any]:
     """Add a learning to the project's prompts (a near-duplicate merges into the
     existing one)."""
     call = _call(ctx)
-    item, outcome = learnings.add_learning(call.ws, text, source="manual",
-                                           project=call.project, skill=skill)
+    item, outcome = learnings.add_learning(
+        call.ws, text, source="manual", project=call.project, skill=skill
+    )
     return item.to_dict() | {"outcome": outcome}
 
 
@@ -326,17 +361,19 @@ def search(
     query: Annotated[str, Field(max_length=2000, description="What to search for.")],
     ctx: Context[Any, Any],
     limit: Annotated[int, Field(ge=1, le=100)] = 10,
-    sessionId: Annotated[str | None, Field(  # camelCase: the API's name
-        min_length=1, max_length=200,
-        description="The session id your feedback events send.")] = None,
+    sessionId: Annotated[
+        str | None,
+        Field(  # camelCase: the API's name
+            min_length=1, max_length=200, description="The session id your feedback events send."
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     """Search the corpus. Send the returned feedbackToken with the feedback events of
     what the user clicked, so the ranking learns from them."""
     call = _call(ctx)
     server = ctx.mcp_server
     assert isinstance(server, _AmelioServer)
-    found = (search_routes.searcher(call.request) if call.request is not None
-             else server.searcher())
+    found = search_routes.searcher(call.request) if call.request is not None else server.searcher()
     return found.search(query, project=call.project, limit=limit, session=sessionId).to_dict()
 
 
@@ -348,13 +385,19 @@ def ask_knowledge(
 ) -> dict[str, Any]:
     """Answer a question from a notebook, with numbered citations of its sources."""
     call = _call(ctx)
-    return knowledge.answer_question(call.ws, notebook, question,
-                                     project=call.project).to_dict()
+    return knowledge.answer_question(call.ws, notebook, question, project=call.project).to_dict()
 
 
 _TOOLS: tuple[Callable[..., Any], ...] = (
-    route_skills, get_skill, check_answer, log_interaction, give_feedback, add_learning,
-    list_learnings, search, ask_knowledge,
+    route_skills,
+    get_skill,
+    check_answer,
+    log_interaction,
+    give_feedback,
+    add_learning,
+    list_learnings,
+    search,
+    ask_knowledge,
 )
 
 
@@ -376,8 +419,9 @@ def learnings_file(project: str, ctx: Context[Any, Any]) -> str:
     call.caller.authorize(call.ws, project)
     items = learnings.list_learnings(call.ws, project=project)  # reads hand edits back first
     path = learnings.learnings_path(call.ws, project)
-    return (path.read_text(encoding="utf-8") if path.is_file()
-            else learnings.render_learnings_md(items))
+    return (
+        path.read_text(encoding="utf-8") if path.is_file() else learnings.render_learnings_md(items)
+    )
 
 
 @_protocol
@@ -386,8 +430,10 @@ def system_block(message: Message, ctx: Context[Any, Any]) -> list[dict[str, Any
     SKILLS_HINT, the active skill, learnings), then the message itself."""
     call = _call(ctx)
     prompt = build_prompt(call.ws, message, project=call.project)
-    return [{"role": "user", "content": {"type": "text", "text": prompt.system}},
-            {"role": "user", "content": {"type": "text", "text": prompt.message}}]
+    return [
+        {"role": "user", "content": {"type": "text", "text": prompt.system}},
+        {"role": "user", "content": {"type": "text", "text": prompt.message}},
+    ]
 
 
 if _SDK_MISSING is None:
@@ -397,8 +443,12 @@ if _SDK_MISSING is None:
         for the caller's project (the SDK lists only resources fixed in advance)."""
 
         def __init__(self, workspace: Workspace, project: str) -> None:
-            super().__init__(SERVER_NAME, version=amelio.__version__, instructions=_INSTRUCTIONS,
-                             log_level="WARNING")
+            super().__init__(
+                SERVER_NAME,
+                version=amelio.__version__,
+                instructions=_INSTRUCTIONS,
+                log_level="WARNING",
+            )
             self.workspace = workspace
             self.project = project
             self._searcher: Searcher | None = None
@@ -411,8 +461,9 @@ if _SDK_MISSING is None:
                     self._searcher = Searcher(self.workspace)
                 return self._searcher
 
-        async def _handle_list_resources(self, ctx: Any, params: PaginatedRequestParams | None
-                                         ) -> ListResourcesResult:
+        async def _handle_list_resources(
+            self, ctx: Any, params: PaginatedRequestParams | None
+        ) -> ListResourcesResult:
             context = Context(request_context=ctx, mcp_server=self)
             try:
                 listed = await run_in_threadpool(_list_resources, _call(context))
@@ -424,12 +475,23 @@ if _SDK_MISSING is None:
 def _list_resources(call: _Call) -> list[Resource]:
     project = call.project
     found = skills.list_skills(call.ws.engine, project)
-    listed = [Resource(uri=_SKILL_URI.format(project=project, name=s.name),
-                       name=f"{s.name}/SKILL.md", description=s.spec.description,
-                       mime_type="text/markdown") for s in found]
-    listed.append(Resource(uri=_LEARNINGS_URI.format(project=project), name="learnings.md",
-                           description=f"Learnings of project {project}, injected into "
-                                       "prompts.", mime_type="text/markdown"))
+    listed = [
+        Resource(
+            uri=_SKILL_URI.format(project=project, name=s.name),
+            name=f"{s.name}/SKILL.md",
+            description=s.spec.description,
+            mime_type="text/markdown",
+        )
+        for s in found
+    ]
+    listed.append(
+        Resource(
+            uri=_LEARNINGS_URI.format(project=project),
+            name="learnings.md",
+            description=f"Learnings of project {project}, injected into prompts.",
+            mime_type="text/markdown",
+        )
+    )
     return listed
 
 
@@ -452,10 +514,18 @@ def build_server(workspace: Workspace, *, project: str = DEFAULT_PROJECT) -> MCP
         root.setLevel(level)
     for tool in _TOOLS:
         server.add_tool(tool)
-    server.resource(_SKILL_URI, name="SKILL.md", mime_type="text/markdown",
-                    description="A skill's SKILL.md, as the project sees it.")(skill_file)
-    server.resource(_LEARNINGS_URI, name="learnings.md", mime_type="text/markdown",
-                    description="A project's learnings.md.")(learnings_file)
+    server.resource(
+        _SKILL_URI,
+        name="SKILL.md",
+        mime_type="text/markdown",
+        description="A skill's SKILL.md, as the project sees it.",
+    )(skill_file)
+    server.resource(
+        _LEARNINGS_URI,
+        name="learnings.md",
+        mime_type="text/markdown",
+        description="A project's learnings.md.",
+    )(learnings_file)
     server.prompt(name="system_block", title="Amelio system block")(system_block)
     return server
 
@@ -476,9 +546,14 @@ class _Endpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         if self.manager is None:
-            message = _INSTALL_HINT if _SDK_MISSING is not None else (
-                "The MCP endpoint runs in the app's lifespan: serve the app with lifespan "
-                "events on (as `amelio serve` does).")
+            message = (
+                _INSTALL_HINT
+                if _SDK_MISSING is not None
+                else (
+                    "The MCP endpoint runs in the app's lifespan: serve the app with lifespan "
+                    "events on (as `amelio serve` does)."
+                )
+            )
             await error_response(503, "mcp_unavailable", message)(scope, receive, send)
             return
         credentials = await _bearer(request)
@@ -506,7 +581,8 @@ def mount_mcp(app: FastAPI) -> None:
         # A session manager runs once, so each start of the app gets a new one.
         server = build_server(workspace)
         server.streamable_http_app(
-            stateless_http=True, json_response=True,
+            stateless_http=True,
+            json_response=True,
             max_request_body_size=workspace.settings.max_request_bytes,
             # The key check guards the endpoint, and the service answers on any host
             # name, so the SDK's localhost-only Host check would only get in the way.

@@ -70,8 +70,10 @@ __all__ = [
     "start_chat",
 ]
 
-def start_chat(ws: Workspace, call: ChatCall, *, project: str = DEFAULT_PROJECT
-               ) -> ChatResult | PendingStream:
+
+def start_chat(
+    ws: Workspace, call: ChatCall, *, project: str = DEFAULT_PROJECT
+) -> ChatResult | PendingStream:
     """Route, and answer one Chat Completions request, except a stream forwarded to an
     OpenAI upstream, which comes back as a :class:`PendingStream` to open.
 
@@ -86,8 +88,9 @@ def start_chat(ws: Workspace, call: ChatCall, *, project: str = DEFAULT_PROJECT
     return through_provider(ws, call, prompt, project, started)
 
 
-def chat_completions(ws: Workspace, call: ChatCall, *, project: str = DEFAULT_PROJECT
-                     ) -> ChatResult:
+def chat_completions(
+    ws: Workspace, call: ChatCall, *, project: str = DEFAULT_PROJECT
+) -> ChatResult:
     """Answer one Chat Completions request through the respond pipeline (blocking).
 
     Raises :class:`OpenAICompatError` (or an :class:`AmelioError`, which
@@ -107,12 +110,23 @@ def list_models(ws: Workspace) -> dict[str, Any]:
     if settings.llm_provider == "openai":
         try:
             found = upstream_client(settings).get("/models", cast_to=httpx.Response).json()
-            ids += [str(m["id"]) for m in found.get("data", [])
-                    if isinstance(m, dict) and isinstance(m.get("id"), str)]
+            ids += [
+                str(m["id"])
+                for m in found.get("data", [])
+                if isinstance(m, dict) and isinstance(m.get("id"), str)
+            ]
         except (openai.OpenAIError, httpx.HTTPError, ValueError, AttributeError) as exc:
-            log.warning("the LLM server lists no models (%s); listing the configured one",
-                        exc.__class__.__name__)
-    data = [{"id": name, "object": "model", "created": 0,
-             "owned_by": "amelio" if name == AMELIO_MODEL else settings.llm_provider}
-            for name in dict.fromkeys(ids)]
+            log.warning(
+                "the LLM server lists no models (%s); listing the configured one",
+                exc.__class__.__name__,
+            )
+    data = [
+        {
+            "id": name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "amelio" if name == AMELIO_MODEL else settings.llm_provider,
+        }
+        for name in dict.fromkeys(ids)
+    ]
     return {"object": "list", "data": data}

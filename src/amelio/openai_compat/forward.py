@@ -61,14 +61,23 @@ def _client_config(settings: Settings) -> tuple[tuple[Any, ...], dict[str, Any]]
     """The pool key and SDK arguments for the configured upstream."""
     if not settings.effective_llm_api_key and not settings.llm_base_url:
         raise OpenAICompatError(
-            503, "Amelio has no API key for its OpenAI upstream: set AMELIO_LLM_API_KEY or "
+            503,
+            "Amelio has no API key for its OpenAI upstream: set AMELIO_LLM_API_KEY or "
             "OPENAI_API_KEY, or AMELIO_LLM_BASE_URL for a local server.",
-            code="llm_not_configured")
-    key = (settings.llm_base_url, settings.effective_llm_api_key, settings.llm_timeout,
-           settings.llm_max_retries)
-    return key, {"api_key": settings.effective_llm_api_key or "not-needed",
-                 "base_url": settings.llm_base_url or None, "timeout": settings.llm_timeout,
-                 "max_retries": settings.llm_max_retries}
+            code="llm_not_configured",
+        )
+    key = (
+        settings.llm_base_url,
+        settings.effective_llm_api_key,
+        settings.llm_timeout,
+        settings.llm_max_retries,
+    )
+    return key, {
+        "api_key": settings.effective_llm_api_key or "not-needed",
+        "base_url": settings.llm_base_url or None,
+        "timeout": settings.llm_timeout,
+        "max_retries": settings.llm_max_retries,
+    }
 
 
 def upstream_client(settings: Settings) -> openai.OpenAI:
@@ -114,11 +123,18 @@ def _upstream_error(exc: Exception, settings: Settings) -> OpenAICompatError:
     outage is Amelio's (503) or the upstream's (502)."""
     where = settings.llm_base_url or "api.openai.com"
     if isinstance(exc, openai.APITimeoutError):
-        return OpenAICompatError(503, f"The LLM server at {where} did not answer in time "
-                                 "(AMELIO_LLM_TIMEOUT), after retries.", code="upstream_timeout")
+        return OpenAICompatError(
+            503,
+            f"The LLM server at {where} did not answer in time "
+            "(AMELIO_LLM_TIMEOUT), after retries.",
+            code="upstream_timeout",
+        )
     if isinstance(exc, openai.APIConnectionError | httpx.TransportError):
-        return OpenAICompatError(503, f"Amelio cannot reach its LLM server at {where}: {exc}.",
-                                 code="upstream_unavailable")
+        return OpenAICompatError(
+            503,
+            f"Amelio cannot reach its LLM server at {where}: {exc}.",
+            code="upstream_unavailable",
+        )
     if isinstance(exc, openai.APIStatusError):
         status = exc.status_code
         error = exc.body if isinstance(exc.body, dict) else {}
@@ -128,36 +144,54 @@ def _upstream_error(exc: Exception, settings: Settings) -> OpenAICompatError:
         if status in CLIENT_STATUSES:
             if status == 404 and code is None:
                 code = "model_not_found"
-            return OpenAICompatError(status, message, param=param, code=code,
-                                     type=str(error.get("type") or type_for(status)))
+            return OpenAICompatError(
+                status,
+                message,
+                param=param,
+                code=code,
+                type=str(error.get("type") or type_for(status)),
+            )
         if status == 429:
             retry = exc.response.headers.get("retry-after")
-            return OpenAICompatError(429, f"The LLM server at {where} is rate limiting Amelio: "
-                                     f"{message}", code=code or "rate_limit_exceeded",
-                                     headers={"Retry-After": retry} if retry else {})
+            return OpenAICompatError(
+                429,
+                f"The LLM server at {where} is rate limiting Amelio: {message}",
+                code=code or "rate_limit_exceeded",
+                headers={"Retry-After": retry} if retry else {},
+            )
         if status in (401, 402, 403):
-            return OpenAICompatError(503, f"The LLM server at {where} refused Amelio's own "
-                                     f"credentials ({status}: {message}): check "
-                                     "AMELIO_LLM_API_KEY.", code="llm_not_configured")
-        return OpenAICompatError(502, f"The LLM server at {where} answered {status}: {message}",
-                                 code="upstream_error")
-    return OpenAICompatError(502, f"The call to the LLM server at {where} failed: {exc}",
-                             code="upstream_error")
+            return OpenAICompatError(
+                503,
+                f"The LLM server at {where} refused Amelio's own "
+                f"credentials ({status}: {message}): check "
+                "AMELIO_LLM_API_KEY.",
+                code="llm_not_configured",
+            )
+        return OpenAICompatError(
+            502, f"The LLM server at {where} answered {status}: {message}", code="upstream_error"
+        )
+    return OpenAICompatError(
+        502, f"The call to the LLM server at {where} failed: {exc}", code="upstream_error"
+    )
 
 
 def _forward_body(call: ChatCall, prompt: Prompt, settings: Settings) -> dict[str, Any]:
     if call.model == AMELIO_MODEL and settings.llm_base_url and not settings.llm_model:
         raise OpenAICompatError(
-            503, f"Which model should {settings.llm_base_url} run for {AMELIO_MODEL!r}? Set "
-            "AMELIO_LLM_MODEL, or name the model in the request.", code="llm_not_configured")
+            503,
+            f"Which model should {settings.llm_base_url} run for {AMELIO_MODEL!r}? Set "
+            "AMELIO_LLM_MODEL, or name the model in the request.",
+            code="llm_not_configured",
+        )
     body = dict(call.body)
     body["model"] = default_model(settings) if call.model == AMELIO_MODEL else call.model
     body["messages"] = [{"role": "system", "content": prompt.system}, *call.body["messages"]]
     return body
 
 
-def forwarded(ws: Workspace, call: ChatCall, prompt: Prompt, project: str,
-               started: float) -> ChatResult | PendingStream:
+def forwarded(
+    ws: Workspace, call: ChatCall, prompt: Prompt, project: str, started: float
+) -> ChatResult | PendingStream:
     settings = ws.settings
     body = _forward_body(call, prompt, settings)
     if call.stream:
@@ -165,27 +199,37 @@ def forwarded(ws: Workspace, call: ChatCall, prompt: Prompt, project: str,
         return PendingStream(ws, call, prompt, project, started, body)
     sent = time.perf_counter()
     try:
-        response = upstream_client(settings).post("/chat/completions", body=body,
-                                                  cast_to=httpx.Response)
+        response = upstream_client(settings).post(
+            "/chat/completions", body=body, cast_to=httpx.Response
+        )
         data = response.json()
     except (openai.OpenAIError, httpx.HTTPError) as exc:
         raise _upstream_error(exc, settings) from exc
     except ValueError as exc:
-        raise OpenAICompatError(502, "The LLM server's answer is not JSON.",
-                                code="upstream_error") from exc
+        raise OpenAICompatError(
+            502, "The LLM server's answer is not JSON.", code="upstream_error"
+        ) from exc
     llm_ms = (time.perf_counter() - sent) * 1000
     if not isinstance(data, dict):
-        raise OpenAICompatError(502, "The LLM server's answer is not a JSON object.",
-                                code="upstream_error")
+        raise OpenAICompatError(
+            502, "The LLM server's answer is not a JSON object.", code="upstream_error"
+        )
     message = _first_message(data)
     reply = None
     if not message.get("tool_calls") and not message.get("function_call"):
         tin, tout = usage(data)
-        completion = Completion(text_of(message.get("content")), str(data.get("model") or
-                                body["model"]), "openai", tin, tout, llm_ms,
-                                cost_usd(settings, tin, tout))
-        reply = record_reply(ws, prompt, completion, project=project, user=call.user,
-                             started=started)
+        completion = Completion(
+            text_of(message.get("content")),
+            str(data.get("model") or body["model"]),
+            "openai",
+            tin,
+            tout,
+            llm_ms,
+            cost_usd(settings, tin, tout),
+        )
+        reply = record_reply(
+            ws, prompt, completion, project=project, user=call.user, started=started
+        )
         if call.footnotes and reply.footnotes:
             message["content"] = reply.text
     data["amelio"] = amelio_object(prompt, reply)
@@ -264,12 +308,19 @@ class _Relay:
         return None
 
     def completion(self, model: str, sent: float, settings: Settings) -> Completion:
-        return Completion("".join(self.parts), str(self.head.get("model") or model), "openai",
-                          self.tin, self.tout, (time.perf_counter() - sent) * 1000,
-                          cost_usd(settings, self.tin, self.tout))
+        return Completion(
+            "".join(self.parts),
+            str(self.head.get("model") or model),
+            "openai",
+            self.tin,
+            self.tout,
+            (time.perf_counter() - sent) * 1000,
+            cost_usd(settings, self.tin, self.tout),
+        )
 
-    def tail(self, prompt: Prompt, reply: Reply | None, footnotes: bool, model: str
-             ) -> Iterator[bytes]:
+    def tail(
+        self, prompt: Prompt, reply: Reply | None, footnotes: bool, model: str
+    ) -> Iterator[bytes]:
         """The end of the stream: footnotes, the held chunks, the ``amelio`` chunk, DONE."""
         if footnotes and reply is not None and reply.footnotes:
             yield sse(stream_chunk(self.head, model, {"content": footnote_text(reply)}))
@@ -299,15 +350,22 @@ class PendingStream:
         if relay.tools:  # a turn that ends in tool calls is not an answer
             return None
         completion = relay.completion(self.body["model"], sent, self.ws.settings)
-        return record_reply(self.ws, self.prompt, completion, project=self.project,
-                            user=self.call.user, started=self.started)
+        return record_reply(
+            self.ws,
+            self.prompt,
+            completion,
+            project=self.project,
+            user=self.call.user,
+            started=self.started,
+        )
 
     def open_sync(self) -> ChatResult:
         settings = self.ws.settings
         sent = time.perf_counter()
         try:
-            response = upstream_client(settings).post("/chat/completions", body=self.body,
-                                              cast_to=httpx.Response, stream=True)
+            response = upstream_client(settings).post(
+                "/chat/completions", body=self.body, cast_to=httpx.Response, stream=True
+            )
         except (openai.OpenAIError, httpx.HTTPError) as exc:
             raise _upstream_error(exc, settings) from exc
 
@@ -326,8 +384,7 @@ class PendingStream:
                 response.close()
             if not relay.failed:
                 reply = self._store(relay, sent)
-                yield from relay.tail(self.prompt, reply, self.call.footnotes,
-                                      self.body["model"])
+                yield from relay.tail(self.prompt, reply, self.call.footnotes, self.body["model"])
 
         return ChatResult(chunks=guarded(chunks()))
 
@@ -336,7 +393,8 @@ class PendingStream:
         sent = time.perf_counter()
         try:
             response = await _async_client(settings).post(
-                "/chat/completions", body=self.body, cast_to=httpx.Response, stream=True)
+                "/chat/completions", body=self.body, cast_to=httpx.Response, stream=True
+            )
         except (openai.OpenAIError, httpx.HTTPError) as exc:
             raise _upstream_error(exc, settings) from exc
 
@@ -356,8 +414,7 @@ class PendingStream:
             if not relay.failed:
                 # The one blocking step (the write) goes to a worker thread.
                 reply = await anyio.to_thread.run_sync(self._store, relay, sent)
-                for out in relay.tail(self.prompt, reply, self.call.footnotes,
-                                      self.body["model"]):
+                for out in relay.tail(self.prompt, reply, self.call.footnotes, self.body["model"]):
                     yield out
 
         return ChatResult(chunks=guarded_async(chunks()))

@@ -32,9 +32,16 @@ CLIENT_STATUSES = frozenset({400, 404, 409, 413, 422})
 class OpenAICompatError(Exception):
     """An error in OpenAI's shape: ``status`` and the four fields the SDKs read."""
 
-    def __init__(self, status: int, message: str, *, type: str | None = None,
-                 param: str | None = None, code: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: str | None = None,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
@@ -44,8 +51,14 @@ class OpenAICompatError(Exception):
         self.headers = headers or {}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param,
-                          "code": self.code}}
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
 
 def type_for(status: int) -> str:
@@ -70,8 +83,13 @@ def from_amelio_error(exc: AmelioError) -> OpenAICompatError:
         code = "model_not_found"
     headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, RateLimited) else {}
     field_name = exc.details.get("field")
-    return OpenAICompatError(status, exc.message, code=code, headers=headers,
-                             param=field_name if isinstance(field_name, str) else None)
+    return OpenAICompatError(
+        status,
+        exc.message,
+        code=code,
+        headers=headers,
+        param=field_name if isinstance(field_name, str) else None,
+    )
 
 
 # -- the request ---------------------------------------------------------------------------
@@ -98,68 +116,105 @@ def text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(str(part.get("text", "")) for part in content
-                         if isinstance(part, dict) and part.get("type") == "text")
+        return "\n".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and part.get("type") == "text"
+        )
     return ""
 
 
-def parse_chat_request(raw: bytes, settings: Settings, *, footnotes_header: bool = False
-                       ) -> ChatCall:
+def parse_chat_request(
+    raw: bytes, settings: Settings, *, footnotes_header: bool = False
+) -> ChatCall:
     """Read and check a request body, with OpenAI's 400s for what cannot be answered."""
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
-        raise OpenAICompatError(400, "We could not parse the JSON body of your request: "
-                                "send a JSON object (Content-Type: application/json).",
-                                code="invalid_json") from None
+        raise OpenAICompatError(
+            400,
+            "We could not parse the JSON body of your request: "
+            "send a JSON object (Content-Type: application/json).",
+            code="invalid_json",
+        ) from None
     if not isinstance(body, dict):
-        raise OpenAICompatError(400, "The request body must be a JSON object.",
-                                code="invalid_json")
+        raise OpenAICompatError(400, "The request body must be a JSON object.", code="invalid_json")
     model = body.get("model")
     if not isinstance(model, str) or not model.strip() or len(model) > _MAX_MODEL_CHARS:
-        raise OpenAICompatError(400, f"`model` must be a model name of 1-{_MAX_MODEL_CHARS} "
-                                f"characters; {AMELIO_MODEL!r} means the configured default.",
-                                param="model", code="invalid_model")
+        raise OpenAICompatError(
+            400,
+            f"`model` must be a model name of 1-{_MAX_MODEL_CHARS} "
+            f"characters; {AMELIO_MODEL!r} means the configured default.",
+            param="model",
+            code="invalid_model",
+        )
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise OpenAICompatError(400, "`messages` must be a non-empty list of messages.",
-                                param="messages", code="empty_messages")
+        raise OpenAICompatError(
+            400,
+            "`messages` must be a non-empty list of messages.",
+            param="messages",
+            code="empty_messages",
+        )
     for n, message in enumerate(messages):
         role = message.get("role") if isinstance(message, dict) else None
         if not isinstance(role, str) or role not in _ROLES:
             raise OpenAICompatError(
-                400, f"messages[{n}] must be an object whose role is one of "
-                f"{', '.join(sorted(_ROLES))}.", param=f"messages.[{n}].role",
-                code="invalid_message")
+                400,
+                f"messages[{n}] must be an object whose role is one of "
+                f"{', '.join(sorted(_ROLES))}.",
+                param=f"messages.[{n}].role",
+                code="invalid_message",
+            )
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise OpenAICompatError(400, "`stream` must be true or false.", param="stream")
     extension = body.pop("amelio", None)
     if extension is not None and not isinstance(extension, dict):
-        raise OpenAICompatError(400, '`amelio` must be an object, e.g. {"footnotes": true}.',
-                                param="amelio")
+        raise OpenAICompatError(
+            400, '`amelio` must be an object, e.g. {"footnotes": true}.', param="amelio"
+        )
     asked = (extension or {}).get("footnotes")
     if asked is not None and not isinstance(asked, bool):
-        raise OpenAICompatError(400, "`amelio.footnotes` must be true or false.",
-                                param="amelio.footnotes")
+        raise OpenAICompatError(
+            400, "`amelio.footnotes` must be true or false.", param="amelio.footnotes"
+        )
     users = [m for m in messages if m.get("role") == "user"]
     if not users:
-        raise OpenAICompatError(400, "`messages` holds no user message to answer.",
-                                param="messages", code="no_user_message")
+        raise OpenAICompatError(
+            400,
+            "`messages` holds no user message to answer.",
+            param="messages",
+            code="no_user_message",
+        )
     text = text_of(users[-1].get("content")).strip()
     if not text:
-        raise OpenAICompatError(400, "The last user message has no text to answer.",
-                                param="messages", code="empty_message")
+        raise OpenAICompatError(
+            400,
+            "The last user message has no text to answer.",
+            param="messages",
+            code="empty_message",
+        )
     if len(text) > settings.max_text_chars:
-        raise OpenAICompatError(413, f"The last user message is over "
-                                f"{settings.max_text_chars:,} characters (max_text_chars).",
-                                param="messages", code="input_too_large")
+        raise OpenAICompatError(
+            413,
+            f"The last user message is over "
+            f"{settings.max_text_chars:,} characters (max_text_chars).",
+            param="messages",
+            code="input_too_large",
+        )
     user = body.get("user")
     # The body's explicit choice wins, then the header, then the setting.
     footnotes = asked if asked is not None else footnotes_header or settings.openai_footnotes
-    return ChatCall(body=body, model=model.strip(), stream=stream, footnotes=footnotes,
-                    message=text, tool_turn=messages[-1].get("role") in TOOL_ROLES,
-                    user=user[:200] if isinstance(user, str) and user else None)
+    return ChatCall(
+        body=body,
+        model=model.strip(),
+        stream=stream,
+        footnotes=footnotes,
+        message=text,
+        tool_turn=messages[-1].get("role") in TOOL_ROLES,
+        user=user[:200] if isinstance(user, str) and user else None,
+    )
 
 
 # -- the response --------------------------------------------------------------------------
@@ -208,11 +263,18 @@ def error_event(exc: OpenAICompatError) -> bytes:
 
 def stream_chunk(head: dict[str, Any], model: str, delta: dict[str, Any] | None) -> dict[str, Any]:
     """A chunk in the stream's own id and model; no choices when ``delta`` is None."""
-    choices = [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None,
-                                         "finish_reason": None}]
-    return {"id": head.get("id") or f"chatcmpl-{uuid.uuid4().hex[:24]}",
-            "object": "chat.completion.chunk", "created": head.get("created") or int(time.time()),
-            "model": head.get("model") or model, "choices": choices}
+    choices = (
+        []
+        if delta is None
+        else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]
+    )
+    return {
+        "id": head.get("id") or f"chatcmpl-{uuid.uuid4().hex[:24]}",
+        "object": "chat.completion.chunk",
+        "created": head.get("created") or int(time.time()),
+        "model": head.get("model") or model,
+        "choices": choices,
+    }
 
 
 def guarded(chunks: Iterator[bytes]) -> Iterator[bytes]:
@@ -237,8 +299,9 @@ def failure_event(exc: Exception) -> bytes:
     if isinstance(exc, AmelioError):
         return error_event(from_amelio_error(exc))
     log.error("chat completions stream failed", exc_info=exc)
-    return error_event(OpenAICompatError(500, "Internal error; see the server log.",
-                                         code="internal_error"))
+    return error_event(
+        OpenAICompatError(500, "Internal error; see the server log.", code="internal_error")
+    )
 
 
 def usage(data: dict[str, Any]) -> tuple[int | None, int | None]:

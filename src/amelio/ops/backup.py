@@ -27,6 +27,7 @@ those few renames can leave a mix: restoring again with ``force`` completes it).
 An older backup is upgraded after the restore; one from a migration this code
 does not know is refused. PostgreSQL is ``pg_dump``'s job, and both say so.
 """
+
 from __future__ import annotations
 
 import functools
@@ -109,11 +110,14 @@ class Manifest:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "format": FORMAT, "formatVersion": FORMAT_VERSION,
-            "amelioVersion": self.amelio_version, "migration": self.migration,
+            "format": FORMAT,
+            "formatVersion": FORMAT_VERSION,
+            "amelioVersion": self.amelio_version,
+            "migration": self.migration,
             "createdAt": self.created_at.isoformat(),
             "secretKey": {"source": self.key_source, "fingerprint": self.key_fingerprint},
-            "tables": self.tables, "files": [f.to_dict() for f in self.files],
+            "tables": self.tables,
+            "files": [f.to_dict() for f in self.files],
         }
 
     @classmethod
@@ -122,14 +126,19 @@ class Manifest:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError("it is not an Amelio backup manifest")
         if data.get("formatVersion") != FORMAT_VERSION:
-            raise ValueError(f"format version {data.get('formatVersion')!r} is not "
-                             f"{FORMAT_VERSION}: restore it with the Amelio that wrote it")
-        files = tuple(BackupFile(str(f["path"]), int(f["bytes"]), str(f["sha256"]))
-                      for f in data["files"])
+            raise ValueError(
+                f"format version {data.get('formatVersion')!r} is not "
+                f"{FORMAT_VERSION}: restore it with the Amelio that wrote it"
+            )
+        files = tuple(
+            BackupFile(str(f["path"]), int(f["bytes"]), str(f["sha256"])) for f in data["files"]
+        )
         key = data["secretKey"]
         return cls(
-            amelio_version=str(data["amelioVersion"]), migration=str(data["migration"]),
-            created_at=datetime.fromisoformat(data["createdAt"]), files=files,
+            amelio_version=str(data["amelioVersion"]),
+            migration=str(data["migration"]),
+            created_at=datetime.fromisoformat(data["createdAt"]),
+            files=files,
             tables={str(k): int(v) for k, v in data["tables"].items()},
             key_source=str(key["source"]),
             key_fingerprint=None if key["fingerprint"] is None else str(key["fingerprint"]),
@@ -164,8 +173,10 @@ class RestoreReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "workspace": str(self.root), "database": str(self.database),
-            "replaced": self.replaced, "removed": list(self.removed),
+            "workspace": str(self.root),
+            "database": str(self.database),
+            "replaced": self.replaced,
+            "removed": list(self.removed),
             "migration": {"backup": self.manifest.migration, "now": self.migration},
             "manifest": self.manifest.to_dict(),
         }
@@ -174,15 +185,17 @@ class RestoreReport:
 # -- backup -----------------------------------------------------------------------------
 
 
-def backup_workspace(settings: Settings, dest: Path, *, force: bool = False,
-                     now: datetime | None = None) -> BackupReport:
+def backup_workspace(
+    settings: Settings, dest: Path, *, force: bool = False, now: datetime | None = None
+) -> BackupReport:
     """Write a consistent copy of the workspace to the zip file ``dest`` (a folder:
     a file named after the time inside it); safe while ``amelio serve`` writes."""
     root = settings.workspace.resolve()
     database = _sqlite_database(settings, root, "backup")
     if not database.is_file():
-        raise ConfigError(f"There is no database at {database} to back up: `amelio db "
-                          "upgrade` creates it.")
+        raise ConfigError(
+            f"There is no database at {database} to back up: `amelio db upgrade` creates it."
+        )
     if not (root / CONFIG_FILE).is_file():
         raise ConfigError(f"{root} is not an Amelio workspace: it has no {CONFIG_FILE}.")
     now = now or datetime.now(UTC)
@@ -204,11 +217,16 @@ def backup_workspace(settings: Settings, dest: Path, *, force: bool = False,
             shutil.copyfile(root / rel, staged[rel])
         key_source, fingerprint = _key_of(settings, staged.get(SECRET_KEY))
         manifest = Manifest(
-            amelio_version=amelio.__version__, migration=_migration(staged[DATABASE]),
-            created_at=now, files=tuple(BackupFile(rel, path.stat().st_size, _sha256(path))
-                                        for rel, path in staged.items()),
-            tables=_row_counts(staged[DATABASE]), key_source=key_source,
-            key_fingerprint=fingerprint)
+            amelio_version=amelio.__version__,
+            migration=_migration(staged[DATABASE]),
+            created_at=now,
+            files=tuple(
+                BackupFile(rel, path.stat().st_size, _sha256(path)) for rel, path in staged.items()
+            ),
+            tables=_row_counts(staged[DATABASE]),
+            key_source=key_source,
+            key_fingerprint=fingerprint,
+        )
         archive = Path(scratch, "backup.zip")
         _write_zip(archive, manifest, staged)
         os.replace(archive, dest)
@@ -227,8 +245,9 @@ def _plain_files(root: Path) -> list[str]:
     found = [CONFIG_FILE]
     if (root / SECRET_KEY).is_file():
         found.append(SECRET_KEY)
-    found += sorted(p.relative_to(root).as_posix()
-                    for p in root.glob("projects/*/learnings.md") if p.is_file())
+    found += sorted(
+        p.relative_to(root).as_posix() for p in root.glob("projects/*/learnings.md") if p.is_file()
+    )
     return found
 
 
@@ -278,11 +297,12 @@ def restore_workspace(archive: Path, target: Path, *, force: bool = False) -> Re
         mirrors = sorted(root.glob("projects/*/learnings.md"))
         holding = _holding_data(database, corpus, mirrors)
         if holding and not force:
-            raise Conflict(f"{root} already holds a workspace with data ({', '.join(holding)})"
-                           ": restore into a new folder, or pass --force to replace it "
-                           "(`amelio backup` it first to keep it).")
-        destinations = {rel: database if rel == DATABASE else root / rel
-                        for rel in manifest.paths}
+            raise Conflict(
+                f"{root} already holds a workspace with data ({', '.join(holding)})"
+                ": restore into a new folder, or pass --force to replace it "
+                "(`amelio backup` it first to keep it)."
+            )
+        destinations = {rel: database if rel == DATABASE else root / rel for rel in manifest.paths}
         removed = _swap_in(zf, manifest, archive, root, destinations, mirrors)
     _forget_cached_key()
     migration = manifest.migration
@@ -296,8 +316,14 @@ def restore_workspace(archive: Path, target: Path, *, force: bool = False) -> Re
     return RestoreReport(root, database, manifest, bool(holding), removed, migration)
 
 
-def _swap_in(zf: zipfile.ZipFile, manifest: Manifest, archive: Path, root: Path,
-             destinations: dict[str, Path], mirrors: list[Path]) -> tuple[str, ...]:
+def _swap_in(
+    zf: zipfile.ZipFile,
+    manifest: Manifest,
+    archive: Path,
+    root: Path,
+    destinations: dict[str, Path],
+    mirrors: list[Path],
+) -> tuple[str, ...]:
     """Write every member beside its destination, then rename each into place (the
     database last) and remove what the backup does not have."""
     (root / "skills").mkdir(parents=True, exist_ok=True)
@@ -315,8 +341,11 @@ def _swap_in(zf: zipfile.ZipFile, manifest: Manifest, archive: Path, root: Path,
         if _migration(staged[DATABASE]) != manifest.migration:
             raise _damaged(archive, "its database is not at the manifest's migration")
         gone = [m for m in mirrors if m.relative_to(root).as_posix() not in destinations]
-        gone += [root / rel for rel in (CORPUS, SECRET_KEY)
-                 if rel not in destinations and (root / rel).exists()]
+        gone += [
+            root / rel
+            for rel in (CORPUS, SECRET_KEY)
+            if rel not in destinations and (root / rel).exists()
+        ]
         for path in gone:
             path.unlink()
         for db_file in (root / CORPUS, destinations[DATABASE]):
@@ -342,8 +371,11 @@ def _open_zip(archive: Path) -> Iterator[zipfile.ZipFile]:
 
 
 def _damaged(archive: Path, why: str) -> InvalidInput:
-    return InvalidInput(f"{archive} is not a usable Amelio backup: {why}. Nothing was "
-                        "restored; use another copy of the backup.", file=str(archive))
+    return InvalidInput(
+        f"{archive} is not a usable Amelio backup: {why}. Nothing was "
+        "restored; use another copy of the backup.",
+        file=str(archive),
+    )
 
 
 def _manifest(zf: zipfile.ZipFile, archive: Path) -> Manifest:
@@ -381,8 +413,7 @@ def _check_members(zf: zipfile.ZipFile, manifest: Manifest, archive: Path) -> No
         raise _damaged(archive, "its files are not the ones its manifest lists")
 
 
-def _copy_member(zf: zipfile.ZipFile, member: BackupFile, archive: Path,
-                 dest: Path | None) -> None:
+def _copy_member(zf: zipfile.ZipFile, member: BackupFile, archive: Path, dest: Path | None) -> None:
     """Read one member whole, checking its size and SHA-256; write it to ``dest``
     (a new file) when given."""
     digest, size = hashlib.sha256(), 0
@@ -431,7 +462,9 @@ def _check_migration(migration: str) -> None:
         raise InvalidInput(
             f"The backup's database is at migration {migration}, which this Amelio "
             f"({amelio.__version__}, newest migration {known[0]}) does not know: restore it "
-            "with the Amelio that made it, or a newer one.", migration=migration)
+            "with the Amelio that made it, or a newer one.",
+            migration=migration,
+        )
 
 
 @functools.cache
@@ -448,9 +481,11 @@ def _settings_after(zf: zipfile.ZipFile, root: Path) -> Settings:
         try:
             return load_settings(scratch)
         except AmelioError as exc:
-            raise ConfigError(f"The backup's {CONFIG_FILE} with this environment's AMELIO_* "
-                              f"settings does not load, so {root} would not open after a "
-                              f"restore: {exc.message}") from exc
+            raise ConfigError(
+                f"The backup's {CONFIG_FILE} with this environment's AMELIO_* "
+                f"settings does not load, so {root} would not open after a "
+                f"restore: {exc.message}"
+            ) from exc
 
 
 def _check_key(zf: zipfile.ZipFile, manifest: Manifest, settings: Settings) -> None:
@@ -466,14 +501,20 @@ def _check_key(zf: zipfile.ZipFile, manifest: Manifest, settings: Settings) -> N
     if key is not None and hmac.compare_digest(_fingerprint(key), manifest.key_fingerprint):
         return
     if manifest.key_source == "settings":
-        fix = ("the backed-up workspace took it from AMELIO_SECRET_KEY: set "
-               "AMELIO_SECRET_KEY to that value here, then restore again")
+        fix = (
+            "the backed-up workspace took it from AMELIO_SECRET_KEY: set "
+            "AMELIO_SECRET_KEY to that value here, then restore again"
+        )
     else:
-        fix = ("the backup holds it in .amelio/secret_key, and AMELIO_SECRET_KEY (or "
-               f"secret_key in {CONFIG_FILE}) overrides it here: unset it, then restore again")
-    raise ConfigError("After this restore the workspace would not have the secret key its "
-                      f"data was signed with; {fix}. Without it `amelio feedback verify` "
-                      "fails and issued feedback tokens and sessions stop working.")
+        fix = (
+            "the backup holds it in .amelio/secret_key, and AMELIO_SECRET_KEY (or "
+            f"secret_key in {CONFIG_FILE}) overrides it here: unset it, then restore again"
+        )
+    raise ConfigError(
+        "After this restore the workspace would not have the secret key its "
+        f"data was signed with; {fix}. Without it `amelio feedback verify` "
+        "fails and issued feedback tokens and sessions stop working."
+    )
 
 
 def _check_not_in_use(path: Path) -> None:
@@ -482,18 +523,21 @@ def _check_not_in_use(path: Path) -> None:
     if not path.is_file():
         return
     try:
-        conn = sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True, timeout=0,
-                               isolation_level=None)
+        conn = sqlite3.connect(
+            f"{path.as_uri()}?mode=rw", uri=True, timeout=0, isolation_level=None
+        )
         with closing(conn):
             conn.execute("PRAGMA locking_mode=EXCLUSIVE")
             conn.execute("BEGIN EXCLUSIVE")
             conn.execute("COMMIT")
     except sqlite3.OperationalError as exc:
         if exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-            raise Conflict(f"{path} is open in another process (is `amelio serve` running on "
-                           "this workspace?): stop it, then restore again. A restore swaps "
-                           "the files, and a running service would go on writing to the old "
-                           "ones.") from exc
+            raise Conflict(
+                f"{path} is open in another process (is `amelio serve` running on "
+                "this workspace?): stop it, then restore again. A restore swaps "
+                "the files, and a running service would go on writing to the old "
+                "ones."
+            ) from exc
     except sqlite3.DatabaseError:
         pass  # not a database: nothing can be using it as one
 
@@ -521,8 +565,9 @@ def _database_holds_data(path: Path) -> bool:
         if migration not in _known_migrations():
             return True
         baseline = _fresh_row_counts(migration)
-        return any(rows > baseline.get(table, 0)
-                   for table, rows in _row_counts(path, cap=baseline).items())
+        return any(
+            rows > baseline.get(table, 0) for table, rows in _row_counts(path, cap=baseline).items()
+        )
     except (AmelioError, sa.exc.DatabaseError, sqlite3.DatabaseError):
         return True  # unreadable or not Amelio's: only --force may replace it
 
@@ -566,15 +611,19 @@ def _sqlite_database(settings: Settings, root: Path, action: str) -> Path:
                 f"SQLite workspaces only. Back it up with `pg_dump -Fc -f amelio.dump "
                 f"'{shown}'` and restore it with `pg_restore`; keep .amelio/secret_key (or "
                 "AMELIO_SECRET_KEY) and .amelio/search/corpus.db with the dump, as the "
-                "feedback chain and tokens are signed with that key.")
+                "feedback chain and tokens are signed with that key."
+            )
         raise ConfigError(
             f"The target's database is PostgreSQL ({shown}, from AMELIO_DATABASE_URL or "
             f"{CONFIG_FILE}): `amelio restore` restores SQLite workspaces only. Restore a "
             "PostgreSQL dump with `pg_restore`, or unset AMELIO_DATABASE_URL to restore this "
-            "backup into the workspace's SQLite file.")
+            "backup into the workspace's SQLite file."
+        )
     if backend != "sqlite" or url.database in (None, "", ":memory:"):
-        raise ConfigError(f"`amelio {action}` works on a SQLite file, not "
-                          f"{url.render_as_string(hide_password=True)}.")
+        raise ConfigError(
+            f"`amelio {action}` works on a SQLite file, not "
+            f"{url.render_as_string(hide_password=True)}."
+        )
     return Path(url.database).resolve()
 
 
@@ -584,11 +633,13 @@ def _migration(path: Path) -> str:
         try:
             row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
         except sqlite3.OperationalError as exc:
-            raise ConfigError(f"The database {path} has no Amelio tables: run `amelio db "
-                              "upgrade`.") from exc
+            raise ConfigError(
+                f"The database {path} has no Amelio tables: run `amelio db upgrade`."
+            ) from exc
     if row is None:
-        raise ConfigError(f"The database {path} has no migration recorded: run `amelio db "
-                          "upgrade`.")
+        raise ConfigError(
+            f"The database {path} has no migration recorded: run `amelio db upgrade`."
+        )
     return str(row[0])
 
 

@@ -33,16 +33,16 @@ def _reserved() -> list[str]:
 
 
 def level_for(verbosity: int) -> int:
-    return logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 \
-        else logging.DEBUG
+    return logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
 
 
 def formatter(fmt: str) -> logging.Formatter:
     if fmt == "json":
         from pythonjsonlogger.json import JsonFormatter
 
-        return JsonFormatter(_JSON, rename_fields=_RENAMED, timestamp="time",
-                             reserved_attrs=_reserved())
+        return JsonFormatter(
+            _JSON, rename_fields=_RENAMED, timestamp="time", reserved_attrs=_reserved()
+        )
     return logging.Formatter(_TEXT)
 
 
@@ -68,8 +68,12 @@ def uvicorn_log_config(fmt: str) -> dict[str, Any] | None:
     from uvicorn.config import LOGGING_CONFIG
 
     config: dict[str, Any] = {**LOGGING_CONFIG, "disable_existing_loggers": False}
-    json_formatter = {"()": "pythonjsonlogger.json.JsonFormatter", "fmt": _JSON,
-                      "rename_fields": _RENAMED, "timestamp": "time",
-                      "reserved_attrs": _reserved()}
+    json_formatter = {
+        "()": "pythonjsonlogger.json.JsonFormatter",
+        "fmt": _JSON,
+        "rename_fields": _RENAMED,
+        "timestamp": "time",
+        "reserved_attrs": _reserved(),
+    }
     config["formatters"] = dict.fromkeys(LOGGING_CONFIG["formatters"], json_formatter)
     return config

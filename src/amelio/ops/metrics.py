@@ -52,9 +52,18 @@ if TYPE_CHECKING:
     from amelio.llm.base import Completion, LLMRequest, Provider, StreamEvent
     from amelio.workspace.folder import Workspace
 
-__all__ = ["CONTENT_TYPE_LATEST", "REGISTRY", "DatabaseCollector", "InstrumentedProvider",
-           "MetricsMiddleware", "exposition", "observe_request", "record_feedback",
-           "record_search_cache", "serve_separately"]
+__all__ = [
+    "CONTENT_TYPE_LATEST",
+    "REGISTRY",
+    "DatabaseCollector",
+    "InstrumentedProvider",
+    "MetricsMiddleware",
+    "exposition",
+    "observe_request",
+    "record_feedback",
+    "record_search_cache",
+    "serve_separately",
+]
 
 #: This process's counters (not prometheus_client's global registry: an application
 #: that embeds Amelio keeps its own metrics apart).
@@ -62,25 +71,44 @@ REGISTRY = CollectorRegistry(auto_describe=True)
 _POSITION = re.compile(r"\.\d+(?=\.|$)")
 
 HTTP_SECONDS = Histogram(
-    "amelio_http_request_duration_seconds", "Time to answer an HTTP request.",
-    ["method", "route", "status"], registry=REGISTRY,
-    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+    "amelio_http_request_duration_seconds",
+    "Time to answer an HTTP request.",
+    ["method", "route", "status"],
+    registry=REGISTRY,
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
 FEEDBACK_EVENTS = Counter(
-    "amelio_feedback_events_total", "Feedback events received, by outcome (accepted, "
+    "amelio_feedback_events_total",
+    "Feedback events received, by outcome (accepted, "
     "duplicate, rejected, dropped, rate_limited) and, when rejected, the field at fault.",
-    ["outcome", "field"], registry=REGISTRY)
+    ["outcome", "field"],
+    registry=REGISTRY,
+)
 SEARCH_CACHE = Counter(
-    "amelio_search_cache_requests_total", "Rankings asked of the search cache: hit or miss.",
-    ["result"], registry=REGISTRY)
+    "amelio_search_cache_requests_total",
+    "Rankings asked of the search cache: hit or miss.",
+    ["result"],
+    registry=REGISTRY,
+)
 LLM_CALLS = Counter(
-    "amelio_llm_calls_total", "LLM calls, by provider, model and outcome (ok, error).",
-    ["provider", "model", "outcome"], registry=REGISTRY)
+    "amelio_llm_calls_total",
+    "LLM calls, by provider, model and outcome (ok, error).",
+    ["provider", "model", "outcome"],
+    registry=REGISTRY,
+)
 LLM_TOKENS = Counter(
-    "amelio_llm_tokens_total", "LLM tokens, by provider, model and direction (input, "
-    "output).", ["provider", "model", "direction"], registry=REGISTRY)
+    "amelio_llm_tokens_total",
+    "LLM tokens, by provider, model and direction (input, output).",
+    ["provider", "model", "direction"],
+    registry=REGISTRY,
+)
 LLM_SECONDS = Histogram(
-    "amelio_llm_call_duration_seconds", "Time an LLM call took.", ["provider", "model"],
-    registry=REGISTRY, buckets=(0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 120))
+    "amelio_llm_call_duration_seconds",
+    "Time an LLM call took.",
+    ["provider", "model"],
+    registry=REGISTRY,
+    buckets=(0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 120),
+)
 
 
 def observe_request(method: str, route: str, status: int, seconds: float) -> None:
@@ -132,8 +160,11 @@ class InstrumentedProvider:
     def _span(self, request: LLMRequest) -> Any:
         """The call's span, as OpenTelemetry's GenAI semantic conventions name it."""
         attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "chat", "gen_ai.provider.name": self.name,
-            "gen_ai.request.model": self.model, "gen_ai.request.max_tokens": request.max_tokens}
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": self.name,
+            "gen_ai.request.model": self.model,
+            "gen_ai.request.max_tokens": request.max_tokens,
+        }
         if request.temperature is not None:
             attributes["gen_ai.request.temperature"] = request.temperature
         return span(f"chat {self.model}", attributes, client=True)
@@ -186,53 +217,77 @@ class DatabaseCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         with self.ws.engine.connect() as conn:
-            queue = GaugeMetricFamily("amelio_knowledge_queue_jobs", "Knowledge sync jobs "
-                                      "waiting (pending) or given up (dead).",
-                                      labels=["state"])
-            found: dict[str, int] = dict(conn.execute(
-                sa.select(knowledge_queue.c.status, sa.func.count())
-                .group_by(knowledge_queue.c.status)).all())
+            queue = GaugeMetricFamily(
+                "amelio_knowledge_queue_jobs",
+                "Knowledge sync jobs waiting (pending) or given up (dead).",
+                labels=["state"],
+            )
+            found: dict[str, int] = dict(
+                conn.execute(
+                    sa.select(knowledge_queue.c.status, sa.func.count()).group_by(
+                        knowledge_queue.c.status
+                    )
+                ).all()
+            )
             for kind in ("pending", "dead"):
                 queue.add_metric([kind], found.get(kind, 0))
             yield queue
 
-            done = conn.execute(sa.select(search_state.c.event_seq,
-                                          search_state.c.impression_id)).first()
+            done = conn.execute(
+                sa.select(search_state.c.event_seq, search_state.c.impression_id)
+            ).first()
             newest_event = conn.scalar(sa.select(sa.func.max(feedback_events.c.seq))) or 0
             newest_impression = conn.scalar(sa.select(sa.func.max(search_impressions.c.id))) or 0
-            lag = GaugeMetricFamily("amelio_signals_lag", "Feedback events and search "
-                                    "impressions stored but not yet aggregated into the "
-                                    "signals.", labels=["source"])
+            lag = GaugeMetricFamily(
+                "amelio_signals_lag",
+                "Feedback events and search "
+                "impressions stored but not yet aggregated into the "
+                "signals.",
+                labels=["source"],
+            )
             lag.add_metric(["events"], max(0, newest_event - (done.event_seq if done else 0)))
-            lag.add_metric(["impressions"], max(0, newest_impression - (
-                done.impression_id if done else 0)))
+            lag.add_metric(
+                ["impressions"], max(0, newest_impression - (done.impression_id if done else 0))
+            )
             yield lag
 
-            by_status = GaugeMetricFamily("amelio_proposals", "Proposals by status.",
-                                          labels=["status"])
-            for status, count in conn.execute(sa.select(proposals.c.status, sa.func.count())
-                                              .group_by(proposals.c.status)):
+            by_status = GaugeMetricFamily(
+                "amelio_proposals", "Proposals by status.", labels=["status"]
+            )
+            for status, count in conn.execute(
+                sa.select(proposals.c.status, sa.func.count()).group_by(proposals.c.status)
+            ):
                 by_status.add_metric([status], count)
             yield by_status
 
-            verdicts = GaugeMetricFamily("amelio_benchmark_runs", "Benchmark runs by status "
-                                         "and verdict.", labels=["status", "verdict"])
+            verdicts = GaugeMetricFamily(
+                "amelio_benchmark_runs",
+                "Benchmark runs by status and verdict.",
+                labels=["status", "verdict"],
+            )
             for status, verdict, count in conn.execute(
-                    sa.select(benchmark_runs.c.status, benchmark_runs.c.verdict,
-                              sa.func.count())
-                    .group_by(benchmark_runs.c.status, benchmark_runs.c.verdict)):
+                sa.select(
+                    benchmark_runs.c.status, benchmark_runs.c.verdict, sa.func.count()
+                ).group_by(benchmark_runs.c.status, benchmark_runs.c.verdict)
+            ):
                 verdicts.add_metric([status, verdict or ""], count)
             yield verdicts
 
-            runs = GaugeMetricFamily("amelio_scheduled_job_runs", "Runs of each scheduled "
-                                     "job (amelio improve, signals) since it was first seen.",
-                                     labels=["job"])
-            last_ok = GaugeMetricFamily("amelio_scheduled_job_last_success", "1 when the job's "
-                                        "last run succeeded, 0 when it failed or was "
-                                        "interrupted.", labels=["job"])
-            finished = GaugeMetricFamily("amelio_scheduled_job_last_finished_timestamp_seconds",
-                                         "When the job's last run finished (Unix time).",
-                                         labels=["job"])
+            runs = GaugeMetricFamily(
+                "amelio_scheduled_job_runs",
+                "Runs of each scheduled job (amelio improve, signals) since it was first seen.",
+                labels=["job"],
+            )
+            last_ok = GaugeMetricFamily(
+                "amelio_scheduled_job_last_success",
+                "1 when the job's last run succeeded, 0 when it failed or was interrupted.",
+                labels=["job"],
+            )
+            finished = GaugeMetricFamily(
+                "amelio_scheduled_job_last_finished_timestamp_seconds",
+                "When the job's last run finished (Unix time).",
+                labels=["job"],
+            )
             for row in conn.execute(sa.select(scheduled_jobs)):
                 runs.add_metric([row.name], row.runs)
                 if row.outcome in ("ok", "error"):
@@ -310,5 +365,6 @@ class MetricsMiddleware:
         finally:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
-            observe_request(scope.get("method", ""), template, status,
-                            time.perf_counter() - started)
+            observe_request(
+                scope.get("method", ""), template, status, time.perf_counter() - started
+            )

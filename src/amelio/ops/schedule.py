@@ -38,8 +38,19 @@ from amelio.errors import ConfigError
 from amelio.workspace.config import Settings
 from amelio.workspace.folder import Workspace
 
-__all__ = ["JOBS", "Job", "JobStatus", "Scheduler", "claim", "finish", "job_status",
-           "next_times", "renew", "run_claimed", "zone"]
+__all__ = [
+    "JOBS",
+    "Job",
+    "JobStatus",
+    "Scheduler",
+    "claim",
+    "finish",
+    "job_status",
+    "next_times",
+    "renew",
+    "run_claimed",
+    "zone",
+]
 
 log = logging.getLogger(__name__)
 
@@ -86,24 +97,26 @@ def zone(settings: Settings) -> ZoneInfo:
     try:
         return ZoneInfo(settings.timezone)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ConfigError(f"AMELIO_TIMEZONE: {settings.timezone!r} is not a time zone (use "
-                          "an IANA name such as UTC or Europe/Paris).") from None
+        raise ConfigError(
+            f"AMELIO_TIMEZONE: {settings.timezone!r} is not a time zone (use "
+            "an IANA name such as UTC or Europe/Paris)."
+        ) from None
 
 
-def _cron(job: Job, settings: Settings, start: datetime, *, reverse: bool = False
-          ) -> CronSim:
+def _cron(job: Job, settings: Settings, start: datetime, *, reverse: bool = False) -> CronSim:
     expression = job.expression(settings)
     assert expression is not None
     try:
         return CronSim(expression, start.astimezone(zone(settings)), reverse=reverse)
     except CronSimError as exc:
-        raise ConfigError(f"AMELIO_{job.setting.upper()}: {expression!r} is not a cron "
-                          f"expression ({exc}); use five fields, e.g. 0 3 * * *, or "
-                          "off.") from None
+        raise ConfigError(
+            f"AMELIO_{job.setting.upper()}: {expression!r} is not a cron "
+            f"expression ({exc}); use five fields, e.g. 0 3 * * *, or "
+            "off."
+        ) from None
 
 
-def next_times(job: Job, settings: Settings, after: datetime, count: int = 1
-               ) -> list[datetime]:
+def next_times(job: Job, settings: Settings, after: datetime, count: int = 1) -> list[datetime]:
     """The job's next ``count`` times after ``after``, in UTC ([] when it is off)."""
     if job.expression(settings) is None:
         return []
@@ -127,12 +140,12 @@ def last_time(job: Job, settings: Settings, now: datetime) -> datetime | None:
 def _ensure(conn: sa.Connection, name: str, due_at: datetime | None) -> None:
     """The job's row, created on first sight with ``due_at`` as its last time, so
     that a new job does not catch up on times from before it existed."""
-    db.insert_ignore(conn, scheduled_jobs, {"name": name, "due_at": due_at, "runs": 0},
-                     ["name"])
+    db.insert_ignore(conn, scheduled_jobs, {"name": name, "due_at": due_at, "runs": 0}, ["name"])
 
 
-def claim(ws: Workspace, name: str, due_at: datetime, holder: str, *,
-          now: datetime | None = None) -> bool:
+def claim(
+    ws: Workspace, name: str, due_at: datetime, holder: str, *, now: datetime | None = None
+) -> bool:
     """Claim the run of job ``name`` for the time ``due_at``; True for exactly one
     claimant per time, whoever else tries."""
     now = now or utcnow()
@@ -142,12 +155,25 @@ def claim(ws: Workspace, name: str, due_at: datetime, holder: str, *,
         _ensure(conn, name, None)
         claimed = conn.execute(
             scheduled_jobs.update()
-            .where(row.name == name,
-                   sa.or_(row.holder.is_(None), row.lease_expires_at < now),
-                   sa.or_(row.due_at.is_(None), row.due_at < due_at,
-                          sa.and_(row.due_at == due_at, row.outcome == "running")))
-            .values(holder=holder, lease_expires_at=lease, due_at=due_at, started_at=now,
-                    finished_at=None, outcome="running", detail=None))
+            .where(
+                row.name == name,
+                sa.or_(row.holder.is_(None), row.lease_expires_at < now),
+                sa.or_(
+                    row.due_at.is_(None),
+                    row.due_at < due_at,
+                    sa.and_(row.due_at == due_at, row.outcome == "running"),
+                ),
+            )
+            .values(
+                holder=holder,
+                lease_expires_at=lease,
+                due_at=due_at,
+                started_at=now,
+                finished_at=None,
+                outcome="running",
+                detail=None,
+            )
+        )
         return claimed.rowcount == 1
 
 
@@ -156,22 +182,29 @@ def renew(ws: Workspace, name: str, holder: str, *, now: datetime | None = None)
     expired and another replica claimed it)."""
     now = now or utcnow()
     with db.transaction(ws.engine) as conn:
-        done = conn.execute(scheduled_jobs.update()
-                            .where(scheduled_jobs.c.name == name,
-                                   scheduled_jobs.c.holder == holder)
-                            .values(lease_expires_at=now + timedelta(
-                                seconds=ws.settings.schedule_lease_seconds)))
+        done = conn.execute(
+            scheduled_jobs.update()
+            .where(scheduled_jobs.c.name == name, scheduled_jobs.c.holder == holder)
+            .values(lease_expires_at=now + timedelta(seconds=ws.settings.schedule_lease_seconds))
+        )
         return done.rowcount == 1
 
 
 def finish(ws: Workspace, name: str, holder: str, outcome: str, detail: str) -> None:
     """Record the run's outcome and free the job (only if ``holder`` still holds it)."""
     with db.transaction(ws.engine) as conn:
-        conn.execute(scheduled_jobs.update()
-                     .where(scheduled_jobs.c.name == name, scheduled_jobs.c.holder == holder)
-                     .values(holder=None, lease_expires_at=None, finished_at=utcnow(),
-                             outcome=outcome, detail=detail[:2000],
-                             runs=scheduled_jobs.c.runs + 1))
+        conn.execute(
+            scheduled_jobs.update()
+            .where(scheduled_jobs.c.name == name, scheduled_jobs.c.holder == holder)
+            .values(
+                holder=None,
+                lease_expires_at=None,
+                finished_at=utcnow(),
+                outcome=outcome,
+                detail=detail[:2000],
+                runs=scheduled_jobs.c.runs + 1,
+            )
+        )
 
 
 def run_claimed(ws: Workspace, job: Job, holder: str) -> str:
@@ -226,16 +259,23 @@ class JobStatus:
         def iso(value: datetime | None) -> str | None:
             return value.isoformat() if value else None
 
-        return {"name": self.name, "schedule": self.expression or "off",
-                "explained": self.explained, "nextRuns": [iso(t) for t in self.next_runs],
-                "lastDueAt": iso(self.due_at), "lastStartedAt": iso(self.started_at),
-                "lastFinishedAt": iso(self.finished_at), "lastOutcome": self.outcome,
-                "lastDetail": self.detail, "runs": self.runs, "holder": self.holder,
-                "leaseExpiresAt": iso(self.lease_expires_at)}
+        return {
+            "name": self.name,
+            "schedule": self.expression or "off",
+            "explained": self.explained,
+            "nextRuns": [iso(t) for t in self.next_runs],
+            "lastDueAt": iso(self.due_at),
+            "lastStartedAt": iso(self.started_at),
+            "lastFinishedAt": iso(self.finished_at),
+            "lastOutcome": self.outcome,
+            "lastDetail": self.detail,
+            "runs": self.runs,
+            "holder": self.holder,
+            "leaseExpiresAt": iso(self.lease_expires_at),
+        }
 
 
-def job_status(ws: Workspace, *, count: int = 3, now: datetime | None = None
-               ) -> list[JobStatus]:
+def job_status(ws: Workspace, *, count: int = 3, now: datetime | None = None) -> list[JobStatus]:
     """Each job: its schedule, its next ``count`` times, and its last run."""
     now = now or utcnow()
     with db.reading(ws.engine) as conn:
@@ -245,12 +285,22 @@ def job_status(ws: Workspace, *, count: int = 3, now: datetime | None = None
         expression = job.expression(ws.settings)
         explained = _cron(job, ws.settings, now).explain() if expression else "off"
         row = rows.get(job.name)
-        out.append(JobStatus(
-            job.name, expression, explained, tuple(next_times(job, ws.settings, now, count)),
-            row.due_at if row else None, row.started_at if row else None,
-            row.finished_at if row else None, row.outcome if row else None,
-            row.detail if row else None, int(row.runs) if row else 0,
-            row.holder if row else None, row.lease_expires_at if row else None))
+        out.append(
+            JobStatus(
+                job.name,
+                expression,
+                explained,
+                tuple(next_times(job, ws.settings, now, count)),
+                row.due_at if row else None,
+                row.started_at if row else None,
+                row.finished_at if row else None,
+                row.outcome if row else None,
+                row.detail if row else None,
+                int(row.runs) if row else 0,
+                row.holder if row else None,
+                row.lease_expires_at if row else None,
+            )
+        )
     return out
 
 
@@ -272,8 +322,9 @@ class Scheduler:
 
     def start(self) -> None:
         for job in self.jobs:
-            thread = threading.Thread(target=self._loop, args=(job,), daemon=True,
-                                      name=f"amelio-schedule-{job.name}")
+            thread = threading.Thread(
+                target=self._loop, args=(job,), daemon=True, name=f"amelio-schedule-{job.name}"
+            )
             thread.start()
             self._threads.append(thread)
 
@@ -288,11 +339,11 @@ class Scheduler:
         latest = last_time(job, self.ws.settings, now)
         with db.transaction(self.ws.engine) as conn:
             _ensure(conn, job.name, latest)
-            row = conn.execute(sa.select(scheduled_jobs)
-                               .where(scheduled_jobs.c.name == job.name)).one()
+            row = conn.execute(
+                sa.select(scheduled_jobs).where(scheduled_jobs.c.name == job.name)
+            ).one()
         due = row.due_at
-        interrupted = row.outcome == "running" and (
-            row.lease_expires_at or now) < now
+        interrupted = row.outcome == "running" and (row.lease_expires_at or now) < now
         missed = latest is not None and (due is None or due < latest)
         if self.ws.settings.schedule_catch_up and (missed or interrupted):
             when = latest if missed else due

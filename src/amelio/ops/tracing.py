@@ -57,8 +57,9 @@ def _trace() -> Any:
 
 
 @contextmanager
-def span(name: str, attributes: Mapping[str, Any] | None = None, *,
-         client: bool = False) -> Iterator[Any]:
+def span(
+    name: str, attributes: Mapping[str, Any] | None = None, *, client: bool = False
+) -> Iterator[Any]:
     """A span around a step, a child of the current one; None without OpenTelemetry.
     An exception ends it as an error, with the exception recorded."""
     trace = _trace()
@@ -69,8 +70,9 @@ def span(name: str, attributes: Mapping[str, Any] | None = None, *,
         return
     kind = trace.SpanKind.CLIENT if client else trace.SpanKind.INTERNAL
     tracer = trace.get_tracer("amelio", amelio.__version__)
-    with tracer.start_as_current_span(name, kind=kind,
-                                      attributes=dict(attributes or {})) as current:
+    with tracer.start_as_current_span(
+        name, kind=kind, attributes=dict(attributes or {})
+    ) as current:
         yield current
 
 
@@ -87,13 +89,16 @@ def instrument(app: FastAPI, ws: Workspace) -> None:
     except ImportError:
         from amelio.errors import ConfigError
 
-        raise ConfigError(f"AMELIO_TRACING is {mode!r}, but OpenTelemetry is not installed: "
-                          "pip install 'amelio[otel]'.") from None
+        raise ConfigError(
+            f"AMELIO_TRACING is {mode!r}, but OpenTelemetry is not installed: "
+            "pip install 'amelio[otel]'."
+        ) from None
     if mode in ("otlp", "console"):
         _set_provider(mode)
     provider = trace.get_tracer_provider()
-    FastAPIInstrumentor.instrument_app(app, tracer_provider=provider,
-                                       excluded_urls="/v1/health,/metrics")
+    FastAPIInstrumentor.instrument_app(
+        app, tracer_provider=provider, excluded_urls="/v1/health,/metrics"
+    )
     # Both are process-wide: the first call also traces every engine and httpx client
     # made after it; a second would only log that it is a second.
     database = SQLAlchemyInstrumentor()
@@ -116,8 +121,9 @@ def _set_provider(mode: str) -> None:
     if isinstance(trace.get_tracer_provider(), TracerProvider):
         log.info("tracing: the process already has a tracer provider; spans go there")
         return
-    provider = TracerProvider(resource=Resource.create({
-        "service.name": "amelio", "service.version": amelio.__version__}))
+    provider = TracerProvider(
+        resource=Resource.create({"service.name": "amelio", "service.version": amelio.__version__})
+    )
     if mode == "console":
         provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
     else:

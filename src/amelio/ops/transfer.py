@@ -40,8 +40,15 @@ from amelio.db.schema import aware, metadata, utcnow
 from amelio.errors import ConfigError, InvalidInput
 from amelio.workspace.folder import Workspace
 
-__all__ = ["FORMAT", "CopyReport", "ExportReport", "ImportReport", "copy_database",
-           "export_workspace", "import_workspace"]
+__all__ = [
+    "FORMAT",
+    "CopyReport",
+    "ExportReport",
+    "ImportReport",
+    "copy_database",
+    "export_workspace",
+    "import_workspace",
+]
 
 FORMAT = "amelio-export/1"
 MANIFEST = "manifest.json"
@@ -69,8 +76,10 @@ def _encode(column: sa.Column[Any], value: Any) -> Any:
     if isinstance(value, datetime):
         return aware(value).isoformat()
     if isinstance(value, bytes | bytearray | memoryview):
-        raise InvalidInput(f"{column.table.name}.{column.name} holds bytes, which this export "
-                           "format does not carry.")
+        raise InvalidInput(
+            f"{column.table.name}.{column.name} holds bytes, which this export "
+            "format does not carry."
+        )
     return value
 
 
@@ -83,8 +92,15 @@ def _decode(column: sa.Column[Any], value: Any) -> Any:
 
 def _line(table: sa.Table, row: sa.Row[Any]) -> str:
     m = row._mapping
-    return json.dumps({c.name: _encode(c, m[c.name]) for c in table.columns},
-                      ensure_ascii=False, sort_keys=True, separators=(",", ":")) + "\n"
+    return (
+        json.dumps(
+            {c.name: _encode(c, m[c.name]) for c in table.columns},
+            ensure_ascii=False,
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+        + "\n"
+    )
 
 
 # -- reading one snapshot ---------------------------------------------------------------
@@ -103,13 +119,15 @@ def _snapshot(engine: sa.Engine) -> Iterator[sa.Connection]:
 
 def _rows(conn: sa.Connection, table: sa.Table) -> Iterator[sa.Row[Any]]:
     result = conn.execution_options(yield_per=BATCH).execute(
-        sa.select(table).order_by(*_order(table)))
+        sa.select(table).order_by(*_order(table))
+    )
     yield from result
 
 
 def _counts(conn: sa.Connection) -> dict[str, int]:
-    return {t.name: int(conn.scalar(sa.select(sa.func.count()).select_from(t)) or 0)
-            for t in _tables()}
+    return {
+        t.name: int(conn.scalar(sa.select(sa.func.count()).select_from(t)) or 0) for t in _tables()
+    }
 
 
 def _holds_data(conn: sa.Connection) -> list[str]:
@@ -117,8 +135,9 @@ def _holds_data(conn: sa.Connection) -> list[str]:
     project, the search state and the chain's head)."""
     busy = [name for name, n in _counts(conn).items() if n and name not in SEEDED]
     projects = metadata.tables["projects"]
-    if conn.scalar(sa.select(sa.func.count()).select_from(projects)
-                   .where(projects.c.name != "default")):
+    if conn.scalar(
+        sa.select(sa.func.count()).select_from(projects).where(projects.c.name != "default")
+    ):
         busy.append("projects")
     return busy
 
@@ -154,14 +173,20 @@ def _reset_sequences(conn: sa.Connection) -> None:
         for column in table.primary_key.columns:
             if not (isinstance(column.type, sa.Integer) and column.autoincrement is not False):
                 continue
-            sequence = conn.scalar(sa.text("SELECT pg_get_serial_sequence(:t, :c)"),
-                                   {"t": table.name, "c": column.name})
+            sequence = conn.scalar(
+                sa.text("SELECT pg_get_serial_sequence(:t, :c)"),
+                {"t": table.name, "c": column.name},
+            )
             if sequence:
                 # Names from Amelio's own schema, not from input.
-                conn.execute(sa.text(
-                    f'SELECT setval(:s, COALESCE((SELECT max("{column.name}") FROM '  # noqa: S608
-                    f'"{table.name}"), 1), (SELECT max("{column.name}") FROM '
-                    f'"{table.name}") IS NOT NULL)'), {"s": sequence})
+                conn.execute(
+                    sa.text(
+                        f'SELECT setval(:s, COALESCE((SELECT max("{column.name}") FROM '  # noqa: S608
+                        f'"{table.name}"), 1), (SELECT max("{column.name}") FROM '
+                        f'"{table.name}") IS NOT NULL)'
+                    ),
+                    {"s": sequence},
+                )
 
 
 def _verify_chain(ws: Workspace, engine: sa.Engine) -> str:
@@ -185,9 +210,14 @@ class ExportReport:
     with_secret_key: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "format": FORMAT, "revision": self.revision,
-                "rows": sum(self.tables.values()), "tables": self.tables,
-                "withSecretKey": self.with_secret_key}
+        return {
+            "path": self.path,
+            "format": FORMAT,
+            "revision": self.revision,
+            "rows": sum(self.tables.values()),
+            "tables": self.tables,
+            "withSecretKey": self.with_secret_key,
+        }
 
 
 def _digest(path: Path) -> str:
@@ -198,15 +228,17 @@ def _digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-def export_workspace(ws: Workspace, dest: Path, *, force: bool = False,
-                     with_secret_key: bool = False) -> ExportReport:
+def export_workspace(
+    ws: Workspace, dest: Path, *, force: bool = False, with_secret_key: bool = False
+) -> ExportReport:
     """Write every table of ``ws`` to ``dest`` as JSONL, with a manifest."""
     dest = Path(dest)
     if dest.exists() and not dest.is_dir():
         raise InvalidInput(f"{dest} exists and is not a folder.")
     if dest.exists() and any(dest.iterdir()) and not force:
-        raise InvalidInput(f"{dest} is not empty: choose a new folder, or pass --force to "
-                           "write over it.")
+        raise InvalidInput(
+            f"{dest} is not empty: choose a new folder, or pass --force to write over it."
+        )
     (dest / "tables").mkdir(parents=True, exist_ok=True)
     revision = db.current_revision(ws.engine) or ""
     files: dict[str, dict[str, Any]] = {}
@@ -220,17 +252,26 @@ def export_workspace(ws: Workspace, dest: Path, *, force: bool = False,
                     out.write(_line(table, row))
                     count += 1
             report.tables[table.name] = count
-            files[table.name] = {"file": f"tables/{table.name}.jsonl", "rows": count,
-                                 "sha256": _digest(path)}
+            files[table.name] = {
+                "file": f"tables/{table.name}.jsonl",
+                "rows": count,
+                "sha256": _digest(path),
+            }
     if with_secret_key:
         from amelio.privacy.identity import secret_key
 
         secret = dest / SECRET_FILE
         secret.write_bytes(secret_key(ws.settings))
         os.chmod(secret, 0o600)
-    manifest = {"format": FORMAT, "amelio": amelio.__version__, "revision": revision,
-                "database": ws.engine.dialect.name, "createdAt": utcnow().isoformat(),
-                "secretKey": SECRET_FILE if with_secret_key else None, "tables": files}
+    manifest = {
+        "format": FORMAT,
+        "amelio": amelio.__version__,
+        "revision": revision,
+        "database": ws.engine.dialect.name,
+        "createdAt": utcnow().isoformat(),
+        "secretKey": SECRET_FILE if with_secret_key else None,
+        "tables": files,
+    }
     (dest / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return report
 
@@ -247,9 +288,14 @@ class ImportReport:
     secret_key: str = "the workspace's own"  # noqa: S105 -- which key, not a key
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "revision": self.revision,
-                "rows": sum(self.tables.values()), "tables": self.tables,
-                "feedbackChain": self.chain, "secretKey": self.secret_key}
+        return {
+            "path": self.path,
+            "revision": self.revision,
+            "rows": sum(self.tables.values()),
+            "tables": self.tables,
+            "feedbackChain": self.chain,
+            "secretKey": self.secret_key,
+        }
 
 
 def _read_manifest(src: Path) -> dict[str, Any]:
@@ -260,9 +306,11 @@ def _read_manifest(src: Path) -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         raise InvalidInput(f"{src / MANIFEST} cannot be read: {exc}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise InvalidInput(f"{src / MANIFEST}: format {manifest.get('format')!r} is not "
-                           f"{FORMAT!r}." if isinstance(manifest, dict) else
-                           f"{src / MANIFEST} is not an export manifest.")
+        raise InvalidInput(
+            f"{src / MANIFEST}: format {manifest.get('format')!r} is not {FORMAT!r}."
+            if isinstance(manifest, dict)
+            else f"{src / MANIFEST} is not an export manifest."
+        )
     return manifest
 
 
@@ -273,8 +321,9 @@ def _check_files(src: Path, manifest: dict[str, Any]) -> None:
     tables = manifest.get("tables") or {}
     unknown = sorted(set(tables) - known)
     if unknown:
-        raise InvalidInput(f"The export has tables this Amelio does not know: "
-                           f"{', '.join(unknown)}.")
+        raise InvalidInput(
+            f"The export has tables this Amelio does not know: {', '.join(unknown)}."
+        )
     missing = sorted(known - set(tables))
     if missing:
         raise InvalidInput(f"The export lacks tables: {', '.join(missing)}.")
@@ -283,8 +332,10 @@ def _check_files(src: Path, manifest: dict[str, Any]) -> None:
         if not path.is_file() or src.resolve() not in path.resolve().parents:
             raise InvalidInput(f"The export's {name} file ({entry.get('file')}) is missing.")
         if _digest(path) != entry.get("sha256"):
-            raise InvalidInput(f"{path} does not match its SHA-256 in the manifest: the "
-                               "export is damaged or was edited.")
+            raise InvalidInput(
+                f"{path} does not match its SHA-256 in the manifest: the "
+                "export is damaged or was edited."
+            )
 
 
 def _lines(path: Path, table: sa.Table) -> Iterator[dict[str, Any]]:
@@ -306,17 +357,21 @@ def import_workspace(ws: Workspace, src: Path) -> ImportReport:
     manifest = _read_manifest(src)
     revision = db.current_revision(ws.engine) or ""
     if manifest.get("revision") != revision:
-        raise InvalidInput(f"The export is at migration {manifest.get('revision')!r} and this "
-                           f"workspace at {revision!r}: upgrade the older one first "
-                           "(amelio db upgrade), then export again.")
+        raise InvalidInput(
+            f"The export is at migration {manifest.get('revision')!r} and this "
+            f"workspace at {revision!r}: upgrade the older one first "
+            "(amelio db upgrade), then export again."
+        )
     _check_files(src, manifest)
     brought = _secret(src, manifest)
     report = ImportReport(str(src), revision)
     with db.transaction(ws.engine) as conn:
         busy = _holds_data(conn)
         if busy:
-            raise InvalidInput(f"This workspace already holds data (in {', '.join(busy)}): "
-                               "import into a new one (amelio init DIR).")
+            raise InvalidInput(
+                f"This workspace already holds data (in {', '.join(busy)}): "
+                "import into a new one (amelio init DIR)."
+            )
         _empty(conn)
         for table in _tables():
             entry = manifest["tables"][table.name]
@@ -336,8 +391,9 @@ def _secret(src: Path, manifest: dict[str, Any]) -> bytes | None:
     try:
         key = (src / SECRET_FILE).read_bytes().strip()
     except OSError as exc:
-        raise InvalidInput(f"The manifest names a secret key, but {src / SECRET_FILE} "
-                           f"cannot be read: {exc}") from None
+        raise InvalidInput(
+            f"The manifest names a secret key, but {src / SECRET_FILE} cannot be read: {exc}"
+        ) from None
     if not key:
         raise InvalidInput(f"{src / SECRET_FILE} is empty.")
     return key
@@ -349,8 +405,11 @@ def _adopt_secret(ws: Workspace, key: bytes) -> str:
 
     configured = ws.settings.secret_key.get_secret_value()
     if configured:
-        return ("kept AMELIO_SECRET_KEY" if configured.encode() == key else
-                "kept AMELIO_SECRET_KEY, which differs from the export's")
+        return (
+            "kept AMELIO_SECRET_KEY"
+            if configured.encode() == key
+            else "kept AMELIO_SECRET_KEY, which differs from the export's"
+        )
     install_secret_key(ws.settings, key)
     return "installed from the export"
 
@@ -370,9 +429,15 @@ class CopyReport:
         return self.source == self.copied and self.chain == "ok"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "ok": self.ok, "feedbackChain": self.chain,
-                "tables": {name: {"source": self.source[name],
-                                  "target": self.copied.get(name)} for name in self.source}}
+        return {
+            "target": self.target,
+            "ok": self.ok,
+            "feedbackChain": self.chain,
+            "tables": {
+                name: {"source": self.source[name], "target": self.copied.get(name)}
+                for name in self.source
+            },
+        }
 
 
 def copy_database(ws: Workspace, url: str, *, force: bool = False) -> CopyReport:
@@ -392,8 +457,10 @@ def copy_database(ws: Workspace, url: str, *, force: bool = False) -> CopyReport
         with _snapshot(ws.engine) as source, db.transaction(target) as conn:
             busy = _holds_data(conn)
             if busy and not force:
-                raise InvalidInput(f"The target already holds data (in {', '.join(busy)}): "
-                                   "pass --force to replace it.")
+                raise InvalidInput(
+                    f"The target already holds data (in {', '.join(busy)}): "
+                    "pass --force to replace it."
+                )
             _empty(conn)
             for table in _tables():
                 columns = [c.name for c in table.columns]

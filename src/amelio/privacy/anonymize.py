@@ -68,8 +68,12 @@ class SaltedHasher:
         top = int.from_bytes(hmac.digest(self._salt(day), value.encode("utf-8"), "sha256")[:5])
         # base32 of the first 40 bits, as base64.b32encode(digest[:5]) writes it, faster
         pairs = _BASE32_PAIRS
-        return (pairs[top >> 30] + pairs[(top >> 20) & 1023] + pairs[(top >> 10) & 1023]
-                + pairs[top & 1023])
+        return (
+            pairs[top >> 30]
+            + pairs[(top >> 20) & 1023]
+            + pairs[(top >> 10) & 1023]
+            + pairs[top & 1023]
+        )
 
 
 # -- scrubbing ---------------------------------------------------------------------
@@ -83,8 +87,11 @@ _PHONE = re.compile(r"(?<![\w+(])(?:\+|00)?\(?\d(?:[ .()/-]{0,2}\d){7,16}(?!\w)"
 # Candidates only: ipaddress decides. Not inside a longer dotted or coloned run
 # ("v1.2.3.4", "1.2.3.4.5", "a:b:c:d:e:f:1:2:3"); a sentence's full stop may follow.
 _IPV4 = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?!\.?\w)")
-_IPV6 = re.compile(r"(?<![\w:.%])(?=[0-9a-f:]*\d)[0-9a-f]{0,4}(?::[0-9a-f]{0,4}){2,7}"
-                   r"(?:\.\d{1,3}){0,3}(?:%[\w.-]{1,32})?(?![\w:])", re.IGNORECASE)
+_IPV6 = re.compile(
+    r"(?<![\w:.%])(?=[0-9a-f:]*\d)[0-9a-f]{0,4}(?::[0-9a-f]{0,4}){2,7}"
+    r"(?:\.\d{1,3}){0,3}(?:%[\w.-]{1,32})?(?![\w:])",
+    re.IGNORECASE,
+)
 _QUICK = re.compile(r"[@\d]")
 
 
@@ -102,8 +109,7 @@ def _iban_ok(candidate: str) -> bool:
 def _iban_like(candidate: str) -> bool:
     """IBAN-shaped with a wrong checksum (a typo): still an account number to hide."""
     text = _SEP.sub("", candidate)
-    return (15 <= len(text) <= 34 and text[-1].isdigit()
-            and sum(c.isdigit() for c in text) >= 10)
+    return 15 <= len(text) <= 34 and text[-1].isdigit() and sum(c.isdigit() for c in text) >= 10
 
 
 def _card_ok(candidate: str) -> bool:
@@ -122,8 +128,7 @@ def _phone_ok(candidate: str) -> bool:
     return 9 <= sum(c.isdigit() for c in candidate) <= 15
 
 
-def _longest_valid(label: str, *checks: Callable[[str], bool]
-                   ) -> Callable[[re.Match[str]], str]:
+def _longest_valid(label: str, *checks: Callable[[str], bool]) -> Callable[[re.Match[str]], str]:
     """Replace the longest prefix of a match, cut at a separator, that passes a check
     (tried in order): a greedy pattern may have swallowed the next word
     ("FR76 … 189 MERCI")."""
@@ -148,8 +153,11 @@ def _ip_sub(match: re.Match[str]) -> str:
     """``[ip]`` for a real address; a colon that ends the candidate may be the
     sentence's ("unreachable from 2001:db8::1: timeout")."""
     text = match.group()
-    ends = (len(text), len(text) - 1) if text.endswith(":") and not text.endswith("::") \
+    ends = (
+        (len(text), len(text) - 1)
+        if text.endswith(":") and not text.endswith("::")
         else (len(text),)
+    )
     for end in ends:
         try:
             ipaddress.ip_address(text[:end])

@@ -65,12 +65,19 @@ class RoutingExample:
     ref: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ref": self.ref, "id": self.id, "skill": self.skill, "text": self.text,
-                "source": self.source, "project": self.project,
-                "interactionId": self.interaction_id, "author": self.author,
-                "createdAt": self.created_at.isoformat() if self.created_at else None,
-                "removedAt": self.removed_at.isoformat() if self.removed_at else None,
-                "removedBy": self.removed_by}
+        return {
+            "ref": self.ref,
+            "id": self.id,
+            "skill": self.skill,
+            "text": self.text,
+            "source": self.source,
+            "project": self.project,
+            "interactionId": self.interaction_id,
+            "author": self.author,
+            "createdAt": self.created_at.isoformat() if self.created_at else None,
+            "removedAt": self.removed_at.isoformat() if self.removed_at else None,
+            "removedBy": self.removed_by,
+        }
 
 
 _active = routing_examples.c.removed_at.is_(None)
@@ -78,10 +85,12 @@ _active = routing_examples.c.removed_at.is_(None)
 # SQLite gives a deleted last row's id to the next insert: (count, last id) alone would
 # not move when the newest example is taken back and another one is added.
 _STAMP = (
-    sa.select(sa.func.count(routing_examples.c.id), sa.func.max(routing_examples.c.id),
-              sa.func.max(routing_examples.c.created_at))
-    .select_from(routing_examples.join(projects,
-                                       projects.c.id == routing_examples.c.project_id))
+    sa.select(
+        sa.func.count(routing_examples.c.id),
+        sa.func.max(routing_examples.c.id),
+        sa.func.max(routing_examples.c.created_at),
+    )
+    .select_from(routing_examples.join(projects, projects.c.id == routing_examples.c.project_id))
     .where(projects.c.name == sa.bindparam("project"), _active)
 )
 
@@ -93,8 +102,9 @@ STAMP_TTL_S = 1.0
 _writes = 0
 _stamps_lock = threading.Lock()
 Stamp = tuple[int, int, object]
-_stamps: weakref.WeakKeyDictionary[sa.Engine, dict[str, tuple[float, int, Stamp]]] = \
+_stamps: weakref.WeakKeyDictionary[sa.Engine, dict[str, tuple[float, int, Stamp]]] = (
     weakref.WeakKeyDictionary()
+)
 
 
 def _wrote() -> None:
@@ -130,13 +140,17 @@ def stamp_query(project: str = DEFAULT_PROJECT) -> sa.Select[int, Any, Any]:
     return _STAMP.params(project=project)
 
 
-def examples_by_skill(bind: sa.Engine | sa.Connection, project: str = DEFAULT_PROJECT,
-                      *, per_skill: int = 50) -> dict[str, list[str]]:
+def examples_by_skill(
+    bind: sa.Engine | sa.Connection, project: str = DEFAULT_PROJECT, *, per_skill: int = 50
+) -> dict[str, list[str]]:
     """The newest ``per_skill`` active examples of each skill in ``project``."""
     if per_skill <= 0:
         return {}
-    newest = sa.func.row_number().over(partition_by=routing_examples.c.skill,
-                                       order_by=routing_examples.c.id.desc()).label("n")
+    newest = (
+        sa.func.row_number()
+        .over(partition_by=routing_examples.c.skill, order_by=routing_examples.c.id.desc())
+        .label("n")
+    )
     ranked = (
         sa.select(routing_examples.c.skill, routing_examples.c.text, newest)
         .join(projects, projects.c.id == routing_examples.c.project_id)
@@ -146,8 +160,10 @@ def examples_by_skill(bind: sa.Engine | sa.Connection, project: str = DEFAULT_PR
     found: dict[str, list[str]] = {}
     with db.reading(bind) as conn:
         for skill, text in conn.execute(
-                sa.select(ranked.c.skill, ranked.c.text).where(ranked.c.n <= per_skill)
-                .order_by(ranked.c.skill, ranked.c.n)):
+            sa.select(ranked.c.skill, ranked.c.text)
+            .where(ranked.c.n <= per_skill)
+            .order_by(ranked.c.skill, ranked.c.n)
+        ):
             found.setdefault(skill, []).append(text)
     return found
 
@@ -163,41 +179,68 @@ def on_answer_feedback(conn: sa.Connection, interaction: Any, kind: str) -> None
             _wrote()
         return
     message = " ".join(str(interaction.message).split())
-    if not (interaction.success and interaction.applied_skill and message) or \
-            len(message) > MAX_EXAMPLE_CHARS:
+    if (
+        not (interaction.success and interaction.applied_skill and message)
+        or len(message) > MAX_EXAMPLE_CHARS
+    ):
         return
-    objected = conn.execute(sa.select(feedback.c.id).where(
-        feedback.c.interaction_id == interaction.id, feedback.c.kind != "up").limit(1)).first()
-    if objected is not None or conn.execute(
-            sa.select(routing_examples.c.id).where(where)).first() is not None:
+    objected = conn.execute(
+        sa.select(feedback.c.id)
+        .where(feedback.c.interaction_id == interaction.id, feedback.c.kind != "up")
+        .limit(1)
+    ).first()
+    if (
+        objected is not None
+        or conn.execute(sa.select(routing_examples.c.id).where(where)).first() is not None
+    ):
         return
-    conn.execute(routing_examples.insert().values(
-        project_id=interaction.project_id, skill=interaction.applied_skill, text=message,
-        source="interaction", interaction_id=interaction.id, created_at=utcnow()))
+    conn.execute(
+        routing_examples.insert().values(
+            project_id=interaction.project_id,
+            skill=interaction.applied_skill,
+            text=message,
+            source="interaction",
+            interaction_id=interaction.id,
+            created_at=utcnow(),
+        )
+    )
     _wrote()
 
 
 def _row(row: sa.Row[Any], project: str) -> RoutingExample:
     return RoutingExample(
-        id=row.id, skill=row.skill, text=row.text, source=row.source, project=project,
-        interaction_id=row.interaction_id, author=row.author, created_at=aware(row.created_at),
-        removed_at=aware(row.removed_at) if row.removed_at else None, removed_by=row.removed_by,
-        ref=str(row.id))
+        id=row.id,
+        skill=row.skill,
+        text=row.text,
+        source=row.source,
+        project=project,
+        interaction_id=row.interaction_id,
+        author=row.author,
+        created_at=aware(row.created_at),
+        removed_at=aware(row.removed_at) if row.removed_at else None,
+        removed_by=row.removed_by,
+        ref=str(row.id),
+    )
 
 
-def list_examples(ws: Workspace, skill: str, *, project: str = DEFAULT_PROJECT,
-                  removed: bool = False) -> list[RoutingExample]:
+def list_examples(
+    ws: Workspace, skill: str, *, project: str = DEFAULT_PROJECT, removed: bool = False
+) -> list[RoutingExample]:
     """The examples the router learns ``skill`` from in ``project``: SKILL.md's first,
     then logged and added ones, newest first (with ``removed``, the removed ones too)."""
     from amelio.skills.store import get_skill
 
     found = get_skill(ws.engine, skill, project)
-    out = [RoutingExample(None, skill, text, "skill", found.project, ref=f"md{n}")
-           for n, text in enumerate(found.spec.examples, start=1)]
-    query = (sa.select(routing_examples)
-             .join(projects, projects.c.id == routing_examples.c.project_id)
-             .where(projects.c.name == project, routing_examples.c.skill == skill)
-             .order_by(routing_examples.c.id.desc()))
+    out = [
+        RoutingExample(None, skill, text, "skill", found.project, ref=f"md{n}")
+        for n, text in enumerate(found.spec.examples, start=1)
+    ]
+    query = (
+        sa.select(routing_examples)
+        .join(projects, projects.c.id == routing_examples.c.project_id)
+        .where(projects.c.name == project, routing_examples.c.skill == skill)
+        .order_by(routing_examples.c.id.desc())
+    )
     if not removed:
         query = query.where(_active)
     with db.reading(ws.engine) as conn:
@@ -205,8 +248,14 @@ def list_examples(ws: Workspace, skill: str, *, project: str = DEFAULT_PROJECT,
     return out
 
 
-def add_example(ws: Workspace, skill: str, text: str, *, project: str = DEFAULT_PROJECT,
-                author: str | None = None) -> RoutingExample:
+def add_example(
+    ws: Workspace,
+    skill: str,
+    text: str,
+    *,
+    project: str = DEFAULT_PROJECT,
+    author: str | None = None,
+) -> RoutingExample:
     """Teach the router that ``text`` is a message for ``skill`` in ``project``."""
     from amelio.skills.store import get_skill
 
@@ -214,28 +263,39 @@ def add_example(ws: Workspace, skill: str, text: str, *, project: str = DEFAULT_
     if not text:
         raise InvalidInput("An example needs some text.", field="text")
     if len(text) > MAX_EXAMPLE_CHARS:
-        raise InvalidInput(f"An example is at most {MAX_EXAMPLE_CHARS} characters.",
-                           field="text")
+        raise InvalidInput(f"An example is at most {MAX_EXAMPLE_CHARS} characters.", field="text")
     get_skill(ws.engine, skill, project)  # a clear error for an unknown skill
     with db.transaction(ws.engine) as conn:
-        result = conn.execute(routing_examples.insert().values(
-            project_id=project_id(conn, project), skill=skill, text=text, source="manual",
-            author=author, created_at=utcnow()).returning(*routing_examples.c))
+        result = conn.execute(
+            routing_examples.insert()
+            .values(
+                project_id=project_id(conn, project),
+                skill=skill,
+                text=text,
+                source="manual",
+                author=author,
+                created_at=utcnow(),
+            )
+            .returning(*routing_examples.c)
+        )
         row = result.one()
     _wrote()
     return _row(row, project)
 
 
-def remove(ws: Workspace, skill: str, ref: str, *, project: str = DEFAULT_PROJECT,
-           author: str = "admin") -> RoutingExample:
+def remove(
+    ws: Workspace, skill: str, ref: str, *, project: str = DEFAULT_PROJECT, author: str = "admin"
+) -> RoutingExample:
     """Remove example ``ref`` of ``skill`` as :func:`list_examples` names it: a row id
     (:func:`remove_example`) or ``md<N>``, the N-th SKILL.md example
     (:func:`remove_skill_example`, a new version of the skill)."""
     ref = ref.strip()
     digits = ref[2:] if ref.startswith("md") else ref
     if not (digits.isascii() and digits.isdigit()):
-        raise InvalidInput(f"{ref!r} names no example: use a number or md<N> from "
-                           "`amelio skills examples list`.", field="ref")
+        raise InvalidInput(
+            f"{ref!r} names no example: use a number or md<N> from `amelio skills examples list`.",
+            field="ref",
+        )
     if ref.startswith("md"):
         listed = [e for e in list_examples(ws, skill, project=project) if e.ref == ref]
         if not listed:
@@ -245,31 +305,47 @@ def remove(ws: Workspace, skill: str, ref: str, *, project: str = DEFAULT_PROJEC
     return remove_example(ws, int(ref), project=project, author=author, skill=skill)
 
 
-def remove_example(ws: Workspace, example_id: int, *, project: str = DEFAULT_PROJECT,
-                   author: str = "admin", skill: str | None = None) -> RoutingExample:
+def remove_example(
+    ws: Workspace,
+    example_id: int,
+    *,
+    project: str = DEFAULT_PROJECT,
+    author: str = "admin",
+    skill: str | None = None,
+) -> RoutingExample:
     """Stop the router learning from example ``example_id`` (kept, marked removed, so
     the same answer is not learned again); with ``skill``, only if it is that skill's."""
     with db.transaction(ws.engine) as conn:
         row = conn.execute(
-            sa.select(routing_examples).where(
+            sa.select(routing_examples)
+            .where(
                 routing_examples.c.id == example_id,
-                routing_examples.c.project_id == project_id(conn, project))
-            .with_for_update()).first()
+                routing_examples.c.project_id == project_id(conn, project),
+            )
+            .with_for_update()
+        ).first()
         if row is None or (skill is not None and row.skill != skill):
             of = f" of skill {skill!r}" if skill is not None else ""
-            raise NotFound(f"No routing example {example_id}{of} in project {project!r}.",
-                           example_id=example_id)
+            raise NotFound(
+                f"No routing example {example_id}{of} in project {project!r}.",
+                example_id=example_id,
+            )
         if row.removed_at is None:
-            conn.execute(routing_examples.update().where(routing_examples.c.id == example_id)
-                         .values(removed_at=utcnow(), removed_by=author))
-            row = conn.execute(sa.select(routing_examples)
-                               .where(routing_examples.c.id == example_id)).one()
+            conn.execute(
+                routing_examples.update()
+                .where(routing_examples.c.id == example_id)
+                .values(removed_at=utcnow(), removed_by=author)
+            )
+            row = conn.execute(
+                sa.select(routing_examples).where(routing_examples.c.id == example_id)
+            ).one()
     _wrote()
     return _row(row, project)
 
 
-def remove_skill_example(ws: Workspace, skill: str, text: str, *,
-                         project: str = DEFAULT_PROJECT, author: str = "admin") -> int:
+def remove_skill_example(
+    ws: Workspace, skill: str, text: str, *, project: str = DEFAULT_PROJECT, author: str = "admin"
+) -> int:
     """Drop ``text`` from ``skill``'s SKILL.md ``examples:``: a new version of the skill
     (in the default project, of the row it sees; another project's fork, made first
     if need be). Returns the new version number."""
@@ -278,13 +354,17 @@ def remove_skill_example(ws: Workspace, skill: str, text: str, *,
     found = get_skill(ws.engine, skill, project)
     kept = [e for e in found.spec.examples if e != text]
     if len(kept) == len(found.spec.examples):
-        raise NotFound(f"Skill {skill!r} has no example {text!r} in its SKILL.md.",
-                       skill=skill)
+        raise NotFound(f"Skill {skill!r} has no example {text!r} in its SKILL.md.", skill=skill)
     # The default project edits the skill where it sees it (a global one in place), as
     # every other edit from the default project does; another project forks first.
     scope = None if project == DEFAULT_PROJECT else project
-    updated = update_project_skill(ws.engine, skill, scope, author=author,
-                                   reason=f"routing example removed: {text[:80]}",
-                                   expected_version=found.version, examples=kept)
+    updated = update_project_skill(
+        ws.engine,
+        skill,
+        scope,
+        author=author,
+        reason=f"routing example removed: {text[:80]}",
+        expected_version=found.version,
+        examples=kept,
+    )
     return updated.version
-

@@ -124,8 +124,11 @@ class Calibration:
     examples: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"threshold": round(self.threshold, 4), "source": self.source,
-                "examples": self.examples}
+        return {
+            "threshold": round(self.threshold, 4),
+            "source": self.source,
+            "examples": self.examples,
+        }
 
 
 # -- per-text work, done once per process --------------------------------------------------
@@ -211,9 +214,13 @@ class LogOdds:
                     counts = per_term.setdefault(word, {})
                     counts[i] = counts.get(i, 0) + 1
                 totals[i] += len(words)
-        self._postings = {t: (np.fromiter(c, dtype=np.intp, count=len(c)),
-                              np.fromiter(c.values(), dtype=np.float64, count=len(c)))
-                          for t, c in per_term.items()}
+        self._postings = {
+            t: (
+                np.fromiter(c, dtype=np.intp, count=len(c)),
+                np.fromiter(c.values(), dtype=np.float64, count=len(c)),
+            )
+            for t, c in per_term.items()
+        }
         self._term_totals = {t: float(c.sum()) for t, (_, c) in self._postings.items()}
         self._totals = totals
         self._all = float(totals.sum())
@@ -234,16 +241,24 @@ class LogOdds:
             return {}
         words = list(self._postings)
         counts = np.concatenate([self._postings[w][1] for w in words])
-        sizes = np.fromiter((len(self._postings[w][1]) for w in words), dtype=np.intp,
-                            count=len(words))
-        totals = np.fromiter((self._term_totals[w] for w in words), dtype=np.float64,
-                             count=len(words))
+        sizes = np.fromiter(
+            (len(self._postings[w][1]) for w in words), dtype=np.intp, count=len(words)
+        )
+        totals = np.fromiter(
+            (self._term_totals[w] for w in words), dtype=np.float64, count=len(words)
+        )
         absent = np.log(ODDS_ALPHA) - np.log(totals + ODDS_ALPHA)
         outside = np.repeat(totals, sizes) - counts
-        delta = (np.log(counts + ODDS_ALPHA) - np.log(outside + ODDS_ALPHA)
-                 - np.repeat(absent, sizes))
-        return dict(zip(words, zip(absent.tolist(), np.split(delta, np.cumsum(sizes)[:-1]),
-                                   strict=True), strict=True))
+        delta = (
+            np.log(counts + ODDS_ALPHA) - np.log(outside + ODDS_ALPHA) - np.repeat(absent, sizes)
+        )
+        return dict(
+            zip(
+                words,
+                zip(absent.tolist(), np.split(delta, np.cumsum(sizes)[:-1]), strict=True),
+                strict=True,
+            )
+        )
 
     @staticmethod
     def _word(word: str, counts: np.ndarray, total: float) -> tuple[float, np.ndarray]:
@@ -258,8 +273,9 @@ class LogOdds:
 
         return np.log(everything - totals + smoothing) - np.log(totals + smoothing)
 
-    def scores(self, words: Sequence[str], without: tuple[int, Counter[str]] | None = None
-               ) -> np.ndarray | None:
+    def scores(
+        self, words: Sequence[str], without: tuple[int, Counter[str]] | None = None
+    ) -> np.ndarray | None:
         """Each skill's evidence for a message of ``words`` (None when no example used
         any of them); ``without`` = (skill, an example's word counts) scores as if that
         example had never been given."""
@@ -276,7 +292,8 @@ class LogOdds:
             has = totals > 0
             # Words only that example used leave the vocabulary with it.
             smoothing = self._smoothing - ODDS_ALPHA * sum(
-                1 for w, c in removed.items() if self._term_totals.get(w) == c)
+                1 for w, c in removed.items() if self._term_totals.get(w) == c
+            )
             prior = self._size_prior(totals, self._all - sum(removed.values()), smoothing)
             known = [w for w in words if self._term_totals.get(w, 0) - removed[w] > 0]
             parts = []
@@ -285,8 +302,9 @@ class LogOdds:
                 if removed[word]:
                     counts = counts.copy()
                     counts[skills == own] -= removed[word]
-                parts.append((skills, *self._word(
-                    word, counts, self._term_totals[word] - removed[word])))
+                parts.append(
+                    (skills, *self._word(word, counts, self._term_totals[word] - removed[word]))
+                )
         if not known or not has.any():
             return None
         out = np.full(len(prior), sum(absent for _, absent, _ in parts), dtype=np.float64)
@@ -299,8 +317,9 @@ class LogOdds:
         return out
 
 
-def _with_odds(found: dict[int, tuple[float, list[str]]], odds: np.ndarray | None
-               ) -> dict[int, tuple[float, list[str]]]:
+def _with_odds(
+    found: dict[int, tuple[float, list[str]]], odds: np.ndarray | None
+) -> dict[int, tuple[float, list[str]]]:
     """Lexical scores with the weighted log-odds added: every skill has evidence, so
     every skill gets a score (the matched terms stay the lexical ones)."""
     if odds is None:
@@ -326,8 +345,10 @@ class LearnedIndex:
 
     def __init__(self, skills: Sequence[SkillSpec], data: TrainingData) -> None:
         n = len(skills)
-        examples = [list(dict.fromkeys(data.examples[i])) if i < len(data.examples) else []
-                    for i in range(n)]
+        examples = [
+            list(dict.fromkeys(data.examples[i])) if i < len(data.examples) else []
+            for i in range(n)
+        ]
         self._keywords = keyword_scorer(skills)
         docs: list[list[str]] = []
         for spec, own in zip(skills, examples, strict=True):
@@ -337,15 +358,21 @@ class LearnedIndex:
             docs.append(doc)
         self._bm25 = Bm25(docs)
         self.examples = sum(len(e) for e in examples)
-        self._odds = LogOdds([[_words(_analyzed(t)[0]) for t in own] for own in examples]) \
-            if _np is not None and self.examples >= MIN_CALIBRATION else None
+        self._odds = (
+            LogOdds([[_words(_analyzed(t)[0]) for t in own] for own in examples])
+            if _np is not None and self.examples >= MIN_CALIBRATION
+            else None
+        )
         self.semantic = data.embedder is not None
         self._embedder = data.embedder
         if data.embedder is not None:
             import numpy as np
 
-            self._meta = known_vectors(data.embedder, [skill_text(s) for s in skills]) if n \
+            self._meta = (
+                known_vectors(data.embedder, [skill_text(s) for s in skills])
+                if n
                 else np.zeros((0, 0), dtype=np.float32)
+            )
             flat = [t for own in examples for t in own]
             vectors = known_vectors(data.embedder, flat) if flat else None
             dim = self._meta.shape[1] if n else 0
@@ -354,24 +381,31 @@ class LearnedIndex:
             start = 0
             for i, own in enumerate(examples):
                 if own and vectors is not None:
-                    self._sums[i] = vectors[start:start + len(own)].sum(axis=0)
+                    self._sums[i] = vectors[start : start + len(own)].sum(axis=0)
                     self._counts[i] = len(own)
                     start += len(own)
             norms = np.linalg.norm(self._sums, axis=1, keepdims=True)
-            self._centroids = np.divide(self._sums, norms, out=np.zeros_like(self._sums),
-                                        where=norms > 0)
+            self._centroids = np.divide(
+                self._sums, norms, out=np.zeros_like(self._sums), where=norms > 0
+            )
             # The BM25 postings as arrays, to score every skill at once.
-            self._arrays = {t: (np.fromiter((i for i, _ in p), dtype=np.intp, count=len(p)),
-                                np.fromiter((w for _, w in p), dtype=np.float32,
-                                            count=len(p)))
-                            for t, p in self._bm25.postings.items()}
+            self._arrays = {
+                t: (
+                    np.fromiter((i for i, _ in p), dtype=np.intp, count=len(p)),
+                    np.fromiter((w for _, w in p), dtype=np.float32, count=len(p)),
+                )
+                for t, p in self._bm25.postings.items()
+            }
             # One matrix, one product per message: metadata and examples side by side.
             self._matrix = np.concatenate([self._meta, self._centroids], axis=0)
         previous = data.previous
         if data.min_score is not None:
             self.calibration = Calibration(data.min_score, "setting", self.examples)
-        elif previous is not None and previous.source == "examples" and \
-                abs(self.examples - previous.examples) < RECALIBRATE_AT * previous.examples:
+        elif (
+            previous is not None
+            and previous.source == "examples"
+            and abs(self.examples - previous.examples) < RECALIBRATE_AT * previous.examples
+        ):
             self.calibration = previous
         else:
             self.calibration = self._calibrate(examples)
@@ -385,9 +419,12 @@ class LearnedIndex:
         both = self._matrix @ vector
         return SEMANTIC_WEIGHT * both[:n] + EXAMPLES_WEIGHT * both[n:]  # type: ignore[no-any-return]
 
-    def _lexical(self, toks: tuple[str, ...], terms: Sequence[str],
-                 points: dict[int, tuple[float, list[str]]] | None = None
-                 ) -> tuple[dict[int, tuple[float, list[str]]], float]:
+    def _lexical(
+        self,
+        toks: tuple[str, ...],
+        terms: Sequence[str],
+        points: dict[int, tuple[float, list[str]]] | None = None,
+    ) -> tuple[dict[int, tuple[float, list[str]]], float]:
         """The seed's points (``points``, when the caller has them) plus the weighted
         BM25 share per skill, and the ceiling."""
         found = dict(self._keywords(toks) if points is None else points)
@@ -398,8 +435,9 @@ class LearnedIndex:
                 found[i] = (seed + LEXICAL_WEIGHT * s / ceiling, seen or matched)
         return found, ceiling
 
-    def score(self, message: str, toks: tuple[str, ...], limit: int = _CANDIDATES
-              ) -> dict[int, tuple[float, list[str]]]:
+    def score(
+        self, message: str, toks: tuple[str, ...], limit: int = _CANDIDATES
+    ) -> dict[int, tuple[float, list[str]]]:
         """The ``limit`` best candidate skills' scores and the terms each matched."""
         terms = list(dict.fromkeys(bm25_terms(toks)))
         odds = self._odds.scores(_words(toks)) if self._odds is not None else None
@@ -422,11 +460,16 @@ class LearnedIndex:
         if odds is not None:
             dense += (ODDS_WEIGHT * odds).astype(_np.float32)
         keep = min(max(limit, 1), len(dense))
-        top = _np.argpartition(-dense, keep - 1)[:keep] if keep < len(dense) else \
-            _np.arange(len(dense))
+        top = (
+            _np.argpartition(-dense, keep - 1)[:keep]
+            if keep < len(dense)
+            else _np.arange(len(dense))
+        )
         counts = self._bm25.counts
-        return {i: (s, points[i][1] if i in points else [t for t in terms if t in counts[i]])
-                for i, s in zip(top.tolist(), dense[top].tolist(), strict=True)}
+        return {
+            i: (s, points[i][1] if i in points else [t for t in terms if t in counts[i]])
+            for i, s in zip(top.tolist(), dense[top].tolist(), strict=True)
+        }
 
     # -- the out-of-scope threshold --------------------------------------------------
 
@@ -435,7 +478,7 @@ class LearnedIndex:
         flat = [(i, text) for i, own in enumerate(examples) for text in own]
         if len(flat) < MIN_CALIBRATION:
             return Calibration(cold, "default", len(flat))
-        sample = flat[::max(1, len(flat) // CALIBRATION_SAMPLE)]
+        sample = flat[:: max(1, len(flat) // CALIBRATION_SAMPLE)]
         kept = [own for own, best_other in self._left_out(sample) if own > best_other]
         if len(kept) < MIN_CALIBRATION:
             return Calibration(cold, "default", len(flat))
@@ -462,16 +505,29 @@ class LearnedIndex:
             found, ceiling = self._lexical(toks, terms, points)
             own = points.get(i, (0.0, []))[0]
             if ceiling > 0:
-                own += LEXICAL_WEIGHT * self._bm25.score_without(
-                    i, terms, Counter(all_terms)) / ceiling
+                own += (
+                    LEXICAL_WEIGHT
+                    * self._bm25.score_without(i, terms, Counter(all_terms))
+                    / ceiling
+                )
             words = _words(toks)
-            odds = self._odds.scores(words, without=(i, Counter(words))) \
-                if self._odds is not None else None
+            odds = (
+                self._odds.scores(words, without=(i, Counter(words)))
+                if self._odds is not None
+                else None
+            )
             if odds is not None:
                 own += ODDS_WEIGHT * float(odds[i])
             if dense is None:
-                out.append((own, max((s for j, (s, _) in _with_odds(found, odds).items()
-                                      if j != i), default=0.0)))
+                out.append(
+                    (
+                        own,
+                        max(
+                            (s for j, (s, _) in _with_odds(found, odds).items() if j != i),
+                            default=0.0,
+                        ),
+                    )
+                )
                 continue
             # The mean of the skill's other examples: |s - v|² = |s|² - 2 s·v + 1 for a
             # unit v, and s·v is the centroid's cosine times |s|.
@@ -479,7 +535,7 @@ class LearnedIndex:
                 dot = float(both[k, n + i]) * float(sum_norms[i])
                 rest = float(sum_norms[i]) ** 2 - 2 * dot + 1
                 if rest > 1e-9:
-                    own += EXAMPLES_WEIGHT * (dot - 1) / rest ** 0.5
+                    own += EXAMPLES_WEIGHT * (dot - 1) / rest**0.5
             own += SEMANTIC_WEIGHT * float(both[k, i])
             row = dense[k].copy()
             for j, (s, _) in found.items():

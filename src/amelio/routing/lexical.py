@@ -32,11 +32,43 @@ KEYWORD_WEIGHT = 1.0
 #: a word's rarity from the skills alone, so a function word that one skill's name happens to
 #: hold (``what-can-i-ask-you``) looks as telling as the rarest keyword and pulls every
 #: message that uses it to that skill (benchmarks/router_accuracy.py --ablation).
-BM25_STOPWORDS = frozenset({
-    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is",
-    "it", "no", "not", "of", "on", "or", "such", "that", "the", "their", "then", "there",
-    "these", "they", "this", "to", "was", "will", "with",
-})
+BM25_STOPWORDS = frozenset(
+    {
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "but",
+        "by",
+        "for",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "no",
+        "not",
+        "of",
+        "on",
+        "or",
+        "such",
+        "that",
+        "the",
+        "their",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "to",
+        "was",
+        "will",
+        "with",
+    }
+)
 _BM25_SKIPPED = BM25_STOPWORDS | {BREAK}
 
 #: A scorer's index: message tokens (with ``amelio.text.BREAK`` where punctuation
@@ -68,8 +100,11 @@ def keyword_scorer(skills: Sequence[SkillSpec]) -> ScoreFn:
         counted: set[tuple[int, tuple[str, ...], float]] = set()
         for pos, tok in enumerate(message):
             for toks, i, weight, term in index.get(tok, ()):
-                if (len(toks) == 1 or message[pos:pos + len(toks)] == toks) and \
-                        (i, toks, weight) not in counted:
+                if (len(toks) == 1 or message[pos : pos + len(toks)] == toks) and (
+                    i,
+                    toks,
+                    weight,
+                ) not in counted:
                     counted.add((i, toks, weight))
                     total, matched = found.get(i, (0.0, []))
                     matched.append(term)
@@ -98,16 +133,19 @@ def skill_text(spec: SkillSpec) -> str:
     """A skill's routing metadata as one text: name (hyphens as spaces), description,
     triggers and keywords. What its metadata vector is made of, and what an outside
     baseline indexes for it."""
-    return " ".join([spec.name.replace("-", " "), spec.description, *spec.triggers,
-                     *spec.keywords])
+    return " ".join([spec.name.replace("-", " "), spec.description, *spec.triggers, *spec.keywords])
 
 
 def skill_terms(spec: SkillSpec) -> list[str]:
     """The BM25 terms of a skill's metadata (:func:`bm25_terms` of each field)."""
-    return bm25_terms([
-        *tokens(spec.name.replace("-", " ")), *tokens(spec.description),
-        *(t for term in spec.triggers for t in tokens(term)),
-        *(t for term in spec.keywords for t in tokens(term))])
+    return bm25_terms(
+        [
+            *tokens(spec.name.replace("-", " ")),
+            *tokens(spec.description),
+            *(t for term in spec.triggers for t in tokens(term)),
+            *(t for term in spec.keywords for t in tokens(term)),
+        ]
+    )
 
 
 class Bm25:
@@ -117,8 +155,7 @@ class Bm25:
     Each document's term counts are kept, so that :meth:`score_without` can score a
     document without one of its parts (the learned router's left-out examples)."""
 
-    def __init__(self, docs: Sequence[Sequence[str]], k1: float = 1.2, b: float = 0.75
-                 ) -> None:
+    def __init__(self, docs: Sequence[Sequence[str]], k1: float = 1.2, b: float = 0.75) -> None:
         self.k1, self.b = k1, b
         self.counts = [Counter(d) for d in docs]
         self.lengths = [len(d) for d in docs]

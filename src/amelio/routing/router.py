@@ -90,16 +90,15 @@ DEFAULT_LIMIT = 5
 HINT_HEADER = "SKILLS_HINT (skills most relevant to this message, best first):"
 
 
-
-
 class LearnedScoreFn(Protocol):
     """What a learning scorer's ``build(skills, data)`` returns: it scores the message
     text too (to embed it), and learned its own out-of-scope threshold."""
 
     calibration: Calibration
 
-    def score(self, message: str, toks: tuple[str, ...], limit: int
-              ) -> dict[int, tuple[float, list[str]]]: ...
+    def score(
+        self, message: str, toks: tuple[str, ...], limit: int
+    ) -> dict[int, tuple[float, list[str]]]: ...
 
 
 @dataclass(frozen=True)
@@ -128,9 +127,13 @@ class RouteHit:
     skill: Skill | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description,
-                "score": round(self.score, 4), "matched": list(self.matched),
-                "scope": "global" if self.project is None else "project"}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "score": round(self.score, 4),
+            "matched": list(self.matched),
+            "scope": "global" if self.project is None else "project",
+        }
 
 
 @dataclass(frozen=True)
@@ -153,8 +156,12 @@ class Route:
         return hint_block(self.hits)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"scorer": self.scorer, "minScore": round(self.min_score, 4),
-                "skills": [h.to_dict() for h in self.hits], "hint": self.hint_block()}
+        return {
+            "scorer": self.scorer,
+            "minScore": round(self.min_score, 4),
+            "skills": [h.to_dict() for h in self.hits],
+            "hint": self.hint_block(),
+        }
 
 
 def hint_block(hits: Iterable[RouteHit]) -> str:
@@ -202,10 +209,19 @@ _BUILTIN_SCORERS = (
     Scorer("bm25", _bm25, "Okapi BM25 over name, description, triggers and keywords"),
     # 0.5: a BM25-only hit must carry half of what the message could score, which
     # rejects out-of-scope messages as well as the seed rule does (benchmarks/).
-    Scorer("hybrid", _hybrid, "keywords + BM25 as a share of the best possible score, in [0, 1]",
-           min_score=0.5),
-    Scorer("learned", LearnedIndex, "hybrid + examples of real use + embeddings, with a "
-           "learned out-of-scope threshold (amelio.routing.learned)", learns=True),
+    Scorer(
+        "hybrid",
+        _hybrid,
+        "keywords + BM25 as a share of the best possible score, in [0, 1]",
+        min_score=0.5,
+    ),
+    Scorer(
+        "learned",
+        LearnedIndex,
+        "hybrid + examples of real use + embeddings, with a "
+        "learned out-of-scope threshold (amelio.routing.learned)",
+        learns=True,
+    ),
 )
 
 
@@ -245,21 +261,31 @@ class Router:
     skill's project (None: global) when ``skills`` are specs; ``registry`` is where
     ``scorer`` is looked up (default: every registered scorer, plugins included)."""
 
-    def __init__(self, skills: Sequence[Skill | SkillSpec], scorer: str = DEFAULT_SCORER,
-                 *, data: TrainingData | None = None,
-                 scopes: Sequence[str | None] | None = None,
-                 registry: dict[str, Scorer] | None = None) -> None:
+    def __init__(
+        self,
+        skills: Sequence[Skill | SkillSpec],
+        scorer: str = DEFAULT_SCORER,
+        *,
+        data: TrainingData | None = None,
+        scopes: Sequence[str | None] | None = None,
+        registry: dict[str, Scorer] | None = None,
+    ) -> None:
         available = scorers() if registry is None else registry
         if scorer not in available:
-            raise InvalidInput(f"Unknown router scorer {scorer!r}; use one of: "
-                               f"{', '.join(sorted(available))}.", field="scorer")
+            raise InvalidInput(
+                f"Unknown router scorer {scorer!r}; use one of: {', '.join(sorted(available))}.",
+                field="scorer",
+            )
         self.scorer = scorer
         self._skills = [s.spec if isinstance(s, Skill) else s for s in skills]
         self._stored = [s if isinstance(s, Skill) else None for s in skills]
         if scopes is not None and len(scopes) != len(skills):
             raise ValueError(f"{len(scopes)} scopes for {len(skills)} skills")
-        self._projects = list(scopes) if scopes is not None else \
-            [s.project if isinstance(s, Skill) else None for s in skills]
+        self._projects = (
+            list(scopes)
+            if scopes is not None
+            else [s.project if isinstance(s, Skill) else None for s in skills]
+        )
         chosen = available[scorer]
         #: Whether the scorer learns from examples (a router to rebuild when they change).
         self.learns = chosen.learns
@@ -268,8 +294,10 @@ class Router:
         self._learned: LearnedScoreFn | None = None
         if chosen.learns:
             if data is None:  # the defaults: SKILL.md examples, the default embeddings
-                data = TrainingData(examples=[s.examples for s in self._skills],
-                                    embedder=load_router_embedder(WORDLLAMA))
+                data = TrainingData(
+                    examples=[s.examples for s in self._skills],
+                    embedder=load_router_embedder(WORDLLAMA),
+                )
             self.data = data
             self._learned = chosen.build(self._skills, data)
             self.calibration = self._learned.calibration
@@ -291,22 +319,32 @@ class Router:
         """Each skill's project (None: global), in index order."""
         return tuple(self._projects)
 
-    def route(self, message: str, *, limit: int = DEFAULT_LIMIT,
-              min_score: float | None = None) -> Route:
+    def route(
+        self, message: str, *, limit: int = DEFAULT_LIMIT, min_score: float | None = None
+    ) -> Route:
         """The top ``limit`` skills scoring above ``min_score`` (default: the scorer's
         threshold, learned or fixed), ties broken by name."""
         if min_score is None:
             min_score = self.min_score
         toks = tokens(message, breaks=True)
-        found = (self._learned.score(message, toks, limit) if self._learned is not None
-                 else self._score(toks))
+        found = (
+            self._learned.score(message, toks, limit)
+            if self._learned is not None
+            else self._score(toks)
+        )
         ranked = sorted(
             ((s, i, m) for i, (s, m) in found.items() if s > min_score),
             key=lambda x: (-x[0], self._skills[x[1]].name),
         )[:limit]
         hits = tuple(
-            RouteHit(self._skills[i].name, self._skills[i].description, s, tuple(m),
-                     self._projects[i], self._stored[i])
+            RouteHit(
+                self._skills[i].name,
+                self._skills[i].description,
+                s,
+                tuple(m),
+                self._projects[i],
+                self._stored[i],
+            )
             for s, i, m in ranked
         )
         return Route(message, self.scorer, hits, min_score)
@@ -341,20 +379,32 @@ _routers: weakref.WeakKeyDictionary[
 ] = weakref.WeakKeyDictionary()
 
 
-def route_message(ws: Workspace, message: str, *, project: str = DEFAULT_PROJECT,
-                  scorer: str | None = None, limit: int | None = None,
-                  conn: sa.Connection | None = None) -> Route:
+def route_message(
+    ws: Workspace,
+    message: str,
+    *,
+    project: str = DEFAULT_PROJECT,
+    scorer: str | None = None,
+    limit: int | None = None,
+    conn: sa.Connection | None = None,
+) -> Route:
     """Route ``message`` over every skill ``project`` sees, with the workspace's settings.
 
     The skills come from :func:`visible_skills`, which rereads them only after a
     change (in any process); a learning scorer's examples are reread only when their
     stamp moves; the index is rebuilt only then."""
     return project_router(ws, project=project, scorer=scorer, conn=conn).route(
-        message, limit=limit or ws.settings.router_limit)
+        message, limit=limit or ws.settings.router_limit
+    )
 
 
-def project_router(ws: Workspace, *, project: str = DEFAULT_PROJECT,
-                   scorer: str | None = None, conn: sa.Connection | None = None) -> Router:
+def project_router(
+    ws: Workspace,
+    *,
+    project: str = DEFAULT_PROJECT,
+    scorer: str | None = None,
+    conn: sa.Connection | None = None,
+) -> Router:
     """The router :func:`route_message` uses for ``project``, built or reused."""
     import sqlalchemy as sa
 
@@ -390,22 +440,32 @@ def project_router(ws: Workspace, *, project: str = DEFAULT_PROJECT,
     return router
 
 
-def training_data(ws: Workspace, skills: Sequence[Skill], project: str = DEFAULT_PROJECT,
-                  *, conn: sa.Connection | None = None, previous: Calibration | None = None
-                  ) -> TrainingData:
+def training_data(
+    ws: Workspace,
+    skills: Sequence[Skill],
+    project: str = DEFAULT_PROJECT,
+    *,
+    conn: sa.Connection | None = None,
+    previous: Calibration | None = None,
+) -> TrainingData:
     """What the ``learned`` scorer learns from for ``project``: each skill's SKILL.md
     examples and kept answers (:mod:`amelio.routing.examples`), and the embedder the
     settings name (none when ``router_embedding_model`` is empty, or when the default
     model's extra is not installed)."""
     from amelio.routing import examples as routing_examples
 
-    logged = routing_examples.examples_by_skill(conn or ws.engine, project,
-                                                per_skill=ws.settings.router_max_examples)
+    logged = routing_examples.examples_by_skill(
+        conn or ws.engine, project, per_skill=ws.settings.router_max_examples
+    )
     examples = [[*s.spec.examples, *logged.get(s.name, ())] for s in skills]
     # With no skill there is nothing to compare with: the model is not worth loading.
     embedder = router_embedder(ws.settings) if skills else None
-    return TrainingData(examples=examples, embedder=embedder,
-                        min_score=ws.settings.router_min_score, previous=previous)
+    return TrainingData(
+        examples=examples,
+        embedder=embedder,
+        min_score=ws.settings.router_min_score,
+        previous=previous,
+    )
 
 
 _unavailable_logged = False

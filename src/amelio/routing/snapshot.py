@@ -85,10 +85,20 @@ def _inputs(root: Path, project: str, scorer: str | None) -> str:
     env = sorted((k, v) for k, v in os.environ.items() if k.upper().startswith(ENV_PREFIX))
     # Installing or removing a package (a plugin, amelio[semantic]) changes a
     # site-packages folder's time: a snapshot never outlives what was installed with it.
-    installed = [(p, os.stat(p).st_mtime_ns) for p in sys.path
-                 if os.path.basename(p) in ("site-packages", "dist-packages") and os.path.isdir(p)]
-    for part in (str(FORMAT), amelio.__version__, str(root), project, scorer or "",
-                 json.dumps(env), json.dumps(installed)):
+    installed = [
+        (p, os.stat(p).st_mtime_ns)
+        for p in sys.path
+        if os.path.basename(p) in ("site-packages", "dist-packages") and os.path.isdir(p)
+    ]
+    for part in (
+        str(FORMAT),
+        amelio.__version__,
+        str(root),
+        project,
+        scorer or "",
+        json.dumps(env),
+        json.dumps(installed),
+    ):
         digest.update(part.encode("utf-8", "surrogatepass") + b"\0")
     digest.update(toml.read_bytes() if toml.is_file() else b"")
     return digest.hexdigest()
@@ -110,8 +120,14 @@ def _model_file(model: str | None) -> list[int] | None:
 # -- the fast path ----------------------------------------------------------------------
 
 
-def route_from_snapshot(workspace: Path | None, message: str, *, project: str,
-                        scorer: str | None = None, limit: int | None = None) -> Route | None:
+def route_from_snapshot(
+    workspace: Path | None,
+    message: str,
+    *,
+    project: str,
+    scorer: str | None = None,
+    limit: int | None = None,
+) -> Route | None:
     """``message`` routed by the snapshot of the workspace found from ``workspace``
     (as ``--workspace`` does), or None when there is no current one."""
     try:
@@ -131,8 +147,9 @@ class _Stale(Exception):
     """The snapshot no longer describes the workspace."""
 
 
-def _load(path: Path, root: Path, project: str, scorer: str | None
-          ) -> tuple[Router, dict[str, Any]]:
+def _load(
+    path: Path, root: Path, project: str, scorer: str | None
+) -> tuple[Router, dict[str, Any]]:
     import numpy as np
 
     from amelio.routing.learned import Calibration, TrainingData, remember_vectors
@@ -141,7 +158,7 @@ def _load(path: Path, root: Path, project: str, scorer: str | None
 
     raw = path.read_bytes()
     (size,) = _HEADER.unpack_from(raw)
-    header: dict[str, Any] = json.loads(raw[_HEADER.size:_HEADER.size + size])
+    header: dict[str, Any] = json.loads(raw[_HEADER.size : _HEADER.size + size])
     if header.get("format") != FORMAT or header.get("inputs") != _inputs(root, project, scorer):
         raise _Stale("settings, environment or version changed")
     model = header["model"]
@@ -155,32 +172,53 @@ def _load(path: Path, root: Path, project: str, scorer: str | None
         for sql, rows in header["checks"]:
             if [list(r) for r in conn.execute(sql).fetchall()] != rows:
                 raise _Stale("a skill or a routing example changed")
-    specs = [SkillSpec(name=s["name"], description=s["description"],
-                       triggers=tuple(s["triggers"]), keywords=tuple(s["keywords"]))
-             for s in header["skills"]]
+    specs = [
+        SkillSpec(
+            name=s["name"],
+            description=s["description"],
+            triggers=tuple(s["triggers"]),
+            keywords=tuple(s["keywords"]),
+        )
+        for s in header["skills"]
+    ]
     embedder = None
     if model:
         from amelio.embeddings import load_embedder
 
         embedder = load_embedder(model)
         texts = header["texts"]
-        matrix = np.frombuffer(raw, dtype="<f4", offset=_HEADER.size + size,
-                               count=len(texts) * header["dim"]).reshape(len(texts), -1)
+        matrix = np.frombuffer(
+            raw, dtype="<f4", offset=_HEADER.size + size, count=len(texts) * header["dim"]
+        ).reshape(len(texts), -1)
         remember_vectors(model, texts, matrix)
     calibration = header["calibration"]
-    data = TrainingData(examples=header["examples"], embedder=embedder,
-                        min_score=header["minScore"],
-                        previous=Calibration(**calibration) if calibration else None)
-    router = Router(specs, header["scorer"], data=data, registry=builtin_scorers(),
-                    scopes=[s["scope"] for s in header["skills"]])
+    data = TrainingData(
+        examples=header["examples"],
+        embedder=embedder,
+        min_score=header["minScore"],
+        previous=Calibration(**calibration) if calibration else None,
+    )
+    router = Router(
+        specs,
+        header["scorer"],
+        data=data,
+        registry=builtin_scorers(),
+        scopes=[s["scope"] for s in header["skills"]],
+    )
     return router, header
 
 
 # -- the full path, which writes the snapshot -------------------------------------------
 
 
-def route_and_save(ws: Workspace, message: str, *, project: str, scorer: str | None = None,
-                   limit: int | None = None) -> Route:
+def route_and_save(
+    ws: Workspace,
+    message: str,
+    *,
+    project: str,
+    scorer: str | None = None,
+    limit: int | None = None,
+) -> Route:
     """``message`` routed through the database (:func:`amelio.routing.router.project_router`),
     then the router saved as the snapshot the next run will use, where it can be."""
     from amelio.routing.router import builtin_scorers, project_router, scorers
@@ -222,8 +260,14 @@ def _checks(conn: sa.Connection, project: str) -> list[tuple[str, list[list[Any]
     return found
 
 
-def _save(ws: Workspace, router: Router, project: str, scorer: str | None, database: Path,
-          checks: Sequence[tuple[str, list[list[Any]]]]) -> None:
+def _save(
+    ws: Workspace,
+    router: Router,
+    project: str,
+    scorer: str | None,
+    database: Path,
+    checks: Sequence[tuple[str, list[list[Any]]]],
+) -> None:
     import numpy as np
 
     from amelio.routing.learned import known_vectors
@@ -236,8 +280,9 @@ def _save(ws: Workspace, router: Router, project: str, scorer: str | None, datab
     texts: list[str] = []
     matrix = np.zeros((0, 0), dtype="<f4")
     if embedder is not None:
-        texts = list(dict.fromkeys([*(skill_text(s) for s in specs),
-                                    *(t for own in examples for t in own)]))
+        texts = list(
+            dict.fromkeys([*(skill_text(s) for s in specs), *(t for own in examples for t in own)])
+        )
         matrix = np.ascontiguousarray(known_vectors(embedder, texts), dtype="<f4")
     calibration = router.calibration
     header = {
@@ -252,9 +297,16 @@ def _save(ws: Workspace, router: Router, project: str, scorer: str | None, datab
         "model": embedder.model if embedder is not None else None,
         "modelFile": _model_file(embedder.model if embedder is not None else None),
         "calibration": asdict(calibration) if router.learns else None,
-        "skills": [{"name": s.name, "description": s.description,
-                    "triggers": list(s.triggers), "keywords": list(s.keywords),
-                    "scope": scope} for s, scope in zip(specs, router.scopes, strict=True)],
+        "skills": [
+            {
+                "name": s.name,
+                "description": s.description,
+                "triggers": list(s.triggers),
+                "keywords": list(s.keywords),
+                "scope": scope,
+            }
+            for s, scope in zip(specs, router.scopes, strict=True)
+        ],
         "examples": examples,
         "texts": texts,
         "dim": int(matrix.shape[1]) if matrix.size else 0,

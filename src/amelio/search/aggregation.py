@@ -63,8 +63,15 @@ from amelio.search.clickmodel import (
 from amelio.search.counts import COUNTERS, AggregateReport, SignalRow, signals_for
 from amelio.workspace.folder import Workspace
 
-__all__ = ["DWELL_POSITIVE_MS", "REFORMULATION_SIMILARITY", "REFORMULATION_WINDOW_MS",
-           "AggregateReport", "SignalRow", "aggregate", "rebuild"]
+__all__ = [
+    "DWELL_POSITIVE_MS",
+    "REFORMULATION_SIMILARITY",
+    "REFORMULATION_WINDOW_MS",
+    "AggregateReport",
+    "SignalRow",
+    "aggregate",
+    "rebuild",
+]
 
 DWELL_POSITIVE_MS = 8000
 REFORMULATION_WINDOW_MS = 30_000
@@ -72,16 +79,39 @@ REFORMULATION_SIMILARITY = 0.6
 #: Reformulations and abandonments are charged to what the person surely saw.
 _SEEN_TOP = 3
 _CHUNK = 2000
-_EVENT_TYPES = ("result_clicked", "result_dwell_time", "result_pinned", "result_hidden",
-                "vote_up", "vote_down", "query_reformulated", "query_abandoned")
+_EVENT_TYPES = (
+    "result_clicked",
+    "result_dwell_time",
+    "result_pinned",
+    "result_hidden",
+    "vote_up",
+    "vote_down",
+    "query_reformulated",
+    "query_abandoned",
+)
 #: The kind of mark (``search_session_marks.kind``, 8 characters with ``u:``) of
 #: each capped event type; dwell events are ``dwell`` or ``bounce`` by their length.
-_KIND_OF = {"result_clicked": "click", "result_pinned": "pin", "result_hidden": "hide",
-            "vote_up": "up", "vote_down": "down", "query_reformulated": "reform",
-            "query_abandoned": "quit"}
-_COUNTER_OF = {"shown": "impressions", "click": "clicks", "dwell": "dwell_clicks",
-               "bounce": "bounces", "pin": "pins", "hide": "hides", "up": "votes_up",
-               "down": "votes_down", "reform": "reformulations", "quit": "abandonments"}
+_KIND_OF = {
+    "result_clicked": "click",
+    "result_pinned": "pin",
+    "result_hidden": "hide",
+    "vote_up": "up",
+    "vote_down": "down",
+    "query_reformulated": "reform",
+    "query_abandoned": "quit",
+}
+_COUNTER_OF = {
+    "shown": "impressions",
+    "click": "clicks",
+    "dwell": "dwell_clicks",
+    "bounce": "bounces",
+    "pin": "pins",
+    "hide": "hides",
+    "up": "votes_up",
+    "down": "votes_down",
+    "reform": "reformulations",
+    "quit": "abandonments",
+}
 #: Marks held before they are written out, mid-run.
 _MARKS_IN_MEMORY = 200_000
 
@@ -126,8 +156,11 @@ class _Shown(NamedTuple):
 
 def _charge_top(query_norm: str, ranks: dict[str, int], kind: str, who: Who) -> list[_Count]:
     """Reformulations and abandonments are charged to what the person surely saw."""
-    return [_Count(query_norm, doc_id, kind, who, rank)
-            for doc_id, rank in ranks.items() if rank <= _SEEN_TOP]
+    return [
+        _Count(query_norm, doc_id, kind, who, rank)
+        for doc_id, rank in ranks.items()
+        if rank <= _SEEN_TOP
+    ]
 
 
 def _who(session: str | None, user: str | None, *more: tuple[str | None, str | None]) -> Who:
@@ -144,8 +177,9 @@ class _Run:
     Evidence is gathered a chunk at a time as :class:`_Count` values, the marks it
     needs are read in a few statements, then it is applied in log order."""
 
-    def __init__(self, conn: sa.Connection, cap: int, recent: dict[str, list[Any]],
-                 swaps: SwapCounts) -> None:
+    def __init__(
+        self, conn: sa.Connection, cap: int, recent: dict[str, list[Any]], swaps: SwapCounts
+    ) -> None:
         self.conn = conn
         self.cap = cap
         self.recent = recent
@@ -165,8 +199,10 @@ class _Run:
         for r in rows:
             self.swaps.shown(len(r.results), r.swapped_rank)
             who = _who(r.session_hash, r.user_hash)
-            counts += [_Count(r.query_norm, doc_id, "shown", who, rank)
-                       for doc_id, rank, _score in r.results]
+            counts += [
+                _Count(r.query_norm, doc_id, "shown", who, rank)
+                for doc_id, rank, _score in r.results
+            ]
         self._apply(counts)
         return len(rows)
 
@@ -179,13 +215,24 @@ class _Run:
         i = search_impressions.c
         for chunk in _chunks(sorted(query_ids), 500):
             for imp in self.conn.execute(
-                    sa.select(i.query_id, i.query_norm, i.results, i.created_ms, i.swapped_rank,
-                              i.session_hash, i.user_hash)
-                    .where(i.query_id.in_(chunk))):
+                sa.select(
+                    i.query_id,
+                    i.query_norm,
+                    i.results,
+                    i.created_ms,
+                    i.swapped_rank,
+                    i.session_hash,
+                    i.user_hash,
+                ).where(i.query_id.in_(chunk))
+            ):
                 shown[imp.query_id] = _Shown(
-                    imp.query_norm, {doc: rank for doc, rank, _ in imp.results},
-                    imp.created_ms, len(imp.results), imp.swapped_rank,
-                    (imp.session_hash, imp.user_hash))
+                    imp.query_norm,
+                    {doc: rank for doc, rank, _ in imp.results},
+                    imp.created_ms,
+                    len(imp.results),
+                    imp.swapped_rank,
+                    (imp.session_hash, imp.user_hash),
+                )
         counts: list[_Count] = []
         used = 0
         for r in rows:
@@ -194,15 +241,17 @@ class _Run:
                 continue
             used += 1
             who = _who(r.session_hash, r.user_hash, impression.who)
-            counts += self._session_query(r.session_hash, r.query_id, impression,
-                                          _who(r.session_hash, r.user_hash))
+            counts += self._session_query(
+                r.session_hash, r.query_id, impression, _who(r.session_hash, r.user_hash)
+            )
             if r.event_type in ("query_reformulated", "query_abandoned"):
                 if r.event_type == "query_reformulated":
                     if r.query_id in self.said_reformulated:
                         continue
                     self.said_reformulated.add(r.query_id)
-                counts += _charge_top(impression.query_norm, impression.ranks,
-                                      _KIND_OF[r.event_type], who)
+                counts += _charge_top(
+                    impression.query_norm, impression.ranks, _KIND_OF[r.event_type], who
+                )
                 continue
             doc_id = r.doc_id
             if doc_id is None or doc_id not in impression.ranks:
@@ -212,15 +261,24 @@ class _Run:
                 kind = "dwell" if dwell >= DWELL_POSITIVE_MS else "bounce"
             else:
                 kind = _KIND_OF[r.event_type]
-            counts.append(_Count(impression.query_norm, doc_id, kind, who,
-                                 impression.ranks[doc_id], impression.size,
-                                 impression.swapped))
+            counts.append(
+                _Count(
+                    impression.query_norm,
+                    doc_id,
+                    kind,
+                    who,
+                    impression.ranks[doc_id],
+                    impression.size,
+                    impression.swapped,
+                )
+            )
         self._apply(counts)
         return used
 
     def _apply(self, counts: Sequence[_Count]) -> None:
-        self._load_marks({(c.query_norm, c.doc_id, h, ns + c.kind)
-                          for c in counts for h, ns in c.who})
+        self._load_marks(
+            {(c.query_norm, c.doc_id, h, ns + c.kind) for c in counts for h, ns in c.who}
+        )
         for c in counts:
             if not self._allowed(c):
                 continue
@@ -244,11 +302,13 @@ class _Run:
         pairs = sorted({(k[0], k[2]) for k in todo})
         m = search_session_marks.c
         for start in range(0, len(pairs), _MARK_PAIRS):
-            batch = pairs[start:start + _MARK_PAIRS]
+            batch = pairs[start : start + _MARK_PAIRS]
             for row in self.conn.execute(
-                    sa.select(m.query_norm, m.doc_id, m.session_hash, m.kind, m.hits).where(
-                        m.query_norm.in_({q for q, _ in batch}),
-                        m.session_hash.in_({h for _, h in batch}))):
+                sa.select(m.query_norm, m.doc_id, m.session_hash, m.kind, m.hits).where(
+                    m.query_norm.in_({q for q, _ in batch}),
+                    m.session_hash.in_({h for _, h in batch}),
+                )
+            ):
                 key = (row.query_norm, row.doc_id, row.session_hash, row.kind)
                 if key in todo:
                     self.marks[key] = self.stored[key] = row.hits
@@ -266,8 +326,7 @@ class _Run:
             self.marks[k] += 1
         return True
 
-    def _session_query(self, session: str, query_id: str, shown: _Shown, who: Who
-                       ) -> list[_Count]:
+    def _session_query(self, session: str, query_id: str, shown: _Shown, who: Who) -> list[_Count]:
         """Derive a reformulation when this session moves on to a similar query soon."""
         last = self.recent.get(session)
         counts: list[_Count] = []
@@ -275,11 +334,13 @@ class _Run:
             return counts
         if last is not None and shown.served_ms > last[0]:
             last_ms, last_id, last_norm, last_ranks = last
-            if (shown.served_ms - last_ms <= REFORMULATION_WINDOW_MS
-                    and last_norm != shown.query_norm
-                    and last_id not in self.said_reformulated
-                    and difflib.SequenceMatcher(None, last_norm, shown.query_norm).ratio()
-                    >= REFORMULATION_SIMILARITY):
+            if (
+                shown.served_ms - last_ms <= REFORMULATION_WINDOW_MS
+                and last_norm != shown.query_norm
+                and last_id not in self.said_reformulated
+                and difflib.SequenceMatcher(None, last_norm, shown.query_norm).ratio()
+                >= REFORMULATION_SIMILARITY
+            ):
                 self.said_reformulated.add(last_id)
                 counts = _charge_top(last_norm, last_ranks, "reform", who)
         if last is None or shown.served_ms >= last[0]:
@@ -304,48 +365,75 @@ class _Run:
             fresh = known is None
             row = known or SignalRow()
             row.add(self.deltas[key])
-            values = {"query_norm": key[0], "doc_id": key[1], "impressions": row.impressions,
-                      "impressions_by_rank": row.impressions_by_rank,
-                      "clicks_by_rank": row.clicks_by_rank, "updated_ms": now_ms,
-                      **{n: getattr(row, n) for n in COUNTERS}}
+            values = {
+                "query_norm": key[0],
+                "doc_id": key[1],
+                "impressions": row.impressions,
+                "impressions_by_rank": row.impressions_by_rank,
+                "clicks_by_rank": row.clicks_by_rank,
+                "updated_ms": now_ms,
+                **{n: getattr(row, n) for n in COUNTERS},
+            }
             (inserts if fresh else updates).append(values)
         if inserts:
             self.conn.execute(search_signals.insert(), inserts)
         if updates:
             self.conn.execute(
                 search_signals.update()
-                .where(search_signals.c.query_norm == sa.bindparam("k_query"),
-                       search_signals.c.doc_id == sa.bindparam("k_doc"))
-                .values({c: sa.bindparam(c) for c in updates[0]
-                         if c not in ("query_norm", "doc_id")}),
-                [{**{k: v for k, v in u.items() if k not in ("query_norm", "doc_id")},
-                  "k_query": u["query_norm"], "k_doc": u["doc_id"]} for u in updates])
+                .where(
+                    search_signals.c.query_norm == sa.bindparam("k_query"),
+                    search_signals.c.doc_id == sa.bindparam("k_doc"),
+                )
+                .values(
+                    {c: sa.bindparam(c) for c in updates[0] if c not in ("query_norm", "doc_id")}
+                ),
+                [
+                    {
+                        **{k: v for k, v in u.items() if k not in ("query_norm", "doc_id")},
+                        "k_query": u["query_norm"],
+                        "k_doc": u["doc_id"],
+                    }
+                    for u in updates
+                ],
+            )
         self.flush_marks()
         return len(keys)
 
     def flush_marks(self) -> None:
         """Write the marks this run changed and forget them (a rebuild replays far more
         than fits in memory); in the run's transaction, so a crash writes none."""
-        fresh = [{"query_norm": k[0], "doc_id": k[1], "session_hash": k[2], "kind": k[3],
-                  "hits": n} for k, n in self.marks.items() if n > 0 and k not in self.stored]
+        fresh = [
+            {"query_norm": k[0], "doc_id": k[1], "session_hash": k[2], "kind": k[3], "hits": n}
+            for k, n in self.marks.items()
+            if n > 0 and k not in self.stored
+        ]
         if fresh:
             self.conn.execute(search_session_marks.insert(), fresh)
-        changed = [{"k_q": k[0], "k_d": k[1], "k_s": k[2], "k_k": k[3], "hits": n}
-                   for k, n in self.marks.items() if k in self.stored and self.stored[k] != n]
+        changed = [
+            {"k_q": k[0], "k_d": k[1], "k_s": k[2], "k_k": k[3], "hits": n}
+            for k, n in self.marks.items()
+            if k in self.stored and self.stored[k] != n
+        ]
         if changed:
             c = search_session_marks.c
             self.conn.execute(
-                search_session_marks.update().where(
-                    c.query_norm == sa.bindparam("k_q"), c.doc_id == sa.bindparam("k_d"),
-                    c.session_hash == sa.bindparam("k_s"), c.kind == sa.bindparam("k_k"))
-                .values(hits=sa.bindparam("hits")), changed)
+                search_session_marks.update()
+                .where(
+                    c.query_norm == sa.bindparam("k_q"),
+                    c.doc_id == sa.bindparam("k_d"),
+                    c.session_hash == sa.bindparam("k_s"),
+                    c.kind == sa.bindparam("k_k"),
+                )
+                .values(hits=sa.bindparam("hits")),
+                changed,
+            )
         self.marks.clear()
         self.stored.clear()
 
 
 def _chunks(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]
 
 
 def _impression_horizon(workspace: Workspace) -> int:
@@ -365,11 +453,11 @@ def aggregate(workspace: Workspace, *, now_ms: int | None = None) -> AggregateRe
         event_horizon = int(peek.scalar(sa.select(sa.func.max(feedback_events.c.seq))) or 0)
     impression_horizon = _impression_horizon(workspace)  # after the events: see above
     with transaction(workspace.engine) as conn:
-        state = conn.execute(sa.select(search_state).where(search_state.c.id == 1)
-                             .with_for_update()).one()
+        state = conn.execute(
+            sa.select(search_state).where(search_state.c.id == 1).with_for_update()
+        ).one()
         if state.event_seq >= event_horizon and state.impression_id >= impression_horizon:
-            return AggregateReport(0, 0, 0, state.version, state.event_seq,
-                                   state.impression_id)
+            return AggregateReport(0, 0, 0, state.version, state.event_seq, state.impression_id)
         swaps = SwapCounts.load((state.propensities or {}).get("swaps"))
         run = _Run(conn, workspace.settings.search_session_cap, dict(state.recent or {}), swaps)
         impressions = events = 0
@@ -377,10 +465,13 @@ def aggregate(workspace: Workspace, *, now_ms: int | None = None) -> AggregateRe
         i = search_impressions.c
         while last_id < impression_horizon:
             imps = conn.execute(
-                sa.select(i.id, i.query_norm, i.results, i.swapped_rank, i.session_hash,
-                          i.user_hash)
+                sa.select(
+                    i.id, i.query_norm, i.results, i.swapped_rank, i.session_hash, i.user_hash
+                )
                 .where(i.id > last_id, i.id <= impression_horizon)
-                .order_by(i.id).limit(_CHUNK)).all()
+                .order_by(i.id)
+                .limit(_CHUNK)
+            ).all()
             if not imps:
                 break
             impressions += run.impressions(imps)
@@ -391,11 +482,24 @@ def aggregate(workspace: Workspace, *, now_ms: int | None = None) -> AggregateRe
         fe = feedback_events.c
         while last_seq < event_horizon:
             rows = conn.execute(
-                sa.select(fe.seq, fe.event_type, fe.session_hash, fe.user_hash, fe.query_id,
-                          fe.doc_id, fe.payload)
-                .where(fe.seq > last_seq, fe.seq <= event_horizon,
-                       fe.query_id.is_not(None), fe.event_type.in_(_EVENT_TYPES))
-                .order_by(fe.seq).limit(_CHUNK)).all()
+                sa.select(
+                    fe.seq,
+                    fe.event_type,
+                    fe.session_hash,
+                    fe.user_hash,
+                    fe.query_id,
+                    fe.doc_id,
+                    fe.payload,
+                )
+                .where(
+                    fe.seq > last_seq,
+                    fe.seq <= event_horizon,
+                    fe.query_id.is_not(None),
+                    fe.event_type.in_(_EVENT_TYPES),
+                )
+                .order_by(fe.seq)
+                .limit(_CHUNK)
+            ).all()
             if not rows:
                 break
             events += run.events(rows)
@@ -406,15 +510,22 @@ def aggregate(workspace: Workspace, *, now_ms: int | None = None) -> AggregateRe
         version = state.version + 1
         theta, gamma0 = fit_pbm(conn, swaps)
         horizon_ms = max((v[0] for v in run.recent.values()), default=0)
-        recent = {s: v for s, v in run.recent.items()
-                  if v[0] >= horizon_ms - REFORMULATION_WINDOW_MS}
-        conn.execute(search_state.update().where(search_state.c.id == 1).values(
-            event_seq=event_horizon, impression_id=impression_horizon, version=version,
-            propensities={"theta": theta, "gamma0": gamma0, "swaps": swaps.dump()},
-            recent=recent,
-            updated_ms=now_ms))
-    return AggregateReport(impressions, events, touched, version, event_horizon,
-                           impression_horizon)
+        recent = {
+            s: v for s, v in run.recent.items() if v[0] >= horizon_ms - REFORMULATION_WINDOW_MS
+        }
+        conn.execute(
+            search_state.update()
+            .where(search_state.c.id == 1)
+            .values(
+                event_seq=event_horizon,
+                impression_id=impression_horizon,
+                version=version,
+                propensities={"theta": theta, "gamma0": gamma0, "swaps": swaps.dump()},
+                recent=recent,
+                updated_ms=now_ms,
+            )
+        )
+    return AggregateReport(impressions, events, touched, version, event_horizon, impression_horizon)
 
 
 def rebuild(workspace: Workspace, *, now_ms: int | None = None) -> AggregateReport:
@@ -423,6 +534,9 @@ def rebuild(workspace: Workspace, *, now_ms: int | None = None) -> AggregateRepo
         conn.execute(search_signals.delete())
         conn.execute(search_session_marks.delete())
         version = conn.scalar(sa.select(search_state.c.version)) or 0
-        conn.execute(search_state.update().where(search_state.c.id == 1).values(
-            event_seq=0, impression_id=0, version=version + 1, propensities={}, recent={}))
+        conn.execute(
+            search_state.update()
+            .where(search_state.c.id == 1)
+            .values(event_seq=0, impression_id=0, version=version + 1, propensities={}, recent={})
+        )
     return aggregate(workspace, now_ms=now_ms)

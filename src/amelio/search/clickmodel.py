@@ -26,8 +26,14 @@ import sqlalchemy as sa
 
 from amelio.db.schema import search_signals, search_state
 
-__all__ = ["UNKNOWN_DWELL_WEIGHT", "Propensities", "SwapCounts", "fit_pbm",
-           "load_propensities", "utility"]
+__all__ = [
+    "UNKNOWN_DWELL_WEIGHT",
+    "Propensities",
+    "SwapCounts",
+    "fit_pbm",
+    "load_propensities",
+    "utility",
+]
 
 #: What a click whose client reported no dwell at all is worth: interest, not proof.
 UNKNOWN_DWELL_WEIGHT = 0.5
@@ -71,12 +77,18 @@ def utility(clicks: int, dwell_clicks: int, bounces: int) -> float:
 
 def load_propensities(bind: sa.Engine | sa.Connection) -> Propensities:
     """The fitted propensities and the signals version (one small row)."""
+
     def read(conn: sa.Connection) -> Propensities:
-        row = conn.execute(sa.select(search_state.c.version, search_state.c.propensities)
-                           .where(search_state.c.id == 1)).one()
+        row = conn.execute(
+            sa.select(search_state.c.version, search_state.c.propensities).where(
+                search_state.c.id == 1
+            )
+        ).one()
         fitted = row.propensities or {}
-        return Propensities(tuple(fitted.get("theta", ())), float(fitted.get("gamma0", 0.2)),
-                            int(row.version))
+        return Propensities(
+            tuple(fitted.get("theta", ())), float(fitted.get("gamma0", 0.2)), int(row.version)
+        )
+
     if isinstance(bind, sa.Connection):
         return read(bind)
     with bind.connect() as conn:
@@ -144,8 +156,7 @@ class SwapCounts:
         return lower / upper, t_k + t_k1
 
 
-def fit_pbm(conn: sa.Connection, swaps: SwapCounts | None = None
-            ) -> tuple[list[float], float]:
+def fit_pbm(conn: sa.Connection, swaps: SwapCounts | None = None) -> tuple[list[float], float]:
     """Examination propensity θ by rank for a position-based click model
     (P(click at rank k on d) = θ_k · γ_d): from the randomized adjacent swaps
     where there are enough (:class:`SwapCounts`), else by *intervention harvesting*.
@@ -174,22 +185,31 @@ def fit_pbm(conn: sa.Connection, swaps: SwapCounts | None = None
     mean of the feedback score.
     """
     rows = conn.execute(
-        sa.select(search_signals.c.impressions_by_rank, search_signals.c.clicks_by_rank,
-                  search_signals.c.dwell_clicks, search_signals.c.clicks,
-                  search_signals.c.bounces)
-        .order_by(search_signals.c.impressions.desc()).limit(_FIT_ROWS)).all()
+        sa.select(
+            search_signals.c.impressions_by_rank,
+            search_signals.c.clicks_by_rank,
+            search_signals.c.dwell_clicks,
+            search_signals.c.clicks,
+            search_signals.c.bounces,
+        )
+        .order_by(search_signals.c.impressions.desc())
+        .limit(_FIT_ROWS)
+    ).all()
     max_rank = 1
     pairs: dict[tuple[int, int], list[float]] = defaultdict(lambda: [0.0, 0.0])
     cells_of: list[list[tuple[int, int]]] = []
     for r in rows:
-        cells = sorted((int(k), n, int(r.clicks_by_rank.get(k, 0)))
-                       for k, n in r.impressions_by_rank.items() if n > 0)
+        cells = sorted(
+            (int(k), n, int(r.clicks_by_rank.get(k, 0)))
+            for k, n in r.impressions_by_rank.items()
+            if n > 0
+        )
         if not cells:
             continue
         cells_of.append([(k, n) for k, n, _ in cells])
         max_rank = max(max_rank, cells[-1][0])
         for i, (a, na, ca) in enumerate(cells):
-            for b, nb, cb in cells[i + 1:]:
+            for b, nb, cb in cells[i + 1 :]:
                 w = na * nb / (na + nb)
                 pair = pairs[(a, b)]
                 pair[0] += w * ca / na

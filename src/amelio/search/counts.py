@@ -15,8 +15,18 @@ from amelio.db.schema import search_signals
 __all__ = ["COUNTERS", "AggregateReport", "SignalRow", "busiest_queries", "signals_for"]
 
 #: The plain counters of a :class:`SignalRow` (besides the per-rank ones).
-COUNTERS = ("clicks", "dwell_clicks", "bounces", "pins", "hides", "votes_up", "votes_down",
-             "reformulations", "abandonments")
+COUNTERS = (
+    "clicks",
+    "dwell_clicks",
+    "bounces",
+    "pins",
+    "hides",
+    "votes_up",
+    "votes_down",
+    "reformulations",
+    "abandonments",
+)
+
 
 @dataclass
 class SignalRow:
@@ -37,17 +47,22 @@ class SignalRow:
 
     def add(self, other: SignalRow) -> None:
         self.impressions += other.impressions
-        for mine, theirs in ((self.impressions_by_rank, other.impressions_by_rank),
-                             (self.clicks_by_rank, other.clicks_by_rank)):
+        for mine, theirs in (
+            (self.impressions_by_rank, other.impressions_by_rank),
+            (self.clicks_by_rank, other.clicks_by_rank),
+        ):
             for rank, n in theirs.items():
                 mine[rank] = mine.get(rank, 0) + n
         for name in COUNTERS:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"impressions": self.impressions, "impressionsByRank": self.impressions_by_rank,
-                "clicksByRank": self.clicks_by_rank,
-                **{_camel(n): getattr(self, n) for n in COUNTERS}}
+        return {
+            "impressions": self.impressions,
+            "impressionsByRank": self.impressions_by_rank,
+            "clicksByRank": self.clicks_by_rank,
+            **{_camel(n): getattr(self, n) for n in COUNTERS},
+        }
 
 
 def _camel(name: str) -> str:
@@ -65,13 +80,19 @@ class AggregateReport:
     impression_id: int
 
     def to_dict(self) -> dict[str, int]:
-        return {"impressions": self.impressions, "events": self.events, "rows": self.rows,
-                "version": self.version, "eventSeq": self.event_seq,
-                "impressionId": self.impression_id}
+        return {
+            "impressions": self.impressions,
+            "events": self.events,
+            "rows": self.rows,
+            "version": self.version,
+            "eventSeq": self.event_seq,
+            "impressionId": self.impression_id,
+        }
 
 
-def signals_for(bind: sa.Engine | sa.Connection, query_norm: str,
-                doc_ids: Sequence[str] | None = None) -> dict[str, SignalRow]:
+def signals_for(
+    bind: sa.Engine | sa.Connection, query_norm: str, doc_ids: Sequence[str] | None = None
+) -> dict[str, SignalRow]:
     """The signals of ``query_norm`` (only for ``doc_ids`` when given)."""
     stmt = sa.select(search_signals).where(search_signals.c.query_norm == query_norm)
     if doc_ids is not None:
@@ -89,12 +110,19 @@ def busiest_queries(bind: sa.Engine, limit: int = 10) -> list[tuple[str, int, in
     c = search_signals.c
     clicks = sa.func.sum(c.clicks).label("clicks")
     with bind.connect() as conn:
-        rows = conn.execute(sa.select(c.query_norm, clicks, sa.func.count().label("docs"))
-                            .group_by(c.query_norm).order_by(clicks.desc(), c.query_norm)
-                            .limit(limit)).all()
+        rows = conn.execute(
+            sa.select(c.query_norm, clicks, sa.func.count().label("docs"))
+            .group_by(c.query_norm)
+            .order_by(clicks.desc(), c.query_norm)
+            .limit(limit)
+        ).all()
     return [(r.query_norm, int(r.clicks or 0), int(r.docs)) for r in rows]
 
 
 def _row(r: sa.Row[Any]) -> SignalRow:
-    return SignalRow(r.impressions, dict(r.impressions_by_rank), dict(r.clicks_by_rank),
-                     *(getattr(r, n) for n in COUNTERS))
+    return SignalRow(
+        r.impressions,
+        dict(r.impressions_by_rank),
+        dict(r.clicks_by_rank),
+        *(getattr(r, n) for n in COUNTERS),
+    )

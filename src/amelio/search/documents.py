@@ -23,8 +23,16 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-__all__ = ["Deletion", "Document", "Hit", "ImportReport", "LexicalHit", "best", "parse_line",
-           "read_documents"]
+__all__ = [
+    "Deletion",
+    "Document",
+    "Hit",
+    "ImportReport",
+    "LexicalHit",
+    "best",
+    "parse_line",
+    "read_documents",
+]
 
 
 @dataclass(frozen=True)
@@ -67,8 +75,9 @@ def parse_line(record: object, where: str) -> Document | Deletion:
         raise InvalidInput(f"{where}: a document is a JSON object.")
     raw_id = record.get("_id", record.get("docId"))
     if not isinstance(raw_id, str | int) or isinstance(raw_id, bool) or str(raw_id) == "":
-        raise InvalidInput(f"{where}: the document has no id: give \"_id\" (BEIR) or "
-                           "\"docId\" (NDJSON).", field="_id")
+        raise InvalidInput(
+            f'{where}: the document has no id: give "_id" (BEIR) or "docId" (NDJSON).', field="_id"
+        )
     doc_id = str(raw_id)
     if len(doc_id) > 256:
         raise InvalidInput(f"{where}: the id is longer than 256 characters.", field="_id")
@@ -78,8 +87,11 @@ def parse_line(record: object, where: str) -> Document | Deletion:
     body = record.get("text", record.get("body")) or ""
     if not isinstance(title, str) or not isinstance(body, str):
         raise InvalidInput(f"{where}: title and text/body must be strings.")
-    extra = {k: v for k, v in record.items()
-             if k not in ("_id", "docId", "title", "text", "body", "op", "deleted")}
+    extra = {
+        k: v
+        for k, v in record.items()
+        if k not in ("_id", "docId", "title", "text", "body", "op", "deleted")
+    }
     return Document(doc_id, title, body, extra)
 
 

@@ -38,9 +38,15 @@ class FirstPhase:
     semantic: dict[str, float] = field(default_factory=dict)
 
 
-def first_phase(engine: SearchEngine, query: str, size: int, *, alpha: float = 0.0,
-                embedder: Embedder | None = None, semantic_query: str | None = None
-                ) -> FirstPhase:
+def first_phase(
+    engine: SearchEngine,
+    query: str,
+    size: int,
+    *,
+    alpha: float = 0.0,
+    embedder: Embedder | None = None,
+    semantic_query: str | None = None,
+) -> FirstPhase:
     """The ``size`` best candidates for ``query`` mixed with weight ``alpha``.
 
     ``semantic_query`` is what is embedded when it differs from what the lexical
@@ -48,8 +54,11 @@ def first_phase(engine: SearchEngine, query: str, size: int, *, alpha: float = 0
     the question as written)."""
     if embedder is None or alpha <= 0:
         hits = engine.lexical(query, size)
-        return FirstPhase(min_max_normalized(hits), [h.doc_id for h in hits],
-                          lexical={h.doc_id: h.score for h in hits})
+        return FirstPhase(
+            min_max_normalized(hits),
+            [h.doc_id for h in hits],
+            lexical={h.doc_id: h.score for h in hits},
+        )
     asked = semantic_query or query
     if alpha >= 1:
         nearest, _ = engine.nearest(asked, size, embedder)
@@ -69,6 +78,9 @@ def first_phase(engine: SearchEngine, query: str, size: int, *, alpha: float = 0
     # spread Thompson sampling over twice the documents and learned slower).
     position = {d: i for i, d in enumerate(order)}
     kept = sorted(order, key=lambda d: (-mixed[d], position[d]))[:size]
-    return FirstPhase({d: mixed[d] for d in kept}, kept,
-                      lexical={h.doc_id: h.score for h in hits},
-                      semantic={d: similar[d] for d in kept if d in similar})
+    return FirstPhase(
+        {d: mixed[d] for d in kept},
+        kept,
+        lexical={h.doc_id: h.score for h in hits},
+        semantic={d: similar[d] for d in kept if d in similar},
+    )

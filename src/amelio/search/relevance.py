@@ -36,8 +36,10 @@ def load_dataset(directory: Path) -> Dataset:
     qrels_path = directory / "qrels" / "test.tsv"
     for needed in (corpus, queries_path, qrels_path):
         if not needed.is_file():
-            raise InvalidInput(f"{directory} is not a BEIR-layout data set: {needed.name} is "
-                               "missing (corpus.jsonl, queries.jsonl, qrels/test.tsv).")
+            raise InvalidInput(
+                f"{directory} is not a BEIR-layout data set: {needed.name} is "
+                "missing (corpus.jsonl, queries.jsonl, qrels/test.tsv)."
+            )
     qrels: dict[str, dict[str, int]] = defaultdict(dict)
     with qrels_path.open(encoding="utf-8") as f:
         for row in csv.reader(f, delimiter="\t"):
@@ -59,7 +61,9 @@ def load_dataset(directory: Path) -> Dataset:
 
 def ndcg_at(ranking: Sequence[str], judged: dict[str, int], k: int = TOP) -> float:
     """NDCG@k with exponential gains (2^grade − 1) and log2 discounts."""
+
     def dcg(grades: Sequence[int]) -> float:
-        return sum((2.0 ** g - 1) / math.log2(i + 2) for i, g in enumerate(grades[:k]))
+        return sum((2.0**g - 1) / math.log2(i + 2) for i, g in enumerate(grades[:k]))
+
     ideal = dcg(sorted(judged.values(), reverse=True))
     return dcg([judged.get(d, 0) for d in ranking]) / ideal if ideal else 0.0

@@ -71,8 +71,11 @@ class FeedbackScorer:
         satisfied = utility(row.clicks, row.dwell_clicks, row.bounces)
         successes = satisfied + self.prior * gamma0
         failures = max(examined - satisfied, 0.0) + self.prior * (1.0 - gamma0)
-        rate = rng.betavariate(successes, failures) if rng is not None \
+        rate = (
+            rng.betavariate(successes, failures)
+            if rng is not None
             else successes / (successes + failures)
+        )
         attraction = math.log(max(rate, 1e-9) / gamma0)
         plus, minus = row.pins + row.votes_up, row.hides + row.votes_down
         explicit = (plus - minus) / (plus + minus + 1.0)

@@ -67,10 +67,20 @@ if TYPE_CHECKING:
 
 #: FEEDBACK_BOUND, FeedbackScorer and RankedDoc live in :mod:`amelio.search.scoring`
 #: and are re-exported here, where callers have always found them.
-__all__ = ["FEEDBACK_BOUND", "MAX_ID_CHARS", "PROFILES", "FeedbackScorer", "RankedDoc",
-           "SearchResponse", "Searcher", "SemanticUnavailable", "import_embedder",
-           "optional_embedder",
-           "query_key", "search_embedder"]
+__all__ = [
+    "FEEDBACK_BOUND",
+    "MAX_ID_CHARS",
+    "PROFILES",
+    "FeedbackScorer",
+    "RankedDoc",
+    "SearchResponse",
+    "Searcher",
+    "SemanticUnavailable",
+    "import_embedder",
+    "optional_embedder",
+    "query_key",
+    "search_embedder",
+]
 
 log = logging.getLogger("amelio.search")
 
@@ -124,13 +134,21 @@ class SearchResponse:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "queryId": self.query_id, "requestId": self.request_id,
-            "rankProfile": self.profile, "alpha": self.alpha,
-            "results": [{"docId": d.doc_id, "rank": rank, "score": round(d.score, 6),
-                         "scoreVespa": round(d.first_phase, 6),
-                         "feedbackScore": round(d.feedback, 6),
-                         "title": self.titles.get(d.doc_id, "")}
-                        for rank, d in enumerate(self.results, start=1)],
+            "queryId": self.query_id,
+            "requestId": self.request_id,
+            "rankProfile": self.profile,
+            "alpha": self.alpha,
+            "results": [
+                {
+                    "docId": d.doc_id,
+                    "rank": rank,
+                    "score": round(d.score, 6),
+                    "scoreVespa": round(d.first_phase, 6),
+                    "feedbackScore": round(d.feedback, 6),
+                    "title": self.titles.get(d.doc_id, ""),
+                }
+                for rank, d in enumerate(self.results, start=1)
+            ],
             "feedbackToken": self.token,
         }
 
@@ -143,13 +161,16 @@ def search_embedder(settings: Settings, what: str = "semantic search") -> Embedd
         raise SemanticUnavailable(
             f"The {what} needs an embedding model, and search_embedding_model is empty: "
             "set AMELIO_SEARCH_EMBEDDING_MODEL=wordllama (with `pip install "
-            f"'amelio[semantic]'`), or {_LEXICAL_ONLY}.")
+            f"'amelio[semantic]'`), or {_LEXICAL_ONLY}."
+        )
     try:
         return load_embedder(name, setting="AMELIO_SEARCH_EMBEDDING_MODEL")
     except EmbedderUnavailable as exc:
-        raise SemanticUnavailable(f"The {what} needs an embedding model, which this "
-                                  f"installation lacks. {exc.message} Or "
-                                  f"{_LEXICAL_ONLY}.") from exc
+        raise SemanticUnavailable(
+            f"The {what} needs an embedding model, which this "
+            f"installation lacks. {exc.message} Or "
+            f"{_LEXICAL_ONLY}."
+        ) from exc
 
 
 def optional_embedder(settings: Settings) -> Embedder | None:
@@ -174,17 +195,19 @@ def import_embedder(settings: Settings) -> Embedder | None:
 def check_request(query: str, profile: str, alpha: float, limit: int) -> str:
     """The normalized query, or :class:`InvalidInput` naming the bad field."""
     if profile not in PROFILES:
-        raise InvalidInput(f"Unknown rankProfile {profile!r}; use one of: "
-                           f"{', '.join(PROFILES)}.", field="rankProfile")
+        raise InvalidInput(
+            f"Unknown rankProfile {profile!r}; use one of: {', '.join(PROFILES)}.",
+            field="rankProfile",
+        )
     if not (isinstance(alpha, int | float) and 0.0 <= alpha <= 1.0) or math.isnan(alpha):
-        raise InvalidInput(f"alpha is the semantic weight, between 0 and 1, not {alpha}.",
-                           field="alpha")
+        raise InvalidInput(
+            f"alpha is the semantic weight, between 0 and 1, not {alpha}.", field="alpha"
+        )
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidInput(f"limit is between 1 and {MAX_LIMIT}, not {limit}.", field="limit")
     query_norm = normalize(query)
     if not query_norm:
-        raise InvalidInput("The query is empty: send some words to search for.",
-                           field="query")
+        raise InvalidInput("The query is empty: send some words to search for.", field="query")
     return query_norm
 
 
@@ -202,9 +225,11 @@ def _check_id(value: str | None, field: str) -> None:
     """``value`` is None or a raw id of a sensible length; the message gives only its
     length, so a raw id cannot leak through an error or a log."""
     if value is not None and not 1 <= len(value) <= MAX_ID_CHARS:
-        raise InvalidInput(f"{field} is 1 to {MAX_ID_CHARS} characters (the id your "
-                           f"feedback events send), not {len(value)}; or leave it out.",
-                           field=field)
+        raise InvalidInput(
+            f"{field} is 1 to {MAX_ID_CHARS} characters (the id your "
+            f"feedback events send), not {len(value)}; or leave it out.",
+            field=field,
+        )
 
 
 class Searcher:
@@ -217,10 +242,17 @@ class Searcher:
     or a model object built in code).
     """
 
-    def __init__(self, workspace: Workspace, *, engine: SearchEngine | None = None,
-                 corpus: SearchEngine | None = None, rng: random.Random | None = None,
-                 background_aggregation: bool = True, embedder: Embedder | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        engine: SearchEngine | None = None,
+        corpus: SearchEngine | None = None,
+        rng: random.Random | None = None,
+        background_aggregation: bool = True,
+        embedder: Embedder | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.workspace = workspace
         self.settings = workspace.settings
         self.engine: SearchEngine = engine or corpus or open_engine(self.settings)
@@ -234,8 +266,8 @@ class Searcher:
         #: few seconds under traffic) re-scores feedback, it does not search again,
         #: and exploring responses sample from them without touching the index.
         self.candidates: LRUCache[Candidates] = LRUCache(
-            max(self.settings.search_cache_size // 4, 1) if self.settings.search_cache_size
-            else 0)
+            max(self.settings.search_cache_size // 4, 1) if self.settings.search_cache_size else 0
+        )
         self._rng = rng or random.Random()  # noqa: S311 (exploration, not secrets)
         self._clock = clock
         self._background = background_aggregation
@@ -244,9 +276,18 @@ class Searcher:
 
     # -- the one entry point -----------------------------------------------------------
 
-    def search(self, query: str, *, project: str = "default", profile: str | None = None,
-               alpha: float | None = None, limit: int = 10, beta: float | None = None,
-               session: str | None = None, user: str | None = None) -> SearchResponse:
+    def search(
+        self,
+        query: str,
+        *,
+        project: str = "default",
+        profile: str | None = None,
+        alpha: float | None = None,
+        limit: int = 10,
+        beta: float | None = None,
+        session: str | None = None,
+        user: str | None = None,
+    ) -> SearchResponse:
         """Rank the corpus for ``query``, log the impression, sign the token.
 
         ``session`` and ``user`` are the raw ids the client's feedback events send as
@@ -263,24 +304,49 @@ class Searcher:
         query_id, request_id = str(ULID()), str(ULID())
         created_ms = int(self._clock() * 1000)
         day = day_from_index(created_ms // _DAY_MS)  # the salt of the collector's day
-        who = (None if session is None else self.hasher.hash(session, day),
-               None if user is None else self.hasher.hash(user, day))
-        self._log(query_id, request_id, project, r, ranking, explored, swapped, who,
-                  created_ms)
+        who = (
+            None if session is None else self.hasher.hash(session, day),
+            None if user is None else self.hasher.hash(user, day),
+        )
+        self._log(query_id, request_id, project, r, ranking, explored, swapped, who, created_ms)
         documents = self.engine.documents([d.doc_id for d in ranking])
         titles = {doc_id: doc.title for doc_id, doc in documents.items()}
         self._maybe_aggregate()
-        return SearchResponse(query_id, request_id, r.profile, r.alpha, ranking, titles,
-                              self.signer.issue(query_id, request_id), r.cached, explored)
+        return SearchResponse(
+            query_id,
+            request_id,
+            r.profile,
+            r.alpha,
+            ranking,
+            titles,
+            self.signer.issue(query_id, request_id),
+            r.cached,
+            explored,
+        )
 
-    def rank(self, query: str, *, profile: str | None = None, alpha: float | None = None,
-             limit: int = 10, beta: float | None = None) -> tuple[RankedDoc, ...]:
+    def rank(
+        self,
+        query: str,
+        *,
+        profile: str | None = None,
+        alpha: float | None = None,
+        limit: int = 10,
+        beta: float | None = None,
+    ) -> tuple[RankedDoc, ...]:
         """The ranking a search would show, without logging an impression and never
         explored (for evaluation: a ranking nobody saw must not count as shown)."""
         return self._ranking(query, profile, alpha, limit, beta, explore=False).docs
 
-    def _ranking(self, query: str, profile: str | None, alpha: float | None, limit: int,
-                 beta: float | None, *, explore: bool) -> _Ranking:
+    def _ranking(
+        self,
+        query: str,
+        profile: str | None,
+        alpha: float | None,
+        limit: int,
+        beta: float | None,
+        *,
+        explore: bool,
+    ) -> _Ranking:
         """The best ``limit`` documents and the request's resolved profile, alpha,
         beta and normalized query; cached unless this response explores.
 
@@ -303,21 +369,43 @@ class Searcher:
         elif profile == "hybrid":
             beta = 0.0
         if isinstance(self.engine, RankingEngine):  # Vespa: it ranks, and keeps no cache
-            return _Ranking(self.engine.rank(query_norm, profile, alpha, beta, limit,
-                                             key=key),
-                            profile, alpha, beta, query_norm, key)
+            return _Ranking(
+                self.engine.rank(query_norm, profile, alpha, beta, limit, key=key),
+                profile,
+                alpha,
+                beta,
+                query_norm,
+                key,
+            )
         embedder = self._embedder(profile, alpha) if alpha > 0 else None
-        sample = explore and beta > 0 and self.settings.search_thompson > 0 \
+        sample = (
+            explore
+            and beta > 0
+            and self.settings.search_thompson > 0
             and self._rng.random() < self.settings.search_thompson
+        )
         # What the first phase depends on: also the candidate cache's key.
-        source = (query_norm, profile, alpha, self._corpus_stamp(embedder),
-                  embedder.model if embedder else None)
+        source = (
+            query_norm,
+            profile,
+            alpha,
+            self._corpus_stamp(embedder),
+            embedder.model if embedder else None,
+        )
         with self.workspace.engine.connect() as conn:
             propensities = load_propensities(conn) if beta > 0 else None
             if sample:
-                return _Ranking(self._rank(conn, source, key, beta, limit, propensities,
-                                           embedder, rng=self._rng),
-                                profile, alpha, beta, query_norm, key, sampled=True)
+                return _Ranking(
+                    self._rank(
+                        conn, source, key, beta, limit, propensities, embedder, rng=self._rng
+                    ),
+                    profile,
+                    alpha,
+                    beta,
+                    query_norm,
+                    key,
+                    sampled=True,
+                )
             version = propensities.version if propensities else 0
             cache_key = (*source, key, beta, limit, version)
             ranking = self.cache.get(cache_key)
@@ -345,18 +433,32 @@ class Searcher:
         what = f"{profile} profile" + (f" with alpha {alpha}" if profile != "semantic" else "")
         return search_embedder(self.settings, what)
 
-    def _first_phase(self, query_norm: str, profile: str, alpha: float,
-                     embedder: Embedder | None) -> tuple[dict[str, float], list[str]]:
+    def _first_phase(
+        self, query_norm: str, profile: str, alpha: float, embedder: Embedder | None
+    ) -> tuple[dict[str, float], list[str]]:
         """Each candidate's first-phase score and the candidates in engine order
         (:func:`~amelio.search.fusion.first_phase`): ``semantic`` keeps the raw
         cosine, ``hybrid`` mixes both sides normalized with ``alpha``."""
-        found = first_phase(self.engine, query_norm, self.settings.search_candidates,
-                            alpha=1.0 if profile == "semantic" else alpha, embedder=embedder)
+        found = first_phase(
+            self.engine,
+            query_norm,
+            self.settings.search_candidates,
+            alpha=1.0 if profile == "semantic" else alpha,
+            embedder=embedder,
+        )
         return found.scores, found.order
 
-    def _rank(self, conn: sa.Connection, source: tuple[Any, ...], key: str, beta: float,
-              limit: int, propensities: Propensities | None, embedder: Embedder | None,
-              rng: random.Random | None = None) -> tuple[RankedDoc, ...]:
+    def _rank(
+        self,
+        conn: sa.Connection,
+        source: tuple[Any, ...],
+        key: str,
+        beta: float,
+        limit: int,
+        propensities: Propensities | None,
+        embedder: Embedder | None,
+        rng: random.Random | None = None,
+    ) -> tuple[RankedDoc, ...]:
         """The best ``limit`` candidates; with ``rng``, feedback scores are posterior
         samples (Thompson sampling) rather than posterior means. ``source`` is
         (normalized query, profile, alpha, corpus stamp, model); ``key`` is
@@ -380,20 +482,27 @@ class Searcher:
             rows = signals_for(conn, key)
             feedback = {doc_id: scorer.score(rows.get(doc_id), rng) for doc_id in first}
         ranked = sorted(
-            (RankedDoc(doc_id, s + beta * feedback.get(doc_id, 0.0), s,
-                       feedback.get(doc_id, 0.0)) for doc_id, s in first.items()),
-            key=lambda d: (-d.score, order[d.doc_id]))
+            (
+                RankedDoc(
+                    doc_id, s + beta * feedback.get(doc_id, 0.0), s, feedback.get(doc_id, 0.0)
+                )
+                for doc_id, s in first.items()
+            ),
+            key=lambda d: (-d.score, order[d.doc_id]),
+        )
         return tuple(ranked[:limit])
 
-    def _swap(self, ranking: tuple[RankedDoc, ...]
-              ) -> tuple[tuple[RankedDoc, ...], int | None]:
+    def _swap(self, ranking: tuple[RankedDoc, ...]) -> tuple[tuple[RankedDoc, ...], int | None]:
         """Swap two adjacent results in a share of responses (``search_exploration``)
         and return the upper rank of the pair: whether a pair is swapped does not
         depend on what it holds, so comparing clicks with and without the swap
         measures how much less the lower rank is examined (see
         :func:`~amelio.search.clickmodel.fit_pbm`)."""
-        if len(ranking) < 2 or self.settings.search_exploration <= 0 \
-                or self._rng.random() >= self.settings.search_exploration:
+        if (
+            len(ranking) < 2
+            or self.settings.search_exploration <= 0
+            or self._rng.random() >= self.settings.search_exploration
+        ):
             return ranking, None
         shown = list(ranking)
         i = self._rng.randrange(len(shown) - 1)
@@ -402,19 +511,41 @@ class Searcher:
 
     # -- the impression log and signals -----------------------------------------------
 
-    def _log(self, query_id: str, request_id: str, project: str, r: _Ranking,
-             ranking: Sequence[RankedDoc], explored: bool, swapped_rank: int | None,
-             who: tuple[str | None, str | None], created_ms: int) -> None:
+    def _log(
+        self,
+        query_id: str,
+        request_id: str,
+        project: str,
+        r: _Ranking,
+        ranking: Sequence[RankedDoc],
+        explored: bool,
+        swapped_rank: int | None,
+        who: tuple[str | None, str | None],
+        created_ms: int,
+    ) -> None:
         """Store the impression: the ranking as shown, under the query's key, with
         the hashed session and user (``who``) when the client named them."""
         with transaction(self.workspace.engine) as conn:
-            conn.execute(search_impressions.insert().values(
-                query_id=query_id, request_id=request_id, project=project,
-                query_norm=r.key, profile=r.profile, alpha=r.alpha, beta=r.beta,
-                results=[[d.doc_id, rank, round(d.score, 6)]
-                         for rank, d in enumerate(ranking, start=1)],
-                explored=explored, swapped_rank=swapped_rank,
-                session_hash=who[0], user_hash=who[1], created_ms=created_ms))
+            conn.execute(
+                search_impressions.insert().values(
+                    query_id=query_id,
+                    request_id=request_id,
+                    project=project,
+                    query_norm=r.key,
+                    profile=r.profile,
+                    alpha=r.alpha,
+                    beta=r.beta,
+                    results=[
+                        [d.doc_id, rank, round(d.score, 6)]
+                        for rank, d in enumerate(ranking, start=1)
+                    ],
+                    explored=explored,
+                    swapped_rank=swapped_rank,
+                    session_hash=who[0],
+                    user_hash=who[1],
+                    created_ms=created_ms,
+                )
+            )
 
     def _maybe_aggregate(self) -> None:
         if not self._background:

@@ -65,8 +65,16 @@ from amelio.search.store import DocumentStore
 from amelio.workspace.config import Settings
 from amelio.workspace.folder import Workspace, open_workspace
 
-__all__ = ["ARMS", "Arm", "Dataset", "SimulationResult", "click_events", "load_dataset",
-           "ndcg_at", "simulate"]
+__all__ = [
+    "ARMS",
+    "Arm",
+    "Dataset",
+    "SimulationResult",
+    "click_events",
+    "load_dataset",
+    "ndcg_at",
+    "simulate",
+]
 
 UserModel = Literal["pbm", "cascade"]
 USER_MODELS: tuple[str, ...] = ("pbm", "cascade")
@@ -92,10 +100,18 @@ class Arm:
 
 #: The arms every simulation trains, each in its own workspace.
 ARMS: tuple[Arm, ...] = (
-    Arm("hybrid_with_feedback", debiased=True, dwell=True,
-        description="dwell-weighted clicks over position-debiased examinations"),
-    Arm("naive_ctr", debiased=False, dwell=False,
-        description="every click the same, over raw impressions (smoothed click counting)"),
+    Arm(
+        "hybrid_with_feedback",
+        debiased=True,
+        dwell=True,
+        description="dwell-weighted clicks over position-debiased examinations",
+    ),
+    Arm(
+        "naive_ctr",
+        debiased=False,
+        dwell=False,
+        description="every click the same, over raw impressions (smoothed click counting)",
+    ),
 )
 _LEARNERS = tuple(a.name for a in ARMS)
 
@@ -114,7 +130,7 @@ class _User:
         self.rng = rng
 
     def attraction(self, grade: int) -> float:
-        return 0.1 + 0.9 * (2.0 ** grade - 1) / (2.0 ** self.max_grade - 1)
+        return 0.1 + 0.9 * (2.0**grade - 1) / (2.0**self.max_grade - 1)
 
     def clicks(self, ranking: Sequence[str], judged: dict[str, int]) -> list[int]:
         """The 1-based ranks clicked, in order."""
@@ -141,14 +157,18 @@ class SimulationResult:
 
     def final(self, profile: str, metric: str) -> float:
         last = max(r["round"] for r in self.rows)
-        return float(next(r[metric] for r in self.rows if r["round"] == last
-                    and r["profile"] == profile))
+        return float(
+            next(r[metric] for r in self.rows if r["round"] == last and r["profile"] == profile)
+        )
 
     def training_ctr(self, profile: str) -> float:
         """CTR@3 of what the training sessions were shown (exploration included),
         averaged over all rounds: what learning cost the people who searched."""
-        values = [r["train_ctr3"] for r in self.rows
-                  if r["profile"] == profile and r.get("train_ctr3") is not None]
+        values = [
+            r["train_ctr3"]
+            for r in self.rows
+            if r["profile"] == profile and r.get("train_ctr3") is not None
+        ]
         return sum(values) / len(values) if values else 0.0
 
     def gap_closed(self, profile: str, metric: str = "ndcg10") -> float:
@@ -158,21 +178,28 @@ class SimulationResult:
 
     def to_dict(self) -> dict[str, Any]:
         profiles = sorted({r["profile"] for r in self.rows})
-        return {"settings": self.settings, "rows": self.rows,
-                "final": {p: {"ndcg10": self.final(p, "ndcg10"), "ctr3": self.final(p, "ctr3")}
-                          for p in profiles},
-                "gapClosed": {p: {"ndcg10": self.gap_closed(p, "ndcg10"),
-                                  "ctr3": self.gap_closed(p, "ctr3")}
-                              for p in _LEARNERS},
-                "trainingCtr3": {p: self.training_ctr(p) for p in _LEARNERS}}
+        return {
+            "settings": self.settings,
+            "rows": self.rows,
+            "final": {
+                p: {"ndcg10": self.final(p, "ndcg10"), "ctr3": self.final(p, "ctr3")}
+                for p in profiles
+            },
+            "gapClosed": {
+                p: {"ndcg10": self.gap_closed(p, "ndcg10"), "ctr3": self.gap_closed(p, "ctr3")}
+                for p in _LEARNERS
+            },
+            "trainingCtr3": {p: self.training_ctr(p) for p in _LEARNERS},
+        }
 
     def write(self, out: Path) -> list[Path]:
         """The CSV, the JSON record and, when matplotlib is installed, the PNG."""
         out.mkdir(parents=True, exist_ok=True)
         written = [out / "simulation.csv", out / "simulation.json"]
         with written[0].open("w", newline="", encoding="utf-8") as f:
-            writer = csv.DictWriter(f, fieldnames=["round", "sessions", "profile", "ndcg10",
-                                                   "ctr3", "train_ctr3"])
+            writer = csv.DictWriter(
+                f, fieldnames=["round", "sessions", "profile", "ndcg10", "ctr3", "train_ctr3"]
+            )
             writer.writeheader()
             writer.writerows(self.rows)
         written[1].write_text(json.dumps(self.to_dict(), indent=2), encoding="utf-8")
@@ -184,6 +211,7 @@ class SimulationResult:
     def _plot(self, path: Path) -> Path | None:
         try:
             import matplotlib  # type: ignore[import-not-found,unused-ignore]
+
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt  # type: ignore[import-not-found,unused-ignore]
         except ImportError:
@@ -191,18 +219,23 @@ class SimulationResult:
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.8))
         for ax, metric, label in ((axes[0], "ndcg10", "NDCG@10"), (axes[1], "ctr3", "CTR@3")):
             for profile in ("ideal", "hybrid_with_feedback", "naive_ctr", "bm25"):
-                points = [(r["sessions"], r[metric]) for r in self.rows
-                          if r["profile"] == profile]
-                ax.plot([p[0] for p in points], [p[1] for p in points], marker="o",
-                        label=profile)
+                points = [(r["sessions"], r[metric]) for r in self.rows if r["profile"] == profile]
+                ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=profile)
             if metric == "ndcg10":
                 half = (self.final("bm25", metric) + self.final("ideal", metric)) / 2
                 ax.axhline(half, linestyle=":", color="grey", label="half the gap")
             else:
-                shown = [(r["sessions"], r["train_ctr3"]) for r in self.rows
-                         if r["profile"] == "hybrid_with_feedback" and r["train_ctr3"]]
-                ax.plot([p[0] for p in shown], [p[1] for p in shown], linestyle="--",
-                        label="hybrid_with_feedback, while learning")
+                shown = [
+                    (r["sessions"], r["train_ctr3"])
+                    for r in self.rows
+                    if r["profile"] == "hybrid_with_feedback" and r["train_ctr3"]
+                ]
+                ax.plot(
+                    [p[0] for p in shown],
+                    [p[1] for p in shown],
+                    linestyle="--",
+                    label="hybrid_with_feedback, while learning",
+                )
             ax.set_xlabel("sessions per query")
             ax.set_ylabel(label)
             ax.grid(alpha=0.3)
@@ -219,59 +252,102 @@ class SimulationResult:
         return path
 
 
-def _evaluate(rank: Callable[[str], list[str]], data: Dataset, user: _User,
-              sessions: int) -> tuple[float, float]:
+def _evaluate(
+    rank: Callable[[str], list[str]], data: Dataset, user: _User, sessions: int
+) -> tuple[float, float]:
     ndcg = ctr = 0.0
     for qid, text in data.queries.items():
         ranking = rank(text)
         judged = data.qrels[qid]
         ndcg += ndcg_at(ranking, judged)
-        ctr += sum(1 for _ in range(sessions)
-                   if any(k <= 3 for k in user.clicks(ranking, judged))) / sessions
+        ctr += (
+            sum(1 for _ in range(sessions) if any(k <= 3 for k in user.clicks(ranking, judged)))
+            / sessions
+        )
     return ndcg / len(data.queries), ctr / len(data.queries)
 
 
-def click_events(response: SearchResponse, rank: int, session: str, dwell_ms: int | None,
-                 now_ms: int) -> list[dict[str, Any]]:
+def click_events(
+    response: SearchResponse, rank: int, session: str, dwell_ms: int | None, now_ms: int
+) -> list[dict[str, Any]]:
     """The events a client sends when a person clicks the result at ``rank`` (1-based)
     of ``response`` and reads it ``dwell_ms`` (None: the client reports no dwell)."""
-    request = {"queryId": response.query_id, "requestId": response.request_id,
-               "feedbackToken": response.token, "rankProfile": response.profile,
-               "alpha": response.alpha}
-    common = {"eventVersion": "v1", "eventTimeMs": now_ms,
-              "session": {"sessionId": session}, "consent": {"telemetry": "granted"},
-              "request": request,
-              "result": {"docId": response.results[rank - 1].doc_id, "rankShown": rank}}
+    request = {
+        "queryId": response.query_id,
+        "requestId": response.request_id,
+        "feedbackToken": response.token,
+        "rankProfile": response.profile,
+        "alpha": response.alpha,
+    }
+    common = {
+        "eventVersion": "v1",
+        "eventTimeMs": now_ms,
+        "session": {"sessionId": session},
+        "consent": {"telemetry": "granted"},
+        "request": request,
+        "result": {"docId": response.results[rank - 1].doc_id, "rankShown": rank},
+    }
     events = [{**common, "eventId": new_event_id(), "eventType": "result_clicked"}]
     if dwell_ms is not None:
-        events.append({**common, "eventId": new_event_id(), "eventType": "result_dwell_time",
-                       "outcome": {"dwellMs": dwell_ms}})
+        events.append(
+            {
+                **common,
+                "eventId": new_event_id(),
+                "eventType": "result_dwell_time",
+                "outcome": {"dwellMs": dwell_ms},
+            }
+        )
     return events
 
 
-def _events(response: SearchResponse, clicks: list[int], judged: dict[str, int], user: _User,
-            session: str, now_ms: int, dwell: bool) -> list[dict[str, Any]]:
-    return [e for rank in clicks for e in click_events(
-        response, rank, session,
-        user.dwell_ms(judged.get(response.results[rank - 1].doc_id, 0)) if dwell else None,
-        now_ms)]
+def _events(
+    response: SearchResponse,
+    clicks: list[int],
+    judged: dict[str, int],
+    user: _User,
+    session: str,
+    now_ms: int,
+    dwell: bool,
+) -> list[dict[str, Any]]:
+    return [
+        e
+        for rank in clicks
+        for e in click_events(
+            response,
+            rank,
+            session,
+            user.dwell_ms(judged.get(response.results[rank - 1].doc_id, 0)) if dwell else None,
+            now_ms,
+        )
+    ]
 
 
 def _scratch_engine(root: Path, name: str | None) -> DocumentStore:
     """An embedded engine whose store lives in the simulation's folder."""
     engine = open_engine(Settings().model_copy(update={"workspace": root}), name)
     if not isinstance(engine, DocumentStore):
-        raise InvalidInput(f"The simulation indexes the data set itself: use an embedded "
-                           f"engine (embedded, tantivy, fts5), not {engine.name!r}.",
-                           field="engine")
+        raise InvalidInput(
+            f"The simulation indexes the data set itself: use an embedded "
+            f"engine (embedded, tantivy, fts5), not {engine.name!r}.",
+            field="engine",
+        )
     return engine
 
 
-def simulate(dataset: Path, *, sessions_per_query: int = 100, user_model: str = "pbm",
-             seed: int = 0, rounds: int = 10, eval_sessions: int = 20,
-             alpha: float = 0.0, thompson: float | None = None,
-             workdir: Path | None = None, engine: str | None = None,
-             progress: Callable[[str], None] | None = None) -> SimulationResult:
+def simulate(
+    dataset: Path,
+    *,
+    sessions_per_query: int = 100,
+    user_model: str = "pbm",
+    seed: int = 0,
+    rounds: int = 10,
+    eval_sessions: int = 20,
+    alpha: float = 0.0,
+    thompson: float | None = None,
+    workdir: Path | None = None,
+    engine: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> SimulationResult:
     """Run the simulation; ``rounds`` checkpoints split the sessions evenly.
 
     ``alpha`` is the semantic weight of the learning profile's first phase (above
@@ -279,64 +355,86 @@ def simulate(dataset: Path, *, sessions_per_query: int = 100, user_model: str = 
     share of training responses that explore. ``engine`` is the embedded engine
     that indexes the data set (default: ``search_backend``'s, else ``embedded``)."""
     if user_model not in USER_MODELS:
-        raise InvalidInput(f"Unknown click model {user_model!r}; use pbm or cascade.",
-                           field="click_model")
+        raise InvalidInput(
+            f"Unknown click model {user_model!r}; use pbm or cascade.", field="click_model"
+        )
     if sessions_per_query < 1 or rounds < 1 or eval_sessions < 1:
         raise InvalidInput("sessions per query, rounds and evaluation sessions are at least 1.")
     if not 0.0 <= alpha <= 1.0:
-        raise InvalidInput(f"alpha is the semantic weight, between 0 and 1, not {alpha}.",
-                           field="alpha")
+        raise InvalidInput(
+            f"alpha is the semantic weight, between 0 and 1, not {alpha}.", field="alpha"
+        )
     if thompson is not None and not 0.0 <= thompson <= 1.0:
-        raise InvalidInput(f"The exploration share is between 0 and 1, not {thompson}.",
-                           field="thompson")
+        raise InvalidInput(
+            f"The exploration share is between 0 and 1, not {thompson}.", field="thompson"
+        )
     rounds = min(rounds, sessions_per_query)
     model = cast(UserModel, user_model)
     data = load_dataset(dataset)
     say = progress or (lambda _: None)
     scratch = tempfile.TemporaryDirectory(prefix="amelio-sim-") if workdir is None else None
     root = Path(scratch.name) if scratch is not None else Path(workdir)  # type: ignore[arg-type]
-    result = SimulationResult(settings={"dataset": str(dataset), "queries": len(data.queries),
-                                        "sessionsPerQuery": sessions_per_query,
-                                        "clickModel": user_model, "seed": seed,
-                                        "rounds": rounds, "evalSessions": eval_sessions,
-                                        "alpha": alpha,
-                                        "arms": {a.name: a.description for a in ARMS}})
+    result = SimulationResult(
+        settings={
+            "dataset": str(dataset),
+            "queries": len(data.queries),
+            "sessionsPerQuery": sessions_per_query,
+            "clickModel": user_model,
+            "seed": seed,
+            "rounds": rounds,
+            "evalSessions": eval_sessions,
+            "alpha": alpha,
+            "arms": {a.name: a.description for a in ARMS},
+        }
+    )
     try:
         corpus = _scratch_engine(root, engine)
         result.settings["engine"] = corpus.name
-        embedder = search_embedder(Settings(), f"simulation with alpha {alpha}") \
-            if alpha > 0 else None
+        embedder = (
+            search_embedder(Settings(), f"simulation with alpha {alpha}") if alpha > 0 else None
+        )
         if corpus.count() == 0:
             corpus.import_file(data.corpus_path, embedder=embedder)
-        judged_lists = {qid: [d for d, _ in sorted(j.items(), key=lambda x: -x[1])]
-                        for qid, j in data.qrels.items()}
+        judged_lists = {
+            qid: [d for d, _ in sorted(j.items(), key=lambda x: -x[1])]
+            for qid, j in data.qrels.items()
+        }
         text_to_qid = {t: q for q, t in data.queries.items()}
         static: dict[str, tuple[float, float]] = {}
         learners: dict[str, Searcher] = {}
         collectors: dict[str, Collector] = {}
         for arm in ARMS:
             ws = _scratch_workspace(root / arm.name, thompson)
-            learners[arm.name] = Searcher(ws, corpus=corpus, rng=_rng(seed),
-                                          background_aggregation=False, embedder=embedder)
+            learners[arm.name] = Searcher(
+                ws, corpus=corpus, rng=_rng(seed), background_aggregation=False, embedder=embedder
+            )
             collectors[arm.name] = Collector(ws)
         base = learners["hybrid_with_feedback"]
         result.settings["thompson"] = base.settings.search_thompson
         result.settings["priorWeight"] = base.settings.search_prior_weight
         result.settings["candidates"] = base.settings.search_candidates
-        say(f"{len(data.queries)} queries, {sessions_per_query} sessions each. Floor: bm25; "
-            "ceiling: ideal (the judgments sorted).")
-        say("Both learning arms are the hybrid_with_feedback profile (alpha "
+        say(
+            f"{len(data.queries)} queries, {sessions_per_query} sessions each. Floor: bm25; "
+            "ceiling: ideal (the judgments sorted)."
+        )
+        say(
+            "Both learning arms are the hybrid_with_feedback profile (alpha "
             f"{alpha:g}, {base.settings.search_candidates} candidates, prior weight "
             f"{base.settings.search_prior_weight:g}, Thompson sampling in "
-            f"{base.settings.search_thompson:.0%} of responses); they learn from:")
+            f"{base.settings.search_thompson:.0%} of responses); they learn from:"
+        )
         for arm in ARMS:
             say(f"  {arm.name}: {arm.description}")
         eval_user = _User(model, data.max_grade, _rng(seed + 1))
         static["bm25"] = _evaluate(
-            lambda t: [d.doc_id for d in base.rank(t, profile="bm25")], data, eval_user,
-            eval_sessions)
-        static["ideal"] = _evaluate(lambda t: judged_lists[text_to_qid[t]][:TOP], data,
-                                    eval_user, eval_sessions)
+            lambda t: [d.doc_id for d in base.rank(t, profile="bm25")],
+            data,
+            eval_user,
+            eval_sessions,
+        )
+        static["ideal"] = _evaluate(
+            lambda t: judged_lists[text_to_qid[t]][:TOP], data, eval_user, eval_sessions
+        )
         done = 0
         for round_no in range(rounds + 1):
             shown_ctr: dict[str, float | None] = dict.fromkeys(learners)
@@ -344,25 +442,50 @@ def simulate(dataset: Path, *, sessions_per_query: int = 100, user_model: str = 
                 batch = sessions_per_query * round_no // rounds - done
                 for arm in ARMS:
                     shown_ctr[arm.name] = _train(
-                        learners[arm.name], collectors[arm.name], arm, data, batch, user_model,
-                        _rng(f"{seed}:{arm.name}:{round_no}"), f"{arm.name}-{round_no}", alpha)
+                        learners[arm.name],
+                        collectors[arm.name],
+                        arm,
+                        data,
+                        batch,
+                        user_model,
+                        _rng(f"{seed}:{arm.name}:{round_no}"),
+                        f"{arm.name}-{round_no}",
+                        alpha,
+                    )
                 done += batch
             for profile, value in static.items():
-                result.rows.append({"round": round_no, "sessions": done, "profile": profile,
-                                    "ndcg10": round(value[0], 4), "ctr3": round(value[1], 4),
-                                    "train_ctr3": None})
+                result.rows.append(
+                    {
+                        "round": round_no,
+                        "sessions": done,
+                        "profile": profile,
+                        "ndcg10": round(value[0], 4),
+                        "ctr3": round(value[1], 4),
+                        "train_ctr3": None,
+                    }
+                )
             for name, searcher in learners.items():
                 user = _User(model, data.max_grade, _rng(f"{seed}:eval:{round_no}"))
-                ndcg, ctr = _evaluate(_feedback_ranker(searcher, alpha), data, user,
-                                      eval_sessions)
+                ndcg, ctr = _evaluate(_feedback_ranker(searcher, alpha), data, user, eval_sessions)
                 trained = shown_ctr[name]
-                result.rows.append({"round": round_no, "sessions": done, "profile": name,
-                                    "ndcg10": round(ndcg, 4), "ctr3": round(ctr, 4),
-                                    "train_ctr3": None if trained is None
-                                    else round(trained, 4)})
-            say(f"round {round_no}/{rounds}: {done} sessions per query; "
-                + ", ".join(f"{r['profile']} {r['ndcg10']:.3f}" for r in result.rows
-                            if r["round"] == round_no))
+                result.rows.append(
+                    {
+                        "round": round_no,
+                        "sessions": done,
+                        "profile": name,
+                        "ndcg10": round(ndcg, 4),
+                        "ctr3": round(ctr, 4),
+                        "train_ctr3": None if trained is None else round(trained, 4),
+                    }
+                )
+            say(
+                f"round {round_no}/{rounds}: {done} sessions per query; "
+                + ", ".join(
+                    f"{r['profile']} {r['ndcg10']:.3f}"
+                    for r in result.rows
+                    if r["round"] == round_no
+                )
+            )
         for searcher in learners.values():
             searcher.workspace.dispose()
     finally:
@@ -373,8 +496,8 @@ def simulate(dataset: Path, *, sessions_per_query: int = 100, user_model: str = 
 
 def _feedback_ranker(searcher: Searcher, alpha: float) -> Callable[[str], list[str]]:
     def rank(text: str) -> list[str]:
-        return [d.doc_id for d in searcher.rank(text, profile="hybrid_with_feedback",
-                                                alpha=alpha)]
+        return [d.doc_id for d in searcher.rank(text, profile="hybrid_with_feedback", alpha=alpha)]
+
     return rank
 
 
@@ -383,14 +506,25 @@ def _scratch_workspace(path: Path, thompson: float | None = None) -> Workspace:
     sharing a database would learn from each other's clicks."""
     (path / ".amelio").mkdir(parents=True, exist_ok=True)
     overrides: dict[str, Any] = {} if thompson is None else {"search_thompson": thompson}
-    settings = Settings(workspace=path,
-                        database_url=f"sqlite:///{(path / '.amelio' / 'amelio.db').resolve()}",
-                        **overrides)
+    settings = Settings(
+        workspace=path,
+        database_url=f"sqlite:///{(path / '.amelio' / 'amelio.db').resolve()}",
+        **overrides,
+    )
     return open_workspace(path, migrate=True, settings=settings)
 
 
-def _train(searcher: Searcher, collector: Collector, arm: Arm, data: Dataset, sessions: int,
-           user_model: str, rng: random.Random, tag: str, alpha: float) -> float:
+def _train(
+    searcher: Searcher,
+    collector: Collector,
+    arm: Arm,
+    data: Dataset,
+    sessions: int,
+    user_model: str,
+    rng: random.Random,
+    tag: str,
+    alpha: float,
+) -> float:
     """``sessions`` logged sessions per query, their events collected and the
     signals aggregated every :data:`SYNC_SESSIONS` sessions of each query, as the
     service's background aggregation does every few seconds (a round-sized batch
@@ -406,14 +540,15 @@ def _train(searcher: Searcher, collector: Collector, arm: Arm, data: Dataset, se
             for qid, text in data.queries.items():
                 judged = data.qrels[qid]
                 session = f"{tag}-{qid}-{i}"  # named at search too, as clients should
-                response = searcher.search(text, profile="hybrid_with_feedback", alpha=alpha,
-                                           session=session)
+                response = searcher.search(
+                    text, profile="hybrid_with_feedback", alpha=alpha, session=session
+                )
                 ranking = [d.doc_id for d in response.results]
                 clicks = user.clicks(ranking, judged)
                 top3 += any(k <= 3 for k in clicks)
                 events += _events(response, clicks, judged, user, session, now_ms, arm.dwell)
         for start in range(0, len(events), size):
-            collector.ingest(events[start:start + size], rate_limit=False)
+            collector.ingest(events[start : start + size], rate_limit=False)
         aggregate(searcher.workspace)
         if not arm.debiased:
             _examined_as_shown(searcher.workspace)
@@ -430,14 +565,24 @@ def _examined_as_shown(workspace: Workspace) -> None:
     scratch workspace makes the naive arm the product's own scorer, prior and
     exploration, with only the debiasing taken out."""
     with transaction(workspace.engine) as conn:
-        fitted = dict(conn.execute(sa.select(search_state.c.propensities)
-                                   .where(search_state.c.id == 1)).scalar_one() or {})
-        rows = conn.execute(sa.select(search_signals.c.impressions, search_signals.c.clicks,
-                                      search_signals.c.dwell_clicks,
-                                      search_signals.c.bounces)).all()
+        fitted = dict(
+            conn.execute(
+                sa.select(search_state.c.propensities).where(search_state.c.id == 1)
+            ).scalar_one()
+            or {}
+        )
+        rows = conn.execute(
+            sa.select(
+                search_signals.c.impressions,
+                search_signals.c.clicks,
+                search_signals.c.dwell_clicks,
+                search_signals.c.bounces,
+            )
+        ).all()
         shown = sum(r.impressions for r in rows)
         satisfied = sum(utility(r.clicks, r.dwell_clicks, r.bounces) for r in rows)
         gamma0 = satisfied / shown if shown and satisfied else 0.2  # fit_pbm's default
         fitted.update(theta=[1.0] * TOP, gamma0=round(min(max(gamma0, 0.01), 0.99), 6))
-        conn.execute(search_state.update().where(search_state.c.id == 1)
-                     .values(propensities=fitted))
+        conn.execute(
+            search_state.update().where(search_state.c.id == 1).values(propensities=fitted)
+        )

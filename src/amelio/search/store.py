@@ -90,20 +90,26 @@ def _generation(conn: sqlite3.Connection) -> int:
 
 
 def _stamp(conn: sqlite3.Connection) -> tuple[int, int]:
-    rows = dict(conn.execute("SELECT key, value FROM meta WHERE key IN ('generation', "
-                             "'vectors')").fetchall())
+    rows = dict(
+        conn.execute(
+            "SELECT key, value FROM meta WHERE key IN ('generation', 'vectors')"
+        ).fetchall()
+    )
     return int(rows.get("generation", 0)), int(rows.get("vectors", 0))
 
 
-def _stored_vectors(conn: sqlite3.Connection, model: str
-                    ) -> tuple[tuple[int, int], list[tuple[str, bytes]]]:
+def _stored_vectors(
+    conn: sqlite3.Connection, model: str
+) -> tuple[tuple[int, int], list[tuple[str, bytes]]]:
     """The stamp, then every ``(doc_id, vector)`` of ``model``: read in that order, the
     vectors are at least as new as the stamp, so a write between the two reads costs
     one more reload at worst, never a stale matrix kept."""
     stamp = _stamp(conn)
     rows: list[tuple[str, bytes]] = conn.execute(
         "SELECT d.doc_id, v.vec FROM vectors v JOIN docs d ON d.rowid = v.rowid "
-        "WHERE v.model = ? ORDER BY d.rowid", (model,)).fetchall()
+        "WHERE v.model = ? ORDER BY d.rowid",
+        (model,),
+    ).fetchall()
     return stamp, rows
 
 
@@ -183,8 +189,9 @@ class DocumentStore(ABC):
         """Index a document just stored (inside the write transaction)."""
 
     @abstractmethod
-    def _index_remove(self, conn: sqlite3.Connection, rowid: int, doc_id: str, title: str,
-                      body: str) -> None:
+    def _index_remove(
+        self, conn: sqlite3.Connection, rowid: int, doc_id: str, title: str, body: str
+    ) -> None:
         """Forget a document about to be deleted (inside the write transaction)."""
 
     @abstractmethod
@@ -207,8 +214,13 @@ class DocumentStore(ABC):
 
     # -- writes -----------------------------------------------------------------------
 
-    def apply(self, items: Iterable[Document | Deletion], *, batch: int = 5000,
-              embedder: Embedder | None = None) -> ImportReport:
+    def apply(
+        self,
+        items: Iterable[Document | Deletion],
+        *,
+        batch: int = 5000,
+        embedder: Embedder | None = None,
+    ) -> ImportReport:
         """Upsert documents and apply deletions, committing every ``batch`` items; with
         an ``embedder``, each upserted document's vector is written with it."""
         upserted = deleted = 0
@@ -263,8 +275,12 @@ class DocumentStore(ABC):
         started = time.perf_counter()
         self._index_rebuild(conn, generation)
         count = int(conn.execute("SELECT count(*) FROM docs").fetchone()[0])
-        log.warning("search index (%s) rebuilt from %d documents in %.1f s", self.name, count,
-                    time.perf_counter() - started)
+        log.warning(
+            "search index (%s) rebuilt from %d documents in %.1f s",
+            self.name,
+            count,
+            time.perf_counter() - started,
+        )
 
     def embed_missing(self, embedder: Embedder) -> int:
         """Embed, here, every document that has no vector for ``embedder``'s model and
@@ -297,23 +313,30 @@ class DocumentStore(ABC):
         missing = conn.execute(
             f"SELECT d.rowid, {_EMBED_TEXT} AS t FROM docs d "  # noqa: S608
             "LEFT JOIN vectors v ON v.rowid = d.rowid AND v.model = ? WHERE v.rowid IS NULL",
-            (EMBED_CHARS, embedder.model)).fetchall()
+            (EMBED_CHARS, embedder.model),
+        ).fetchall()
         missing.sort(key=lambda r: len(r[1]))
         for start in range(0, len(missing), _EMBED_BATCH):
-            chunk = missing[start:start + _EMBED_BATCH]
+            chunk = missing[start : start + _EMBED_BATCH]
             vectors = embed_matrix(embedder, [t for _, t in chunk])
             if vectors.shape[0] != len(chunk):
-                raise InvalidInput(f"The {embedder.model} embedder returned "
-                                   f"{vectors.shape[0]} vectors for {len(chunk)} texts.")
-            conn.executemany("INSERT OR REPLACE INTO vectors (rowid, model, vec) "
-                             "VALUES (?, ?, ?)",
-                             [(rowid, embedder.model, v.tobytes())
-                              for (rowid, _), v in zip(chunk, vectors, strict=True)])
+                raise InvalidInput(
+                    f"The {embedder.model} embedder returned "
+                    f"{vectors.shape[0]} vectors for {len(chunk)} texts."
+                )
+            conn.executemany(
+                "INSERT OR REPLACE INTO vectors (rowid, model, vec) VALUES (?, ?, ?)",
+                [
+                    (rowid, embedder.model, v.tobytes())
+                    for (rowid, _), v in zip(chunk, vectors, strict=True)
+                ],
+            )
         return len(missing)
 
     def _delete(self, conn: sqlite3.Connection, doc_id: str) -> int:
-        row = conn.execute("SELECT rowid, title, body FROM docs WHERE doc_id = ?",
-                           (doc_id,)).fetchone()
+        row = conn.execute(
+            "SELECT rowid, title, body FROM docs WHERE doc_id = ?", (doc_id,)
+        ).fetchone()
         if row is None:
             return 0
         self._index_remove(conn, row[0], doc_id, row[1], row[2])
@@ -325,13 +348,18 @@ class DocumentStore(ABC):
         self._delete(conn, doc.doc_id)
         cursor = conn.execute(
             "INSERT INTO docs (doc_id, title, body, extra) VALUES (?, ?, ?, ?)",
-            (doc.doc_id, doc.title, doc.body, json.dumps(doc.extra, ensure_ascii=False)))
+            (doc.doc_id, doc.title, doc.body, json.dumps(doc.extra, ensure_ascii=False)),
+        )
         assert cursor.lastrowid is not None
         self._index_add(conn, cursor.lastrowid, doc)
 
-    def put_vectors(self, model: str,
-                    vectors: Mapping[str, Sequence[float] | npt.NDArray[np.float32]], *,
-                    texts: Mapping[str, str] | None = None) -> list[str]:
+    def put_vectors(
+        self,
+        model: str,
+        vectors: Mapping[str, Sequence[float] | npt.NDArray[np.float32]],
+        *,
+        texts: Mapping[str, str] | None = None,
+    ) -> list[str]:
         """Store vectors computed elsewhere (knowledge keeps its chunks' embeddings in
         the database; browsers lend theirs) for the stored documents among
         ``vectors``' keys; returns the ids it skipped. With ``texts`` (what each
@@ -345,16 +373,27 @@ class DocumentStore(ABC):
         marks = ",".join("?" * len(vectors))  # placeholders only: values are bound
         text = _EMBED_TEXT if texts is not None else "NULL"
         with self._writer() as conn:
-            found = conn.execute(
-                f"SELECT d.doc_id, d.rowid, {text} FROM docs d "  # noqa: S608
-                f"WHERE d.doc_id IN ({marks})",
-                [EMBED_CHARS, *vectors] if texts is not None else list(vectors),
-            ).fetchall() if vectors else []
-            rows = [(doc_id, rowid) for doc_id, rowid, now in found
-                    if texts is None or texts.get(doc_id) == now]
-            conn.executemany("INSERT OR REPLACE INTO vectors (rowid, model, vec) VALUES (?, ?, ?)",
-                             [(rowid, model, np.asarray(vectors[doc_id], np.float32).tobytes())
-                              for doc_id, rowid in rows])
+            found = (
+                conn.execute(
+                    f"SELECT d.doc_id, d.rowid, {text} FROM docs d "  # noqa: S608
+                    f"WHERE d.doc_id IN ({marks})",
+                    [EMBED_CHARS, *vectors] if texts is not None else list(vectors),
+                ).fetchall()
+                if vectors
+                else []
+            )
+            rows = [
+                (doc_id, rowid)
+                for doc_id, rowid, now in found
+                if texts is None or texts.get(doc_id) == now
+            ]
+            conn.executemany(
+                "INSERT OR REPLACE INTO vectors (rowid, model, vec) VALUES (?, ?, ?)",
+                [
+                    (rowid, model, np.asarray(vectors[doc_id], np.float32).tobytes())
+                    for doc_id, rowid in rows
+                ],
+            )
             if rows:
                 _bump_vectors(conn)
             conn.execute("COMMIT")
@@ -395,8 +434,9 @@ class DocumentStore(ABC):
     def lexical(self, query: str, limit: int) -> list[Hit]:
         """The best ``limit`` documents by BM25 (higher is better): the engine's."""
 
-    def nearest(self, query: str, limit: int, embedder: Embedder, *,
-                also: Sequence[str] = ()) -> tuple[list[Hit], dict[str, float]]:
+    def nearest(
+        self, query: str, limit: int, embedder: Embedder, *, also: Sequence[str] = ()
+    ) -> tuple[list[Hit], dict[str, float]]:
         """The ``limit`` documents nearest ``query`` by cosine, and the cosine of each
         document of ``also`` that has a vector."""
         import numpy as np
@@ -407,12 +447,16 @@ class DocumentStore(ABC):
             return [], {}
         query_vector = np.asarray(vector, dtype=np.float32)
         if query_vector.shape != (matrix.vectors.shape[1],):
-            raise InvalidInput(f"The query vector has shape {query_vector.shape}; the "
-                               f"store's {matrix.model} vectors have "
-                               f"{matrix.vectors.shape[1]} dimensions.")
+            raise InvalidInput(
+                f"The query vector has shape {query_vector.shape}; the "
+                f"store's {matrix.model} vectors have "
+                f"{matrix.vectors.shape[1]} dimensions."
+            )
         scores = matrix.vectors @ query_vector
-        return (best(scores, matrix.doc_ids, limit),
-                {d: float(scores[matrix.rows[d]]) for d in also if d in matrix.rows})
+        return (
+            best(scores, matrix.doc_ids, limit),
+            {d: float(scores[matrix.rows[d]]) for d in also if d in matrix.rows},
+        )
 
     def _vectors(self, embedder: Embedder) -> _Matrix:
         """The in-memory matrix for ``embedder``'s model, reloaded when the store
@@ -426,8 +470,7 @@ class DocumentStore(ABC):
             return matrix
         with self._matrix_lock:
             matrix = self._matrix
-            if matrix is not None and matrix.stamp == stamp \
-                    and matrix.model == embedder.model:
+            if matrix is not None and matrix.stamp == stamp and matrix.model == embedder.model:
                 return matrix
             if self.defer_missing_vectors:
                 # Nothing to write: read as any search does, not under the write lock
@@ -441,22 +484,29 @@ class DocumentStore(ABC):
                     conn.execute("COMMIT")
                     stamp, rows = _stored_vectors(conn, embedder.model)
             doc_ids = [r[0] for r in rows]
-            vectors = (np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
-                       .reshape(len(rows), -1) if rows else np.zeros((0, 1), np.float32))
-            matrix = _Matrix(stamp, embedder.model, doc_ids,
-                             {d: i for i, d in enumerate(doc_ids)}, vectors)
+            vectors = (
+                np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+                if rows
+                else np.zeros((0, 1), np.float32)
+            )
+            matrix = _Matrix(
+                stamp, embedder.model, doc_ids, {d: i for i, d in enumerate(doc_ids)}, vectors
+            )
             self._matrix = matrix
             return matrix
 
-    def missing_vectors(self, model: str, *, limit: int | None = None,
-                        doc_ids: Sequence[str] | None = None) -> list[tuple[str, str]]:
+    def missing_vectors(
+        self, model: str, *, limit: int | None = None, doc_ids: Sequence[str] | None = None
+    ) -> list[tuple[str, str]]:
         """``(doc_id, text)`` of the documents without a vector for ``model``, oldest
         first, each text exactly what :meth:`_embed_missing` would embed; at most
         ``limit``, and only among ``doc_ids`` when given. Browsers that lend compute
         embed these (:mod:`amelio.contributions`), and the same call tells whether a
         task's texts are still the documents' when its vectors come back."""
-        sql = (f"SELECT d.doc_id, {_EMBED_TEXT} FROM docs d LEFT JOIN vectors v "  # noqa: S608
-               "ON v.rowid = d.rowid AND v.model = ? WHERE v.rowid IS NULL")
+        sql = (
+            f"SELECT d.doc_id, {_EMBED_TEXT} FROM docs d LEFT JOIN vectors v "  # noqa: S608
+            "ON v.rowid = d.rowid AND v.model = ? WHERE v.rowid IS NULL"
+        )
         params: list[object] = [EMBED_CHARS, model]
         if doc_ids is not None:
             if not doc_ids:
@@ -476,7 +526,8 @@ class DocumentStore(ABC):
         marks = ",".join("?" * len(doc_ids))  # placeholders only: values are bound
         rows = self._reader.execute(
             f"SELECT doc_id, title, body, extra FROM docs WHERE doc_id IN ({marks})",  # noqa: S608
-            list(doc_ids)).fetchall()
+            list(doc_ids),
+        ).fetchall()
         return {r[0]: Document(r[0], r[1], r[2], json.loads(r[3])) for r in rows}
 
     def all_documents(self) -> Iterator[Document]:

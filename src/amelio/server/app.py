@@ -42,7 +42,9 @@ __all__ = ["create_app"]
 #: which works with every FastAPI version), and Prometheus counts.
 _NO_NATIVE_TELEMETRY: dict[str, Any] = (
     {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
-    if "telemetry" in inspect.signature(FastAPI.__init__).parameters else {})
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters
+    else {}
+)
 
 
 def create_app(workspace: Workspace) -> FastAPI:
@@ -62,9 +64,14 @@ def create_app(workspace: Workspace) -> FastAPI:
     app.add_middleware(BodySizeLimit, limit=workspace.settings.max_request_bytes)
     origins = [o.strip() for o in workspace.settings.cors_origins.split(",") if o.strip()]
     if origins:  # pages on these origins may call the API (amelio.js); keys, not cookies
-        app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["GET", "POST"],
-                           allow_headers=["Authorization", "Content-Type"],
-                           expose_headers=["Retry-After"], max_age=600)
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+            expose_headers=["Retry-After"],
+            max_age=600,
+        )
     app.add_middleware(MetricsMiddleware)  # outermost: it times what the others refuse too
     tracing.instrument(app, workspace)
     # Every route may answer 413 (body limit) and 422 (invalid input, NUL guard);

@@ -40,8 +40,10 @@ def require(*roles: str) -> Callable[..., ApiKey]:
         credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     ) -> ApiKey:
         if credentials is None:
-            raise AuthError("Missing API key: send `Authorization: Bearer <key>` "
-                            "(create one with `amelio keys create`).")
+            raise AuthError(
+                "Missing API key: send `Authorization: Bearer <key>` "
+                "(create one with `amelio keys create`)."
+            )
         key = authenticate(request.app.state.workspace.engine, credentials.credentials)
         if key is None:
             raise AuthError("Invalid or revoked API key.")
@@ -61,8 +63,10 @@ def authorize_project(engine: sa.Engine, key: ApiKey, project: str) -> str:
     scope, 404 when it does not exist and the key is not an admin's."""
     validate_name(project)
     if not key.allows(project):
-        raise Forbidden(f"This key is bound to {', '.join(key.projects)}; it cannot use "
-                        f"project {project!r}.", project=project)
+        raise Forbidden(
+            f"This key is bound to {', '.join(key.projects)}; it cannot use project {project!r}.",
+            project=project,
+        )
     if key.role != "admin":
         require_project(engine, project)  # ProjectNotFound (404) names the fix
     return project

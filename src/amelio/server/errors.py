@@ -18,15 +18,20 @@ __all__ = ["ErrorBody", "error_response", "error_responses", "install_error_hand
 
 log = logging.getLogger("amelio.server")
 
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "input_too_large",
-               422: "invalid_input"}
+_HTTP_CODES = {
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "input_too_large",
+    422: "invalid_input",
+}
 
 
 class ErrorDetail(BaseModel):
     code: str = Field(description="Stable machine name, e.g. `invalid_input`, `forbidden`.")
     message: str = Field(description="What is wrong and what to do next, for a person.")
-    details: dict[str, Any] = Field(description="Machine-readable context (camelCase names): "
-                                    "the field, the limit, the id.")
+    details: dict[str, Any] = Field(
+        description="Machine-readable context (camelCase names): the field, the limit, the id."
+    )
 
 
 class ErrorBody(BaseModel):
@@ -50,12 +55,18 @@ _STATUS_HELP = {
 
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` for ``statuses``, each with the :class:`ErrorBody` shape."""
-    return {status: {"model": ErrorBody, "description": _STATUS_HELP[status]}
-            for status in statuses}
+    return {
+        status: {"model": ErrorBody, "description": _STATUS_HELP[status]} for status in statuses
+    }
 
 
-def error_response(status: int, code: str, message: str, details: Any = None,
-                   headers: Mapping[str, str] | None = None) -> JSONResponse:
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    details: Any = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
     return JSONResponse(
         {"error": {"code": code, "message": message, "details": details or {}}},
         status_code=status,
@@ -81,8 +92,9 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400:  # FastAPI could not decode the body at all
-            return error_response(422, "invalid_json", "The request body is not valid JSON "
-                                  "(or not UTF-8 text).")
+            return error_response(
+                422, "invalid_json", "The request body is not valid JSON (or not UTF-8 text)."
+            )
         code = _HTTP_CODES.get(exc.status_code, "http_error")
         return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
 
@@ -92,15 +104,20 @@ def install_error_handlers(app: FastAPI) -> None:
         if bad_json:
             where = bad_json[0]["loc"][-1]
             reason = bad_json[0].get("ctx", {}).get("error", "invalid JSON")
-            return error_response(422, "invalid_json", f"The request body is not valid JSON: "
-                                  f"{reason} at character {where}.", {"position": where})
+            return error_response(
+                422,
+                "invalid_json",
+                f"The request body is not valid JSON: {reason} at character {where}.",
+                {"position": where},
+            )
         problems = [
             {"field": ".".join(str(p) for p in err["loc"] if p != "body"), "message": err["msg"]}
             for err in exc.errors()
         ]
         summary = "; ".join(f"{p['field'] or 'body'}: {p['message']}" for p in problems)
-        return error_response(422, "invalid_input", f"Invalid request: {summary}",
-                              {"errors": problems})
+        return error_response(
+            422, "invalid_input", f"Invalid request: {summary}", {"errors": problems}
+        )
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, exc: Exception) -> JSONResponse:

@@ -35,14 +35,27 @@ class BodySizeLimit:
             if name == b"content-length" and value.isdigit() and int(value) > self.limit:
                 # Amelio's error shape, with OpenAI's `type` and `param` too, so the
                 # OpenAI-compatible routes' clients read it as well.
-                body = json.dumps({"error": {"code": "input_too_large",
-                                             "message": self._message(),
-                                             "details": {"limit": self.limit},
-                                             "type": "invalid_request_error",
-                                             "param": None}}).encode()
-                await send({"type": "http.response.start", "status": 413,
-                            "headers": [(b"content-type", b"application/json"),
-                                        (b"content-length", str(len(body)).encode())]})
+                body = json.dumps(
+                    {
+                        "error": {
+                            "code": "input_too_large",
+                            "message": self._message(),
+                            "details": {"limit": self.limit},
+                            "type": "invalid_request_error",
+                            "param": None,
+                        }
+                    }
+                ).encode()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 413,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
                 await send({"type": "http.response.body", "body": body})
                 return
         seen = 0
@@ -87,18 +100,28 @@ class RefuseNul:
 
     @staticmethod
     def _refuse(where: str) -> HTTPException:
-        return HTTPException(422, detail=f"The request's {where} holds a NUL character "
-                                         "(\\u0000), which Amelio never accepts.")
+        return HTTPException(
+            422,
+            detail=f"The request's {where} holds a NUL character "
+            "(\\u0000), which Amelio never accepts.",
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         if "\x00" in scope.get("path", "") or b"%00" in scope.get("query_string", b""):
-            response = JSONResponse({"error": {
-                "code": "invalid_input",
-                "message": "The request's URL holds a NUL character (%00), which Amelio "
-                           "never accepts.", "details": {}}}, status_code=422)
+            response = JSONResponse(
+                {
+                    "error": {
+                        "code": "invalid_input",
+                        "message": "The request's URL holds a NUL character (%00), which Amelio "
+                        "never accepts.",
+                        "details": {},
+                    }
+                },
+                status_code=422,
+            )
             await response(scope, receive, send)
             return
         content_type = dict(scope.get("headers", [])).get(b"content-type", b"")
@@ -113,7 +136,7 @@ class RefuseNul:
                 data = tail + chunk
                 if b"\x00" in chunk or (b"%00" in data if is_form else _has_json_nul(data)):
                     raise self._refuse("body")
-                tail = data[-self._CARRY:]
+                tail = data[-self._CARRY :]
             return message
 
         await self.app(scope, checking_receive, send)

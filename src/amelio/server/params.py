@@ -15,12 +15,12 @@ from fastapi import Path, Query
 from pydantic import Field
 
 __all__ = [
-           "MAX_ID",
-           "PROJECT_PATTERN",
-           "Id",
-           "OptionalProjectQuery",
-           "ProjectField",
-           "ProjectQuery",
+    "MAX_ID",
+    "PROJECT_PATTERN",
+    "Id",
+    "OptionalProjectQuery",
+    "ProjectField",
+    "ProjectQuery",
 ]
 
 #: The largest database id: keys are ``INTEGER`` columns, 32-bit on PostgreSQL
@@ -32,12 +32,19 @@ PROJECT_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,99}$"
 _PROJECT_HELP = "Project (tenant): 1-100 lowercase letters, digits, '-' or '_'."
 
 Id = Annotated[int, Path(ge=1, le=MAX_ID, description="A numeric id.")]
-ProjectQuery = Annotated[str, Query(pattern=PROJECT_PATTERN, max_length=100,
-                                    description=_PROJECT_HELP)]
-OptionalProjectQuery = Annotated[str | None, Query(pattern=PROJECT_PATTERN, max_length=100,
-                                                   description=_PROJECT_HELP
-                                                   + " All the caller may see if absent.")]
+ProjectQuery = Annotated[
+    str, Query(pattern=PROJECT_PATTERN, max_length=100, description=_PROJECT_HELP)
+]
+OptionalProjectQuery = Annotated[
+    str | None,
+    Query(
+        pattern=PROJECT_PATTERN,
+        max_length=100,
+        description=_PROJECT_HELP + " All the caller may see if absent.",
+    ),
+]
 
 
-ProjectField = Annotated[str, Field(pattern=PROJECT_PATTERN, max_length=100,
-                                    description=_PROJECT_HELP)]
+ProjectField = Annotated[
+    str, Field(pattern=PROJECT_PATTERN, max_length=100, description=_PROJECT_HELP)
+]

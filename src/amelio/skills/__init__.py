@@ -51,15 +51,29 @@ __all__ = [
 
 #: Where each public name lives; the module is imported on first use.
 _LAZY: dict[str, str] = {
-    **dict.fromkeys(("parse_skill_md", "read_skills", "render_skill_md", "write_skills"),
-                    "amelio.skills.files"),
+    **dict.fromkeys(
+        ("parse_skill_md", "read_skills", "render_skill_md", "write_skills"), "amelio.skills.files"
+    ),
     **dict.fromkeys(("Skill", "SkillSpec", "SkillVersion"), "amelio.skills.model"),
-    **dict.fromkeys((
-        "ImportReport", "export_skills", "fork_skill", "get_skill", "import_skills",
-        "list_skills", "list_versions", "rollback_skill", "save_skills", "skill_log",
-        "update_project_skill", "update_skill"), "amelio.skills.store"),
+    **dict.fromkeys(
+        (
+            "ImportReport",
+            "export_skills",
+            "fork_skill",
+            "get_skill",
+            "import_skills",
+            "list_skills",
+            "list_versions",
+            "rollback_skill",
+            "save_skills",
+            "skill_log",
+            "update_project_skill",
+            "update_skill",
+        ),
+        "amelio.skills.store",
+    ),
 }
 
 
 if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and flag typos
-    __getattr__, __dir__ = _lazy_namespace('amelio.skills', _LAZY, globals(), __all__)
+    __getattr__, __dir__ = _lazy_namespace("amelio.skills", _LAZY, globals(), __all__)

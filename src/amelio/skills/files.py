@@ -49,12 +49,12 @@ def _read_text(path: Path) -> str:
         with path.open("rb") as f:
             data = f.read(_MAX_FILE_BYTES + 1)
         if len(data) > _MAX_FILE_BYTES:
-            raise SkillFileError(f"file is over the {_MAX_FILE_BYTES:,}-byte limit",
-                                 file=str(path))
+            raise SkillFileError(f"file is over the {_MAX_FILE_BYTES:,}-byte limit", file=str(path))
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SkillFileError(f"not UTF-8 text ({exc.reason} at byte {exc.start})",
-                             file=str(path)) from exc
+        raise SkillFileError(
+            f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=str(path)
+        ) from exc
     except OSError as exc:
         raise SkillFileError(f"cannot read: {exc.strerror}", file=str(path)) from exc
 
@@ -70,8 +70,9 @@ def check_examples(value: Any, *, file: str) -> list[str]:
     if len(examples) > MAX_EXAMPLES:
         raise SkillFileError(f"at most {MAX_EXAMPLES} examples", file=file, field="examples")
     if any(len(e) > MAX_EXAMPLE_CHARS for e in examples):
-        raise SkillFileError(f"an example is at most {MAX_EXAMPLE_CHARS} characters",
-                             file=file, field="examples")
+        raise SkillFileError(
+            f"an example is at most {MAX_EXAMPLE_CHARS} characters", file=file, field="examples"
+        )
     return list(examples)
 
 
@@ -93,8 +94,7 @@ class _FrontMatterLoader(yaml.SafeLoader):
     front matter is stored as JSON)."""
 
     yaml_implicit_resolvers = {  # noqa: RUF012 (PyYAML reads it from the class)
-        first: [(tag, regexp) for tag, regexp in resolvers
-                if tag != "tag:yaml.org,2002:timestamp"]
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
 
@@ -102,7 +102,8 @@ class _FrontMatterLoader(yaml.SafeLoader):
         if self.check_event(yaml.events.AliasEvent):
             event = self.peek_event()  # type: ignore[no-untyped-call]
             raise yaml.composer.ComposerError(
-                None, None, "aliases (*name) are not allowed", event.start_mark)
+                None, None, "aliases (*name) are not allowed", event.start_mark
+            )
         return super().compose_node(parent, index)
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
@@ -111,7 +112,8 @@ class _FrontMatterLoader(yaml.SafeLoader):
             key = self.construct_object(key_node, deep=True)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
@@ -130,12 +132,17 @@ def _check_json(value: Any, *, file: str, field: str) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise SkillFileError(f"mapping keys must be strings, not {key!r}", file=file,
-                                     field=field)
+                raise SkillFileError(
+                    f"mapping keys must be strings, not {key!r}", file=file, field=field
+                )
             _check_json(item, file=file, field=field)
         return
-    raise SkillFileError(f"{type(value).__name__} values are not supported here; use "
-                         "strings, numbers, booleans, lists and mappings", file=file, field=field)
+    raise SkillFileError(
+        f"{type(value).__name__} values are not supported here; use "
+        "strings, numbers, booleans, lists and mappings",
+        file=file,
+        field=field,
+    )
 
 
 def _split_front_matter(text: str, *, file: str) -> tuple[dict[str, Any] | None, str]:
@@ -146,8 +153,11 @@ def _split_front_matter(text: str, *, file: str) -> tuple[dict[str, Any] | None,
     while end != -1 and text[end + 4 : end + 5] not in ("\n", ""):
         end = text.find("\n---", end + 4)
     if end == -1:
-        raise SkillFileError("front matter starts with '---' but has no closing '---' line",
-                             file=file, field="front matter")
+        raise SkillFileError(
+            "front matter starts with '---' but has no closing '---' line",
+            file=file,
+            field="front matter",
+        )
     raw, body = text[4:end], text[end + 5 :]
     try:
         data = yaml.load(raw, Loader=_FrontMatterLoader) if raw.strip() else {}  # noqa: S506
@@ -155,16 +165,23 @@ def _split_front_matter(text: str, *, file: str) -> tuple[dict[str, Any] | None,
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 2}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise SkillFileError(f"invalid YAML{where}: {problem}", file=file,
-                             field="front matter") from exc
+        raise SkillFileError(
+            f"invalid YAML{where}: {problem}", file=file, field="front matter"
+        ) from exc
     if not isinstance(data, dict):
-        raise SkillFileError("front matter must be a YAML mapping (key: value lines)",
-                             file=file, field="front matter")
+        raise SkillFileError(
+            "front matter must be a YAML mapping (key: value lines)",
+            file=file,
+            field="front matter",
+        )
     return data, body
 
 
 def parse_skill_md(
-    text: str, *, source: str, default_name: str | None = None,
+    text: str,
+    *,
+    source: str,
+    default_name: str | None = None,
     registry_entry: Mapping[str, Any] | None = None,
 ) -> SkillSpec:
     """A SKILL.md's text as a spec (without evals).
@@ -177,8 +194,11 @@ def parse_skill_md(
     meta, body = _split_front_matter(text, file=source)
     if meta is None:
         if registry_entry is None:
-            raise SkillFileError("missing front matter: start the file with '---', a "
-                                 "'name:' line and '---'", file=source, field="name")
+            raise SkillFileError(
+                "missing front matter: start the file with '---', a 'name:' line and '---'",
+                file=source,
+                field="name",
+            )
         meta = {}
     entry = dict(registry_entry or {})
     name = meta.get("name", default_name if not meta else None)
@@ -187,29 +207,37 @@ def parse_skill_md(
     if not isinstance(name, str) or not _NAME.match(name):
         raise SkillFileError(
             f"{name!r} is not a valid skill name: 1-64 lowercase letters, digits or '-'",
-            file=source, field="name",
+            file=source,
+            field="name",
         )
     if default_name is not None and name != default_name:
-        raise SkillFileError(f"{name!r} does not match its folder {default_name!r}",
-                             file=source, field="name")
+        raise SkillFileError(
+            f"{name!r} does not match its folder {default_name!r}", file=source, field="name"
+        )
     description = meta.get("description", entry.get("description", ""))
     if not isinstance(description, str):
         raise SkillFileError("must be a string", file=source, field="description")
-    triggers = _string_list(meta.get("triggers", entry.get("triggers")), file=source,
-                            field="triggers")
-    keywords = _string_list(meta.get("keywords", entry.get("keywords")), file=source,
-                            field="keywords")
+    triggers = _string_list(
+        meta.get("triggers", entry.get("triggers")), file=source, field="triggers"
+    )
+    keywords = _string_list(
+        meta.get("keywords", entry.get("keywords")), file=source, field="keywords"
+    )
     extra = {k: v for k, v in meta.items() if k not in _KNOWN_KEYS}
     if "examples" in extra:
         extra["examples"] = check_examples(extra["examples"], file=source)
     for key, value in extra.items():
         if not isinstance(key, str):
-            raise SkillFileError(f"front matter keys must be strings, not {key!r}", file=source,
-                                 field=str(key))
+            raise SkillFileError(
+                f"front matter keys must be strings, not {key!r}", file=source, field=str(key)
+            )
         _check_json(value, file=source, field=key)
     if len(json.dumps(extra, ensure_ascii=False)) > _MAX_EXTRA_CHARS:
-        raise SkillFileError(f"extra front matter is over {_MAX_EXTRA_CHARS:,} characters",
-                             file=source, field="front matter")
+        raise SkillFileError(
+            f"extra front matter is over {_MAX_EXTRA_CHARS:,} characters",
+            file=source,
+            field="front matter",
+        )
     return SkillSpec(
         name=name,
         description=" ".join(description.split()),
@@ -224,8 +252,11 @@ def parse_skill_md(
 def _read_evals(path: Path, name: str) -> tuple[Mapping[str, Any], ...]:
     spec = evals.parse_eval_file(_read_text(path), source=str(path))
     if spec.skill is not None and spec.skill != name:
-        raise EvalRuleError(f"says skill {spec.skill!r} but sits in the folder of {name!r}",
-                            file=str(path), field="skill")
+        raise EvalRuleError(
+            f"says skill {spec.skill!r} but sits in the folder of {name!r}",
+            file=str(path),
+            field="skill",
+        )
     return tuple(rule.to_dict() for rule in spec.rules)
 
 
@@ -235,8 +266,9 @@ def _read_registry(path: Path) -> dict[str, dict[str, Any]]:
     try:
         data = json.loads(_read_text(path))
     except json.JSONDecodeError as exc:
-        raise SkillFileError(f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
-                             file=file) from exc
+        raise SkillFileError(
+            f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", file=file
+        ) from exc
     if isinstance(data, dict) and "skills" in data:
         data = data["skills"]
     entries: dict[str, dict[str, Any]] = {}
@@ -252,8 +284,9 @@ def _read_registry(path: Path) -> dict[str, dict[str, Any]]:
         raise SkillFileError("expected an object of skills or a list of skills", file=file)
     for name, entry in items:
         if not isinstance(entry, dict):
-            raise SkillFileError("entry must be an object with triggers and keywords",
-                                 file=file, field=name)
+            raise SkillFileError(
+                "entry must be an object with triggers and keywords", file=file, field=name
+            )
         _string_list(entry.get("triggers"), file=file, field=f"{name}.triggers")
         _string_list(entry.get("keywords"), file=file, field=f"{name}.keywords")
         entries[name] = {k: v for k, v in entry.items() if k != "name"}
@@ -270,8 +303,12 @@ def _skill_file(folder: Path) -> Path | None:
 def _read_one(folder: Path, registry_entry: Mapping[str, Any] | None) -> SkillSpec:
     skill_md = _skill_file(folder)
     assert skill_md is not None
-    spec = parse_skill_md(_read_text(skill_md), source=str(skill_md), default_name=folder.name,
-                          registry_entry=registry_entry)
+    spec = parse_skill_md(
+        _read_text(skill_md),
+        source=str(skill_md),
+        default_name=folder.name,
+        registry_entry=registry_entry,
+    )
     evals_path = folder / f"{spec.name}.evals.json"
     if evals_path.is_file():
         spec = SkillSpec(**{**_fields(spec), "evals": _read_evals(evals_path, spec.name)})
@@ -304,11 +341,15 @@ def read_skills(path: str | Path) -> list[SkillSpec]:
     seen = {spec.name for spec in specs}
     for name in registry:
         if name not in seen:
-            raise SkillFileError(f"lists skill {name!r} but there is no {name}/{SKILL_FILE}",
-                                 file=str(registry_path), field=name)
+            raise SkillFileError(
+                f"lists skill {name!r} but there is no {name}/{SKILL_FILE}",
+                file=str(registry_path),
+                field=name,
+            )
     if not specs:
-        raise SkillFileError(f"no skills found (expected <name>/{SKILL_FILE} folders)",
-                             file=str(root))
+        raise SkillFileError(
+            f"no skills found (expected <name>/{SKILL_FILE} folders)", file=str(root)
+        )
     return specs
 
 
@@ -330,8 +371,9 @@ def write_skill(spec: SkillSpec, folder: Path) -> list[Path]:
     evals_path = folder / f"{spec.name}.evals.json"
     if spec.evals is not None:
         doc = {"version": 1, "skill": spec.name, "rules": [dict(r) for r in spec.evals]}
-        evals_path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n",
-                              encoding="utf-8")
+        evals_path.write_text(
+            json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
         written.append(evals_path)
     elif evals_path.exists():
         evals_path.unlink()

@@ -121,8 +121,9 @@ def _scope_clause(pid: int | None) -> sa.ColumnElement[bool]:
     return skills.c.project_id.is_(None) if pid is None else skills.c.project_id == pid
 
 
-def find_skill_row(conn: sa.Connection, name: str, pid: int | None, *, lock: bool = False
-          ) -> sa.Row[Any] | None:
+def find_skill_row(
+    conn: sa.Connection, name: str, pid: int | None, *, lock: bool = False
+) -> sa.Row[Any] | None:
     """The ``skills`` row of ``name`` in exactly one scope (``pid``: a project's id, or
     None for the global skill), or None; no fallback from a project to the global one.
 
@@ -141,21 +142,46 @@ def _writing(engine: sa.Engine) -> Iterator[sa.Connection]:
         with db.transaction(engine) as conn:
             yield conn
     except sa.exc.IntegrityError as exc:
-        raise Conflict("A concurrent change to the same skill won; reload and try again.",
-                       reason=str(exc.orig)[:200]) from exc
+        raise Conflict(
+            "A concurrent change to the same skill won; reload and try again.",
+            reason=str(exc.orig)[:200],
+        ) from exc
 
 
-def record_event(conn: sa.Connection, skill_id: int, kind: str, *, actor: str, reason: str,
-                 version: int | None = None, proposal_id: int | None = None) -> None:
+def record_event(
+    conn: sa.Connection,
+    skill_id: int,
+    kind: str,
+    *,
+    actor: str,
+    reason: str,
+    version: int | None = None,
+    proposal_id: int | None = None,
+) -> None:
     """Append to a skill's evolution log (inside the caller's transaction)."""
-    conn.execute(skill_events.insert().values(
-        skill_id=skill_id, kind=kind, version=version, proposal_id=proposal_id,
-        actor=actor[:200], reason=reason[:10_000], created_at=utcnow()))
+    conn.execute(
+        skill_events.insert().values(
+            skill_id=skill_id,
+            kind=kind,
+            version=version,
+            proposal_id=proposal_id,
+            actor=actor[:200],
+            reason=reason[:10_000],
+            created_at=utcnow(),
+        )
+    )
 
 
 def write_version(
-    conn: sa.Connection, spec: SkillSpec, pid: int | None, *, author: str, reason: str,
-    expected_version: int | None = None, kind: str = "edit", proposal_id: int | None = None,
+    conn: sa.Connection,
+    spec: SkillSpec,
+    pid: int | None,
+    *,
+    author: str,
+    reason: str,
+    expected_version: int | None = None,
+    kind: str = "edit",
+    proposal_id: int | None = None,
 ) -> int:
     """Create or advance one skill, record the new version and log the change, inside
     the caller's transaction; returns the new version.
@@ -171,7 +197,11 @@ def write_version(
     if row is None:
         result = conn.execute(
             skills.insert().values(
-                name=spec.name, project_id=pid, version=1, created_at=now, updated_at=now,
+                name=spec.name,
+                project_id=pid,
+                version=1,
+                created_at=now,
+                updated_at=now,
                 **_columns(spec),
             )
         )
@@ -183,7 +213,8 @@ def write_version(
             raise Conflict(
                 f"Skill {spec.name!r} is at version {current}, not {expected_version}: "
                 "someone changed it meanwhile. Reload it and try again.",
-                skill=spec.name, version=current,
+                skill=spec.name,
+                version=current,
             )
         skill_id, version = int(row.id), current + 1
         result = conn.execute(
@@ -192,16 +223,28 @@ def write_version(
             .values(version=version, updated_at=now, **_columns(spec))
         )
         if result.rowcount != 1:
-            raise Conflict(f"Skill {spec.name!r} changed while it was being saved; try again.",
-                           skill=spec.name)
+            raise Conflict(
+                f"Skill {spec.name!r} changed while it was being saved; try again.", skill=spec.name
+            )
     conn.execute(
         skill_versions.insert().values(
-            skill_id=skill_id, version=version, author=author, reason=reason, created_at=now,
+            skill_id=skill_id,
+            version=version,
+            author=author,
+            reason=reason,
+            created_at=now,
             **_columns(spec),
         )
     )
-    record_event(conn, skill_id, "import" if kind == "import" and version == 1 else kind,
-                 actor=author, reason=reason, version=version, proposal_id=proposal_id)
+    record_event(
+        conn,
+        skill_id,
+        "import" if kind == "import" and version == 1 else kind,
+        actor=author,
+        reason=reason,
+        version=version,
+        proposal_id=proposal_id,
+    )
     return version
 
 
@@ -213,8 +256,12 @@ def _pid(conn: sa.Connection, project: str | None, *, create: bool = False) -> i
 
 
 def save_skills(
-    engine: sa.Engine, specs: Sequence[SkillSpec], *, project: str | None = None,
-    author: str = "import", reason: str = "imported",
+    engine: sa.Engine,
+    specs: Sequence[SkillSpec],
+    *,
+    project: str | None = None,
+    author: str = "import",
+    reason: str = "imported",
 ) -> ImportReport:
     """Store specs in one transaction: new ones at v1, changed ones at v+1."""
     created: list[str] = []
@@ -229,19 +276,29 @@ def save_skills(
                 unchanged.append(spec.name)
                 versions[spec.name] = int(row.version)
                 continue
-            versions[spec.name] = write_version(conn, spec, pid, author=author, reason=reason,
-                                                 kind="import")
+            versions[spec.name] = write_version(
+                conn, spec, pid, author=author, reason=reason, kind="import"
+            )
             (created if row is None else updated).append(spec.name)
     return ImportReport(tuple(created), tuple(updated), tuple(unchanged), project, versions)
 
 
 def import_skills(
-    engine: sa.Engine, path: str | Path, *, project: str | None = None, author: str = "import",
+    engine: sa.Engine,
+    path: str | Path,
+    *,
+    project: str | None = None,
+    author: str = "import",
 ) -> ImportReport:
     """Read every skill under ``path`` and store them all, or none on any error."""
     specs = files.read_skills(path)
-    return save_skills(engine, specs, project=project, author=author,
-                       reason=f"imported from {Path(path).resolve()}")
+    return save_skills(
+        engine,
+        specs,
+        project=project,
+        author=author,
+        reason=f"imported from {Path(path).resolve()}",
+    )
 
 
 def _visible_scope(pid: int | None) -> sa.ColumnElement[bool]:
@@ -249,14 +306,15 @@ def _visible_scope(pid: int | None) -> sa.ColumnElement[bool]:
     return scope if pid is None else sa.or_(scope, skills.c.project_id == pid)
 
 
-def _visible(conn: sa.Connection, pid: int | None, project: str | None
-             ) -> tuple[list[Skill], tuple[tuple[int, int], ...]]:
+def _visible(
+    conn: sa.Connection, pid: int | None, project: str | None
+) -> tuple[list[Skill], tuple[tuple[int, int], ...]]:
     """The skills a project sees, by name, and the stamp of the rows they came from."""
     # Globals first, so a project's fork of the same name replaces its global.
-    rows = conn.execute(sa.select(skills).where(_visible_scope(pid)).order_by(
-        skills.c.project_id.is_not(None))).all()
-    by_name = {r.name: _skill_from_row(r, None if r.project_id is None else project)
-               for r in rows}
+    rows = conn.execute(
+        sa.select(skills).where(_visible_scope(pid)).order_by(skills.c.project_id.is_not(None))
+    ).all()
+    by_name = {r.name: _skill_from_row(r, None if r.project_id is None else project) for r in rows}
     stamp = tuple(sorted((int(r.id), int(r.version)) for r in rows))
     return [by_name[n] for n in sorted(by_name)], stamp
 
@@ -278,11 +336,16 @@ _seen_lock = threading.Lock()
 
 
 # The hot path's one query, built once (building it costs more than running it).
-_STAMP_GLOBAL = sa.select(skills.c.id, skills.c.version).where(
-    skills.c.project_id.is_(None)).order_by(skills.c.id)
-_STAMP = sa.select(skills.c.id, skills.c.version).where(sa.or_(
-    skills.c.project_id.is_(None), skills.c.project_id == sa.bindparam("project_id"))
-).order_by(skills.c.id)
+_STAMP_GLOBAL = (
+    sa.select(skills.c.id, skills.c.version)
+    .where(skills.c.project_id.is_(None))
+    .order_by(skills.c.id)
+)
+_STAMP = (
+    sa.select(skills.c.id, skills.c.version)
+    .where(sa.or_(skills.c.project_id.is_(None), skills.c.project_id == sa.bindparam("project_id")))
+    .order_by(skills.c.id)
+)
 
 
 def stamp_queries(conn: sa.Connection, project: str | None = None) -> list[sa.Select[Any]]:
@@ -300,8 +363,9 @@ def stamp_queries(conn: sa.Connection, project: str | None = None) -> list[sa.Se
     return found
 
 
-def visible_skills(engine: sa.Engine | sa.Connection, project: str | None = None
-                   ) -> tuple[Skill, ...]:
+def visible_skills(
+    engine: sa.Engine | sa.Connection, project: str | None = None
+) -> tuple[Skill, ...]:
     """:func:`list_skills` for the hot path (routing every message): the same skills,
     shared between calls, so treat them as read-only.
 
@@ -312,8 +376,10 @@ def visible_skills(engine: sa.Engine | sa.Connection, project: str | None = None
     """
     with db.reading(engine) as conn:
         pid = _pid(conn, project)
-        stamp = tuple((int(i), int(v)) for i, v in conn.execute(
-            _STAMP_GLOBAL if pid is None else _STAMP, {"project_id": pid}))
+        stamp = tuple(
+            (int(i), int(v))
+            for i, v in conn.execute(_STAMP_GLOBAL if pid is None else _STAMP, {"project_id": pid})
+        )
         with _seen_lock:
             cached = _seen.get(conn.engine, {}).get(project)
         if cached is not None and cached[0] == stamp:
@@ -341,13 +407,13 @@ def _resolve(conn: sa.Connection, name: str, project: str | None) -> tuple[sa.Ro
         where = f" for project {project!r}" if project and project != DEFAULT_PROJECT else ""
         raise SkillNotFound(
             f"No skill named {name!r}{where}. `amelio skills list` shows the skills there are.",
-            skill=name, project=project,
+            skill=name,
+            project=project,
         )
     return row, None
 
 
-def get_skill(engine: sa.Engine | sa.Connection, name: str, project: str | None = None
-              ) -> Skill:
+def get_skill(engine: sa.Engine | sa.Connection, name: str, project: str | None = None) -> Skill:
     """The skill ``name`` as ``project`` sees it: its fork, else the global one."""
     with db.reading(engine) as conn:
         row, scope = _resolve(conn, name, project)
@@ -365,18 +431,31 @@ def list_versions(engine: sa.Engine, name: str, project: str | None = None) -> l
         ).all()
     return [
         SkillVersion(
-            version=r.version, spec=spec_from_row(r._mapping, name), author=r.author,
-            reason=r.reason, created_at=r.created_at,
+            version=r.version,
+            spec=spec_from_row(r._mapping, name),
+            author=r.author,
+            reason=r.reason,
+            created_at=r.created_at,
         )
         for r in rows
     ]
 
 
 def update_skill(
-    engine: sa.Engine, name: str, *, project: str | None = None, author: str, reason: str,
-    content: str = _UNSET, description: str = _UNSET, triggers: Sequence[str] = _UNSET,
-    keywords: Sequence[str] = _UNSET, rules: Sequence[Mapping[str, Any]] | None = _UNSET,
-    examples: Sequence[str] = _UNSET, expected_version: int | None = None, kind: str = "edit",
+    engine: sa.Engine,
+    name: str,
+    *,
+    project: str | None = None,
+    author: str,
+    reason: str,
+    content: str = _UNSET,
+    description: str = _UNSET,
+    triggers: Sequence[str] = _UNSET,
+    keywords: Sequence[str] = _UNSET,
+    rules: Sequence[Mapping[str, Any]] | None = _UNSET,
+    examples: Sequence[str] = _UNSET,
+    expected_version: int | None = None,
+    kind: str = "edit",
     proposal_id: int | None = None,
 ) -> Skill:
     """Change a skill in its own scope, as a new version (rules are validated first).
@@ -412,11 +491,20 @@ def update_skill(
             raise Conflict(
                 f"Skill {name!r} is at version {row.version}, not {expected_version}: "
                 "someone changed it meanwhile. Reload it and try again.",
-                skill=name, version=row.version)
+                skill=name,
+                version=row.version,
+            )
         if spec.content_hash() != row.content_hash:  # the same content is not a new version
-            write_version(conn, spec, pid, author=author, reason=reason,
-                           expected_version=expected_version, kind=kind,
-                           proposal_id=proposal_id)
+            write_version(
+                conn,
+                spec,
+                pid,
+                author=author,
+                reason=reason,
+                expected_version=expected_version,
+                kind=kind,
+                proposal_id=proposal_id,
+            )
         new = find_skill_row(conn, name, pid)
         assert new is not None
     return _skill_from_row(new, scope)
@@ -431,16 +519,28 @@ def fork_skill(engine: sa.Engine, name: str, project: str, *, author: str) -> Sk
         row = find_skill_row(conn, name, None)
         if row is None:
             raise SkillNotFound(f"No global skill named {name!r} to fork.", skill=name)
-        write_version(conn, spec_from_row(row._mapping, name), pid, author=author,
-                       reason=f"forked from global v{row.version}", kind="fork")
+        write_version(
+            conn,
+            spec_from_row(row._mapping, name),
+            pid,
+            author=author,
+            reason=f"forked from global v{row.version}",
+            kind="fork",
+        )
         new = find_skill_row(conn, name, pid)
         assert new is not None
     return _skill_from_row(new, project)
 
 
 def update_project_skill(
-    engine: sa.Engine, name: str, project: str | None, *, author: str, reason: str,
-    expected_version: int | None = None, **changes: Any,
+    engine: sa.Engine,
+    name: str,
+    project: str | None,
+    *,
+    author: str,
+    reason: str,
+    expected_version: int | None = None,
+    **changes: Any,
 ) -> Skill:
     """Change the skill ``name`` in ``project``'s own scope: a global skill the project
     has not forked yet is forked into it first, so the global one never changes.
@@ -458,33 +558,55 @@ def update_project_skill(
     current = get_skill(engine, name, project or DEFAULT_PROJECT)
     if project is not None and current.project != project:
         if expected_version is not None and expected_version != current.version:
-            raise Conflict(f"Skill {name!r} is at version {current.version}, not "
-                           f"{expected_version}.", skill=name, version=current.version)
+            raise Conflict(
+                f"Skill {name!r} is at version {current.version}, not {expected_version}.",
+                skill=name,
+                version=current.version,
+            )
         current = fork_skill(engine, name, project, author=author)
         expected_version = current.version
-    return update_skill(engine, name, project=current.project, author=author, reason=reason,
-                        expected_version=expected_version, **changes)
+    return update_skill(
+        engine,
+        name,
+        project=current.project,
+        author=author,
+        reason=reason,
+        expected_version=expected_version,
+        **changes,
+    )
 
 
 def rollback_skill(
-    engine: sa.Engine, name: str, version: int, *, project: str | None = None, author: str,
+    engine: sa.Engine,
+    name: str,
+    version: int,
+    *,
+    project: str | None = None,
+    author: str,
 ) -> Skill:
     """Make an old version current again, as a new version (history only grows)."""
     history = {v.version: v for v in list_versions(engine, name, project)}
     if version not in history:
-        raise SkillNotFound(f"Skill {name!r} has no version {version}.", skill=name,
-                            version=version)
+        raise SkillNotFound(
+            f"Skill {name!r} has no version {version}.", skill=name, version=version
+        )
     old = history[version].spec
     return update_skill(
-        engine, name, project=project, author=author, reason=f"rollback to v{version}",
-        content=old.content, description=old.description, triggers=old.triggers,
-        keywords=old.keywords, rules=None if old.evals is None else list(old.evals),
+        engine,
+        name,
+        project=project,
+        author=author,
+        reason=f"rollback to v{version}",
+        content=old.content,
+        description=old.description,
+        triggers=old.triggers,
+        keywords=old.keywords,
+        rules=None if old.evals is None else list(old.evals),
         kind="rollback",
     )
 
 
-def export_skills(engine: sa.Engine, dest: str | Path, *, project: str | None = None
-                  ) -> list[Path]:
+def export_skills(engine: sa.Engine, dest: str | Path, *, project: str | None = None) -> list[Path]:
     """Write one scope's skills (global, or a project's forks) as files."""
     with engine.connect() as conn:
         pid = _pid(conn, project)
@@ -492,7 +614,6 @@ def export_skills(engine: sa.Engine, dest: str | Path, *, project: str | None = 
             sa.select(skills).where(_scope_clause(pid)).order_by(skills.c.name)
         ).all()
     return files.write_skills([spec_from_row(r._mapping, r.name) for r in rows], dest)
-
 
 
 @dataclass(frozen=True)
@@ -505,16 +626,25 @@ class SkillEvent:
     created_at: datetime
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "version": self.version, "proposalId": self.proposal_id,
-                "actor": self.actor, "reason": self.reason,
-                "createdAt": self.created_at.isoformat()}
+        return {
+            "kind": self.kind,
+            "version": self.version,
+            "proposalId": self.proposal_id,
+            "actor": self.actor,
+            "reason": self.reason,
+            "createdAt": self.created_at.isoformat(),
+        }
 
 
 def skill_log(engine: sa.Engine, name: str, project: str | None = None) -> list[SkillEvent]:
     """The evolution log of the skill ``project`` sees, oldest first."""
     with engine.connect() as conn:
         row, _ = _resolve(conn, name, project)
-        rows = conn.execute(sa.select(skill_events).where(skill_events.c.skill_id == row.id)
-                            .order_by(skill_events.c.id)).all()
-    return [SkillEvent(r.kind, r.version, r.proposal_id, r.actor, r.reason,
-                       r.created_at) for r in rows]
+        rows = conn.execute(
+            sa.select(skill_events)
+            .where(skill_events.c.skill_id == row.id)
+            .order_by(skill_events.c.id)
+        ).all()
+    return [
+        SkillEvent(r.kind, r.version, r.proposal_id, r.actor, r.reason, r.created_at) for r in rows
+    ]

@@ -74,7 +74,7 @@ ACTIONS = {
     "pending": "a hand edit waits for its proposal's decision; the file is kept",
     "kept": "a hand edit that is not a proposal (front matter or evals only); kept",
     "restore": "a hand edit's proposal was declined; the registry's version was "
-               "written back and the edit kept as SKILL.v1.md",
+    "written back and the edit kept as SKILL.v1.md",
     "new": "a folder the registry does not know became a new-skill proposal",
     "declined": "a new-skill proposal was declined; the folder is left alone",
     "missing": "the folder was deleted; the registry keeps the skill",
@@ -95,9 +95,15 @@ class SyncItem:
     field: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"skill": self.skill, "action": self.action, "detail": self.detail,
-                "version": self.version, "proposalId": self.proposal_id, "file": self.file,
-                "field": self.field}
+        return {
+            "skill": self.skill,
+            "action": self.action,
+            "detail": self.detail,
+            "version": self.version,
+            "proposalId": self.proposal_id,
+            "file": self.file,
+            "field": self.field,
+        }
 
 
 @dataclass
@@ -114,8 +120,12 @@ class SyncReport:
         return [i for i in self.items if i.action == "error"]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"folder": self.folder, "project": self.project, "dryRun": self.dry_run,
-                "items": [i.to_dict() for i in self.items]}
+        return {
+            "folder": self.folder,
+            "project": self.project,
+            "dryRun": self.dry_run,
+            "items": [i.to_dict() for i in self.items],
+        }
 
 
 # -- the state file -----------------------------------------------------------------------
@@ -131,22 +141,29 @@ def _load_state(root: Path, project: str | None) -> dict[str, dict[str, Any]]:
         if doc.get("format") != _STATE_FORMAT or not isinstance(doc.get("skills"), dict):
             raise ValueError("unknown format")
     except (ValueError, AttributeError, UnicodeDecodeError) as exc:
-        raise SkillFileError(f"unreadable sync state ({exc}); delete it and sync again: "
-                             "files that match the registry are recognised, others proposed",
-                             file=str(path)) from exc
+        raise SkillFileError(
+            f"unreadable sync state ({exc}); delete it and sync again: "
+            "files that match the registry are recognised, others proposed",
+            file=str(path),
+        ) from exc
     if doc.get("project") != project:
         was = doc.get("project")
         raise InvalidInput(
             f"{root} is synced for {'project ' + repr(was) if was else 'the global view'}; "
             f"sync it with {'--project ' + str(was) if was else 'no --project'}, or use "
-            "another folder.", folder=str(root))
+            "another folder.",
+            folder=str(root),
+        )
     return {str(k): dict(v) for k, v in doc["skills"].items() if isinstance(v, dict)}
 
 
 def _save_state(root: Path, project: str | None, entries: dict[str, dict[str, Any]]) -> None:
     """Replace the state file atomically, so a crash leaves the old one or the new one."""
-    doc = {"format": _STATE_FORMAT, "project": project,
-           "skills": {k: entries[k] for k in sorted(entries)}}
+    doc = {
+        "format": _STATE_FORMAT,
+        "project": project,
+        "skills": {k: entries[k] for k in sorted(entries)},
+    }
     temp = root / f".{STATE_FILE}{rotation.TEMP_SUFFIX}"
     temp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     os.replace(temp, root / STATE_FILE)
@@ -166,8 +183,14 @@ def _files_hash(folder: Path, name: str) -> str:
 def _evals_json(spec: SkillSpec) -> str | None:
     if spec.evals is None:
         return None
-    return json.dumps({"version": 1, "skill": spec.name, "rules": [dict(r) for r in spec.evals]},
-                      indent=2, ensure_ascii=False) + "\n"
+    return (
+        json.dumps(
+            {"version": 1, "skill": spec.name, "rules": [dict(r) for r in spec.evals]},
+            indent=2,
+            ensure_ascii=False,
+        )
+        + "\n"
+    )
 
 
 def _write(folder: Path, skill: Skill) -> str:
@@ -175,15 +198,23 @@ def _write(folder: Path, skill: Skill) -> str:
     folder.mkdir(parents=True, exist_ok=True)
     rotation.recover(folder, lambda version: skill.version >= version)
     staged = rotation.stage_rotation(
-        folder, skill_md=files.render_skill_md(skill.spec), evals_json=_evals_json(skill.spec),
-        evals_name=f"{skill.name}.evals.json", target_version=skill.version)
+        folder,
+        skill_md=files.render_skill_md(skill.spec),
+        evals_json=_evals_json(skill.spec),
+        evals_name=f"{skill.name}.evals.json",
+        target_version=skill.version,
+    )
     staged.apply()  # the version is committed already: there is nothing to wait for
     return _files_hash(folder, skill.name)
 
 
 def _entry(skill: Skill, files_hash: str) -> dict[str, Any]:
-    return {"version": skill.version, "scope": skill.scope,
-            "registryHash": skill.spec.content_hash(), "filesHash": files_hash}
+    return {
+        "version": skill.version,
+        "scope": skill.scope,
+        "registryHash": skill.spec.content_hash(),
+        "filesHash": files_hash,
+    }
 
 
 def _changed_fields(a: SkillSpec, b: SkillSpec) -> list[str]:
@@ -244,25 +275,35 @@ class _Pass:
             else:
                 if not self.dry_run:
                     self.state[skill.name] = {**entry, "deleted": True}
-                self.add(skill.name, "missing", "deleted from the folder; the registry keeps "
-                         f"it (v{skill.version}); remove its entry from {STATE_FILE} to have "
-                         "it written again", version=skill.version)
+                self.add(
+                    skill.name,
+                    "missing",
+                    "deleted from the folder; the registry keeps "
+                    f"it (v{skill.version}); remove its entry from {STATE_FILE} to have "
+                    "it written again",
+                    version=skill.version,
+                )
             return
         if not self.dry_run:
             rotation.recover(folder, lambda version: skill.version >= version)
         files_hash = _files_hash(folder, skill.name)
-        if entry is not None and entry.get("proposal") is not None \
-                and entry.get("proposedHash") == files_hash:
+        if (
+            entry is not None
+            and entry.get("proposal") is not None
+            and entry.get("proposedHash") == files_hash
+        ):
             self.awaiting(skill, entry, files_hash)
-        elif entry is not None and not entry.get("deleted") and entry.get("filesHash") == \
-                files_hash:
+        elif (
+            entry is not None and not entry.get("deleted") and entry.get("filesHash") == files_hash
+        ):
             undone = ""
             if entry.get("proposal") is not None:  # back as written: the edit was undone
                 self.withdraw(skill.name, entry, "the edit was undone in the folder")
                 undone = f"the edit was undone; proposal #{entry['proposal']} withdrawn"
                 if not self.dry_run:
-                    self.state[skill.name] = {k: v for k, v in entry.items()
-                                              if k not in ("proposal", "proposedHash")}
+                    self.state[skill.name] = {
+                        k: v for k, v in entry.items() if k not in ("proposal", "proposedHash")
+                    }
             if entry.get("registryHash") == skill.spec.content_hash():
                 self.add(skill.name, "unchanged", undone, version=skill.version)
             else:
@@ -274,21 +315,34 @@ class _Pass:
         """The folder still holds the edit that proposal ``entry['proposal']`` carries."""
         proposal = proposals.get_proposal(self.ws, int(entry["proposal"]))
         if proposal.status == "pending":
-            self.add(skill.name, "pending", f"proposal #{proposal.id} awaits a decision "
-                     "(`amelio proposals show`)", version=skill.version,
-                     proposal_id=proposal.id)
+            self.add(
+                skill.name,
+                "pending",
+                f"proposal #{proposal.id} awaits a decision (`amelio proposals show`)",
+                version=skill.version,
+                proposal_id=proposal.id,
+            )
             return
         if proposal.status == "approved":
             if self.parse(skill.name) == skill.spec:
-                self.adopt(skill, files_hash, f"proposal #{proposal.id} approved as "
-                           f"v{skill.version}")
+                self.adopt(
+                    skill, files_hash, f"proposal #{proposal.id} approved as v{skill.version}"
+                )
             else:
-                self.write(skill, "write", f"proposal #{proposal.id} approved; v{skill.version} "
-                           "written", proposal_id=proposal.id)
+                self.write(
+                    skill,
+                    "write",
+                    f"proposal #{proposal.id} approved; v{skill.version} written",
+                    proposal_id=proposal.id,
+                )
             return
-        self.write(skill, "restore", f"proposal #{proposal.id} was {proposal.status}; "
-                   f"v{skill.version} written back, the edit kept as SKILL.v1.md",
-                   proposal_id=proposal.id)
+        self.write(
+            skill,
+            "restore",
+            f"proposal #{proposal.id} was {proposal.status}; "
+            f"v{skill.version} written back, the edit kept as SKILL.v1.md",
+            proposal_id=proposal.id,
+        )
 
     def parse(self, name: str) -> SkillSpec:
         """The folder's skill, read and checked exactly as `amelio skills import` does."""
@@ -300,8 +354,9 @@ class _Pass:
         if entry is None or entry.get("registryHash") == skill.spec.content_hash():
             return skill.spec
         for version in list_versions(self.ws.engine, skill.name, self.view):
-            if version.version == entry.get("version") and \
-                    version.spec.content_hash() == entry.get("registryHash"):
+            if version.version == entry.get("version") and version.spec.content_hash() == entry.get(
+                "registryHash"
+            ):
                 return version.spec
         return skill.spec
 
@@ -318,11 +373,16 @@ class _Pass:
             return
         if entry is None or entry.get("deleted"):
             # No record of a write: a file equal to an older version is simply behind.
-            older = {v.spec.content_hash(): v.version
-                     for v in list_versions(self.ws.engine, skill.name, self.view)}
+            older = {
+                v.spec.content_hash(): v.version
+                for v in list_versions(self.ws.engine, skill.name, self.view)
+            }
             if spec.content_hash() in older:
-                self.write(skill, "write", f"the folder held v{older[spec.content_hash()]}; "
-                           f"v{skill.version} written")
+                self.write(
+                    skill,
+                    "write",
+                    f"the folder held v{older[spec.content_hash()]}; v{skill.version} written",
+                )
                 return
         base = self.base(skill, entry)
         moved = base.content_hash() != skill.spec.content_hash()
@@ -330,48 +390,94 @@ class _Pass:
         if spec.content == base.content or spec.content == skill.spec.content:
             self.withdraw(skill.name, entry, "the body edit was undone in the folder")
             if moved:
-                lost = f"; the edit of {', '.join(not_proposed)} is kept as SKILL.v1.md" \
-                    if not_proposed else ""
+                lost = (
+                    f"; the edit of {', '.join(not_proposed)} is kept as SKILL.v1.md"
+                    if not_proposed
+                    else ""
+                )
                 self.write(skill, "write", f"v{skill.version} written{lost}")
             else:
-                self.add(skill.name, "kept", f"{', '.join(not_proposed)} edited in the folder: "
-                         "only a SKILL.md body edit becomes a proposal; change these with "
-                         "`amelio` or the API. The file is kept as written.",
-                         version=skill.version, file=str(self.root / skill.name))
+                self.add(
+                    skill.name,
+                    "kept",
+                    f"{', '.join(not_proposed)} edited in the folder: "
+                    "only a SKILL.md body edit becomes a proposal; change these with "
+                    "`amelio` or the API. The file is kept as written.",
+                    version=skill.version,
+                    file=str(self.root / skill.name),
+                )
             return
         self.propose(skill, entry, spec, files_hash, not_proposed, moved)
 
-    def propose(self, skill: Skill, entry: dict[str, Any] | None, spec: SkillSpec,
-                files_hash: str, not_proposed: list[str], moved: bool) -> None:
+    def propose(
+        self,
+        skill: Skill,
+        entry: dict[str, Any] | None,
+        spec: SkillSpec,
+        files_hash: str,
+        not_proposed: list[str],
+        moved: bool,
+    ) -> None:
         path = str(self.root / skill.name / files.SKILL_FILE)
         notes = []
         if moved:
-            notes.append(f"the registry moved on to v{skill.version} since this folder was "
-                         "written: check the diff")
+            notes.append(
+                f"the registry moved on to v{skill.version} since this folder was "
+                "written: check the diff"
+            )
         if not_proposed:
             notes.append(f"{', '.join(not_proposed)} edits are not part of it")
         note = f" ({'; '.join(notes)})" if notes else ""
         if self.dry_run:
-            self.add(skill.name, "propose", f"the hand edit would become a proposal{note}",
-                     version=skill.version, file=path)
+            self.add(
+                skill.name,
+                "propose",
+                f"the hand edit would become a proposal{note}",
+                version=skill.version,
+                file=path,
+            )
             return
         try:  # a later save of the same file replaces this sync's own pending proposal
             self.withdraw(skill.name, entry, f"replaced by a later edit of {path}")
             made = proposals.create_proposal(
-                self.ws, skill.name, proposed_content=spec.content, proposed_by="human",
-                author=self.author, project=self.view,
+                self.ws,
+                skill.name,
+                proposed_content=spec.content,
+                proposed_by="human",
+                author=self.author,
+                project=self.view,
                 rationale=f"Edited by hand in {path}.{note}",
-                evidence={"source": "skills sync", "file": path, "folder": str(self.root),
-                          "baseVersion": None if entry is None else entry.get("version"),
-                          "notProposed": not_proposed})
+                evidence={
+                    "source": "skills sync",
+                    "file": path,
+                    "folder": str(self.root),
+                    "baseVersion": None if entry is None else entry.get("version"),
+                    "notProposed": not_proposed,
+                },
+            )
         except AmelioError as exc:  # e.g. another pending proposal: retried on the next pass
-            self.add(skill.name, "error", f"the hand edit is kept but not proposed: "
-                     f"{exc.message}", version=skill.version, file=path)
+            self.add(
+                skill.name,
+                "error",
+                f"the hand edit is kept but not proposed: {exc.message}",
+                version=skill.version,
+                file=path,
+            )
             return
-        self.state[skill.name] = {**(entry or _entry(skill, "")), "proposal": made.id,
-                                  "proposedHash": files_hash, "deleted": False}
-        self.add(skill.name, "propose", f"proposal #{made.id}; the file is kept as written"
-                 f"{note}", version=skill.version, proposal_id=made.id, file=path)
+        self.state[skill.name] = {
+            **(entry or _entry(skill, "")),
+            "proposal": made.id,
+            "proposedHash": files_hash,
+            "deleted": False,
+        }
+        self.add(
+            skill.name,
+            "propose",
+            f"proposal #{made.id}; the file is kept as written{note}",
+            version=skill.version,
+            proposal_id=made.id,
+            file=path,
+        )
 
     # -- a folder the registry does not hold -----------------------------------------------
 
@@ -381,13 +487,22 @@ class _Pass:
         path = str(folder / files.SKILL_FILE)
         try:
             files_hash = _files_hash(folder, name)
-            if entry is not None and entry.get("proposal") is not None \
-                    and entry.get("proposedHash") == files_hash:
+            if (
+                entry is not None
+                and entry.get("proposal") is not None
+                and entry.get("proposedHash") == files_hash
+            ):
                 proposal = proposals.get_proposal(self.ws, int(entry["proposal"]))
-                action = {"pending": "pending", "approved": "unchanged"}.get(proposal.status,
-                                                                             "declined")
-                self.add(name, action, f"new-skill proposal #{proposal.id} is "
-                         f"{proposal.status}", proposal_id=proposal.id, file=path)
+                action = {"pending": "pending", "approved": "unchanged"}.get(
+                    proposal.status, "declined"
+                )
+                self.add(
+                    name,
+                    action,
+                    f"new-skill proposal #{proposal.id} is {proposal.status}",
+                    proposal_id=proposal.id,
+                    file=path,
+                )
                 return
             spec = self.parse(name)
             skill_md = (folder / files.SKILL_FILE).read_text(encoding="utf-8")
@@ -396,35 +511,59 @@ class _Pass:
                 self.add(name, "new", "would be proposed as a new skill", file=path)
                 return
             made = proposals.create_skill_proposal(
-                self.ws, skill_md, rationale=f"New skill folder {folder}.", proposed_by="human",
-                author=self.author, project=self.view,
+                self.ws,
+                skill_md,
+                rationale=f"New skill folder {folder}.",
+                proposed_by="human",
+                author=self.author,
+                project=self.view,
                 scope="project" if self.project else "global",
                 rules=None if spec.evals is None else [dict(r) for r in spec.evals],
-                evidence={"source": "skills sync", "file": path}, source=path)
+                evidence={"source": "skills sync", "file": path},
+                source=path,
+            )
         except (AmelioError, OSError) as exc:
             self.error(name, exc)
             return
         self.state[name] = {"proposal": made.id, "proposedHash": files_hash}
-        self.add(name, "new", f"proposal #{made.id} for a new skill", proposal_id=made.id,
-                 file=path)
+        self.add(
+            name, "new", f"proposal #{made.id} for a new skill", proposal_id=made.id, file=path
+        )
 
 
 def _error_item(skill: str, exc: AmelioError | OSError) -> SyncItem:
     if isinstance(exc, AmelioError):
-        return SyncItem(skill, "error", exc.message, file=exc.details.get("file"),
-                        field=exc.details.get("field"))
-    return SyncItem(skill, "error", f"cannot use {exc.filename or skill}: {exc.strerror or exc}",
-                    file=None if exc.filename is None else str(exc.filename))
+        return SyncItem(
+            skill,
+            "error",
+            exc.message,
+            file=exc.details.get("file"),
+            field=exc.details.get("field"),
+        )
+    return SyncItem(
+        skill,
+        "error",
+        f"cannot use {exc.filename or skill}: {exc.strerror or exc}",
+        file=None if exc.filename is None else str(exc.filename),
+    )
 
 
 def _folders(root: Path) -> list[str]:
-    return sorted(p.name for p in root.iterdir()
-                  if p.is_dir() and not p.name.startswith(".")
-                  and (p / files.SKILL_FILE).is_file())
+    return sorted(
+        p.name
+        for p in root.iterdir()
+        if p.is_dir() and not p.name.startswith(".") and (p / files.SKILL_FILE).is_file()
+    )
 
 
-def sync_skills(ws: Workspace, folder: str | Path, *, project: str | None = None,
-                author: str | None = None, dry_run: bool = False) -> SyncReport:
+def sync_skills(
+    ws: Workspace,
+    folder: str | Path,
+    *,
+    project: str | None = None,
+    author: str | None = None,
+    dry_run: bool = False,
+) -> SyncReport:
     """One pass over ``folder`` (created if missing); see the module docstring.
 
     A malformed file, or an edit that cannot be proposed now, is an ``error``
@@ -436,8 +575,7 @@ def sync_skills(ws: Workspace, folder: str | Path, *, project: str | None = None
         raise InvalidInput(f"{root} is not a folder.", folder=str(root))
     state = _load_state(root, project) if root.is_dir() else {}
     report = SyncReport(str(root), project, dry_run)
-    run = _Pass(ws, root, project, (author or f"skills sync {root}")[:200], dry_run, state,
-                report)
+    run = _Pass(ws, root, project, (author or f"skills sync {root}")[:200], dry_run, state, report)
     registry = {s.name: s for s in list_skills(ws.engine, run.view)}
     if not dry_run:
         root.mkdir(parents=True, exist_ok=True)
@@ -462,20 +600,28 @@ def sync_skills(ws: Workspace, folder: str | Path, *, project: str | None = None
 
 def _watch_filter(root: Path) -> Callable[[watchfiles.Change, str], bool]:
     """Files a person edits: no dot-files (state, journals, copies), no SKILL.vN.md."""
+
     def keep(change: watchfiles.Change, path: str) -> bool:
         try:
             parts = Path(path).resolve().relative_to(root).parts
         except ValueError:
             return False
         return not any(p.startswith(".") for p in parts) and not _BACKUP.match(parts[-1])
+
     return keep
 
 
 def watch_skills(
-    ws: Workspace, folder: str | Path, *, project: str | None = None,
-    author: str | None = None, stop_event: threading.Event | None = None,
+    ws: Workspace,
+    folder: str | Path,
+    *,
+    project: str | None = None,
+    author: str | None = None,
+    stop_event: threading.Event | None = None,
     on_report: Callable[[SyncReport], None] | None = None,
-    poll_ms: int = 2000, debounce_ms: int = 400, step_ms: int = 50,
+    poll_ms: int = 2000,
+    debounce_ms: int = 400,
+    step_ms: int = 50,
 ) -> None:
     """Sync now, then again on every file change and every ``poll_ms`` (approvals happen
     in the database, where no file event announces them) until ``stop_event`` is set
@@ -493,8 +639,14 @@ def watch_skills(
             on_report(report)
 
     one_pass()
-    for _changes in watchfiles.watch(os.fspath(root), watch_filter=_watch_filter(root),
-                                     stop_event=stop_event, debounce=debounce_ms, step=step_ms,
-                                     rust_timeout=poll_ms, yield_on_timeout=True,
-                                     raise_interrupt=False):
+    for _changes in watchfiles.watch(
+        os.fspath(root),
+        watch_filter=_watch_filter(root),
+        stop_event=stop_event,
+        debounce=debounce_ms,
+        step=step_ms,
+        rust_timeout=poll_ms,
+        yield_on_timeout=True,
+        raise_interrupt=False,
+    ):
         one_pass()

@@ -92,8 +92,10 @@ TYPING_EVERY = 4.5
 #: characters, so the block always leaves room for the answer).
 MAX_FOOTNOTES = 8
 
-UNLINKED = ("This chat is not linked to Amelio yet. Ask an Amelio admin for an invite "
-            "code (amelio telegram invite), then send: /start CODE")
+UNLINKED = (
+    "This chat is not linked to Amelio yet. Ask an Amelio admin for an invite "
+    "code (amelio telegram invite), then send: /start CODE"
+)
 NOT_ALLOWED = "This chat is not allowed to use this bot."
 LLM_DOWN = "Sorry, the assistant cannot answer right now. Please try again in a minute."
 HELP_USER = (
@@ -106,8 +108,10 @@ HELP_USER = (
     "/project: the project and role of this chat\n"
     "/help: this message"
 )
-HELP_ADMIN = ("\n\nThis is an admin chat: improvement reports and proposal cards arrive "
-              "here; Approve, Reject, Diff and Run benchmark act on them.")
+HELP_ADMIN = (
+    "\n\nThis is an admin chat: improvement reports and proposal cards arrive "
+    "here; Approve, Reject, Diff and Run benchmark act on them."
+)
 
 _FIX = re.compile(r"Fix #(\d+):")
 _REJECT = re.compile(r"Reject #(\d+)")
@@ -133,13 +137,24 @@ class TelegramBot:
         """A python-telegram-bot application with this bot's handlers, talking to
         ``api_url`` (``{api_url}/bot{token}/{method}``)."""
         base = api_url.rstrip("/")
-        app = (ApplicationBuilder().token(token).base_url(f"{base}/bot")
-               .base_file_url(f"{base}/file/bot").concurrent_updates(True)
-               .updater(None).build())
-        commands: dict[str, Callable[[Update, ContextTypes.DEFAULT_TYPE],
-                                     Coroutine[Any, Any, None]]] = {
-            "start": self.on_start, "help": self.on_help, "learnings": self.on_learnings,
-            "skills": self.on_skills, "quality": self.on_quality, "project": self.on_project,
+        app = (
+            ApplicationBuilder()
+            .token(token)
+            .base_url(f"{base}/bot")
+            .base_file_url(f"{base}/file/bot")
+            .concurrent_updates(True)
+            .updater(None)
+            .build()
+        )
+        commands: dict[
+            str, Callable[[Update, ContextTypes.DEFAULT_TYPE], Coroutine[Any, Any, None]]
+        ] = {
+            "start": self.on_start,
+            "help": self.on_help,
+            "learnings": self.on_learnings,
+            "skills": self.on_skills,
+            "quality": self.on_quality,
+            "project": self.on_project,
             "skip": self.on_skip,
         }
         for name, handler in commands.items():
@@ -192,8 +207,14 @@ class TelegramBot:
             return
         title = chat.title or chat.full_name or None
         try:
-            link = await asyncio.to_thread(links.redeem_invite, self.ws, code, chat_id=chat.id,
-                                           title=title, user=user_ref(update))
+            link = await asyncio.to_thread(
+                links.redeem_invite,
+                self.ws,
+                code,
+                chat_id=chat.id,
+                title=title,
+                user=user_ref(update),
+            )
         except AmelioError as exc:
             await self._tell(update, exc.message)
             return
@@ -223,11 +244,14 @@ class TelegramBot:
             return
         found = await asyncio.to_thread(learnings.list_learnings, self.ws, project=link.project)
         if not found:
-            await self._tell(update, "No learnings yet: 👎 or 🛠️ Fix It under an answer "
-                                     "teaches one.")
+            await self._tell(
+                update, "No learnings yet: 👎 or 🛠️ Fix It under an answer teaches one."
+            )
             return
-        lines = [f"#{item.id} {'[' + item.skill + '] ' if item.skill else ''}{item.rule}"
-                 for item in found[:30]]
+        lines = [
+            f"#{item.id} {'[' + item.skill + '] ' if item.skill else ''}{item.rule}"
+            for item in found[:30]
+        ]
         more = f"\n… and {len(found) - 30} more" if len(found) > 30 else ""
         await self._send_text(update, "Learnings, newest first:\n" + "\n".join(lines) + more)
 
@@ -239,8 +263,11 @@ class TelegramBot:
         if not found:
             await self._tell(update, "No skills in this project yet.")
             return
-        await self._send_text(update, "Skills:\n" + "\n".join(
-            f"• {s.name} (v{s.version}): {s.spec.description}" for s in found))
+        await self._send_text(
+            update,
+            "Skills:\n"
+            + "\n".join(f"• {s.name} (v{s.version}): {s.spec.description}" for s in found),
+        )
 
     async def on_quality(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         link = await self._link(update)
@@ -250,9 +277,15 @@ class TelegramBot:
         if not metrics:
             await self._tell(update, "No answers yet, so no quality figures.")
             return
-        await self._send_text(update, "Quality per skill:\n" + "\n".join(
-            f"• {m.skill}: {m.success_rate:.0%} passed ({m.success_count}/{m.applied_count}), "
-            f"👍 {m.feedback_positive} 👎 {m.feedback_negative}" for m in metrics))
+        await self._send_text(
+            update,
+            "Quality per skill:\n"
+            + "\n".join(
+                f"• {m.skill}: {m.success_rate:.0%} passed ({m.success_count}/{m.applied_count}), "
+                f"👍 {m.feedback_positive} 👎 {m.feedback_negative}"
+                for m in metrics
+            ),
+        )
 
     async def on_skip(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         """``/skip`` as the reply to a Reject prompt: reject without a reason."""
@@ -267,8 +300,7 @@ class TelegramBot:
             return
         await self._reject(update, link, int(match.group(1)), None, message)
 
-    async def on_unknown_command(self, update: Update,
-                                 context: ContextTypes.DEFAULT_TYPE) -> None:
+    async def on_unknown_command(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         link = await self._link(update)
         if link is not None:
             await self._tell(update, "Unknown command. /help lists what I understand.")
@@ -303,8 +335,7 @@ class TelegramBot:
             return
         await self._answer(update, chat.id, message.text)
 
-    def _respond_if_linked(self, chat_id: int, text: str, user: str | None
-                           ) -> Reply | None:
+    def _respond_if_linked(self, chat_id: int, text: str, user: str | None) -> Reply | None:
         """The chat's link and the answer, in one trip to a worker thread (the common
         case, so its cost is the bot's per-message overhead); None when unlinked."""
         link = links.get_link(self.ws, chat_id)
@@ -316,8 +347,9 @@ class TelegramBot:
         bot = update.get_bot()
         typing = asyncio.create_task(self._typing(bot, chat_id))
         try:
-            reply = await asyncio.to_thread(self._respond_if_linked, chat_id, text,
-                                            user_ref(update))
+            reply = await asyncio.to_thread(
+                self._respond_if_linked, chat_id, text, user_ref(update)
+            )
         except LLMError as exc:
             log.warning("telegram: the LLM failed for chat %s: %s", chat_id, exc.message)
             await self._tell(update, LLM_DOWN)
@@ -336,7 +368,7 @@ class TelegramBot:
 
     @staticmethod
     async def _typing(bot: Bot, chat_id: int) -> None:
-        """"typing…" until cancelled, once the answer is late: the LLM may take longer
+        """ "typing…" until cancelled, once the answer is late: the LLM may take longer
         than one action lasts."""
         await asyncio.sleep(TYPING_AFTER)
         while True:
@@ -348,19 +380,25 @@ class TelegramBot:
 
     @staticmethod
     def feedback_buttons(interaction_id: int) -> InlineKeyboardMarkup:
-        return InlineKeyboardMarkup([[
-            InlineKeyboardButton("👍", callback_data=f"v:up:{interaction_id}"),
-            InlineKeyboardButton("👎", callback_data=f"v:down:{interaction_id}"),
-            InlineKeyboardButton("🛠️ Fix It", callback_data=f"v:fixit:{interaction_id}"),
-        ]])
+        return InlineKeyboardMarkup(
+            [
+                [
+                    InlineKeyboardButton("👍", callback_data=f"v:up:{interaction_id}"),
+                    InlineKeyboardButton("👎", callback_data=f"v:down:{interaction_id}"),
+                    InlineKeyboardButton("🛠️ Fix It", callback_data=f"v:fixit:{interaction_id}"),
+                ]
+            ]
+        )
 
     async def _send_answer(self, bot: Bot, chat_id: int, reply: Reply) -> None:
         """The answer in as many messages as Telegram's limit needs, the footnotes and
         the buttons under the last one."""
         footnotes = list(reply.footnotes)
         if len(footnotes) > MAX_FOOTNOTES:  # many failed rules: the first, and a count
-            footnotes = [*footnotes[:MAX_FOOTNOTES],
-                         f"… and {len(footnotes) - MAX_FOOTNOTES} more checks"]
+            footnotes = [
+                *footnotes[:MAX_FOOTNOTES],
+                f"… and {len(footnotes) - MAX_FOOTNOTES} more checks",
+            ]
         notes = footnotes_block(footnotes)
         room = MAX_MESSAGE_CHARS - (visible_length(notes) + 2 if notes else 0)
         parts = render_parts(reply.answer, limit=max(room, 1000)) or [escape("(empty answer)")]
@@ -368,16 +406,22 @@ class TelegramBot:
             last = n == len(parts) - 1
             text = f"{part}\n\n{notes}" if last and notes else part
             markup = self.feedback_buttons(reply.interaction_id) if last else None
-            await call(lambda text=text, markup=markup: bot.send_message(  # type: ignore[misc]
-                chat_id, text, parse_mode=ParseMode.MARKDOWN_V2, reply_markup=markup))
+            await call(
+                lambda text=text, markup=markup: bot.send_message(  # type: ignore[misc]
+                    chat_id, text, parse_mode=ParseMode.MARKDOWN_V2, reply_markup=markup
+                )
+            )
 
     async def _send_text(self, update: Update, text: str) -> None:
         """Plain text of any length, in as many messages as it takes."""
         chat_id = update.effective_chat.id if update.effective_chat else 0
         bot = update.get_bot()
         for part in render_parts(text):
-            await call(lambda part=part: bot.send_message(  # type: ignore[misc]
-                chat_id, part, parse_mode=ParseMode.MARKDOWN_V2))
+            await call(
+                lambda part=part: bot.send_message(  # type: ignore[misc]
+                    chat_id, part, parse_mode=ParseMode.MARKDOWN_V2
+                )
+            )
 
     # -- buttons ------------------------------------------------------------------------
 
@@ -396,13 +440,15 @@ class TelegramBot:
         if family == "v":
             await self._vote(update, link, action, ref)
         elif not link.is_admin:
-            await call(lambda: query.answer("Only an admin chat can decide proposals.",
-                                             show_alert=True))
+            await call(
+                lambda: query.answer("Only an admin chat can decide proposals.", show_alert=True)
+            )
         else:
             await cards.on_proposal_button(self, update, link, action, ref)
 
-    async def _vote(self, update: Update, link: links.ChatLink, kind: str,
-                    interaction_id: int) -> None:
+    async def _vote(
+        self, update: Update, link: links.ChatLink, kind: str, interaction_id: int
+    ) -> None:
         query = update.callback_query
         assert query is not None
         if kind not in ("up", "down", "fixit"):
@@ -413,27 +459,37 @@ class TelegramBot:
         except NotFound:
             found = None
         if found is None or found["project"] != link.project:
-            await call(lambda: query.answer("That answer is not in this chat's project.",
-                                             show_alert=True))
+            await call(
+                lambda: query.answer("That answer is not in this chat's project.", show_alert=True)
+            )
             return
         if kind == "fixit":
             await call(lambda: query.answer())
             chat_id = query.message.chat.id if query.message else link.chat_id
-            await call(lambda: update.get_bot().send_message(
-                chat_id, f"🛠️ Fix #{interaction_id}: what should it have said? Reply to this "
-                         "message.",
-                reply_markup=ForceReply(selective=True,
-                                        input_field_placeholder="What it should have said")))
+            await call(
+                lambda: update.get_bot().send_message(
+                    chat_id,
+                    f"🛠️ Fix #{interaction_id}: what should it have said? Reply to this message.",
+                    reply_markup=ForceReply(
+                        selective=True, input_field_placeholder="What it should have said"
+                    ),
+                )
+            )
             return
-        result = await asyncio.to_thread(give_answer_feedback, self.ws, interaction_id, kind,
-                                         user=user_ref(update))
+        result = await asyncio.to_thread(
+            give_answer_feedback, self.ws, interaction_id, kind, user=user_ref(update)
+        )
         glyph = "👍" if kind == "up" else "👎"
-        said = (f"Changed to {glyph}." if result.replaced and result.replaced != kind
-                else f"Thanks: {glyph} recorded.")
+        said = (
+            f"Changed to {glyph}."
+            if result.replaced and result.replaced != kind
+            else f"Thanks: {glyph} recorded."
+        )
         await call(lambda: query.answer(said))
 
-    async def _fixit(self, update: Update, link: links.ChatLink, interaction_id: int,
-                     correction: str) -> None:
+    async def _fixit(
+        self, update: Update, link: links.ChatLink, interaction_id: int, correction: str
+    ) -> None:
         try:
             found = await asyncio.to_thread(get_interaction, self.ws, interaction_id)
         except NotFound:
@@ -442,17 +498,28 @@ class TelegramBot:
             await self._tell(update, "That answer is not in this chat's project.")
             return
         try:
-            result = await asyncio.to_thread(give_answer_feedback, self.ws, interaction_id,
-                                             "fixit", comment=correction,
-                                             user=user_ref(update))
+            result = await asyncio.to_thread(
+                give_answer_feedback,
+                self.ws,
+                interaction_id,
+                "fixit",
+                comment=correction,
+                user=user_ref(update),
+            )
         except AmelioError as exc:
             await self._tell(update, exc.message)
             return
         rule = result.learning.rule if result.learning else correction
         await self._send_text(update, f"Thanks, learned: {rule}")
 
-    async def _reject(self, update: Update, link: links.ChatLink, proposal_id: int,
-                      reason: str | None, message: Message) -> None:
+    async def _reject(
+        self,
+        update: Update,
+        link: links.ChatLink,
+        proposal_id: int,
+        reason: str | None,
+        message: Message,
+    ) -> None:
         if not link.is_admin:
             await self._tell(update, "Only an admin chat can decide proposals.")
             return
@@ -468,15 +535,17 @@ class TelegramBot:
                 await self._tell(update, "Something went wrong on my side; it is logged.")
 
 
-def build_bot(ws: Workspace, *, provider: Provider | None = None
-              ) -> tuple[TelegramBot, Application[Any, Any, Any, Any, Any, Any]]:
+def build_bot(
+    ws: Workspace, *, provider: Provider | None = None
+) -> tuple[TelegramBot, Application[Any, Any, Any, Any, Any, Any]]:
     """The bot and its application, from the workspace's settings; a missing token or
     a malformed setting is a :class:`ConfigError` that says which."""
     settings = ws.settings
     token = settings.telegram_token.get_secret_value().strip()
     if not token:
-        raise ConfigError("Set AMELIO_TELEGRAM_TOKEN to the bot's token from BotFather "
-                          "(docs/telegram.md).")
+        raise ConfigError(
+            "Set AMELIO_TELEGRAM_TOKEN to the bot's token from BotFather (docs/telegram.md)."
+        )
     if not settings.telegram_api_url.startswith(("http://", "https://")):
         raise ConfigError("AMELIO_TELEGRAM_API_URL must start with http:// or https://.")
     bot = TelegramBot(ws, provider)  # a malformed allowed-chats list fails here, at start
@@ -489,15 +558,22 @@ async def check_token(app: Application[Any, Any, Any, Any, Any, Any], api_url: s
     try:
         await app.initialize()
     except InvalidToken as exc:
-        raise ConfigError(f"The Bot API at {api_url} refused AMELIO_TELEGRAM_TOKEN ({exc}): "
-                          "check the token BotFather gave.") from None
+        raise ConfigError(
+            f"The Bot API at {api_url} refused AMELIO_TELEGRAM_TOKEN ({exc}): "
+            "check the token BotFather gave."
+        ) from None
     except NetworkError as exc:
         raise ConfigError(f"Cannot reach the Bot API at {api_url}: {exc}.") from None
 
 
-async def run_polling(app: Application[Any, Any, Any, Any, Any, Any], api_url: str,
-                      stop: asyncio.Event, *, poll_timeout: int = 30,
-                      ready: Callable[[], None] | None = None) -> None:
+async def run_polling(
+    app: Application[Any, Any, Any, Any, Any, Any],
+    api_url: str,
+    stop: asyncio.Event,
+    *,
+    poll_timeout: int = 30,
+    ready: Callable[[], None] | None = None,
+) -> None:
     """Long-poll getUpdates and handle each update until ``stop`` is set.
 
     Written out rather than ``Application.run_polling`` so that a caller owns the
@@ -513,9 +589,14 @@ async def run_polling(app: Application[Any, Any, Any, Any, Any, Any], api_url: s
     waiter = asyncio.create_task(stop.wait())
     try:
         while not stop.is_set():
-            poll = asyncio.create_task(bot.get_updates(
-                offset=offset, timeout=poll_timeout, allowed_updates=ALLOWED_UPDATES,
-                read_timeout=poll_timeout + 10))
+            poll = asyncio.create_task(
+                bot.get_updates(
+                    offset=offset,
+                    timeout=poll_timeout,
+                    allowed_updates=ALLOWED_UPDATES,
+                    read_timeout=poll_timeout + 10,
+                )
+            )
             done, _ = await asyncio.wait({poll, waiter}, return_when=asyncio.FIRST_COMPLETED)
             if poll not in done:
                 poll.cancel()
@@ -550,8 +631,9 @@ class BotThread:
     has begun (or raises what stopped it); ``stop`` returns once the bot has
     stopped."""
 
-    def __init__(self, ws: Workspace, *, provider: Provider | None = None,
-                 poll_timeout: int = 1) -> None:
+    def __init__(
+        self, ws: Workspace, *, provider: Provider | None = None, poll_timeout: int = 1
+    ) -> None:
         self.bot, self.application = build_bot(ws, provider=provider)
         self._api = ws.settings.telegram_api_url
         self._poll_timeout = poll_timeout
@@ -565,8 +647,13 @@ class BotThread:
         async def body() -> None:
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
-            await run_polling(self.application, self._api, self._stop,
-                              poll_timeout=self._poll_timeout, ready=self._ready.set)
+            await run_polling(
+                self.application,
+                self._api,
+                self._stop,
+                poll_timeout=self._poll_timeout,
+                ready=self._ready.set,
+            )
 
         try:
             asyncio.run(body())

@@ -49,6 +49,7 @@ class CardOwner(Protocol):
     ws: Workspace
     provider: Provider | None
 
+
 log = logging.getLogger(__name__)
 
 __all__ = ["badge", "card_buttons", "card_text", "on_proposal_button", "reject", "send_card"]
@@ -74,8 +75,11 @@ def _diff_summary(proposal: Proposal) -> str:
         elif line.startswith("-") and not line.startswith("---"):
             removed += 1
     kind = {"new": "new skill", "global": "global skill", "project": "project skill"}
-    what = "triggers and keywords" if proposal.routing is not None else kind.get(
-        proposal.scope, proposal.scope)
+    what = (
+        "triggers and keywords"
+        if proposal.routing is not None
+        else kind.get(proposal.scope, proposal.scope)
+    )
     return f"{what}: +{added} −{removed} lines"
 
 
@@ -84,7 +88,7 @@ def card_text(proposal: Proposal, verdict: dict[str, Any] | None) -> str:
     any character)."""
     rationale = " ".join(proposal.rationale.split())
     if len(rationale) > MAX_RATIONALE:
-        rationale = rationale[:MAX_RATIONALE - 1] + "…"
+        rationale = rationale[: MAX_RATIONALE - 1] + "…"
     lines = [
         f"*Proposal \\#{proposal.id}* · skill *{escape(proposal.skill)}* · "
         f"project {escape(proposal.project)}",
@@ -105,12 +109,17 @@ def card_buttons(proposal: Proposal) -> InlineKeyboardMarkup | None:
     diff = InlineKeyboardButton("Diff", callback_data=f"p:diff:{proposal.id}")
     if proposal.status != "pending":
         return InlineKeyboardMarkup([[diff]])
-    rows = [[InlineKeyboardButton("✅ Approve", callback_data=f"p:approve:{proposal.id}"),
-             InlineKeyboardButton("✖️ Reject", callback_data=f"p:reject:{proposal.id}")],
-            [diff]]
+    rows = [
+        [
+            InlineKeyboardButton("✅ Approve", callback_data=f"p:approve:{proposal.id}"),
+            InlineKeyboardButton("✖️ Reject", callback_data=f"p:reject:{proposal.id}"),
+        ],
+        [diff],
+    ]
     if proposal.scope != "new":  # a new skill has no old version to benchmark against
-        rows[1].append(InlineKeyboardButton("Run benchmark",
-                                            callback_data=f"p:bench:{proposal.id}"))
+        rows[1].append(
+            InlineKeyboardButton("Run benchmark", callback_data=f"p:bench:{proposal.id}")
+        )
     return InlineKeyboardMarkup(rows)
 
 
@@ -118,11 +127,17 @@ def _card(ws: Workspace, proposal_id: int) -> tuple[Proposal, dict[str, Any] | N
     return get_proposal(ws, proposal_id), latest_verdict(ws, proposal_id)
 
 
-async def send_card(bot: Bot, chat_id: int, proposal: Proposal,
-                    verdict: dict[str, Any] | None) -> None:
-    await call(lambda: bot.send_message(chat_id, card_text(proposal, verdict),
-                                         parse_mode=ParseMode.MARKDOWN_V2,
-                                         reply_markup=card_buttons(proposal)))
+async def send_card(
+    bot: Bot, chat_id: int, proposal: Proposal, verdict: dict[str, Any] | None
+) -> None:
+    await call(
+        lambda: bot.send_message(
+            chat_id,
+            card_text(proposal, verdict),
+            parse_mode=ParseMode.MARKDOWN_V2,
+            reply_markup=card_buttons(proposal),
+        )
+    )
 
 
 async def _refresh(update: Update, proposal: Proposal, verdict: dict[str, Any] | None) -> None:
@@ -131,15 +146,20 @@ async def _refresh(update: Update, proposal: Proposal, verdict: dict[str, Any] |
     if query is None or query.message is None:
         return
     try:
-        await call(lambda: query.edit_message_text(
-            card_text(proposal, verdict), parse_mode=ParseMode.MARKDOWN_V2,
-            reply_markup=card_buttons(proposal)))
+        await call(
+            lambda: query.edit_message_text(
+                card_text(proposal, verdict),
+                parse_mode=ParseMode.MARKDOWN_V2,
+                reply_markup=card_buttons(proposal),
+            )
+        )
     except TelegramError as exc:  # cosmetic: "not modified", a deleted message
         log.debug("telegram: card not refreshed: %s", exc)
 
 
-async def on_proposal_button(owner: CardOwner, update: Update, link: links.ChatLink,
-                             action: str, proposal_id: int) -> None:
+async def on_proposal_button(
+    owner: CardOwner, update: Update, link: links.ChatLink, action: str, proposal_id: int
+) -> None:
     query = update.callback_query
     assert query is not None
     ws = owner.ws
@@ -150,15 +170,15 @@ async def on_proposal_button(owner: CardOwner, update: Update, link: links.ChatL
         await call(lambda: query.answer(refused, show_alert=True))
         return
     if proposal.project != link.project:
-        await call(lambda: query.answer("That proposal is not in this chat's project.",
-                                        show_alert=True))
+        await call(
+            lambda: query.answer("That proposal is not in this chat's project.", show_alert=True)
+        )
         return
     bot = update.get_bot()
     chat_id = link.chat_id
     if action == "approve":
         try:
-            done = await asyncio.to_thread(approve_proposal, ws, proposal_id,
-                                           actor=author(query))
+            done = await asyncio.to_thread(approve_proposal, ws, proposal_id, actor=author(query))
         except Conflict as exc:
             said = f"#{proposal_id}: {exc.message}"
             await call(lambda: query.answer("Not approved: see the chat."))
@@ -169,22 +189,32 @@ async def on_proposal_button(owner: CardOwner, update: Update, link: links.ChatL
         await _refresh(update, done, await asyncio.to_thread(latest_verdict, ws, proposal_id))
     elif action == "reject":
         if proposal.status != "pending":
-            await call(lambda: query.answer(
-                f"Proposal #{proposal_id} is already {proposal.status}.", show_alert=True))
+            await call(
+                lambda: query.answer(
+                    f"Proposal #{proposal_id} is already {proposal.status}.", show_alert=True
+                )
+            )
             return
         await call(lambda: query.answer())
-        await call(lambda: bot.send_message(
-            chat_id, f"Reject #{proposal_id} ({proposal.skill}): why? Reply to this message "
-                     "with the reason, or reply /skip to reject without one.",
-            reply_markup=ForceReply(selective=True, input_field_placeholder="The reason")))
+        await call(
+            lambda: bot.send_message(
+                chat_id,
+                f"Reject #{proposal_id} ({proposal.skill}): why? Reply to this message "
+                "with the reason, or reply /skip to reject without one.",
+                reply_markup=ForceReply(selective=True, input_field_placeholder="The reason"),
+            )
+        )
     elif action == "diff":
         await call(lambda: query.answer())
         diff = proposal.diff() or "(no change)"
         # A skill's own code fences are in its diff: the block's fence must be longer.
         fence = "`" * max(3, max((len(run) for run in re.findall(r"`+", diff)), default=0) + 1)
         for part in render_parts(f"{fence}diff\n{diff}\n{fence}"):
-            await call(lambda part=part: bot.send_message(  # type: ignore[misc]
-                chat_id, part, parse_mode=ParseMode.MARKDOWN_V2))
+            await call(
+                lambda part=part: bot.send_message(  # type: ignore[misc]
+                    chat_id, part, parse_mode=ParseMode.MARKDOWN_V2
+                )
+            )
     elif action == "bench":
         await call(lambda: query.answer("Benchmark started: the verdict arrives here."))
         try:
@@ -197,8 +227,14 @@ async def on_proposal_button(owner: CardOwner, update: Update, link: links.ChatL
         await call(lambda: query.answer("This button is not one of mine."))
 
 
-async def reject(owner: CardOwner, update: Update, link: links.ChatLink, proposal_id: int,
-                 reason: str | None, author: str) -> None:
+async def reject(
+    owner: CardOwner,
+    update: Update,
+    link: links.ChatLink,
+    proposal_id: int,
+    reason: str | None,
+    author: str,
+) -> None:
     """Reject with the reason an admin replied (or none, for /skip)."""
     ws = owner.ws
     bot = update.get_bot()
@@ -206,8 +242,9 @@ async def reject(owner: CardOwner, update: Update, link: links.ChatLink, proposa
         proposal = await asyncio.to_thread(get_proposal, ws, proposal_id)
         if proposal.project != link.project:
             raise Conflict("That proposal is not in this chat's project.")
-        done = await asyncio.to_thread(reject_proposal, ws, proposal_id, actor=author,
-                                       reason=(reason or "").strip() or None)
+        done = await asyncio.to_thread(
+            reject_proposal, ws, proposal_id, actor=author, reason=(reason or "").strip() or None
+        )
     except AmelioError as exc:
         refused = f"#{proposal_id}: {exc.message}"
         await call(lambda: bot.send_message(link.chat_id, refused))

@@ -15,8 +15,7 @@ from telegram import CallbackQuery, Message, Update
 from telegram.error import RetryAfter
 from telegram.warnings import PTBDeprecationWarning
 
-__all__ = ["MAX_RETRY_AFTER", "RETRIES", "author", "call", "seconds", "user_ref",
-           "webhook_secret"]
+__all__ = ["MAX_RETRY_AFTER", "RETRIES", "author", "call", "seconds", "user_ref", "webhook_secret"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

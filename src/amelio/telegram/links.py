@@ -54,8 +54,12 @@ class Invite:
     expires_at: datetime
 
     def to_dict(self) -> dict[str, object]:
-        return {"id": self.id, "project": self.project, "role": self.role,
-                "expiresAt": self.expires_at.isoformat()}
+        return {
+            "id": self.id,
+            "project": self.project,
+            "role": self.role,
+            "expiresAt": self.expires_at.isoformat(),
+        }
 
 
 @dataclass(frozen=True)
@@ -72,17 +76,28 @@ class ChatLink:
         return self.role == "admin"
 
     def to_dict(self) -> dict[str, object]:
-        return {"chatId": self.chat_id, "project": self.project, "role": self.role,
-                "title": self.title, "linkedBy": self.linked_by,
-                "linkedAt": self.linked_at.isoformat()}
+        return {
+            "chatId": self.chat_id,
+            "project": self.project,
+            "role": self.role,
+            "title": self.title,
+            "linkedBy": self.linked_by,
+            "linkedAt": self.linked_at.isoformat(),
+        }
 
 
 def _hash(code: str) -> str:
     return hashlib.sha256(code.encode("utf-8")).hexdigest()
 
 
-def create_invite(ws: Workspace, *, project: str, role: str, ttl: timedelta = DEFAULT_TTL,
-                  created_by: str | None = None) -> tuple[Invite, str]:
+def create_invite(
+    ws: Workspace,
+    *,
+    project: str,
+    role: str,
+    ttl: timedelta = DEFAULT_TTL,
+    created_by: str | None = None,
+) -> tuple[Invite, str]:
     """A one-time code that links the chat which sends ``/start CODE`` to ``project``
     with ``role``; returns the invite and the code, which is never stored."""
     if role not in ROLES:
@@ -93,16 +108,24 @@ def create_invite(ws: Workspace, *, project: str, role: str, ttl: timedelta = DE
     code = secrets.token_urlsafe(_CODE_BYTES)
     now = utcnow()
     with db.transaction(ws.engine) as conn:
-        result = conn.execute(telegram_invites.insert().values(
-            code_hash=_hash(code), project_id=project_id, role=role, created_by=created_by,
-            created_at=now, expires_at=now + ttl))
+        result = conn.execute(
+            telegram_invites.insert().values(
+                code_hash=_hash(code),
+                project_id=project_id,
+                role=role,
+                created_by=created_by,
+                created_at=now,
+                expires_at=now + ttl,
+            )
+        )
         assert result.inserted_primary_key is not None
         invite_id = int(result.inserted_primary_key[0])
     return Invite(invite_id, project, role, now + ttl), code
 
 
-def redeem_invite(ws: Workspace, code: str, *, chat_id: int, title: str | None = None,
-                  user: str | None = None) -> ChatLink:
+def redeem_invite(
+    ws: Workspace, code: str, *, chat_id: int, title: str | None = None, user: str | None = None
+) -> ChatLink:
     """Link ``chat_id`` with the invite ``code`` names, once; a chat already linked is
     linked anew (a new project or role)."""
     code = code.strip()
@@ -112,19 +135,30 @@ def redeem_invite(ws: Workspace, code: str, *, chat_id: int, title: str | None =
     with db.transaction(ws.engine) as conn:
         claimed = conn.execute(
             telegram_invites.update()
-            .where(telegram_invites.c.code_hash == _hash(code),
-                   telegram_invites.c.used_at.is_(None),
-                   telegram_invites.c.expires_at > now)
+            .where(
+                telegram_invites.c.code_hash == _hash(code),
+                telegram_invites.c.used_at.is_(None),
+                telegram_invites.c.expires_at > now,
+            )
             .values(used_at=now, used_by_chat=chat_id)
-            .returning(telegram_invites.c.id, telegram_invites.c.project_id,
-                       telegram_invites.c.role)).first()
+            .returning(
+                telegram_invites.c.id, telegram_invites.c.project_id, telegram_invites.c.role
+            )
+        ).first()
         if claimed is None:
             _refuse(conn, code)
         conn.execute(telegram_chats.delete().where(telegram_chats.c.chat_id == chat_id))
-        conn.execute(telegram_chats.insert().values(
-            chat_id=chat_id, project_id=claimed.project_id, role=claimed.role,
-            title=(title or "")[:200] or None, linked_by=(user or "")[:200] or None,
-            linked_at=now, invite_id=claimed.id))
+        conn.execute(
+            telegram_chats.insert().values(
+                chat_id=chat_id,
+                project_id=claimed.project_id,
+                role=claimed.role,
+                title=(title or "")[:200] or None,
+                linked_by=(user or "")[:200] or None,
+                linked_at=now,
+                invite_id=claimed.id,
+            )
+        )
     link = get_link(ws, chat_id)
     assert link is not None
     return link
@@ -133,25 +167,37 @@ def redeem_invite(ws: Workspace, code: str, *, chat_id: int, title: str | None =
 def _refuse(conn: sa.Connection, code: str) -> NoReturn:
     """Say why ``code`` could not be redeemed (the UPDATE that claims it only knows
     that it could not)."""
-    row = conn.execute(sa.select(telegram_invites.c.used_at, telegram_invites.c.expires_at)
-                       .where(telegram_invites.c.code_hash == _hash(code))).first()
+    row = conn.execute(
+        sa.select(telegram_invites.c.used_at, telegram_invites.c.expires_at).where(
+            telegram_invites.c.code_hash == _hash(code)
+        )
+    ).first()
     if row is None:
         raise InvalidInput("This invite code is not valid.", field="code")
     if row.used_at is not None:
         raise Conflict("This invite code was already used: ask for a new one.")
-    raise InvalidInput(f"This invite code expired at {row.expires_at:%Y-%m-%d %H:%M} "
-                       "UTC: ask for a new one.", field="code")
+    raise InvalidInput(
+        f"This invite code expired at {row.expires_at:%Y-%m-%d %H:%M} UTC: ask for a new one.",
+        field="code",
+    )
 
 
 def _links() -> sa.Select[tuple[object, ...]]:
-    return (sa.select(telegram_chats, projects.c.name.label("project"))
-            .join(projects, projects.c.id == telegram_chats.c.project_id))
+    return sa.select(telegram_chats, projects.c.name.label("project")).join(
+        projects, projects.c.id == telegram_chats.c.project_id
+    )
 
 
 def _link(row: sa.Row[tuple[object, ...]]) -> ChatLink:
     m = row._mapping
-    return ChatLink(int(m["chat_id"]), str(m["project"]), str(m["role"]), m["title"],
-                    m["linked_by"], m["linked_at"])
+    return ChatLink(
+        int(m["chat_id"]),
+        str(m["project"]),
+        str(m["role"]),
+        m["title"],
+        m["linked_by"],
+        m["linked_at"],
+    )
 
 
 #: Built once: every update the bot receives asks it (SQLAlchemy caches its compiled

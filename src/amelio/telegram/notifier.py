@@ -35,23 +35,29 @@ def summary_for(notification: Notification, project: str) -> str | None:
     is not about ``project``."""
     payload = notification.payload
     if notification.kind == "improve.report":
-        part = next((p for p in payload.get("projects", ()) if p.get("project") == project),
-                    None)
+        part = next((p for p in payload.get("projects", ()) if p.get("project") == project), None)
         if part is None:
             return None
         under, made = len(part.get("underperformers", ())), len(part.get("proposals", ()))
         skipped = len(part.get("skipped", ()))
-        lines = [f"Amelio improve ({payload.get('mode', 'template')}) · project {project}: "
-                 f"{under} underperforming skill{'s' * (under != 1)}, {made} new "
-                 f"proposal{'s' * (made != 1)}, {skipped} skipped."]
-        lines += [f"• {f['skill']}: {'; '.join(f.get('reasons', ()))}"
-                  for f in part.get("underperformers", ())]
+        lines = [
+            f"Amelio improve ({payload.get('mode', 'template')}) · project {project}: "
+            f"{under} underperforming skill{'s' * (under != 1)}, {made} new "
+            f"proposal{'s' * (made != 1)}, {skipped} skipped."
+        ]
+        lines += [
+            f"• {f['skill']}: {'; '.join(f.get('reasons', ()))}"
+            for f in part.get("underperformers", ())
+        ]
         lines += [f"• skipped {s['skill']}: {s['reason']}" for s in part.get("skipped", ())]
         return "\n".join(lines)
     if payload.get("project") not in (None, project):
         return None
-    return notification.text if notification.text.startswith(notification.title) else (
-        f"{notification.title}\n\n{notification.text}".strip())
+    return (
+        notification.text
+        if notification.text.startswith(notification.title)
+        else (f"{notification.title}\n\n{notification.text}".strip())
+    )
 
 
 def _run(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -91,8 +97,11 @@ class TelegramNotifier:
         sent = 0
         try:
             chats = await asyncio.to_thread(links.admin_chats, ws)
-            ids = list(dict.fromkeys(a.proposal_id for a in notification.actions
-                                     if a.proposal_id is not None))
+            ids = list(
+                dict.fromkeys(
+                    a.proposal_id for a in notification.actions if a.proposal_id is not None
+                )
+            )
             found = []
             for pid in ids:
                 try:
@@ -103,8 +112,7 @@ class TelegramNotifier:
                 found.append((proposal, await asyncio.to_thread(latest_verdict, ws, pid)))
             base = self.settings.telegram_api_url.rstrip("/")
             token = self.settings.telegram_token.get_secret_value()
-            async with Bot(token, base_url=f"{base}/bot",
-                           base_file_url=f"{base}/file/bot") as bot:
+            async with Bot(token, base_url=f"{base}/bot", base_file_url=f"{base}/file/bot") as bot:
                 for chat in chats:
                     summary = summary_for(notification, chat.project)
                     if summary is None:
@@ -123,8 +131,13 @@ class TelegramNotifier:
         finally:
             ws.dispose()
         error = "; ".join(errors) or None
-        return DeliveryResult(self.name, not errors, 1, None,
-                              error if error is None else f"{error} ({sent} messages sent)")
+        return DeliveryResult(
+            self.name,
+            not errors,
+            1,
+            None,
+            error if error is None else f"{error} ({sent} messages sent)",
+        )
 
 
 def _build(settings: Settings) -> TelegramNotifier | None:
@@ -133,13 +146,20 @@ def _build(settings: Settings) -> TelegramNotifier | None:
     try:
         import telegram  # noqa: F401
     except ImportError:
-        raise ConfigError("AMELIO_TELEGRAM_TOKEN is set, but python-telegram-bot is not "
-                          "installed: pip install 'amelio[telegram]'.") from None
+        raise ConfigError(
+            "AMELIO_TELEGRAM_TOKEN is set, but python-telegram-bot is not "
+            "installed: pip install 'amelio[telegram]'."
+        ) from None
     return TelegramNotifier(settings)
 
 
 @hookimpl
 def register_notifiers(register: Callable[[NotifierType], None]) -> None:
-    register(NotifierType("telegram", _build,
-                          "send each report, and a card per proposal, to the admin chats "
-                          "linked with `amelio telegram invite --role admin`"))
+    register(
+        NotifierType(
+            "telegram",
+            _build,
+            "send each report, and a card per proposal, to the admin chats "
+            "linked with `amelio telegram invite --role admin`",
+        )
+    )

@@ -455,8 +455,9 @@ def _hard_pieces(text: str, budget: int) -> list[str]:
     return pieces
 
 
-def _line_atoms(line: str, fence: _Fence | None, joiner: str, strength: int,
-                budget: int) -> list[_Atom]:
+def _line_atoms(
+    line: str, fence: _Fence | None, joiner: str, strength: int, budget: int
+) -> list[_Atom]:
     """A line too long for one message, as words, and words too long as slices."""
     words = list(_WORD.finditer(line))
     if not words:
@@ -475,13 +476,15 @@ def _line_atoms(line: str, fence: _Fence | None, joiner: str, strength: int,
             # A piece that is only backticks would read as the block's closing fence once
             # it stands on a line of its own; two backticks at most cannot.
             pieces = [
-                small for piece in pieces
+                small
+                for piece in pieces
                 for small in (_hard_pieces(piece, 2) if _FENCE_CLOSE.fullmatch(piece) else [piece])
             ]
         for k, piece in enumerate(pieces):
             final = k == len(pieces) - 1
-            atoms.append(_Atom(piece, fence, gap if final else "", after if final else _HARD,
-                               _u16(piece)))
+            atoms.append(
+                _Atom(piece, fence, gap if final else "", after if final else _HARD, _u16(piece))
+            )
     return atoms
 
 

@@ -44,13 +44,16 @@ def webhook_path(url: str) -> str:
     none; a URL Telegram would refuse is a clear error."""
     parsed = urlsplit(url)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise ConfigError(f"--webhook {url!r} is not an http(s) URL (Telegram wants https "
-                          "on port 443, 80, 88 or 8443).")
+        raise ConfigError(
+            f"--webhook {url!r} is not an http(s) URL (Telegram wants https "
+            "on port 443, 80, 88 or 8443)."
+        )
     return parsed.path if parsed.path not in ("", "/") else DEFAULT_PATH
 
 
-def webhook_router(ws: Workspace, url: str, *, provider: Provider | None = None,
-                   register: bool = True) -> APIRouter:
+def webhook_router(
+    ws: Workspace, url: str, *, provider: Provider | None = None, register: bool = True
+) -> APIRouter:
     """A router with the update route at ``url``'s path, whose lifespan starts the bot
     with the service and (``register``) tells Telegram to deliver to ``url``; a
     refused token stops the start, with the reason."""
@@ -65,8 +68,11 @@ def webhook_router(ws: Workspace, url: str, *, provider: Provider | None = None,
         if ws.settings.warm_up:  # as the service's own lifespan does for /v1/chat
             await asyncio.to_thread(warm_up, ws)
         if register:
-            await call(lambda: application.bot.set_webhook(
-                url, secret_token=secret, allowed_updates=ALLOWED_UPDATES))
+            await call(
+                lambda: application.bot.set_webhook(
+                    url, secret_token=secret, allowed_updates=ALLOWED_UPDATES
+                )
+            )
         await application.start()
         try:
             yield
@@ -88,8 +94,7 @@ def webhook_router(ws: Workspace, url: str, *, provider: Provider | None = None,
         except (ValueError, TypeError, KeyError) as exc:
             return JSONResponse({"detail": f"Not a Telegram update: {exc}"}, status_code=400)
         if update is None:
-            return JSONResponse({"detail": "Not a Telegram update: empty body."},
-                                status_code=400)
+            return JSONResponse({"detail": "Not a Telegram update: empty body."}, status_code=400)
         await application.update_queue.put(update)
         return JSONResponse({})
 

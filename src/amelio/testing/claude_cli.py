@@ -118,4 +118,3 @@ def read_fake_claude_calls(path: Path) -> list[dict[str, Any]]:
         return []
     lines = log.read_text(encoding="utf-8").splitlines()
     return [json.loads(line) for line in lines if line.strip()]
-

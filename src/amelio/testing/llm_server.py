@@ -67,8 +67,12 @@ class _Failure:
 # Error types the APIs document; other 4xx are invalid_request_error, other 5xx
 # api_error (Anthropic) or server_error (OpenAI).
 _ANTHROPIC_ERROR_TYPES = {
-    401: "authentication_error", 403: "permission_error", 404: "not_found_error",
-    413: "request_too_large", 429: "rate_limit_error", 504: "timeout_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    504: "timeout_error",
     529: "overloaded_error",
 }
 _OPENAI_ERROR_TYPES = {429: "requests"}
@@ -81,9 +85,7 @@ def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(
-            str(block.get("text", "")) for block in content if isinstance(block, dict)
-        )
+        return "\n".join(str(block.get("text", "")) for block in content if isinstance(block, dict))
     return ""
 
 
@@ -191,8 +193,7 @@ class FakeLLMServer(ThreadedServer):
         return f"{self.url}/v1"
 
     @contextmanager
-    def lockstep(self, held: Callable[[], int], *, give_up: float = 10.0
-                 ) -> Iterator[list[int]]:
+    def lockstep(self, held: Callable[[], int], *, give_up: float = 10.0) -> Iterator[list[int]]:
         """Stream in step with the client: delta n+1 is produced only once ``held()``
         (how many deltas the client holds) reaches n. Yields what the client held as
         each delta was produced: ``[0, 1, 2, ...]`` when every delta reached it
@@ -340,9 +341,13 @@ class FakeLLMServer(ThreadedServer):
         input_tokens, output_tokens = _input_tokens(recorded), count_tokens(answer)
         headers = {"request-id": f"req_{uuid.uuid4().hex[:24]}"}
         message: dict[str, Any] = {
-            "id": f"msg_{uuid.uuid4().hex[:24]}", "type": "message", "role": "assistant",
-            "model": recorded.model, "content": [{"type": "text", "text": answer}],
-            "stop_reason": "end_turn", "stop_sequence": None,
+            "id": f"msg_{uuid.uuid4().hex[:24]}",
+            "type": "message",
+            "role": "assistant",
+            "model": recorded.model,
+            "content": [{"type": "text", "text": answer}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
             "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
         }
         if not recorded.stream:
@@ -376,12 +381,14 @@ class FakeLLMServer(ThreadedServer):
             return answer
         prompt_tokens, completion_tokens = _input_tokens(recorded), count_tokens(answer)
         usage = {
-            "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
         }
         headers = {"x-request-id": f"req_{uuid.uuid4().hex[:24]}"}
         head = {
-            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "created": int(time.time()),
+            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+            "created": int(time.time()),
             "model": recorded.model,
         }
         if not recorded.stream:
@@ -452,4 +459,3 @@ def _event(data: dict[str, Any]) -> bytes:
 def _event_stream(body: AsyncIterator[bytes], headers: dict[str, str]) -> StreamingResponse:
     headers = {**headers, "cache-control": "no-cache"}
     return StreamingResponse(body, media_type="text/event-stream", headers=headers)
-

@@ -38,8 +38,7 @@ class ThreadedServer:
     def url(self) -> str:
         """The server's root, e.g. ``http://127.0.0.1:54321``."""
         if not self._port:
-            raise RuntimeError(f"{type(self).__name__} is not running: call start() or use "
-                               "`with`.")
+            raise RuntimeError(f"{type(self).__name__} is not running: call start() or use `with`.")
         return f"http://127.0.0.1:{self._port}"
 
     def start(self, timeout: float = 10.0) -> Self:
@@ -50,8 +49,16 @@ class ThreadedServer:
         # h11/asyncio/no websockets: no optional extras, no deprecation warnings;
         # log_config=None: a test helper must not reconfigure the host's logging.
         config = uvicorn.Config(
-            self.app, host="127.0.0.1", port=0, http="h11", ws="none", loop="asyncio",
-            lifespan=self.lifespan, log_config=None, log_level="warning", access_log=False,
+            self.app,
+            host="127.0.0.1",
+            port=0,
+            http="h11",
+            ws="none",
+            loop="asyncio",
+            lifespan=self.lifespan,
+            log_config=None,
+            log_level="warning",
+            access_log=False,
             timeout_graceful_shutdown=2,
         )
         server = uvicorn.Server(config)
@@ -63,8 +70,9 @@ class ThreadedServer:
         while not server.started:
             if not thread.is_alive() or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"{type(self).__name__} did not start (see the uvicorn "
-                                   "log above).")
+                raise RuntimeError(
+                    f"{type(self).__name__} did not start (see the uvicorn log above)."
+                )
             time.sleep(0.005)
         self._port = server.servers[0].sockets[0].getsockname()[1]
         with socket.create_connection(("127.0.0.1", self._port), timeout=timeout):
@@ -91,4 +99,3 @@ class ThreadedServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
-

@@ -56,12 +56,23 @@ def version_history(ws: Workspace, skill: str, project: str) -> list[dict[str, A
     out = []
     previous = ""
     for v in versions:
-        diff = "".join(difflib.unified_diff(
-            previous.splitlines(keepends=True), v.spec.content.splitlines(keepends=True),
-            fromfile=f"v{v.version - 1}" if v.version > 1 else "(none)",
-            tofile=f"v{v.version}"))
-        out.append({"version": v.version, "author": v.author, "reason": v.reason,
-                    "at": v.created_at, "diff": diff})
+        diff = "".join(
+            difflib.unified_diff(
+                previous.splitlines(keepends=True),
+                v.spec.content.splitlines(keepends=True),
+                fromfile=f"v{v.version - 1}" if v.version > 1 else "(none)",
+                tofile=f"v{v.version}",
+            )
+        )
+        out.append(
+            {
+                "version": v.version,
+                "author": v.author,
+                "reason": v.reason,
+                "at": v.created_at,
+                "diff": diff,
+            }
+        )
         previous = v.spec.content
     return list(reversed(out))
 
@@ -71,20 +82,25 @@ def routing_view(ws: Workspace, skill: str, project: str) -> dict[str, Any]:
     first, then kept and added ones, newest first), and how many are removed."""
     listed = list_examples(ws, skill, project=project, removed=True)
     active = [e for e in listed if e.removed_at is None]
-    return {"examples": active, "removed_count": len(listed) - len(active),
-            "min_examples": MIN_EXAMPLES,
-            "has_skill_md": any(e.source == "skill" for e in active)}
+    return {
+        "examples": active,
+        "removed_count": len(listed) - len(active),
+        "min_examples": MIN_EXAMPLES,
+        "has_skill_md": any(e.source == "skill" for e in active),
+    }
 
 
 def _prompt(ws: Workspace, row: Any, rules: dict[int, str], project: str) -> tuple[str, bool]:
     """The interaction's prompt rebuilt from what was stored, and whether it hashes to
     the recorded promptHash (it does unless settings or descriptions changed since)."""
     described = {s.name: s.spec.description for s in list_skills(ws.engine, project)}
-    hits = [RouteHit(h["name"], described.get(h["name"], ""), h["score"], ())
-            for h in row.hinted]
+    hits = [RouteHit(h["name"], described.get(h["name"], ""), h["score"], ()) for h in row.hinted]
     lines = [f"- {rules[i]}" for i in row.learning_ids if i in rules]
-    block = "\n".join([HEADERS.get(ws.settings.learnings_header,
-                                   ws.settings.learnings_header), *lines]) if lines else ""
+    block = (
+        "\n".join([HEADERS.get(ws.settings.learnings_header, ws.settings.learnings_header), *lines])
+        if lines
+        else ""
+    )
     body = ""
     if row.applied_skill and row.skill_version and ws.settings.prompt_skill_body == "top":
         try:
@@ -103,17 +119,30 @@ def recent_interactions(ws: Workspace, project: str, limit: int = 30) -> list[di
     """The newest interactions with their prompt, evals and feedback."""
     i, p = interactions, projects
     with ws.engine.connect() as conn:
-        rows = conn.execute(sa.select(i).join(p, p.c.id == i.c.project_id)
-                            .where(p.c.name == project).order_by(i.c.id.desc())
-                            .limit(limit)).all()
+        rows = conn.execute(
+            sa.select(i)
+            .join(p, p.c.id == i.c.project_id)
+            .where(p.c.name == project)
+            .order_by(i.c.id.desc())
+            .limit(limit)
+        ).all()
         ids = [r.id for r in rows]
-        checks = conn.execute(sa.select(eval_results).where(
-            eval_results.c.interaction_id.in_(ids)).order_by(eval_results.c.id)).all()
-        votes = conn.execute(sa.select(feedback).where(
-            feedback.c.interaction_id.in_(ids))).all()
+        checks = conn.execute(
+            sa.select(eval_results)
+            .where(eval_results.c.interaction_id.in_(ids))
+            .order_by(eval_results.c.id)
+        ).all()
+        votes = conn.execute(sa.select(feedback).where(feedback.c.interaction_id.in_(ids))).all()
         used = {lid for r in rows for lid in r.learning_ids}
-        rules = dict(conn.execute(sa.select(learnings.c.id, learnings.c.rule).where(
-            learnings.c.id.in_(used))).all()) if used else {}
+        rules = (
+            dict(
+                conn.execute(
+                    sa.select(learnings.c.id, learnings.c.rule).where(learnings.c.id.in_(used))
+                ).all()
+            )
+            if used
+            else {}
+        )
     by_interaction: dict[int, list[Any]] = defaultdict(list)
     for c in checks:
         by_interaction[c.interaction_id].append(c)
@@ -124,29 +153,45 @@ def recent_interactions(ws: Workspace, project: str, limit: int = 30) -> list[di
     for r in rows:
         prompt, verified = _prompt(ws, r, rules, project)
         failed = [c for c in by_interaction[r.id] if not c.passed]
-        out.append({
-            "id": r.id, "at": r.created_at, "message": r.message, "answer": r.answer,
-            "skill": r.applied_skill, "version": r.skill_version, "success": r.success,
-            "model": r.model, "prompt": prompt, "promptVerified": verified,
-            "evals": by_interaction[r.id],
-            "footnotes": [("⚠️ " if c.severity == "warning" else "ℹ️ ") + c.rule_name
-                          for c in failed],
-            "feedback": [{"kind": v.kind, "comment": v.comment} for v in fb[r.id]],
-        })
+        out.append(
+            {
+                "id": r.id,
+                "at": r.created_at,
+                "message": r.message,
+                "answer": r.answer,
+                "skill": r.applied_skill,
+                "version": r.skill_version,
+                "success": r.success,
+                "model": r.model,
+                "prompt": prompt,
+                "promptVerified": verified,
+                "evals": by_interaction[r.id],
+                "footnotes": [
+                    ("⚠️ " if c.severity == "warning" else "ℹ️ ") + c.rule_name for c in failed
+                ],
+                "feedback": [{"kind": v.kind, "comment": v.comment} for v in fb[r.id]],
+            }
+        )
     return out
 
 
-def search_view(searcher: Searcher, query: str, profile: str, alpha: float | None
-                ) -> dict[str, Any]:
+def search_view(
+    searcher: Searcher, query: str, profile: str, alpha: float | None
+) -> dict[str, Any]:
     """The search page: a ranking with each document's signals (through
     :meth:`Searcher.rank`, so looking logs no impression), and what was learned
     overall. Bad input raises the searcher's own errors, which name the field."""
     ws = searcher.workspace
     propensities = load_propensities(ws.engine)
     view: dict[str, Any] = {
-        "documents": searcher.engine.count(), "version": propensities.version,
-        "theta": propensities.theta, "gamma0": propensities.gamma0,
-        "busiest": busiest_queries(ws.engine), "results": [], "query_norm": ""}
+        "documents": searcher.engine.count(),
+        "version": propensities.version,
+        "theta": propensities.theta,
+        "gamma0": propensities.gamma0,
+        "busiest": busiest_queries(ws.engine),
+        "results": [],
+        "query_norm": "",
+    }
     if not query:
         return view
     ranking = searcher.rank(query, profile=profile, alpha=alpha)  # checks the request
@@ -154,10 +199,17 @@ def search_view(searcher: Searcher, query: str, profile: str, alpha: float | Non
     titles = searcher.engine.documents([d.doc_id for d in ranking])
     signals = signals_for(ws.engine, view["query_norm"], [d.doc_id for d in ranking])
     view["results"] = [
-        {"rank": rank, "doc_id": d.doc_id, "title": titles[d.doc_id].title
-         if d.doc_id in titles else "", "score": d.score, "first_phase": d.first_phase,
-         "feedback": d.feedback, "signals": signals.get(d.doc_id)}
-        for rank, d in enumerate(ranking, start=1)]
+        {
+            "rank": rank,
+            "doc_id": d.doc_id,
+            "title": titles[d.doc_id].title if d.doc_id in titles else "",
+            "score": d.score,
+            "first_phase": d.first_phase,
+            "feedback": d.feedback,
+            "signals": signals.get(d.doc_id),
+        }
+        for rank, d in enumerate(ranking, start=1)
+    ]
     return view
 
 
@@ -181,24 +233,44 @@ def knowledge_view(ws: Workspace, notebook: str, project: str) -> dict[str, Any]
     functions behind ``GET /v1/knowledge/notebooks``, ``…/{name}/sources`` and
     ``GET /v1/knowledge/failures`` (:class:`NotFound` for an unknown notebook)."""
     found = knowledge.get_notebook(ws, notebook, project=project)
-    sources = [s | {"href": _link(s["url"]), "synced": datetime.fromisoformat(s["indexedAt"]),
-                    "updated": datetime.fromisoformat(s["updatedAt"])}
-               for s in knowledge.list_sources(ws, notebook, project=project)]
-    return {"notebook": found, "sources": sources,
-            "failures": knowledge.failures(ws, notebook=notebook, project=project)}
+    sources = [
+        s
+        | {
+            "href": _link(s["url"]),
+            "synced": datetime.fromisoformat(s["indexedAt"]),
+            "updated": datetime.fromisoformat(s["updatedAt"]),
+        }
+        for s in knowledge.list_sources(ws, notebook, project=project)
+    ]
+    return {
+        "notebook": found,
+        "sources": sources,
+        "failures": knowledge.failures(ws, notebook=notebook, project=project),
+    }
 
 
-def knowledge_answer(ws: Workspace, notebook: str, project: str, question: str
-                     ) -> dict[str, Any]:
+def knowledge_answer(ws: Workspace, notebook: str, project: str, question: str) -> dict[str, Any]:
     """A question asked of a notebook through :func:`amelio.knowledge.answer_question`
     (what ``POST /v1/knowledge/query`` calls): the answer, its mode, and each
     citation ``[n]`` with an excerpt of its passage."""
     answer = knowledge.answer_question(ws, notebook, question, project=project)
-    return {"answer": answer, "citations": [
-        {"n": n, "title": p.title, "source_id": p.source_id, "kind": p.kind,
-         "position": p.position, "href": _link(p.url), "url": p.url,
-         "excerpt": excerpt(p.text), "cited": n in answer.cited}
-        for n, p in enumerate(answer.citations, start=1)]}
+    return {
+        "answer": answer,
+        "citations": [
+            {
+                "n": n,
+                "title": p.title,
+                "source_id": p.source_id,
+                "kind": p.kind,
+                "position": p.position,
+                "href": _link(p.url),
+                "url": p.url,
+                "excerpt": excerpt(p.text),
+                "cited": n in answer.cited,
+            }
+            for n, p in enumerate(answer.citations, start=1)
+        ],
+    }
 
 
 def contributions_view(ws: Workspace) -> dict[str, Any]:
@@ -209,31 +281,53 @@ def contributions_view(ws: Workspace) -> dict[str, Any]:
     results). The totals' "Leased" is the open tasks a live lease holds now; the
     tiers' column is every lease given, under a label of its own."""
     c, le, r = contribution_clients.c, contribution_leases.c, contribution_results.c
-    leases = (sa.select(le.client_id, sa.func.count().label("n"))
-              .group_by(le.client_id).subquery())
-    results = (sa.select(r.client_id, sa.func.sum(r.compute_ms).label("cpu_ms"),
-                         sa.func.sum(sa.case((r.status == "accepted", 1), else_=0))
-                         .label("accepted"),
-                         sa.func.sum(sa.case((r.status == "rejected", 1), else_=0))
-                         .label("rejected"))
-               .group_by(r.client_id).subquery())
-    query = (sa.select(c.tier, sa.func.avg(c.trust),
-                       sa.func.sum(sa.case((c.trust < TRUST_FLOOR, 1), else_=0)),
-                       sa.func.sum(results.c.cpu_ms), sa.func.sum(leases.c.n),
-                       sa.func.sum(results.c.accepted), sa.func.sum(results.c.rejected))
-             .outerjoin(leases, leases.c.client_id == c.id)
-             .outerjoin(results, results.c.client_id == c.id)
-             .group_by(c.tier))
+    leases = sa.select(le.client_id, sa.func.count().label("n")).group_by(le.client_id).subquery()
+    results = (
+        sa.select(
+            r.client_id,
+            sa.func.sum(r.compute_ms).label("cpu_ms"),
+            sa.func.sum(sa.case((r.status == "accepted", 1), else_=0)).label("accepted"),
+            sa.func.sum(sa.case((r.status == "rejected", 1), else_=0)).label("rejected"),
+        )
+        .group_by(r.client_id)
+        .subquery()
+    )
+    query = (
+        sa.select(
+            c.tier,
+            sa.func.avg(c.trust),
+            sa.func.sum(sa.case((c.trust < TRUST_FLOOR, 1), else_=0)),
+            sa.func.sum(results.c.cpu_ms),
+            sa.func.sum(leases.c.n),
+            sa.func.sum(results.c.accepted),
+            sa.func.sum(results.c.rejected),
+        )
+        .outerjoin(leases, leases.c.client_id == c.id)
+        .outerjoin(results, results.c.client_id == c.id)
+        .group_by(c.tier)
+    )
     stats = contribution_stats(ws)
     with ws.engine.connect() as conn:
         rows = {row[0]: row for row in conn.execute(query)}
-    tiers = [{"tier": tier, "clients": clients, "trust": float(row[1] or 0.0),
-              "low_trust": int(row[2] or 0), "cpu_seconds": float(row[3] or 0.0) / 1000,
-              "leased": int(row[4] or 0), "accepted": int(row[5] or 0),
-              "rejected": int(row[6] or 0)}
-             for tier, clients in stats["clients"]["byTier"].items()
-             if (row := rows.get(tier)) is not None]
+    tiers = [
+        {
+            "tier": tier,
+            "clients": clients,
+            "trust": float(row[1] or 0.0),
+            "low_trust": int(row[2] or 0),
+            "cpu_seconds": float(row[3] or 0.0) / 1000,
+            "leased": int(row[4] or 0),
+            "accepted": int(row[5] or 0),
+            "rejected": int(row[6] or 0),
+        }
+        for tier, clients in stats["clients"]["byTier"].items()
+        if (row := rows.get(tier)) is not None
+    ]
     order = {tier: i for i, tier in enumerate(CPU_SECONDS_PER_HOUR)}
     tiers.sort(key=lambda t: order.get(t["tier"], len(order)))
-    return {"stats": stats, "tiers": tiers,
-            "enabled": ws.settings.contributions, "budgets": CPU_SECONDS_PER_HOUR}
+    return {
+        "stats": stats,
+        "tiers": tiers,
+        "enabled": ws.settings.contributions,
+        "budgets": CPU_SECONDS_PER_HOUR,
+    }

@@ -40,8 +40,13 @@ def _sign(settings: Settings, payload: bytes) -> str:
 
 
 def dump_session(settings: Settings, *, key_id: int, role: str, name: str) -> str:
-    data = {"k": key_id, "r": role, "n": name, "x": secrets.token_urlsafe(16),
-            "e": int(time.time()) + LIFETIME_S}
+    data = {
+        "k": key_id,
+        "r": role,
+        "n": name,
+        "x": secrets.token_urlsafe(16),
+        "e": int(time.time()) + LIFETIME_S,
+    }
     payload = base64.urlsafe_b64encode(json.dumps(data, separators=(",", ":")).encode())
     return f"{payload.decode()}.{_sign(settings, payload)}"
 
@@ -55,16 +60,18 @@ def load_session(settings: Settings, cookie: str | None) -> Session | None:
         return None
     try:
         data = json.loads(base64.urlsafe_b64decode(payload.encode()))
-        session = Session(int(data["k"]), str(data["r"]), str(data["n"]), str(data["x"]),
-                          int(data["e"]))
+        session = Session(
+            int(data["k"]), str(data["r"]), str(data["n"]), str(data["x"]), int(data["e"])
+        )
     except (ValueError, KeyError, TypeError):
         return None
     return session if session.expires > time.time() else None
 
 
 def csrf_token(settings: Settings, session: Session) -> str:
-    return hmac.new(secret_key(settings), b"csrf:" + session.nonce.encode(),
-                    hashlib.sha256).hexdigest()
+    return hmac.new(
+        secret_key(settings), b"csrf:" + session.nonce.encode(), hashlib.sha256
+    ).hexdigest()
 
 
 def valid_csrf(settings: Settings, session: Session, token: str | None) -> bool:

@@ -61,8 +61,8 @@ class Settings(BaseSettings):
         "postgresql+psycopg://user@host/db switches to PostgreSQL.",
     )
     llm_provider: str = Field(
-        default="none", description="LLM provider: anthropic, openai, claude-cli, none, or "
-        "one a plugin registers."
+        default="none",
+        description="LLM provider: anthropic, openai, claude-cli, none, or one a plugin registers.",
     )
     llm_model: str = Field(default="", description="Model name passed to the provider.")
     llm_base_url: str = Field(
@@ -72,10 +72,15 @@ class Settings(BaseSettings):
         default=SecretStr(""),
         description="API key; falls back to ANTHROPIC_API_KEY or OPENAI_API_KEY.",
     )
-    llm_timeout: float = Field(default=30.0, gt=0, description="Seconds before an LLM call "
-                               "is abandoned (each try).")
-    llm_max_retries: int = Field(default=2, ge=0, le=10, description="Retries, with backoff, "
-                                 "on 429, 5xx and connection errors.")
+    llm_timeout: float = Field(
+        default=30.0, gt=0, description="Seconds before an LLM call is abandoned (each try)."
+    )
+    llm_max_retries: int = Field(
+        default=2,
+        ge=0,
+        le=10,
+        description="Retries, with backoff, on 429, 5xx and connection errors.",
+    )
     llm_max_tokens: int = Field(default=1024, ge=1, description="Most tokens an answer may use.")
     llm_price_input_per_mtok: float = Field(
         default=0.0, ge=0, description="USD per million input tokens, to record costs (0: unknown)."
@@ -83,29 +88,34 @@ class Settings(BaseSettings):
     llm_price_output_per_mtok: float = Field(
         default=0.0, ge=0, description="USD per million output tokens (0: unknown)."
     )
-    claude_cli_path: str = Field(default="claude", description="The Claude CLI executable "
-                                 "for llm_provider=claude-cli.")
+    claude_cli_path: str = Field(
+        default="claude", description="The Claude CLI executable for llm_provider=claude-cli."
+    )
     apply_skill: Literal["top", "none"] = Field(
-        default="top", description="Whose eval rules check an answer: the top routed skill's, "
-        "or none."
+        default="top",
+        description="Whose eval rules check an answer: the top routed skill's, or none.",
     )
     prompt_skill_body: Literal["top", "none"] = Field(
-        default="top", description="Put the applied skill's rulebook in the prompt (top), or "
-        "leave skill bodies to the client, as Claude CLI does with CLAUDE.md (none)."
+        default="top",
+        description="Put the applied skill's rulebook in the prompt (top), or "
+        "leave skill bodies to the client, as Claude CLI does with CLAUDE.md (none).",
     )
     openai_footnotes: bool = Field(
-        default=False, description="Append eval footnotes to the answer text of "
+        default=False,
+        description="Append eval footnotes to the answer text of "
         "/v1/chat/completions (a request may also ask with amelio.footnotes or the "
-        "X-Amelio-Footnotes header); they are always in the response's amelio object."
+        "X-Amelio-Footnotes header); they are always in the response's amelio object.",
     )
     distill_learnings: bool = Field(
-        default=False, description="With an LLM configured, turn a 👎 or Fix It comment into "
-        "one concrete rule before storing it as a learning."
+        default=False,
+        description="With an LLM configured, turn a 👎 or Fix It comment into "
+        "one concrete rule before storing it as a learning.",
     )
     secret_key: SecretStr = Field(
-        default=SecretStr(""), description="Key for hashing user ids and signing tokens. Empty: "
+        default=SecretStr(""),
+        description="Key for hashing user ids and signing tokens. Empty: "
         "a random key kept in .amelio/secret_key (set it explicitly when several servers "
-        "share a database)."
+        "share a database).",
     )
     underperform_min_applied: int = Field(
         default=3, ge=1, description="Uses a skill needs before it can be judged underperforming."
@@ -114,8 +124,9 @@ class Settings(BaseSettings):
         default=0.8, ge=0, le=1, description="Success rate under which a skill underperforms."
     )
     underperform_mode: Literal["seed", "wilson"] = Field(
-        default="seed", description="seed: the observed rate decides; wilson: only when the "
-        "Wilson bound shows the rate is below the threshold with `underperform_confidence`."
+        default="seed",
+        description="seed: the observed rate decides; wilson: only when the "
+        "Wilson bound shows the rate is below the threshold with `underperform_confidence`.",
     )
     underperform_confidence: float = Field(
         default=0.95, gt=0.5, lt=1, description="Confidence of the wilson mode's bound."
@@ -124,242 +135,331 @@ class Settings(BaseSettings):
         default="", description="Where `amelio improve` POSTs its report (JSON); empty: off."
     )
     notify_webhook_secret: SecretStr = Field(
-        default=SecretStr(""), description="HMAC-SHA256 key for the webhook's "
-        "X-Amelio-Signature header."
+        default=SecretStr(""),
+        description="HMAC-SHA256 key for the webhook's X-Amelio-Signature header.",
     )
     public_url: str = Field(
-        default="", description="The service's public address, for the links in "
-        "notifications (a proposal's opens /proposals/{id} on the dashboard)."
+        default="",
+        description="The service's public address, for the links in "
+        "notifications (a proposal's opens /proposals/{id} on the dashboard).",
     )
     cors_origins: str = Field(
-        default="", pattern=r"^\s*(?:(?:\*|[a-z][a-z0-9+.-]*://[^\s,/]+)\s*(?:,\s*|$))*$",
+        default="",
+        pattern=r"^\s*(?:(?:\*|[a-z][a-z0-9+.-]*://[^\s,/]+)\s*(?:,\s*|$))*$",
         description="Comma-separated origins (scheme://host[:port], no path) whose pages may "
-        "call the API from the browser, as amelio.js does (empty: no CORS; * any origin)."
+        "call the API from the browser, as amelio.js does (empty: no CORS; * any origin).",
     )
     telegram_token: SecretStr = Field(
-        default=SecretStr(""), description="The bot's token from BotFather, for `amelio "
-        "telegram run` and the telegram notifier (empty: off)."
+        default=SecretStr(""),
+        description="The bot's token from BotFather, for `amelio "
+        "telegram run` and the telegram notifier (empty: off).",
     )
     telegram_api_url: str = Field(
-        default="https://api.telegram.org", description="The Bot API server: requests go to "
-        "{url}/bot{token}/{method} (a local Bot API server, or a test server)."
+        default="https://api.telegram.org",
+        description="The Bot API server: requests go to "
+        "{url}/bot{token}/{method} (a local Bot API server, or a test server).",
     )
     telegram_allowed_chats: str = Field(
-        default="", description="Comma-separated chat ids that may use the bot (empty: any "
-        "chat that redeems an invite code)."
+        default="",
+        description="Comma-separated chat ids that may use the bot (empty: any "
+        "chat that redeems an invite code).",
     )
     sage_model: str = Field(default="", description="Model Sage writes with (empty: llm_model).")
-    sage_max_skills: int = Field(default=5, ge=1, le=50,
-                                 description="Most skills one Sage analysis rewrites.")
-    sage_timeout: float = Field(default=30.0, gt=0, description="Seconds Sage waits for the LLM.")
-    judge_model: str = Field(default="", description="Model the benchmark judge uses "
-                             "(empty: llm_model).")
-    bench_scenarios: int = Field(default=8, ge=1, le=100,
-                                 description="Scenarios per benchmark (3 reproduces the seed).")
-    bench_source: Literal["generated", "replay", "both"] = Field(
-        default="both", description="Benchmark scenarios: generated by the LLM, replayed from "
-        "logged messages, or both (replayed first)."
+    sage_max_skills: int = Field(
+        default=5, ge=1, le=50, description="Most skills one Sage analysis rewrites."
     )
-    bench_swap: bool = Field(default=True, description="Judge both A/B orders and average "
-                             "(false: the seed's single random order).")
-    bench_tie_margin: float = Field(default=0.5, ge=0, le=10, description="A scenario whose "
-                                    "combined scores differ by at most this is a tie.")
-    bench_confidence: float = Field(default=0.95, gt=0.5, lt=1, description="Confidence a "
-                                    "PASSED or FAILED verdict needs.")
+    sage_timeout: float = Field(default=30.0, gt=0, description="Seconds Sage waits for the LLM.")
+    judge_model: str = Field(
+        default="", description="Model the benchmark judge uses (empty: llm_model)."
+    )
+    bench_scenarios: int = Field(
+        default=8, ge=1, le=100, description="Scenarios per benchmark (3 reproduces the seed)."
+    )
+    bench_source: Literal["generated", "replay", "both"] = Field(
+        default="both",
+        description="Benchmark scenarios: generated by the LLM, replayed from "
+        "logged messages, or both (replayed first).",
+    )
+    bench_swap: bool = Field(
+        default=True,
+        description="Judge both A/B orders and average (false: the seed's single random order).",
+    )
+    bench_tie_margin: float = Field(
+        default=0.5,
+        ge=0,
+        le=10,
+        description="A scenario whose combined scores differ by at most this is a tie.",
+    )
+    bench_confidence: float = Field(
+        default=0.95, gt=0.5, lt=1, description="Confidence a PASSED or FAILED verdict needs."
+    )
     feedback_max_events: int = Field(
-        default=500, ge=1, le=100_000, description="Most feedback events one request may carry "
-        "(413 beyond)."
+        default=500,
+        ge=1,
+        le=100_000,
+        description="Most feedback events one request may carry (413 beyond).",
     )
     feedback_max_bytes: int = Field(
-        default=1_000_000, ge=1024, description="Largest feedback request body in bytes (413 "
-        "beyond; max_request_bytes still caps every request)."
+        default=1_000_000,
+        ge=1024,
+        description="Largest feedback request body in bytes (413 "
+        "beyond; max_request_bytes still caps every request).",
     )
     feedback_retention_days: int = Field(
-        default=180, ge=1, description="Feedback events older than this are refused, and "
-        "`amelio feedback purge` removes them by default."
+        default=180,
+        ge=1,
+        description="Feedback events older than this are refused, and "
+        "`amelio feedback purge` removes them by default.",
     )
     feedback_token_ttl: int = Field(
-        default=86_400, ge=1, description="Seconds a search response's feedbackToken stays "
-        "valid."
+        default=86_400, ge=1, description="Seconds a search response's feedbackToken stays valid."
     )
     feedback_rate_key: float = Field(
-        default=5000.0, ge=0, description="Feedback events per second one API key may send "
-        "(token bucket refill; 0: unlimited)."
+        default=5000.0,
+        ge=0,
+        description="Feedback events per second one API key may send "
+        "(token bucket refill; 0: unlimited).",
     )
     feedback_burst_key: int = Field(
-        default=20_000, ge=1, description="Feedback events one API key may send at once "
-        "(token bucket size)."
+        default=20_000,
+        ge=1,
+        description="Feedback events one API key may send at once (token bucket size).",
     )
     feedback_rate_session: float = Field(
-        default=20.0, ge=0, description="Feedback events per second one session may send "
-        "(0: unlimited)."
+        default=20.0,
+        ge=0,
+        description="Feedback events per second one session may send (0: unlimited).",
     )
     feedback_burst_session: int = Field(
         default=600, ge=1, description="Feedback events one session may send at once."
     )
     pii_scrub: Literal["off", "events", "all"] = Field(
-        default="events", description="Where e-mail addresses, phone, card and IBAN numbers "
+        default="events",
+        description="Where e-mail addresses, phone, card and IBAN numbers "
         "and IP addresses are replaced before free text is stored: events (feedback events "
         "and search impressions), all (also interaction messages, answers, feedback "
-        "comments and learnings) or off."
+        "comments and learnings) or off.",
     )
     ui_language: Literal["auto", "en", "fr"] = Field(
-        default="auto", description="Dashboard language: en, fr, or auto (the browser's "
-        "Accept-Language)."
+        default="auto",
+        description="Dashboard language: en, fr, or auto (the browser's Accept-Language).",
     )
     warm_up: bool = Field(
-        default=True, description="`amelio serve` loads the LLM SDK, each project's router "
+        default=True,
+        description="`amelio serve` loads the LLM SDK, each project's router "
         "and eval rules in the background as it starts, so the first answer does not wait "
-        "for them."
+        "for them.",
     )
     metrics_port: int = Field(
-        default=0, ge=0, le=65535, description="Also serve the Prometheus metrics without a "
-        "key on this port (0: only GET /metrics on the API port, with an admin key)."
+        default=0,
+        ge=0,
+        le=65535,
+        description="Also serve the Prometheus metrics without a "
+        "key on this port (0: only GET /metrics on the API port, with an admin key).",
     )
     metrics_host: str = Field(
         default="127.0.0.1", description="The address the metrics port listens on."
     )
     tracing: Literal["off", "otlp", "console", "global"] = Field(
-        default="off", description="OpenTelemetry traces (amelio[otel]): otlp exports over "
+        default="off",
+        description="OpenTelemetry traces (amelio[otel]): otlp exports over "
         "OTLP/HTTP (OTEL_EXPORTER_OTLP_* variables), console prints them, global leaves them "
-        "to the process's tracer provider, off."
+        "to the process's tracer provider, off.",
     )
     improve_schedule: str = Field(
-        default="0 3 * * *", description="When `amelio serve` runs `amelio improve`: a cron "
-        "expression (minute hour day month weekday) in `timezone`, or off."
+        default="0 3 * * *",
+        description="When `amelio serve` runs `amelio improve`: a cron "
+        "expression (minute hour day month weekday) in `timezone`, or off.",
     )
     signals_schedule: str = Field(
-        default="off", description="When `amelio serve` aggregates search signals (cron, "
-        "or off: the search service aggregates as impressions arrive)."
+        default="off",
+        description="When `amelio serve` aggregates search signals (cron, "
+        "or off: the search service aggregates as impressions arrive).",
     )
     timezone: str = Field(
-        default="UTC", description="The workspace's time zone (IANA name, e.g. Europe/Paris), "
-        "for the schedules."
+        default="UTC",
+        description="The workspace's time zone (IANA name, e.g. Europe/Paris), for the schedules.",
     )
     schedule_catch_up: bool = Field(
-        default=True, description="A scheduled run missed while no server was up runs once "
-        "when one starts."
+        default=True,
+        description="A scheduled run missed while no server was up runs once when one starts.",
     )
     schedule_lease_seconds: int = Field(
-        default=600, ge=30, le=86_400, description="How long a replica's claim on a running "
+        default=600,
+        ge=30,
+        le=86_400,
+        description="How long a replica's claim on a running "
         "job lasts without renewal (it renews while the job runs): a replica killed "
-        "mid-run frees the job after this."
+        "mid-run frees the job after this.",
     )
     knowledge_worker: bool = Field(
-        default=True, description="`amelio serve` runs the knowledge sync worker in the "
-        "background (false: drain the queue with `amelio knowledge drain`)."
+        default=True,
+        description="`amelio serve` runs the knowledge sync worker in the "
+        "background (false: drain the queue with `amelio knowledge drain`).",
     )
     knowledge_sync_tries: int = Field(
-        default=3, ge=1, le=20, description="Tries a queued knowledge source gets before it "
-        "becomes a dead letter."
+        default=3,
+        ge=1,
+        le=20,
+        description="Tries a queued knowledge source gets before it becomes a dead letter.",
     )
     knowledge_sync_backoff: float = Field(
-        default=2.0, ge=0, le=3600, description="Seconds before a failed source's second try; "
-        "each later try waits twice as long."
+        default=2.0,
+        ge=0,
+        le=3600,
+        description="Seconds before a failed source's second try; "
+        "each later try waits twice as long.",
     )
     knowledge_poll_interval: float = Field(
-        default=1.0, gt=0, le=3600, description="Seconds the sync worker sleeps when the queue "
-        "has nothing due (a sync request wakes it at once)."
+        default=1.0,
+        gt=0,
+        le=3600,
+        description="Seconds the sync worker sleeps when the queue "
+        "has nothing due (a sync request wakes it at once).",
     )
     knowledge_chunk_chars: int = Field(
-        default=1200, ge=200, le=20_000, description="Largest chunk a knowledge source is cut "
-        "into, in characters (paragraphs and sentences are kept whole when they fit)."
+        default=1200,
+        ge=200,
+        le=20_000,
+        description="Largest chunk a knowledge source is cut "
+        "into, in characters (paragraphs and sentences are kept whole when they fit).",
     )
     knowledge_top_k: int = Field(
         default=5, ge=1, le=50, description="Passages a knowledge query retrieves and cites."
     )
     knowledge_answer_timeout: float = Field(
-        default=15.0, gt=0, description="Seconds a knowledge query waits for the LLM before "
-        "answering extractively."
+        default=15.0,
+        gt=0,
+        description="Seconds a knowledge query waits for the LLM before answering extractively.",
     )
     knowledge_generate_timeout: float = Field(
         default=30.0, gt=0, description="Seconds the skill generator waits for the LLM."
     )
     knowledge_embedding_model: str = Field(
-        default="", description="Embedding model for semantic retrieval in notebooks: wordllama "
+        default="",
+        description="Embedding model for semantic retrieval in notebooks: wordllama "
         "(amelio[semantic]) or a sentence-transformers model (amelio[embeddings]); empty: "
-        "lexical (BM25) only."
+        "lexical (BM25) only.",
     )
     search_profile: Literal["bm25", "semantic", "hybrid", "hybrid_with_feedback"] = Field(
-        default="hybrid_with_feedback", description="Rank profile a search uses when the "
-        "request names none."
+        default="hybrid_with_feedback",
+        description="Rank profile a search uses when the request names none.",
     )
     search_alpha: float = Field(
-        default=0.0, ge=0, le=1, description="Default weight of the semantic score in hybrid "
-        "profiles (0: lexical only; above 0 needs amelio[semantic])."
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Default weight of the semantic score in hybrid "
+        "profiles (0: lexical only; above 0 needs amelio[semantic]).",
     )
     search_embedding_model: str = Field(
-        default="wordllama", description="Embedding model of the semantic and hybrid profiles: "
+        default="wordllama",
+        description="Embedding model of the semantic and hybrid profiles: "
         "wordllama (shipped with amelio[semantic], never downloaded) or a sentence-transformers "
-        "model (amelio[embeddings]); empty: lexical only."
+        "model (amelio[embeddings]); empty: lexical only.",
     )
     search_beta: float = Field(
-        default=1.0, ge=0, le=10, description="Weight of the feedback score in "
-        "hybrid_with_feedback; 0 is the kill switch (exactly the hybrid ranking)."
+        default=1.0,
+        ge=0,
+        le=10,
+        description="Weight of the feedback score in "
+        "hybrid_with_feedback; 0 is the kill switch (exactly the hybrid ranking).",
     )
     search_prior_weight: float = Field(
-        default=10.0, gt=0, description="Expected examinations a document's feedback score is "
-        "shrunk towards the average by, so a few clicks cannot swing it."
+        default=10.0,
+        gt=0,
+        description="Expected examinations a document's feedback score is "
+        "shrunk towards the average by, so a few clicks cannot swing it.",
     )
     search_session_cap: int = Field(
-        default=1, ge=1, le=100, description="Most examinations, clicks, dwells, bounces, pins, "
+        default=1,
+        ge=1,
+        le=100,
+        description="Most examinations, clicks, dwells, bounces, pins, "
         "hides and votes one session (and one user) counts for one document on one query per "
-        "UTC day: the guard against one actor steering ranking."
+        "UTC day: the guard against one actor steering ranking.",
     )
     search_exploration: float = Field(
-        default=0.1, ge=0, le=0.5, description="Share of responses that swap two adjacent "
+        default=0.1,
+        ge=0,
+        le=0.5,
+        description="Share of responses that swap two adjacent "
         "results (recorded in the impression): the randomized experiment that measures "
-        "position bias."
+        "position bias.",
     )
     search_candidates: int = Field(
-        default=100, ge=10, le=10_000, description="Lexical and semantic candidates a search "
-        "re-ranks with hybrid and feedback scores."
+        default=100,
+        ge=10,
+        le=10_000,
+        description="Lexical and semantic candidates a search "
+        "re-ranks with hybrid and feedback scores.",
     )
     search_cache_size: int = Field(
-        default=10_000, ge=0, description="Rankings kept in the warm-path cache (0: no cache); "
-        "keyed by query, profile, alpha and signals version."
+        default=10_000,
+        ge=0,
+        description="Rankings kept in the warm-path cache (0: no cache); "
+        "keyed by query, profile, alpha and signals version.",
     )
     search_thompson: float = Field(
-        default=0.2, ge=0, le=1, description="Share of hybrid_with_feedback responses ranked "
+        default=0.2,
+        ge=0,
+        le=1,
+        description="Share of hybrid_with_feedback responses ranked "
         "by Thompson sampling (each candidate's feedback score drawn from its posterior, "
         "recorded as explored), so documents with little evidence get shown and judged; 0: "
-        "never explore."
+        "never explore.",
     )
     search_backend: str = Field(
-        default="embedded", pattern=r"^[a-z][a-z0-9_-]{0,39}$",
+        default="embedded",
+        pattern=r"^[a-z][a-z0-9_-]{0,39}$",
         description="Search engine: embedded (the default, tantivy), tantivy, fts5 (SQLite "
         "FTS5), vespa, or one a plugin adds.",
     )
     vespa_url: str = Field(default="", description="Vespa endpoint when search_backend=vespa.")
     contributions: bool = Field(
-        default=False, description="Let browsers running amelio.js lend idle compute: they "
+        default=False,
+        description="Let browsers running amelio.js lend idle compute: they "
         "embed search documents that have no vector yet (GET /v1/contributions/tasks), and "
-        "results two clients agree on are stored (off: no tasks are handed out)."
+        "results two clients agree on are stored (off: no tasks are handed out).",
     )
     contributions_batch: int = Field(
-        default=64, ge=1, le=256, description="Documents per contributed task (texts one "
+        default=64,
+        ge=1,
+        le=256,
+        description="Documents per contributed task (texts one "
         "browser embeds at once). Every task costs the server two leases and two results "
         "whatever its size, so larger tasks cost it less per document (benchmarks/"
         "client_compute.py: 3.5-4.7 CPU-s per 1,000 WordLlama documents in tasks of 8, "
-        "0.9-1.9 in tasks of 64); 64 is still ~10-15 ms of a browser's time."
+        "0.9-1.9 in tasks of 64); 64 is still ~10-15 ms of a browser's time.",
     )
     contributions_lease_seconds: int = Field(
-        default=120, ge=10, le=3600, description="Seconds a browser has to return a leased "
-        "task; after that its result is refused (409) and the task goes to another."
+        default=120,
+        ge=10,
+        le=3600,
+        description="Seconds a browser has to return a leased "
+        "task; after that its result is refused (409) and the task goes to another.",
     )
     contributions_tolerance: float = Field(
-        default=0.9999, gt=0, le=1, description="Cosine every vector of two contributed "
-        "results (or of a result and the server's own) must reach for them to agree."
+        default=0.9999,
+        gt=0,
+        le=1,
+        description="Cosine every vector of two contributed "
+        "results (or of a result and the server's own) must reach for them to agree.",
     )
     contributions_new_clients_per_minute: int = Field(
-        default=30, ge=0, description="New browser identities (GET /v1/contributions/tasks "
+        default=30,
+        ge=0,
+        description="New browser identities (GET /v1/contributions/tasks "
         "without a clientToken) a client key, and a remote address, may get per minute, "
         "with as many at once; beyond, 429 with Retry-After. Each is a row, and a flood of "
-        "fresh identities is how one party would pose as many. 0: no limit."
+        "fresh identities is how one party would pose as many. 0: no limit.",
     )
     contributions_spot_check: float = Field(
-        default=0.05, ge=0, le=1, description="Share of agreeing contributions the server "
-        "checks by embedding the texts itself (a disagreement is always checked)."
+        default=0.05,
+        ge=0,
+        le=1,
+        description="Share of agreeing contributions the server "
+        "checks by embedding the texts itself (a disagreement is always checked).",
     )
     host: str = Field(default="127.0.0.1", description="Address `amelio serve` binds to.")
     port: int = Field(default=8000, ge=1, le=65535, description="Port `amelio serve` binds to.")
@@ -373,42 +473,55 @@ class Settings(BaseSettings):
         description="Base system prompt that SKILLS_HINT and LEARNINGS are added to.",
     )
     router_scorer: str = Field(
-        default="learned", description="Context-router scorer: learned (metadata, examples "
-        "and embeddings), hybrid, keywords (the seed's), bm25 or one a plugin adds."
+        default="learned",
+        description="Context-router scorer: learned (metadata, examples "
+        "and embeddings), hybrid, keywords (the seed's), bm25 or one a plugin adds.",
     )
     router_embedding_model: str = Field(
-        default="wordllama", description="Embeddings the learned router compares messages "
+        default="wordllama",
+        description="Embeddings the learned router compares messages "
         "with skills and examples by: wordllama (amelio[semantic]; without it routing is "
-        "lexical), a sentence-transformers model, or '' for lexical routing."
+        "lexical), a sentence-transformers model, or '' for lexical routing.",
     )
     router_min_score: float | None = Field(
-        default=None, description="Out-of-scope threshold of the learned router: a message "
+        default=None,
+        description="Out-of-scope threshold of the learned router: a message "
         "no skill scores above it gets no SKILLS_HINT. Unset: learned from the examples "
-        "(1.5 until there are 20; 1.0 without embeddings)."
+        "(1.5 until there are 20; 1.0 without embeddings).",
     )
     router_max_examples: int = Field(
-        default=50, ge=0, le=1000, description="Kept answers the learned router learns from "
-        "per skill and project, newest first (SKILL.md examples come on top)."
+        default=50,
+        ge=0,
+        le=1000,
+        description="Kept answers the learned router learns from "
+        "per skill and project, newest first (SKILL.md examples come on top).",
     )
-    router_limit: int = Field(default=5, ge=1, le=50,
-                              description="How many skills the SKILLS_HINT block lists.")
+    router_limit: int = Field(
+        default=5, ge=1, le=50, description="How many skills the SKILLS_HINT block lists."
+    )
     learnings_budget: int = Field(
         default=2000, ge=0, description="Characters of learnings the prompt block may hold."
     )
     learnings_ordering: Literal["newest", "helpful"] = Field(
-        default="newest", description="Which learnings fill the budget first: the newest "
-        "(the seed's) or those with the best helpful-minus-harmful record."
+        default="newest",
+        description="Which learnings fill the budget first: the newest "
+        "(the seed's) or those with the best helpful-minus-harmful record.",
     )
     learnings_header: str = Field(
         default="en", description="Header of the LEARNINGS block: 'en', 'fr' or your own text."
     )
     learnings_retire_min_harmful: int = Field(
-        default=2, ge=1, description="A learning is retired when its harmful count passes "
-        "its helpful count and is at least this."
+        default=2,
+        ge=1,
+        description="A learning is retired when its harmful count passes "
+        "its helpful count and is at least this.",
     )
     learnings_merge_similarity: float = Field(
-        default=0.8, gt=0, le=1, description="Word-overlap (Jaccard) at or above which a new "
-        "learning is merged into an existing one instead of stored twice."
+        default=0.8,
+        gt=0,
+        le=1,
+        description="Word-overlap (Jaccard) at or above which a new "
+        "learning is merged into an existing one instead of stored twice.",
     )
     max_request_bytes: int = Field(
         default=2_000_000, ge=1024, description="Largest HTTP request body the service accepts."
@@ -448,7 +561,8 @@ class Settings(BaseSettings):
                 except ValueError:
                     raise ConfigError(
                         f"AMELIO_TELEGRAM_ALLOWED_CHATS: {part.strip()!r} is not a chat id "
-                        "(integers, comma-separated).") from None
+                        "(integers, comma-separated)."
+                    ) from None
         return frozenset(ids)
 
     @property
@@ -484,8 +598,10 @@ class Settings(BaseSettings):
                 value = _mask(value.get_secret_value())
             elif name == "database_url":
                 value = mask_url(self.effective_database_url)
-            elif name in ("llm_base_url", "vespa_url", "notify_webhook_url",
-                          "telegram_api_url") and value:
+            elif (
+                name in ("llm_base_url", "vespa_url", "notify_webhook_url", "telegram_api_url")
+                and value
+            ):
                 value = mask_url(value)
             yield SettingRow(name, env_name, str(value), source, field.description or "")
 
@@ -534,5 +650,4 @@ def load_settings(workspace: str | os.PathLike[str] | None = None, **overrides: 
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
         )
-        raise ConfigError(f"Invalid settings ({ws / CONFIG_FILE} or AMELIO_*): {problems}"
-                          ) from exc
+        raise ConfigError(f"Invalid settings ({ws / CONFIG_FILE} or AMELIO_*): {problems}") from exc

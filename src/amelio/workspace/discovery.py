@@ -20,8 +20,9 @@ DATA_DIR = ".amelio"
 ENV_PREFIX = "AMELIO_"
 
 
-def find_workspace(explicit: str | os.PathLike[str] | None = None, *, cwd: Path | None = None
-                   ) -> Path:
+def find_workspace(
+    explicit: str | os.PathLike[str] | None = None, *, cwd: Path | None = None
+) -> Path:
     """The workspace: ``explicit``, else ``AMELIO_WORKSPACE``, else the nearest
     ``amelio.toml`` at or above ``cwd`` (as git finds ``.git``)."""
     chosen = explicit if explicit is not None else os.environ.get(ENV_PREFIX + "WORKSPACE")
@@ -31,7 +32,8 @@ def find_workspace(explicit: str | os.PathLike[str] | None = None, *, cwd: Path 
             via = "--workspace" if explicit is not None else "AMELIO_WORKSPACE"
             raise WorkspaceNotFound(
                 f"{path} (from {via}) is not an Amelio workspace: it has no {CONFIG_FILE}. "
-                f"Create one with `amelio init {chosen}`, or fix the path.")
+                f"Create one with `amelio init {chosen}`, or fix the path."
+            )
         return path
     here = (cwd or Path.cwd()).resolve()
     for folder in (here, *here.parents):

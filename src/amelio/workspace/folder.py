@@ -72,7 +72,9 @@ def init_workspace(path: str | os.PathLike[str]) -> tuple[Workspace, bool]:
 
 
 def open_workspace(
-    path: str | os.PathLike[str] | None = None, *, migrate: bool = False,
+    path: str | os.PathLike[str] | None = None,
+    *,
+    migrate: bool = False,
     settings: Settings | None = None,
 ) -> Workspace:
     """Open the workspace found from ``path`` (see :func:`amelio.workspace.config.find_workspace`).

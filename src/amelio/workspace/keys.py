@@ -25,8 +25,16 @@ from amelio.db.schema import api_key_projects, api_keys, projects, utcnow
 from amelio.errors import InvalidInput, NotFound
 from amelio.workspace.projects import ensure_project
 
-__all__ = ["ROLES", "ApiKey", "Role", "authenticate", "create_key", "get_key", "list_keys",
-           "revoke_key"]
+__all__ = [
+    "ROLES",
+    "ApiKey",
+    "Role",
+    "authenticate",
+    "create_key",
+    "get_key",
+    "list_keys",
+    "revoke_key",
+]
 
 Role = Literal["admin", "bot", "client"]
 ROLES: tuple[str, ...] = get_args(Role)
@@ -54,9 +62,16 @@ class ApiKey:
         return not self.projects or project in self.projects
 
     def to_dict(self) -> dict[str, object]:
-        return {"id": self.id, "name": self.name, "role": self.role, "prefix": self.prefix,
-                "projects": list(self.projects) or None, "createdAt": self.created_at,
-                "lastUsedAt": self.last_used_at, "revokedAt": self.revoked_at}
+        return {
+            "id": self.id,
+            "name": self.name,
+            "role": self.role,
+            "prefix": self.prefix,
+            "projects": list(self.projects) or None,
+            "createdAt": self.created_at,
+            "lastUsedAt": self.last_used_at,
+            "revokedAt": self.revoked_at,
+        }
 
 
 def _hash(token: str) -> str:
@@ -65,8 +80,16 @@ def _hash(token: str) -> str:
 
 def _row_to_key(row: sa.Row[tuple[object, ...]], scope: tuple[str, ...] = ()) -> ApiKey:
     m = row._mapping
-    return ApiKey(m["id"], m["name"], m["role"], m["prefix"], m["created_at"],
-                  m["last_used_at"], m["revoked_at"], scope)
+    return ApiKey(
+        m["id"],
+        m["name"],
+        m["role"],
+        m["prefix"],
+        m["created_at"],
+        m["last_used_at"],
+        m["revoked_at"],
+        scope,
+    )
 
 
 def _scopes(conn: sa.Connection, key_ids: list[int]) -> dict[int, tuple[str, ...]]:
@@ -85,8 +108,9 @@ def _scopes(conn: sa.Connection, key_ids: list[int]) -> dict[int, tuple[str, ...
     return {k: tuple(v) for k, v in found.items()}
 
 
-def create_key(engine: sa.Engine, *, name: str, role: str,
-               projects: tuple[str, ...] | list[str] = ()) -> tuple[ApiKey, str]:
+def create_key(
+    engine: sa.Engine, *, name: str, role: str, projects: tuple[str, ...] | list[str] = ()
+) -> tuple[ApiKey, str]:
     """A new key, bound to ``projects`` (created if needed; none: global); returns it
     with the plaintext token, which is never stored."""
     if role not in ROLES:
@@ -97,22 +121,29 @@ def create_key(engine: sa.Engine, *, name: str, role: str,
         raise InvalidInput("A key name is at most 100 characters of text.", field="name")
     scope = tuple(sorted(set(projects)))
     if scope and role == "admin":
-        raise InvalidInput("An admin key is always global; bind bot or client keys to "
-                           "projects instead.", field="projects")
+        raise InvalidInput(
+            "An admin key is always global; bind bot or client keys to projects instead.",
+            field="projects",
+        )
     token = _PREFIX + secrets.token_urlsafe(32)
     with db.transaction(engine) as conn:
         project_ids = [ensure_project(conn, p) for p in scope]
         result = conn.execute(
             api_keys.insert().values(
-                name=name.strip(), role=role, key_hash=_hash(token), prefix=token[:12],
+                name=name.strip(),
+                role=role,
+                key_hash=_hash(token),
+                prefix=token[:12],
                 created_at=utcnow(),
             )
         )
         assert result.inserted_primary_key is not None
         key_id = result.inserted_primary_key[0]
         if project_ids:
-            conn.execute(api_key_projects.insert(),
-                         [{"key_id": key_id, "project_id": pid} for pid in project_ids])
+            conn.execute(
+                api_key_projects.insert(),
+                [{"key_id": key_id, "project_id": pid} for pid in project_ids],
+            )
         row = conn.execute(sa.select(api_keys).where(api_keys.c.id == key_id)).one()
     return _row_to_key(row, scope), token
 
@@ -151,8 +182,9 @@ def authenticate(engine: sa.Engine, token: str) -> ApiKey | None:
 def get_key(engine: sa.Engine, key_id: int) -> ApiKey | None:
     """A live key by id (None when unknown or revoked): sessions re-check it per request."""
     with db.reading(engine) as conn:
-        row = conn.execute(sa.select(api_keys).where(
-            api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))).first()
+        row = conn.execute(
+            sa.select(api_keys).where(api_keys.c.id == key_id, api_keys.c.revoked_at.is_(None))
+        ).first()
         if row is None:
             return None
         return _row_to_key(row, _scopes(conn, [row.id]).get(row.id, ()))

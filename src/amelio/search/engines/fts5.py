@@ -32,8 +32,19 @@ from amelio.search.documents import (
 from amelio.search.store import EMBED_CHARS, DocumentStore
 from amelio.text import tokens
 
-__all__ = ["EMBED_CHARS", "Corpus", "Deletion", "Document", "Hit", "ImportReport",
-           "LexicalHit", "best", "match_expression", "parse_line", "read_documents"]
+__all__ = [
+    "EMBED_CHARS",
+    "Corpus",
+    "Deletion",
+    "Document",
+    "Hit",
+    "ImportReport",
+    "LexicalHit",
+    "best",
+    "match_expression",
+    "parse_line",
+    "read_documents",
+]
 
 _FTS_SCHEMA = """
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
@@ -50,8 +61,10 @@ CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
 #: rank``, FTS5's sorted path): same results, and about 10 % less CPU at 100k
 #: documents, since SQLite keeps only the best ``LIMIT`` rows while FTS5 sorts
 #: every match. Ties go to the earlier document, so a ranking replays exactly.
-_LEXICAL = ("SELECT d.doc_id, -bm25(fts, 2.0, 1.0) AS s FROM fts JOIN docs d "
-            "ON d.rowid = fts.rowid WHERE fts MATCH ? ORDER BY s DESC, d.rowid LIMIT ?")
+_LEXICAL = (
+    "SELECT d.doc_id, -bm25(fts, 2.0, 1.0) AS s FROM fts JOIN docs d "
+    "ON d.rowid = fts.rowid WHERE fts MATCH ? ORDER BY s DESC, d.rowid LIMIT ?"
+)
 
 
 def match_expression(query: str) -> str:
@@ -67,8 +80,7 @@ def match_expression(query: str) -> str:
 
 def _has_fts_table(path: Path) -> bool:
     with contextlib.closing(sqlite3.connect(path)) as conn:
-        return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'fts'").fetchone() \
-            is not None
+        return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'fts'").fetchone() is not None
 
 
 class Corpus(DocumentStore):
@@ -87,9 +99,11 @@ class Corpus(DocumentStore):
         had_index = path.exists() and _has_fts_table(path)
         super().__init__(path)
         with contextlib.closing(self._connect()) as conn, conn:
-            conn.execute("INSERT OR IGNORE INTO meta (key, value) SELECT 'fts5_generation', "
-                         "CASE WHEN ? THEN value ELSE 0 END FROM meta WHERE key = 'generation'",
-                         (had_index,))
+            conn.execute(
+                "INSERT OR IGNORE INTO meta (key, value) SELECT 'fts5_generation', "
+                "CASE WHEN ? THEN value ELSE 0 END FROM meta WHERE key = 'generation'",
+                (had_index,),
+            )
 
     @classmethod
     def for_workspace(cls, data_dir: Path) -> Corpus:
@@ -99,14 +113,18 @@ class Corpus(DocumentStore):
         return _FTS_SCHEMA
 
     def _index_add(self, conn: sqlite3.Connection, rowid: int, doc: Document) -> None:
-        conn.execute("INSERT INTO fts (rowid, title, body) VALUES (?, ?, ?)",
-                     (rowid, doc.title, doc.body))
+        conn.execute(
+            "INSERT INTO fts (rowid, title, body) VALUES (?, ?, ?)", (rowid, doc.title, doc.body)
+        )
 
-    def _index_remove(self, conn: sqlite3.Connection, rowid: int, doc_id: str, title: str,
-                      body: str) -> None:
+    def _index_remove(
+        self, conn: sqlite3.Connection, rowid: int, doc_id: str, title: str, body: str
+    ) -> None:
         # An external-content index forgets a row only when told its old text.
-        conn.execute("INSERT INTO fts (fts, rowid, title, body) VALUES ('delete', ?, ?, ?)",
-                     (rowid, title, body))
+        conn.execute(
+            "INSERT INTO fts (fts, rowid, title, body) VALUES ('delete', ?, ?, ?)",
+            (rowid, title, body),
+        )
 
     def _index_commit(self, conn: sqlite3.Connection, generation: int) -> None:
         conn.execute("UPDATE meta SET value = ? WHERE key = 'fts5_generation'", (generation,))
@@ -117,7 +135,8 @@ class Corpus(DocumentStore):
 
     def index_generation(self) -> int | None:
         row = self._reader.execute(
-            "SELECT value FROM meta WHERE key = 'fts5_generation'").fetchone()
+            "SELECT value FROM meta WHERE key = 'fts5_generation'"
+        ).fetchone()
         return int(row[0]) if row else None
 
     def lexical(self, query: str, limit: int) -> list[Hit]:
@@ -125,8 +144,11 @@ class Corpus(DocumentStore):
         expression = match_expression(query)
         if not expression:
             return []
-        stamps = dict(self._reader.execute(
-            "SELECT key, value FROM meta WHERE key IN ('generation', 'fts5_generation')"))
+        stamps = dict(
+            self._reader.execute(
+                "SELECT key, value FROM meta WHERE key IN ('generation', 'fts5_generation')"
+            )
+        )
         if stamps.get("generation") != stamps.get("fts5_generation"):
             self.ensure_index()
         rows = self._reader.execute(_LEXICAL, (expression, limit)).fetchall()

@@ -67,8 +67,9 @@ class SearchEngine(Protocol):
     #: The registry name this engine was opened under.
     name: str
 
-    def apply(self, items: Iterable[Document | Deletion], *,
-              embedder: Embedder | None = None) -> ImportReport:
+    def apply(
+        self, items: Iterable[Document | Deletion], *, embedder: Embedder | None = None
+    ) -> ImportReport:
         """Upsert documents (a known id is replaced) and apply deletions; with an
         ``embedder``, each upserted document is embedded as it is indexed."""
         ...
@@ -78,8 +79,9 @@ class SearchEngine(Protocol):
         (higher is better; ties to the earlier document)."""
         ...
 
-    def nearest(self, query: str, limit: int, embedder: Embedder, *,
-                also: Sequence[str] = ()) -> tuple[list[Hit], dict[str, float]]:
+    def nearest(
+        self, query: str, limit: int, embedder: Embedder, *, also: Sequence[str] = ()
+    ) -> tuple[list[Hit], dict[str, float]]:
         """The ``limit`` documents nearest to ``query``'s embedding by cosine, best
         first, and the cosine of each document of ``also`` that has a vector (the
         hybrid profile scores the lexical candidates the nearest ones left out)."""
@@ -102,8 +104,16 @@ class SearchEngine(Protocol):
 class RankingEngine(SearchEngine, Protocol):
     """An engine that computes whole rankings, feedback included, where its data is."""
 
-    def rank(self, query: str, profile: str, alpha: float, beta: float, limit: int, *,
-             key: str | None = None) -> tuple[RankedDoc, ...]:
+    def rank(
+        self,
+        query: str,
+        profile: str,
+        alpha: float,
+        beta: float,
+        limit: int,
+        *,
+        key: str | None = None,
+    ) -> tuple[RankedDoc, ...]:
         """The best ``limit`` documents for a rank profile; ``key`` selects the
         query's feedback scores."""
         ...
@@ -149,10 +159,16 @@ def _open_vespa(settings: Settings) -> SearchEngine:
 
 @hookimpl
 def register_search_engines(register: Callable[[EngineType], None]) -> None:
-    register(EngineType("embedded", _open_tantivy,
-                        f"the default embedded engine ({DEFAULT_ENGINE})"))
-    register(EngineType("tantivy", _open_tantivy,
-                        "tantivy BM25 (block-max top-k) beside the SQLite document store"))
+    register(
+        EngineType("embedded", _open_tantivy, f"the default embedded engine ({DEFAULT_ENGINE})")
+    )
+    register(
+        EngineType(
+            "tantivy",
+            _open_tantivy,
+            "tantivy BM25 (block-max top-k) beside the SQLite document store",
+        )
+    )
     register(EngineType("fts5", _open_fts5, "SQLite FTS5 BM25, in the document store's file"))
     register(EngineType("vespa", _open_vespa, "Vespa at vespa_url: ranks next to the data"))
 
@@ -178,8 +194,11 @@ def open_engine(settings: Settings, name: str | None = None) -> SearchEngine:
     name = name or settings.search_backend
     engines = search_engines()
     if name not in engines:
-        raise InvalidInput(f"Unknown search engine {name!r} (search_backend); use one of: "
-                           f"{', '.join(sorted(engines))}.", field="search_backend")
+        raise InvalidInput(
+            f"Unknown search engine {name!r} (search_backend); use one of: "
+            f"{', '.join(sorted(engines))}.",
+            field="search_backend",
+        )
     engine = engines[name].open(settings)
     if isinstance(engine, DocumentStore):
         engine.defer_missing_vectors = browsers_embed(settings)
@@ -217,8 +236,10 @@ def open_collection(settings: Settings, name: str) -> DocumentStore:
     from amelio.search.engines.tantivy import TantivyEngine
 
     if not _COLLECTION.match(name):
-        raise InvalidInput(f"A collection name is lowercase letters, digits, - and _, "
-                           f"not {name!r}.", field="collection")
+        raise InvalidInput(
+            f"A collection name is lowercase letters, digits, - and _, not {name!r}.",
+            field="collection",
+        )
     kind = "fts5" if settings.search_backend == "fts5" else DEFAULT_ENGINE
     key = (settings.data_dir.resolve(), name, kind)
     with _collections_lock:

@@ -83,8 +83,9 @@ def _document(doc_id: str, title: list[str], body: list[str]) -> tantivy.Documen
     return tantivy.Document(doc_id=doc_id, text=f"{words} {words} {' '.join(body)}")
 
 
-def fts5_bm25(terms: list[str], title: list[str], body: list[str], idf: dict[str, float],
-              mean_length: float) -> float:
+def fts5_bm25(
+    terms: list[str], title: list[str], body: list[str], idf: dict[str, float], mean_length: float
+) -> float:
     """FTS5's ``bm25(fts, 2.0, 1.0)`` for one document (as a positive number): per
     query word, its idf times ``w (k1 + 1) / (w + k1 (1 − b + b D / avgD))`` with
     ``w`` the title count doubled plus the body count and ``D`` the document's
@@ -103,8 +104,7 @@ def _schema() -> tantivy.Schema:
     builder = tantivy.SchemaBuilder()
     builder.add_text_field("doc_id", stored=True, tokenizer_name="raw")
     # Frequencies, no positions: BM25 needs nothing more, and the index is smaller.
-    builder.add_text_field("text", stored=False, tokenizer_name="whitespace",
-                           index_option="freq")
+    builder.add_text_field("text", stored=False, tokenizer_name="whitespace", index_option="freq")
     return builder.build()
 
 
@@ -131,8 +131,12 @@ class TantivyEngine(DocumentStore):
         try:
             return tantivy.Index(self._schema, path=str(self.index_dir), reuse=True)
         except ValueError as exc:
-            log.warning("the search index in %s does not match this version (%s); it "
-                        "is rebuilt from the documents", self.index_dir, exc)
+            log.warning(
+                "the search index in %s does not match this version (%s); it "
+                "is rebuilt from the documents",
+                self.index_dir,
+                exc,
+            )
             shutil.rmtree(self.index_dir)
             self.index_dir.mkdir(parents=True)
             return tantivy.Index(self._schema, path=str(self.index_dir), reuse=True)
@@ -158,8 +162,13 @@ class TantivyEngine(DocumentStore):
         except FileNotFoundError:
             # A new index over a store nobody wrote yet is current; over one that
             # another engine filled (or a lost index) it is empty: rebuild.
-            return 0 if self._index.searcher().num_docs == 0 and self.count() == 0 \
-                and self.generation() == 0 else None
+            return (
+                0
+                if self._index.searcher().num_docs == 0
+                and self.count() == 0
+                and self.generation() == 0
+                else None
+            )
         return int(text) if text.isdigit() else None
 
     # -- the write hooks (called under the store's write lock) -------------------------
@@ -186,14 +195,16 @@ class TantivyEngine(DocumentStore):
         self._tantivy_writer().add_document(_document(doc.doc_id, title, body))
         self._tokens_delta += len(title) + len(body)
 
-    def _index_remove(self, conn: sqlite3.Connection, rowid: int, doc_id: str, title: str,
-                      body: str) -> None:
+    def _index_remove(
+        self, conn: sqlite3.Connection, rowid: int, doc_id: str, title: str, body: str
+    ) -> None:
         self._tantivy_writer().delete_documents_by_term("doc_id", doc_id)
         self._tokens_delta -= len(_words(title)) + len(_words(body))
 
     def _index_commit(self, conn: sqlite3.Connection, generation: int) -> None:
-        conn.execute("UPDATE meta SET value = value + ? WHERE key = 'lexical_tokens'",
-                     (self._tokens_delta,))
+        conn.execute(
+            "UPDATE meta SET value = value + ? WHERE key = 'lexical_tokens'", (self._tokens_delta,)
+        )
         self._tokens_delta = 0
         if self._writer_obj is None:  # a batch that changed no document
             if self.index_generation() == generation - 1:
@@ -220,7 +231,8 @@ class TantivyEngine(DocumentStore):
         writer.delete_all_documents()
         total = 0
         for doc_id, title, body in conn.execute(
-                "SELECT doc_id, title, body FROM docs ORDER BY rowid"):
+            "SELECT doc_id, title, body FROM docs ORDER BY rowid"
+        ):
             title_words, body_words = _words(title), _words(body)
             writer.add_document(_document(doc_id, title_words, body_words))
             total += len(title_words) + len(body_words)
@@ -228,8 +240,9 @@ class TantivyEngine(DocumentStore):
             writer.commit()
         finally:
             self._release_writer()
-        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('lexical_tokens', ?)",
-                     (total,))
+        conn.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('lexical_tokens', ?)", (total,)
+        )
         self._tokens_delta = 0
         self._write_stamp(str(generation))
 
@@ -254,8 +267,9 @@ class TantivyEngine(DocumentStore):
         words = query_terms(query)
         if not words or limit <= 0:
             return []
-        terms = [(tantivy.Occur.Should, tantivy.Query.term_query(self._schema, "text", w))
-                 for w in words]
+        terms = [
+            (tantivy.Occur.Should, tantivy.Query.term_query(self._schema, "text", w)) for w in words
+        ]
         searcher = self._searcher()
         found = searcher.search(tantivy.Query.boolean_query(terms), limit * OVERFETCH)
         doc_ids = [searcher.doc(address)["doc_id"][0] for _, address in found.hits]
@@ -270,10 +284,13 @@ class TantivyEngine(DocumentStore):
         marks = ",".join("?" * len(doc_ids))  # placeholders only: values are bound
         rows = self._reader.execute(
             f"SELECT doc_id, rowid, title, body FROM docs WHERE doc_id IN ({marks})",  # noqa: S608
-            doc_ids).fetchall()
+            doc_ids,
+        ).fetchall()
         total = self.get_meta("lexical_tokens") or 0
         mean = total / count
-        scored = [(fts5_bm25(words, _words(title), _words(body), idf, mean), rowid, doc_id)
-                  for doc_id, rowid, title, body in rows]
+        scored = [
+            (fts5_bm25(words, _words(title), _words(body), idf, mean), rowid, doc_id)
+            for doc_id, rowid, title, body in rows
+        ]
         scored.sort(key=lambda x: (-x[0], x[1]))
         return [Hit(doc_id, score) for score, _, doc_id in scored[:limit]]

@@ -76,12 +76,18 @@ NAMESPACE = "amelio"
 DOCUMENT_TYPE = "doc"
 EMBEDDING_DIM = 384
 #: all-MiniLM-L6-v2 exported to ONNX, fetched by Vespa (never by Amelio) at deploy.
-_MODEL = "https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2/resolve/main/onnx/model.onnx"
-_TOKENIZER = "https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2/resolve/main/tokenizer.json"
+_MODEL = (
+    "https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2/resolve/main/onnx/model.onnx"
+)
+_TOKENIZER = (
+    "https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2/resolve/main/tokenizer.json"
+)
 _SIGNAL_FIELDS = [f.name for f in dataclasses.fields(SignalRow)]
 _LEXICAL = "2 * bm25(title) + bm25(text)"
-_INSTALL = ("Generating the Vespa application package needs pyvespa: install the optional "
-            "extra with `pip install 'amelio[vespa]'`.")
+_INSTALL = (
+    "Generating the Vespa application package needs pyvespa: install the optional "
+    "extra with `pip install 'amelio[vespa]'`."
+)
 
 
 class VespaUnavailable(ConfigError):
@@ -103,49 +109,79 @@ def application_package(*, rerank: int = 100) -> Any:
     except ImportError as exc:
         raise ConfigError(_INSTALL) from exc
     fields = [
-        vp.Field("id", "string", indexing=["summary", "attribute"],
-                 attribute=["fast-search"]),
+        vp.Field("id", "string", indexing=["summary", "attribute"], attribute=["fast-search"]),
         vp.Field("title", "string", indexing=["index", "summary"], index="enable-bm25"),
         vp.Field("text", "string", indexing=["index", "summary"], index="enable-bm25"),
-        vp.Field("feedback", "tensor<float>(q{})", indexing=["attribute", "summary"],
-                 attribute=["fast-access"]),
+        vp.Field(
+            "feedback",
+            "tensor<float>(q{})",
+            indexing=["attribute", "summary"],
+            attribute=["fast-access"],
+        ),
     ]
     embedding = vp.Field(
-        "embedding", f"tensor<float>(x[{EMBEDDING_DIM}])", is_document_field=False,
+        "embedding",
+        f"tensor<float>(x[{EMBEDDING_DIM}])",
+        is_document_field=False,
         indexing=['input title . " " . input text', "embed minilm", "attribute", "index"],
-        ann=vp.HNSW(distance_metric="angular"))
+        ann=vp.HNSW(distance_metric="angular"),
+    )
     alpha = ("query(alpha)", "double", "0.0")
     q_embedding = ("query(q)", f"tensor<float>(x[{EMBEDDING_DIM}])")
     # Guarded: without a query embedding (alpha 0) the semantic term is not computed.
-    hybrid_expr = ("if(query(alpha) > 0, query(alpha) * normalize_linear(semantic), 0) + "
-                   "(1 - query(alpha)) * normalize_linear(lexical)")
+    hybrid_expr = (
+        "if(query(alpha) > 0, query(alpha) * normalize_linear(semantic), 0) + "
+        "(1 - query(alpha)) * normalize_linear(lexical)"
+    )
     lexical = vp.Function("lexical", _LEXICAL)
     semantic = vp.Function("semantic", "closeness(field, embedding)")
     profiles = [
-        vp.RankProfile("bm25", first_phase="lexical", functions=[lexical],
-                       match_features=["lexical"]),
         vp.RankProfile(
-            "hybrid", inputs=[alpha, q_embedding], functions=[lexical, semantic],
-            first_phase="lexical", match_features=["lexical", "semantic"],
-            global_phase=vp.GlobalPhaseRanking(hybrid_expr, rerank_count=rerank)),
+            "bm25", first_phase="lexical", functions=[lexical], match_features=["lexical"]
+        ),
+        vp.RankProfile(
+            "hybrid",
+            inputs=[alpha, q_embedding],
+            functions=[lexical, semantic],
+            first_phase="lexical",
+            match_features=["lexical", "semantic"],
+            global_phase=vp.GlobalPhaseRanking(hybrid_expr, rerank_count=rerank),
+        ),
         vp.RankProfile(
             "hybrid_with_feedback",
-            inputs=[alpha, q_embedding, ("query(beta)", "double", "1.0"),
-                    ("query(qkey)", "tensor<float>(q{})")],
-            functions=[lexical, semantic,
-                       vp.Function("feedback", "sum(attribute(feedback) * query(qkey))")],
-            first_phase="lexical", match_features=["lexical", "semantic", "feedback"],
+            inputs=[
+                alpha,
+                q_embedding,
+                ("query(beta)", "double", "1.0"),
+                ("query(qkey)", "tensor<float>(q{})"),
+            ],
+            functions=[
+                lexical,
+                semantic,
+                vp.Function("feedback", "sum(attribute(feedback) * query(qkey))"),
+            ],
+            first_phase="lexical",
+            match_features=["lexical", "semantic", "feedback"],
             global_phase=vp.GlobalPhaseRanking(
-                f"{hybrid_expr} + query(beta) * feedback", rerank_count=rerank)),
+                f"{hybrid_expr} + query(beta) * feedback", rerank_count=rerank
+            ),
+        ),
     ]
-    schema = vp.Schema(DOCUMENT_TYPE, document=vp.Document(fields=fields),
-                       fieldsets=[vp.FieldSet("default", ["title", "text"])],
-                       rank_profiles=profiles)
+    schema = vp.Schema(
+        DOCUMENT_TYPE,
+        document=vp.Document(fields=fields),
+        fieldsets=[vp.FieldSet("default", ["title", "text"])],
+        rank_profiles=profiles,
+    )
     schema.add_fields(embedding)
     embedder = vp.Component(
-        id="minilm", type="hugging-face-embedder",
-        parameters=[vp.Parameter("transformer-model", {"url": _MODEL}),
-                    vp.Parameter("tokenizer-model", {"url": _TOKENIZER})])
+        id="minilm",
+        type="hugging-face-embedder",
+        parameters=[
+            vp.Parameter("transformer-model", {"url": _MODEL}),
+            vp.Parameter("tokenizer-model", {"url": _TOKENIZER}),
+        ],
+    )
     return vp.ApplicationPackage(name=NAMESPACE, schema=[schema], components=[embedder])
 
 
@@ -186,13 +222,13 @@ def document_path(doc_id: str) -> str:
 
 def _client(url: str, timeout: float) -> httpx.Client:
     if not url:
-        raise VespaUnavailable("No Vespa endpoint: set AMELIO_VESPA_URL (e.g. "
-                               "http://localhost:8080) or pass --url.")
+        raise VespaUnavailable(
+            "No Vespa endpoint: set AMELIO_VESPA_URL (e.g. http://localhost:8080) or pass --url."
+        )
     return httpx.Client(base_url=url.rstrip("/"), timeout=timeout)
 
 
-def _send(client: httpx.Client, method: str, path: str,
-          body: dict[str, Any] | None) -> str | None:
+def _send(client: httpx.Client, method: str, path: str, body: dict[str, Any] | None) -> str | None:
     """One document/v1 operation; an error as text, or None when Vespa accepted it."""
     try:
         response = client.request(method, path, json=body)
@@ -203,8 +239,12 @@ def _send(client: httpx.Client, method: str, path: str,
     return None
 
 
-def _run(url: str, operations: Iterable[tuple[str, str, dict[str, Any] | None]],
-         concurrency: int, timeout: float) -> FeedReport:
+def _run(
+    url: str,
+    operations: Iterable[tuple[str, str, dict[str, Any] | None]],
+    concurrency: int,
+    timeout: float,
+) -> FeedReport:
     report = FeedReport()
     with _client(url, timeout) as client, ThreadPoolExecutor(max(1, concurrency)) as pool:
         for error in pool.map(lambda op: _send(client, *op), operations):
@@ -212,14 +252,20 @@ def _run(url: str, operations: Iterable[tuple[str, str, dict[str, Any] | None]],
     return report
 
 
-def feed(url: str, items: Iterable[Document | Deletion], *, concurrency: int = 8,
-         timeout: float = 30.0) -> FeedReport:
+def feed(
+    url: str, items: Iterable[Document | Deletion], *, concurrency: int = 8, timeout: float = 30.0
+) -> FeedReport:
     """Put documents (``POST``, replacing a known id) and delete deletions on Vespa."""
+
     def operation(item: Document | Deletion) -> tuple[str, str, dict[str, Any] | None]:
         if isinstance(item, Deletion):
             return "DELETE", document_path(item.doc_id), None
-        return "POST", document_path(item.doc_id), {
-            "fields": {"id": item.doc_id, "title": item.title, "text": item.body}}
+        return (
+            "POST",
+            document_path(item.doc_id),
+            {"fields": {"id": item.doc_id, "title": item.title, "text": item.body}},
+        )
+
     return _run(url, (operation(i) for i in items), concurrency, timeout)
 
 
@@ -230,23 +276,28 @@ def feedback_cells(workspace: Workspace) -> dict[str, dict[str, float]]:
     cells: dict[str, dict[str, float]] = {}
     with workspace.engine.connect() as conn:
         scorer = FeedbackScorer(load_propensities(conn), settings.search_prior_weight)
-        for r in conn.execute(sa.select(search_signals)
-                              .order_by(search_signals.c.doc_id)):
+        for r in conn.execute(sa.select(search_signals).order_by(search_signals.c.doc_id)):
             score = scorer.score(SignalRow(**{f: getattr(r, f) for f in _SIGNAL_FIELDS}))
             if score != 0.0:
                 cells.setdefault(r.doc_id, {})[r.query_norm] = round(score, 6)
     return cells
 
 
-def sync_signals(workspace: Workspace, url: str, *, concurrency: int = 8,
-                 timeout: float = 30.0) -> FeedReport:
+def sync_signals(
+    workspace: Workspace, url: str, *, concurrency: int = 8, timeout: float = 30.0
+) -> FeedReport:
     """Replace each document's ``feedback`` attribute with its current scores, one
     ``assign`` partial update per document (``create=false``: a document Vespa
     does not have is an error, never an empty new one)."""
+
     def operation(doc_id: str, scores: dict[str, float]) -> tuple[str, str, dict[str, Any]]:
         cells = [{"address": {"q": q}, "value": s} for q, s in sorted(scores.items())]
-        return "PUT", document_path(doc_id) + "?create=false", {
-            "fields": {"feedback": {"assign": {"cells": cells}}}}
+        return (
+            "PUT",
+            document_path(doc_id) + "?create=false",
+            {"fields": {"feedback": {"assign": {"cells": cells}}}},
+        )
+
     cells = feedback_cells(workspace)
     return _run(url, (operation(d, s) for d, s in cells.items()), concurrency, timeout)
 
@@ -258,9 +309,16 @@ def _label(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def query_body(query_norm: str, profile: str, alpha: float, beta: float,
-               hits: int, timeout_s: float = 2.0, *, key: str | None = None
-               ) -> dict[str, Any]:
+def query_body(
+    query_norm: str,
+    profile: str,
+    alpha: float,
+    beta: float,
+    hits: int,
+    timeout_s: float = 2.0,
+    *,
+    key: str | None = None,
+) -> dict[str, Any]:
     """The search/ request for one ranking: the rank profile Vespa should use and
     its inputs. ``semantic`` is ``hybrid`` at alpha 1; beta 0 is plain ``hybrid``
     (the kill switch needs no feedback lookup at all). ``key`` is the query's
@@ -275,8 +333,11 @@ def query_body(query_norm: str, profile: str, alpha: float, beta: float,
     body: dict[str, Any] = {
         # The person's words travel in "query" (userQuery()), never inside the YQL.
         "yql": f"select id, title from {DOCUMENT_TYPE} where {where}",  # noqa: S608
-        "query": query_norm, "type": "any", "hits": hits,
-        "ranking.profile": rank_profile, "timeout": f"{timeout_s}s",
+        "query": query_norm,
+        "type": "any",
+        "hits": hits,
+        "ranking.profile": rank_profile,
+        "timeout": f"{timeout_s}s",
     }
     if rank_profile != "bm25":
         body["input.query(alpha)"] = alpha
@@ -303,23 +364,27 @@ class VespaBackend:
         self._titles: dict[str, str] = {}
         self._lock = threading.Lock()
 
-    def apply(self, items: Iterable[Document | Deletion], *,
-              embedder: Embedder | None = None) -> ImportReport:
+    def apply(
+        self, items: Iterable[Document | Deletion], *, embedder: Embedder | None = None
+    ) -> ImportReport:
         """Feed documents and deletions (Vespa embeds them itself: ``embedder`` is
         not used); a failed operation is :class:`VespaUnavailable` naming it."""
         listed = list(items)
         report = feed(self.url, listed)
         if report.failed:
-            raise VespaUnavailable(f"Vespa refused {report.failed} of {len(listed)} "
-                                   f"operations: {'; '.join(report.errors[:3])}")
+            raise VespaUnavailable(
+                f"Vespa refused {report.failed} of {len(listed)} "
+                f"operations: {'; '.join(report.errors[:3])}"
+            )
         deleted = sum(isinstance(i, Deletion) for i in listed)
         return ImportReport(len(listed) - deleted, deleted, self.count())
 
     def lexical(self, query: str, limit: int) -> list[Hit]:
         return [Hit(d.doc_id, d.first_phase) for d in self.rank(query, "bm25", 0.0, 0.0, limit)]
 
-    def nearest(self, query: str, limit: int, embedder: Embedder, *,
-                also: Sequence[str] = ()) -> tuple[list[Hit], dict[str, float]]:
+    def nearest(
+        self, query: str, limit: int, embedder: Embedder, *, also: Sequence[str] = ()
+    ) -> tuple[list[Hit], dict[str, float]]:
         """Vespa's nearest neighbours by its own embedding of ``query`` (the
         ``semantic`` profile); it scores no extra documents, so ``also`` is {}."""
         ranked = self.rank(query, "semantic", 1.0, 0.0, limit)
@@ -337,16 +402,26 @@ class VespaBackend:
         try:
             response = self.client.post("/search/", json=body)
         except httpx.HTTPError as exc:
-            raise VespaUnavailable(f"Vespa at {self.client.base_url} is unreachable ({exc}); "
-                                   "check AMELIO_VESPA_URL.") from exc
+            raise VespaUnavailable(
+                f"Vespa at {self.client.base_url} is unreachable ({exc}); check AMELIO_VESPA_URL."
+            ) from exc
         if response.status_code != 200:
-            raise VespaUnavailable(f"Vespa answered HTTP {response.status_code}: "
-                                   f"{response.text[:300]}")
+            raise VespaUnavailable(
+                f"Vespa answered HTTP {response.status_code}: {response.text[:300]}"
+            )
         root: dict[str, Any] = response.json().get("root", {})
         return root
 
-    def rank(self, query: str, profile: str, alpha: float, beta: float, limit: int, *,
-             key: str | None = None) -> tuple[RankedDoc, ...]:
+    def rank(
+        self,
+        query: str,
+        profile: str,
+        alpha: float,
+        beta: float,
+        limit: int,
+        *,
+        key: str | None = None,
+    ) -> tuple[RankedDoc, ...]:
         """The best ``limit`` hits for the normalized ``query``; a hit's first-phase
         score is its relevance less the feedback term, as the embedded engines
         report it."""
@@ -372,4 +447,3 @@ class VespaBackend:
         """The documents among ``doc_ids`` whose titles a ranking returned."""
         with self._lock:
             return {d: Document(d, self._titles[d], "") for d in doc_ids if d in self._titles}
-

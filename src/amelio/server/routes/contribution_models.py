@@ -73,6 +73,7 @@ _FILE_CACHE = "public, max-age=86400, immutable"
 #: while the package is unchanged) and an upgrade is seen at once.
 _LISTING_CACHE = "no-cache"
 
+
 class ModelFile(BaseModel):
     """One file of the model, as the worker downloads and checks it."""
 
@@ -86,13 +87,16 @@ class ModelListing(BaseModel):
     model: str = Field(description="The embedding model's name, as tasks name it.")
     dimensions: int = Field(description="Size of the vectors the model produces.")
     files: dict[str, ModelFile] = Field(
-        description="Each file under this URL, by name: its size and SHA-256.")
+        description="Each file under this URL, by name: its size and SHA-256."
+    )
 
 
-ModelName = Annotated[str, PathParam(description="The embedding model; only `wordllama`.",
-                                     examples=[WORDLLAMA])]
-FileName = Annotated[str, PathParam(description=f"One of {', '.join(sorted(FILES))}.",
-                                    examples=["tokenizer.json"])]
+ModelName = Annotated[
+    str, PathParam(description="The embedding model; only `wordllama`.", examples=[WORDLLAMA])
+]
+FileName = Annotated[
+    str, PathParam(description=f"One of {', '.join(sorted(FILES))}.", examples=["tokenizer.json"])
+]
 
 
 @lru_cache(maxsize=16)
@@ -116,8 +120,11 @@ class _Found:
 
 def _check_model(model: str) -> None:
     if model != WORDLLAMA:
-        raise NotFound(f"No model {model!r} to download: the browser embedder uses "
-                       f"{WORDLLAMA!r} only.", model=model, models=[WORDLLAMA])
+        raise NotFound(
+            f"No model {model!r} to download: the browser embedder uses {WORDLLAMA!r} only.",
+            model=model,
+            models=[WORDLLAMA],
+        )
 
 
 def _found(name: str) -> _Found:
@@ -129,9 +136,11 @@ def _found(name: str) -> _Found:
     except OSError as exc:
         raise EmbedderUnavailable(
             f"The installed wordllama package has no {'/'.join(entry.parts)}: reinstall "
-            "it (pip install --force-reinstall 'amelio[semantic]').") from exc
-    return _Found(path, stat.st_size, _sha256(str(path), stat.st_size, stat.st_mtime_ns),
-                  entry.media_type)
+            "it (pip install --force-reinstall 'amelio[semantic]')."
+        ) from exc
+    return _Found(
+        path, stat.st_size, _sha256(str(path), stat.st_size, stat.st_mtime_ns), entry.media_type
+    )
 
 
 def _etag(digest: str) -> str:
@@ -151,28 +160,40 @@ def _headers(etag: str, cache: str) -> dict[str, str]:
     return {"Cache-Control": cache, "ETag": etag}
 
 
-_HEADERS = {"ETag": {"description": "The content's SHA-256, quoted.",
-                     "schema": {"type": "string"}},
-            "Cache-Control": {"description": "How long a browser may keep it.",
-                              "schema": {"type": "string"}}}
-_NOT_MODIFIED = {"description": "`If-None-Match` named the current ETag: keep your copy.",
-                 "headers": _HEADERS}
+_HEADERS = {
+    "ETag": {"description": "The content's SHA-256, quoted.", "schema": {"type": "string"}},
+    "Cache-Control": {
+        "description": "How long a browser may keep it.",
+        "schema": {"type": "string"},
+    },
+}
+_NOT_MODIFIED = {
+    "description": "`If-None-Match` named the current ETag: keep your copy.",
+    "headers": _HEADERS,
+}
 
 
 @router.get(
     "/v1/contributions/models/{model}/",
     summary="The browser embedder's model files: names, sizes, SHA-256 (public)",
     response_model=ModelListing,
-    responses={200: {"description": "The model's files, each with its size and SHA-256.",
-                     "headers": _HEADERS},
-               304: _NOT_MODIFIED},
+    responses={
+        200: {
+            "description": "The model's files, each with its size and SHA-256.",
+            "headers": _HEADERS,
+        },
+        304: _NOT_MODIFIED,
+    },
 )
 def model_listing(request: Request, model: ModelName) -> Response:
     """The files the browser worker downloads for ``model``, so it can check them."""
     _check_model(model)
     files = {name: _found(name) for name in FILES}
-    body = ModelListing(model=model, dimensions=DIMENSIONS, files={
-        name: ModelFile(bytes=f.bytes, sha256=f.sha256) for name, f in files.items()})
+    body = ModelListing(
+        model=model,
+        dimensions=DIMENSIONS,
+        files={name: ModelFile(bytes=f.bytes, sha256=f.sha256) for name, f in files.items()},
+    )
     etag = _etag(hashlib.sha256(body.model_dump_json().encode()).hexdigest())
     headers = _headers(etag, _LISTING_CACHE)
     if _not_modified(request, etag):
@@ -184,21 +205,29 @@ def model_listing(request: Request, model: ModelName) -> Response:
     "/v1/contributions/models/{model}/{file}",
     summary="One file of the browser embedder's model (public)",
     response_class=FileResponse,
-    responses={200: {"description": "The file: `tokenizer.json` is JSON, the weights are "
-                                    "a safetensors file.",
-                     "content": {"application/json": {"schema": {"type": "object"}},
-                                 "application/octet-stream": {
-                                     "schema": {"type": "string", "format": "binary"}}},
-                     "headers": _HEADERS},
-               304: _NOT_MODIFIED},
+    responses={
+        200: {
+            "description": "The file: `tokenizer.json` is JSON, the weights are "
+            "a safetensors file.",
+            "content": {
+                "application/json": {"schema": {"type": "object"}},
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+            },
+            "headers": _HEADERS,
+        },
+        304: _NOT_MODIFIED,
+    },
 )
 def model_file(request: Request, model: ModelName, file: FileName) -> Response:
     """One allow-listed file of ``model``, served from the installed package."""
     _check_model(model)
     if file not in FILES:
-        raise NotFound(f"Model {model!r} has no file {file!r}: its files are "
-                       f"{', '.join(sorted(FILES))}.", model=model, file=file,
-                       files=sorted(FILES))
+        raise NotFound(
+            f"Model {model!r} has no file {file!r}: its files are {', '.join(sorted(FILES))}.",
+            model=model,
+            file=file,
+            files=sorted(FILES),
+        )
     found = _found(file)
     etag = _etag(found.sha256)
     headers = _headers(etag, _FILE_CACHE)

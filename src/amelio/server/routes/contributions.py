@@ -40,8 +40,8 @@ _BODY_DOC: dict[str, Any] = {
     "requestBody": {
         "required": True,
         "description": "One MartyContributionV1 (its JSON Schema: GET "
-                       "/v1/contributions/schema): the result of one task leased from GET "
-                       "/v1/contributions/tasks.",
+        "/v1/contributions/schema): the result of one task leased from GET "
+        "/v1/contributions/tasks.",
         "content": {"application/json": {"schema": {"type": "object"}}},
     }
 }
@@ -49,13 +49,16 @@ _BODY_DOC: dict[str, Any] = {
 
 class Budget(BaseModel):
     cpuSecondsPerHour: int = Field(description="The tier's hourly CPU budget, in seconds.")
-    usedLastHour: float = Field(description="CPU-seconds this client gave in the last hour "
-                                "(the larger of the server's count and the client's report).")
+    usedLastHour: float = Field(
+        description="CPU-seconds this client gave in the last hour "
+        "(the larger of the server's count and the client's report)."
+    )
 
 
 class TaskInput(BaseModel):
-    texts: list[str] = Field(max_length=MAX_VECTORS, description="The texts to embed, "
-                             "exactly as the server would.")
+    texts: list[str] = Field(
+        max_length=MAX_VECTORS, description="The texts to embed, exactly as the server would."
+    )
 
 
 class LeasedTask(BaseModel):
@@ -71,8 +74,10 @@ class LeasedTask(BaseModel):
 
 
 class Lease(BaseModel):
-    clientId: str | None = Field(description="This client's id (null only while "
-                                 "contributions are off and no clientToken was sent).")
+    clientId: str | None = Field(
+        description="This client's id (null only while "
+        "contributions are off and no clientToken was sent)."
+    )
     clientToken: str | None = Field(description="Send it with every later request.")
     trust: float | None = Field(description="0 to 1; under 0.2 the client gets no tasks.")
     budget: Budget
@@ -130,56 +135,100 @@ def _charge_new_client(request: Request, key: ApiKey) -> None:
     if refusal is not None:
         wait = RateLimiter.retry_after(refusal)
         by = "client key" if refusal.scope == "key" else "address"
-        raise RateLimited(f"Too many new contributing clients for this {by}; retry in {wait} "
-                          "s, or send the clientToken an earlier response gave.",
-                          retry_after=wait, scope=by)
+        raise RateLimited(
+            f"Too many new contributing clients for this {by}; retry in {wait} "
+            "s, or send the clientToken an earlier response gave.",
+            retry_after=wait,
+            scope=by,
+        )
 
 
-@router.get("/v1/contributions/schema",
-            summary="JSON Schema of MartyContributionV1 (public)")
+@router.get("/v1/contributions/schema", summary="JSON Schema of MartyContributionV1 (public)")
 def schema() -> dict[str, Any]:
     return json_schema()
 
 
-@router.get("/v1/contributions/tasks", response_model=Lease,
-            summary="Lease tasks to a browser (empty, with a reason, when there is none)")
+@router.get(
+    "/v1/contributions/tasks",
+    response_model=Lease,
+    summary="Lease tasks to a browser (empty, with a reason, when there is none)",
+)
 def tasks(
     request: Request,
     key: Client,
-    tier: Annotated[DeviceTier, Query(description="The device's tier (amelio.js measures "
-                                      "it); it sets the hourly CPU budget.")],
-    purposes: Annotated[str, Query(max_length=200, description="Comma-separated purposes "
-                                   "the person consented to, e.g. search_index.")],
-    types: Annotated[str, Query(max_length=200, description="Comma-separated task types "
-                                "the client runs.")] = ",".join(TASK_TYPES),
-    max_tasks: Annotated[int, Query(alias="max", ge=1, le=MAX_TASKS_PER_LEASE,
-                                    description="The most tasks to lease (fewer as the "
-                                    "client's trust falls).")] = 1,
-    client_token: Annotated[str | None, Query(
-        alias="clientToken", max_length=512, pattern=CLIENT_TOKEN_PATTERN,
-        description="The token an earlier response gave; without it a new client is "
-        "issued one. A forged or altered token is answered 422 "
-        "(invalid_client_token).")] = None,
-    cpu_seconds: Annotated[float | None, Query(
-        alias="cpuSecondsLastHour", ge=0, le=3600, allow_inf_nan=False,
-        description="CPU-seconds the client counts for itself over the last hour; the "
-        "larger of it and the server's count is held against the budget.")] = None,
+    tier: Annotated[
+        DeviceTier,
+        Query(
+            description="The device's tier (amelio.js measures it); it sets the hourly CPU budget."
+        ),
+    ],
+    purposes: Annotated[
+        str,
+        Query(
+            max_length=200,
+            description="Comma-separated purposes the person consented to, e.g. search_index.",
+        ),
+    ],
+    types: Annotated[
+        str, Query(max_length=200, description="Comma-separated task types the client runs.")
+    ] = ",".join(TASK_TYPES),
+    max_tasks: Annotated[
+        int,
+        Query(
+            alias="max",
+            ge=1,
+            le=MAX_TASKS_PER_LEASE,
+            description="The most tasks to lease (fewer as the client's trust falls).",
+        ),
+    ] = 1,
+    client_token: Annotated[
+        str | None,
+        Query(
+            alias="clientToken",
+            max_length=512,
+            pattern=CLIENT_TOKEN_PATTERN,
+            description="The token an earlier response gave; without it a new client is "
+            "issued one. A forged or altered token is answered 422 "
+            "(invalid_client_token).",
+        ),
+    ] = None,
+    cpu_seconds: Annotated[
+        float | None,
+        Query(
+            alias="cpuSecondsLastHour",
+            ge=0,
+            le=3600,
+            allow_inf_nan=False,
+            description="CPU-seconds the client counts for itself over the last hour; the "
+            "larger of it and the server's count is held against the budget.",
+        ),
+    ] = None,
 ) -> dict[str, Any]:
     if client_token is None and request.app.state.settings.contributions:
         _charge_new_client(request, key)
-    return service(request).lease(tier=tier, purposes=_split(purposes), types=_split(types),
-                                  max_tasks=max_tasks, client_token=client_token,
-                                  reported_cpu_s=cpu_seconds)
+    return service(request).lease(
+        tier=tier,
+        purposes=_split(purposes),
+        types=_split(types),
+        max_tasks=max_tasks,
+        client_token=client_token,
+        reported_cpu_s=cpu_seconds,
+    )
 
 
-@router.post("/v1/contributions", response_model=Verdict, openapi_extra=_BODY_DOC,
-             summary="Send one task's result: pending, accepted, rejected or duplicate")
+@router.post(
+    "/v1/contributions",
+    response_model=Verdict,
+    openapi_extra=_BODY_DOC,
+    summary="Send one task's result: pending, accepted, rejected or duplicate",
+)
 async def contribute(request: Request, _: Client) -> dict[str, Any]:
     body = await request.body()
     return await run_in_threadpool(service(request).submit_json, body)
 
 
-@router.get("/v1/contributions/stats",
-            summary="What browsers have given: clients, tasks, results, checks")
+@router.get(
+    "/v1/contributions/stats", summary="What browsers have given: clients, tasks, results, checks"
+)
 def stats(request: Request, _: Admin) -> dict[str, Any]:
     return service(request).stats()

@@ -24,11 +24,13 @@ _BODY_DOC: dict[str, Any] = {
     "requestBody": {
         "required": True,
         "description": "A JSON array of MartyFeedbackEventV1 (GET /v1/feedback/schema), or "
-                       "NDJSON: one event per line, whatever the Content-Type (sendBeacon "
-                       "sends text/plain). At most feedback_max_events events and "
-                       "feedback_max_bytes bytes.",
-        "content": {"application/json": {"schema": {"type": "array", "items": {}}},
-                    "application/x-ndjson": {"schema": {"type": "string"}}},
+        "NDJSON: one event per line, whatever the Content-Type (sendBeacon "
+        "sends text/plain). At most feedback_max_events events and "
+        "feedback_max_bytes bytes.",
+        "content": {
+            "application/json": {"schema": {"type": "array", "items": {}}},
+            "application/x-ndjson": {"schema": {"type": "string"}},
+        },
     }
 }
 
@@ -36,26 +38,34 @@ _BODY_DOC: dict[str, Any] = {
 def _sender(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-    key: Annotated[str | None, Query(
-        max_length=200, description="A `client` key, for `navigator.sendBeacon`, which "
-        "cannot set an Authorization header. Client keys only: a URL ends up in access "
-        "logs, and a client key can do nothing but send events (it is in the page "
-        "anyway).")] = None,
+    key: Annotated[
+        str | None,
+        Query(
+            max_length=200,
+            description="A `client` key, for `navigator.sendBeacon`, which "
+            "cannot set an Authorization header. Client keys only: a URL ends up in access "
+            "logs, and a client key can do nothing but send events (it is in the page "
+            "anyway).",
+        ),
+    ] = None,
 ) -> ApiKey:
     """The key in the Authorization header (client, bot or admin), or a client key in
     ``?key=`` (amelio.js sends its last events with sendBeacon as a page goes away)."""
     if key is None:
         return _client_or_bot(request, credentials)
     if credentials is not None:
-        raise InvalidInput("Send the API key once: in the Authorization header or as "
-                           "?key=, not both.", field="key")
+        raise InvalidInput(
+            "Send the API key once: in the Authorization header or as ?key=, not both.", field="key"
+        )
     found = authenticate(request.app.state.workspace.engine, key)
     if found is None:
         raise AuthError("Invalid or revoked API key.")
     if found.role != "client":
-        raise Forbidden(f"Only a 'client' key may be sent as ?key= (URLs end up in logs); "
-                        f"send a {found.role!r} key in `Authorization: Bearer`.",
-                        role=found.role)
+        raise Forbidden(
+            f"Only a 'client' key may be sent as ?key= (URLs end up in logs); "
+            f"send a {found.role!r} key in `Authorization: Bearer`.",
+            role=found.role,
+        )
     return found
 
 
@@ -78,8 +88,10 @@ def _collector(request: Request) -> Collector:
 async def _read_body(request: Request, limit: int) -> bytes:
     """The body, refused with 413 as soon as it passes ``limit`` (before it is all read)."""
     declared = request.headers.get("content-length", "")
-    too_large = InputTooLarge(f"A feedback batch is at most {limit:,} bytes; split it "
-                              "(AMELIO_FEEDBACK_MAX_BYTES).", limit=limit)
+    too_large = InputTooLarge(
+        f"A feedback batch is at most {limit:,} bytes; split it (AMELIO_FEEDBACK_MAX_BYTES).",
+        limit=limit,
+    )
     if declared.isdigit() and int(declared) > limit:
         raise too_large
     body = bytearray()
@@ -95,8 +107,12 @@ def schema() -> dict[str, Any]:
     return json_schema()
 
 
-@router.post("/v1/feedback/events", status_code=202, openapi_extra=_BODY_DOC,
-             summary="Ingest feedback events; a status per event (202 once stored)")
+@router.post(
+    "/v1/feedback/events",
+    status_code=202,
+    openapi_extra=_BODY_DOC,
+    summary="Ingest feedback events; a status per event (202 once stored)",
+)
 async def ingest(request: Request, key: Client) -> dict[str, Any]:
     collector = _collector(request)
     body = await _read_body(request, collector.settings.feedback_max_bytes)

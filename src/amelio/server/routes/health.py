@@ -31,8 +31,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings = app.state.workspace.settings
     separate = None
     if settings.metrics_port:
-        separate = metrics.serve_separately(app.state.workspace, settings.metrics_host,
-                                            settings.metrics_port)
+        separate = metrics.serve_separately(
+            app.state.workspace, settings.metrics_host, settings.metrics_port
+        )
     try:
         yield
     finally:
@@ -45,10 +46,18 @@ router = APIRouter(tags=["health"], lifespan=lifespan)
 Admin = Annotated[ApiKey, Depends(require())]
 
 
-@router.get("/metrics", summary="Prometheus metrics (admin)", response_class=Response,
-            responses={200: {"content": {metrics.CONTENT_TYPE_LATEST: {}},
-                             "description": "Prometheus' text format"},
-                       **error_responses(401, 403)})
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics (admin)",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {metrics.CONTENT_TYPE_LATEST: {}},
+            "description": "Prometheus' text format",
+        },
+        **error_responses(401, 403),
+    },
+)
 async def prometheus(request: Request, _: Admin) -> Response:
     body = await asyncio.to_thread(metrics.exposition, request.app.state.workspace)
     return Response(body, media_type=metrics.CONTENT_TYPE_LATEST)
@@ -62,8 +71,11 @@ def health(request: Request) -> JSONResponse:
     try:
         current = db.current_revision(engine)
     except DatabaseError as exc:
-        body |= {"status": "error", "message": exc.message,
-                 "migration": {"current": None, "head": head}}
+        body |= {
+            "status": "error",
+            "message": exc.message,
+            "migration": {"current": None, "head": head},
+        }
         return JSONResponse(body, status_code=503)
     ok = current == head
     body |= {"status": "ok" if ok else "error", "migration": {"current": current, "head": head}}

@@ -64,21 +64,26 @@ class ImproveRequest(BaseModel):
 
 @router.get("/v1/proposals", summary="Proposals, newest first")
 def list_proposals(
-    request: Request, key: Reader,
-    status: Annotated[str | None, Query(max_length=20, description="pending, approved, "
-                                        "rejected, superseded")] = None,
+    request: Request,
+    key: Reader,
+    status: Annotated[
+        str | None, Query(max_length=20, description="pending, approved, rejected, superseded")
+    ] = None,
     skill: Annotated[str | None, Query(max_length=100)] = None,
     project: OptionalProjectQuery = None,
-    scope: Annotated[str | None, Query(max_length=20, description="global, project, or new "
-                                       "(creates a skill)")] = None,
+    scope: Annotated[
+        str | None, Query(max_length=20, description="global, project, or new (creates a skill)")
+    ] = None,
 ) -> dict[str, Any]:
     ws = request.app.state.workspace
     if project is not None:
         authorize_project(ws.engine, key, project)
-    found = visible(key, props.list_proposals(ws, status=status, skill=skill, project=project,
-                                              scope=scope), lambda p: p.project)
-    return {"proposals": [p.to_dict() | {"benchmark": latest_verdict(ws, p.id)}
-                          for p in found]}
+    found = visible(
+        key,
+        props.list_proposals(ws, status=status, skill=skill, project=project, scope=scope),
+        lambda p: p.project,
+    )
+    return {"proposals": [p.to_dict() | {"benchmark": latest_verdict(ws, p.id)} for p in found]}
 
 
 @router.get("/v1/proposals/{proposal_id}", summary="A proposal with its unified diff")
@@ -92,31 +97,45 @@ def get_proposal(request: Request, proposal_id: Id, key: Reader) -> dict[str, An
 @router.post("/v1/proposals", status_code=201, summary="Propose a change, as a person")
 def create_proposal(request: Request, body: NewProposal, key: Admin) -> dict[str, Any]:
     proposal = props.create_proposal(
-        request.app.state.workspace, body.skill, project=body.project,
-        proposed_content=body.proposed_content, rationale=body.rationale,
-        proposed_by="human", author=f"key:{key.name}")
+        request.app.state.workspace,
+        body.skill,
+        project=body.project,
+        proposed_content=body.proposed_content,
+        rationale=body.rationale,
+        proposed_by="human",
+        author=f"key:{key.name}",
+    )
     return proposal.to_dict(with_content=True)
 
 
 @router.post("/v1/proposals/{proposal_id}/approve", summary="Approve: a new skill version")
-def approve(request: Request, proposal_id: Id, key: Admin,
-            body: Decision | None = None) -> dict[str, Any]:
-    return props.approve_proposal(request.app.state.workspace, proposal_id,
-                                  actor=f"key:{key.name}",
-                                  reason=body.reason if body else None).to_dict()
+def approve(
+    request: Request, proposal_id: Id, key: Admin, body: Decision | None = None
+) -> dict[str, Any]:
+    return props.approve_proposal(
+        request.app.state.workspace,
+        proposal_id,
+        actor=f"key:{key.name}",
+        reason=body.reason if body else None,
+    ).to_dict()
 
 
 @router.post("/v1/proposals/{proposal_id}/reject", summary="Reject a proposal")
-def reject(request: Request, proposal_id: Id, key: Admin,
-           body: Decision | None = None) -> dict[str, Any]:
-    return props.reject_proposal(request.app.state.workspace, proposal_id,
-                                 actor=f"key:{key.name}",
-                                 reason=body.reason if body else None).to_dict()
+def reject(
+    request: Request, proposal_id: Id, key: Admin, body: Decision | None = None
+) -> dict[str, Any]:
+    return props.reject_proposal(
+        request.app.state.workspace,
+        proposal_id,
+        actor=f"key:{key.name}",
+        reason=body.reason if body else None,
+    ).to_dict()
 
 
 @router.get("/v1/skills/{name}/evolution", summary="Every change and decision on a skill")
-def evolution(request: Request, name: str, key: Reader,
-              project: ProjectQuery = DEFAULT_PROJECT) -> dict[str, Any]:
+def evolution(
+    request: Request, name: str, key: Reader, project: ProjectQuery = DEFAULT_PROJECT
+) -> dict[str, Any]:
     authorize_project(request.app.state.workspace.engine, key, project)
     events = skills.skill_log(request.app.state.workspace.engine, name, project)
     return {"skill": name, "project": project, "events": [e.to_dict() for e in events]}
@@ -125,9 +144,11 @@ def evolution(request: Request, name: str, key: Reader,
 @router.post("/v1/improve", summary="Run the nightly improvement loop now")
 def improve(request: Request, _: Admin, body: ImproveRequest | None = None) -> dict[str, Any]:
     body = body or ImproveRequest()
-    report = run_improve(request.app.state.workspace,
-                         projects=[body.project] if body.project else None,
-                         dry_run=body.dry_run)
+    report = run_improve(
+        request.app.state.workspace,
+        projects=[body.project] if body.project else None,
+        dry_run=body.dry_run,
+    )
     return report.to_dict()
 
 

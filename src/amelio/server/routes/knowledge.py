@@ -64,7 +64,8 @@ class SyncRequest(BaseModel):
     notebook: str = Field(max_length=100)
     project: ProjectField = DEFAULT_PROJECT
     source: dict[str, Any] | None = Field(
-        default=None, description="{sourceId, kind, title, text, url?, updatedAt}")
+        default=None, description="{sourceId, kind, title, text, url?, updatedAt}"
+    )
     sources: list[dict[str, Any]] | None = Field(default=None, max_length=MAX_SOURCES)
 
 
@@ -89,7 +90,8 @@ class RetryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     ids: list[Annotated[int, Field(ge=1, le=MAX_ID)]] | None = Field(
-        default=None, max_length=10_000, description="Dead letters to retry (default: all).")
+        default=None, max_length=10_000, description="Dead letters to retry (default: all)."
+    )
 
 
 def _wake(request: Request) -> None:
@@ -100,14 +102,18 @@ def _wake(request: Request) -> None:
 
 @router.post("/v1/knowledge/notebooks", status_code=201, summary="Create a notebook")
 def create_notebook(request: Request, body: NewNotebook, _: Admin) -> dict[str, Any]:
-    return knowledge.create_notebook(request.app.state.workspace, body.name,
-                                     project=body.project).to_dict()
+    return knowledge.create_notebook(
+        request.app.state.workspace, body.name, project=body.project
+    ).to_dict()
 
 
-@router.get("/v1/knowledge/notebooks",
-            summary="Notebooks with their status: sources, chunks, last sync, failures")
-def notebooks(request: Request, key: Reader, project: OptionalProjectQuery = None
-              ) -> dict[str, Any]:
+@router.get(
+    "/v1/knowledge/notebooks",
+    summary="Notebooks with their status: sources, chunks, last sync, failures",
+)
+def notebooks(
+    request: Request, key: Reader, project: OptionalProjectQuery = None
+) -> dict[str, Any]:
     ws = request.app.state.workspace
     if project is not None:
         authorize_project(ws.engine, key, project)
@@ -116,25 +122,36 @@ def notebooks(request: Request, key: Reader, project: OptionalProjectQuery = Non
 
 
 @router.get("/v1/knowledge/notebooks/{name}/sources", summary="A notebook's indexed sources")
-def sources(request: Request, name: str, key: Reader,
-            project: ProjectQuery = DEFAULT_PROJECT) -> dict[str, Any]:
+def sources(
+    request: Request, name: str, key: Reader, project: ProjectQuery = DEFAULT_PROJECT
+) -> dict[str, Any]:
     authorize_project(request.app.state.workspace.engine, key, project)
-    return {"notebook": name, "project": project,
-            "sources": knowledge.list_sources(request.app.state.workspace, name,
-                                              project=project)}
+    return {
+        "notebook": name,
+        "project": project,
+        "sources": knowledge.list_sources(request.app.state.workspace, name, project=project),
+    }
 
 
-@router.delete("/v1/knowledge/notebooks/{name}/sources/{source_id:path}",
-               summary="Remove a source, its chunks and any queued version of it")
-def delete_source(request: Request, name: str, source_id: str, key: Reader,
-                  project: ProjectQuery = DEFAULT_PROJECT) -> dict[str, Any]:
+@router.delete(
+    "/v1/knowledge/notebooks/{name}/sources/{source_id:path}",
+    summary="Remove a source, its chunks and any queued version of it",
+)
+def delete_source(
+    request: Request,
+    name: str,
+    source_id: str,
+    key: Reader,
+    project: ProjectQuery = DEFAULT_PROJECT,
+) -> dict[str, Any]:
     authorize_project(request.app.state.workspace.engine, key, project)
     knowledge.delete_source(request.app.state.workspace, name, source_id, project=project)
     return {"notebook": name, "project": project, "sourceId": source_id, "deleted": True}
 
 
-@router.post("/v1/knowledge/sync", status_code=202,
-             summary="Queue sources for indexing; answers at once")
+@router.post(
+    "/v1/knowledge/sync", status_code=202, summary="Queue sources for indexing; answers at once"
+)
 def sync(request: Request, body: SyncRequest, key: Reader) -> dict[str, Any]:
     ws: Workspace = request.app.state.workspace
     authorize_project(ws.engine, key, body.project)
@@ -151,22 +168,37 @@ def sync(request: Request, body: SyncRequest, key: Reader) -> dict[str, Any]:
 @router.post("/v1/knowledge/query", summary="Answer a question with numbered citations")
 def query(request: Request, body: QueryRequest, key: Reader) -> dict[str, Any]:
     authorize_project(request.app.state.workspace.engine, key, body.project)
-    return knowledge.answer_question(request.app.state.workspace, body.notebook, body.question,
-                                     project=body.project, top_k=body.top_k).to_dict()
+    return knowledge.answer_question(
+        request.app.state.workspace,
+        body.notebook,
+        body.question,
+        project=body.project,
+        top_k=body.top_k,
+    ).to_dict()
 
 
-@router.post("/v1/skills/generate", status_code=201,
-             summary="Draft a new skill from a notebook, as a proposal for review")
+@router.post(
+    "/v1/skills/generate",
+    status_code=201,
+    summary="Draft a new skill from a notebook, as a proposal for review",
+)
 def generate(request: Request, body: GenerateRequest, key: Admin) -> dict[str, Any]:
-    return knowledge.generate_skill(request.app.state.workspace, body.notebook, body.objective,
-                                    project=body.project, author=f"generator (key:{key.name})"
-                                    ).to_dict()
+    return knowledge.generate_skill(
+        request.app.state.workspace,
+        body.notebook,
+        body.objective,
+        project=body.project,
+        author=f"generator (key:{key.name})",
+    ).to_dict()
 
 
 @router.get("/v1/knowledge/failures", summary="Dead letters: sources that failed every try")
-def failures(request: Request, key: Reader,
-             notebook: Annotated[str | None, Query(max_length=100)] = None,
-             project: ProjectQuery = DEFAULT_PROJECT) -> dict[str, Any]:
+def failures(
+    request: Request,
+    key: Reader,
+    notebook: Annotated[str | None, Query(max_length=100)] = None,
+    project: ProjectQuery = DEFAULT_PROJECT,
+) -> dict[str, Any]:
     authorize_project(request.app.state.workspace.engine, key, project)
     found = knowledge.failures(request.app.state.workspace, notebook=notebook, project=project)
     return {"failures": [f.to_dict() for f in found]}
@@ -180,10 +212,13 @@ def retry(request: Request, _: Admin, body: RetryRequest | None = None) -> dict[
     return {"retried": ids}
 
 
-@router.get("/v1/knowledge/health",
-            summary="Queue depth, oldest pending item, dead letters (public)")
+@router.get(
+    "/v1/knowledge/health", summary="Queue depth, oldest pending item, dead letters (public)"
+)
 def health(request: Request) -> dict[str, Any]:
     worker: SyncWorker | None = getattr(request.app.state, "knowledge_worker", None)
     state = "off" if worker is None else "running" if worker.running else "stopped"
     return knowledge.queue_health(request.app.state.workspace) | {
-        "worker": state, "workerError": worker.last_error if worker else None}
+        "worker": state,
+        "workerError": worker.last_error if worker else None,
+    }

@@ -31,23 +31,31 @@ class SearchBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     query: str = Field(max_length=2000, description="What to search for.")
-    project: ProjectField = Field(default="default", description="Project (tenant) the "
-                                  "impression is logged under.")
+    project: ProjectField = Field(
+        default="default", description="Project (tenant) the impression is logged under."
+    )
     rankProfile: str | None = Field(
-        default=None, description="bm25, semantic, hybrid or hybrid_with_feedback "
-        "(default: search_profile).")
+        default=None,
+        description="bm25, semantic, hybrid or hybrid_with_feedback (default: search_profile).",
+    )
     alpha: float | None = Field(default=None, description="Semantic weight, 0 to 1.")
     limit: int = Field(default=10, description="How many results, 1 to 100.")
     sessionId: str | None = Field(
-        default=None, min_length=1, max_length=MAX_ID_CHARS,
+        default=None,
+        min_length=1,
+        max_length=MAX_ID_CHARS,
         description="The session id your feedback events send as session.sessionId (or "
         "sessionIdHash); stored only as its daily-salted hash. With it, one session's "
         "repeated searches and clicks count once for each document; without it, each "
-        "search counts as a session of its own.")
+        "search counts as a session of its own.",
+    )
     userId: str | None = Field(
-        default=None, min_length=1, max_length=MAX_ID_CHARS,
+        default=None,
+        min_length=1,
+        max_length=MAX_ID_CHARS,
         description="The user id your feedback events send as session.userId; stored "
-        "only as its daily-salted hash, and capped like a session across its sessions.")
+        "only as its daily-salted hash, and capped like a session across its sessions.",
+    )
 
 
 def searcher(request: Request) -> Searcher:
@@ -64,18 +72,27 @@ def searcher(request: Request) -> Searcher:
 
 @router.post("/v1/search", summary="Search the corpus; the response carries a feedbackToken")
 async def search(body: SearchBody, request: Request, key: Bot) -> dict[str, Any]:
-    await run_in_threadpool(authorize_project, request.app.state.workspace.engine, key,
-                            body.project)
+    await run_in_threadpool(
+        authorize_project, request.app.state.workspace.engine, key, body.project
+    )
     engine = searcher(request)
     response = await run_in_threadpool(
-        engine.search, body.query, project=body.project, profile=body.rankProfile,
-        alpha=body.alpha, limit=body.limit, session=body.sessionId, user=body.userId)
+        engine.search,
+        body.query,
+        project=body.project,
+        profile=body.rankProfile,
+        alpha=body.alpha,
+        limit=body.limit,
+        session=body.sessionId,
+        user=body.userId,
+    )
     return response.to_dict()
 
 
 @router.get("/v1/search/signals", summary="The signals of one query, per document")
-def signals(request: Request, query: Annotated[str, Query(max_length=2000)], _: Admin
-            ) -> dict[str, Any]:
+def signals(
+    request: Request, query: Annotated[str, Query(max_length=2000)], _: Admin
+) -> dict[str, Any]:
     workspace = request.app.state.workspace
     key = query_key(workspace.settings, query)  # as searches store it: scrubbed
     rows = signals_for(workspace.engine, key)

@@ -89,8 +89,14 @@ def _key(request: Request) -> ApiKey:
     return key
 
 
-def _require(request: Request, *, admin: bool = False, csrf: str | None = None,
-             check_csrf: bool = False, project: str | None = None) -> Session:
+def _require(
+    request: Request,
+    *,
+    admin: bool = False,
+    csrf: str | None = None,
+    check_csrf: bool = False,
+    project: str | None = None,
+) -> Session:
     """The session, or LoginRequired; 403 for a bad CSRF token, a non-admin doing an
     admin's action, or a project outside the key's scope."""
     session = _session(request)
@@ -118,17 +124,24 @@ def _project(request: Request, project: str) -> str:
     return project
 
 
-def _render(request: Request, template: str, session: Session | None, **context: Any
-            ) -> HTMLResponse:
+def _render(
+    request: Request, template: str, session: Session | None, **context: Any
+) -> HTMLResponse:
     ws = _ws(request)
     lang = pick_language(ws.settings.ui_language, request.headers.get("accept-language"))
     project = context.pop("project", None) or DEFAULT_PROJECT
     key: ApiKey | None = getattr(request.state, "key", None) if session else None
-    base = {"request": request, "t": strings(lang), "lang": lang, "session": session,
-            "is_admin": session is not None and session.role == "admin",
-            "csrf": csrf_token(ws.settings, session) if session else "",
-            "projects": [p.name for p in list_projects(ws.engine) if key and key.allows(p.name)],
-            "project": project, "message": request.query_params.get("msg")}
+    base = {
+        "request": request,
+        "t": strings(lang),
+        "lang": lang,
+        "session": session,
+        "is_admin": session is not None and session.role == "admin",
+        "csrf": csrf_token(ws.settings, session) if session else "",
+        "projects": [p.name for p in list_projects(ws.engine) if key and key.allows(p.name)],
+        "project": project,
+        "message": request.query_params.get("msg"),
+    }
     response = templates.TemplateResponse(request, template, base | context)
     response.headers["Cache-Control"] = "no-store"
     return response
@@ -142,8 +155,9 @@ def _back(path: str, message: str | None = None, anchor: str = "") -> RedirectRe
 
 def _strings(request: Request) -> dict[str, str]:
     """The dashboard's strings in the request's language (for flash messages)."""
-    return strings(pick_language(_ws(request).settings.ui_language,
-                                 request.headers.get("accept-language")))
+    return strings(
+        pick_language(_ws(request).settings.ui_language, request.headers.get("accept-language"))
+    )
 
 
 # -- login --------------------------------------------------------------------------------
@@ -151,26 +165,33 @@ def _strings(request: Request) -> dict[str, str]:
 
 @router.get("/login")
 def login_page(request: Request) -> HTMLResponse:
-    return _render(request, "login.html", None, next=request.query_params.get("next", "/"),
-                   error=None)
+    return _render(
+        request, "login.html", None, next=request.query_params.get("next", "/"), error=None
+    )
 
 
 @router.post("/login")
-def login(request: Request, api_key: Annotated[str, Form()], next: Annotated[str, Form()] = "/"
-          ) -> Response:
+def login(
+    request: Request, api_key: Annotated[str, Form()], next: Annotated[str, Form()] = "/"
+) -> Response:
     ws = _ws(request)
     key = keys.authenticate(ws.engine, api_key.strip())
     if key is None or key.role not in DASHBOARD_ROLES:
-        page = _render(request, "login.html", None, next=next,
-                       error="bad_key" if key is None else "client_key")
+        page = _render(
+            request, "login.html", None, next=next, error="bad_key" if key is None else "client_key"
+        )
         page.status_code = 401 if key is None else 403
         return page
     target = next if next.startswith("/") and not next.startswith("//") else "/"
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(COOKIE, dump_session(ws.settings, key_id=key.id, role=key.role,
-                                             name=key.name),
-                        httponly=True, samesite="lax", max_age=12 * 3600,
-                        secure=request.url.scheme == "https")
+    response.set_cookie(
+        COOKIE,
+        dump_session(ws.settings, key_id=key.id, role=key.role, name=key.name),
+        httponly=True,
+        samesite="lax",
+        max_age=12 * 3600,
+        secure=request.url.scheme == "https",
+    )
     return response
 
 
@@ -188,11 +209,18 @@ def logout(request: Request, csrf: Annotated[str, Form()] = "") -> Response:
 def _explorer(ws: Workspace, project: str, query: str) -> list[dict[str, Any]]:
     under = {f.skill for f in find_underperformers(ws, project)}
     pending = {p.skill for p in props.list_proposals(ws, status="pending", project=project)}
-    return [{"name": s.name, "description": s.spec.description, "version": s.version,
-             "scope": s.scope, "underperforming": s.name in under,
-             "pending": s.name in pending}
-            for s in skills.list_skills(ws.engine, project)
-            if query.lower() in s.name.lower() or query.lower() in s.spec.description.lower()]
+    return [
+        {
+            "name": s.name,
+            "description": s.spec.description,
+            "version": s.version,
+            "scope": s.scope,
+            "underperforming": s.name in under,
+            "pending": s.name in pending,
+        }
+        for s in skills.list_skills(ws.engine, project)
+        if query.lower() in s.name.lower() or query.lower() in s.spec.description.lower()
+    ]
 
 
 @router.get("/")
@@ -205,34 +233,60 @@ def skills_page(request: Request, project: str = "", q: str = "") -> HTMLRespons
     session = _require(request)
     project = _project(request, project)
     ws = _ws(request)
-    proposed = [(p, None) for p in props.list_proposals(ws, status="pending", project=project)
-                if p.scope == "new"]
-    return _render(request, "skills.html", session, explorer=_explorer(ws, project, q),
-                   q=q, skill=None, proposals=proposed, tab="prs", project=project)
+    proposed = [
+        (p, None)
+        for p in props.list_proposals(ws, status="pending", project=project)
+        if p.scope == "new"
+    ]
+    return _render(
+        request,
+        "skills.html",
+        session,
+        explorer=_explorer(ws, project, q),
+        q=q,
+        skill=None,
+        proposals=proposed,
+        tab="prs",
+        project=project,
+    )
 
 
 @router.get("/skills/{name}")
-def skill_page(request: Request, name: str, project: str = "", q: str = "",
-               tab: str = "content", version: int | None = None) -> HTMLResponse:
+def skill_page(
+    request: Request,
+    name: str,
+    project: str = "",
+    q: str = "",
+    tab: str = "content",
+    version: int | None = None,
+) -> HTMLResponse:
     session = _require(request)
     project = _project(request, project)
     ws = _ws(request)
     skill = skills.get_skill(ws.engine, name, project)
     tab = tab if tab in TABS else "content"
-    context: dict[str, Any] = {"explorer": _explorer(ws, project, q), "q": q, "skill": skill,
-                               "tab": tab, "project": project}
+    context: dict[str, Any] = {
+        "explorer": _explorer(ws, project, q),
+        "q": q,
+        "skill": skill,
+        "tab": tab,
+        "project": project,
+    }
     if tab == "content":
         history = skills.list_versions(ws.engine, name, project)
         shown = next((v for v in history if v.version == version), None)
-        context |= {"versions": [v.version for v in history],
-                    "shown_version": shown.version if shown else skill.version,
-                    "body": shown.spec.content if shown else skill.spec.content}
+        context |= {
+            "versions": [v.version for v in history],
+            "shown_version": shown.version if shown else skill.version,
+            "body": shown.spec.content if shown else skill.spec.content,
+        }
     elif tab == "evals":
-        context |= {"rules": skill.spec.evals or (),
-                    "stats": rule_stats(ws, project, name)}
+        context |= {"rules": skill.spec.evals or (), "stats": rule_stats(ws, project, name)}
     elif tab == "evolution":
-        context |= {"history": data.version_history(ws, name, project),
-                    "events": skills.skill_log(ws.engine, name, project)}
+        context |= {
+            "history": data.version_history(ws, name, project),
+            "events": skills.skill_log(ws.engine, name, project),
+        }
     elif tab == "routing":
         context |= data.routing_view(ws, name, project)
     else:
@@ -248,8 +302,14 @@ def proposal_report(request: Request, proposal_id: Id) -> HTMLResponse:
     proposal = props.get_proposal(ws, proposal_id)
     session = _require(request, project=proposal.project)
     runs = list_benchmarks(ws, proposal_id)
-    return _render(request, "report.html", session, proposal=proposal,
-                   run=runs[0] if runs else None, project=proposal.project)
+    return _render(
+        request,
+        "report.html",
+        session,
+        proposal=proposal,
+        run=runs[0] if runs else None,
+        project=proposal.project,
+    )
 
 
 def _proposal_path(ws: Workspace, proposal_id: int) -> str:
@@ -267,14 +327,20 @@ def proposal_page(request: Request, proposal_id: Id) -> Response:
     ws = _ws(request)
     proposal = props.get_proposal(ws, proposal_id)
     _require(request, project=proposal.project)
-    return RedirectResponse(f"{_proposal_path(ws, proposal_id)}#proposal-{proposal_id}",
-                            status_code=303)
+    return RedirectResponse(
+        f"{_proposal_path(ws, proposal_id)}#proposal-{proposal_id}", status_code=303
+    )
 
 
 @router.post("/proposals/{proposal_id}/{action}")
-def proposal_action(request: Request, proposal_id: Id, action: str, tasks: BackgroundTasks,
-                    csrf: Annotated[str, Form()] = "", reason: Annotated[str, Form()] = ""
-                    ) -> Response:
+def proposal_action(
+    request: Request,
+    proposal_id: Id,
+    action: str,
+    tasks: BackgroundTasks,
+    csrf: Annotated[str, Form()] = "",
+    reason: Annotated[str, Form()] = "",
+) -> Response:
     session = _require(request, admin=True, csrf=csrf, check_csrf=True)
     ws = _ws(request)
     back = _proposal_path(ws, proposal_id)
@@ -302,14 +368,21 @@ def _quietly(func: Any, *args: Any) -> None:
 
 
 @router.post("/skills/{name}/rollback")
-def rollback(request: Request, name: str, version: Annotated[int, Form(ge=1, le=MAX_ID)],
-             csrf: Annotated[str, Form()] = "", project: Annotated[str, Form()] = DEFAULT_PROJECT
-             ) -> Response:
+def rollback(
+    request: Request,
+    name: str,
+    version: Annotated[int, Form(ge=1, le=MAX_ID)],
+    csrf: Annotated[str, Form()] = "",
+    project: Annotated[str, Form()] = DEFAULT_PROJECT,
+) -> Response:
     session = _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
-    skill = skills.rollback_skill(_ws(request).engine, name, version, project=project,
-                                  author=f"key:{session.name}")
-    return _back(f"/skills/{quote(name)}?project={quote(project)}&tab=evolution",
-                 f"v{version} → v{skill.version}")
+    skill = skills.rollback_skill(
+        _ws(request).engine, name, version, project=project, author=f"key:{session.name}"
+    )
+    return _back(
+        f"/skills/{quote(name)}?project={quote(project)}&tab=evolution",
+        f"v{version} → v{skill.version}",
+    )
 
 
 def _skill_tab(name: str, project: str, tab: str) -> str:
@@ -321,13 +394,18 @@ _EXAMPLE_REF = re.compile(r"(md)?[0-9]{1,10}")
 
 
 @router.post("/skills/{name}/examples")
-def add_routing_example(request: Request, name: str, text: Annotated[str, Form()],
-                        csrf: Annotated[str, Form()] = "",
-                        project: Annotated[str, Form()] = DEFAULT_PROJECT) -> Response:
+def add_routing_example(
+    request: Request,
+    name: str,
+    text: Annotated[str, Form()],
+    csrf: Annotated[str, Form()] = "",
+    project: Annotated[str, Form()] = DEFAULT_PROJECT,
+) -> Response:
     session = _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
     try:
-        example = routing_examples.add_example(_ws(request), name, text, project=project,
-                                               author=f"key:{session.name}")
+        example = routing_examples.add_example(
+            _ws(request), name, text, project=project, author=f"key:{session.name}"
+        )
         message = _strings(request)["example_added"].format(ref=example.ref)
     except AmelioError as exc:
         message = exc.message
@@ -335,9 +413,13 @@ def add_routing_example(request: Request, name: str, text: Annotated[str, Form()
 
 
 @router.post("/skills/{name}/examples/{ref}/remove")
-def remove_routing_example(request: Request, name: str, ref: str,
-                           csrf: Annotated[str, Form()] = "",
-                           project: Annotated[str, Form()] = DEFAULT_PROJECT) -> Response:
+def remove_routing_example(
+    request: Request,
+    name: str,
+    ref: str,
+    csrf: Annotated[str, Form()] = "",
+    project: Annotated[str, Form()] = DEFAULT_PROJECT,
+) -> Response:
     session = _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
     ws = _ws(request)
     t = _strings(request)
@@ -345,8 +427,9 @@ def remove_routing_example(request: Request, name: str, ref: str,
     if not _EXAMPLE_REF.fullmatch(ref) or (ref.isdigit() and int(ref) > MAX_ID):
         return _back(back, t["no_such_example"].format(ref=ref))
     try:
-        example = routing_examples.remove(ws, name, ref, project=project,
-                                          author=f"key:{session.name}")
+        example = routing_examples.remove(
+            ws, name, ref, project=project, author=f"key:{session.name}"
+        )
     except AmelioError as exc:
         return _back(back, exc.message)
     if example.source == "skill":
@@ -356,28 +439,39 @@ def remove_routing_example(request: Request, name: str, ref: str,
 
 
 @router.post("/skills/{name}/suggest-triggers")
-def suggest_triggers(request: Request, name: str, csrf: Annotated[str, Form()] = "",
-                     project: Annotated[str, Form()] = DEFAULT_PROJECT) -> Response:
+def suggest_triggers(
+    request: Request,
+    name: str,
+    csrf: Annotated[str, Form()] = "",
+    project: Annotated[str, Form()] = DEFAULT_PROJECT,
+) -> Response:
     """Mine the skill's examples into a routing proposal, shown on its PRs tab."""
     session = _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
     t = _strings(request)
     back = _skill_tab(name, project, "routing")
     try:
-        suggestion = triggers.suggest_triggers(_ws(request), name, project=project,
-                                               author=f"key:{session.name}")
+        suggestion = triggers.suggest_triggers(
+            _ws(request), name, project=project, author=f"key:{session.name}"
+        )
     except AmelioError as exc:
         return _back(back, exc.message)
     if suggestion.proposal is None:
         return _back(back, t["nothing_to_add"])
     added = ", ".join(term.term for term in suggestion.terms)
-    return _back(_skill_tab(name, project, "prs"),
-                 t["triggers_proposed"].format(id=suggestion.proposal.id, terms=added),
-                 anchor=f"proposal-{suggestion.proposal.id}")
+    return _back(
+        _skill_tab(name, project, "prs"),
+        t["triggers_proposed"].format(id=suggestion.proposal.id, terms=added),
+        anchor=f"proposal-{suggestion.proposal.id}",
+    )
 
 
 @router.post("/sage/analyze")
-def sage_analyze(request: Request, tasks: BackgroundTasks, csrf: Annotated[str, Form()] = "",
-                 project: Annotated[str, Form()] = DEFAULT_PROJECT) -> Response:
+def sage_analyze(
+    request: Request,
+    tasks: BackgroundTasks,
+    csrf: Annotated[str, Form()] = "",
+    project: Annotated[str, Form()] = DEFAULT_PROJECT,
+) -> Response:
     _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
     tasks.add_task(_quietly, lambda: analyze(_ws(request), project=project))
     return _back(f"/skills?project={quote(project)}", "Sage started")
@@ -397,40 +491,52 @@ def quality_page(request: Request, project: str = "") -> HTMLResponse:
         per_skill.setdefault(point.skill, []).append(point)
     charts = {}
     for skill, points in per_skill.items():
-        rate = [(p.day.isoformat(), p.success_rate) for p in points
-                if p.success_rate is not None]
+        rate = [(p.day.isoformat(), p.success_rate) for p in points if p.success_rate is not None]
         net, votes = 0.0, []
         for p in points:  # cumulative 👍 − 👎: the trend a person reads at a glance
             net += p.feedback_positive - p.feedback_negative
             votes.append((p.day.isoformat(), net))
         top = max([1.0, *(abs(v) for _, v in votes)])
-        charts[skill] = (line_chart(rate, label=f"{skill}: {t['success_rate']}")
-                         + line_chart(votes, max_value=top, min_value=-top, percent=False,
-                                      label=f"{skill}: {t['feedback']} (👍 − 👎)"))
-    return _render(request, "quality.html", session,
-                   metrics=quality_metrics(ws, project),
-                   underperforming={f.skill for f in find_underperformers(ws, project)},
-                   charts=charts, report=last_report(ws), project=project)
+        charts[skill] = line_chart(rate, label=f"{skill}: {t['success_rate']}") + line_chart(
+            votes,
+            max_value=top,
+            min_value=-top,
+            percent=False,
+            label=f"{skill}: {t['feedback']} (👍 − 👎)",
+        )
+    return _render(
+        request,
+        "quality.html",
+        session,
+        metrics=quality_metrics(ws, project),
+        underperforming={f.skill for f in find_underperformers(ws, project)},
+        charts=charts,
+        report=last_report(ws),
+        project=project,
+    )
 
 
 @router.get("/learnings")
-def learnings_page(request: Request, project: str = "", skill: str = ""
-                   ) -> HTMLResponse:
+def learnings_page(request: Request, project: str = "", skill: str = "") -> HTMLResponse:
     session = _require(request)
     project = _project(request, project)
     items = learnings.list_learnings(_ws(request), project=project, skill=skill or None)
-    return _render(request, "learnings.html", session, items=items, skill=skill,
-                   project=project)
+    return _render(request, "learnings.html", session, items=items, skill=skill, project=project)
 
 
 @router.post("/learnings")
-def add_learning(request: Request, rule: Annotated[str, Form()], csrf: Annotated[str, Form()] = "",
-                 project: Annotated[str, Form()] = DEFAULT_PROJECT,
-                 skill: Annotated[str, Form()] = "") -> Response:
+def add_learning(
+    request: Request,
+    rule: Annotated[str, Form()],
+    csrf: Annotated[str, Form()] = "",
+    project: Annotated[str, Form()] = DEFAULT_PROJECT,
+    skill: Annotated[str, Form()] = "",
+) -> Response:
     _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
     try:
-        item, outcome = learnings.add_learning(_ws(request), rule, project=project,
-                                               skill=skill or None)
+        item, outcome = learnings.add_learning(
+            _ws(request), rule, project=project, skill=skill or None
+        )
         message = f"#{item.id} {outcome}"
     except AmelioError as exc:
         message = exc.message
@@ -438,8 +544,12 @@ def add_learning(request: Request, rule: Annotated[str, Form()], csrf: Annotated
 
 
 @router.post("/learnings/{learning_id}/retire")
-def retire_learning(request: Request, learning_id: Id, csrf: Annotated[str, Form()] = "",
-                    project: Annotated[str, Form()] = DEFAULT_PROJECT) -> Response:
+def retire_learning(
+    request: Request,
+    learning_id: Id,
+    csrf: Annotated[str, Form()] = "",
+    project: Annotated[str, Form()] = DEFAULT_PROJECT,
+) -> Response:
     _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
     learnings.delete_learning(_ws(request), learning_id, project=project)
     return _back(f"/learnings?project={quote(project)}", f"#{learning_id} retired")
@@ -449,16 +559,22 @@ def retire_learning(request: Request, learning_id: Id, csrf: Annotated[str, Form
 def interactions_page(request: Request, project: str = "") -> HTMLResponse:
     session = _require(request)
     project = _project(request, project)
-    return _render(request, "interactions.html", session,
-                   items=data.recent_interactions(_ws(request), project), project=project)
+    return _render(
+        request,
+        "interactions.html",
+        session,
+        items=data.recent_interactions(_ws(request), project),
+        project=project,
+    )
 
 
 # -- search ---------------------------------------------------------------------------
 
 
 @router.get("/search")
-def search_page(request: Request, q: str = "", profile: str = "", alpha: str = "",
-                project: str = "") -> HTMLResponse:
+def search_page(
+    request: Request, q: str = "", profile: str = "", alpha: str = "", project: str = ""
+) -> HTMLResponse:
     """Try a query with any profile and see, per result, the first-phase and
     feedback scores and (for admins) the signals behind them."""
     session = _require(request)
@@ -476,8 +592,18 @@ def search_page(request: Request, q: str = "", profile: str = "", alpha: str = "
     except AmelioError as exc:
         error = exc.message
         view = data.search_view(engine, "", chosen, None)
-    return _render(request, "search.html", session, q=q, profiles=PROFILES, profile=chosen,
-                   alpha=alpha, error=error, project=project, **view)
+    return _render(
+        request,
+        "search.html",
+        session,
+        q=q,
+        profiles=PROFILES,
+        profile=chosen,
+        alpha=alpha,
+        error=error,
+        project=project,
+        **view,
+    )
 
 
 # -- contributions --------------------------------------------------------------------
@@ -489,8 +615,13 @@ def contributions_page(request: Request, project: str = "") -> HTMLResponse:
     tasks, results, disagreements and CPU-seconds given."""
     session = _require(request, admin=True)
     project = _project(request, project)
-    return _render(request, "contributions.html", session, project=project,
-                   **data.contributions_view(_ws(request)))
+    return _render(
+        request,
+        "contributions.html",
+        session,
+        project=project,
+        **data.contributions_view(_ws(request)),
+    )
 
 
 # -- knowledge ------------------------------------------------------------------------
@@ -512,11 +643,16 @@ def knowledge_page(request: Request, project: str = "") -> HTMLResponse:
     session = _require(request)
     project = _project(request, project)
     worker = _knowledge_worker(request)
-    return _render(request, "knowledge.html", session, notebook=None,
-                   notebooks=knowledge.list_notebooks(_ws(request), project=project),
-                   worker="off" if worker is None else "running" if worker.running
-                   else "stopped", worker_error=worker.last_error if worker else None,
-                   project=project)
+    return _render(
+        request,
+        "knowledge.html",
+        session,
+        notebook=None,
+        notebooks=knowledge.list_notebooks(_ws(request), project=project),
+        worker="off" if worker is None else "running" if worker.running else "stopped",
+        worker_error=worker.last_error if worker else None,
+        project=project,
+    )
 
 
 @router.get("/knowledge/{name}")
@@ -537,14 +673,19 @@ def notebook_page(request: Request, name: str, project: str = "", q: str = "") -
             asked = data.knowledge_answer(ws, name, project, q)
         except AmelioError as exc:
             error = exc.message
-    return _render(request, "knowledge.html", session, q=q, error=error, project=project,
-                   **view, **asked)
+    return _render(
+        request, "knowledge.html", session, q=q, error=error, project=project, **view, **asked
+    )
 
 
 @router.post("/knowledge/{name}/failures/{failure_id}/retry")
-def retry_dead_letter(request: Request, name: str, failure_id: Id,
-                      csrf: Annotated[str, Form()] = "",
-                      project: Annotated[str, Form()] = DEFAULT_PROJECT) -> Response:
+def retry_dead_letter(
+    request: Request,
+    name: str,
+    failure_id: Id,
+    csrf: Annotated[str, Form()] = "",
+    project: Annotated[str, Form()] = DEFAULT_PROJECT,
+) -> Response:
     """Put one of the notebook's dead letters back in the queue with fresh tries
     (:func:`amelio.knowledge.retry`, as ``POST /v1/knowledge/failures/retry``)."""
     _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)

@@ -45,7 +45,9 @@ def upgrade() -> None:
         sa.Column("updated_at", Timestamp, nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_skills"),
         sa.ForeignKeyConstraint(
-            ["project_id"], ["projects.id"], name="fk_skills_project_id_projects",
+            ["project_id"],
+            ["projects.id"],
+            name="fk_skills_project_id_projects",
             ondelete="CASCADE",
         ),
         sa.UniqueConstraint("project_id", "name", name="uq_skills_project_name"),
@@ -75,7 +77,9 @@ def upgrade() -> None:
         sa.Column("created_at", Timestamp, nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_skill_versions"),
         sa.ForeignKeyConstraint(
-            ["skill_id"], ["skills.id"], name="fk_skill_versions_skill_id_skills",
+            ["skill_id"],
+            ["skills.id"],
+            name="fk_skill_versions_skill_id_skills",
             ondelete="CASCADE",
         ),
         sa.UniqueConstraint("skill_id", "version", name="uq_skill_versions_skill_version"),

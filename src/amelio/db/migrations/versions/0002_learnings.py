@@ -35,11 +35,16 @@ def upgrade() -> None:
         sa.Column("last_seen_at", Timestamp, nullable=False),
         sa.Column("updated_at", Timestamp, nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_learnings"),
-        sa.ForeignKeyConstraint(["project_id"], ["projects.id"],
-                                name="fk_learnings_project_id_projects", ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["project_id"],
+            ["projects.id"],
+            name="fk_learnings_project_id_projects",
+            ondelete="CASCADE",
+        ),
         sa.UniqueConstraint("project_id", "rule_key", name="uq_learnings_project_rule"),
-        sa.CheckConstraint("source IN ('fixit', 'negative', 'manual', 'sage')",
-                           name="ck_learnings_source"),
+        sa.CheckConstraint(
+            "source IN ('fixit', 'negative', 'manual', 'sage')", name="ck_learnings_source"
+        ),
         sa.CheckConstraint("status IN ('active', 'retired')", name="ck_learnings_status"),
     )
     op.create_table(
@@ -48,7 +53,10 @@ def upgrade() -> None:
         sa.Column("content_hash", sa.String(64), nullable=False),
         sa.Column("written_at", Timestamp, nullable=False),
         sa.PrimaryKeyConstraint("project_id", name="pk_learning_files"),
-        sa.ForeignKeyConstraint(["project_id"], ["projects.id"],
-                                name="fk_learning_files_project_id_projects",
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["project_id"],
+            ["projects.id"],
+            name="fk_learning_files_project_id_projects",
+            ondelete="CASCADE",
+        ),
     )

@@ -40,11 +40,16 @@ def upgrade() -> None:
         sa.Column("cost_usd", sa.Float, nullable=True),
         sa.Column("created_at", Timestamp, nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_interactions"),
-        sa.ForeignKeyConstraint(["project_id"], ["projects.id"],
-                                name="fk_interactions_project_id_projects", ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["project_id"],
+            ["projects.id"],
+            name="fk_interactions_project_id_projects",
+            ondelete="CASCADE",
+        ),
     )
-    op.create_index("ix_interactions_project_skill", "interactions",
-                    ["project_id", "applied_skill"])
+    op.create_index(
+        "ix_interactions_project_skill", "interactions", ["project_id", "applied_skill"]
+    )
     op.create_table(
         "eval_results",
         sa.Column("id", sa.Integer, nullable=False),
@@ -56,9 +61,12 @@ def upgrade() -> None:
         sa.Column("passed", sa.Boolean, nullable=False),
         sa.Column("detail", sa.Text, nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_eval_results"),
-        sa.ForeignKeyConstraint(["interaction_id"], ["interactions.id"],
-                                name="fk_eval_results_interaction_id_interactions",
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["interaction_id"],
+            ["interactions.id"],
+            name="fk_eval_results_interaction_id_interactions",
+            ondelete="CASCADE",
+        ),
     )
     op.create_index("ix_eval_results_interaction_id", "eval_results", ["interaction_id"])
     op.create_table(
@@ -73,9 +81,12 @@ def upgrade() -> None:
         sa.Column("created_at", Timestamp, nullable=False),
         sa.Column("updated_at", Timestamp, nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_feedback"),
-        sa.ForeignKeyConstraint(["interaction_id"], ["interactions.id"],
-                                name="fk_feedback_interaction_id_interactions",
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["interaction_id"],
+            ["interactions.id"],
+            name="fk_feedback_interaction_id_interactions",
+            ondelete="CASCADE",
+        ),
         sa.UniqueConstraint("interaction_id", "user_ref", "channel", name="uq_feedback_vote"),
         sa.CheckConstraint("kind IN ('up', 'down', 'fixit')", name="ck_feedback_kind"),
     )

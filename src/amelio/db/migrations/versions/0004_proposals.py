@@ -39,14 +39,23 @@ def upgrade() -> None:
         sa.Column("run_id", sa.Integer, nullable=True),
         sa.Column("created_at", Timestamp, nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_proposals"),
-        sa.ForeignKeyConstraint(["skill_id"], ["skills.id"],
-                                name="fk_proposals_skill_id_skills", ondelete="CASCADE"),
-        sa.ForeignKeyConstraint(["project_id"], ["projects.id"],
-                                name="fk_proposals_project_id_projects", ondelete="CASCADE"),
-        sa.CheckConstraint("status IN ('pending', 'approved', 'rejected', 'superseded')",
-                           name="ck_proposals_status"),
-        sa.CheckConstraint("proposed_by IN ('template', 'sage', 'generator', 'human')",
-                           name="ck_proposals_proposed_by"),
+        sa.ForeignKeyConstraint(
+            ["skill_id"], ["skills.id"], name="fk_proposals_skill_id_skills", ondelete="CASCADE"
+        ),
+        sa.ForeignKeyConstraint(
+            ["project_id"],
+            ["projects.id"],
+            name="fk_proposals_project_id_projects",
+            ondelete="CASCADE",
+        ),
+        sa.CheckConstraint(
+            "status IN ('pending', 'approved', 'rejected', 'superseded')",
+            name="ck_proposals_status",
+        ),
+        sa.CheckConstraint(
+            "proposed_by IN ('template', 'sage', 'generator', 'human')",
+            name="ck_proposals_proposed_by",
+        ),
     )
     op.create_index("ix_proposals_skill_id", "proposals", ["skill_id"])
     op.create_table(
@@ -60,8 +69,9 @@ def upgrade() -> None:
         sa.Column("reason", sa.Text, nullable=False),
         sa.Column("created_at", Timestamp, nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_skill_events"),
-        sa.ForeignKeyConstraint(["skill_id"], ["skills.id"],
-                                name="fk_skill_events_skill_id_skills", ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["skill_id"], ["skills.id"], name="fk_skill_events_skill_id_skills", ondelete="CASCADE"
+        ),
     )
     op.create_index("ix_skill_events_skill_id", "skill_events", ["skill_id"])
     op.create_table(

@@ -30,9 +30,12 @@ def upgrade() -> None:
         sa.Column("created_at", Timestamp, nullable=False),
         sa.Column("finished_at", Timestamp, nullable=True),
         sa.PrimaryKeyConstraint("id", name="pk_benchmark_runs"),
-        sa.ForeignKeyConstraint(["proposal_id"], ["proposals.id"],
-                                name="fk_benchmark_runs_proposal_id_proposals",
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["proposal_id"],
+            ["proposals.id"],
+            name="fk_benchmark_runs_proposal_id_proposals",
+            ondelete="CASCADE",
+        ),
     )
     op.create_index("ix_benchmark_runs_proposal_id", "benchmark_runs", ["proposal_id"])
     op.create_table(
@@ -46,9 +49,12 @@ def upgrade() -> None:
         sa.Column("new_output", sa.Text, nullable=False),
         sa.Column("result", sa.JSON, nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_benchmark_scenarios"),
-        sa.ForeignKeyConstraint(["run_id"], ["benchmark_runs.id"],
-                                name="fk_benchmark_scenarios_run_id_benchmark_runs",
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["run_id"],
+            ["benchmark_runs.id"],
+            name="fk_benchmark_scenarios_run_id_benchmark_runs",
+            ondelete="CASCADE",
+        ),
     )
     op.create_index("ix_benchmark_scenarios_run_id", "benchmark_scenarios", ["run_id"])
     op.create_table(

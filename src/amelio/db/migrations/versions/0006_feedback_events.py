@@ -40,8 +40,9 @@ def upgrade() -> None:
     )
     op.create_index("ix_feedback_events_query", "feedback_events", ["query_id", "event_type"])
     op.create_index("ix_feedback_events_doc", "feedback_events", ["doc_id", "event_type"])
-    op.create_index("ix_feedback_events_type_time", "feedback_events",
-                    ["event_type", "event_time_ms"])
+    op.create_index(
+        "ix_feedback_events_type_time", "feedback_events", ["event_type", "event_time_ms"]
+    )
     op.create_index("ix_feedback_events_time", "feedback_events", ["event_time_ms"])
     chain = op.create_table(
         "feedback_chain",
@@ -55,9 +56,20 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_feedback_chain"),
         sa.CheckConstraint("id = 1", name="ck_feedback_chain_single_row"),
     )
-    op.bulk_insert(chain, [{"id": 1, "last_seq": 0, "last_signature": GENESIS,
-                            "anchor_seq": 0, "anchor_signature": GENESIS, "mac": "",
-                            "updated_ms": 0}])
+    op.bulk_insert(
+        chain,
+        [
+            {
+                "id": 1,
+                "last_seq": 0,
+                "last_signature": GENESIS,
+                "anchor_seq": 0,
+                "anchor_signature": GENESIS,
+                "mac": "",
+                "updated_ms": 0,
+            }
+        ],
+    )
     op.create_table(
         "feedback_tombstones",
         sa.Column("seq", sa.BigInteger, autoincrement=False, nullable=False),

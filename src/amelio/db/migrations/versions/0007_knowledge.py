@@ -33,9 +33,12 @@ def upgrade() -> None:
         sa.Column("name", sa.String(100), nullable=False),
         sa.Column("created_at", Timestamp, nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_knowledge_notebooks"),
-        sa.ForeignKeyConstraint(["project_id"], ["projects.id"],
-                                name="fk_knowledge_notebooks_project_id_projects",
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["project_id"],
+            ["projects.id"],
+            name="fk_knowledge_notebooks_project_id_projects",
+            ondelete="CASCADE",
+        ),
         sa.UniqueConstraint("project_id", "name", name="uq_knowledge_notebooks_project_name"),
     )
     op.create_table(
@@ -52,11 +55,15 @@ def upgrade() -> None:
         sa.Column("indexed_at", Timestamp, nullable=False),
         sa.Column("chunk_count", sa.Integer, nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_knowledge_sources"),
-        sa.ForeignKeyConstraint(["notebook_id"], ["knowledge_notebooks.id"],
-                                name="fk_knowledge_sources_notebook_id_knowledge_notebooks",
-                                ondelete="CASCADE"),
-        sa.UniqueConstraint("notebook_id", "source_id",
-                            name="uq_knowledge_sources_notebook_source"),
+        sa.ForeignKeyConstraint(
+            ["notebook_id"],
+            ["knowledge_notebooks.id"],
+            name="fk_knowledge_sources_notebook_id_knowledge_notebooks",
+            ondelete="CASCADE",
+        ),
+        sa.UniqueConstraint(
+            "notebook_id", "source_id", name="uq_knowledge_sources_notebook_source"
+        ),
     )
     op.create_table(
         "knowledge_chunks",
@@ -71,9 +78,12 @@ def upgrade() -> None:
         sa.Column("embedding_model", sa.String(200), nullable=True),
         sa.Column("embedding", sa.JSON, nullable=True),
         sa.PrimaryKeyConstraint("id", name="pk_knowledge_chunks"),
-        sa.ForeignKeyConstraint(["source_row_id"], ["knowledge_sources.id"],
-                                name="fk_knowledge_chunks_source_row_id_knowledge_sources",
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["source_row_id"],
+            ["knowledge_sources.id"],
+            name="fk_knowledge_chunks_source_row_id_knowledge_sources",
+            ondelete="CASCADE",
+        ),
     )
     op.create_index("ix_knowledge_chunks_source_row_id", "knowledge_chunks", ["source_row_id"])
     op.create_index("ix_knowledge_chunks_notebook_id", "knowledge_chunks", ["notebook_id"])
@@ -84,12 +94,16 @@ def upgrade() -> None:
         sa.Column("notebook_id", sa.Integer, nullable=False),
         sa.Column("tf", sa.Integer, nullable=False),
         sa.PrimaryKeyConstraint("chunk_id", "term", name="pk_knowledge_postings"),
-        sa.ForeignKeyConstraint(["chunk_id"], ["knowledge_chunks.id"],
-                                name="fk_knowledge_postings_chunk_id_knowledge_chunks",
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["chunk_id"],
+            ["knowledge_chunks.id"],
+            name="fk_knowledge_postings_chunk_id_knowledge_chunks",
+            ondelete="CASCADE",
+        ),
     )
-    op.create_index("ix_knowledge_postings_notebook_term", "knowledge_postings",
-                    ["notebook_id", "term"])
+    op.create_index(
+        "ix_knowledge_postings_notebook_term", "knowledge_postings", ["notebook_id", "term"]
+    )
     op.create_table(
         "knowledge_queue",
         sa.Column("id", sa.Integer, nullable=False),
@@ -105,9 +119,12 @@ def upgrade() -> None:
         sa.Column("created_at", Timestamp, nullable=False),
         sa.Column("failed_at", Timestamp, nullable=True),
         sa.PrimaryKeyConstraint("id", name="pk_knowledge_queue"),
-        sa.ForeignKeyConstraint(["notebook_id"], ["knowledge_notebooks.id"],
-                                name="fk_knowledge_queue_notebook_id_knowledge_notebooks",
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["notebook_id"],
+            ["knowledge_notebooks.id"],
+            name="fk_knowledge_queue_notebook_id_knowledge_notebooks",
+            ondelete="CASCADE",
+        ),
         sa.CheckConstraint("status IN ('pending', 'dead')", name="ck_knowledge_queue_status"),
     )
     op.create_index("ix_knowledge_queue_due", "knowledge_queue", ["status", "next_attempt_at"])

@@ -60,8 +60,9 @@ def upgrade() -> None:
         sa.Column("session_hash", sa.String(8), nullable=False),
         sa.Column("kind", sa.String(8), nullable=False),
         sa.Column("hits", sa.Integer, nullable=False),
-        sa.PrimaryKeyConstraint("query_norm", "doc_id", "session_hash", "kind",
-                                name="pk_search_session_marks"),
+        sa.PrimaryKeyConstraint(
+            "query_norm", "doc_id", "session_hash", "kind", name="pk_search_session_marks"
+        ),
     )
     state = op.create_table(
         "search_state",
@@ -75,6 +76,17 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_search_state"),
         sa.CheckConstraint("id = 1", name="ck_search_state_single_row"),
     )
-    op.bulk_insert(state, [{"id": 1, "event_seq": 0, "impression_id": 0, "version": 0,
-                            "propensities": {}, "recent": {}, "updated_ms": 0}])
-
+    op.bulk_insert(
+        state,
+        [
+            {
+                "id": 1,
+                "event_seq": 0,
+                "impression_id": 0,
+                "version": 0,
+                "propensities": {},
+                "recent": {},
+                "updated_ms": 0,
+            }
+        ],
+    )

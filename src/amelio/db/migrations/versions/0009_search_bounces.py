@@ -22,7 +22,6 @@ depends_on = None
 
 def upgrade() -> None:
     with op.batch_alter_table("search_signals") as batch:
-        batch.add_column(sa.Column("bounces", sa.Integer, nullable=False,
-                                   server_default="0"))
+        batch.add_column(sa.Column("bounces", sa.Integer, nullable=False, server_default="0"))
     with op.batch_alter_table("search_impressions") as batch:
         batch.add_column(sa.Column("swapped_rank", sa.Integer, nullable=True))

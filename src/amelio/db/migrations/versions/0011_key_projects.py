@@ -25,9 +25,16 @@ def upgrade() -> None:
         sa.Column("key_id", sa.Integer, nullable=False),
         sa.Column("project_id", sa.Integer, nullable=False),
         sa.PrimaryKeyConstraint("key_id", "project_id", name="pk_api_key_projects"),
-        sa.ForeignKeyConstraint(["key_id"], ["api_keys.id"],
-                                name="fk_api_key_projects_key_id_api_keys", ondelete="CASCADE"),
-        sa.ForeignKeyConstraint(["project_id"], ["projects.id"],
-                                name="fk_api_key_projects_project_id_projects",
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["key_id"],
+            ["api_keys.id"],
+            name="fk_api_key_projects_key_id_api_keys",
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["project_id"],
+            ["projects.id"],
+            name="fk_api_key_projects_project_id_projects",
+            ondelete="CASCADE",
+        ),
     )

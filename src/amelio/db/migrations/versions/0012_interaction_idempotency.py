@@ -24,5 +24,9 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("interactions") as batch:
         batch.add_column(sa.Column("idempotency_key", sa.String(200), nullable=True))
-    op.create_index("uq_interactions_project_idempotency", "interactions",
-                    ["project_id", "idempotency_key"], unique=True)
+    op.create_index(
+        "uq_interactions_project_idempotency",
+        "interactions",
+        ["project_id", "idempotency_key"],
+        unique=True,
+    )

@@ -37,18 +37,26 @@ def upgrade() -> None:
         sa.Column("removed_at", Timestamp, nullable=True),
         sa.Column("removed_by", sa.String(200), nullable=True),
         sa.PrimaryKeyConstraint("id", name="pk_routing_examples"),
-        sa.ForeignKeyConstraint(["project_id"], ["projects.id"],
-                                name="fk_routing_examples_project_id_projects",
-                                ondelete="CASCADE"),
-        sa.ForeignKeyConstraint(["interaction_id"], ["interactions.id"],
-                                name="fk_routing_examples_interaction_id_interactions",
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["project_id"],
+            ["projects.id"],
+            name="fk_routing_examples_project_id_projects",
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["interaction_id"],
+            ["interactions.id"],
+            name="fk_routing_examples_interaction_id_interactions",
+            ondelete="CASCADE",
+        ),
         sa.UniqueConstraint("interaction_id", name="uq_routing_examples_interaction_id"),
-        sa.CheckConstraint("source IN ('interaction', 'manual')",
-                           name="ck_routing_examples_source"),
+        sa.CheckConstraint(
+            "source IN ('interaction', 'manual')", name="ck_routing_examples_source"
+        ),
     )
-    op.create_index("ix_routing_examples_project_skill", "routing_examples",
-                    ["project_id", "skill"])
+    op.create_index(
+        "ix_routing_examples_project_skill", "routing_examples", ["project_id", "skill"]
+    )
     with op.batch_alter_table("proposals") as batch:
         batch.add_column(sa.Column("routing", sa.JSON(none_as_null=True), nullable=True))
 

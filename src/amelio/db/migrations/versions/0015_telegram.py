@@ -32,9 +32,12 @@ def upgrade() -> None:
         sa.Column("used_at", Timestamp, nullable=True),
         sa.Column("used_by_chat", sa.BigInteger, nullable=True),
         sa.PrimaryKeyConstraint("id", name="pk_telegram_invites"),
-        sa.ForeignKeyConstraint(["project_id"], ["projects.id"],
-                                name="fk_telegram_invites_project_id_projects",
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["project_id"],
+            ["projects.id"],
+            name="fk_telegram_invites_project_id_projects",
+            ondelete="CASCADE",
+        ),
         sa.UniqueConstraint("code_hash", name="uq_telegram_invites_code_hash"),
         sa.CheckConstraint("role IN ('user', 'admin')", name="ck_telegram_invites_role"),
     )
@@ -48,12 +51,18 @@ def upgrade() -> None:
         sa.Column("linked_at", Timestamp, nullable=False),
         sa.Column("invite_id", sa.Integer, nullable=True),
         sa.PrimaryKeyConstraint("chat_id", name="pk_telegram_chats"),
-        sa.ForeignKeyConstraint(["project_id"], ["projects.id"],
-                                name="fk_telegram_chats_project_id_projects",
-                                ondelete="CASCADE"),
-        sa.ForeignKeyConstraint(["invite_id"], ["telegram_invites.id"],
-                                name="fk_telegram_chats_invite_id_telegram_invites",
-                                ondelete="SET NULL"),
+        sa.ForeignKeyConstraint(
+            ["project_id"],
+            ["projects.id"],
+            name="fk_telegram_chats_project_id_projects",
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["invite_id"],
+            ["telegram_invites.id"],
+            name="fk_telegram_chats_invite_id_telegram_invites",
+            ondelete="SET NULL",
+        ),
         sa.CheckConstraint("role IN ('user', 'admin')", name="ck_telegram_chats_role"),
     )
     op.create_index("ix_telegram_chats_project_role", "telegram_chats", ["project_id", "role"])

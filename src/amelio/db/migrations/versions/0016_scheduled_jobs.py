@@ -32,8 +32,9 @@ def upgrade() -> None:
         sa.Column("detail", sa.Text, nullable=True),
         sa.Column("runs", sa.Integer, nullable=False),
         sa.PrimaryKeyConstraint("name", name="pk_scheduled_jobs"),
-        sa.CheckConstraint("outcome IN ('running', 'ok', 'error')",
-                           name="ck_scheduled_jobs_outcome"),
+        sa.CheckConstraint(
+            "outcome IN ('running', 'ok', 'error')", name="ck_scheduled_jobs_outcome"
+        ),
     )
 
 

@@ -43,8 +43,9 @@ def upgrade() -> None:
         sa.Column("created_ms", sa.BigInteger, nullable=False),
         sa.Column("accepted_ms", sa.BigInteger, nullable=True),
         sa.PrimaryKeyConstraint("id", name="pk_contribution_tasks"),
-        sa.CheckConstraint("state IN ('open', 'accepted', 'cancelled')",
-                           name="ck_contribution_tasks_state"),
+        sa.CheckConstraint(
+            "state IN ('open', 'accepted', 'cancelled')", name="ck_contribution_tasks_state"
+        ),
     )
     op.create_index("ix_contribution_tasks_state", "contribution_tasks", ["state", "model"])
     op.create_table(
@@ -53,9 +54,12 @@ def upgrade() -> None:
         sa.Column("doc_id", sa.String(256), nullable=False),
         sa.Column("task_id", sa.String(26), nullable=False),
         sa.PrimaryKeyConstraint("model", "doc_id", name="pk_contribution_task_docs"),
-        sa.ForeignKeyConstraint(["task_id"], ["contribution_tasks.id"],
-                                name="fk_contribution_task_docs_task_id_contribution_tasks",
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["task_id"],
+            ["contribution_tasks.id"],
+            name="fk_contribution_task_docs_task_id_contribution_tasks",
+            ondelete="CASCADE",
+        ),
     )
     op.create_index("ix_contribution_task_docs_task_id", "contribution_task_docs", ["task_id"])
     op.create_table(
@@ -67,15 +71,20 @@ def upgrade() -> None:
         sa.Column("expires_ms", sa.BigInteger, nullable=False),
         sa.Column("state", sa.String(10), nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_contribution_leases"),
-        sa.ForeignKeyConstraint(["task_id"], ["contribution_tasks.id"],
-                                name="fk_contribution_leases_task_id_contribution_tasks",
-                                ondelete="CASCADE"),
-        sa.ForeignKeyConstraint(["client_id"], ["contribution_clients.id"],
-                                name="fk_contribution_leases_client_id_contribution_clients",
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["task_id"],
+            ["contribution_tasks.id"],
+            name="fk_contribution_leases_task_id_contribution_tasks",
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["client_id"],
+            ["contribution_clients.id"],
+            name="fk_contribution_leases_client_id_contribution_clients",
+            ondelete="CASCADE",
+        ),
         sa.UniqueConstraint("task_id", "client_id", name="uq_contribution_leases_task_client"),
-        sa.CheckConstraint("state IN ('leased', 'submitted')",
-                           name="ck_contribution_leases_state"),
+        sa.CheckConstraint("state IN ('leased', 'submitted')", name="ck_contribution_leases_state"),
     )
     op.create_index("ix_contribution_leases_client_id", "contribution_leases", ["client_id"])
     op.create_table(
@@ -89,18 +98,27 @@ def upgrade() -> None:
         sa.Column("compute_ms", sa.Float, nullable=False),
         sa.Column("received_ms", sa.BigInteger, nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_contribution_results"),
-        sa.ForeignKeyConstraint(["task_id"], ["contribution_tasks.id"],
-                                name="fk_contribution_results_task_id_contribution_tasks",
-                                ondelete="CASCADE"),
-        sa.ForeignKeyConstraint(["client_id"], ["contribution_clients.id"],
-                                name="fk_contribution_results_client_id_contribution_clients",
-                                ondelete="CASCADE"),
+        sa.ForeignKeyConstraint(
+            ["task_id"],
+            ["contribution_tasks.id"],
+            name="fk_contribution_results_task_id_contribution_tasks",
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["client_id"],
+            ["contribution_clients.id"],
+            name="fk_contribution_results_client_id_contribution_clients",
+            ondelete="CASCADE",
+        ),
         sa.UniqueConstraint("task_id", "client_id", name="uq_contribution_results_task_client"),
-        sa.CheckConstraint("status IN ('pending', 'accepted', 'rejected', 'cancelled')",
-                           name="ck_contribution_results_status"),
+        sa.CheckConstraint(
+            "status IN ('pending', 'accepted', 'rejected', 'cancelled')",
+            name="ck_contribution_results_status",
+        ),
     )
-    op.create_index("ix_contribution_results_client_time", "contribution_results",
-                    ["client_id", "received_ms"])
+    op.create_index(
+        "ix_contribution_results_client_time", "contribution_results", ["client_id", "received_ms"]
+    )
 
 
 def downgrade() -> None:
