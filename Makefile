@@ -25,6 +25,7 @@ demo: install
 test: dev
 	$(BIN)/ruff check src tests benchmarks .ci
 	$(BIN)/ruff format --check src tests benchmarks .ci
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
 
 ## test-fast: the test suite without the tests marked slow (CI and `make test` run them all)
@@ -35,6 +36,7 @@ test-fast: dev
 lint: dev
 	$(BIN)/ruff check src tests benchmarks .ci
 	$(BIN)/ruff format --check src tests benchmarks .ci
+	$(BIN)/lint-imports
 
 format: dev
 	$(BIN)/ruff format src tests benchmarks .ci

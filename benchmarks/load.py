@@ -62,9 +62,10 @@ from search_latency import documents  # this folder: the same synthetic corpus
 
 from amelio import skills
 from amelio.db.schema import feedback_events
+from amelio.embeddings import optional_embedder
 from amelio.feedback import verify_events
 from amelio.feedback.examples import example_event
-from amelio.search import Corpus, optional_embedder
+from amelio.search import Corpus
 from amelio.testing import FakeLLMServer
 from amelio.workspace import keys
 from amelio.workspace.config import CONFIG_FILE

@@ -68,8 +68,9 @@ from typing import Any, NamedTuple
 import httpx
 from benchlib import Clock, load_line, median_of, percentile, target
 
+from amelio.embeddings import optional_embedder
 from amelio.feedback import Collector
-from amelio.search import Corpus, Document, Searcher, aggregate, optional_embedder
+from amelio.search import Corpus, Document, Searcher, aggregate
 from amelio.search.engines.tantivy import TantivyEngine
 from amelio.search.simulate import click_events
 from amelio.workspace import keys

@@ -882,7 +882,7 @@ def test_polling_while_off_writes_nothing(sqlite_workspace: Workspace, wordllama
 
 
 def test_browsers_embed_exactly_when_tasks_are_handed_out(sqlite_workspace: Workspace) -> None:
-    from amelio.search.engines.registry import browsers_embed
+    from amelio.contributions.policy import browsers_embed
 
     for options in (
         {"contributions": False},

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from amelio import embeddings
-from amelio.embeddings import load_embedder
+from amelio.embeddings import SemanticUnavailable, load_embedder
 from amelio.knowledge.index import embedder_for
-from amelio.search import Corpus, Searcher, SemanticUnavailable
+from amelio.search import Corpus, Searcher
 from amelio.search.engines.fts5 import Document
 from amelio.workspace.folder import Workspace
 from test_search import DOCS, write_jsonl
@@ -182,10 +182,13 @@ def test_with_contributions_on_documents_wait_for_browsers(
 ) -> None:
     """With ``contributions`` on, neither the import nor a semantic search embeds the
     documents on the server (that is the browsers' work); hybrid still finds them
-    lexically, and ``amelio corpus embed`` is the server's own fallback."""
+    lexically, and ``amelio corpus embed`` is the server's own fallback. The search
+    loop is told so by the front door (``defer_missing_vectors``), as the service's
+    search route, MCP, the dashboard and the CLI do."""
     from click.testing import CliRunner
 
     from amelio.cli import main
+    from amelio.contributions import browsers_embed
     from amelio.search.engines.registry import workspace_corpus
     from amelio.workspace.folder import init_workspace
 
@@ -199,10 +202,10 @@ def test_with_contributions_on_documents_wait_for_browsers(
         imported = runner.invoke(main, [*w, "corpus", "import", str(docs)])
         assert imported.exit_code == 0, imported.output
         assert "browsers running amelio.js embed them" in imported.stdout
+        assert browsers_embed(ws.settings)
         store = workspace_corpus(ws.settings)
-        assert store.defer_missing_vectors
         assert len(store.missing_vectors("wordllama")) == len(DOCS)
-        searcher = Searcher(ws, background_aggregation=False)
+        searcher = Searcher(ws, background_aggregation=False, defer_missing_vectors=True)
         assert searcher.rank("forgot my login", profile="semantic") == ()
         hybrid = searcher.rank("reset password", profile="hybrid")
         assert hybrid and hybrid[0].doc_id == "reset"
@@ -257,3 +260,35 @@ def test_deferred_vectors_are_read_without_the_write_lock(
     finally:
         writer.execute("ROLLBACK")
         writer.close()
+
+
+def test_the_search_route_leaves_vectors_to_browsers_when_contributions_are_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service's search route is a front door that must pass the idle-compute
+    policy on: a semantic search through it embeds nothing on the server."""
+    from fastapi.testclient import TestClient
+
+    from amelio.search.engines.registry import workspace_corpus
+    from amelio.server import create_app
+    from amelio.workspace import keys
+    from amelio.workspace.folder import init_workspace
+
+    monkeypatch.setenv("AMELIO_CONTRIBUTIONS", "true")
+    monkeypatch.setenv("AMELIO_SEARCH_EMBEDDING_MODEL", "wordllama")
+    ws, _ = init_workspace(tmp_path / "ws")
+    try:
+        store = workspace_corpus(ws.settings)
+        store.import_file(write_jsonl(tmp_path / "docs.jsonl", DOCS), embedder=None)
+        _, key = keys.create_key(ws.engine, name="bot", role="bot")
+        with TestClient(create_app(ws)) as client:
+            r = client.post(
+                "/v1/search",
+                headers={"Authorization": f"Bearer {key}"},
+                json={"query": "forgot my login", "rankProfile": "semantic"},
+            )
+        assert r.status_code == 200, r.text
+        assert r.json()["results"] == []
+        assert len(store.missing_vectors("wordllama")) == len(DOCS)
+    finally:
+        ws.dispose()

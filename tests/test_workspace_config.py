@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from amelio.errors import ConfigError, WorkspaceNotFound
-from amelio.workspace.config import find_workspace, load_settings
+from amelio.workspace.config import Settings, find_workspace, load_settings
 
 
 def make_ws(path: Path, toml: str = "") -> Path:
@@ -99,3 +99,11 @@ def test_settings_are_frozen(tmp_path: Path) -> None:
     settings = load_settings(make_ws(tmp_path / "ws"))
     with pytest.raises(Exception, match="frozen"):
         settings.port = 1  # type: ignore[misc]
+
+
+def test_max_text_chars_defaults_to_what_the_eval_engine_takes() -> None:
+    """The setting's default is written out in the settings table (which must not
+    import the eval engine); the two limits are one number."""
+    from amelio.evals import MAX_TEXT_CHARS
+
+    assert Settings.model_fields["max_text_chars"].default == MAX_TEXT_CHARS

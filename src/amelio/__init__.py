@@ -11,8 +11,7 @@ a command that only checks eval rules never loads SQLAlchemy.
 import typing as _typing
 
 from amelio._lazy import lazy_namespace as _lazy_namespace
-
-__version__ = "0.1.0"
+from amelio._version import __version__
 
 if _typing.TYPE_CHECKING:
     from amelio.errors import (

@@ -20,13 +20,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import struct
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from amelio.errors import ConfigError
+
+if TYPE_CHECKING:
+    from amelio.workspace.config import Settings
 
 __all__ = [
     "WORDLLAMA",
@@ -34,10 +38,15 @@ __all__ = [
     "WORDLLAMA_WEIGHTS",
     "Embedder",
     "EmbedderUnavailable",
+    "SemanticUnavailable",
     "embed_matrix",
     "load_embedder",
+    "optional_embedder",
+    "search_embedder",
     "wordllama_dir",
 ]
+
+log = logging.getLogger(__name__)
 
 WORDLLAMA = "wordllama"
 
@@ -215,3 +224,46 @@ def load_embedder(name: str, *, setting: str = "the embedding model") -> Embedde
                 _WordLlama() if name == WORDLLAMA else _SentenceTransformer(name, setting)
             )
         return _loaded[name]
+
+
+#: What the semantic profiles' errors suggest instead.
+_LEXICAL_ONLY = "use rankProfile bm25 (or alpha 0, which is lexical only)"
+
+
+class SemanticUnavailable(EmbedderUnavailable):
+    """The semantic and hybrid profiles need an embedding model this installation
+    lacks or that is switched off."""
+
+
+_LEXICAL_ONLY = "use rankProfile bm25 (or alpha 0, which is lexical only)"
+
+
+def search_embedder(settings: Settings, what: str = "semantic search") -> Embedder:
+    """The ``search_embedding_model``, or :class:`SemanticUnavailable` saying what to
+    set or install; ``what`` names what needs it in that message."""
+    name = settings.search_embedding_model
+    if not name:
+        raise SemanticUnavailable(
+            f"The {what} needs an embedding model, and search_embedding_model is empty: "
+            "set AMELIO_SEARCH_EMBEDDING_MODEL=wordllama (with `pip install "
+            f"'amelio[semantic]'`), or {_LEXICAL_ONLY}."
+        )
+    try:
+        return load_embedder(name, setting="AMELIO_SEARCH_EMBEDDING_MODEL")
+    except EmbedderUnavailable as exc:
+        raise SemanticUnavailable(
+            f"The {what} needs an embedding model, which this "
+            f"installation lacks. {exc.message} Or "
+            f"{_LEXICAL_ONLY}."
+        ) from exc
+
+
+def optional_embedder(settings: Settings) -> Embedder | None:
+    """:func:`search_embedder` when it can be had, else None: imports embed eagerly
+    when they can, and stay lexical (healed on the first semantic search) when
+    they cannot."""
+    try:
+        return search_embedder(settings)
+    except SemanticUnavailable as exc:
+        log.info("documents are not embedded: %s", exc.message)
+        return None

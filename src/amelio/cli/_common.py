@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-import amelio
+from amelio._version import __version__
 from amelio.errors import AmelioError
 
 if TYPE_CHECKING:
@@ -221,7 +221,7 @@ project_option = click.option(
     lazy_commands=COMMANDS,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
-@click.version_option(amelio.__version__, prog_name="amelio")
+@click.version_option(__version__, prog_name="amelio")
 @click.option(
     "--workspace",
     "-w",

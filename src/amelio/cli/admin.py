@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-import amelio
 from amelio import db
+from amelio._version import __version__
 from amelio.cli._common import (
     handle_errors,
     json_option,
@@ -302,7 +302,7 @@ def _serve_app(
     host = host or ws.settings.host
     port = port or ws.settings.port
     click.echo(
-        f"Amelio {amelio.__version__} serving {ws.root} at http://{host}:{port}/ "
+        f"Amelio {__version__} serving {ws.root} at http://{host}:{port}/ "
         f"(API docs: http://{host}:{port}/docs)"
     )
     uvicorn.run(app, host=host, port=port, **_logging_options(log_format))
@@ -333,7 +333,7 @@ def _serve(
     host = host or ws.settings.host
     port = port or ws.settings.port
     click.echo(
-        f"Amelio {amelio.__version__} serving {ws.root} at http://{host}:{port}/ "
+        f"Amelio {__version__} serving {ws.root} at http://{host}:{port}/ "
         f"(API docs: http://{host}:{port}/docs, {workers} worker processes)"
     )
     # uvicorn starts each worker as a fresh process from an import string, so the

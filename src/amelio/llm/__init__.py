@@ -54,6 +54,6 @@ def get_provider(settings: Settings, *, purpose: str = "This") -> Provider:
             f"{', '.join(sorted(types))}, none.",
             field="llm_provider",
         )
-    from amelio.ops.metrics import InstrumentedProvider
+    from amelio.llm.instrumented import InstrumentedProvider
 
     return InstrumentedProvider(provider_type.build(settings))  # type: ignore[return-value]

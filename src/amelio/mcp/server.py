@@ -44,11 +44,12 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-import amelio
 from amelio import evals, knowledge, skills
+from amelio._version import __version__
 from amelio.assistant import learnings, quality
 from amelio.assistant import respond as assistant
 from amelio.assistant.prompt import build_prompt
+from amelio.contributions.policy import browsers_embed
 from amelio.errors import AmelioError, AuthError, ConfigError, InvalidInput
 from amelio.routing.router import route_message
 from amelio.search import Searcher
@@ -445,7 +446,7 @@ if _SDK_MISSING is None:
         def __init__(self, workspace: Workspace, project: str) -> None:
             super().__init__(
                 SERVER_NAME,
-                version=amelio.__version__,
+                version=__version__,
                 instructions=_INSTRUCTIONS,
                 log_level="WARNING",
             )
@@ -458,7 +459,10 @@ if _SDK_MISSING is None:
             """The server's one searcher over stdio (its warm cache outlives a call)."""
             with self._lock:
                 if self._searcher is None:
-                    self._searcher = Searcher(self.workspace)
+                    self._searcher = Searcher(
+                        self.workspace,
+                        defer_missing_vectors=browsers_embed(self.workspace.settings),
+                    )
                 return self._searcher
 
         async def _handle_list_resources(

@@ -50,8 +50,8 @@ from typing import IO, Any
 
 import sqlalchemy as sa
 
-import amelio
 from amelio import db
+from amelio._version import __version__
 from amelio.db import engine as db_engine
 from amelio.errors import AmelioError, ConfigError, Conflict, InvalidInput
 from amelio.workspace.config import CONFIG_FILE, DATA_DIR, Settings, load_settings
@@ -217,7 +217,7 @@ def backup_workspace(
             shutil.copyfile(root / rel, staged[rel])
         key_source, fingerprint = _key_of(settings, staged.get(SECRET_KEY))
         manifest = Manifest(
-            amelio_version=amelio.__version__,
+            amelio_version=__version__,
             migration=_migration(staged[DATABASE]),
             created_at=now,
             files=tuple(
@@ -461,7 +461,7 @@ def _check_migration(migration: str) -> None:
     if migration not in known:
         raise InvalidInput(
             f"The backup's database is at migration {migration}, which this Amelio "
-            f"({amelio.__version__}, newest migration {known[0]}) does not know: restore it "
+            f"({__version__}, newest migration {known[0]}) does not know: restore it "
             "with the Amelio that made it, or a newer one.",
             migration=migration,
         )

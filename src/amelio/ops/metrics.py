@@ -46,17 +46,14 @@ from amelio.db.schema import (
     search_impressions,
     search_state,
 )
-from amelio.ops.tracing import span
 
 if TYPE_CHECKING:
-    from amelio.llm.base import Completion, LLMRequest, Provider, StreamEvent
     from amelio.workspace.folder import Workspace
 
 __all__ = [
     "CONTENT_TYPE_LATEST",
     "REGISTRY",
     "DatabaseCollector",
-    "InstrumentedProvider",
     "MetricsMiddleware",
     "exposition",
     "observe_request",
@@ -124,89 +121,6 @@ def record_feedback(outcomes: Iterable[tuple[str, str | None]]) -> None:
 
 def record_search_cache(hit: bool) -> None:
     SEARCH_CACHE.labels("hit" if hit else "miss").inc()
-
-
-class InstrumentedProvider:
-    """Any provider, with its calls counted: every feature that asks the LLM (chat,
-    Sage, the judge, distilled learnings) goes through :func:`amelio.llm.get_provider`,
-    which wraps what it returns in this."""
-
-    def __init__(self, inner: Provider) -> None:
-        self.inner = inner
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    @property
-    def name(self) -> str:
-        return self.inner.name
-
-    @property
-    def model(self) -> str:
-        return self.inner.model
-
-    def _done(self, completion: Completion, seconds: float) -> None:
-        provider, model = completion.provider or self.name, completion.model or self.model
-        LLM_CALLS.labels(provider, model, "ok").inc()
-        LLM_SECONDS.labels(provider, model).observe(seconds)
-        if completion.input_tokens:
-            LLM_TOKENS.labels(provider, model, "input").inc(completion.input_tokens)
-        if completion.output_tokens:
-            LLM_TOKENS.labels(provider, model, "output").inc(completion.output_tokens)
-
-    def _failed(self) -> None:
-        LLM_CALLS.labels(self.name, self.model, "error").inc()
-
-    def _span(self, request: LLMRequest) -> Any:
-        """The call's span, as OpenTelemetry's GenAI semantic conventions name it."""
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": self.name,
-            "gen_ai.request.model": self.model,
-            "gen_ai.request.max_tokens": request.max_tokens,
-        }
-        if request.temperature is not None:
-            attributes["gen_ai.request.temperature"] = request.temperature
-        return span(f"chat {self.model}", attributes, client=True)
-
-    @staticmethod
-    def _usage(current: Any, completion: Completion) -> None:
-        if current is None:
-            return
-        current.set_attribute("gen_ai.response.model", completion.model)
-        if completion.input_tokens is not None:
-            current.set_attribute("gen_ai.usage.input_tokens", completion.input_tokens)
-        if completion.output_tokens is not None:
-            current.set_attribute("gen_ai.usage.output_tokens", completion.output_tokens)
-
-    def complete(self, request: LLMRequest) -> Completion:
-        started = time.perf_counter()
-        with self._span(request) as current:
-            try:
-                completion = self.inner.complete(request)
-            except Exception:
-                self._failed()
-                raise
-            self._usage(current, completion)
-        self._done(completion, time.perf_counter() - started)
-        return completion
-
-    def stream(self, request: LLMRequest) -> Iterator[StreamEvent]:
-        from amelio.llm.base import Completion
-
-        started = time.perf_counter()
-        with self._span(request) as current:
-            try:
-                for event in self.inner.stream(request):
-                    if isinstance(event, Completion):
-                        self._usage(current, event)
-                        self._done(event, time.perf_counter() - started)
-                    yield event
-            except GeneratorExit:
-                raise
-            except Exception:
-                self._failed()
-                raise
 
 
 class DatabaseCollector(Collector):

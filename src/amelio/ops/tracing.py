@@ -26,7 +26,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-import amelio
+from amelio._version import __version__
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -69,7 +69,7 @@ def span(
         yield None
         return
     kind = trace.SpanKind.CLIENT if client else trace.SpanKind.INTERNAL
-    tracer = trace.get_tracer("amelio", amelio.__version__)
+    tracer = trace.get_tracer("amelio", __version__)
     with tracer.start_as_current_span(
         name, kind=kind, attributes=dict(attributes or {})
     ) as current:
@@ -122,7 +122,7 @@ def _set_provider(mode: str) -> None:
         log.info("tracing: the process already has a tracer provider; spans go there")
         return
     provider = TracerProvider(
-        resource=Resource.create({"service.name": "amelio", "service.version": amelio.__version__})
+        resource=Resource.create({"service.name": "amelio", "service.version": __version__})
     )
     if mode == "console":
         provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))

@@ -34,8 +34,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-import amelio
 from amelio import db
+from amelio._version import __version__
 from amelio.db.schema import aware, metadata, utcnow
 from amelio.errors import ConfigError, InvalidInput
 from amelio.workspace.folder import Workspace
@@ -265,7 +265,7 @@ def export_workspace(
         os.chmod(secret, 0o600)
     manifest = {
         "format": FORMAT,
-        "amelio": amelio.__version__,
+        "amelio": __version__,
         "revision": revision,
         "database": ws.engine.dialect.name,
         "createdAt": utcnow().isoformat(),

@@ -54,7 +54,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import amelio
+from amelio._version import __version__
 from amelio.workspace.discovery import CONFIG_FILE, DATA_DIR, ENV_PREFIX, find_workspace
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def _inputs(root: Path, project: str, scorer: str | None) -> str:
     ]
     for part in (
         str(FORMAT),
-        amelio.__version__,
+        __version__,
         str(root),
         project,
         scorer or "",

@@ -24,9 +24,6 @@ from amelio.search.service import (
     PROFILES,
     Searcher,
     SearchResponse,
-    SemanticUnavailable,
-    optional_embedder,
-    search_embedder,
 )
 
 __all__ = [
@@ -38,9 +35,6 @@ __all__ = [
     "ImportReport",
     "SearchResponse",
     "Searcher",
-    "SemanticUnavailable",
     "aggregate",
-    "optional_embedder",
     "rebuild",
-    "search_embedder",
 ]

@@ -43,7 +43,7 @@ from ulid import ULID
 
 from amelio.db.engine import transaction
 from amelio.db.schema import search_impressions
-from amelio.embeddings import Embedder, EmbedderUnavailable, load_embedder
+from amelio.embeddings import Embedder, search_embedder
 from amelio.errors import InvalidInput
 from amelio.feedback.tokens import token_signer
 from amelio.ops.metrics import record_search_cache
@@ -75,11 +75,7 @@ __all__ = [
     "RankedDoc",
     "SearchResponse",
     "Searcher",
-    "SemanticUnavailable",
-    "import_embedder",
-    "optional_embedder",
     "query_key",
-    "search_embedder",
 ]
 
 log = logging.getLogger("amelio.search")
@@ -95,14 +91,6 @@ AGGREGATE_EVERY_S = 5.0
 #: The longest session or user id a search accepts: the bound feedback events have.
 MAX_ID_CHARS = 200
 _DAY_MS = 86_400_000
-
-
-class SemanticUnavailable(EmbedderUnavailable):
-    """The semantic and hybrid profiles need an embedding model this installation
-    lacks or that is switched off."""
-
-
-_LEXICAL_ONLY = "use rankProfile bm25 (or alpha 0, which is lexical only)"
 
 
 class _Ranking(NamedTuple):
@@ -151,45 +139,6 @@ class SearchResponse:
             ],
             "feedbackToken": self.token,
         }
-
-
-def search_embedder(settings: Settings, what: str = "semantic search") -> Embedder:
-    """The ``search_embedding_model``, or :class:`SemanticUnavailable` saying what to
-    set or install; ``what`` names what needs it in that message."""
-    name = settings.search_embedding_model
-    if not name:
-        raise SemanticUnavailable(
-            f"The {what} needs an embedding model, and search_embedding_model is empty: "
-            "set AMELIO_SEARCH_EMBEDDING_MODEL=wordllama (with `pip install "
-            f"'amelio[semantic]'`), or {_LEXICAL_ONLY}."
-        )
-    try:
-        return load_embedder(name, setting="AMELIO_SEARCH_EMBEDDING_MODEL")
-    except EmbedderUnavailable as exc:
-        raise SemanticUnavailable(
-            f"The {what} needs an embedding model, which this "
-            f"installation lacks. {exc.message} Or "
-            f"{_LEXICAL_ONLY}."
-        ) from exc
-
-
-def optional_embedder(settings: Settings) -> Embedder | None:
-    """:func:`search_embedder` when it can be had, else None: imports embed eagerly
-    when they can, and stay lexical (healed on the first semantic search) when
-    they cannot."""
-    try:
-        return search_embedder(settings)
-    except SemanticUnavailable as exc:
-        log.info("documents are not embedded: %s", exc.message)
-        return None
-
-
-def import_embedder(settings: Settings) -> Embedder | None:
-    """What an import embeds its documents with: :func:`optional_embedder`, or None
-    when browsers embed them (:func:`~amelio.search.engines.registry.browsers_embed`)."""
-    from amelio.search.engines.registry import browsers_embed
-
-    return None if browsers_embed(settings) else optional_embedder(settings)
 
 
 def check_request(query: str, profile: str, alpha: float, limit: int) -> str:
@@ -252,10 +201,15 @@ class Searcher:
         background_aggregation: bool = True,
         embedder: Embedder | None = None,
         clock: Callable[[], float] = time.time,
+        defer_missing_vectors: bool = False,
     ) -> None:
         self.workspace = workspace
         self.settings = workspace.settings
-        self.engine: SearchEngine = engine or corpus or open_engine(self.settings)
+        self.engine: SearchEngine = (
+            engine
+            or corpus
+            or open_engine(self.settings, defer_missing_vectors=defer_missing_vectors)
+        )
         self.embedder = embedder
         self.signer = token_signer(self.settings)
         #: The feedback collector's hasher: an impression's session hash must equal

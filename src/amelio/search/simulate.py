@@ -54,13 +54,14 @@ import sqlalchemy as sa
 
 from amelio.db.engine import transaction
 from amelio.db.schema import search_signals, search_state
+from amelio.embeddings import search_embedder
 from amelio.errors import InvalidInput
 from amelio.feedback import Collector, new_event_id
 from amelio.search.aggregation import aggregate
 from amelio.search.clickmodel import utility
 from amelio.search.engines.registry import open_engine
 from amelio.search.relevance import TOP, Dataset, load_dataset, ndcg_at
-from amelio.search.service import Searcher, SearchResponse, search_embedder
+from amelio.search.service import Searcher, SearchResponse
 from amelio.search.store import DocumentStore
 from amelio.workspace.config import Settings
 from amelio.workspace.folder import Workspace, open_workspace

@@ -11,7 +11,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-import amelio
+from amelio._version import __version__
 from amelio.ops import tracing
 from amelio.ops.metrics import MetricsMiddleware
 from amelio.server.errors import error_responses, install_error_handlers
@@ -51,7 +51,7 @@ def create_app(workspace: Workspace) -> FastAPI:
     """The service for ``workspace``, whose database must already be migrated."""
     app = FastAPI(
         title="Amelio",
-        version=amelio.__version__,
+        version=__version__,
         summary="Assistants and search that improve from their own use.",
         docs_url="/docs",
         redoc_url=None,

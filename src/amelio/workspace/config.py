@@ -27,7 +27,6 @@ from pydantic_settings import (
 )
 
 from amelio.errors import ConfigError
-from amelio.evals.rules import MAX_TEXT_CHARS
 from amelio.workspace.discovery import CONFIG_FILE, DATA_DIR, ENV_PREFIX, find_workspace
 
 __all__ = [
@@ -464,7 +463,7 @@ class Settings(BaseSettings):
     host: str = Field(default="127.0.0.1", description="Address `amelio serve` binds to.")
     port: int = Field(default=8000, ge=1, le=65535, description="Port `amelio serve` binds to.")
     max_text_chars: int = Field(
-        default=MAX_TEXT_CHARS,
+        default=1_000_000,  # amelio.evals.MAX_TEXT_CHARS, what evaluate() takes unless told
         ge=1,
         description="Largest text (answer, message) the eval engine and API accept, in chars.",
     )

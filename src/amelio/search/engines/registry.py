@@ -49,7 +49,6 @@ __all__ = [
     "EngineType",
     "RankingEngine",
     "SearchEngine",
-    "browsers_embed",
     "open_collection",
     "open_engine",
     "search_engines",
@@ -140,17 +139,6 @@ def _open_fts5(settings: Settings) -> SearchEngine:
     return Corpus.for_workspace(settings.data_dir)
 
 
-def browsers_embed(settings: Settings) -> bool:
-    """Whether the corpus's missing vectors are left to browsers that lend idle compute
-    (:mod:`amelio.contributions`). Imports then store documents without embedding them,
-    and semantic search does not embed them either. It is exactly when the contribution
-    service hands out tasks (its ``unavailable`` is None): were the two to differ,
-    documents would wait for browsers that are never given them."""
-    from amelio.contributions.service import unavailable
-
-    return unavailable(settings) is None
-
-
 def _open_vespa(settings: Settings) -> SearchEngine:
     from amelio.search.engines.vespa import VespaBackend
 
@@ -185,10 +173,15 @@ def search_engines() -> dict[str, EngineType]:
     return found
 
 
-def open_engine(settings: Settings, name: str | None = None) -> SearchEngine:
-    """The engine ``name`` (default: the ``search_backend`` setting) for ``settings``;
-    a document store (any engine built on one, a plugin's too) leaves its missing
-    vectors to browsers when :func:`browsers_embed` says so."""
+def open_engine(
+    settings: Settings, name: str | None = None, *, defer_missing_vectors: bool = False
+) -> SearchEngine:
+    """The engine ``name`` (default: the ``search_backend`` setting) for ``settings``.
+
+    With ``defer_missing_vectors``, a document store (any engine built on one, a
+    plugin's too) leaves the vectors it lacks to someone else (browsers lending idle
+    compute: the caller asks :func:`amelio.contributions.browsers_embed`) instead of
+    embedding them at the first semantic search."""
     from amelio.search.store import DocumentStore
 
     name = name or settings.search_backend
@@ -201,21 +194,21 @@ def open_engine(settings: Settings, name: str | None = None) -> SearchEngine:
         )
     engine = engines[name].open(settings)
     if isinstance(engine, DocumentStore):
-        engine.defer_missing_vectors = browsers_embed(settings)
+        engine.defer_missing_vectors = defer_missing_vectors
     return engine
 
 
-def workspace_corpus(settings: Settings) -> DocumentStore:
+def workspace_corpus(settings: Settings, *, defer_missing_vectors: bool = False) -> DocumentStore:
     """The workspace's own document store, under its configured engine: what
     ``amelio corpus`` imports into and reindexes. On an engine that ranks
     elsewhere (Vespa) it is the default embedded one, which ``amelio vespa feed``
     sends from."""
     from amelio.search.store import DocumentStore
 
-    engine = open_engine(settings)
+    engine = open_engine(settings, defer_missing_vectors=defer_missing_vectors)
     if isinstance(engine, DocumentStore):
         return engine
-    embedded = open_engine(settings, "embedded")
+    embedded = open_engine(settings, "embedded", defer_missing_vectors=defer_missing_vectors)
     assert isinstance(embedded, DocumentStore)
     return embedded
 

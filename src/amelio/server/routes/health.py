@@ -17,8 +17,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-import amelio
 from amelio import db
+from amelio._version import __version__
 from amelio.errors import DatabaseError
 from amelio.ops import metrics
 from amelio.server.auth import require
@@ -66,7 +66,7 @@ async def prometheus(request: Request, _: Admin) -> Response:
 @router.get("/v1/health", summary="Database reachable and migrated (public)")
 def health(request: Request) -> JSONResponse:
     engine = request.app.state.workspace.engine
-    body: dict[str, Any] = {"version": amelio.__version__, "database": engine.dialect.name}
+    body: dict[str, Any] = {"version": __version__, "database": engine.dialect.name}
     head = db.head_revision()
     try:
         current = db.current_revision(engine)

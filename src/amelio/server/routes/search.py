@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from amelio.contributions.policy import browsers_embed
 from amelio.search import Searcher
 from amelio.search.counts import signals_for
 from amelio.search.service import MAX_ID_CHARS, query_key
@@ -66,7 +67,10 @@ def searcher(request: Request) -> Searcher:
         with _lock:
             found = getattr(state, "searcher", None)
             if found is None:
-                found = state.searcher = Searcher(state.workspace)
+                found = state.searcher = Searcher(
+                    state.workspace,
+                    defer_missing_vectors=browsers_embed(state.workspace.settings),
+                )
     return found
 
 
