@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import click
+import pytest
+from pydantic import BaseModel, Field, SecretStr
 
 import amelio
 from amelio import hookspecs
 from amelio.cli import main
+from amelio.cli._docs import (
+    cell,
+    command_table,
+    help_line,
+    leaf_commands,
+    settings_table,
+    synopsis,
+)
 from amelio.workspace.config import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,6 +66,78 @@ def test_every_command_is_documented() -> None:
 
     for command in walk(main, []):
         assert f"amelio {command}" in text, command
+
+
+# -- the generated reference tables ---------------------------------------------------------
+
+
+def test_every_command_is_in_exactly_one_generated_table() -> None:
+    """A new command must be placed in a section of cli.md (a cog block naming it),
+    and the row there must be the one its click definition generates now."""
+    text = (DOCS / "cli.md").read_text()
+    for path, command in leaf_commands():
+        row = f"| `{cell(synopsis(command, ['amelio', *path]))}` |"
+        assert text.count(row) == 1, f"amelio {' '.join(path)}: {text.count(row)} rows"
+
+
+def test_a_table_naming_an_unknown_command_fails() -> None:
+    with pytest.raises(ValueError, match="no command `amelio skills nope`"):
+        command_table("skills nope")
+
+
+def test_a_synopsis_shows_arguments_then_required_then_optional_options() -> None:
+    @click.command()
+    @click.argument("files", nargs=-1, required=True)
+    @click.argument("target", required=False)
+    @click.option("--limit", type=int, default=5)
+    @click.option("--notebook", required=True)
+    @click.option("--format", type=click.Choice(["table", "json"]))
+    @click.option("--skill", "skills", multiple=True)
+    @click.option("--swap/--no-swap", default=True)
+    @click.option("--out", type=click.Path(file_okay=False))
+    @click.option("--map", metavar="ACTION=TYPE")
+    @click.option("--json", "as_json", is_flag=True)
+    @click.option("--secret", hidden=True)
+    def cmd(**_: object) -> None:
+        """Do it.
+
+        \b
+        Exit 1 on failure.\f
+        Not for users."""
+
+    assert synopsis(cmd, ["amelio", "x"]) == (
+        "amelio x FILES… [TARGET] --notebook NOTEBOOK [--limit N] [--format table|json] "
+        "[--skill SKILLS]… [--swap/--no-swap] [--out DIR] [--map ACTION=TYPE] [--json]"
+    )
+    assert help_line(cmd) == "Do it. Exit 1 on failure."
+
+
+def test_a_cell_escapes_pipes_everywhere_and_tags_outside_code() -> None:
+    assert cell("a | b <dir> `x|y <z>`\n  c") == "a \\| b &lt;dir> `x\\|y <z>` c"
+
+
+def test_the_settings_table_reads_types_bounds_and_defaults() -> None:
+    class Demo(BaseModel):
+        profile: Literal["bm25", "hybrid"] = Field(default="bm25", description="Rank | profile.")
+        enabled: bool = Field(default=False, description="On or off.")
+        key: SecretStr = Field(default=SecretStr(""), description="A key.")
+        share: float = Field(default=0.1, ge=0, le=0.5, description="A share.")
+        confidence: float = Field(default=0.95, gt=0.5, lt=1, description="Sure.")
+        batch: int = Field(default=64, ge=1, description="Per task.")
+        threshold: float | None = Field(default=None, description="Learned when unset.")
+        url: str = Field(default="", description="Empty means <workspace>.")
+
+    rows = settings_table(Demo).splitlines()[2:]
+    assert rows == [
+        "| `profile` | `AMELIO_PROFILE` | `bm25` | `bm25`, `hybrid` | Rank \\| profile. |",
+        "| `enabled` | `AMELIO_ENABLED` | `false` | `true`, `false` | On or off. |",
+        "| `key` | `AMELIO_KEY` | empty | text, masked | A key. |",
+        "| `share` | `AMELIO_SHARE` | `0.1` | number, 0 to 0.5 | A share. |",
+        "| `confidence` | `AMELIO_CONFIDENCE` | `0.95` | number, > 0.5 and &lt; 1 | Sure. |",
+        "| `batch` | `AMELIO_BATCH` | `64` | integer, ≥ 1 | Per task. |",
+        "| `threshold` | `AMELIO_THRESHOLD` | unset | number, or unset | Learned when unset. |",
+        "| `url` | `AMELIO_URL` | empty | text | Empty means &lt;workspace>. |",
+    ]
 
 
 def test_readme_shows_the_two_commands() -> None:
