@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import io
+import re
+import tokenize
 from pathlib import Path
 from typing import Literal
 
@@ -138,6 +142,55 @@ def test_the_settings_table_reads_types_bounds_and_defaults() -> None:
         "| `threshold` | `AMELIO_THRESHOLD` | unset | number, or unset | Learned when unset. |",
         "| `url` | `AMELIO_URL` | empty | text | Empty means &lt;workspace>. |",
     ]
+
+
+# -- docstrings say what a thing means, not where it was specified --------------------------
+
+#: The forms a pointer into a source document or the issue tracker takes (a seed's
+#: pillar or document number, a section sign, an issue number): a reader of the code
+#: does not have those documents. A public standard's section ("RFC 4648" and a
+#: section sign) is a reference anyone can follow, so it is allowed.
+CITATION = re.compile(r"\bseed (?:pillar|\d{3})|\bpillar \d|§|\bissue #?\d|\(#\d+\)", re.I)
+STANDARD = re.compile(r"\bRFC \d+ §")
+
+
+def _citations(path: Path) -> list[tuple[int, str]]:
+    """(line, citation) for each docstring or comment of PATH that cites one."""
+    source = path.read_text(encoding="utf-8")
+    texts: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                texts.append((node.body[0].lineno, doc))
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            texts.append((token.start[0], token.string))
+    return sorted(
+        (line, m.group()) for line, text in texts if (m := CITATION.search(STANDARD.sub("", text)))
+    )
+
+
+def test_no_docstring_or_comment_cites_a_source_document_or_an_issue() -> None:
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {citation!r}"
+        for folder in ("src", "tests", "benchmarks")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for line, citation in _citations(path)
+    ]
+    assert not found, "say what it means instead:\n" + "\n".join(found)
+
+
+def test_the_citation_check_reads_docstrings_and_comments_only(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text(
+        '"""Routing (seed pillar 2)."""\n'
+        "# Search (issue 9).\n"
+        "def f():\n"
+        '    """Shape of §3.2; see RFC 4648 §4."""\n'
+        '    return "ticket #12 (#19) is data, not a citation"  # fixed in (#19)\n'
+    )
+    assert _citations(module) == [(1, "seed pillar"), (2, "issue 9"), (4, "§"), (5, "(#19)")]
 
 
 def test_readme_shows_the_two_commands() -> None:
