@@ -11,6 +11,7 @@ from typing import Literal
 
 import click
 import pytest
+from markdown_it import MarkdownIt
 from pydantic import BaseModel, Field, SecretStr
 
 import amelio
@@ -142,6 +143,52 @@ def test_the_settings_table_reads_types_bounds_and_defaults() -> None:
         "| `threshold` | `AMELIO_THRESHOLD` | unset | number, or unset | Learned when unset. |",
         "| `url` | `AMELIO_URL` | empty | text | Empty means &lt;workspace>. |",
     ]
+
+
+# -- the docs hold together -----------------------------------------------------------------
+
+
+def _slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as -."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _headings_and_links(path: Path) -> tuple[set[str], list[str]]:
+    headings: set[str] = set()
+    links: list[str] = []
+    tokens = MarkdownIt().parse(path.read_text(encoding="utf-8"))
+    for previous, token in zip([None, *tokens], tokens, strict=False):
+        if token.type == "inline" and previous is not None and previous.type == "heading_open":
+            headings.add(_slug("".join(child.content for child in token.children or [])))
+        for child in token.children or []:
+            if child.type == "link_open":
+                links.append(str(child.attrs["href"]))
+    return headings, links
+
+
+def test_every_relative_link_in_the_docs_resolves() -> None:
+    """A renamed heading or page breaks the links to it; this says which."""
+    pages = [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
+    anchors = {page.resolve(): _headings_and_links(page)[0] for page in pages}
+    broken = []
+    for page in pages:
+        for href in _headings_and_links(page)[1]:
+            if re.match(r"[a-z][a-z0-9+.-]*:|/", href):  # another site, or the service's
+                continue
+            path, _, anchor = href.partition("#")
+            target = (page.parent / path).resolve() if path else page.resolve()
+            if not target.exists():
+                broken.append(f"{page.name}: {href} (no such file)")
+            elif anchor and target.suffix == ".md" and anchor not in anchors.get(target, set()):
+                broken.append(f"{page.name}: {href} (no such heading)")
+    assert not broken, "\n".join(broken)
+
+
+def test_the_readme_lists_every_doc_page() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    listing = readme[readme.index("**Docs:**") :].split("\n\n")[0]
+    missing = [p.name for p in sorted(DOCS.glob("*.md")) if f"(docs/{p.name})" not in listing]
+    assert not missing, f"add {missing} to the docs list at the top of README.md"
 
 
 # -- docstrings say what a thing means, not where it was specified --------------------------
