@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: demo test test-fast install dev lint format typecheck bench clean
+.PHONY: demo test test-fast install dev lint format typecheck docs bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,7 @@ test: dev
 	$(BIN)/ruff check src tests benchmarks .ci
 	$(BIN)/ruff format --check src tests benchmarks .ci
 	$(BIN)/lint-imports
+	$(BIN)/cog --check --diff --check-fail-msg 'run `make docs`' docs/configuration.md docs/cli.md
 	$(BIN)/python -m pytest
 
 ## test-fast: the test suite without the tests marked slow (CI and `make test` run them all)
@@ -43,6 +44,10 @@ format: dev
 
 typecheck: dev
 	$(BIN)/mypy
+
+## docs: regenerate the settings and command tables in docs/ from the code (cog)
+docs: dev
+	$(BIN)/cog -r docs/configuration.md docs/cli.md
 
 ## bench: every benchmark, then one table of targets met or missed (exit 1 if any missed)
 bench: $(BIN)/python

@@ -1,4 +1,4 @@
-"""One actor cannot steer ranking (issue #15).
+"""One actor cannot steer ranking.
 
 A session that searched a query forty times and clicked its tenth result each time
 used to lift that document to rank 4: clicks were capped per session, but the

@@ -1,4 +1,4 @@
-"""Regression tests for what an attacker's probe found (issue #15): every hostile
+"""Regression tests for what an attacker's probe found: every hostile
 input gets a clear 4xx, never a 500, and keys bound to projects stay inside them."""
 
 from __future__ import annotations

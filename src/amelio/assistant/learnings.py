@@ -1,4 +1,4 @@
-"""The reflect loop: corrections become rules injected into every later prompt (seed pillar 3).
+"""The reflect loop: corrections become rules injected into every later prompt.
 
 Each learning is one item with an id, a source (``fixit``, ``negative``,
 ``manual``, ``sage``), an optional skill scope and ``helpful``/``harmful``

@@ -1,4 +1,4 @@
-"""Idle compute lent by browsers (MartyContributionV1, issue 20).
+"""Idle compute lent by browsers (the MartyContributionV1 contract).
 
 Pages running ``amelio.js`` may, with the person's consent and within a CPU
 budget for their device's tier, embed search documents the server has not

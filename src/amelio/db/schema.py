@@ -522,7 +522,7 @@ feedback_tombstones = sa.Table(
 )
 
 
-# The knowledge loop (seed pillar 5). A notebook belongs to a project and holds
+# The knowledge loop. A notebook belongs to a project and holds
 # sources (a ticket, a wiki page, a file), each cut into chunks; the lexical
 # index is the postings table, so it survives restarts and is shared by every
 # process on the database. ``updated_at`` on a source is the source's own
@@ -618,7 +618,7 @@ knowledge_queue = sa.Table(
 )
 
 
-# Search (issue 9). Every search response is one impression: the ranking a person
+# Search. Every search response is one impression: the ranking a person
 # was shown, the only source of "shown at rank k" counts (clients never report
 # impressions). Signals are per (normalized query, docId) and are derived from
 # impressions and feedback events by an incremental aggregator whose checkpoint
@@ -761,7 +761,7 @@ scheduled_jobs = sa.Table(
     sa.CheckConstraint("outcome IN ('running', 'ok', 'error')", name="outcome"),
 )
 
-# -- idle compute lent by browsers (MartyContributionV1, issue 20) ---------------------
+# -- idle compute lent by browsers (MartyContributionV1) -------------------------------
 # A client is one browser the server issued a signed clientToken to; ``trust`` rises
 # when its results agree with others' and falls sharply when a spot-check proves
 # one wrong. A task is a batch of search documents to embed; ``input`` holds the

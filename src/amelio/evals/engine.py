@@ -1,6 +1,6 @@
 """Binary eval rules: declarative pass/fail checks on an answer, with no AI in the loop.
 
-Seed pillar 1. A skill declares rules in ``<name>.evals.json``; after the model
+A skill declares rules in ``<name>.evals.json``; after the model
 answers, :func:`evaluate` runs every rule and failures become footnotes under the
 answer (``⚠️`` for ``warning``, ``ℹ️`` for ``info``). An interaction succeeds when no
 ``warning`` rule fails.

@@ -1,7 +1,7 @@
 """Feedback events: schema, tokens, collector and the signed event store.
 
 Every interaction with search or the assistant becomes a typed
-``MartyFeedbackEventV1`` (seed 004 §3), collected fire-and-forget without ever
+``MartyFeedbackEventV1`` (a versioned contract), collected fire-and-forget without ever
 storing who the person is. :class:`Collector` is the pipeline (validate,
 consent, token, anonymize, rate-limit, store); :mod:`~amelio.feedback.tokens`
 is shared with search, which issues the ``feedbackToken`` the collector checks.

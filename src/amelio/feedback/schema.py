@@ -1,8 +1,8 @@
 """``MartyFeedbackEventV1``: one typed event per interaction with search or the assistant.
 
-The shape is seed 004 §3.2's: ``session``, ``context``, ``request``, ``result``,
+The contract's shape: ``session``, ``context``, ``request``, ``result``,
 ``outcome`` and ``consent`` sections around an ``eventType``, plus one payload
-section per explicit signal of §3.1.1 (``vote``, ``clarification``, ``hide``,
+section per explicit signal (``vote``, ``clarification``, ``hide``,
 ``problem``, ``correction``). Each event type is its own ``TypedDict`` in a
 union discriminated by ``eventType``, so "a ``result_clicked`` needs a result and a
 rank" is stated by the types (and by the JSON Schema they export) rather than
@@ -337,7 +337,7 @@ class _VoteEvent(_WithOutcome, total=False):
     vote: Required[Vote]
 
 
-# -- explicit signals (§3.1.1) --------------------------------------------------------
+# -- explicit signals: what a person says on purpose -----------------------------------
 
 
 @_ok
@@ -395,7 +395,7 @@ class CorrectionInline(_AboutAnswer, total=False):
     correction: Required[Correction]
 
 
-# -- implicit signals (§3.1.2) --------------------------------------------------------
+# -- implicit signals: what a person's behaviour shows ---------------------------------
 
 
 @_ok

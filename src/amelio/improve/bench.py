@@ -1,4 +1,4 @@
-"""A/B benchmarks: does a proposal make a skill answer better? (seed pillar 7)
+"""A/B benchmarks: does a proposal make a skill answer better?
 
 For each scenario the old and the new content of the skill answer the same
 message through the same pipeline and model. Each answer gets a deterministic

@@ -1,4 +1,4 @@
-"""`amelio improve`: the seed's nightly loop (pillar 4, the "Karpathy loop").
+"""`amelio improve`: each night, weak skills found and changes proposed for a person to approve.
 
 For every project: supersede proposals whose skill moved on, find the
 underperforming skills, skip those that already have a pending proposal, and

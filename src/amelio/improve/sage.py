@@ -1,4 +1,4 @@
-"""Sage: an LLM rewrites underperforming skills from their failures (seed pillar 6).
+"""Sage: an LLM rewrites underperforming skills from their failures.
 
 Sage reads a skill with its evidence (metrics, the rules that fail *with the
 texts of answers that failed them*, the judge's reasons from earlier

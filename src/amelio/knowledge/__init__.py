@@ -1,4 +1,4 @@
-"""The knowledge loop (seed pillar 5, the NotebookLM bridge, built in-house).
+"""The knowledge loop: a semantic memory of business events, with citations, built in-house.
 
 ```
 business events ──► enqueue (202) ──► knowledge_queue ──► SyncWorker / drain()

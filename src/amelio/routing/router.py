@@ -1,4 +1,4 @@
-"""The context router: which skills fit a message (seed pillar 2).
+"""The context router: which skills fit a message.
 
 The router is advisory. It ranks skills and renders the ``SKILLS_HINT`` block
 (names and descriptions, never bodies) so the model focuses on a few; it never

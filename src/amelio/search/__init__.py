@@ -1,4 +1,4 @@
-"""Search that learns from its use (seed 004 §3.3–3.4).
+"""Search that learns from its use: every response logged, every reaction a signal.
 
 :mod:`~amelio.search.engines.registry` is the engine contract and its registry
 (``search_backend``): :class:`~amelio.search.engines.tantivy.TantivyEngine` (the

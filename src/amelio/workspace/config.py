@@ -57,11 +57,13 @@ class Settings(BaseSettings):
     database_url: str = Field(
         default="",
         description="SQLAlchemy URL. Empty means sqlite:///<workspace>/.amelio/amelio.db; "
-        "postgresql+psycopg://user@host/db switches to PostgreSQL.",
+        "postgresql+psycopg://user@host/db switches to PostgreSQL (amelio[postgres]; run "
+        "`amelio db upgrade` after switching).",
     )
     llm_provider: str = Field(
         default="none",
-        description="LLM provider: anthropic, openai, claude-cli, none, or one a plugin registers.",
+        description="LLM provider: anthropic, openai, claude-cli, none, or one a plugin "
+        "registers. With none, everything that needs no LLM works.",
     )
     llm_model: str = Field(default="", description="Model name passed to the provider.")
     llm_base_url: str = Field(
@@ -217,7 +219,7 @@ class Settings(BaseSettings):
         default=5000.0,
         ge=0,
         description="Feedback events per second one API key may send "
-        "(token bucket refill; 0: unlimited).",
+        "(token bucket refill, per server process; 0: unlimited).",
     )
     feedback_burst_key: int = Field(
         default=20_000,
@@ -230,7 +232,10 @@ class Settings(BaseSettings):
         description="Feedback events per second one session may send (0: unlimited).",
     )
     feedback_burst_session: int = Field(
-        default=600, ge=1, description="Feedback events one session may send at once."
+        default=600,
+        ge=1,
+        description="Feedback events one session may send at once; keep it above "
+        "feedback_max_events so that a full batch from one session can pass.",
     )
     pii_scrub: Literal["off", "events", "all"] = Field(
         default="events",
@@ -321,7 +326,8 @@ class Settings(BaseSettings):
         ge=200,
         le=20_000,
         description="Largest chunk a knowledge source is cut "
-        "into, in characters (paragraphs and sentences are kept whole when they fit).",
+        "into, in characters (paragraphs and sentences are kept whole when they fit). "
+        "Applies to sources indexed after a change.",
     )
     knowledge_top_k: int = Field(
         default=5, ge=1, le=50, description="Passages a knowledge query retrieves and cites."
@@ -376,7 +382,8 @@ class Settings(BaseSettings):
         le=100,
         description="Most examinations, clicks, dwells, bounces, pins, "
         "hides and votes one session (and one user) counts for one document on one query per "
-        "UTC day: the guard against one actor steering ranking.",
+        "UTC day: the guard against one actor steering ranking (clients send sessionId "
+        "with POST /v1/search).",
     )
     search_exploration: float = Field(
         default=0.1,
@@ -419,7 +426,8 @@ class Settings(BaseSettings):
         default=False,
         description="Let browsers running amelio.js lend idle compute: they "
         "embed search documents that have no vector yet (GET /v1/contributions/tasks), and "
-        "results two clients agree on are stored (off: no tasks are handed out).",
+        "results two clients agree on are stored (off: no tasks are handed out). "
+        "search_embedding_model must be wordllama.",
     )
     contributions_batch: int = Field(
         default=64,
@@ -486,7 +494,8 @@ class Settings(BaseSettings):
         default=None,
         description="Out-of-scope threshold of the learned router: a message "
         "no skill scores above it gets no SKILLS_HINT. Unset: learned from the examples "
-        "(1.5 until there are 20; 1.0 without embeddings).",
+        "(1.5 until there are 20; 1.0 without embeddings); `amelio route MESSAGE --json` "
+        "shows the threshold in force.",
     )
     router_max_examples: int = Field(
         default=50,
