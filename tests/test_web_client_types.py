@@ -149,9 +149,11 @@ def _js_typedefs(source: str, api: Api) -> None:
         api.types[name.group(1)] = props
 
 
-def _js_body_members(body: str, offset_text: str, offset: int) -> dict[str, Signature]:
-    """Public members of a class or object body: methods and getters at two spaces'
-    indent, and properties assigned as ``this.name =`` (not ``_name`` or ``#name``)."""
+def _js_body_members(source: str, start: int, end: int) -> dict[str, Signature]:
+    """Public members of the class or object body ``source[start:end]``: methods and
+    getters at two spaces' indent, and properties assigned as ``this.name =`` (not
+    ``_name`` or ``#name``)."""
+    body = source[start:end]
     members: dict[str, Signature] = {}
     member = re.compile(
         rf"^  (?:static\s+)?(?:async\s+)?(?:(get|set)\s+)?({IDENT}|#{IDENT})\s*(\(|,|:)", re.M
@@ -163,9 +165,9 @@ def _js_body_members(body: str, offset_text: str, offset: int) -> dict[str, Sign
         if m.group(3) != "(" or m.group(1):
             members[name] = None
             continue
-        start = m.end() - 1
-        doc = _doc_before(offset_text, offset + m.start())
-        members[name] = _js_params(body[start + 1 : _closing(body, start) - 1], doc)
+        opening = m.end() - 1
+        doc = _doc_before(source, start + m.start())
+        members[name] = _js_params(body[opening + 1 : _closing(body, opening) - 1], doc)
     for m in re.finditer(rf"\bthis\.({IDENT})\s*=(?!=)", body):
         if not m.group(1).startswith("_"):
             members.setdefault(m.group(1), None)
@@ -201,7 +203,7 @@ def read_js(sources: list[str]) -> Api:
             name = m.group(1) or m.group(3)
             end = re.compile(r"^\};?$", re.M).search(source, m.end())
             assert end, f"{name}: no closing brace alone on its line"
-            api.members[name] = _js_body_members(source[m.end() : end.start()], source, m.end())
+            api.members[name] = _js_body_members(source, m.end(), end.start())
             if m.group(2):
                 api.bases[name] = m.group(2)
     api.functions = {k: v for k, v in api.functions.items() if k in api.values}
