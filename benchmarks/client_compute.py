@@ -10,7 +10,7 @@ same-origin module that imports the server's); Debian's Chromium driven by Playw
 with ``--clients`` browser contexts. Each context is a browser of its own (its own
 localStorage, so its own client token), with the person's compute consent,
 intensity "max" and idleness forced (``idleAfterMs: 0``, no input ever), running the
-real worker (``amelio-embed-worker.js``) in its real scheduling.
+real worker (``amelio/embed-worker.js``) in its real scheduling.
 
 * **browsers**: wall-clock from opening the pages (each then loads the model: its
   files are served by the server, cold cache) until every document has an accepted
@@ -95,17 +95,18 @@ const amelio = window.amelio = Amelio.init({
   compute: { idleAfterMs: 0%(per_lease)s },
   onError: (e) => (window.errors = window.errors || []).push(e.message),
 });
+const compute = await amelio.loadCompute();
 window.computed = 0;
 window.lastAt = null;
-amelio.compute.addEventListener("status", (e) => {
+compute.addEventListener("status", (e) => {
   if (e.detail.tasks.computed !== window.computed) {
     window.computed = e.detail.tasks.computed;
     window.lastAt = Date.now();
   }
 });
-amelio.compute.setPreferences({
+compute.setPreferences({
   consent: { embed_documents: { search_index: "granted" } }, intensity: "max" });
-amelio.compute.start();
+compute.start();
 document.body.dataset.ready = "1";
 </script></body></html>"""
 

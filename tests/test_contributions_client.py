@@ -1,4 +1,4 @@
-"""Idle compute in amelio.js (``amelio.compute``, MartyContributionV1) in a real browser:
+"""Idle compute in amelio.js (``amelio/compute.js``, MartyContributionV1) in a real browser:
 Debian's Chromium driven by Playwright, over real HTTP on loopback, against a real
 Amelio whose search store has documents without vectors.
 
@@ -45,21 +45,24 @@ PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Idle compute</title></head>
 <body><main id="panel"></main>
 <script type="module">
-import * as module from "%(amelio)s/static/amelio.js";
+import { Amelio } from "%(amelio)s/static/amelio.js";
 const params = new URLSearchParams(location.search);
-const compute = JSON.parse(params.get("compute") || "{}");
+const options = JSON.parse(params.get("compute") || "{}");
 window.errors = [];
-const amelio = window.amelio = module.Amelio.init({
+const amelio = window.amelio = Amelio.init({
   endpoint: "%(amelio)s", key: "%(key)s", project: "default",
-  compute: { ...compute, enabled: false },
+  compute: { ...options, enabled: false },
   onError: (e) => window.errors.push(e.message),
 });
-window.amelioModule = module;
+const compute = await amelio.loadCompute();
+window.amelioModule = await import("%(amelio)s/static/amelio/compute.js");
 window.statuses = [];
-amelio.compute.addEventListener("status", (e) => window.statuses.push(e.detail));
-if (params.get("prefs")) amelio.compute.setPreferences(JSON.parse(params.get("prefs")));
-if (params.get("panel")) window.panel = amelio.settingsPanel(document.getElementById("panel"));
-if (compute.enabled) amelio.compute.start();
+compute.addEventListener("status", (e) => window.statuses.push(e.detail));
+if (params.get("prefs")) compute.setPreferences(JSON.parse(params.get("prefs")));
+if (params.get("panel")) {
+  window.panel = await amelio.settingsPanel(document.getElementById("panel"));
+}
+if (options.enabled) compute.start();
 document.body.dataset.ready = "1";
 </script></body></html>"""
 
@@ -754,6 +757,8 @@ def test_the_demo_page_asks_for_compute_consent_apart_and_shows_the_settings(
             ctx.on("request", lambda r: leases.append(r.url) if TASKS_PATH in r.url else None)
             page = ctx.new_page()
             page.goto(f"{server.url}/demo/search")
+            # Compute's modules load after the page's own script: its panel says when.
+            page.wait_for_selector("#compute-panel .amelio-settings", state="attached")
             assert page.is_visible("#consent")
             box = page.locator("#consent-compute")
             assert not box.is_checked()  # compute is a choice of its own, off by default

@@ -1,4 +1,4 @@
-"""The browser embedder: amelio-embed-worker.js in a real browser (Debian's Chromium,
+"""The browser embedder: amelio/embed-worker.js in a real browser (Debian's Chromium,
 driven by Playwright) must compute the server's WordLlama vectors, and the model-file
 routes must serve it exactly the files the server embeds with.
 
@@ -41,7 +41,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 MODELS = "/v1/contributions/models"
-WORKER = "/static/amelio-embed-worker.js"
+WORKER = "/static/amelio/embed-worker.js"
 
 TEXTS = [
     "Reset your password\nOpen settings, choose security, then reset the password.",
@@ -380,7 +380,7 @@ def test_load_failures_are_reported(page: Any, amelio: str) -> None:
 # be same-origin with its page, so the page starts a tiny blob worker that imports the
 # worker module from Amelio (a module import may cross origins, with CORS).
 CROSS_ORIGIN = """async ([amelio, texts]) => {
-  const url = amelio + "/static/amelio-embed-worker.js";
+  const url = amelio + "/static/amelio/embed-worker.js";
   let direct;
   try { new Worker(url, { type: "module" }); direct = "allowed"; }
   catch (error) { direct = error.name; }

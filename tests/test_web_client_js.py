@@ -11,6 +11,7 @@ origin) and binds the results with a client key, which can only send events.
 from __future__ import annotations
 
 import json
+import mimetypes
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -512,6 +513,36 @@ def test_a_result_read_in_another_tab_dwells_until_the_results_show_again(
     assert len(calls) == 2 and all(c["authorization"] and not c["query"] for c in calls)
 
 
+@pytest.mark.slow
+def test_a_page_that_only_sends_feedback_never_loads_compute(
+    context: Any, site: dict[str, Any]
+) -> None:
+    """Idle compute and its panel are modules of their own, imported when a page asks for
+    them: a page that only sends feedback downloads the entry and the feedback client."""
+    static = f"{site['amelio']}/static/"
+    loaded: list[str] = []
+    context.on(
+        "request",
+        lambda r: loaded.append(r.url[len(static) :]) if r.url.startswith(static) else None,
+    )
+    since = time.monotonic()
+    page = open_search(context, site, "reset password", consent="granted")
+    doc = page.evaluate("window.last.results[0].docId")
+    page.evaluate(f"amelio.vote({doc!r}, 'up')")
+    assert wait_for(lambda: stored(site, since), page=page)  # feedback sent and stored
+    assert sorted(loaded) == ["amelio.js", "amelio/feedback.js"]
+    assert page.evaluate("amelio.compute") is None and page.workers == []
+    # Asked for, compute comes (and the panel only with the panel): the requests seen
+    # above would have shown them.
+    page.evaluate("amelio.loadCompute().then((compute) => compute.status().state)")
+    assert wait_for(lambda: "amelio/compute.js" in loaded, page=page), loaded
+    assert "amelio/panel.js" not in loaded and page.evaluate("amelio.compute !== null")
+    page.evaluate("amelio.settingsPanel(document.body).then(() => true)")
+    assert wait_for(lambda: "amelio/panel.js" in loaded, page=page), loaded
+    assert page.workers == []  # loaded, not started: no worker, no lease
+    assert not [url for url in loaded if "embed-worker" in url]
+
+
 # -- the server side of it -------------------------------------------------------------
 
 
@@ -527,15 +558,39 @@ def _client_app(workspace: Workspace, **overrides: Any) -> Iterator[TestClient]:
         ws.dispose()
 
 
-def test_static_amelio_js_and_its_types_are_served(sqlite_workspace: Workspace) -> None:
+@pytest.fixture
+def host_calls_js_application_javascript() -> Iterator[None]:
+    """The MIME table of a host without /etc/mime.types (Python 3.11's own)."""
+    before = mimetypes.guess_type("x.js")[0] or "text/javascript"
+    mimetypes.add_type("application/javascript", ".js")
+    yield
+    mimetypes.add_type(before, ".js")
+
+
+@pytest.mark.usefixtures("host_calls_js_application_javascript")
+def test_the_client_modules_and_their_types_are_served(sqlite_workspace: Workspace) -> None:
+    """A module script must come as JavaScript whatever the host's MIME table says, and
+    the type declarations as text (Python's table knows .ts as video/mp2t)."""
+    modules = sorted(p.relative_to(STATIC).as_posix() for p in STATIC.rglob("*.js"))
+    declarations = sorted(p.relative_to(STATIC).as_posix() for p in STATIC.rglob("*.d.ts"))
+    assert {"amelio.js", "amelio/feedback.js", "amelio/compute.js", "amelio/panel.js"} <= set(
+        modules
+    )
+    assert "amelio.d.ts" in declarations
     with TestClient(create_app(sqlite_workspace)) as client:
-        r = client.get("/static/amelio.js")
-        assert r.status_code == 200
-        assert "javascript" in r.headers["content-type"]
-        assert "export const Amelio" in r.text
-        types = client.get("/static/amelio.d.ts")
-        assert types.text == (STATIC / "amelio.d.ts").read_text()
-        assert types.headers["content-type"] == "text/plain; charset=utf-8"  # not video/mp2t
+        assert "export const Amelio" in client.get("/static/amelio.js").text
+        for name in modules:
+            r = client.get(f"/static/{name}")
+            assert r.status_code == 200, name
+            assert r.headers["content-type"] == "text/javascript; charset=utf-8", name
+        for name in declarations:
+            r = client.get(f"/static/{name}")
+            assert r.text == (STATIC / name).read_text(encoding="utf-8"), name
+            assert r.headers["content-type"] == "text/plain; charset=utf-8", name
+        # Revalidated (the browser's cache holds it): 304, no body and no type.
+        etag = client.get("/static/amelio.js").headers["etag"]
+        r = client.get("/static/amelio.js", headers={"If-None-Match": etag})
+        assert r.status_code == 304 and "content-type" not in r.headers
 
 
 def test_a_client_key_may_come_as_a_query_parameter_only_for_events(

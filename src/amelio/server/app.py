@@ -103,13 +103,21 @@ def create_app(workspace: Workspace) -> FastAPI:
 
 
 class _StaticFiles(StaticFiles):
-    """The dashboard's files and amelio.js. ``amelio.d.ts`` is text: Python's table of
-    types knows ``.ts`` only as an MPEG transport stream (video/mp2t)."""
+    """The dashboard's files and amelio.js's modules, with content types that do not
+    depend on the host: Python's table (and /etc/mime.types) may call ``.js``
+    application/javascript, and knows ``.ts`` only as an MPEG transport stream
+    (video/mp2t), while a module script must be served as JavaScript and the type
+    declarations (``.d.ts``) are text to read."""
 
     def file_response(self, full_path: Any, *args: Any, **kwargs: Any) -> Response:
         response = super().file_response(full_path, *args, **kwargs)
-        if str(full_path).endswith(".d.ts"):
+        name = str(full_path)
+        if "content-type" not in response.headers:  # a 304: no body, no type
+            return response
+        if name.endswith(".d.ts"):
             response.headers["content-type"] = "text/plain; charset=utf-8"
+        elif name.endswith(".js"):
+            response.headers["content-type"] = "text/javascript; charset=utf-8"
         return response
 
 

@@ -1,7 +1,7 @@
 """The embedding model's files, served to the browser worker of amelio.js.
 
 Browsers that lend idle time embed search documents themselves
-(``amelio-embed-worker.js``), and their vectors are only useful when they are the
+(``amelio/embed-worker.js``), and their vectors are only useful when they are the
 server's own: the worker must run WordLlama's ``l2_supercat`` model on the very same
 tokenizer and weights. Those ship inside the installed ``wordllama`` wheel
 (``amelio[semantic]``), so the service hands out exactly the files it embeds with

@@ -1,8 +1,15 @@
-// Types of amelio.js, Amelio's browser client (docs/client.md). Hand-written:
-// amelio.js needs no build step, and this file documents what it exports.
+// Types of amelio.js, Amelio's browser client (docs/client.md): what the entry module
+// exports (the feedback client, amelio/feedback.js). Idle compute and its settings
+// panel, imported on demand, have theirs beside them (amelio/compute.d.ts,
+// amelio/panel.d.ts). Hand-written, since the modules need no build step; the names,
+// members and parameters are checked against the JSDoc by tests/test_web_client_types.py.
+
+import type { ComputeController, ComputeOptions, DeviceTier } from "./amelio/compute.js";
+import type { SettingsPanel } from "./amelio/panel.js";
+
+export type { ComputeController, ComputeOptions, SettingsPanel };
 
 export type Consent = "granted" | "denied" | "unknown";
-export type DeviceTier = "HIGH+" | "HIGH" | "MID+" | "MID" | "LOW+" | "LOW" | "DEGRADED";
 export type VoteDirection = "up" | "down";
 
 /** What `POST /v1/search` answers (docs/search.md); only these fields are read. */
@@ -53,160 +60,10 @@ export interface InitOptions {
   } | null;
   /** Refused events, failed requests and idle-compute errors (default: console.warn). */
   onError?: (error: AmelioError) => void;
-  /** Idle compute (docs/client.md#idle-compute). Nothing runs before the person grants
-   *  its own consent (`compute.setConsent("granted")` or the settings panel). */
+  /** Idle compute (docs/client.md#idle-compute): given, the page asks for it and
+   *  amelio/compute.js starts loading at once. Nothing runs before the person grants its
+   *  own consent (`compute.setConsent("granted")` or the settings panel). */
   compute?: ComputeOptions;
-}
-
-// -- idle compute --------------------------------------------------------------------
-
-export interface ComputeOptions {
-  /** Start the controller at init (default false: call `compute.start()`). */
-  enabled?: boolean;
-  /** No pointer, key, wheel, scroll or touch input for this long makes the page idle
-   *  (default 30000); a hidden page is idle at once. */
-  idleAfterMs?: number;
-  /** Lower the tier's hourly CPU budget; a larger value changes nothing. */
-  cpuSecondsPerHour?: number;
-  /** Tasks asked for per lease, 1–8 (default: up to 4, as many as the hourly budget
-   *  left covers at the last task's cost; 1 until a task has run). */
-  tasksPerLease?: number;
-  /** The embedding worker (default `amelio-embed-worker.js` beside amelio.js). */
-  workerUrl?: string | URL;
-  /** Called on every status change (as the controller's "status" event). */
-  onStatus?: (status: ComputeStatus) => void;
-}
-
-/** What `deviceTier()` decides from; an unknown fact is null or absent. */
-export interface DeviceFacts {
-  /** `navigator.hardwareConcurrency` */
-  cores?: number | null;
-  /** `navigator.deviceMemory` (Chromium only, at most 8) */
-  memoryGb?: number | null;
-  /** A WebGPU adapter was found. */
-  webgpu?: boolean;
-  /** `navigator.getBattery()`: level from 0 to 1; `charging` unknown is not taken as
-   *  discharging. */
-  battery?: { level: number; charging?: boolean } | null;
-  /** `navigator.connection.saveData` */
-  saveData?: boolean;
-}
-
-/** Local time; `to` before `from` runs past midnight, `from` equal to `to` is all day. */
-export interface ComputeWindow {
-  /** 0 Sunday … 6 Saturday; absent: every day. */
-  days?: number[];
-  /** "HH:MM" */
-  from: string;
-  /** "HH:MM" */
-  to: string;
-}
-
-export interface ComputePreferences {
-  /** taskType → purpose → consent; nothing is granted by default. */
-  consent: Record<string, Record<string, Consent>>;
-  /** 0–100 (default 50, "balanced"). */
-  intensity: number;
-  /** When it may run; empty: any time. */
-  windows: ComputeWindow[];
-  /** CPU-seconds per day (default 600); null: no daily quota. */
-  dailyQuotaSeconds: number | null;
-}
-
-export type IntensityPreset = "off" | "minimal" | "low" | "balanced" | "high" | "max";
-
-export interface ComputePreferenceChanges {
-  consent?: Record<string, Record<string, Consent>>;
-  intensity?: number | IntensityPreset;
-  windows?: ComputeWindow[];
-  dailyQuotaSeconds?: number | null;
-}
-
-export interface ComputeCounts {
-  leased: number;
-  /** Computed and sent. */
-  computed: number;
-  /** Accepted by the server (a second client or its spot-check agreed). */
-  accepted: number;
-  /** Waiting for a second opinion. */
-  pending: number;
-  rejected: number;
-  duplicate: number;
-  /** Leases that ran out first (409), or tasks skipped because theirs had. */
-  expired: number;
-  /** Dropped because the person came back. */
-  interrupted: number;
-  failed: number;
-}
-
-export type ComputeWaitReason =
-  | "consent" | "intensity" | "starting" | "battery" | "tier" | "window" | "quota"
-  | "budget" | "active" | "no-tasks" | "server" | "offline" | "error" | "other-tab";
-
-export interface ComputeStatus {
-  state: "stopped" | "waiting" | "working";
-  /** Why it waits (null unless waiting). */
-  reason: ComputeWaitReason | null;
-  /** When it looks again (epoch ms), when known. */
-  resumeAtMs: number | null;
-  /** Null until the device was examined. */
-  tier: DeviceTier | null;
-  intensity: number;
-  /** The hourly budget in force: the tier's, lowered by the page and the server,
-   *  times intensity / 100. */
-  cpuSecondsPerHour: number;
-  /** CPU-seconds in the last hour, every tab of this browser. */
-  usedLastHour: number;
-  /** CPU-seconds today (local day). */
-  usedToday: number;
-  dailyQuotaSeconds: number | null;
-  /** The server's trust in this client, once known. */
-  trust: number | null;
-  clientId: string | null;
-  /** Counters since the page loaded. */
-  tasks: ComputeCounts;
-  error: string | null;
-}
-
-export interface SettingsPanel {
-  /** The panel's host element (its content is in an open shadow root). */
-  element: HTMLElement;
-  refresh(): void;
-  destroy(): void;
-}
-
-/** `amelio.compute`: an EventTarget whose "status" events carry a ComputeStatus. */
-export class ComputeController extends EventTarget {
-  /** Made by `Amelio.init` as `client.compute`; the client's endpoint, key and project. */
-  constructor(client: AmelioClient, options?: ComputeOptions);
-  /** Amelio's base URL. */
-  readonly endpoint: string;
-  /** Null until the device was examined (`detectTier()`). */
-  readonly tier: DeviceTier | null;
-  /** Work whenever every condition holds (consent first). */
-  start(): void;
-  /** Terminate the worker and drop its task; nothing runs until `start()`. */
-  stop(): void;
-  status(): ComputeStatus;
-  /** A copy of the person's preferences. */
-  preferences(): ComputePreferences;
-  /** Change and keep (localStorage) the person's preferences; throws a TypeError on a
-   *  bad value. */
-  setPreferences(changes: ComputePreferenceChanges): ComputePreferences;
-  /** Consent for one task type and purpose, or for every one this client knows
-   *  (COMPUTE_TASKS); throws a TypeError on a task type or purpose it does not know. */
-  setConsent(consent: Consent, which?: { taskType?: string; purpose?: string }): void;
-  consentFor(taskType: string, purpose: string): Consent;
-  /** Examine the device now (local: nothing is sent). */
-  detectTier(): Promise<DeviceTier>;
-  addEventListener(type: "status", listener: (event: CustomEvent<ComputeStatus>) => void,
-                   options?: boolean | AddEventListenerOptions): void;
-  addEventListener(type: string, listener: EventListenerOrEventListenerObject | null,
-                   options?: boolean | AddEventListenerOptions): void;
-  removeEventListener(type: "status", listener: (event: CustomEvent<ComputeStatus>) => void,
-                      options?: boolean | EventListenerOptions): void;
-  removeEventListener(type: string, listener: EventListenerOrEventListenerObject | null,
-                      options?: boolean | EventListenerOptions): void;
 }
 
 export interface TrackOptions {
@@ -265,10 +122,15 @@ export class AmelioClient {
   hide(docId: string, reason?: string, options?: { queryId?: string }): boolean;
   /** Send what is queued now (keepalive: the request may outlive the page). */
   flush(options?: { keepalive?: boolean }): Promise<void>;
-  /** Idle compute; does nothing until started and consented. */
-  readonly compute: ComputeController;
-  /** Render the idle-compute settings panel into `el` (appended). */
-  settingsPanel(el: Element): SettingsPanel;
+  /** Idle compute's controller once `loadCompute()` made it; null before. */
+  readonly compute: ComputeController | null;
+  /** Idle compute's controller (the init option `compute` its options): the first call
+   *  imports amelio/compute.js, later ones answer the same controller. It does nothing
+   *  until started and consented. */
+  loadCompute(): Promise<ComputeController>;
+  /** Render the idle-compute settings panel into `el` (appended); loads
+   *  amelio/compute.js and amelio/panel.js the first time. */
+  settingsPanel(el: Element): Promise<SettingsPanel>;
   /** Remove every listener and stop idle compute. */
   destroy(): void;
 }
@@ -287,21 +149,3 @@ export const DWELL_POSITIVE_MS: number;
 export function normalizeQuery(text: string): string;
 /** difflib.SequenceMatcher(None, a, b).ratio(), for texts under 200 characters. */
 export function similarity(a: string, b: string): number;
-
-/** The tiers, best first. */
-export const DEVICE_TIERS: readonly DeviceTier[];
-/** CPU-seconds per hour each tier may lend at intensity 100 (frozen). */
-export const CPU_SECONDS_PER_HOUR: Readonly<Record<DeviceTier, number>>;
-export const INTENSITY_PRESETS: Readonly<Record<IntensityPreset, number>>;
-/** Task type → the purposes it may serve. */
-export const COMPUTE_TASKS: Readonly<Record<string, readonly string[]>>;
-/** On battery and not charging, below this level (0.3) nothing runs. */
-export const LOW_BATTERY_LEVEL: number;
-/** The device tier from its facts (docs/client.md#device-tiers). */
-export function deviceTier(facts?: DeviceFacts): DeviceTier;
-/** This browser's facts (local: nothing is sent). */
-export function deviceFacts(): Promise<DeviceFacts>;
-/** Whether `date` (local time; default now) is in one of `windows`; none means any time. */
-export function inTimeWindows(windows: ReadonlyArray<ComputeWindow>, date?: Date): boolean;
-/** Render a controller's settings panel into `el` (appended). */
-export function settingsPanel(compute: ComputeController, el: Element): SettingsPanel;

@@ -3,7 +3,7 @@
  * embeddings, computed in a browser.
  *
  * Why this exists: browsers that lend idle time embed search documents for the
- * server (see amelio-embed-worker.js), and a vector is only worth storing when it is
+ * server (see embed-worker.js), and a vector is only worth storing when it is
  * the one `amelio.embeddings.load_embedder("wordllama").embed(texts)` would have
  * computed, because the server compares the two and stores them side by side. So this
  * module reproduces wordllama's inference step by step, from the very files the
@@ -32,7 +32,7 @@
  *    A text with no token at all ("") has no direction: Python returns NaNs there,
  *    which JSON cannot carry, so this returns zeros.
  *
- * @module amelio-wordllama
+ * @module amelio/wordllama
  */
 
 export const MODEL = "wordllama";

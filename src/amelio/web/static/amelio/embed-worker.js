@@ -1,13 +1,13 @@
 /**
- * amelio-embed-worker.js: a module Web Worker that embeds search documents with
- * WordLlama, for the idle compute a page lends the Amelio server (amelio.js, task type
+ * amelio/embed-worker.js: a module Web Worker that embeds search documents with
+ * WordLlama, for the idle compute a page lends the Amelio server (compute.js, task type
  * `embed_documents`).
  *
  * Why a worker: loading the model (16 MB of weights, a 1.8 MB tokenizer) and embedding
  * must never block the page; the page stops the work at once, on user activity, with
  * `worker.terminate()`. Why WordLlama in plain JavaScript: the vectors are stored
  * next to the server's own and must equal them (cosine ≥ 0.9999), so
- * amelio-wordllama.js reproduces wordllama's tokenizer, weights and pooling exactly,
+ * wordllama.js reproduces wordllama's tokenizer, weights and pooling exactly,
  * from the very files the server embeds with, with no third-party code.
  *
  * Messages (the contract in the project's contribution protocol):
@@ -34,9 +34,9 @@
  * string, gets zeros.
  */
 
-import { DIMENSIONS, MODEL, loadWordLlama } from "./amelio-wordllama.js";
+import { DIMENSIONS, MODEL, loadWordLlama } from "./wordllama.js";
 
-/** @typedef {import("./amelio-wordllama.js").WordLlama} WordLlama */
+/** @typedef {import("./wordllama.js").WordLlama} WordLlama */
 
 /** @type {Promise<WordLlama> | null} */
 let loading = null;
