@@ -155,7 +155,8 @@ ENGLISH_STOPWORDS = frozenset(
 def s_stem(word: str) -> str:
     """Harman's S-stemmer: ``-ies`` becomes ``-y`` (not in ``-eies``/``-aies``), a
     final ``-s`` goes (not in ``-us``/``-ss``); words of 3 letters or fewer stay.
-    It only folds plurals, so it cannot merge two words a reader tells apart."""
+    Light on purpose: it folds regular plurals, English or French, and touches no
+    other ending, so few words collide (``news`` does become ``new``)."""
     if len(word) > 3 and word.endswith("s"):
         if word.endswith("ies") and not word.endswith(("eies", "aies")):
             return word[:-3] + "y"
