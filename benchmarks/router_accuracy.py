@@ -83,18 +83,17 @@ from bm25s.stopwords import STOPWORDS_EN  # type: ignore[import-untyped]
 
 from amelio.assistant.quality import give_answer_feedback
 from amelio.assistant.respond import log_exchange
+from amelio.routing.lexical import skill_text
 from amelio.routing.router import (
-    BM25_STOPWORDS,
     DEFAULT_LIMIT,
     DEFAULT_SCORER,
     Router,
     project_router,
     scorers,
-    skill_text,
 )
 from amelio.skills import import_skills, read_skills
 from amelio.skills.model import SkillSpec
-from amelio.text import tokens
+from amelio.text import ENGLISH_STOPWORDS, tokens
 from amelio.workspace.folder import init_workspace
 from amelio.workspace.projects import DEFAULT_PROJECT
 
@@ -280,7 +279,7 @@ def ablation(data: DataSet) -> bool:
     """Print the ablation table; False if the reference does not reproduce Amelio."""
     stop = frozenset(STOPWORDS_EN)
     before = Analysis()
-    now = Analysis(split_apostrophes=True, min_length=2, stopwords=BM25_STOPWORDS)
+    now = Analysis(split_apostrophes=True, min_length=2, stopwords=ENGLISH_STOPWORDS)
     theirs = Analysis(
         bm25s_tokens=True, min_length=2, stopwords=stop, k1=1.5, distinct_query_terms=False
     )
@@ -298,11 +297,11 @@ def ablation(data: DataSet) -> bool:
         ("Amelio bm25 now (the three analysis steps)", now),
         (
             "  + k1 1.5",
-            Analysis(split_apostrophes=True, min_length=2, stopwords=BM25_STOPWORDS, k1=1.5),
+            Analysis(split_apostrophes=True, min_length=2, stopwords=ENGLISH_STOPWORDS, k1=1.5),
         ),
         (
             "  + b 1.0",
-            Analysis(split_apostrophes=True, min_length=2, stopwords=BM25_STOPWORDS, b=1.0),
+            Analysis(split_apostrophes=True, min_length=2, stopwords=ENGLISH_STOPWORDS, b=1.0),
         ),
         ("bm25s's analysis and parameters", theirs),
         (

@@ -18,6 +18,7 @@ from amelio.knowledge.sync import CLAIM_SECONDS, _claim
 from amelio.llm.fake import ScriptedProvider
 from amelio.search.engines.registry import open_collection
 from amelio.testing import FakeLLMServer
+from amelio.text import ANALYZERS, KNOWLEDGE, SEARCH, s_stem
 from amelio.workspace.config import Settings
 from amelio.workspace.folder import Workspace, open_workspace
 
@@ -362,10 +363,8 @@ def test_an_embedding_model_without_the_extra_is_a_clear_error() -> None:
 
 
 def test_plurals_fold_so_refunds_finds_refund() -> None:
-    from amelio.knowledge.index import term
-
     assert [
-        term(t)
+        s_stem(t)
         for t in (
             "refunds",
             "policies",
@@ -377,3 +376,29 @@ def test_plurals_fold_so_refunds_finds_refund() -> None:
             "remboursements",
         )
     ] == ["refund", "policy", "boxe", "employee", "access", "status", "gas", "remboursement"]
+
+
+@pytest.mark.parametrize(
+    ("text", "terms", "held"),
+    [
+        (
+            "What's l’API? Déployer, c'est l'été!",
+            ["what'", "l'api", "deployer", "c'est", "l'ete"],
+            ["what", "l", "api", "deployer", "c", "est", "l", "ete"],
+        ),
+        (
+            "Refunds: the POLICIES, a pull-request.",
+            ["refund", "the", "policy", "a", "pull", "request"],
+            ["refund", "the", "policy", "a", "pull", "request"],
+        ),
+        ("x" * 70 + "s", ["x" * 64], ["x" * 64]),
+    ],
+)
+def test_the_knowledge_analyzer_pins_its_terms(
+    text: str, terms: list[str], held: list[str]
+) -> None:
+    """The knowledge analyzer's terms, and what a notebook's collection holds once
+    its search engine has read them with the search analyzer (apostrophes split)."""
+    assert ANALYZERS["knowledge"] is KNOWLEDGE
+    assert KNOWLEDGE.analyze(text) == terms
+    assert SEARCH.analyze(" ".join(terms)) == held

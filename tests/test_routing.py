@@ -10,7 +10,7 @@ from amelio import skills
 from amelio.errors import InvalidInput
 from amelio.routing.router import HINT_HEADER, Router, Scorer, route_message, scorers
 from amelio.skills.model import SkillSpec
-from amelio.text import fold, normalize, tokens
+from amelio.text import ANALYZERS, ROUTER, fold, normalize, tokens
 from amelio.workspace.folder import Workspace
 
 
@@ -89,6 +89,25 @@ def test_text_folding() -> None:
     assert fold("Ça DÉPLOIE") == "ca deploie"
     assert tokens("L’API d'Odoo, v2.0!") == ("l'api", "d'odoo", "v2", "0")
     assert normalize("  Always USE t-call!! ") == normalize("always use t call")
+
+
+@pytest.mark.parametrize(
+    ("text", "terms"),
+    [
+        # split at apostrophes, then the clitics and one-letter words left out
+        ("What's l’API? Déployer, c'est l'été!", ["what", "api", "deployer", "est", "ete"]),
+        # Lucene's stopwords and punctuation go; a hyphen splits words
+        ("Is it the pull-request, or a code review?", ["pull", "request", "code", "review"]),
+        ("ÉCOLE naïve: 3.14 * foo_bar", ["ecole", "naive", "14", "foo", "bar"]),
+        ("I a s t -- !!!", []),
+    ],
+)
+def test_the_router_analyzer_pins_its_terms(text: str, terms: list[str]) -> None:
+    assert ANALYZERS["router"] is ROUTER
+    assert ROUTER.analyze(text) == terms
+    # The router tokenizes a message once, with punctuation breaks for its phrases:
+    # a break is never a BM25 term.
+    assert ROUTER.terms(tokens(text, breaks=True)) == terms
 
 
 def test_bm25_and_hybrid_rank_and_threshold() -> None:

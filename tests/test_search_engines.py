@@ -3,7 +3,9 @@ document store, staleness and rebuilds, and an engine a plugin adds."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -18,6 +20,7 @@ from amelio.hookspecs import hookimpl
 from amelio.plugins import get_plugin_manager
 from amelio.search import Corpus, Searcher
 from amelio.search.documents import Deletion, Document, Hit, ImportReport
+from amelio.search.engines.fts5 import match_expression
 from amelio.search.engines.registry import (
     EngineType,
     RankingEngine,
@@ -27,6 +30,7 @@ from amelio.search.engines.registry import (
     workspace_corpus,
 )
 from amelio.search.engines.tantivy import TantivyEngine
+from amelio.text import ANALYZERS, SEARCH
 from amelio.workspace.config import Settings
 from amelio.workspace.folder import Workspace
 
@@ -49,6 +53,49 @@ def test_the_built_in_engines_are_registered_and_an_unknown_one_is_named(tmp_pat
         open_engine(settings, "solr")
     for engine in (open_engine(settings), open_engine(settings, "fts5")):
         assert isinstance(engine, SearchEngine) and not isinstance(engine, RankingEngine)
+
+
+ANALYZED = [
+    # apostrophes split as unicode61 splits them; every word kept, one letter too
+    (
+        "What's l’API? Déployer, c'est l'été!",
+        ["what", "s", "l", "api", "deployer", "c", "est", "l", "ete"],
+    ),
+    (
+        "Is it the pull-request, or a code review?",
+        ["is", "it", "the", "pull", "request", "or", "a", "code", "review"],
+    ),
+    ("ÉCOLE naïve: 3.14 * foo_bar", ["ecole", "naive", "3", "14", "foo", "bar"]),
+]
+
+
+@pytest.mark.parametrize(("text", "terms"), ANALYZED)
+def test_the_search_analyzer_pins_its_terms_and_splits_as_fts5_does(
+    text: str, terms: list[str]
+) -> None:
+    """Tantivy indexes what the search analyzer makes, FTS5 what its unicode61
+    tokenizer makes: the two must be the same words, or the engines disagree."""
+    assert ANALYZERS["search"] is SEARCH
+    analyzed = SEARCH.analyze(text)
+    assert analyzed == terms
+    with contextlib.closing(sqlite3.connect(":memory:")) as conn:
+        conn.execute(
+            "CREATE VIRTUAL TABLE t USING fts5(x, tokenize='unicode61 remove_diacritics 2')"
+        )
+        conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
+        conn.execute("INSERT INTO t (rowid, x) VALUES (1, ?)", (text,))
+        assert [row[0] for row in conn.execute("SELECT term FROM v ORDER BY offset")] == analyzed
+    assert match_expression(text) == " OR ".join(f'"{t}"' for t in dict.fromkeys(analyzed))
+
+
+@pytest.mark.parametrize("kind", [Corpus, TantivyEngine], ids=["fts5", "tantivy"])
+def test_both_engines_find_words_past_accents_case_and_apostrophes(
+    kind: type[Corpus | TantivyEngine], tmp_path: Path
+) -> None:
+    engine = kind(tmp_path / "corpus.db")
+    engine.apply([Document("ete", "L’été à Montréal", "Qu'est-ce qu'on y fait ?"), *DOCS])
+    for query in ("ETE", "montreal", "l'été", "qu'est"):
+        assert [h.doc_id for h in engine.lexical(query, 5)] == ["ete"], query
 
 
 @pytest.mark.parametrize("kind", [Corpus, TantivyEngine], ids=["fts5", "tantivy"])

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import json
 import logging
+import queue
+import shlex
+import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +23,8 @@ import openai
 import pytest
 
 from amelio.testing import FakeLLMServer, FakeRequest, read_fake_claude_calls, write_fake_claude_cli
+from amelio.testing.__main__ import main as fake_llm_command
+from support.processes import free_port
 
 MODEL = "claude-test"
 USER = [{"role": "user", "content": "What is the capital of France?"}]
@@ -363,6 +369,78 @@ def test_start_and_stop_leave_no_threads_behind() -> None:
     assert set(threading.enumerate()) == before
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{port}/v1/models")
+
+
+def test_fake_llm_command_serves_on_its_port_until_sigterm() -> None:
+    """``python -m amelio.testing fake-llm``: the scripted replies in order, then the
+    last user message echoed, at the URLs it prints; SIGTERM stops it cleanly."""
+    port = free_port()
+    command = [sys.executable, "-m", "amelio.testing", "fake-llm", "--port", str(port)]
+    process = subprocess.Popen(
+        [*command, "--reply", "First.", "--reply", "Second."],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lines: queue.Queue[str] = queue.Queue()
+        assert process.stdout is not None
+        stdout = process.stdout
+
+        def read() -> None:  # a thread, so that a silent server fails the wait below
+            for line in stdout:
+                lines.put(line)
+
+        threading.Thread(target=read, daemon=True).start()
+        exports: dict[str, dict[str, str]] = {}
+        while len(exports) < 2:
+            line = lines.get(timeout=30)
+            if line.strip().startswith("export "):
+                values = dict(w.split("=", 1) for w in shlex.split(line)[1:])
+                exports[values["AMELIO_LLM_PROVIDER"]] = values
+        assert exports["openai"]["AMELIO_LLM_BASE_URL"] == f"http://127.0.0.1:{port}/v1"
+        assert exports["anthropic"]["AMELIO_LLM_BASE_URL"] == f"http://127.0.0.1:{port}"
+
+        openai_env = exports["openai"]
+        client = openai.OpenAI(api_key="any", base_url=openai_env["AMELIO_LLM_BASE_URL"])
+
+        def ask(text: str) -> str | None:
+            completion = client.chat.completions.create(
+                model=openai_env["AMELIO_LLM_MODEL"], messages=[{"role": "user", "content": text}]
+            )
+            return completion.choices[0].message.content
+
+        assert [ask("one"), ask("two"), ask("Echo me, please.")] == [
+            "First.",
+            "Second.",
+            "Echo me, please.",
+        ]
+        anthropic_env = exports["anthropic"]
+        message = anthropic.Anthropic(
+            api_key=anthropic_env["AMELIO_LLM_API_KEY"],
+            base_url=anthropic_env["AMELIO_LLM_BASE_URL"],
+        ).messages.create(
+            model=MODEL, max_tokens=20, messages=[{"role": "user", "content": "Echo this."}]
+        )
+        assert [(b.type, getattr(b, "text", None)) for b in message.content] == [
+            ("text", "Echo this.")
+        ]
+
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.communicate(timeout=15)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port}/v1/models")
+
+
+def test_fake_llm_command_names_a_port_it_cannot_have(capsys: pytest.CaptureFixture[str]) -> None:
+    with FakeLLMServer() as busy:
+        port = int(busy.url.rsplit(":", 1)[1])
+        assert fake_llm_command(["fake-llm", "--port", str(port)]) == 1
+    assert f"Could not listen on 127.0.0.1:{port}" in capsys.readouterr().err
 
 
 # -- fake claude CLI ----------------------------------------------------------------

@@ -29,10 +29,10 @@ from typing import Any
 from amelio.errors import InvalidInput
 from amelio.improve.proposals import Proposal, create_proposal
 from amelio.routing.learned import TrainingData
-from amelio.routing.lexical import BM25_STOPWORDS, bm25_terms, skill_text
+from amelio.routing.lexical import skill_text
 from amelio.routing.router import Router, training_data
 from amelio.skills.store import visible_skills
-from amelio.text import BREAK, tokens
+from amelio.text import BREAK, ROUTER, tokens
 from amelio.workspace.folder import Workspace
 from amelio.workspace.projects import DEFAULT_PROJECT
 
@@ -95,15 +95,15 @@ def _words(text: str) -> tuple[set[str], set[str]]:
     """A text's candidate keywords and triggers (adjacent pairs, no punctuation between,
     neither a stopword nor one character), as whole normalized words."""
     toks = tokens(text, breaks=True)
-    unigrams = set(bm25_terms(toks))
+    unigrams = set(ROUTER.terms(toks))
     pairs = {
         f"{a} {b}"
         for a, b in pairwise(toks)
         if BREAK not in (a, b)
         and len(a) > 1
         and len(b) > 1
-        and a not in BM25_STOPWORDS
-        and b not in BM25_STOPWORDS
+        and a not in ROUTER.stopwords
+        and b not in ROUTER.stopwords
         and "'" not in a + b
     }
     return unigrams, pairs

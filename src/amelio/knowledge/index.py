@@ -12,10 +12,10 @@ and one hybrid fusion (:func:`amelio.search.fusion.first_phase`). The chunks
 stay in the database, which is the truth every process and machine shares; a
 collection is derived from them and catches up before it answers: it records a
 fingerprint of its notebook's chunk ids, and a query that finds it different
-indexes the chunks added since and forgets those removed. Terms are the folded
-tokens the router uses (:func:`amelio.text.tokens`) with plurals folded by
-Harman's S-stemmer (``refunds`` finds ``refund``; it is light enough for French
-too), and the chunk's source title is indexed with it.
+indexes the chunks added since and forgets those removed. Terms are the
+``knowledge`` analyzer's (:data:`amelio.text.KNOWLEDGE`: the folded tokens with
+plurals folded, ``refunds`` finds ``refund``; its docstring says why), and the
+chunk's source title is indexed with it.
 
 Semantic retrieval is an add-on: when ``knowledge_embedding_model`` names a
 model (``wordllama``, shipped with ``amelio[semantic]``, or a sentence-transformers
@@ -46,7 +46,7 @@ from amelio.search.documents import Deletion, Document
 from amelio.search.engines.registry import open_collection
 from amelio.search.fusion import first_phase
 from amelio.search.store import DocumentStore
-from amelio.text import tokens
+from amelio.text import KNOWLEDGE
 from amelio.workspace.config import Settings
 
 __all__ = [
@@ -62,7 +62,6 @@ __all__ = [
     "write_source",
 ]
 
-MAX_TERM = 64
 #: The semantic weight when a notebook has embeddings: lexical and semantic count
 #: alike (search's hybrid measured best at 0.5 on Cranfield, docs/search.md).
 ALPHA = 0.5
@@ -161,20 +160,9 @@ class IndexedSource:
     embedding_model: str | None = None
 
 
-def term(token: str) -> str:
-    """A folded token as the index stores it: Harman's S-stemmer (``-ies`` becomes
-    ``-y``, a final ``-s`` goes, but not in ``-us``/``-ss``), cut to :data:`MAX_TERM`."""
-    if len(token) > 3 and token.endswith("s"):
-        if token.endswith("ies") and not token.endswith(("eies", "aies")):
-            token = token[:-3] + "y"
-        elif not token.endswith(("us", "ss")):
-            token = token[:-1]
-    return token[:MAX_TERM]
-
-
 def _terms(title: str, text: str) -> Counter[str]:
     # The title is indexed with every chunk: "VPN policy" should find its sections.
-    return Counter(term(t) for t in (*tokens(title), *tokens(text)))
+    return Counter(KNOWLEDGE.analyze(title) + KNOWLEDGE.analyze(text))
 
 
 def prepare_source(
@@ -297,7 +285,7 @@ def collection_name(notebook_id: int) -> str:
 
 def analyzed(text: str) -> str:
     """``text`` as the collection indexes it: folded, plurals folded, space-joined."""
-    return " ".join(term(t) for t in tokens(text))
+    return " ".join(KNOWLEDGE.analyze(text))
 
 
 def _fingerprint(conn: sa.Connection, notebook_id: int) -> int:
@@ -357,7 +345,7 @@ def search(
     the notebook's collection, mixed with the semantic score when an embedder is
     given."""
     store = open_collection(settings, collection_name(notebook_id))
-    terms = list(dict.fromkeys(term(t) for t in tokens(question)))
+    terms = KNOWLEDGE.query_terms(question)
     with db.reading(bind) as conn:
         _catch_up(conn, store, notebook_id)
         found = first_phase(

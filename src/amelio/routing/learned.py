@@ -47,8 +47,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from amelio.embeddings import embed_matrix
-from amelio.routing.lexical import Bm25, bm25_terms, keyword_scorer, skill_terms, skill_text
-from amelio.text import BREAK, tokens
+from amelio.routing.lexical import Bm25, keyword_scorer, skill_terms, skill_text
+from amelio.text import BREAK, ROUTER, tokens
 
 if TYPE_CHECKING:
     import numpy as np
@@ -146,7 +146,7 @@ def _analyzed(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         found = _terms_cache.get(text)
     if found is None:
         toks = tokens(text, breaks=True)
-        found = (toks, tuple(bm25_terms(toks)))
+        found = (toks, tuple(ROUTER.terms(toks)))
         with _cache_lock:
             _terms_cache[text] = found
             if len(_terms_cache) > _CACHE_SIZE:
@@ -439,7 +439,7 @@ class LearnedIndex:
         self, message: str, toks: tuple[str, ...], limit: int = _CANDIDATES
     ) -> dict[int, tuple[float, list[str]]]:
         """The ``limit`` best candidate skills' scores and the terms each matched."""
-        terms = list(dict.fromkeys(bm25_terms(toks)))
+        terms = list(dict.fromkeys(ROUTER.terms(toks)))
         odds = self._odds.scores(_words(toks)) if self._odds is not None else None
         if self._embedder is None or not len(self._bm25.lengths):
             return _with_odds(self._lexical(toks, terms)[0], odds)

@@ -1,8 +1,9 @@
 """The lexical parts the router's scorers and the learned index share: the seed's
-trigger and keyword matching, BM25 over skill metadata, and the terms both index.
+trigger and keyword matching, and BM25 over skill metadata.
 
-Skills and messages go through the same steps (:func:`amelio.text.tokens`, then
-:func:`bm25_terms`), so matching stays on whole words.
+Skills and messages go through the same steps: :func:`amelio.text.tokens` for the
+seed's whole words and phrases, then the ``router`` analyzer
+(:data:`amelio.text.ROUTER`, which says why it drops what it drops) for BM25.
 """
 
 from __future__ import annotations
@@ -12,15 +13,13 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
 from amelio.skills.model import SkillSpec
-from amelio.text import BREAK, tokens
+from amelio.text import ROUTER, tokens
 
 __all__ = [
-    "BM25_STOPWORDS",
     "KEYWORD_WEIGHT",
     "TRIGGER_WEIGHT",
     "Bm25",
     "ScoreFn",
-    "bm25_terms",
     "keyword_scorer",
     "skill_terms",
     "skill_text",
@@ -28,48 +27,6 @@ __all__ = [
 
 TRIGGER_WEIGHT = 2.0
 KEYWORD_WEIGHT = 1.0
-#: Lucene's English stopwords, the list bm25s and Lucene's EnglishAnalyzer drop. BM25 takes
-#: a word's rarity from the skills alone, so a function word that one skill's name happens to
-#: hold (``what-can-i-ask-you``) looks as telling as the rarest keyword and pulls every
-#: message that uses it to that skill (benchmarks/router_accuracy.py --ablation).
-BM25_STOPWORDS = frozenset(
-    {
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "but",
-        "by",
-        "for",
-        "if",
-        "in",
-        "into",
-        "is",
-        "it",
-        "no",
-        "not",
-        "of",
-        "on",
-        "or",
-        "such",
-        "that",
-        "the",
-        "their",
-        "then",
-        "there",
-        "these",
-        "they",
-        "this",
-        "to",
-        "was",
-        "will",
-        "with",
-    }
-)
-_BM25_SKIPPED = BM25_STOPWORDS | {BREAK}
 
 #: A scorer's index: message tokens (with ``amelio.text.BREAK`` where punctuation
 #: separates words) -> {skill index: (score, matched terms)}.
@@ -114,21 +71,6 @@ def keyword_scorer(skills: Sequence[SkillSpec]) -> ScoreFn:
     return score
 
 
-def bm25_terms(toks: Iterable[str]) -> list[str]:
-    """The terms BM25 indexes and looks up, from normalized tokens: each token split at
-    its apostrophes (``what's`` -> ``what``, ``l'api`` -> ``api``, so a contraction or an
-    elision matches the bare word), without one-character words (the clitics ``s``,
-    ``t``, ``l``, ``d``; ``i``; :data:`amelio.text.BREAK`) and :data:`BM25_STOPWORDS`.
-    Skills and messages go through the same steps, so matching stays on whole words."""
-    terms: list[str] = []
-    for tok in toks:
-        if "'" in tok:
-            terms.extend(t for t in tok.split("'") if len(t) > 1 and t not in _BM25_SKIPPED)
-        elif len(tok) > 1 and tok not in _BM25_SKIPPED:
-            terms.append(tok)
-    return terms
-
-
 def skill_text(spec: SkillSpec) -> str:
     """A skill's routing metadata as one text: name (hyphens as spaces), description,
     triggers and keywords. What its metadata vector is made of, and what an outside
@@ -137,8 +79,8 @@ def skill_text(spec: SkillSpec) -> str:
 
 
 def skill_terms(spec: SkillSpec) -> list[str]:
-    """The BM25 terms of a skill's metadata (:func:`bm25_terms` of each field)."""
-    return bm25_terms(
+    """The BM25 terms of a skill's metadata (the router analyzer's, field by field)."""
+    return ROUTER.terms(
         [
             *tokens(spec.name.replace("-", " ")),
             *tokens(spec.description),

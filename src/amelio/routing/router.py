@@ -14,7 +14,8 @@ over every skill's text. Built-ins:
     and phrases of normalized text.
 ``bm25``
     Okapi BM25 over name, description, triggers and keywords, on words split at
-    apostrophes, without one-character words and English stopwords (:func:`bm25_terms`).
+    apostrophes, without one-character words and English stopwords
+    (:data:`amelio.text.ROUTER`).
 ``hybrid``
     ``keywords`` plus BM25 as a share of the best score the message could get,
     in [0, 1]: the seed's score decides, BM25 breaks its ties and finds skills
@@ -42,12 +43,11 @@ from amelio.routing.learned import Calibration, LearnedIndex, TrainingData
 from amelio.routing.lexical import (
     Bm25,
     ScoreFn,
-    bm25_terms,
     keyword_scorer,
     skill_terms,
 )
 from amelio.skills.model import Skill, SkillSpec
-from amelio.text import tokens
+from amelio.text import ROUTER, tokens
 from amelio.workspace.projects import DEFAULT_PROJECT
 
 # The database layer and the plugin manager are imported where they are used: a router
@@ -177,7 +177,7 @@ def _bm25(skills: Sequence[SkillSpec]) -> ScoreFn:
     index = Bm25([skill_terms(s) for s in skills])
 
     def score(message: tuple[str, ...]) -> dict[int, tuple[float, list[str]]]:
-        return index.score(dict.fromkeys(bm25_terms(message)))
+        return index.score(dict.fromkeys(ROUTER.terms(message)))
 
     return score
 
@@ -191,7 +191,7 @@ def _hybrid(skills: Sequence[SkillSpec], k1: float = 1.2) -> ScoreFn:
 
     def score(message: tuple[str, ...]) -> dict[int, tuple[float, list[str]]]:
         seed = keyword_score(message)
-        terms = dict.fromkeys(bm25_terms(message))
+        terms = dict.fromkeys(ROUTER.terms(message))
         lexical = index.score(terms)
         ceiling = index.ceiling(terms)
         found: dict[int, tuple[float, list[str]]] = {}

@@ -9,7 +9,8 @@ fail against the real service.
 * :class:`FakeLLMServer` — a local HTTP server (uvicorn in a background thread) that
   answers the Anthropic Messages API and the OpenAI Chat Completions API, streaming
   or not, with scripted replies, scripted failures and scripted hangs, and records
-  every completion request as a :class:`FakeRequest`.
+  every completion request as a :class:`FakeRequest`. ``python -m amelio.testing
+  fake-llm`` serves one until stopped, to point Amelio (or anything else) at by hand.
 * :func:`write_fake_claude_cli` — an executable ``claude`` that behaves like
   ``claude -p PROMPT --output-format json`` and logs each call to ``calls.jsonl``.
 

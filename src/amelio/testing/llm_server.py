@@ -105,7 +105,8 @@ class FakeLLMServer(ThreadedServer):
     Answers come from ``replies`` in order, then from ``default``. ``api_key``, when
     given, is the only key accepted; otherwise any non-empty key is. ``token_delay``
     is slept before each streamed delta, so a test can see that deltas arrive one by
-    one. Use it as a context manager, or call :meth:`start` and :meth:`stop`.
+    one. ``host`` and ``port`` are :class:`ThreadedServer`'s (a free loopback port by
+    default). Use it as a context manager, or call :meth:`start` and :meth:`stop`.
     """
 
     def __init__(
@@ -116,12 +117,14 @@ class FakeLLMServer(ThreadedServer):
         token_delay: float = 0.0,
         api_key: str | None = None,
         models: Sequence[str] = ("fake-model",),
+        host: str = "127.0.0.1",
+        port: int = 0,
     ) -> None:
         self.default: Reply = default
         self.token_delay = token_delay
         self.api_key = api_key
         self.models = tuple(models)
-        super().__init__()
+        super().__init__(host=host, port=port)
         self._lock = threading.Lock()
         self._replies: deque[Reply] = deque(replies)
         self._failures: deque[_Failure] = deque()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -11,24 +12,45 @@ import uvicorn
 
 __all__ = ["ThreadedServer"]
 
+#: Hosts that mean every interface, and the loopback address a client uses for each.
+_WILDCARDS = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104
+
+
+def _serve(server: uvicorn.Server) -> None:
+    # uvicorn exits (SystemExit) when it cannot bind: start() reports that as an error,
+    # and the thread must end quietly rather than as an unhandled thread exception.
+    with contextlib.suppress(SystemExit):
+        server.run()
+
 
 class ThreadedServer:
-    """An ASGI ``app`` served by uvicorn in a background thread on a free loopback
-    port, for end-to-end tests over real HTTP.
+    """An ASGI ``app`` served by uvicorn in a background thread, for end-to-end tests
+    over real HTTP.
 
     ``with ThreadedServer(create_app(ws)) as server: httpx.get(server.url + ...)``,
-    or call :meth:`start` and :meth:`stop`. ``lifespan="on"`` runs the app's start-up
-    and shut-down (background workers). The fake servers of this kit subclass it and
-    set ``app`` themselves; :meth:`_wake` releases what waits on such a server (long
-    polls, scripted hangs) as it stops.
+    or call :meth:`start` and :meth:`stop`. It listens on ``host`` (loopback by
+    default) at ``port``; 0, the default, takes a free port, so that tests running
+    side by side never collide, and a fixed one is for a server people point
+    other programs at (``python -m amelio.testing fake-llm``). ``lifespan="on"``
+    runs the app's start-up and shut-down (background workers). The fake servers of
+    this kit subclass it and set ``app`` themselves; :meth:`_wake` releases what
+    waits on such a server (long polls, scripted hangs) as it stops.
     """
 
     app: Any
 
-    def __init__(self, app: Any = None, *, lifespan: Literal["on", "off"] = "off") -> None:
+    def __init__(
+        self,
+        app: Any = None,
+        *,
+        lifespan: Literal["on", "off"] = "off",
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
         if app is not None:
             self.app = app
         self.lifespan = lifespan
+        self.host, self.port = host, port
         self._stopping = threading.Event()
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -36,13 +58,16 @@ class ThreadedServer:
 
     @property
     def url(self) -> str:
-        """The server's root, e.g. ``http://127.0.0.1:54321``."""
+        """The server's root, e.g. ``http://127.0.0.1:54321``: where a client on this
+        machine reaches it (loopback when it listens on every interface)."""
         if not self._port:
             raise RuntimeError(f"{type(self).__name__} is not running: call start() or use `with`.")
-        return f"http://127.0.0.1:{self._port}"
+        host = _WILDCARDS.get(self.host, self.host)
+        return f"http://[{host}]:{self._port}" if ":" in host else f"http://{host}:{self._port}"
 
     def start(self, timeout: float = 10.0) -> Self:
-        """Start serving on a free port; return once the port accepts connections."""
+        """Start serving; return once the port accepts connections. A port that
+        cannot be had (in use, not allowed) is a :class:`RuntimeError`."""
         if self._thread is not None:
             return self
         self._stopping.clear()
@@ -50,8 +75,8 @@ class ThreadedServer:
         # log_config=None: a test helper must not reconfigure the host's logging.
         config = uvicorn.Config(
             self.app,
-            host="127.0.0.1",
-            port=0,
+            host=self.host,
+            port=self.port,
             http="h11",
             ws="none",
             loop="asyncio",
@@ -63,7 +88,7 @@ class ThreadedServer:
         )
         server = uvicorn.Server(config)
         name = f"amelio-{type(self).__name__}"
-        thread = threading.Thread(target=server.run, name=name, daemon=True)
+        thread = threading.Thread(target=_serve, args=(server,), name=name, daemon=True)
         self._server, self._thread = server, thread
         thread.start()
         deadline = time.monotonic() + timeout
@@ -75,7 +100,7 @@ class ThreadedServer:
                 )
             time.sleep(0.005)
         self._port = server.servers[0].sockets[0].getsockname()[1]
-        with socket.create_connection(("127.0.0.1", self._port), timeout=timeout):
+        with socket.create_connection((_WILDCARDS.get(self.host, self.host), self._port), timeout):
             pass
         return self
 

@@ -30,7 +30,7 @@ from amelio.search.documents import (
     read_documents,
 )
 from amelio.search.store import EMBED_CHARS, DocumentStore
-from amelio.text import tokens
+from amelio.text import SEARCH
 
 __all__ = [
     "EMBED_CHARS",
@@ -68,14 +68,11 @@ _LEXICAL = (
 
 
 def match_expression(query: str) -> str:
-    """An FTS5 query that ORs the folded words of ``query`` (BM25 ranks them), or
-    an empty string when it has none. Every word is quoted, so FTS5 operators a
-    person typed (``NOT``, ``*``, ``:``) are plain words."""
-    words: dict[str, None] = {}
-    for token in tokens(query):
-        for part in token.replace("'", " ").split():
-            words[part] = None
-    return " OR ".join(f'"{w}"' for w in words)
+    """An FTS5 query that ORs the search analyzer's terms of ``query``
+    (:data:`amelio.text.SEARCH`, which splits words as FTS5's unicode61 does), or an
+    empty string when it has none. Every word is quoted, so FTS5 operators a person
+    typed (``NOT``, ``*``, ``:``) are plain words."""
+    return " OR ".join(f'"{w}"' for w in SEARCH.query_terms(query))
 
 
 def _has_fts_table(path: Path) -> bool:

@@ -51,7 +51,7 @@ import tantivy
 
 from amelio.search.documents import Document, Hit
 from amelio.search.store import DocumentStore
-from amelio.text import tokens
+from amelio.text import SEARCH
 
 __all__ = ["TantivyEngine", "fts5_bm25", "query_terms"]
 
@@ -68,13 +68,14 @@ _WRITER_HEAP = 128_000_000
 
 
 def _words(text: str) -> list[str]:
-    """The folded words of ``text`` as FTS5's unicode61 splits them (apostrophes too)."""
-    return [part for token in tokens(text) for part in token.replace("'", " ").split()]
+    """The search analyzer's terms of ``text`` (:data:`amelio.text.SEARCH`, which
+    splits as FTS5's unicode61 does): what the index holds."""
+    return SEARCH.analyze(text)
 
 
 def query_terms(text: str) -> list[str]:
     """The words of a query as the index holds them, each once, in order."""
-    return list(dict.fromkeys(_words(text)))
+    return SEARCH.query_terms(text)
 
 
 def _document(doc_id: str, title: list[str], body: list[str]) -> tantivy.Document:
