@@ -10,13 +10,15 @@ import json
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from amelio.errors import LLMError, LLMNotConfigured, LLMUnavailable
 from amelio.hookspecs import hookimpl
 from amelio.llm.base import Completion, LLMRequest, ProviderType, StreamEvent, TextDelta, Timer
-from amelio.workspace.config import Settings
+
+if TYPE_CHECKING:
+    from amelio.workspace.config import Settings
 
 
 class ClaudeCLIProvider:
@@ -99,5 +101,5 @@ class ClaudeCLIProvider:
 
 
 @hookimpl
-def register_llm_providers(register: Any) -> None:
+def register_llm_providers(register: Callable[[ProviderType], None]) -> None:
     register(ProviderType("claude-cli", ClaudeCLIProvider, "the Claude CLI: claude -p"))
