@@ -21,7 +21,9 @@ from amelio.plugins import BUILTIN_PLUGINS, collect, get_plugin_manager
 from amelio.routing import ScoreFn, Scorer
 from amelio.search.engines import EngineType
 
-#: Where plugin authors import from.
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+#: Where plugin authors import from; docs/plugins.md sends them nowhere else.
 PUBLIC = (
     "amelio.evals",
     "amelio.improve.notifiers",
@@ -188,3 +190,15 @@ def test_public_subpackages_export_documented_names(package: str) -> None:
             assert not value.__name__.startswith("_"), f"{package}.{name} is {value.__name__}"
             assert value.__module__.startswith("amelio."), f"{package}.{name} is not Amelio's"
         assert _documented(module, name, value), f"{package}.{name} is not documented"
+
+
+def test_plugin_docs_send_authors_to_public_subpackages_only() -> None:
+    """Every ``amelio.…`` the plugin guide names is a public subpackage, a name it
+    exports, the entry-point groups or the test kit: never an internal module."""
+    text = (DOCS / "plugins.md").read_text(encoding="utf-8")
+    modules = ("amelio", "amelio.testing", *PUBLIC)
+    allowed = {*modules, "amelio.plugins", "amelio.evals"}  # the entry-point groups
+    allowed |= {f"{m}.{n}" for m in modules for n in importlib.import_module(m).__all__}
+    named = set(re.findall(r"\bamelio(?:\.\w+)+", text))
+    assert named >= set(PUBLIC), f"not in the guide: {set(PUBLIC) - named}"
+    assert named <= allowed, f"internal: {named - allowed}"
