@@ -236,7 +236,17 @@ def test_a_mistyped_command_still_gets_suggestions() -> None:
 # -- lazy namespaces and plugins --------------------------------------------------------
 
 
-@pytest.mark.parametrize("package", ["amelio", "amelio.skills", "amelio.knowledge"])
+@pytest.mark.parametrize(
+    "package",
+    [
+        "amelio",
+        "amelio.skills",
+        "amelio.knowledge",
+        "amelio.routing",
+        "amelio.search",
+        "amelio.search.engines",
+    ],
+)
 def test_lazy_namespaces_resolve_every_public_name(package: str) -> None:
     module = importlib.import_module(package)
     assert set(module._LAZY) == set(module.__all__) - {"__version__"}

@@ -28,7 +28,6 @@ import hmac
 import json
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -277,6 +276,8 @@ class WebhookNotifier:
         return json.dumps(document, ensure_ascii=False, default=str).encode()
 
     def send(self, notification: Notification) -> DeliveryResult:
+        import uuid
+
         import httpx
 
         from amelio import __version__  # here, not at import: amelio/__init__ may import us

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -36,6 +35,8 @@ class ClaudeCLIProvider:
         self.model = settings.llm_model or "claude-cli-default"
 
     def _run_once(self, request: LLMRequest) -> dict[str, Any]:
+        import subprocess  # here: the plugin manager imports this module to list providers
+
         argv = [self.path, "-p", "--output-format", "json"]
         if self.settings.llm_model:
             argv += ["--model", self.settings.llm_model]
