@@ -8,7 +8,8 @@ import pytest
 
 from amelio import skills
 from amelio.errors import InvalidInput
-from amelio.routing.router import HINT_HEADER, Router, Scorer, route_message, scorers
+from amelio.routing import Scorer
+from amelio.routing.router import HINT_HEADER, Router, route_message, scorers
 from amelio.skills.model import SkillSpec
 from amelio.text import ANALYZERS, ROUTER, fold, normalize, tokens
 from amelio.workspace.folder import Workspace
@@ -165,6 +166,8 @@ def test_unknown_scorer_is_a_clear_error() -> None:
 
 
 def test_scorers_are_plugins() -> None:
+    from collections.abc import Callable
+
     from amelio.hookspecs import hookimpl
     from amelio.plugins import get_plugin_manager
 
@@ -176,8 +179,8 @@ def test_scorers_are_plugins() -> None:
 
     class Plugin:
         @hookimpl
-        def register_router_scorers(self, register: object) -> None:
-            register(Scorer("always-first", first_alphabetical))  # type: ignore[operator]
+        def register_router_scorers(self, register: Callable[[Scorer], None]) -> None:
+            register(Scorer("always-first", first_alphabetical))
 
     pm = get_plugin_manager()
     plugin = Plugin()

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import amelio
 from amelio import skills
 from amelio.cli import main
 from amelio.routing import examples as routing_examples
@@ -179,7 +178,7 @@ CHANGES = {
     "an AMELIO_ variable in lower case": lambda ws: __import__("os").environ.__setitem__(
         "amelio_router_limit", "3"
     ),
-    "another Amelio version": lambda ws: setattr(amelio, "__version__", "99.0"),
+    "another Amelio version": lambda ws: setattr(route_snapshot, "__version__", "99.0"),
 }
 
 
@@ -187,7 +186,7 @@ CHANGES = {
 def test_any_change_makes_the_snapshot_stale_and_the_next_run_saves_a_new_one(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch, change: str
 ) -> None:
-    monkeypatch.setattr(amelio, "__version__", amelio.__version__)  # restored after
+    monkeypatch.setattr(route_snapshot, "__version__", route_snapshot.__version__)  # restored
     monkeypatch.setenv("AMELIO_ROUTER_MIN_SCORE", "")  # so the tests can set it
     monkeypatch.delenv("AMELIO_ROUTER_MIN_SCORE")
     monkeypatch.setenv("amelio_router_limit", "5")
@@ -226,30 +225,37 @@ def test_the_newest_example_taken_back_then_another_added_makes_the_snapshot_sta
     assert _fast(ws, message) == fresh
 
 
-def test_a_plugin_scorer_under_a_builtin_name_gets_no_snapshot(ws: Workspace) -> None:
+def test_a_plugin_cannot_replace_a_builtin_scorer_behind_its_snapshot(ws: Workspace) -> None:
+    """A snapshot holds a built-in scorer's index: were a plugin able to register a
+    scorer under a built-in's name, the snapshot would route with the wrong one.
+    The plugin is refused, so the built-in routes, and the snapshot is its own."""
+    from collections.abc import Callable
+
     from amelio.hookspecs import hookimpl
     from amelio.plugins import get_plugin_manager
-    from amelio.routing.router import Scorer
+    from amelio.routing import Scorer
 
     def first(skills_: object) -> object:
         return lambda message: {0: (9.0, ["plugin"])}
 
     class Plugin:
         @hookimpl
-        def register_router_scorers(self, register: object) -> None:
-            register(Scorer("bm25", first))  # type: ignore[operator]
+        def register_router_scorers(self, register: Callable[[Scorer], None]) -> None:
+            register(Scorer("bm25", first))
 
     pm = get_plugin_manager()
     plugin = Plugin()
     pm.register(plugin)
     try:
         route = _full(ws, MESSAGES[2], scorer="bm25")
-        assert route["skills"][0]["score"] == 9.0  # the plugin's scorer routed
-        assert not snapshot_path(ws.root, "default", "bm25").exists()
+        assert snapshot_path(ws.root, "default", "bm25").exists()
+        assert _fast(ws, MESSAGES[2], scorer="bm25") == route
     finally:
         pm.unregister(plugin)
-    _full(ws, MESSAGES[2], scorer="bm25")
-    assert snapshot_path(ws.root, "default", "bm25").exists()
+    hits = route["skills"]
+    assert isinstance(hits, list)
+    assert not any("plugin" in hit["matched"] for hit in hits)
+    assert _full(ws, MESSAGES[2], scorer="bm25") == route  # as the built-in routes alone
 
 
 def test_a_package_installed_or_a_database_replaced_makes_the_snapshot_stale(

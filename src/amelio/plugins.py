@@ -1,74 +1,61 @@
-"""The plugin manager: built-ins first, then entry points, loaded once per process.
+"""The plugin manager, and :func:`collect`: the one way Amelio reads what plugins add.
 
-Entry-point groups: ``amelio.plugins`` for any plugin, and ``amelio.evals`` for
-packages that only add eval rule types (both are loaded as pluggy plugins, so the
-object an entry point names must implement hooks from :mod:`amelio.hookspecs`).
+Amelio's own built-ins are plain modules registered first, by name
+(:data:`BUILTIN_PLUGINS`), through the same hooks as any plugin; then come the
+entry points of the ``amelio.plugins`` group (any plugin) and of ``amelio.evals``
+(packages that only add eval rule types). Both are loaded as pluggy plugins, so
+the object an entry point names implements hooks from :mod:`amelio.hookspecs`.
 
-A built-in module is imported the first time one of its hooks runs, not when the
-manager is built: checking eval rules loads the rule types, not the router, the
-LLM SDKs or the search engines. Each is registered, in its place, as a stand-in
-that implements the hooks :data:`_BUILTIN_PLUGINS` lists for it and forwards
-every call to the module (``tests/test_cli_startup.py`` checks that list).
+Building the manager imports every built-in module, so each one is light: its hook
+body imports what it registers, and a check of eval rules never loads the router,
+the LLM SDKs or the search engines (``tests/test_cli_startup.py`` holds this).
+
+Every hook is read through :func:`collect`, so one failure policy holds for rule
+types, scorers, LLM providers, notifiers and search engines alike: a plugin that
+fails to load or raises in its hook is logged and skipped whole; a registration of
+the wrong type is logged, naming the plugin, and skipped; a name is kept by its
+first registration, and built-ins register first, so no plugin can take over a
+built-in's name. A broken third-party package thus never disables a feature.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
-from collections.abc import Callable
-from typing import Any
+from typing import Protocol, TypeVar
 
 import pluggy
 
 from amelio import hookspecs
 
-__all__ = ["ENTRY_POINT_GROUPS", "get_plugin_manager", "is_builtin"]
+__all__ = ["BUILTIN_PLUGINS", "ENTRY_POINT_GROUPS", "Named", "collect", "get_plugin_manager"]
 
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUPS = ("amelio.plugins", "amelio.evals")
 
-#: Modules that hold Amelio's own hook implementations, in registration order, with
-#: the hooks each implements (plain ``@hookimpl``s taking ``register``).
-_BUILTIN_PLUGINS: dict[str, tuple[str, ...]] = {
-    "amelio.evals.builtin": ("register_rule_types",),
-    "amelio.routing.router": ("register_router_scorers",),
-    "amelio.llm.anthropic": ("register_llm_providers",),
-    "amelio.llm.openai": ("register_llm_providers",),
-    "amelio.llm.claude_cli": ("register_llm_providers",),
-    "amelio.improve.notifiers": ("register_notifiers",),
-    "amelio.telegram.notifier": ("register_notifiers",),
-    "amelio.search.engines.registry": ("register_search_engines",),
-}
+#: Modules that hold Amelio's own hook implementations, in registration order; each
+#: is registered under its module name.
+BUILTIN_PLUGINS = (
+    "amelio.evals.builtin",
+    "amelio.routing.plugin",
+    "amelio.llm.anthropic",
+    "amelio.llm.openai",
+    "amelio.llm.claude_cli",
+    "amelio.improve.notifiers",
+    "amelio.telegram.notifier",
+    "amelio.search.engines.registry",
+)
 
 
-class _Builtin:
-    """Stands in for a built-in plugin module: implements its hooks by importing the
-    module on the first call and calling the module's own implementation."""
+class Named(Protocol):
+    """What a hook registers: a value with the name it is selected by."""
 
-    def __init__(self, module: str, hooks: tuple[str, ...]) -> None:
-        self.module = module
-        for hook in hooks:
-            setattr(self, hook, self._forward(hook))
-
-    def _forward(self, hook: str) -> Callable[..., Any]:
-        module = self.module
-
-        @hookspecs.hookimpl
-        def forward(register: Callable[..., Any]) -> Any:
-            return getattr(importlib.import_module(module), hook)(register=register)
-
-        forward.__name__ = forward.__qualname__ = hook
-        return forward
-
-    def __repr__(self) -> str:
-        return f"<built-in plugin {self.module}>"
+    @property
+    def name(self) -> str: ...
 
 
-def is_builtin(plugin_name: str | None) -> bool:
-    """Whether the plugin registered under ``plugin_name`` is one of Amelio's own."""
-    return plugin_name in _BUILTIN_PLUGINS
+T = TypeVar("T", bound=Named)
 
 
 @functools.cache
@@ -78,9 +65,8 @@ def get_plugin_manager() -> pluggy.PluginManager:
 
     pm = pluggy.PluginManager("amelio")
     pm.add_hookspecs(hookspecs)
-
-    for name, hooks in _BUILTIN_PLUGINS.items():
-        pm.register(_Builtin(name, hooks), name=name)
+    for name in BUILTIN_PLUGINS:
+        pm.register(importlib.import_module(name), name=name)
     installed = importlib.metadata.entry_points()  # every distribution read once, not per group
     for group in ENTRY_POINT_GROUPS:
         for entry_point in installed.select(group=group):
@@ -89,5 +75,58 @@ def get_plugin_manager() -> pluggy.PluginManager:
             try:
                 pm.register(entry_point.load(), name=entry_point.name)
             except Exception:  # one broken plugin must not take Amelio, or the others, down
-                log.exception("could not load plugin %s from %s", entry_point.name, group)
+                log.exception("could not load plugin %s from %s; skipped", entry_point.name, group)
     return pm
+
+
+def collect(hook: str, cls: type[T]) -> dict[str, T]:
+    """What every plugin registers through ``hook`` (a hook of :mod:`amelio.hookspecs`),
+    by name, built-ins first.
+
+    Each implementation gets a ``register`` callable of its own and is called on its
+    own, so one that raises is logged and loses all it registered without touching
+    the others. Each value must be an instance of ``cls``; a name already taken,
+    by a built-in or by an earlier plugin, keeps its first value."""
+    pm = get_plugin_manager()
+    order = {name: i for i, (name, _plugin) in enumerate(pm.list_name_plugin())}
+    impls = [
+        impl
+        for impl in getattr(pm.hook, hook).get_hookimpls()
+        if not (impl.hookwrapper or impl.wrapper)  # a wrapper wraps calls; it registers nothing
+    ]
+    # Registration order, built-ins first, whatever tryfirst or trylast would say about
+    # the order of calls: here the first to register a name keeps it.
+    impls.sort(key=lambda impl: (impl.plugin_name not in BUILTIN_PLUGINS, order[impl.plugin_name]))
+    found: dict[str, T] = {}
+    owner: dict[str, str] = {}
+    for impl in impls:
+        plugin = impl.plugin_name
+        registered: list[object] = []
+        try:
+            impl.function(**dict.fromkeys(impl.argnames, registered.append))
+        except Exception:
+            log.exception("plugin %s failed in %s; skipped", plugin, hook)
+            continue
+        for value in registered:
+            if not isinstance(value, cls):
+                log.warning(
+                    "plugin %s registered %r in %s, not a %s; skipped",
+                    plugin,
+                    value,
+                    hook,
+                    cls.__name__,
+                )
+            elif value.name in found:
+                first = owner[value.name]
+                log.warning(
+                    "plugin %s registered %s %r, which %s %s registered first; skipped",
+                    plugin,
+                    cls.__name__,
+                    value.name,
+                    "the built-in" if first in BUILTIN_PLUGINS else "plugin",
+                    first,
+                )
+            else:
+                found[value.name] = value
+                owner[value.name] = plugin
+    return found

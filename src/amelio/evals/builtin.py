@@ -650,7 +650,7 @@ BUILTIN_RULE_TYPES: dict[str, RuleType] = {t.name: t for t in _BUILTIN_TYPES}
 
 
 @hookimpl
-def register_rule_types(register: Callable[..., Any]) -> None:
+def register_rule_types(register: Callable[[RuleType], None]) -> None:
     """The built-ins go through the same hook as any plugin, so plugins are first-class."""
     for rule_type in _BUILTIN_TYPES:
         register(rule_type)

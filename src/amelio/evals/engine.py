@@ -60,7 +60,7 @@ from amelio.evals.rules import (
     json_kind,
     running_budget,
 )
-from amelio.plugins import get_plugin_manager, is_builtin
+from amelio.plugins import collect
 
 __all__ = [
     "append_footnotes",
@@ -168,35 +168,9 @@ def append_footnotes(answer: str, report: EvalReport) -> str:
 
 
 def rule_types() -> dict[str, RuleType]:
-    """Every registered rule type by name. Built-ins claim their names first; a
-    plugin that reuses a name, registers something else or raises is logged and
-    skipped, because a broken third-party package must not disable evals."""
-    impls = [
-        impl
-        for impl in get_plugin_manager().hook.register_rule_types.get_hookimpls()
-        if not (impl.hookwrapper or impl.wrapper)
-    ]
-    impls.sort(key=lambda impl: not is_builtin(impl.plugin_name))  # stable: built-ins first
-    found: dict[str, RuleType] = {}
-    for impl in impls:
-
-        def register(rule_type: Any, _plugin: str = impl.plugin_name) -> None:
-            if not isinstance(rule_type, RuleType):
-                log.warning("plugin %s registered %r, not a RuleType; skipped", _plugin, rule_type)
-            elif rule_type.name in found:
-                log.warning(
-                    "plugin %s registered rule type %r again; the first one is kept",
-                    _plugin,
-                    rule_type.name,
-                )
-            else:
-                found[rule_type.name] = rule_type
-
-        try:
-            impl.function(**dict.fromkeys(impl.argnames, register))
-        except Exception:
-            log.exception("plugin %s failed in register_rule_types", impl.plugin_name)
-    return found
+    """Every registered rule type by name, built-ins first: a broken third-party
+    package is skipped (:func:`amelio.plugins.collect`) and never disables evals."""
+    return collect("register_rule_types", RuleType)
 
 
 def parse_rules(data: Any, *, source: str | None = None) -> tuple[EvalRule, ...]:

@@ -39,6 +39,7 @@ __all__ = [
     "running_budget",
 ]
 
+#: What a failed rule means: a ``warning`` fails the answer, an ``info`` only notes it.
 SEVERITIES = ("warning", "info")
 #: A rule without ``severity`` is a warning: a rule someone bothered to write usually matters.
 DEFAULT_SEVERITY = "warning"
@@ -79,6 +80,7 @@ class Verdict(NamedTuple):
     detail: str = ""
 
 
+#: What a rule type compiles a rule into: the answer's text to a :class:`Verdict`.
 Check = Callable[[str], Verdict]
 
 

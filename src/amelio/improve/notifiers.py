@@ -28,18 +28,21 @@ import hmac
 import json
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
-
-import httpx
+from typing import TYPE_CHECKING, Any, Protocol
 
 from amelio.errors import ConfigError
 from amelio.hookspecs import hookimpl
-from amelio.plugins import get_plugin_manager
-from amelio.workspace.config import Settings
+from amelio.plugins import collect
+
+# httpx is imported when a webhook is sent, and the settings model for type checkers
+# only: the plugin manager imports this module whenever it is built.
+if TYPE_CHECKING:
+    import httpx
+
+    from amelio.workspace.config import Settings
 
 __all__ = [
     "DELIVERY_HEADER",
@@ -59,8 +62,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: When a webhook delivery was signed, in Unix seconds; the signature covers it.
 TIMESTAMP_HEADER = "X-Amelio-Timestamp"
+#: ``sha256=<hex>``: the HMAC of the timestamp and the body (:func:`verify_signature`).
 SIGNATURE_HEADER = "X-Amelio-Signature"
+#: One id per delivery, the same on its retries: receivers de-duplicate on it.
 DELIVERY_HEADER = "X-Amelio-Delivery"
 
 
@@ -150,24 +156,9 @@ class NotifierType:
 
 
 def notifier_types() -> dict[str, NotifierType]:
-    """Every registered notifier type by name (first registration wins). A plugin
-    whose hook raises is logged and skipped, so it cannot silence the others."""
-    found: dict[str, NotifierType] = {}
-    for impl in get_plugin_manager().hook.register_notifiers.get_hookimpls():  # built-ins first
-        if impl.hookwrapper or impl.wrapper:
-            continue
-
-        def register(notifier_type: Any, _plugin: str = impl.plugin_name) -> None:
-            if isinstance(notifier_type, NotifierType):
-                found.setdefault(notifier_type.name, notifier_type)
-            else:
-                log.warning("plugin %s registered %r, not a NotifierType", _plugin, notifier_type)
-
-        try:
-            impl.function(**dict.fromkeys(impl.argnames, register))
-        except Exception:
-            log.exception("plugin %s failed in register_notifiers", impl.plugin_name)
-    return found
+    """Every registered notifier type by name, built-ins first: a plugin that raises is
+    skipped (:func:`amelio.plugins.collect`), so it cannot silence the others."""
+    return collect("register_notifiers", NotifierType)
 
 
 def _build_all(settings: Settings) -> list[Notifier | DeliveryResult]:
@@ -285,9 +276,11 @@ class WebhookNotifier:
         return json.dumps(document, ensure_ascii=False, default=str).encode()
 
     def send(self, notification: Notification) -> DeliveryResult:
-        from amelio._version import (
-            __version__,  # here, not at import: amelio/__init__ may import us
-        )
+        import uuid
+
+        import httpx
+
+        from amelio._version import __version__
 
         body = self.body(notification)
         headers = {

@@ -1,8 +1,23 @@
-"""LLM providers, chosen by ``llm_provider`` and built from the settings."""
+"""LLM providers, chosen by ``llm_provider`` and built from the settings.
+
+The public face for plugin authors who add a provider through the
+``register_llm_providers`` hook: :class:`ProviderType` (what to register),
+:class:`Provider` (what its ``build(settings)`` returns), the values a provider
+takes and gives (an :class:`LLMRequest`: a system prompt and :class:`Message` turns;
+a :class:`Completion`; :class:`TextDelta` pieces; ``StreamEvent``, either of the
+last two), and the errors it raises: :class:`LLMNotConfigured` naming the setting to set,
+:class:`LLMUnavailable` when the model cannot be reached, :class:`LLMError` for the
+rest.
+
+This package stays light (no SDK, no settings model): every built-in provider
+module is imported whenever the plugin manager is built.
+"""
 
 from __future__ import annotations
 
-from amelio.errors import InvalidInput
+from typing import TYPE_CHECKING
+
+from amelio.errors import InvalidInput, LLMError, LLMNotConfigured, LLMUnavailable
 from amelio.llm.base import (
     Completion,
     LLMRequest,
@@ -13,12 +28,17 @@ from amelio.llm.base import (
     TextDelta,
     not_configured,
 )
-from amelio.plugins import get_plugin_manager
-from amelio.workspace.config import Settings
+from amelio.plugins import collect
+
+if TYPE_CHECKING:
+    from amelio.workspace.config import Settings
 
 __all__ = [
     "Completion",
+    "LLMError",
+    "LLMNotConfigured",
     "LLMRequest",
+    "LLMUnavailable",
     "Message",
     "Provider",
     "ProviderType",
@@ -30,15 +50,9 @@ __all__ = [
 
 
 def provider_types() -> dict[str, ProviderType]:
-    """Every registered provider type by name (first registration wins)."""
-    found: dict[str, ProviderType] = {}
-
-    def register(provider_type: ProviderType) -> None:
-        if isinstance(provider_type, ProviderType):
-            found.setdefault(provider_type.name, provider_type)
-
-    get_plugin_manager().hook.register_llm_providers(register=register)
-    return found
+    """Every registered provider type by name, built-ins first
+    (:func:`amelio.plugins.collect`)."""
+    return collect("register_llm_providers", ProviderType)
 
 
 def get_provider(settings: Settings, *, purpose: str = "This") -> Provider:

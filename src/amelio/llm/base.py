@@ -13,10 +13,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from amelio.errors import LLMNotConfigured
-from amelio.workspace.config import Settings
+
+if TYPE_CHECKING:
+    from amelio.workspace.config import Settings
 
 __all__ = [
     "Completion",
@@ -34,12 +36,17 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Message:
+    """One turn of the conversation: what the user said, or what the model answered."""
+
     role: Literal["user", "assistant"]
     content: str
 
 
 @dataclass(frozen=True)
 class LLMRequest:
+    """What a provider is asked: the system prompt, the conversation so far, and the
+    limits of the answer (``temperature`` None: the provider's default)."""
+
     system: str
     messages: tuple[Message, ...]
     max_tokens: int = 1024
@@ -58,6 +65,10 @@ class LLMRequest:
 
 @dataclass(frozen=True)
 class Completion:
+    """A whole answer, with what it cost: tokens as the provider counted them (None
+    when it does not say), wall time, and dollars when prices are configured
+    (:func:`cost_usd`). ``raw`` keeps the provider's own response for debugging."""
+
     text: str
     model: str
     provider: str
@@ -81,9 +92,12 @@ class Completion:
 
 @dataclass(frozen=True)
 class TextDelta:
+    """A piece of the answer as it streams; the pieces joined are the completion's text."""
+
     text: str
 
 
+#: What :meth:`Provider.stream` yields: deltas, then exactly one completion.
 StreamEvent = TextDelta | Completion
 
 

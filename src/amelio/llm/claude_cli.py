@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from amelio.errors import LLMError, LLMNotConfigured, LLMUnavailable
 from amelio.hookspecs import hookimpl
 from amelio.llm.base import Completion, LLMRequest, ProviderType, StreamEvent, TextDelta, Timer
-from amelio.workspace.config import Settings
+
+if TYPE_CHECKING:
+    from amelio.workspace.config import Settings
 
 
 class ClaudeCLIProvider:
@@ -34,6 +35,8 @@ class ClaudeCLIProvider:
         self.model = settings.llm_model or "claude-cli-default"
 
     def _run_once(self, request: LLMRequest) -> dict[str, Any]:
+        import subprocess  # here: the plugin manager imports this module to list providers
+
         argv = [self.path, "-p", "--output-format", "json"]
         if self.settings.llm_model:
             argv += ["--model", self.settings.llm_model]
@@ -99,5 +102,5 @@ class ClaudeCLIProvider:
 
 
 @hookimpl
-def register_llm_providers(register: Any) -> None:
+def register_llm_providers(register: Callable[[ProviderType], None]) -> None:
     register(ProviderType("claude-cli", ClaudeCLIProvider, "the Claude CLI: claude -p"))

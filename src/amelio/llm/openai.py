@@ -7,14 +7,16 @@ to import, which every command that only checks or routes would pay."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from amelio.errors import LLMError, LLMNotConfigured, LLMUnavailable
 from amelio.hookspecs import hookimpl
 from amelio.llm.base import Completion, LLMRequest, ProviderType, StreamEvent, TextDelta, Timer
 from amelio.llm.base import cost_usd as _cost
-from amelio.workspace.config import Settings
+
+if TYPE_CHECKING:
+    from amelio.workspace.config import Settings
 
 DEFAULT_MODEL = "gpt-4o-mini"
 
@@ -135,7 +137,7 @@ class OpenAIProvider:
 
 
 @hookimpl
-def register_llm_providers(register: Any) -> None:
+def register_llm_providers(register: Callable[[ProviderType], None]) -> None:
     register(
         ProviderType(
             "openai",

@@ -32,13 +32,12 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from amelio.embeddings import WORDLLAMA
 from amelio.errors import InvalidInput
-from amelio.hookspecs import hookimpl
 from amelio.routing.learned import Calibration, LearnedIndex, TrainingData
 from amelio.routing.lexical import (
     Bm25,
@@ -46,6 +45,7 @@ from amelio.routing.lexical import (
     keyword_scorer,
     skill_terms,
 )
+from amelio.routing.scorer import Scorer
 from amelio.skills.model import Skill, SkillSpec
 from amelio.text import ROUTER, tokens
 from amelio.workspace.projects import DEFAULT_PROJECT
@@ -70,7 +70,6 @@ __all__ = [
     "Route",
     "RouteHit",
     "Router",
-    "Scorer",
     "TrainingData",
     "builtin_scorers",
     "hint_block",
@@ -99,21 +98,6 @@ class LearnedScoreFn(Protocol):
     def score(
         self, message: str, toks: tuple[str, ...], limit: int
     ) -> dict[int, tuple[float, list[str]]]: ...
-
-
-@dataclass(frozen=True)
-class Scorer:
-    """A routing strategy: ``build`` indexes skills once and returns the scoring function.
-
-    A scorer with ``learns`` set is built as ``build(skills, data)`` with the
-    skills' examples (:class:`TrainingData`) and returns a :class:`LearnedScoreFn`."""
-
-    name: str
-    build: Callable[..., Any]
-    description: str = ""
-    #: Scores at or under this are not a match (the out-of-scope threshold).
-    min_score: float = 0.0
-    learns: bool = False
 
 
 @dataclass(frozen=True)
@@ -225,29 +209,16 @@ _BUILTIN_SCORERS = (
 )
 
 
-@hookimpl
-def register_router_scorers(register: Callable[[Scorer], None]) -> None:
-    for scorer in _BUILTIN_SCORERS:
-        register(scorer)
-
-
 def builtin_scorers() -> dict[str, Scorer]:
     """Amelio's own scorers by name, without asking the plugins."""
     return {s.name: s for s in _BUILTIN_SCORERS}
 
 
 def scorers() -> dict[str, Scorer]:
-    """Every registered scorer by name (first registration of a name wins)."""
-    from amelio.plugins import get_plugin_manager
+    """Every registered scorer by name, built-ins first (:func:`amelio.plugins.collect`)."""
+    from amelio.plugins import collect
 
-    found: dict[str, Scorer] = {}
-
-    def register(scorer: Scorer) -> None:
-        if isinstance(scorer, Scorer):
-            found.setdefault(scorer.name, scorer)
-
-    get_plugin_manager().hook.register_router_scorers(register=register)
-    return found
+    return collect("register_router_scorers", Scorer)
 
 
 # -- the router -------------------------------------------------------------------------

@@ -14,17 +14,27 @@ per-(query, document) signals, which :mod:`~amelio.search.clickmodel` debiases
 scores; :mod:`~amelio.search.engines.vespa` ranks on Vespa instead of the embedded
 index; :mod:`~amelio.search.simulate` proves the loop on public relevance
 judgments with simulated users.
+
+The names below resolve lazily (PEP 562): the engine contract
+(:mod:`amelio.search.engines`) and the document values stay cheap to import, so
+the plugin manager, which imports the built-in engines' registration, loads no
+database layer; the searcher and the aggregation load the first time they are used.
 """
 
-from amelio.search.aggregation import aggregate, rebuild
-from amelio.search.counts import AggregateReport
-from amelio.search.engines.fts5 import Corpus, Document, ImportReport
-from amelio.search.scoring import FeedbackScorer
-from amelio.search.service import (
-    PROFILES,
-    Searcher,
-    SearchResponse,
-)
+import typing as _typing
+
+from amelio._lazy import lazy_namespace as _lazy_namespace
+
+if _typing.TYPE_CHECKING:
+    from amelio.search.aggregation import aggregate, rebuild
+    from amelio.search.counts import AggregateReport
+    from amelio.search.engines.fts5 import Corpus, Document, ImportReport
+    from amelio.search.scoring import FeedbackScorer
+    from amelio.search.service import (
+        PROFILES,
+        Searcher,
+        SearchResponse,
+    )
 
 __all__ = [
     "PROFILES",
@@ -38,3 +48,22 @@ __all__ = [
     "aggregate",
     "rebuild",
 ]
+
+#: Where each public name lives; the module is imported on first use.
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(("aggregate", "rebuild"), "amelio.search.aggregation"),
+    "AggregateReport": "amelio.search.counts",
+    **dict.fromkeys(("Corpus", "Document", "ImportReport"), "amelio.search.engines.fts5"),
+    "FeedbackScorer": "amelio.search.scoring",
+    **dict.fromkeys(
+        (
+            "PROFILES",
+            "Searcher",
+            "SearchResponse",
+        ),
+        "amelio.search.service",
+    ),
+}
+
+if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and flag typos
+    __getattr__, __dir__ = _lazy_namespace("amelio.search", _LAZY, globals(), __all__)

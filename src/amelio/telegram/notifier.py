@@ -6,23 +6,24 @@ notifier, so ``amelio improve``, Sage and the benchmark reach both by one path
 ``AMELIO_TELEGRAM_TOKEN`` is set. Each admin chat hears only of its own project:
 the summary of that project's part of the run, then one card per proposal.
 
-This module imports nothing of python-telegram-bot until it sends, so listing the
-notifiers costs nothing where the ``telegram`` extra is not installed.
+This module imports nothing of python-telegram-bot, nor asyncio, until it sends: the
+plugin manager imports it whenever it is built, and listing the notifiers costs
+nothing where the ``telegram`` extra is not installed.
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from amelio.errors import AmelioError, ConfigError
 from amelio.hookspecs import hookimpl
 from amelio.improve.notifiers import DeliveryResult, Notification, NotifierType
-from amelio.workspace.config import Settings
+
+if TYPE_CHECKING:
+    from amelio.workspace.config import Settings
 
 __all__ = ["TelegramNotifier", "register_notifiers", "summary_for"]
 
@@ -63,6 +64,9 @@ def summary_for(notification: Notification, project: str) -> str | None:
 def _run(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run a coroutine from synchronous code: in this thread, or in a fresh one when
     this thread already runs an event loop (a caller inside async code)."""
+    import asyncio
+    import concurrent.futures
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -83,6 +87,8 @@ class TelegramNotifier:
             return DeliveryResult(self.name, False, 1, None, exc.message)
 
     async def _send(self, notification: Notification) -> DeliveryResult:
+        import asyncio
+
         from telegram import Bot
         from telegram.error import TelegramError
 

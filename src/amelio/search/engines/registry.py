@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from amelio.errors import InvalidInput
 from amelio.hookspecs import hookimpl
-from amelio.plugins import get_plugin_manager
+from amelio.plugins import collect
 
 if TYPE_CHECKING:
     from amelio.embeddings import Embedder
@@ -162,15 +162,8 @@ def register_search_engines(register: Callable[[EngineType], None]) -> None:
 
 
 def search_engines() -> dict[str, EngineType]:
-    """Every registered engine by name (the first registration of a name wins)."""
-    found: dict[str, EngineType] = {}
-
-    def register(engine: EngineType) -> None:
-        if isinstance(engine, EngineType):
-            found.setdefault(engine.name, engine)
-
-    get_plugin_manager().hook.register_search_engines(register=register)
-    return found
+    """Every registered engine by name, built-ins first (:func:`amelio.plugins.collect`)."""
+    return collect("register_search_engines", EngineType)
 
 
 def open_engine(
