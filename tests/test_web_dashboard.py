@@ -79,7 +79,7 @@ def site(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator[di
         for role in ("admin", "bot")
     }
     with ThreadedServer(create_app(ws)) as server:
-        yield {"server.url": server.url, "tokens": tokens, "ws": ws}
+        yield {"base": server.url, "tokens": tokens, "ws": ws}
     ws.dispose()
     llm.stop()
     for k, v in saved.items():
