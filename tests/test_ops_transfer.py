@@ -56,9 +56,9 @@ def test_export_then_import_gives_back_the_same_rows(demo: Workspace, tmp_path: 
         (target.settings.data_dir / "secret_key").write_bytes(
             (demo.settings.data_dir / "secret_key").read_bytes()
         )
-        from amelio.privacy.identity import _file_key
+        from amelio.privacy.signing import forget_cached_key
 
-        _file_key.cache_clear()
+        forget_cached_key()
         report = import_workspace(target, tmp_path / "one")
         assert report.tables == first.tables and report.chain == "ok"
         export_workspace(target, tmp_path / "two")

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import hmac
 import json
 import os
 import secrets
@@ -54,6 +53,7 @@ import amelio
 from amelio import db
 from amelio.db import engine as db_engine
 from amelio.errors import AmelioError, ConfigError, Conflict, InvalidInput
+from amelio.privacy.signing import Signer, equal, forget_cached_key
 from amelio.workspace.config import CONFIG_FILE, DATA_DIR, Settings, load_settings
 from amelio.workspace.projects import validate_name
 
@@ -75,7 +75,6 @@ CORPUS = f"{DATA_DIR}/search/corpus.db"
 SECRET_KEY = f"{DATA_DIR}/secret_key"
 _CHUNK = 1 << 20
 _SIDECARS = ("-wal", "-shm", "-journal")
-_KEY_CHECK = b"amelio backup: secret key check"
 
 
 @dataclass(frozen=True)
@@ -304,7 +303,7 @@ def restore_workspace(archive: Path, target: Path, *, force: bool = False) -> Re
             )
         destinations = {rel: database if rel == DATABASE else root / rel for rel in manifest.paths}
         removed = _swap_in(zf, manifest, archive, root, destinations, mirrors)
-    _forget_cached_key()
+    forget_cached_key()  # the key file was just replaced; this process may hold the old one
     migration = manifest.migration
     if migration != db.head_revision():
         url = settings.database_url or f"sqlite:///{database}"
@@ -498,7 +497,7 @@ def _check_key(zf: zipfile.ZipFile, manifest: Manifest, settings: Settings) -> N
         key = zf.read(SECRET_KEY).decode("utf-8").strip().encode("utf-8")
     else:
         key = None
-    if key is not None and hmac.compare_digest(_fingerprint(key), manifest.key_fingerprint):
+    if key is not None and equal(manifest.key_fingerprint, _fingerprint(key)):
         return
     if manifest.key_source == "settings":
         fix = (
@@ -671,7 +670,7 @@ def _sha256(path: Path) -> str:
 
 def _key_of(settings: Settings, key_file: Path | None) -> tuple[str, str | None]:
     """Where the workspace's secret key comes from, and its fingerprint; read as
-    :func:`amelio.privacy.identity.secret_key` reads it."""
+    :func:`amelio.privacy.signing.secret_key` reads it."""
     configured = settings.secret_key.get_secret_value()
     if configured:
         return "settings", _fingerprint(configured.encode("utf-8"))
@@ -681,11 +680,4 @@ def _key_of(settings: Settings, key_file: Path | None) -> tuple[str, str | None]
 
 
 def _fingerprint(key: bytes) -> str:
-    return hmac.new(key, _KEY_CHECK, hashlib.sha256).hexdigest()[:16]
-
-
-def _forget_cached_key() -> None:
-    """The key file was just replaced; this process may have read the old one."""
-    from amelio.privacy import identity
-
-    identity.forget_cached_key()
+    return Signer(key).hexdigest(b"", "key-check")[:16]

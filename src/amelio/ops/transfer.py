@@ -258,7 +258,7 @@ def export_workspace(
                 "sha256": _digest(path),
             }
     if with_secret_key:
-        from amelio.privacy.identity import secret_key
+        from amelio.privacy.signing import secret_key
 
         secret = dest / SECRET_FILE
         secret.write_bytes(secret_key(ws.settings))
@@ -401,7 +401,7 @@ def _secret(src: Path, manifest: dict[str, Any]) -> bytes | None:
 
 def _adopt_secret(ws: Workspace, key: bytes) -> str:
     """Use the export's secret key, unless the settings name one explicitly."""
-    from amelio.privacy.identity import install_secret_key
+    from amelio.privacy.signing import install_secret_key
 
     configured = ws.settings.secret_key.get_secret_value()
     if configured:
