@@ -24,9 +24,10 @@ where a purpose's label is the byte 0xFF, its name and a NUL. UTF-8 text never
 holds 0xFF and no name holds a NUL, so no two purposes can ever MAC the same
 bytes. Four purposes keep the labels their stored outputs were made under
 (:data:`_STORED`); pseudonyms, stored since the first release as
-``HMAC(secret, user)``, have the empty label, and a user id that begins with
-another stored label is hashed under the pseudonym's own label instead, so no
-pseudonym can equal a stored purpose's key.
+``HMAC(secret, user)``, have the empty label, and a value that begins with
+another purpose's label (the other stored ones; 0xFF, which no text holds) is
+hashed under the pseudonym's own label instead, so no pseudonym can equal
+another purpose's MAC or key.
 
 The workspace's secret is ``secret_key`` from the settings, else a random key
 generated once into ``.amelio/secret_key`` (:func:`secret_key`).
@@ -66,7 +67,8 @@ _STORED: dict[str, bytes] = {
     "feedback-salt": b"amelio.feedback.salt.v1:",  # the salt of a day (value: its date)
     "key-check": b"amelio backup: secret key check",  # the key's fingerprint in backups
 }
-_RESERVED = tuple(label for label in _STORED.values() if label)
+#: What a pseudonym's value may not begin with: another purpose's label.
+_RESERVED = (b"\xff", *(label for label in _STORED.values() if label))
 
 
 @cache
@@ -116,6 +118,8 @@ class Signer:
         return equal(given, self.hexdigest(value, purpose))
 
     def _mac(self, body: str, purpose: str) -> str:
+        if purpose in _STORED:  # an open label: a token's MAC could be some pseudonym
+            raise ValueError(f"{purpose!r} is for digests only, not for tokens")
         return _b64(self.digest(body.encode("ascii"), purpose))
 
     def sign(
