@@ -4,6 +4,7 @@ documents and the real wordllama embedder, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import base64
 import sqlite3
 import threading
 import time
@@ -31,6 +32,7 @@ from amelio.contributions import (
 )
 from amelio.db.schema import contribution_task_docs, contribution_tasks
 from amelio.embeddings import Embedder, load_embedder
+from amelio.privacy.signing import signer
 from amelio.search.documents import Document
 from amelio.search.engines.registry import workspace_corpus
 from amelio.search.store import DocumentStore
@@ -469,12 +471,13 @@ def test_a_forged_client_token_is_refused(lite: Site) -> None:
     alice = lite.browser()
     [task] = alice.tasks()
     assert alice.token is not None
-    version, client_id, mac = alice.token.split(".")
-    other = "01J0000000000000000000000Q"
+    client_id = lite.service.tokens.read(alice.token)
+    purpose, payload, mac = alice.token.split(".")
+    other = base64.urlsafe_b64encode(b"01J0000000000000000000000Q").rstrip(b"=").decode()
     altered = mac[:-1] + ("A" if mac[-1] != "A" else "B")
     forged = (
-        f"{version}.{other}.{mac}",  # someone else's id under alice's signature
-        f"{version}.{client_id}.{altered}",
+        f"{purpose}.{other}.{mac}",  # someone else's id under alice's signature
+        f"{purpose}.{payload}.{altered}",
     )  # an altered signature
     for token in (*forged, "c1.not-a-ulid.x", "nonsense"):
         r = lite.http.get(
@@ -496,6 +499,10 @@ def test_a_forged_client_token_is_refused(lite: Site) -> None:
     elsewhere = ClientTokens(b"another workspace's secret").issue(client_id)
     with pytest.raises(InvalidClientToken, match="signature"):
         lite.service.tokens.read(elsewhere)
+    # nor does this workspace's own token for another purpose, the same id inside
+    other_use = signer(lite.ws.settings).sign(client_id, "feedback-token")
+    with pytest.raises(InvalidClientToken, match="signed for 'feedback-token' purpose"):
+        lite.service.tokens.read(other_use)
 
 
 def test_keys_and_roles(lite: Site) -> None:

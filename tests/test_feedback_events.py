@@ -220,10 +220,10 @@ def test_tokens_bind_query_request_and_expiry() -> None:
     forged = TokenSigner(b"guess", ttl_s=60).issue("q-1", "r-1", now_ms=NOW_MS)
     with pytest.raises(InvalidToken, match="forged"):
         signer.verify(forged, "q-1", now_ms=NOW_MS)
-    version, _claims, mac = token.split(".")
+    purpose, claims, _expiry, mac = token.split(".")
     longer = TokenSigner(b"secret", ttl_s=10**6).issue("q-1", "r-1", now_ms=NOW_MS)
-    with pytest.raises(InvalidToken, match="forged"):  # claims swapped under the old mac
-        signer.verify(f"{version}.{longer.split('.')[1]}.{mac}", "q-1", now_ms=NOW_MS)
+    with pytest.raises(InvalidToken, match="forged"):  # a later expiry under the old mac
+        signer.verify(f"{purpose}.{claims}.{longer.split('.')[2]}.{mac}", "q-1", now_ms=NOW_MS)
     for junk in ("", "v1", "v2.a.b", "v1..", "v1.%%%.abc"):
         with pytest.raises(InvalidToken):
             signer.read(junk, now_ms=NOW_MS)
@@ -338,7 +338,7 @@ def test_tokens_forged_expired_or_missing_are_rejected(workspace: Workspace) -> 
     assert [s.status for s in statuses] == ["accepted"] + ["rejected"] * 4 + ["accepted"]
     assert {s.field for s in statuses[1:5]} == {"request.feedbackToken"}
     assert [s.reason for s in statuses[1:5]] == [
-        "feedbackToken signature does not match (forged or from another server)",
+        "feedbackToken signature does not match (forged, altered, or signed by another workspace)",
         "feedbackToken was issued for another queryId",
         "feedbackToken has expired",
         "required for an event about a query (the search response's feedbackToken)",

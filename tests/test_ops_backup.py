@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import gc
 import json
+import re
 import sqlite3
 import threading
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -129,17 +131,20 @@ def _rewrite(
     archive: Path,
     out: Path,
     *,
-    member: str,
+    member: str = "",
     data: bytes | None = None,
     manifest_path: str | None = None,
+    edit: Callable[[dict[str, Any]], object] | None = None,
 ) -> None:
     """A copy of ``archive`` with one member's bytes changed, or listed under
-    another name in the manifest."""
+    another name in the manifest, or the manifest edited."""
     with zipfile.ZipFile(archive) as src, zipfile.ZipFile(out, "w") as dst:
         manifest = json.loads(src.read("manifest.json"))
         for item in manifest["files"]:
             if item["path"] == member and manifest_path:
                 item["path"] = manifest_path
+        if edit is not None:
+            edit(manifest)
         dst.writestr("manifest.json", json.dumps(manifest))
         for name in src.namelist():
             if name == "manifest.json":
@@ -161,6 +166,10 @@ def _damage(archive: Path, how: str) -> Path:
         out.write_bytes(raw[:middle] + bytes([raw[middle] ^ 0xFF]) + raw[middle + 1 :])
     elif how == "forged":
         _rewrite(archive, out, member="amelio.toml", data=b"port = 9999\n")
+    elif how == "miscounted":  # the manifest's rows are not the database's
+        _rewrite(archive, out, edit=lambda m: m["tables"].update(feedback_events=29))
+    elif how == "newer":  # a format this Amelio does not read
+        _rewrite(archive, out, edit=lambda m: m.update(formatVersion=2))
     else:  # a member that would land outside the workspace
         _rewrite(
             archive,
@@ -171,7 +180,17 @@ def _damage(archive: Path, how: str) -> Path:
     return out
 
 
-@pytest.mark.parametrize("how", ["truncated", "flipped", "forged", "escaping"])
+WHY = {
+    "truncated": "not a whole zip file",
+    "flipped": "cannot be read|does not match its SHA-256",
+    "forged": "amelio.toml does not match its SHA-256",
+    "miscounted": "feedback_events has 30 rows where the manifest says 29",
+    "newer": "format 'amelio-backup/2' is not 'amelio-backup/1': restore it with the Amelio",
+    "escaping": "unexpected file 'projects/../../escaped.md'",
+}
+
+
+@pytest.mark.parametrize("how", sorted(WHY))
 def test_a_damaged_backup_is_refused_and_leaves_the_target_alone(
     source: Workspace, tmp_path: Path, how: str
 ) -> None:
@@ -181,8 +200,9 @@ def test_a_damaged_backup_is_refused_and_leaves_the_target_alone(
     add_learning(target, "Keep me")
     target.dispose()
     before = files(target.root)
-    with pytest.raises(InvalidInput, match="not a usable Amelio backup"):
+    with pytest.raises(InvalidInput, match="not a usable Amelio backup") as refused:
         restore_workspace(damaged, target.root, force=True)
+    assert re.search(WHY[how], refused.value.message), refused.value.message
     assert files(target.root) == before
     with pytest.raises(InvalidInput, match="Nothing was restored"):
         restore_workspace(damaged, tmp_path / "new")

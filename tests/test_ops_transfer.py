@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 
 from amelio.cli import main
-from amelio.db.schema import api_keys, metadata
+from amelio.db.schema import api_keys, interactions, metadata
 from amelio.demo.app import prepare_demo
 from amelio.errors import InvalidInput
 from amelio.feedback.collector import verify_events
@@ -56,9 +56,9 @@ def test_export_then_import_gives_back_the_same_rows(demo: Workspace, tmp_path: 
         (target.settings.data_dir / "secret_key").write_bytes(
             (demo.settings.data_dir / "secret_key").read_bytes()
         )
-        from amelio.privacy.identity import _file_key
+        from amelio.privacy.signing import forget_cached_key
 
-        _file_key.cache_clear()
+        forget_cached_key()
         report = import_workspace(target, tmp_path / "one")
         assert report.tables == first.tables and report.chain == "ok"
         export_workspace(target, tmp_path / "two")
@@ -106,9 +106,20 @@ def test_a_damaged_or_foreign_export_changes_nothing(demo: Workspace, tmp_path: 
         events.write_text(original, encoding="utf-8")
         manifest_path = tmp_path / "out" / "manifest.json"
         manifest = json.loads(manifest_path.read_text())
+        revision = manifest["revision"]
         manifest["revision"] = "0009_search_bounces"
         manifest_path.write_text(json.dumps(manifest))
         with pytest.raises(InvalidInput, match="at migration '0009_search_bounces'"):
+            import_workspace(target, tmp_path / "out")
+        manifest["revision"] = revision
+        manifest["tables"]["interactions"]["rows"] += 1  # the files are whole, the count is not
+        manifest_path.write_text(json.dumps(manifest))
+        with pytest.raises(InvalidInput, match=r"interactions has \d+ rows where the manifest"):
+            import_workspace(target, tmp_path / "out")
+        manifest["tables"]["interactions"]["rows"] -= 1
+        manifest["format"] = "amelio-export/2"
+        manifest_path.write_text(json.dumps(manifest))
+        with pytest.raises(InvalidInput, match="import it with the Amelio that wrote it"):
             import_workspace(target, tmp_path / "out")
         manifest_path.write_text("{}")
         with pytest.raises(InvalidInput, match=r"is not 'amelio-export/1'"):
@@ -117,6 +128,7 @@ def test_a_damaged_or_foreign_export_changes_nothing(demo: Workspace, tmp_path: 
             import_workspace(target, tmp_path)
         with target.engine.connect() as conn:
             assert conn.scalar(sa.select(sa.func.count()).select_from(api_keys)) == before
+            assert not conn.scalar(sa.select(sa.func.count()).select_from(interactions))
     finally:
         target.dispose()
     with pytest.raises(InvalidInput, match="not empty"):

@@ -27,8 +27,7 @@ from amelio.llm.fake import ScriptedProvider
 from amelio.server import create_app
 from amelio.telegram import links
 from amelio.telegram.bot import UNLINKED, BotThread
-from amelio.telegram.client import webhook_secret
-from amelio.telegram.webhook import SECRET_HEADER, webhook_router
+from amelio.telegram.webhook import SECRET_HEADER, webhook_router, webhook_secret
 from amelio.testing import ThreadedServer
 from amelio.workspace.folder import Workspace, open_workspace
 from fakes.telegram_bot_api import FakeTelegramServer, SentMessage
@@ -431,14 +430,11 @@ def test_the_webhook_takes_updates_only_with_the_secret(
         missing = httpx.post(f"{live.url}/tg/hook", json=update)
         assert missing.status_code == 403
         server.add_chat(77)
-        ok = httpx.post(
-            f"{live.url}/tg/hook", json=update, headers={SECRET_HEADER: webhook_secret(TOKEN)}
-        )
+        secret = {SECRET_HEADER: webhook_secret(ws.settings)}
+        ok = httpx.post(f"{live.url}/tg/hook", json=update, headers=secret)
         assert ok.status_code == 200
         [said] = server.wait_for_message(77)
-        bad = httpx.post(
-            f"{live.url}/tg/hook", content=b"[1, 2", headers={SECRET_HEADER: webhook_secret(TOKEN)}
-        )
+        bad = httpx.post(f"{live.url}/tg/hook", content=b"[1, 2", headers=secret)
         assert bad.status_code == 400
     assert said.text == UNLINKED
     assert len(server.messages_to(77)) == 1  # the forged updates were never handled

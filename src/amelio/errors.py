@@ -12,7 +12,7 @@ AmelioError                      base; ``code`` is the stable machine name
 ├── InvalidInput                 input was read but is not acceptable (HTTP 422)
 │   ├── SkillFileError           a skill file is malformed (names file and field)
 │   ├── EvalRuleError            an eval rule is malformed (names file, rule id and field)
-│   └── InvalidToken             a feedbackToken is forged, expired or for another query
+│   └── InvalidToken             a signed token is forged, expired, or meant for another use
 ├── LLMError                     the LLM could not answer (HTTP 502)
 │   ├── LLMNotConfigured         no provider, key or model: says which setting to set (HTTP 503)
 │   └── LLMUnavailable           unreachable, timed out or out of retries (HTTP 503)
@@ -182,7 +182,8 @@ class InputTooLarge(AmelioError):
 
 
 class InvalidToken(InvalidInput):
-    """A feedbackToken that is malformed, forged, for another query, or expired."""
+    """A signed token (a feedbackToken, most often) that is malformed, forged, expired,
+    or signed for another purpose or query."""
 
     code = "invalid_feedback_token"
 

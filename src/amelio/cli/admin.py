@@ -328,7 +328,7 @@ def _serve(
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
     import uvicorn
 
-    from amelio.privacy.identity import secret_key
+    from amelio.privacy.signing import secret_key
 
     host = host or ws.settings.host
     port = port or ws.settings.port

@@ -58,7 +58,7 @@ from amelio.feedback.tokens import TokenSigner, check_binding, token_signer
 from amelio.ops.metrics import record_feedback
 from amelio.privacy import pii  # a module, not its names: amelio.privacy.pii imports this package
 from amelio.privacy.anonymize import SaltedHasher, day_from_index, scrub, scrub_emails
-from amelio.privacy.identity import secret_key
+from amelio.privacy.signing import secret_key
 from amelio.workspace.folder import Workspace
 
 __all__ = [

@@ -35,6 +35,7 @@ import sqlalchemy as sa
 
 from amelio import db
 from amelio.db.schema import feedback_chain, feedback_events, feedback_tombstones
+from amelio.privacy.signing import Signer
 
 __all__ = [
     "ChainHead",
@@ -49,13 +50,12 @@ __all__ = [
 ]
 
 GENESIS = "0" * 64
-_PURPOSE = b"amelio.feedback.chain.v1"
 _VERIFY_PAGE = 5000
 
 
 def chain_key(secret: bytes) -> bytes:
     """The chain's own key, derived so it signs nothing but chain links."""
-    return hmac.new(secret, _PURPOSE, hashlib.sha256).digest()
+    return Signer(secret).digest(b"", "feedback-chain")
 
 
 def _now_ms() -> int:

@@ -5,11 +5,12 @@ database (wherever ``database_url`` puts it), the search corpus (its own SQLite
 file), the generated secret key (the feedback chain, feedbackTokens, sessions
 and user pseudonyms are keyed by it: without it ``amelio feedback verify``
 fails), ``amelio.toml``, the ``projects/*/learnings.md`` mirrors (a hand edit not
-yet read back lives only there) and ``manifest.json``: format, versions,
-migration, time, each member's size and SHA-256, the database's rows per table
-and a fingerprint of the key. ``skills/`` is left out: the database holds every
-version and ``amelio skills export`` writes the files back. docs/scaling.md has
-the table and the operator's view.
+yet read back lives only there) and ``manifest.json``
+(:mod:`amelio.ops.archive`): format, versions, migration, time, each member's
+size and SHA-256, the database's rows per table and a fingerprint of the key.
+``skills/`` is left out: the database holds every version and ``amelio skills
+export`` writes the files back. docs/scaling.md has the table and the operator's
+view.
 
 **Consistent while the service writes.** Each database is copied with SQLite's
 online backup API in one step, one read transaction: exactly what was committed
@@ -18,22 +19,20 @@ writer. The mirrors are copied *after* the database, so a mirror is as new as
 the database's record of it or newer, and reading it back after a restore
 replays a later change instead of undoing an earlier one.
 
-**Restore checks before it writes.** Manifest, every member's SHA-256 and the
-migration are checked; a target whose database another process holds open
-(``amelio serve``) is refused, since it would go on writing through its old file
-handles; a target holding data needs ``force``. Only then is each member written
-beside its destination and renamed into place, the database last (a crash in
-those few renames can leave a mix: restoring again with ``force`` completes it).
-An older backup is upgraded after the restore; one from a migration this code
-does not know is refused. PostgreSQL is ``pg_dump``'s job, and both say so.
+**Restore checks before it writes.** Manifest, every member's SHA-256, the
+migration and the database's rows are checked; a target whose database another
+process holds open (``amelio serve``) is refused, since it would go on writing
+through its old file handles; a target holding data needs ``force``. Only then
+is each member written beside its destination and renamed into place, the
+database last (a crash in those few renames can leave a mix: restoring again
+with ``force`` completes it). An older backup is upgraded after the restore; one
+from a migration this code does not know is refused. PostgreSQL is
+``pg_dump``'s job, and both say so.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import hmac
-import json
 import os
 import secrets
 import shutil
@@ -54,95 +53,24 @@ from amelio import db
 from amelio._version import __version__
 from amelio.db import engine as db_engine
 from amelio.errors import AmelioError, ConfigError, Conflict, InvalidInput
+from amelio.ops.archive import BACKUP, CHUNK, MANIFEST, Archive, Manifest, Member, member
+from amelio.ops.archive import row_counts as count_rows
+from amelio.privacy.signing import Signer, equal, forget_cached_key
 from amelio.workspace.config import CONFIG_FILE, DATA_DIR, Settings, load_settings
 from amelio.workspace.projects import validate_name
 
 __all__ = [
-    "BackupFile",
     "BackupReport",
-    "Manifest",
     "RestoreReport",
     "backup_workspace",
     "read_manifest",
     "restore_workspace",
 ]
 
-FORMAT = "amelio-backup"
-FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
 DATABASE = f"{DATA_DIR}/amelio.db"
 CORPUS = f"{DATA_DIR}/search/corpus.db"
 SECRET_KEY = f"{DATA_DIR}/secret_key"
-_CHUNK = 1 << 20
 _SIDECARS = ("-wal", "-shm", "-journal")
-_KEY_CHECK = b"amelio backup: secret key check"
-
-
-@dataclass(frozen=True)
-class BackupFile:
-    """One member of a backup, named by its path in the workspace."""
-
-    path: str
-    size: int
-    sha256: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "bytes": self.size, "sha256": self.sha256}
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """What a backup holds; ``tables`` are the database copy's rows per table and
-    ``key_source`` where the secret key came from (``file``, ``settings`` or
-    ``none``), so a restore can tell whether it will have the same key."""
-
-    amelio_version: str
-    migration: str
-    created_at: datetime
-    files: tuple[BackupFile, ...]
-    tables: dict[str, int]
-    key_source: str
-    key_fingerprint: str | None
-
-    @property
-    def paths(self) -> list[str]:
-        return [f.path for f in self.files]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "format": FORMAT,
-            "formatVersion": FORMAT_VERSION,
-            "amelioVersion": self.amelio_version,
-            "migration": self.migration,
-            "createdAt": self.created_at.isoformat(),
-            "secretKey": {"source": self.key_source, "fingerprint": self.key_fingerprint},
-            "tables": self.tables,
-            "files": [f.to_dict() for f in self.files],
-        }
-
-    @classmethod
-    def from_dict(cls, data: Any) -> Manifest:
-        """The manifest of a backup; :class:`InvalidInput` for anything else."""
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise ValueError("it is not an Amelio backup manifest")
-        if data.get("formatVersion") != FORMAT_VERSION:
-            raise ValueError(
-                f"format version {data.get('formatVersion')!r} is not "
-                f"{FORMAT_VERSION}: restore it with the Amelio that wrote it"
-            )
-        files = tuple(
-            BackupFile(str(f["path"]), int(f["bytes"]), str(f["sha256"])) for f in data["files"]
-        )
-        key = data["secretKey"]
-        return cls(
-            amelio_version=str(data["amelioVersion"]),
-            migration=str(data["migration"]),
-            created_at=datetime.fromisoformat(data["createdAt"]),
-            files=files,
-            tables={str(k): int(v) for k, v in data["tables"].items()},
-            key_source=str(key["source"]),
-            key_fingerprint=None if key["fingerprint"] is None else str(key["fingerprint"]),
-        )
 
 
 @dataclass(frozen=True)
@@ -217,12 +145,11 @@ def backup_workspace(
             shutil.copyfile(root / rel, staged[rel])
         key_source, fingerprint = _key_of(settings, staged.get(SECRET_KEY))
         manifest = Manifest(
+            format=BACKUP,
             amelio_version=__version__,
             migration=_migration(staged[DATABASE]),
             created_at=now,
-            files=tuple(
-                BackupFile(rel, path.stat().st_size, _sha256(path)) for rel, path in staged.items()
-            ),
+            files=tuple(member(path, rel) for rel, path in staged.items()),
             tables=_row_counts(staged[DATABASE]),
             key_source=key_source,
             key_fingerprint=fingerprint,
@@ -256,7 +183,7 @@ def _write_zip(path: Path, manifest: Manifest, staged: dict[str, Path]) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as raw:
         with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-            archive.writestr(MANIFEST, json.dumps(manifest.to_dict(), indent=2) + "\n")
+            archive.writestr(MANIFEST, manifest.dumps())
             for rel, src in staged.items():
                 archive.write(src, rel)
         raw.flush()
@@ -269,7 +196,7 @@ def _write_zip(path: Path, manifest: Manifest, staged: dict[str, Path]) -> None:
 def read_manifest(archive: Path) -> Manifest:
     """The manifest of the backup ``archive``, without checking its members."""
     with _open_zip(archive) as zf:
-        return _manifest(zf, archive)
+        return _manifest(zf, Archive(archive, BACKUP))
 
 
 def restore_workspace(archive: Path, target: Path, *, force: bool = False) -> RestoreReport:
@@ -282,11 +209,12 @@ def restore_workspace(archive: Path, target: Path, *, force: bool = False) -> Re
     root = target.resolve()
     if root.exists() and not root.is_dir():
         raise ConfigError(f"{root} exists and is not a folder.")
+    backup = Archive(archive, BACKUP)
     with _open_zip(archive) as zf:
-        manifest = _manifest(zf, archive)
-        _check_members(zf, manifest, archive)
-        for member in manifest.files:  # every byte, before anything is written
-            _copy_member(zf, member, archive, None)
+        manifest = _manifest(zf, backup)
+        _check_members(zf, manifest, backup)
+        for entry in manifest.files:  # every byte, before anything is written
+            _copy_member(zf, entry, backup, None)
         _check_migration(manifest.migration)
         settings = _settings_after(zf, root)
         database = _sqlite_database(settings, root, "restore")
@@ -303,8 +231,14 @@ def restore_workspace(archive: Path, target: Path, *, force: bool = False) -> Re
                 "(`amelio backup` it first to keep it)."
             )
         destinations = {rel: database if rel == DATABASE else root / rel for rel in manifest.paths}
-        removed = _swap_in(zf, manifest, archive, root, destinations, mirrors)
-    _forget_cached_key()
+        fresh = not root.exists()
+        try:
+            removed = _swap_in(zf, manifest, backup, root, destinations, mirrors)
+        except BaseException:
+            if fresh:  # a new folder that did not become a workspace: leave none behind
+                shutil.rmtree(root, ignore_errors=True)
+            raise
+    forget_cached_key()  # the key file was just replaced; this process may hold the old one
     migration = manifest.migration
     if migration != db.head_revision():
         url = settings.database_url or f"sqlite:///{database}"
@@ -319,7 +253,7 @@ def restore_workspace(archive: Path, target: Path, *, force: bool = False) -> Re
 def _swap_in(
     zf: zipfile.ZipFile,
     manifest: Manifest,
-    archive: Path,
+    backup: Archive,
     root: Path,
     destinations: dict[str, Path],
     mirrors: list[Path],
@@ -333,13 +267,14 @@ def _swap_in(
         gitignore.write_text("*\n", encoding="utf-8")
     staged: dict[str, Path] = {}
     try:
-        for member in manifest.files:
-            dest = destinations[member.path]
+        for entry in manifest.files:
+            dest = destinations[entry.path]
             dest.parent.mkdir(parents=True, exist_ok=True)
-            staged[member.path] = dest.with_name(f".{dest.name}.restore-{secrets.token_hex(4)}")
-            _copy_member(zf, member, archive, staged[member.path])
+            staged[entry.path] = dest.with_name(f".{dest.name}.restore-{secrets.token_hex(4)}")
+            _copy_member(zf, entry, backup, staged[entry.path])
         if _migration(staged[DATABASE]) != manifest.migration:
-            raise _damaged(archive, "its database is not at the manifest's migration")
+            raise backup.damaged("its database is not at the manifest's migration")
+        backup.check_rows(manifest.tables, _row_counts(staged[DATABASE]))
         gone = [m for m in mirrors if m.relative_to(root).as_posix() not in destinations]
         gone += [
             root / rel
@@ -365,33 +300,20 @@ def _open_zip(archive: Path) -> Iterator[zipfile.ZipFile]:
     try:
         zf = zipfile.ZipFile(archive)
     except (zipfile.BadZipFile, EOFError) as exc:
-        raise _damaged(archive, f"it is not a whole zip file ({exc})") from exc
+        raise Archive(archive, BACKUP).damaged(f"it is not a whole zip file ({exc})") from exc
     with zf:
         yield zf
 
 
-def _damaged(archive: Path, why: str) -> InvalidInput:
-    return InvalidInput(
-        f"{archive} is not a usable Amelio backup: {why}. Nothing was "
-        "restored; use another copy of the backup.",
-        file=str(archive),
-    )
-
-
-def _manifest(zf: zipfile.ZipFile, archive: Path) -> Manifest:
+def _manifest(zf: zipfile.ZipFile, backup: Archive) -> Manifest:
     if MANIFEST not in zf.namelist():
-        raise _damaged(archive, f"it has no {MANIFEST}")
-    with _reading(archive, MANIFEST):
+        raise backup.damaged(f"it has no {MANIFEST}")
+    with _reading(backup, MANIFEST):
         raw = zf.read(MANIFEST)
-    try:
-        return Manifest.from_dict(json.loads(raw))
-    except KeyError as exc:
-        raise _damaged(archive, f"its {MANIFEST} lacks {exc}") from exc
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise _damaged(archive, f"its {MANIFEST} cannot be read ({exc})") from exc
+    return backup.manifest(raw)
 
 
-def _check_members(zf: zipfile.ZipFile, manifest: Manifest, archive: Path) -> None:
+def _check_members(zf: zipfile.ZipFile, manifest: Manifest, backup: Archive) -> None:
     """Only the members a backup can have, each listed once: a name can never
     point outside the workspace."""
     listed = manifest.paths
@@ -399,51 +321,49 @@ def _check_members(zf: zipfile.ZipFile, manifest: Manifest, archive: Path) -> No
         parts = rel.split("/")
         mirror = len(parts) == 3 and parts[0] == "projects" and parts[2] == "learnings.md"
         if rel not in (DATABASE, CORPUS, SECRET_KEY, CONFIG_FILE) and not mirror:
-            raise _damaged(archive, f"it lists an unexpected file {rel!r}")
+            raise backup.damaged(f"it lists an unexpected file {rel!r}")
         if mirror:
             try:
                 validate_name(parts[1])
             except InvalidInput as exc:
-                raise _damaged(archive, f"it lists an unexpected file {rel!r}") from exc
+                raise backup.damaged(f"it lists an unexpected file {rel!r}") from exc
     for required in (DATABASE, CONFIG_FILE):
         if required not in listed:
-            raise _damaged(archive, f"its manifest lacks {required}")
+            raise backup.damaged(f"its manifest lacks {required}")
     names = [i.filename for i in zf.infolist()]
     if len(set(listed)) != len(listed) or sorted(names) != sorted([MANIFEST, *listed]):
-        raise _damaged(archive, "its files are not the ones its manifest lists")
+        raise backup.damaged("its files are not the ones its manifest lists")
 
 
-def _copy_member(zf: zipfile.ZipFile, member: BackupFile, archive: Path, dest: Path | None) -> None:
+def _copy_member(zf: zipfile.ZipFile, entry: Member, backup: Archive, dest: Path | None) -> None:
     """Read one member whole, checking its size and SHA-256; write it to ``dest``
     (a new file) when given."""
-    digest, size = hashlib.sha256(), 0
-    with _reading(archive, member.path):
-        src = zf.open(member.path)
-    with src, _new_file(dest, member.path) as out:
+    with _reading(backup, entry.path):
+        src = zf.open(entry.path)
+
+    def chunks() -> Iterator[bytes]:
         while True:
-            with _reading(archive, member.path):
-                chunk = src.read(_CHUNK)
+            with _reading(backup, entry.path):
+                chunk = src.read(CHUNK)
             if not chunk:
-                break
-            digest.update(chunk)
-            size += len(chunk)
-            if out is not None:
-                out.write(chunk)
+                return
+            yield chunk
+
+    with src, _new_file(dest, entry.path) as out:
+        backup.check_member(entry, chunks(), out)
         if out is not None:
             out.flush()
             os.fsync(out.fileno())
-    if size != member.size or digest.hexdigest() != member.sha256:
-        raise _damaged(archive, f"{member.path} does not match its SHA-256 in the manifest")
 
 
 @contextmanager
-def _reading(archive: Path, what: str) -> Iterator[None]:
+def _reading(backup: Archive, what: str) -> Iterator[None]:
     """Turn a damaged archive's many failures (bad CRC, broken deflate stream,
     cut short) into one error that names the archive."""
     try:
         yield
     except (zipfile.BadZipFile, zlib.error, EOFError, ValueError) as exc:
-        raise _damaged(archive, f"{what} cannot be read ({exc})") from exc
+        raise backup.damaged(f"{what} cannot be read ({exc})") from exc
 
 
 @contextmanager
@@ -498,7 +418,7 @@ def _check_key(zf: zipfile.ZipFile, manifest: Manifest, settings: Settings) -> N
         key = zf.read(SECRET_KEY).decode("utf-8").strip().encode("utf-8")
     else:
         key = None
-    if key is not None and hmac.compare_digest(_fingerprint(key), manifest.key_fingerprint):
+    if key is not None and equal(manifest.key_fingerprint, _fingerprint(key)):
         return
     if manifest.key_source == "settings":
         fix = (
@@ -644,34 +564,18 @@ def _migration(path: Path) -> str:
 
 
 def _row_counts(path: Path, cap: dict[str, int] | None = None) -> dict[str, int]:
-    """Rows per table; with ``cap``, counting stops one past a table's cap, which
-    is all a comparison needs and keeps it fast on big tables."""
+    """Rows per table of the SQLite file at ``path`` (see :func:`archive.row_counts`)."""
     engine = sa.create_engine(f"sqlite:///{path}")
     try:
         with engine.connect() as conn:
-            counts = {}
-            for name in sa.inspect(conn).get_table_names():
-                rows = sa.select(sa.literal(1)).select_from(sa.table(name))
-                if cap is not None:
-                    rows = rows.limit(cap.get(name, 0) + 1)
-                query = sa.select(sa.func.count()).select_from(rows.subquery())
-                counts[name] = int(conn.execute(query).scalar_one())
-            return counts
+            return count_rows(conn, cap=cap)
     finally:
         engine.dispose()
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _key_of(settings: Settings, key_file: Path | None) -> tuple[str, str | None]:
     """Where the workspace's secret key comes from, and its fingerprint; read as
-    :func:`amelio.privacy.identity.secret_key` reads it."""
+    :func:`amelio.privacy.signing.secret_key` reads it."""
     configured = settings.secret_key.get_secret_value()
     if configured:
         return "settings", _fingerprint(configured.encode("utf-8"))
@@ -681,11 +585,4 @@ def _key_of(settings: Settings, key_file: Path | None) -> tuple[str, str | None]
 
 
 def _fingerprint(key: bytes) -> str:
-    return hmac.new(key, _KEY_CHECK, hashlib.sha256).hexdigest()[:16]
-
-
-def _forget_cached_key() -> None:
-    """The key file was just replaced; this process may have read the old one."""
-    from amelio.privacy import identity
-
-    identity.forget_cached_key()
+    return Signer(key).hexdigest(b"", "key-check")[:16]

@@ -8,10 +8,12 @@ signals, knowledge, API key hashes, Telegram links, the schedule) without a list
 to keep up to date: a new table is exported the day its migration lands.
 
 * :func:`export_workspace` writes ``tables/<name>.jsonl`` and a ``manifest.json``
-  (format, Amelio version, migration revision, each file's rows and SHA-256), read
-  in one snapshot, so that the export is one moment of the database.
+  (:mod:`amelio.ops.archive`: format, Amelio version, migration revision, each
+  file's rows, size and SHA-256), read in one snapshot, so that the export is one
+  moment of the database.
 * :func:`import_workspace` loads an export into an empty workspace at the same
-  revision, after checking every file against the manifest, in one transaction.
+  revision, after checking every file against the manifest, in one transaction
+  that is rolled back unless every table got the rows the manifest says.
 * :func:`copy_database` copies the workspace's database into another one (SQLite to
   PostgreSQL, the path out of one machine), in one transaction on the target, then
   compares the row counts and verifies the feedback chain there.
@@ -22,7 +24,6 @@ Values cross JSON by their column's type: timestamps as ISO 8601 with their zone
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -38,10 +39,10 @@ from amelio import db
 from amelio._version import __version__
 from amelio.db.schema import aware, metadata, utcnow
 from amelio.errors import ConfigError, InvalidInput
+from amelio.ops.archive import EXPORT, MANIFEST, Archive, Manifest, member, row_counts, table_file
 from amelio.workspace.folder import Workspace
 
 __all__ = [
-    "FORMAT",
     "CopyReport",
     "ExportReport",
     "ImportReport",
@@ -50,8 +51,6 @@ __all__ = [
     "import_workspace",
 ]
 
-FORMAT = "amelio-export/1"
-MANIFEST = "manifest.json"
 BATCH = 1000
 #: What ``amelio init`` puts in a new database: a workspace holding only these rows
 #: is empty, and an import or a copy replaces them with the source's.
@@ -125,9 +124,7 @@ def _rows(conn: sa.Connection, table: sa.Table) -> Iterator[sa.Row[Any]]:
 
 
 def _counts(conn: sa.Connection) -> dict[str, int]:
-    return {
-        t.name: int(conn.scalar(sa.select(sa.func.count()).select_from(t)) or 0) for t in _tables()
-    }
+    return row_counts(conn, [t.name for t in _tables()])
 
 
 def _holds_data(conn: sa.Connection) -> list[str]:
@@ -212,20 +209,12 @@ class ExportReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "path": self.path,
-            "format": FORMAT,
+            "format": EXPORT.name,
             "revision": self.revision,
             "rows": sum(self.tables.values()),
             "tables": self.tables,
             "withSecretKey": self.with_secret_key,
         }
-
-
-def _digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def export_workspace(
@@ -241,38 +230,32 @@ def export_workspace(
         )
     (dest / "tables").mkdir(parents=True, exist_ok=True)
     revision = db.current_revision(ws.engine) or ""
-    files: dict[str, dict[str, Any]] = {}
     report = ExportReport(str(dest), revision, with_secret_key=with_secret_key)
     with _snapshot(ws.engine) as conn:
         for table in _tables():
-            path = dest / "tables" / f"{table.name}.jsonl"
+            path = dest / table_file(table.name)
             count = 0
             with path.open("w", encoding="utf-8", newline="\n") as out:
                 for row in _rows(conn, table):
                     out.write(_line(table, row))
                     count += 1
             report.tables[table.name] = count
-            files[table.name] = {
-                "file": f"tables/{table.name}.jsonl",
-                "rows": count,
-                "sha256": _digest(path),
-            }
     if with_secret_key:
-        from amelio.privacy.identity import secret_key
+        from amelio.privacy.signing import secret_key
 
         secret = dest / SECRET_FILE
         secret.write_bytes(secret_key(ws.settings))
         os.chmod(secret, 0o600)
-    manifest = {
-        "format": FORMAT,
-        "amelio": __version__,
-        "revision": revision,
-        "database": ws.engine.dialect.name,
-        "createdAt": utcnow().isoformat(),
-        "secretKey": SECRET_FILE if with_secret_key else None,
-        "tables": files,
-    }
-    (dest / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    manifest = Manifest(
+        format=EXPORT,
+        amelio_version=__version__,
+        migration=revision,
+        created_at=utcnow(),
+        files=tuple(member(dest / table_file(t), table_file(t)) for t in report.tables),
+        tables=report.tables,
+        key_source="file" if with_secret_key else "none",
+    )
+    (dest / MANIFEST).write_text(manifest.dumps(), encoding="utf-8")
     return report
 
 
@@ -298,44 +281,33 @@ class ImportReport:
         }
 
 
-def _read_manifest(src: Path) -> dict[str, Any]:
+def _read_manifest(export: Archive) -> Manifest:
     try:
-        manifest = json.loads((src / MANIFEST).read_text(encoding="utf-8"))
+        raw = (export.where / MANIFEST).read_bytes()
     except FileNotFoundError:
-        raise InvalidInput(f"{src} holds no {MANIFEST}: not an Amelio export.") from None
-    except (OSError, ValueError) as exc:
-        raise InvalidInput(f"{src / MANIFEST} cannot be read: {exc}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise InvalidInput(
-            f"{src / MANIFEST}: format {manifest.get('format')!r} is not {FORMAT!r}."
-            if isinstance(manifest, dict)
-            else f"{src / MANIFEST} is not an export manifest."
-        )
-    return manifest
+        raise export.damaged(f"it has no {MANIFEST}") from None
+    except OSError as exc:
+        raise export.damaged(f"its {MANIFEST} cannot be read ({exc})") from None
+    return export.manifest(raw)
 
 
-def _check_files(src: Path, manifest: dict[str, Any]) -> None:
+def _check_files(export: Archive, manifest: Manifest) -> None:
     """Every file the manifest names is there, whole: checked before anything is
     written, so a damaged export changes nothing."""
     known = {t.name for t in _tables()}
-    tables = manifest.get("tables") or {}
-    unknown = sorted(set(tables) - known)
+    unknown = sorted(set(manifest.tables) - known)
     if unknown:
         raise InvalidInput(
             f"The export has tables this Amelio does not know: {', '.join(unknown)}."
         )
-    missing = sorted(known - set(tables))
+    missing = sorted(known - set(manifest.tables))
     if missing:
         raise InvalidInput(f"The export lacks tables: {', '.join(missing)}.")
-    for name, entry in tables.items():
-        path = src / str(entry.get("file", ""))
-        if not path.is_file() or src.resolve() not in path.resolve().parents:
-            raise InvalidInput(f"The export's {name} file ({entry.get('file')}) is missing.")
-        if _digest(path) != entry.get("sha256"):
-            raise InvalidInput(
-                f"{path} does not match its SHA-256 in the manifest: the "
-                "export is damaged or was edited."
-            )
+    for entry in manifest.files:
+        path = export.where / entry.path
+        if not path.is_file():
+            raise export.damaged(f"its {entry.path} is missing")
+        export.check_file(entry, path)
 
 
 def _lines(path: Path, table: sa.Table) -> Iterator[dict[str, Any]]:
@@ -354,15 +326,16 @@ def _lines(path: Path, table: sa.Table) -> Iterator[dict[str, Any]]:
 def import_workspace(ws: Workspace, src: Path) -> ImportReport:
     """Load the export in ``src`` into ``ws``, whose database must be empty."""
     src = Path(src)
-    manifest = _read_manifest(src)
+    export = Archive(src, EXPORT)
+    manifest = _read_manifest(export)
     revision = db.current_revision(ws.engine) or ""
-    if manifest.get("revision") != revision:
+    if manifest.migration != revision:
         raise InvalidInput(
-            f"The export is at migration {manifest.get('revision')!r} and this "
+            f"The export is at migration {manifest.migration!r} and this "
             f"workspace at {revision!r}: upgrade the older one first "
             "(amelio db upgrade), then export again."
         )
-    _check_files(src, manifest)
+    _check_files(export, manifest)
     brought = _secret(src, manifest)
     report = ImportReport(str(src), revision)
     with db.transaction(ws.engine) as conn:
@@ -374,8 +347,9 @@ def import_workspace(ws: Workspace, src: Path) -> ImportReport:
             )
         _empty(conn)
         for table in _tables():
-            entry = manifest["tables"][table.name]
-            report.tables[table.name] = _insert(conn, table, _lines(src / entry["file"], table))
+            rows = _lines(src / table_file(table.name), table)
+            report.tables[table.name] = _insert(conn, table, rows)
+        export.check_rows(manifest.tables, report.tables)
         _reset_sequences(conn)
     if brought is not None:
         report.secret_key = _adopt_secret(ws, brought)
@@ -383,10 +357,9 @@ def import_workspace(ws: Workspace, src: Path) -> ImportReport:
     return report
 
 
-def _secret(src: Path, manifest: dict[str, Any]) -> bytes | None:
+def _secret(src: Path, manifest: Manifest) -> bytes | None:
     """The secret key an export carries (``--with-secret-key``), or None."""
-    name = manifest.get("secretKey")
-    if not name:
+    if manifest.key_source != "file":
         return None
     try:
         key = (src / SECRET_FILE).read_bytes().strip()
@@ -401,7 +374,7 @@ def _secret(src: Path, manifest: dict[str, Any]) -> bytes | None:
 
 def _adopt_secret(ws: Workspace, key: bytes) -> str:
     """Use the export's secret key, unless the settings name one explicitly."""
-    from amelio.privacy.identity import install_secret_key
+    from amelio.privacy.signing import install_secret_key
 
     configured = ws.settings.secret_key.get_secret_value()
     if configured:

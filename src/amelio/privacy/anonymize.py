@@ -4,9 +4,10 @@
 written as the seed's ``base32_8ch`` (the first 8 base32 characters: 40 bits,
 plenty to tell sessions apart within a day, too few to be a stable global
 identifier). The salt of a day is itself an HMAC of the workspace secret and the
-UTC date of the event, so every server sharing the secret agrees on it without
-coordination, yet the same user on two days gets two unrelated hashes: the
-store can count behaviour within a day but cannot follow a person across days.
+UTC date of the event (both by :mod:`amelio.privacy.signing`), so every server
+sharing the secret agrees on it without coordination, yet the same user on two
+days gets two unrelated hashes: the store can count behaviour within a day but
+cannot follow a person across days.
 The day is the event's own (not the arrival's), so re-sending a file the next
 day yields the same hashes and idempotent ingestion stays idempotent.
 
@@ -30,16 +31,16 @@ after one character scan, so scrubbing is a small part of ingestion's cost.
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
 import re
 from collections.abc import Callable
 from datetime import date, timedelta
 from functools import lru_cache
 
+from amelio.privacy.signing import Signer
+
 __all__ = ["SaltedHasher", "day_from_index", "scrub", "scrub_emails"]
 
-_PURPOSE = b"amelio.feedback.salt.v1:"
 _EPOCH = date(1970, 1, 1)
 _BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 #: Two base32 characters for each 10-bit value: 40 bits are four look-ups.
@@ -57,15 +58,15 @@ class SaltedHasher:
     """Hashes identifiers under the daily salt derived from ``key``."""
 
     def __init__(self, key: bytes) -> None:
-        self._key = key
-        self._salt = lru_cache(maxsize=64)(self._derive)
+        self._signer = Signer(key)
+        self._salted = lru_cache(maxsize=64)(self._derive)
 
-    def _derive(self, day: date) -> bytes:
-        return hmac.digest(self._key, _PURPOSE + day.isoformat().encode("ascii"), "sha256")
+    def _derive(self, day: date) -> Signer:
+        return Signer(self._signer.digest(day.isoformat(), "feedback-salt"))
 
     def hash(self, value: str, day: date) -> str:
         """``value``'s pseudonym on ``day``: 8 base32 characters."""
-        top = int.from_bytes(hmac.digest(self._salt(day), value.encode("utf-8"), "sha256")[:5])
+        top = int.from_bytes(self._salted(day).digest(value, "pseudonym")[:5])
         # base32 of the first 40 bits, as base64.b32encode(digest[:5]) writes it, faster
         pairs = _BASE32_PAIRS
         return (

@@ -48,8 +48,8 @@ from amelio.errors import InvalidInput
 from amelio.feedback.tokens import token_signer
 from amelio.ops.metrics import record_search_cache
 from amelio.privacy.anonymize import SaltedHasher, day_from_index
-from amelio.privacy.identity import secret_key
 from amelio.privacy.pii import scrub_for_storage
+from amelio.privacy.signing import secret_key
 from amelio.search.aggregation import aggregate
 from amelio.search.cache import LRUCache
 from amelio.search.clickmodel import Propensities, load_propensities

@@ -1,10 +1,9 @@
 """What every part of the Telegram front door shares about talking to the Bot API:
-429 handling, who an update's author is, and the webhook's secret."""
+429 handling, and who an update's author is."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import warnings
 from collections.abc import Awaitable, Callable
@@ -15,7 +14,7 @@ from telegram import CallbackQuery, Message, Update
 from telegram.error import RetryAfter
 from telegram.warnings import PTBDeprecationWarning
 
-__all__ = ["MAX_RETRY_AFTER", "RETRIES", "author", "call", "seconds", "user_ref", "webhook_secret"]
+__all__ = ["MAX_RETRY_AFTER", "RETRIES", "author", "call", "seconds", "user_ref"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -65,10 +64,3 @@ def author(source: CallbackQuery | Message) -> str:
         return "telegram:unknown"
     handle = f" (@{user.username})" if user.username else f" ({user.full_name})"
     return f"telegram:{user.id}{handle}"[:200]
-
-
-def webhook_secret(token: str) -> str:
-    """The secret Telegram sends back in X-Telegram-Bot-Api-Secret-Token: derived from
-    the bot token, so every process that holds the token agrees on it without
-    another setting, and it cannot be guessed without the token."""
-    return hashlib.sha256(f"amelio-telegram-webhook:{token}".encode()).hexdigest()

@@ -4,7 +4,10 @@
 URL's path and registers URL with Telegram (setWebhook, with a secret token).
 Telegram sends the secret back in ``X-Telegram-Bot-Api-Secret-Token`` on every
 delivery; a request without it, or with another, is refused with 403 before its
-body is read as an update, so only Telegram can speak for a chat.
+body is read as an update, so only Telegram can speak for a chat. The secret is
+the workspace signer's digest of the bot token (purpose ``telegram-webhook``):
+every process of the workspace agrees on it without another setting, and it
+cannot be guessed without the workspace's secret key.
 
 The route queues the update and answers at once: Telegram waits for the answer
 before it sends the chat's next update, and the LLM may take seconds.
@@ -13,7 +16,6 @@ before it sends the chat's next update, and the LLM may take seconds.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -28,15 +30,24 @@ from telegram import Update
 from amelio.assistant.respond import warm_up
 from amelio.errors import ConfigError
 from amelio.llm.base import Provider
+from amelio.privacy.signing import equal, signer
 from amelio.telegram.bot import ALLOWED_UPDATES, build_bot, check_token
-from amelio.telegram.client import call, webhook_secret
+from amelio.telegram.client import call
+from amelio.workspace.config import Settings
 from amelio.workspace.folder import Workspace
 
-__all__ = ["DEFAULT_PATH", "SECRET_HEADER", "webhook_path", "webhook_router"]
+__all__ = ["DEFAULT_PATH", "SECRET_HEADER", "webhook_path", "webhook_router", "webhook_secret"]
 
 log = logging.getLogger(__name__)
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"  # noqa: S105 -- a header name
 DEFAULT_PATH = "/telegram/webhook"
+_PURPOSE = "telegram-webhook"
+
+
+def webhook_secret(settings: Settings) -> str:
+    """The secret Telegram sends back in X-Telegram-Bot-Api-Secret-Token."""
+    token = settings.telegram_token.get_secret_value().strip()
+    return signer(settings).hexdigest(token, _PURPOSE)
 
 
 def webhook_path(url: str) -> str:
@@ -59,8 +70,7 @@ def webhook_router(
     refused token stops the start, with the reason."""
     path = webhook_path(url)
     _, application = build_bot(ws, provider=provider)
-    token = ws.settings.telegram_token.get_secret_value().strip()
-    secret = webhook_secret(token)
+    secret = webhook_secret(ws.settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -84,8 +94,7 @@ def webhook_router(
 
     @router.post(path)
     async def receive(request: Request) -> JSONResponse:
-        given = request.headers.get(SECRET_HEADER, "")
-        if not hmac.compare_digest(given.encode(), secret.encode()):
+        if not equal(request.headers.get(SECRET_HEADER), secret):
             log.warning("telegram webhook: refused a request without the secret token")
             return JSONResponse({"detail": "Wrong or missing secret token."}, status_code=403)
         try:
