@@ -68,7 +68,7 @@ from amelio.feedback.examples import example_event
 from amelio.search import Corpus
 from amelio.testing import FakeLLMServer
 from amelio.workspace import keys
-from amelio.workspace.config import CONFIG_FILE
+from amelio.workspace.discovery import CONFIG_FILE
 from amelio.workspace.folder import init_workspace, open_workspace
 from support.processes import ServeProcess, postgres_database
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from amelio.errors import ConfigError, WorkspaceNotFound
-from amelio.workspace.config import Settings, find_workspace, load_settings
+from amelio.workspace.config import Settings, load_settings
+from amelio.workspace.discovery import find_workspace
 
 
 def make_ws(path: Path, toml: str = "") -> Path:

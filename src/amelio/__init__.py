@@ -60,7 +60,8 @@ if _typing.TYPE_CHECKING:
         rollback_skill,
         update_skill,
     )
-    from amelio.workspace.config import Settings, find_workspace, load_settings
+    from amelio.workspace.config import Settings, load_settings
+    from amelio.workspace.discovery import find_workspace
     from amelio.workspace.folder import Workspace, init_workspace, open_workspace
 
 __all__ = [
@@ -115,7 +116,8 @@ __all__ = [
 
 #: Where each public name lives; the module is imported on first use.
 _LAZY: dict[str, str] = {
-    **dict.fromkeys(("Settings", "find_workspace", "load_settings"), "amelio.workspace.config"),
+    **dict.fromkeys(("Settings", "load_settings"), "amelio.workspace.config"),
+    "find_workspace": "amelio.workspace.discovery",
     **dict.fromkeys(
         (
             "AmelioError",

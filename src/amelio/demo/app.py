@@ -36,7 +36,8 @@ from amelio.search import Searcher, aggregate
 from amelio.search.engines.registry import workspace_corpus
 from amelio.search.simulate import click_events
 from amelio.workspace import keys
-from amelio.workspace.config import CONFIG_FILE, load_settings
+from amelio.workspace.config import load_settings
+from amelio.workspace.discovery import CONFIG_FILE
 from amelio.workspace.folder import Workspace, init_workspace
 
 __all__ = [

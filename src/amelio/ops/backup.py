@@ -56,7 +56,8 @@ from amelio.errors import AmelioError, ConfigError, Conflict, InvalidInput
 from amelio.ops.archive import BACKUP, CHUNK, MANIFEST, Archive, Manifest, Member, member
 from amelio.ops.archive import row_counts as count_rows
 from amelio.privacy.signing import Signer, equal, forget_cached_key
-from amelio.workspace.config import CONFIG_FILE, DATA_DIR, Settings, load_settings
+from amelio.workspace.config import Settings, load_settings
+from amelio.workspace.discovery import CONFIG_FILE, DATA_DIR
 from amelio.workspace.projects import validate_name
 
 __all__ = [

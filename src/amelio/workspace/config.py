@@ -29,14 +29,7 @@ from pydantic_settings import (
 from amelio.errors import ConfigError
 from amelio.workspace.discovery import CONFIG_FILE, DATA_DIR, ENV_PREFIX, find_workspace
 
-__all__ = [
-    "CONFIG_FILE",
-    "DATA_DIR",
-    "SettingRow",
-    "Settings",
-    "find_workspace",
-    "load_settings",
-]
+__all__ = ["SettingRow", "Settings", "load_settings"]
 
 
 class Settings(BaseSettings):

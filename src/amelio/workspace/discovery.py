@@ -2,8 +2,7 @@
 
 Kept apart from :mod:`amelio.workspace.config` so that a command can ask whether there is a
 workspace without loading the settings machinery (pydantic-settings): ``amelio
-eval --rules`` outside a workspace needs no more. :mod:`amelio.workspace.config` re-exports
-everything here.
+eval --rules`` outside a workspace needs no more. Import its names from here.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ import sqlalchemy as sa
 
 from amelio import db
 from amelio.errors import ConfigError
-from amelio.workspace.config import CONFIG_FILE, DATA_DIR, Settings, load_settings
+from amelio.workspace.config import Settings, load_settings
+from amelio.workspace.discovery import CONFIG_FILE, DATA_DIR
 
 __all__ = ["Workspace", "init_workspace", "open_workspace"]
 
@@ -77,7 +78,8 @@ def open_workspace(
     migrate: bool = False,
     settings: Settings | None = None,
 ) -> Workspace:
-    """Open the workspace found from ``path`` (see :func:`amelio.workspace.config.find_workspace`).
+    """Open the workspace found from ``path`` (see
+    :func:`amelio.workspace.discovery.find_workspace`).
 
     Without ``migrate`` the database must already be at the head migration.
     """
