@@ -6,6 +6,7 @@ import json
 import os
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from amelio.assistant.quality import (
     rule_stats,
     wilson_interval,
 )
-from amelio.assistant.respond import respond
+from amelio.assistant.respond import log_exchange, respond
 from amelio.cli import main
 from amelio.demo.app import load_recorded_interactions
 from amelio.errors import Conflict, InvalidInput, NotFound
@@ -84,6 +85,69 @@ def test_feedback_alone_selects_and_ties_do_not(ws: Workspace) -> None:
     assert finding.reasons == ("more 👎 (2) than 👍 (1)",)
 
 
+def test_a_fixit_is_negative_feedback_once_per_person_and_answer(ws: Workspace) -> None:
+    ids = [answer(ws, "git push rejected", SAFE) for _ in range(3)]  # every rule passes
+    give_answer_feedback(ws, ids[0], "up", user="a")
+    give_answer_feedback(ws, ids[1], "fixit", user="b")
+    assert find_underperformers(ws) == []  # one each
+    give_answer_feedback(ws, ids[1], "down", user="b")  # the same person, the same answer
+    assert find_underperformers(ws) == []
+    give_answer_feedback(ws, ids[2], "fixit", user="c", comment="Name the remote branch")
+    [finding] = find_underperformers(ws)
+    assert finding.reasons == ("more 👎 or Fix It (2, 2 of them Fix It) than 👍 (1)",)
+    metrics = finding.metrics
+    assert (metrics.feedback_positive, metrics.feedback_negative, metrics.feedback_fixit) == (
+        1,
+        2,
+        2,
+    )
+    assert sum(d.feedback_negative for d in daily_metrics(ws, "default")) == 2
+
+
+#: Five skills with no eval rules of their own, a message for each, and the correction
+#: the first Fix-It on each skill gave (the others are bare Fix-Its).
+NEWCOMER = {
+    "git-help": ("my push was rejected", "Show the exact command to recover"),
+    "sql-review": ("review this query", "Point at the missing index by name"),
+    "deployment": ("deploy the api", "List the rollback command first"),
+    "meeting-notes": ("notes from the standup", "Put the owner next to each action"),
+    "release-notes": ("write the changelog", "Group the entries under Added and Fixed"),
+}
+
+
+def test_fixits_alone_make_skills_underperform_and_get_proposals(
+    workspace: Workspace, examples: Path
+) -> None:
+    """A newcomer's week: 23 Fix-Its on 25 answers of five skills that have no eval
+    rules, so every answer "succeeds". The Fix-Its are negative feedback, so all five
+    underperform and each gets a proposal from the corrections people wrote."""
+    ws = workspace
+    specs = [replace(s, evals=None) for s in skills.read_skills(examples) if s.name in NEWCOMER]
+    skills.save_skills(ws.engine, specs)
+    given = 0
+    for position, (name, (message, correction)) in enumerate(NEWCOMER.items()):
+        for n in range(5):
+            reply = log_exchange(ws, f"{message} ({n})", "Done.", project="default", skills=[name])
+            if n == 4 and position >= 3:  # 5 + 5 + 5 + 4 + 4 = 23
+                continue
+            comment = correction if n == 0 else None
+            give_answer_feedback(ws, reply.interaction_id, "fixit", user=f"u{n}", comment=comment)
+            given += 1
+    assert given == 23
+    metrics = quality_metrics(ws, "default")
+    assert all(m.success_rate == 1.0 for m in metrics) and len(metrics) == 5
+    assert sum(m.feedback_fixit for m in metrics) == sum(m.feedback_negative for m in metrics) == 23
+
+    report = run_improve(ws, notify=False)
+    assert sorted(p["skill"] for p in report.proposals) == sorted(NEWCOMER)
+    for made in report.proposals:
+        content = props.get_proposal(ws, made["id"]).proposed_content
+        assert f"- {NEWCOMER[made['skill']][1]} (Learned from fixit feedback.)" in content
+        assert "Fix requested for" not in content
+    reasons = {f["skill"]: f["reasons"] for f in report.projects[0]["underperformers"]}
+    assert reasons["git-help"] == ["more 👎 or Fix It (5, 5 of them Fix It) than 👍 (0)"]
+
+
 def test_daily_and_per_rule_figures_add_up_to_the_metrics(ws: Workspace) -> None:
     git_history(ws, 3, 1)
     ids = [answer(ws, "git push rejected", SAFE) for _ in range(2)]
@@ -95,7 +159,7 @@ def test_daily_and_per_rule_figures_add_up_to_the_metrics(ws: Workspace) -> None
     assert sum(d.applied_count for d in days) == metrics.applied_count == 6
     assert sum(d.success_count for d in days) == metrics.success_count == 3
     assert sum(d.feedback_positive for d in days) == metrics.feedback_positive == 1
-    assert sum(d.feedback_negative for d in days) == metrics.feedback_negative == 1
+    assert sum(d.feedback_negative for d in days) == metrics.feedback_negative == 2
     stats = rule_stats(ws, "default", metrics.skill)
     assert (
         {r: s.total - s.passed for r, s in stats.items() if s.passed < s.total}
