@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from amelio import skills
 from amelio.assistant import learnings
 from amelio.assistant.quality import (
+    Finding,
     daily_metrics,
     find_underperformers,
     give_answer_feedback,
@@ -30,7 +31,7 @@ from amelio.cli import main
 from amelio.demo.app import load_recorded_interactions
 from amelio.errors import Conflict, InvalidInput, NotFound
 from amelio.improve import proposals as props
-from amelio.improve.nightly import last_report, run_improve
+from amelio.improve.nightly import Drafted, last_report, run_improve
 from amelio.improve.templates import SECTION_START, template_proposal
 from amelio.llm.fake import ScriptedProvider
 from amelio.server import create_app
@@ -202,6 +203,49 @@ def test_template_is_deterministic_and_cites_evidence(ws: Workspace) -> None:
         skills.SkillSpec(**{**spec.__dict__, "content": first.content}), finding
     )
     assert again is not None and again.content.count(SECTION_START) == 1
+
+
+def test_template_lines_leave_out_what_the_skill_forbids(ws: Workspace) -> None:
+    """git-help bans a plain --force, even quoted as a warning: its proposal must not
+    teach the model the very flag (and the rule's name quotes it)."""
+    git_history(ws, 3, 1)
+    answer(ws, "git push rejected", "git push origin main -f")  # fails gh-002
+    learnings.add_learning(ws, "Never suggest git push --force", skill="git-help", source="fixit")
+    [finding] = find_underperformers(ws)
+    spec = skills.get_skill(ws.engine, "git-help").spec
+    draft = template_proposal(spec, finding)
+    assert draft is not None
+    section = draft.content[draft.content.index(SECTION_START) :]
+    assert "- Avoid this: Never suggest … (use --force-with-lease). (Rule gh-001" in section
+    assert "- Avoid this: Never suggest git push … (Rule gh-002" in section
+    assert "- Never suggest git push … (Learned from fixit feedback.)" in section
+    assert "… marks words left out because this skill forbids writing them." in section
+    assert draft.evidence["linesCut"] == 3 and draft.evidence["linesDropped"] == 0
+    assert props.own_rule_breaks(spec, draft.content) == ()
+    assert [p["skill"] for p in run_improve(ws, notify=False).proposals] == ["git-help"]
+
+
+def test_a_draft_that_breaks_its_own_skill_rules_is_not_filed(ws: Workspace) -> None:
+    git_history(ws, 3, 0)
+
+    def careless(ws: Workspace, finding: Finding) -> Drafted:
+        spec = skills.get_skill(ws.engine, finding.skill).spec
+        return Drafted(spec.content + "\nIf the lease fails, run git push --force.\n", "r")
+
+    dry = run_improve(ws, dry_run=True, proposer=careless)
+    report = run_improve(ws, proposer=careless, notify=False)
+    for run in (dry, report):
+        assert run.proposals == []
+        [skipped] = run.projects[0]["skipped"]
+        assert skipped["rules"] == ["gh-001"]
+        assert skipped["reason"].startswith("not filed: the text it adds breaks the skill's own")
+    assert "skipped git-help: not filed:" in Path(report.files[1]).read_text()
+    assert props.list_proposals(ws) == []
+    # The skill's own rulebook quotes the flag it forbids; a draft that keeps those
+    # lines and adds nothing forbidden is filed.
+    spec = skills.get_skill(ws.engine, "git-help").spec
+    assert "`git push --force`" in spec.content
+    assert props.own_rule_breaks(spec, spec.content + "\nPrefer git switch.\n") == ()
 
 
 def test_improve_creates_reports_and_is_idempotent(ws: Workspace) -> None:
