@@ -498,6 +498,42 @@ def test_improve_route_and_cli(
     assert runner.invoke(main, ["-w", str(ws.root), "improve", "--all", "-p", "x"]).exit_code == 2
 
 
+@pytest.mark.parametrize("login", ["alice", None])
+def test_proposer_and_approver_are_named_alike_without_user(
+    ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, login: str | None
+) -> None:
+    """Cron and containers often run without $USER: the person proposing (here by a
+    hand edit that `skills sync` files) and the person approving are still named by
+    one rule, the login name wherever it is found, else "cli"."""
+    import pwd
+
+    for name in ("USER", "LOGNAME", "LNAME", "USERNAME"):
+        monkeypatch.delenv(name, raising=False)
+    if login is None:  # a uid with no account either
+
+        def no_account(uid: int) -> pwd.struct_passwd:
+            raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+        monkeypatch.setattr(pwd, "getpwuid", no_account)
+    else:
+        monkeypatch.setenv("LOGNAME", login)
+    expected = login or "cli"
+    runner = CliRunner()
+    agent = tmp_path / "agent"
+    base = ["-w", str(ws.root)]
+    assert runner.invoke(main, [*base, "skills", "sync", str(agent)]).exit_code == 0
+    edited = agent / "git-help" / "SKILL.md"
+    edited.write_text(edited.read_text(encoding="utf-8") + "\nPrefer git switch.\n")
+    synced = runner.invoke(main, [*base, "skills", "sync", str(agent)])
+    assert synced.exit_code == 0, synced.output
+    [proposal] = props.list_proposals(ws, status="pending")
+    approved = runner.invoke(main, [*base, "proposals", "approve", str(proposal.id)])
+    assert approved.exit_code == 0, approved.output
+    decided = props.get_proposal(ws, proposal.id)
+    assert decided.author.startswith(f"{expected} via skills sync ")
+    assert decided.decided_by == expected
+
+
 def test_improve_sends_a_signed_webhook(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
     from starlette.applications import Starlette
     from starlette.requests import Request
