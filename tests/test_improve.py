@@ -138,6 +138,9 @@ def test_fixits_alone_make_skills_underperform_and_get_proposals(
     metrics = quality_metrics(ws, "default")
     assert all(m.success_rate == 1.0 for m in metrics) and len(metrics) == 5
     assert sum(m.feedback_fixit for m in metrics) == sum(m.feedback_negative for m in metrics) == 23
+    shown = CliRunner().invoke(main, ["-w", str(ws.root), "quality", "-p", "default"])
+    assert shown.exit_code == 0 and "👎 or 🛠️" in shown.stdout
+    assert shown.stdout.count("5 (5 🛠️)") == 3 and shown.stdout.count("4 (4 🛠️)") == 2
 
     report = run_improve(ws, notify=False)
     assert sorted(p["skill"] for p in report.proposals) == sorted(NEWCOMER)
