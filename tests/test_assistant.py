@@ -113,14 +113,16 @@ def test_stream_yields_tokens_then_reply(ws: Workspace, server: FakeLLMServer) -
     assert final.footnotes
 
 
-def test_feedback_becomes_learnings_in_the_next_prompt(
+def test_feedback_comments_become_learnings_in_the_next_prompt(
     ws: Workspace, server: FakeLLMServer
 ) -> None:
     server.reply(FORCE)
     first = respond(ws, "git push rejected after rebase")
-    result = give_answer_feedback(ws, first.interaction_id, "down")
+    result = give_answer_feedback(
+        ws, first.interaction_id, "down", comment="Explain why the push was rejected"
+    )
     assert result.learning is not None
-    assert result.learning.rule == "Negative feedback on: git-help: git push rejected after rebase"
+    assert result.learning.rule == "Explain why the push was rejected"
     assert result.learning.source == "negative" and result.learning.skill == "git-help"
     fix = give_answer_feedback(
         ws, first.interaction_id, "fixit", comment="Never suggest a plain force push"
@@ -132,14 +134,39 @@ def test_feedback_becomes_learnings_in_the_next_prompt(
     respond(ws, "git push rejected again")
     system = server.requests[-1].system
     assert "Never suggest a plain force push" in system
-    assert "Negative feedback on: git-help" in system
+    assert "Explain why the push was rejected" in system
+
+
+def test_feedback_without_a_comment_is_feedback_not_a_learning(
+    ws: Workspace, server: FakeLLMServer
+) -> None:
+    """A bare 👎 or Fix It says the answer was wrong, not what to do instead: it counts
+    in the metrics, and no rule like "Fix requested for: …" reaches the prompts."""
+    server.reply(FORCE)
+    first = respond(ws, "git push rejected after rebase")
+    down = give_answer_feedback(ws, first.interaction_id, "down", user="ann")
+    fix = give_answer_feedback(ws, first.interaction_id, "fixit", user="bob", comment="  ")
+    assert down.learning is None and fix.learning is None
+    assert learnings.list_learnings(ws) == []
+    assert not learnings.learnings_path(ws, "default").exists()
+    with ws.engine.connect() as conn:
+        stored = conn.execute(sa.select(feedback.c.kind, feedback.c.learning_id)).all()
+    assert sorted(stored) == [("down", None), ("fixit", None)]
+    [metrics] = quality_metrics(ws, "default")
+    assert (metrics.feedback_negative, metrics.feedback_fixit) == (2, 1)
+
+    server.reply(SAFE)
+    respond(ws, "git push rejected again")
+    system = server.requests[-1].system
+    assert "LEARNINGS" not in system and "git push rejected after rebase" not in system
 
 
 def test_votes_count_once_per_user_last_one_stands(ws: Workspace, server: FakeLLMServer) -> None:
     server.reply(FORCE)
     reply = respond(ws, "git push rejected")
-    give_answer_feedback(ws, reply.interaction_id, "down", user="bob")
-    give_answer_feedback(ws, reply.interaction_id, "down", user="bob")
+    why = "Warn before any force push"
+    give_answer_feedback(ws, reply.interaction_id, "down", user="bob", comment=why)
+    give_answer_feedback(ws, reply.interaction_id, "down", user="bob", comment=why)
     changed = give_answer_feedback(ws, reply.interaction_id, "up", user="bob")
     assert changed.replaced == "down"
     give_answer_feedback(ws, reply.interaction_id, "up", user="carol")

@@ -6,6 +6,7 @@ import json
 import os
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from fastapi.testclient import TestClient
 from amelio import skills
 from amelio.assistant import learnings
 from amelio.assistant.quality import (
+    Finding,
     daily_metrics,
     find_underperformers,
     give_answer_feedback,
@@ -24,12 +26,12 @@ from amelio.assistant.quality import (
     rule_stats,
     wilson_interval,
 )
-from amelio.assistant.respond import respond
+from amelio.assistant.respond import log_exchange, respond
 from amelio.cli import main
 from amelio.demo.app import load_recorded_interactions
 from amelio.errors import Conflict, InvalidInput, NotFound
 from amelio.improve import proposals as props
-from amelio.improve.nightly import last_report, run_improve
+from amelio.improve.nightly import Drafted, last_report, run_improve
 from amelio.improve.templates import SECTION_START, template_proposal
 from amelio.llm.fake import ScriptedProvider
 from amelio.server import create_app
@@ -84,6 +86,72 @@ def test_feedback_alone_selects_and_ties_do_not(ws: Workspace) -> None:
     assert finding.reasons == ("more 👎 (2) than 👍 (1)",)
 
 
+def test_a_fixit_is_negative_feedback_once_per_person_and_answer(ws: Workspace) -> None:
+    ids = [answer(ws, "git push rejected", SAFE) for _ in range(3)]  # every rule passes
+    give_answer_feedback(ws, ids[0], "up", user="a")
+    give_answer_feedback(ws, ids[1], "fixit", user="b")
+    assert find_underperformers(ws) == []  # one each
+    give_answer_feedback(ws, ids[1], "down", user="b")  # the same person, the same answer
+    assert find_underperformers(ws) == []
+    give_answer_feedback(ws, ids[2], "fixit", user="c", comment="Name the remote branch")
+    [finding] = find_underperformers(ws)
+    assert finding.reasons == ("more 👎 or Fix It (2, 2 of them Fix It) than 👍 (1)",)
+    metrics = finding.metrics
+    assert (metrics.feedback_positive, metrics.feedback_negative, metrics.feedback_fixit) == (
+        1,
+        2,
+        2,
+    )
+    assert sum(d.feedback_negative for d in daily_metrics(ws, "default")) == 2
+
+
+#: Five skills with no eval rules of their own, a message for each, and the correction
+#: the first Fix-It on each skill gave (the others are bare Fix-Its).
+NEWCOMER = {
+    "git-help": ("my push was rejected", "Show the exact command to recover"),
+    "sql-review": ("review this query", "Point at the missing index by name"),
+    "deployment": ("deploy the api", "List the rollback command first"),
+    "meeting-notes": ("notes from the standup", "Put the owner next to each action"),
+    "release-notes": ("write the changelog", "Group the entries under Added and Fixed"),
+}
+
+
+def test_fixits_alone_make_skills_underperform_and_get_proposals(
+    workspace: Workspace, examples: Path
+) -> None:
+    """A newcomer's week: 23 Fix-Its on 25 answers of five skills that have no eval
+    rules, so every answer "succeeds". The Fix-Its are negative feedback, so all five
+    underperform and each gets a proposal from the corrections people wrote."""
+    ws = workspace
+    specs = [replace(s, evals=None) for s in skills.read_skills(examples) if s.name in NEWCOMER]
+    skills.save_skills(ws.engine, specs)
+    given = 0
+    for position, (name, (message, correction)) in enumerate(NEWCOMER.items()):
+        for n in range(5):
+            reply = log_exchange(ws, f"{message} ({n})", "Done.", project="default", skills=[name])
+            if n == 4 and position >= 3:  # 5 + 5 + 5 + 4 + 4 = 23
+                continue
+            comment = correction if n == 0 else None
+            give_answer_feedback(ws, reply.interaction_id, "fixit", user=f"u{n}", comment=comment)
+            given += 1
+    assert given == 23
+    metrics = quality_metrics(ws, "default")
+    assert all(m.success_rate == 1.0 for m in metrics) and len(metrics) == 5
+    assert sum(m.feedback_fixit for m in metrics) == sum(m.feedback_negative for m in metrics) == 23
+    shown = CliRunner().invoke(main, ["-w", str(ws.root), "quality", "-p", "default"])
+    assert shown.exit_code == 0 and "👎 or 🛠️" in shown.stdout
+    assert shown.stdout.count("5 (5 🛠️)") == 3 and shown.stdout.count("4 (4 🛠️)") == 2
+
+    report = run_improve(ws, notify=False)
+    assert sorted(p["skill"] for p in report.proposals) == sorted(NEWCOMER)
+    for made in report.proposals:
+        content = props.get_proposal(ws, made["id"]).proposed_content
+        assert f"- {NEWCOMER[made['skill']][1]} (Learned from fixit feedback.)" in content
+        assert "Fix requested for" not in content
+    reasons = {f["skill"]: f["reasons"] for f in report.projects[0]["underperformers"]}
+    assert reasons["git-help"] == ["more 👎 or Fix It (5, 5 of them Fix It) than 👍 (0)"]
+
+
 def test_daily_and_per_rule_figures_add_up_to_the_metrics(ws: Workspace) -> None:
     git_history(ws, 3, 1)
     ids = [answer(ws, "git push rejected", SAFE) for _ in range(2)]
@@ -95,7 +163,7 @@ def test_daily_and_per_rule_figures_add_up_to_the_metrics(ws: Workspace) -> None
     assert sum(d.applied_count for d in days) == metrics.applied_count == 6
     assert sum(d.success_count for d in days) == metrics.success_count == 3
     assert sum(d.feedback_positive for d in days) == metrics.feedback_positive == 1
-    assert sum(d.feedback_negative for d in days) == metrics.feedback_negative == 1
+    assert sum(d.feedback_negative for d in days) == metrics.feedback_negative == 2
     stats = rule_stats(ws, "default", metrics.skill)
     assert (
         {r: s.total - s.passed for r, s in stats.items() if s.passed < s.total}
@@ -138,6 +206,49 @@ def test_template_is_deterministic_and_cites_evidence(ws: Workspace) -> None:
         skills.SkillSpec(**{**spec.__dict__, "content": first.content}), finding
     )
     assert again is not None and again.content.count(SECTION_START) == 1
+
+
+def test_template_lines_leave_out_what_the_skill_forbids(ws: Workspace) -> None:
+    """git-help bans a plain --force, even quoted as a warning: its proposal must not
+    teach the model the very flag (and the rule's name quotes it)."""
+    git_history(ws, 3, 1)
+    answer(ws, "git push rejected", "git push origin main -f")  # fails gh-002
+    learnings.add_learning(ws, "Never suggest git push --force", skill="git-help", source="fixit")
+    [finding] = find_underperformers(ws)
+    spec = skills.get_skill(ws.engine, "git-help").spec
+    draft = template_proposal(spec, finding)
+    assert draft is not None
+    section = draft.content[draft.content.index(SECTION_START) :]
+    assert "- Avoid this: Never suggest … (use --force-with-lease). (Rule gh-001" in section
+    assert "- Avoid this: Never suggest git push … (Rule gh-002" in section
+    assert "- Never suggest git push … (Learned from fixit feedback.)" in section
+    assert "… marks words left out because this skill forbids writing them." in section
+    assert draft.evidence["linesCut"] == 3 and draft.evidence["linesDropped"] == 0
+    assert props.own_rule_breaks(spec, draft.content) == ()
+    assert [p["skill"] for p in run_improve(ws, notify=False).proposals] == ["git-help"]
+
+
+def test_a_draft_that_breaks_its_own_skill_rules_is_not_filed(ws: Workspace) -> None:
+    git_history(ws, 3, 0)
+
+    def careless(ws: Workspace, finding: Finding) -> Drafted:
+        spec = skills.get_skill(ws.engine, finding.skill).spec
+        return Drafted(spec.content + "\nIf the lease fails, run git push --force.\n", "r")
+
+    dry = run_improve(ws, dry_run=True, proposer=careless)
+    report = run_improve(ws, proposer=careless, notify=False)
+    for run in (dry, report):
+        assert run.proposals == []
+        [skipped] = run.projects[0]["skipped"]
+        assert skipped["rules"] == ["gh-001"]
+        assert skipped["reason"].startswith("not filed: the text it adds breaks the skill's own")
+    assert "skipped git-help: not filed:" in Path(report.files[1]).read_text()
+    assert props.list_proposals(ws) == []
+    # The skill's own rulebook quotes the flag it forbids; a draft that keeps those
+    # lines and adds nothing forbidden is filed.
+    spec = skills.get_skill(ws.engine, "git-help").spec
+    assert "`git push --force`" in spec.content
+    assert props.own_rule_breaks(spec, spec.content + "\nPrefer git switch.\n") == ()
 
 
 def test_improve_creates_reports_and_is_idempotent(ws: Workspace) -> None:
@@ -388,6 +499,42 @@ def test_improve_route_and_cli(
     log = runner.invoke(main, ["-w", str(ws.root), "skills", "log", "git-help"]).stdout
     assert "rejection" in log and f"#{pid}" in log
     assert runner.invoke(main, ["-w", str(ws.root), "improve", "--all", "-p", "x"]).exit_code == 2
+
+
+@pytest.mark.parametrize("login", ["alice", None])
+def test_proposer_and_approver_are_named_alike_without_user(
+    ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, login: str | None
+) -> None:
+    """Cron and containers often run without $USER: the person proposing (here by a
+    hand edit that `skills sync` files) and the person approving are still named by
+    one rule, the login name wherever it is found, else "cli"."""
+    import pwd
+
+    for name in ("USER", "LOGNAME", "LNAME", "USERNAME"):
+        monkeypatch.delenv(name, raising=False)
+    if login is None:  # a uid with no account either
+
+        def no_account(uid: int) -> pwd.struct_passwd:
+            raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+        monkeypatch.setattr(pwd, "getpwuid", no_account)
+    else:
+        monkeypatch.setenv("LOGNAME", login)
+    expected = login or "cli"
+    runner = CliRunner()
+    agent = tmp_path / "agent"
+    base = ["-w", str(ws.root)]
+    assert runner.invoke(main, [*base, "skills", "sync", str(agent)]).exit_code == 0
+    edited = agent / "git-help" / "SKILL.md"
+    edited.write_text(edited.read_text(encoding="utf-8") + "\nPrefer git switch.\n")
+    synced = runner.invoke(main, [*base, "skills", "sync", str(agent)])
+    assert synced.exit_code == 0, synced.output
+    [proposal] = props.list_proposals(ws, status="pending")
+    approved = runner.invoke(main, [*base, "proposals", "approve", str(proposal.id)])
+    assert approved.exit_code == 0, approved.output
+    decided = props.get_proposal(ws, proposal.id)
+    assert decided.author.startswith(f"{expected} via skills sync ")
+    assert decided.decided_by == expected
 
 
 def test_improve_sends_a_signed_webhook(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:

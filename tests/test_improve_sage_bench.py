@@ -17,7 +17,7 @@ from amelio.cli import main
 from amelio.errors import InvalidInput
 from amelio.improve import proposals as props
 from amelio.improve.bench import list_benchmarks, parse_judge, parse_scenarios_option, run_benchmark
-from amelio.improve.sage import SageRejected, analyze, parse_sage_answer
+from amelio.improve.sage import SageRejected, analyze, improve_with_sage, parse_sage_answer
 from amelio.improve.stats import bootstrap_mean_ci, min_scenarios, wilcoxon_signed_rank
 from amelio.llm import Completion, LLMRequest
 from amelio.llm.fake import ScriptedProvider
@@ -240,6 +240,23 @@ def test_no_change_fragment_and_malformed_judge(
     report = run_benchmark(ws, proposal.id, scenarios="replay:1", seed=1)
     assert report.verdict == "TIE" and report.summary["errors"] == 1
     assert "no usable scores after 2 tries" in report.scenarios[0]["error"]
+
+
+def test_a_rewrite_that_breaks_the_skill_s_own_rules_is_not_filed(
+    ws: Workspace, brain_server: tuple[FakeLLMServer, Brain]
+) -> None:
+    """git-help bans a plain --force; a rewrite that adds one is not proposed, by
+    `amelio sage` or by `amelio improve --sage`, and both say which rule it breaks."""
+    _, brain = brain_server
+    brain.sage = better_git(ws) + "If the lease is refused, git push --force.\n"
+    [result] = analyze(ws)
+    assert result.outcome == "rejected" and result.proposal_id is None
+    assert result.reason.startswith("not filed:") and "gh-001" in result.reason
+    report = improve_with_sage(ws, notify=False)
+    assert report.proposals == []
+    [skipped] = report.projects[0]["skipped"]
+    assert skipped["rules"] == ["gh-001"] and skipped["reason"].startswith("not filed:")
+    assert props.list_proposals(ws) == []
 
 
 def test_self_benchmark_is_a_tie_under_a_noisy_judge(

@@ -399,7 +399,8 @@ def test_no_table_holds_the_seeded_personal_data(
         assert c.ingest(events).counts()["accepted"] == len(events)
         aggregate(ws)
 
-        # The assistant: a chat, a 👎 with a comment, a Fix It, a learning, a hand edit.
+        # The assistant: a chat, a 👎 with a comment, a bare Fix It (feedback only), a
+        # learning, a hand edit.
         llm.reply(ANSWER)
         reply = respond(ws, MESSAGE, user=EMAIL)
         give_answer_feedback(
@@ -419,7 +420,7 @@ def test_no_table_holds_the_seeded_personal_data(
             + f"- [2026-05-01T10:00:00Z] [manual] Call {PHONE} first\n",
             encoding="utf-8",
         )
-        assert len(learnings.list_learnings(ws)) == 4
+        assert len(learnings.list_learnings(ws)) == 3
 
         # The normalized forms too: search keeps "jeanne moreau corp example".
         secrets = tuple(dict.fromkeys(f for s in SEEDED for f in (s, s.casefold(), normalize(s))))

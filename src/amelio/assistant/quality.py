@@ -1,12 +1,15 @@
 """Answer feedback and the quality metrics derived from what was stored.
 
 Answer feedback is the seed's three buttons under one assistant answer: 👍 (``up``),
-👎 (``down``) and 🛠️ Fix It (``fixit``). 👎 and Fix It become learnings
-(``Negative feedback on: …``, ``Fix requested for: …``, or the person's comment as
-the rule). 👍 bumps the helpful counter of every learning the answer's prompt used;
-👎 bumps the harmful counter of those scoped to the skill that answered (a general
-rule is in every prompt, so blaming it for any bad answer would retire it at random).
-A user's repeated vote on one interaction counts once: the last one stands.
+👎 (``down``) and 🛠️ Fix It (``fixit``). The comment of a 👎 or a Fix It becomes a
+learning (distilled into one rule when asked to); without a comment they stay
+feedback only, because a learning goes into every prompt of the skill and into
+proposals, and "something was wrong with this answer" tells neither the model nor
+a reviewer what to do. 👍 bumps the helpful counter of every learning the answer's
+prompt used; 👎 bumps the harmful counter of those scoped to the skill that
+answered (a general rule is in every prompt, so blaming it for any bad answer
+would retire it at random). A user's repeated vote on one interaction counts
+once: the last one stands.
 Under ``pii_scrub = all`` a comment is scrubbed before it is stored, distilled
 or turned into a learning (:mod:`amelio.privacy.pii`).
 
@@ -65,7 +68,6 @@ log = logging.getLogger(__name__)
 
 #: The buttons under an answer: 👍, 👎 and 🛠️ Fix It.
 ANSWER_FEEDBACK_KINDS = ("up", "down", "fixit")
-EXCERPT_CHARS = 80
 MAX_COMMENT_CHARS = 2000
 
 _DISTILL_SYSTEM = (
@@ -97,6 +99,11 @@ class AnswerFeedbackResult:
 
 @dataclass(frozen=True)
 class SkillMetrics:
+    """One skill's use in one project. ``feedback_positive`` counts 👍;
+    ``feedback_negative`` counts answers a person found wrong, by 👎 or by asking for
+    a Fix It (once per person and answer); ``feedback_fixit`` says how many of those
+    asked for a fix."""
+
     project: str
     skill: str
     applied_count: int
@@ -106,6 +113,7 @@ class SkillMetrics:
     last_used: datetime | None
     rule_failures: dict[str, int] = field(default_factory=dict)
     rule_names: dict[str, str] = field(default_factory=dict, compare=False)
+    feedback_fixit: int = 0
 
     @property
     def success_rate(self) -> float:
@@ -120,19 +128,13 @@ class SkillMetrics:
             "successRate": round(self.success_rate, 4),
             "feedbackPositive": self.feedback_positive,
             "feedbackNegative": self.feedback_negative,
+            "feedbackFixit": self.feedback_fixit,
             "lastUsed": self.last_used.isoformat() if self.last_used else None,
             "ruleFailures": [
                 {"ruleId": rid, "name": self.rule_names.get(rid, rid), "count": n}
                 for rid, n in sorted(self.rule_failures.items(), key=lambda x: (-x[1], x[0]))
             ],
         }
-
-
-def _context(skill: str | None, message: str) -> str:
-    excerpt = " ".join(message.split())
-    if len(excerpt) > EXCERPT_CHARS:
-        excerpt = excerpt[: EXCERPT_CHARS - 1] + "…"
-    return f"{skill}: {excerpt}" if skill else excerpt
 
 
 def _distill(ws: Workspace, kind: str, message: str, answer: str, comment: str) -> str | None:
@@ -212,16 +214,10 @@ def give_answer_feedback(
     changed = previous is None or previous.kind != kind or previous.comment != comment
 
     learning = None
-    if kind in ("down", "fixit") and changed:
+    if kind in ("down", "fixit") and changed and comment:
         rule = comment
-        if comment and ws.settings.distill_learnings and ws.settings.llm_provider != "none":
+        if ws.settings.distill_learnings and ws.settings.llm_provider != "none":
             rule = _distill(ws, kind, row.message, row.answer, comment) or comment
-        if rule is None:
-            prefix = "Fix requested for" if kind == "fixit" else "Negative feedback on"
-            # Scrubbed before the excerpt cuts it: half a phone number no longer
-            # looks like one (the message may predate pii_scrub = all).
-            message = scrub_for_storage(ws.settings, row.message, "learnings")
-            rule = f"{prefix}: {_context(row.applied_skill, message)}"
         learning, _ = learnings.add_learning(
             ws,
             rule,
@@ -264,6 +260,9 @@ def give_answer_feedback(
 _USED = interactions.c.applied_skill.is_not(None)
 #: 👍 and 👎 are votes; a Fix It is a correction (its own channel), not a vote.
 _VOTE = feedback.c.channel == "vote"
+#: Negative feedback: a 👎, or a Fix It, which says "this should have been different"
+#: as plainly as a 👎 does (and is what most people press under a wrong answer).
+_NEGATIVE = sa.or_(sa.and_(_VOTE, feedback.c.kind == "down"), feedback.c.channel == "fixit")
 _VOTES = feedback.join(interactions, interactions.c.id == feedback.c.interaction_id).join(
     projects, projects.c.id == interactions.c.project_id
 )
@@ -301,6 +300,24 @@ def _rule_counts(*where: sa.ColumnElement[bool]) -> sa.Select[Any]:
     )
 
 
+def _negatives(*where: sa.ColumnElement[bool]) -> sa.Select[Any]:
+    """One row per (answer, person) with negative feedback: a person who pressed 👎
+    and also asked for a Fix It on one answer said it was wrong once, not twice.
+    ``fixit`` is 1 where that person asked for a fix; ``at`` is their latest change."""
+    f, i = feedback, interactions
+    return (
+        sa.select(
+            *_KEY,
+            f.c.interaction_id,
+            sa.func.max(sa.case((f.c.channel == "fixit", 1), else_=0)).label("fixit"),
+            sa.func.max(f.c.updated_at).label("at"),
+        )
+        .select_from(_VOTES)
+        .where(_NEGATIVE, _USED, *where)
+        .group_by(projects.c.name, i.c.applied_skill, f.c.interaction_id, f.c.user_ref)
+    )
+
+
 def quality_metrics(ws: Workspace, project: str | None = None) -> list[SkillMetrics]:
     """Per (project, skill) metrics over every stored interaction; all projects when
     ``project`` is None."""
@@ -317,19 +334,29 @@ def quality_metrics(ws: Workspace, project: str | None = None) -> list[SkillMetr
         .where(_USED, *scope)
         .group_by(p.c.name, i.c.applied_skill)
     )
-    votes = (
-        sa.select(*_KEY, f.c.kind, sa.func.count().label("n"))
+    ups = (
+        sa.select(*_KEY, sa.func.count().label("n"))
         .select_from(_VOTES)
-        .where(_VOTE, _USED, *scope)
-        .group_by(p.c.name, i.c.applied_skill, f.c.kind)
+        .where(_VOTE, f.c.kind == "up", _USED, *scope)
+        .group_by(p.c.name, i.c.applied_skill)
     )
+    per_answer = _negatives(*scope).subquery()
+    downs = sa.select(
+        per_answer.c.project,
+        per_answer.c.applied_skill,
+        sa.func.count().label("n"),
+        sa.func.sum(per_answer.c.fixit).label("fixits"),
+    ).group_by(per_answer.c.project, per_answer.c.applied_skill)
     with ws.engine.connect() as conn:
         rows = conn.execute(base).all()
-        vote_rows = conn.execute(votes).all()
+        up_rows = conn.execute(ups).all()
+        down_rows = conn.execute(downs).all()
         rule_rows = conn.execute(_rule_counts(*scope)).all()
-    counts: dict[tuple[str, str], dict[str, int]] = {}
-    for r in vote_rows:
-        counts.setdefault((r.project, r.applied_skill), {})[r.kind] = int(r.n)
+    counts: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+    for r in up_rows:
+        counts[(r.project, r.applied_skill)]["up"] = int(r.n)
+    for r in down_rows:
+        counts[(r.project, r.applied_skill)] |= {"down": int(r.n), "fixit": int(r.fixits or 0)}
     fails: dict[tuple[str, str], dict[str, int]] = {}
     names: dict[tuple[str, str], dict[str, str]] = {}
     for r in rule_rows:
@@ -349,6 +376,7 @@ def quality_metrics(ws: Workspace, project: str | None = None) -> list[SkillMetr
                 success_count=int(r.ok or 0),
                 feedback_positive=counts.get(k, {}).get("up", 0),
                 feedback_negative=counts.get(k, {}).get("down", 0),
+                feedback_fixit=counts.get(k, {}).get("fixit", 0),
                 last_used=last,
                 rule_failures=fails.get(k, {}),
                 rule_names=names.get(k, {}),
@@ -357,9 +385,15 @@ def quality_metrics(ws: Workspace, project: str | None = None) -> list[SkillMetr
     return sorted(out, key=lambda m: (m.project, m.skill))
 
 
+def _moment(value: datetime | str) -> datetime:
+    """A timestamp read back through max(), which loses the column type on SQLite."""
+    return aware(value if isinstance(value, datetime) else datetime.fromisoformat(value))
+
+
 @dataclass(frozen=True)
 class DailyMetrics:
-    """One skill's uses and votes on one day (UTC): a point of the quality charts."""
+    """One skill's uses and feedback on one day (UTC): a point of the quality charts
+    (negative feedback as :class:`SkillMetrics` counts it)."""
 
     project: str
     skill: str
@@ -376,9 +410,9 @@ class DailyMetrics:
 
 
 def daily_metrics(ws: Workspace, project: str | None = None) -> list[DailyMetrics]:
-    """:func:`quality_metrics`' uses, successes and votes, day by day (an answer counts
-    on the day it was given, a vote on the day it was last changed), sorted by
-    project, skill and day; all projects when ``project`` is None."""
+    """:func:`quality_metrics`' uses, successes and feedback, day by day (an answer
+    counts on the day it was given, feedback on the day it was last changed), sorted
+    by project, skill and day; all projects when ``project`` is None."""
     i, f, p = interactions, feedback, projects
     scope = _scope(ws, project)
     with ws.engine.connect() as conn:
@@ -387,18 +421,20 @@ def daily_metrics(ws: Workspace, project: str | None = None) -> list[DailyMetric
             .join(p, p.c.id == i.c.project_id)
             .where(_USED, *scope)
         ).all()
-        votes = conn.execute(
-            sa.select(*_KEY, f.c.updated_at, f.c.kind)
+        ups = conn.execute(
+            sa.select(*_KEY, f.c.updated_at.label("at"))
             .select_from(_VOTES)
-            .where(_VOTE, _USED, *scope)
+            .where(_VOTE, f.c.kind == "up", _USED, *scope)
         ).all()
+        downs = conn.execute(_negatives(*scope)).all()
     days: dict[tuple[str, str, date], Counter[str]] = defaultdict(Counter)
     for r in uses:
         day = days[(r.project, r.applied_skill, aware(r.created_at).date())]
         day["n"] += 1
         day["ok"] += int(bool(r.success))
-    for r in votes:
-        days[(r.project, r.applied_skill, aware(r.updated_at).date())][r.kind] += 1
+    for kind, found in (("up", ups), ("down", downs)):
+        for given in found:
+            days[(given.project, given.applied_skill, _moment(given.at).date())][kind] += 1
     return [
         DailyMetrics(project, skill, day, c["n"], c["ok"], c["up"], c["down"])
         for (project, skill, day), c in sorted(days.items())
@@ -532,9 +568,10 @@ def find_underperformers(
     confidence: float | None = None,
 ) -> list[Finding]:
     """The seed's rule: ``applied >= min_applied`` and (``success_rate < min_success_rate``
-    or more 👎 than 👍). In ``wilson`` mode the success rate must be below the
-    threshold with ``confidence`` (the upper Wilson bound is under it), so a few
-    unlucky answers do not make a skill "underperforming"."""
+    or more negative feedback than 👍, a Fix It counting as negative). In ``wilson``
+    mode the success rate must be below the threshold with ``confidence`` (the upper
+    Wilson bound is under it), so a few unlucky answers do not make a skill
+    "underperforming"."""
     settings = ws.settings
     min_applied = settings.underperform_min_applied if min_applied is None else min_applied
     threshold = (
@@ -564,7 +601,12 @@ def find_underperformers(
                 )
             )
         if m.feedback_negative > m.feedback_positive:
-            reasons.append(f"more 👎 ({m.feedback_negative}) than 👍 ({m.feedback_positive})")
+            negative = (
+                f"👎 or Fix It ({m.feedback_negative}, {m.feedback_fixit} of them Fix It)"
+                if m.feedback_fixit
+                else f"👎 ({m.feedback_negative})"
+            )
+            reasons.append(f"more {negative} than 👍 ({m.feedback_positive})")
         if not reasons:
             continue
         linked = tuple(

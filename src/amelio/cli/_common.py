@@ -206,6 +206,25 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
             click.echo("  ".join("-" * w for w in widths))
 
 
+#: Who a command acts as when no login name can be found.
+NO_USER = "cli"
+
+
+def cli_user() -> str:
+    """Who runs this command: the name that goes into what it writes (a proposal's
+    author, an approval's decider, a version's author). The login name as
+    :func:`getpass.getuser` finds it (``LOGNAME``, ``USER``, ``LNAME``,
+    ``USERNAME``, then the account database), else :data:`NO_USER`. Every command
+    asks here, so the person who proposes and the one who approves are named the
+    same way even where ``$USER`` is unset (cron, containers)."""
+    import getpass  # here: a command that writes nothing does not pay for it
+
+    try:
+        return getpass.getuser() or NO_USER
+    except (OSError, KeyError):  # a uid with no account and no name in the environment
+        return NO_USER
+
+
 def short(text: str, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 

@@ -127,7 +127,16 @@ def quality_command(ctx: click.Context, project: str | None, as_json: bool) -> N
         click.echo("No interactions yet.")
         return
     table(
-        ["project", "skill", "applied", "success", "👍", "👎", "top failing rule", "last used"],
+        [
+            "project",
+            "skill",
+            "applied",
+            "success",
+            "👍",
+            "👎 or 🛠️",
+            "top failing rule",
+            "last used",
+        ],
         [
             (
                 m.project,
@@ -135,7 +144,9 @@ def quality_command(ctx: click.Context, project: str | None, as_json: bool) -> N
                 m.applied_count,
                 f"{m.success_rate:.0%}",
                 m.feedback_positive,
-                m.feedback_negative,
+                f"{m.feedback_negative} ({m.feedback_fixit} 🛠️)"
+                if m.feedback_fixit
+                else m.feedback_negative,
                 max(m.rule_failures.items(), key=lambda x: x[1])[0] if m.rule_failures else "-",
                 f"{m.last_used:%Y-%m-%d %H:%M}" if m.last_used else "-",
             )

@@ -15,7 +15,15 @@ from typing import IO, Any
 import click
 
 from amelio import evals, skills
-from amelio.cli._common import handle_errors, main, print_json, project_option, table, workspace
+from amelio.cli._common import (
+    cli_user,
+    handle_errors,
+    main,
+    print_json,
+    project_option,
+    table,
+    workspace,
+)
 from amelio.errors import (
     AmelioError,
     EvalRuleError,
@@ -344,7 +352,7 @@ def import_promptfoo_command(
         skill,
         project,
         rules=merged,
-        author=os.environ.get("USER", "cli"),
+        author=cli_user(),
         reason=f"imported {len(added)} rules from {config_file.name}",
         expected_version=current.version,
     )

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-import getpass
 from typing import IO
 
 import click
 
-from amelio.cli._common import handle_errors, json_option, main, print_json, short, table, workspace
+from amelio.cli._common import (
+    cli_user,
+    handle_errors,
+    json_option,
+    main,
+    print_json,
+    short,
+    table,
+    workspace,
+)
 from amelio.improve import proposals as props
 from amelio.workspace.projects import DEFAULT_PROJECT
-
-
-def _actor() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # no user name in some containers
-        return "cli"
 
 
 @main.command("improve")
@@ -161,7 +162,7 @@ def proposals_diff(ctx: click.Context, proposal_id: int) -> None:
 @handle_errors
 def proposals_approve(ctx: click.Context, proposal_id: int, reason: str | None) -> None:
     """Make a proposal the skill's new version."""
-    p = props.approve_proposal(workspace(ctx), proposal_id, actor=_actor(), reason=reason)
+    p = props.approve_proposal(workspace(ctx), proposal_id, actor=cli_user(), reason=reason)
     click.echo(f"Approved #{p.id}: {p.skill} is now v{p.result_version}.")
 
 
@@ -172,7 +173,7 @@ def proposals_approve(ctx: click.Context, proposal_id: int, reason: str | None) 
 @handle_errors
 def proposals_reject(ctx: click.Context, proposal_id: int, reason: str | None) -> None:
     """Reject a proposal (kept on record)."""
-    p = props.reject_proposal(workspace(ctx), proposal_id, actor=_actor(), reason=reason)
+    p = props.reject_proposal(workspace(ctx), proposal_id, actor=cli_user(), reason=reason)
     click.echo(f"Rejected #{p.id} ({p.skill}).")
 
 
@@ -193,7 +194,7 @@ def proposals_create(
         proposed_content=content_file.read(),
         rationale=rationale,
         proposed_by="human",
-        author=_actor(),
+        author=cli_user(),
         project=project,
     )
     click.echo(f"Proposal #{p.id} created for {p.skill}.")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,6 +11,7 @@ import click
 
 from amelio import skills
 from amelio.cli._common import (
+    cli_user,
     handle_errors,
     json_option,
     main,
@@ -158,7 +158,7 @@ def skills_export(ctx: click.Context, directory: Path, project: str | None) -> N
 def skills_rollback(ctx: click.Context, name: str, version: int, project: str | None) -> None:
     """Restore version --to of skill NAME, as a new version (history only grows)."""
     skill = skills.rollback_skill(
-        workspace(ctx).engine, name, version, project=project, author=os.environ.get("USER", "cli")
+        workspace(ctx).engine, name, version, project=project, author=cli_user()
     )
     click.echo(f"{name} is now v{skill.version} (content of v{version}).")
 
@@ -196,10 +196,6 @@ def skills_log(ctx: click.Context, name: str, project: str | None, as_json: bool
 #: How an example is named on the command line: its id, or md<N> for a SKILL.md one
 #: (ASCII digits only, and few enough that any database can look the id up).
 _EXAMPLE_REF = re.compile(r"(md)?[0-9]{1,18}")
-
-
-def _author() -> str:
-    return os.environ.get("USER", "cli")
 
 
 @skills_group.group("examples")
@@ -266,7 +262,7 @@ def examples_add(
     from amelio.routing import examples as routing_examples
 
     example = routing_examples.add_example(
-        workspace(ctx), name, text, project=project or projects.DEFAULT_PROJECT, author=_author()
+        workspace(ctx), name, text, project=project or projects.DEFAULT_PROJECT, author=cli_user()
     )
     if as_json:
         print_json(example.to_dict())
@@ -303,7 +299,7 @@ def examples_remove(
         )
     ws = workspace(ctx)
     project = project or projects.DEFAULT_PROJECT
-    example = routing_examples.remove(ws, name, ref, project=project, author=_author())
+    example = routing_examples.remove(ws, name, ref, project=project, author=cli_user())
     if as_json:
         print_json(example.to_dict())
         return
@@ -358,7 +354,7 @@ def skills_suggest_triggers(
         workspace(ctx),
         name,
         project=project or projects.DEFAULT_PROJECT,
-        author=_author(),
+        author=cli_user(),
         max_triggers=max_triggers,
         max_keywords=max_keywords,
         propose=not dry_run,
@@ -417,7 +413,7 @@ def skills_sync(
     if watch and dry_run:
         raise click.UsageError("--watch and --dry-run do not go together.")
     ws = workspace(ctx)
-    author = f"{os.environ.get('USER', 'cli')} via skills sync {directory.resolve()}"
+    author = f"{cli_user()} via skills sync {directory.resolve()}"
     if not watch:
         report = skill_sync.sync_skills(
             ws, directory, project=project, author=author, dry_run=dry_run

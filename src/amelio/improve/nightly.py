@@ -2,7 +2,9 @@
 
 For every project: supersede proposals whose skill moved on, find the
 underperforming skills, skip those that already have a pending proposal, and
-propose a change (by template, or by a pluggable proposer such as Sage). The
+propose a change (by template, or by a pluggable proposer such as Sage). A draft
+whose added text breaks the skill's own forbidding rules is not filed, and the
+report says which rule (:func:`amelio.improve.proposals.own_rule_breaks`). The
 run leaves a versioned report (Markdown and JSON in ``<workspace>/reports/``
 and a row in ``improve_runs``) and sends it through the configured notifiers.
 A failure on one skill is recorded in the report and the run goes on.
@@ -26,7 +28,13 @@ from amelio.assistant.quality import Finding, find_underperformers
 from amelio.db.schema import improve_runs, utcnow
 from amelio.errors import AmelioError
 from amelio.improve.notifiers import Notification, NotificationAction, notify_all
-from amelio.improve.proposals import create_proposal, pending_for, supersede_stale
+from amelio.improve.proposals import (
+    create_proposal,
+    describe_breaks,
+    own_rule_breaks,
+    pending_for,
+    supersede_stale,
+)
 from amelio.improve.templates import template_proposal
 from amelio.skills.store import get_skill
 from amelio.workspace.folder import Workspace
@@ -132,7 +140,8 @@ def _improve_project(
     }
     for finding in findings:
         with ws.engine.connect() as conn:
-            pending = pending_for(conn, get_skill(conn, finding.skill, project).id)
+            skill = get_skill(conn, finding.skill, project)
+            pending = pending_for(conn, skill.id)
         if pending is not None:
             out["skipped"].append(
                 {"skill": finding.skill, "reason": f"proposal #{pending} is pending"}
@@ -145,6 +154,16 @@ def _improve_project(
                     {
                         "skill": finding.skill,
                         "reason": "nothing concrete to propose from the evidence",
+                    }
+                )
+                continue
+            breaks = own_rule_breaks(skill.spec, draft.content)
+            if breaks:
+                out["skipped"].append(
+                    {
+                        "skill": finding.skill,
+                        "reason": describe_breaks(breaks),
+                        "rules": [r.rule_id for r in breaks],
                     }
                 )
                 continue

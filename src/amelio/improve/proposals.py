@@ -11,6 +11,12 @@ For a file-backed skill (a global skill whose folder is in the workspace's
 ``skills/``), approval also rotates ``SKILL.md → SKILL.v1.md → … → SKILL.v3.md``
 crash-safely (:mod:`amelio.improve.rotation`).
 
+Before a machine-written proposal is filed, the text it adds is held to the
+skill's own ``warning`` rules that forbid something (:func:`own_rule_breaks`): a
+rule that bans a literal is broken as surely by an instruction that quotes it
+("Never suggest --force") as by an answer that uses it, because the model copies
+what its prompt says.
+
 A proposal can also be for a skill that does not exist yet (scope ``new``; the
 knowledge loop's skill generator makes them): it carries the whole skill,
 validated as a SKILL.md would be, and approving it creates the skill at version
@@ -56,8 +62,11 @@ __all__ = [
     "check_new_skill",
     "create_proposal",
     "create_skill_proposal",
+    "describe_breaks",
+    "forbidding_rules",
     "get_proposal",
     "list_proposals",
+    "own_rule_breaks",
     "pending_for",
     "recover_files",
     "reject_proposal",
@@ -326,6 +335,45 @@ def create_proposal(
             conn, current.id, "proposal", actor=author, reason=rationale[:500], proposal_id=new_id
         )
     return get_proposal(ws, new_id)
+
+
+#: Rule types about an answer's size or form. A skill's added text is not an answer,
+#: so its length or shape says nothing about theirs.
+_FORM_TYPES = frozenset(
+    {"max_length", "min_length", "word_count", "not_empty", "starts_with", "equals"}
+    | {"is_json", "json_schema"}
+)
+
+
+def forbidding_rules(spec: SkillSpec) -> tuple[evals.EvalRule, ...]:
+    """The skill's ``warning`` rules that forbid something a text says: the ones an
+    empty text passes (a rule that asks for something is not broken by a text that
+    leaves it to the rest of the skill), less those about size and form."""
+    return tuple(
+        rule
+        for rule in evals.parse_rules(list(spec.evals or ()))
+        if rule.severity == "warning"
+        and rule.type not in _FORM_TYPES
+        and evals.evaluate("", (rule,)).success
+    )
+
+
+def own_rule_breaks(spec: SkillSpec, proposed_content: str) -> tuple[evals.EvalResult, ...]:
+    """The skill's forbidding rules (:func:`forbidding_rules`) that the lines a
+    proposal adds to ``spec``'s content break. Only added lines are held to them: a
+    skill may quote what it forbids in its own rulebook, and a proposal that keeps
+    that line is not the one writing it."""
+    kept = set(spec.content.splitlines())
+    added = "\n".join(line for line in proposed_content.splitlines() if line not in kept)
+    if not added.strip():
+        return ()
+    return tuple(r for r in evals.evaluate(added, forbidding_rules(spec)).failed if not r.error)
+
+
+def describe_breaks(breaks: Sequence[evals.EvalResult]) -> str:
+    """What a report says of a proposal that was not filed."""
+    rules = "; ".join(f"{r.rule_id} “{r.name}” ({r.detail})" for r in breaks)
+    return f"not filed: the text it adds breaks the skill's own rule(s) {rules}"
 
 
 def check_new_skill(skill_md: str, source: str) -> SkillSpec:

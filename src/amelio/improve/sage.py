@@ -9,7 +9,9 @@ failed answer does.
 
 The answer becomes a proposal (``proposed_by: sage``) only if it is a whole
 skill: an empty answer, a diff or a fragment ("rest unchanged…") is rejected
-with a logged reason, never stored. Each proposal is then benchmarked.
+with a logged reason, never stored, and so is a rewrite whose added text breaks
+the skill's own forbidding rules (:func:`amelio.improve.proposals.own_rule_breaks`).
+Each proposal is then benchmarked.
 """
 
 from __future__ import annotations
@@ -40,7 +42,12 @@ from amelio.improve.nightly import (
     run_improve,
 )
 from amelio.improve.notifiers import Notification, notify_all
-from amelio.improve.proposals import create_proposal, pending_for
+from amelio.improve.proposals import (
+    create_proposal,
+    describe_breaks,
+    own_rule_breaks,
+    pending_for,
+)
 from amelio.llm import LLMRequest, Provider, get_provider
 from amelio.skills.model import Skill
 from amelio.skills.store import get_skill, list_skills
@@ -267,6 +274,10 @@ def analyze(
             continue
         if draft is None:
             results.append(SageResult(name, project, "no_change", "Sage answered NO_CHANGE"))
+            continue
+        breaks = own_rule_breaks(skill.spec, draft.content)
+        if breaks:
+            results.append(SageResult(name, project, "rejected", describe_breaks(breaks)))
             continue
         proposal = create_proposal(
             ws,

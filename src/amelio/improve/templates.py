@@ -7,15 +7,24 @@ instructions, one per failing eval rule (most failed first) and one per linked
 learning; the rationale cites the numbers. The same evidence always gives the
 same text: no dates, no randomness, stable ordering. A later proposal replaces
 the section instead of stacking another one.
+
+Each line is written the way the skill's own rules ask: a skill whose rule bans
+a literal (git-help bans a plain ``--force``) must not be taught by a line that
+quotes it, since the model copies what its prompt says. A line that would break
+one of the skill's forbidding rules (:func:`amelio.improve.proposals.forbidding_rules`)
+has the fewest words that break it left out, each run of them written ``…``, and
+the section says so; a line that no such cut can save is dropped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from amelio import evals
 from amelio.assistant.quality import Finding
+from amelio.improve.proposals import forbidding_rules
 from amelio.skills.model import SkillSpec
 
 __all__ = ["SECTION_END", "SECTION_START", "TemplateProposal", "template_proposal"]
@@ -24,6 +33,8 @@ SECTION_START = "<!-- amelio:improvements (generated from use; edit freely) -->"
 SECTION_END = "<!-- /amelio:improvements -->"
 HEADING = "## Corrections from recent use"
 MAX_LEARNINGS = 10
+#: What stands for words a line leaves out because the skill forbids them.
+LEFT_OUT = "…"
 
 
 @dataclass(frozen=True)
@@ -41,7 +52,8 @@ def _instruction(rule: Mapping[str, Any]) -> str:
     if kind == "string_contains" and not negate:
         return f"Always include `{value}` in the answer."
     if kind == "string_not_contains" or (kind == "string_contains" and negate):
-        return f"Never include `{value}` in the answer."
+        # The name says why; the value is the very text the rule forbids.
+        return f"Avoid this: {name}." if rule.get("name") else f"Never include `{value}`."
     if kind == "icontains" and not negate:
         return f"Always mention {value!r} (in any case)."
     if kind == "max_length":
@@ -57,6 +69,43 @@ def _instruction(rule: Mapping[str, Any]) -> str:
     return f"Make sure of this: {name}."
 
 
+def _leave_out(line: str, rules: Sequence[evals.EvalRule]) -> str | None:
+    """``line`` with the fewest words that break one of ``rules`` left out, each run
+    of them replaced by :data:`LEFT_OUT`; None when no such cut saves it.
+
+    The rules are black boxes (a plugin's type included), so the words are found
+    by probing: the shortest prefix of the line that breaks a rule ends on the
+    offending run, and the shortest tail of that prefix that still breaks it is the
+    run. One word of the run is enough when leaving it out mends the run ("git push
+    …" rather than "…" for a rule against ``git push -f``); the last one is tried
+    first, since the run ends where the forbidden text is complete.
+    """
+
+    def breaks(words: Sequence[str]) -> bool:
+        return not evals.evaluate(" ".join(words), rules).success
+
+    words = line.split(" ")
+    while breaks(words):
+        end = next(k for k in range(1, len(words) + 1) if breaks(words[:k]))
+        start = max(i for i in range(end) if breaks(words[i:end]))
+        if words[start:end] == [LEFT_OUT]:
+            return None
+        run = words[start:end]
+        one = next(
+            (
+                j
+                for j in reversed(range(len(run)))
+                if not breaks([*run[:j], LEFT_OUT, *run[j + 1 :]])
+            ),
+            None,
+        )
+        if one is None:
+            words[start:end] = [LEFT_OUT]
+        else:
+            words[start + one] = LEFT_OUT
+    return " ".join(words)
+
+
 def _strip_section(content: str) -> str:
     start = content.find(SECTION_START)
     end = content.find(SECTION_END)
@@ -69,35 +118,31 @@ def template_proposal(spec: SkillSpec, finding: Finding) -> TemplateProposal | N
     """A proposal for ``spec`` from ``finding``, or None when the evidence holds
     nothing concrete to write (only feedback counts: that needs Sage or a person)."""
     rules = {str(r.get("id")): r for r in spec.evals or ()}
+    forbidden = forbidding_rules(spec)
     m = finding.metrics
     failing = sorted(m.rule_failures.items(), key=lambda x: (-x[1], x[0]))
-    lines: list[str] = []
+    drafted: list[str] = []
     cited: list[str] = []
     for rule_id, count in failing:
         rule = rules.get(rule_id)
         if rule is None:  # a rule since removed: its failures no longer guide anything
             continue
-        lines.append(
+        drafted.append(
             f"- {_instruction(rule)} (Rule {rule_id} failed in {count} of "
             f"{m.applied_count} answers.)"
         )
         cited.append(f"{rule_id} “{rule.get('name', rule_id)}” failed {count}×")
     taught = sorted(finding.learnings, key=lambda x: x.id)[:MAX_LEARNINGS]
     for item in taught:
-        lines.append(f"- {item.rule} (Learned from {item.source} feedback.)")
+        drafted.append(f"- {item.rule} (Learned from {item.source} feedback.)")
+    lines = [kept for line in drafted if (kept := _leave_out(line, forbidden)) is not None]
+    left_out = sum(kept not in drafted for kept in lines)
     if not lines:
         return None
-    section = "\n".join(
-        [
-            SECTION_START,
-            HEADING,
-            "",
-            "Follow these rules; they come from answers that fell short.",
-            "",
-            *lines,
-            SECTION_END,
-        ]
-    )
+    intro = "Follow these rules; they come from answers that fell short."
+    if left_out:
+        intro += f" {LEFT_OUT} marks words left out because this skill forbids writing them."
+    section = "\n".join([SECTION_START, HEADING, "", intro, "", *lines, SECTION_END])
     content = f"{_strip_section(spec.content)}\n\n{section}\n"
     rationale = (
         f"{spec.name} underperforms in project {m.project}: {'; '.join(finding.reasons)}. "
@@ -111,8 +156,11 @@ def template_proposal(spec: SkillSpec, finding: Finding) -> TemplateProposal | N
         "successRate": round(m.success_rate, 4),
         "feedbackPositive": m.feedback_positive,
         "feedbackNegative": m.feedback_negative,
+        "feedbackFixit": m.feedback_fixit,
         "reasons": list(finding.reasons),
         "ruleFailures": dict(failing),
         "learningIds": [i.id for i in taught],
+        "linesDropped": len(drafted) - len(lines),
+        "linesCut": left_out,
     }
     return TemplateProposal(content, rationale, evidence)

@@ -244,9 +244,7 @@ class TelegramBot:
             return
         found = await asyncio.to_thread(learnings.list_learnings, self.ws, project=link.project)
         if not found:
-            await self._tell(
-                update, "No learnings yet: 👎 or 🛠️ Fix It under an answer teaches one."
-            )
+            await self._tell(update, "No learnings yet: 🛠️ Fix It under an answer teaches one.")
             return
         lines = [
             f"#{item.id} {'[' + item.skill + '] ' if item.skill else ''}{item.rule}"
