@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -19,13 +20,13 @@ from amelio.assistant import learnings
 from amelio.assistant.respond import respond
 from amelio.cli import main
 from amelio.db.schema import feedback, telegram_invites, utcnow
-from amelio.errors import Conflict, InvalidInput, LLMUnavailable
+from amelio.errors import Conflict, Forbidden, InvalidInput, LLMUnavailable
 from amelio.improve import proposals as props
 from amelio.improve.nightly import run_improve
 from amelio.llm import LLMRequest
 from amelio.llm.fake import ScriptedProvider
 from amelio.server import create_app
-from amelio.telegram import links
+from amelio.telegram import cards, links
 from amelio.telegram.bot import UNLINKED, BotThread
 from amelio.telegram.client import webhook_secret
 from amelio.telegram.webhook import SECRET_HEADER, webhook_router
@@ -282,9 +283,14 @@ def test_a_429_is_waited_out_as_telegram_asks(ws: Workspace, server: FakeTelegra
     assert len(calls) >= 2  # the refused call, then the same call again
 
 
-def _admin_setup(ws: Workspace, server: FakeTelegramServer, *chats: int) -> None:
+def _admin_setup(ws: Workspace, server: FakeTelegramServer, *chats: int, fork: bool = True) -> None:
+    """Admin chats of ``default``, and git-help underperforming there: in the
+    project's own fork (which its admin chats decide), or, without ``fork``, as
+    the global skill every project shares (which they do not)."""
     for chat in chats:
         link(server, ws, chat, role="admin")
+    if fork:
+        skills.fork_skill(ws.engine, "git-help", "default", author="test")
     for _ in range(3):  # three failed answers make git-help underperform
         respond(ws, "git push rejected", provider=ScriptedProvider(default=FORCE))
 
@@ -387,6 +393,49 @@ def test_reject_asks_for_a_reason_and_skip_rejects_without_one(
     proposal = props.get_proposal(ws, made["id"])
     assert proposal.status == "rejected" and proposal.decision_reason == "Too vague."
     assert proposal.decided_by and proposal.decided_by.startswith(f"telegram:{ADMIN_CHAT}")
+
+
+def test_a_project_admin_chat_cannot_decide_a_global_skill(
+    ws: Workspace, server: FakeTelegramServer
+) -> None:
+    """A global skill is every project's: its proposal is decided as the API decides
+    it, by a global admin, never by one project's admin chat, whichever way the chat
+    asks (a forged Approve or Reject press, or a reply to a message that says
+    "Reject #N")."""
+    provider = ScriptedProvider(default=SAFE)
+    with BotThread(ws, provider=provider):
+        _admin_setup(ws, server, ADMIN_CHAT, fork=False)
+        [made] = run_improve(ws).proposals
+        card = _card(server, ADMIN_CHAT)
+        assert card.callback_data == [f"p:diff:{made['id']}", f"p:bench:{made['id']}"]
+        assert cards.GLOBAL_ONLY in card.text
+        for action in ("approve", "reject"):
+            server.press_button(
+                ADMIN_CHAT, card.message_id, f"p:{action}:{made['id']}", strict=False
+            )
+        server.wait_for(lambda: len(server.callback_answers) >= 2, what="the refusals")
+        sent = len(server.messages_to(ADMIN_CHAT))
+        provider.replies.append(f"Reject #{made['id']}")  # a bot message a reply can quote
+        server.user_message(ADMIN_CHAT, "what should I do?")
+        bait = last(server, ADMIN_CHAT, sent + 1)
+        server.user_message(ADMIN_CHAT, "Too vague.", reply_to_message_id=bait.message_id)
+        refused = last(server, ADMIN_CHAT, sent + 2)
+    expected = raised_message(
+        props.authorize_decision,
+        props.get_proposal(ws, made["id"]),
+        role="admin",
+        projects=("default",),
+    )
+    assert [a.text for a in server.callback_answers] == [expected[:200]] * 2
+    assert refused.text == f"#{made['id']}: {expected}"
+    assert props.get_proposal(ws, made["id"]).status == "pending"
+    assert not any(m.text.startswith("Reject #") and "why?" in m.text for m in server.sent)
+
+
+def raised_message(fn: Any, *args: Any, **kwargs: Any) -> str:
+    with pytest.raises(Forbidden) as caught:
+        fn(*args, **kwargs)
+    return caught.value.message
 
 
 def test_a_user_chat_cannot_press_admin_buttons(ws: Workspace, server: FakeTelegramServer) -> None:

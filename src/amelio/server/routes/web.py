@@ -345,6 +345,11 @@ def proposal_action(
     ws = _ws(request)
     back = _proposal_path(ws, proposal_id)
     actor = f"key:{session.name}"
+    if action in ("approve", "reject"):  # 403 as on the API: the rule every door applies
+        key = _key(request)
+        props.authorize_decision(
+            props.get_proposal(ws, proposal_id), role=key.role, projects=key.projects
+        )
     try:
         if action == "approve":
             p = props.approve_proposal(ws, proposal_id, actor=actor, reason=reason or None)
