@@ -163,5 +163,6 @@ def schedule(request: Request, _: Admin) -> dict[str, Any]:
 
 
 @router.get("/v1/improve/last", summary="The last improve run's report")
-def last(request: Request, _: Reader) -> dict[str, Any]:
-    return {"report": last_report(request.app.state.workspace)}
+def last(request: Request, key: Reader) -> dict[str, Any]:
+    """A key bound to projects reads those projects' part of the report only."""
+    return {"report": last_report(request.app.state.workspace, allows=key.allows)}
