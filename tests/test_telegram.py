@@ -493,6 +493,63 @@ def test_the_webhook_takes_updates_only_with_the_secret(
     assert len(server.messages_to(77)) == 1  # the forged updates were never handled
 
 
+def test_an_update_delivered_again_acts_once_even_after_a_restart(
+    ws: Workspace, server: FakeTelegramServer
+) -> None:
+    """A poller stopped before it confirmed what it fetched gets the same updates
+    again from Telegram when it starts; one that was already handled is not
+    answered, logged or counted twice."""
+    provider = ScriptedProvider(default=SAFE)
+    with BotThread(ws, provider=provider):
+        link(server, ws, USER_CHAT)
+        sent = len(server.messages_to(USER_CHAT))
+        asked = server.user_message(USER_CHAT, "git push rejected")
+        last(server, USER_CHAT, sent + 1)
+    server.redeliver(asked)
+    server.user_message(USER_CHAT, "/project")
+    with BotThread(ws, provider=provider):
+        assert last(server, USER_CHAT, sent + 2).text.startswith("This chat is in project")
+    # Stopping handles what was fetched first: a second answer would be here by now.
+    assert len(server.messages_to(USER_CHAT)) == sent + 2
+    assert len(provider.requests) == 1
+    with ws.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM interactions")).scalar() == 1
+
+
+def test_the_webhook_handles_an_update_posted_twice_once(
+    ws: Workspace, server: FakeTelegramServer
+) -> None:
+    """Telegram posts an update again when it did not get the answer to the first
+    post; the copy is not handled, in the same process or after a restart."""
+    import httpx
+
+    headers = {SECRET_HEADER: webhook_secret(TOKEN)}
+    server.add_chat(77)
+
+    def update(update_id: int, text: str) -> dict[str, Any]:
+        return {
+            "update_id": update_id,
+            "message": {
+                "message_id": update_id,
+                "date": 0,
+                "chat": {"id": 77, "type": "private"},
+                "from": {"id": 77, "is_bot": False, "first_name": "Ada"},
+                "text": text,
+            },
+        }
+
+    for posted in ([1, 1, 2], [1, 3]):  # the second round is a restarted service
+        app = create_app(ws)
+        app.include_router(webhook_router(ws, "https://bot.example/tg/hook", register=False))
+        with ThreadedServer(app, lifespan="on") as live:
+            for update_id in posted:
+                r = httpx.post(f"{live.url}/tg/hook", json=update(update_id, "hi"), headers=headers)
+                assert r.status_code == 200
+            server.wait_for_message(77, count=posted[-1])
+    # The service handles what it queued before it stops: a copy's answer would be here.
+    assert [m.text for m in server.messages_to(77)] == [UNLINKED] * 3
+
+
 def test_cli_run_without_or_with_a_wrong_token_says_why(
     tmp_path: Path, server: FakeTelegramServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
