@@ -116,7 +116,9 @@ HELP_USER = (
 )
 HELP_ADMIN = (
     "\n\nThis is an admin chat: improvement reports and proposal cards arrive "
-    "here; Approve, Reject, Diff and Run benchmark act on them."
+    "here. Diff and Run benchmark act on every card; Approve and Reject on the "
+    "proposals for this project's own skills (a global admin decides those of the "
+    "skills every project shares)."
 )
 
 _FIX = re.compile(r"Fix #(\d+):")
