@@ -29,7 +29,7 @@ from amelio.assistant.quality import (
 from amelio.assistant.respond import log_exchange, respond
 from amelio.cli import main
 from amelio.demo.app import load_recorded_interactions
-from amelio.errors import Conflict, InvalidInput, NotFound
+from amelio.errors import Conflict, Forbidden, InvalidInput, NotFound
 from amelio.improve import proposals as props
 from amelio.improve.nightly import Drafted, last_report, run_improve
 from amelio.improve.templates import SECTION_START, template_proposal
@@ -37,9 +37,21 @@ from amelio.llm.fake import ScriptedProvider
 from amelio.server import create_app
 from amelio.workspace import keys
 from amelio.workspace.folder import Workspace, open_workspace
+from amelio.workspace.projects import create_project
 
 FORCE = "Run git push --force."
 SAFE = "Run `git pull --rebase`, then git push --force-with-lease."
+NEW_SKILL = """---
+name: refund-policy
+description: Answers refund questions from the written policy.
+triggers: [refund]
+keywords: [policy, money back]
+---
+
+# Refund policy
+
+1. Quote the policy section that applies.
+"""
 
 
 def answer(ws: Workspace, message: str, text: str, project: str = "default") -> int:
@@ -535,6 +547,90 @@ def test_proposer_and_approver_are_named_alike_without_user(
     decided = props.get_proposal(ws, proposal.id)
     assert decided.author.startswith(f"{expected} via skills sync ")
     assert decided.decided_by == expected
+
+
+def test_one_rule_says_who_may_decide_a_proposal(ws: Workspace) -> None:
+    """Every door asks :func:`props.authorize_decision`: an admin decides; a skill
+    every project sees (a global one, or a new global one) needs an admin bound to
+    no project; a project's fork or own skill, an admin of that project."""
+    create_project(ws.engine, "acme")
+    shared = props.create_proposal(
+        ws, "git-help", project="acme", proposed_content="# Git\n\nv2", rationale="r", author="a"
+    )
+    skills.fork_skill(ws.engine, "deployment", "acme", author="t")
+    forked = props.create_proposal(
+        ws,
+        "deployment",
+        project="acme",
+        proposed_content="# Deploy\n\nv2",
+        rationale="r",
+        author="a",
+    )
+    new_global = props.create_skill_proposal(ws, NEW_SKILL, rationale="r", author="a")
+    new_local = props.create_skill_proposal(
+        ws,
+        NEW_SKILL.replace("refund-policy", "acme-refunds"),
+        rationale="r",
+        author="a",
+        project="acme",
+        scope="project",
+    )
+    everything = (shared, forked, new_global, new_local)
+    assert all(props.may_decide(p, role="admin", projects=()) for p in everything)
+    assert [props.may_decide(p, role="admin", projects=("acme",)) for p in everything] == [
+        False,
+        True,
+        False,
+        True,
+    ]
+    assert not any(props.may_decide(p, role="admin", projects=("beta",)) for p in everything)
+    assert not any(props.may_decide(p, role="bot", projects=()) for p in everything)
+    with pytest.raises(Forbidden, match="changes the global skill 'git-help'"):
+        props.authorize_decision(shared, role="admin", projects=("acme",))
+    with pytest.raises(Forbidden, match="creates the global skill 'refund-policy'"):
+        props.authorize_decision(new_global, role="admin", projects=("acme",))
+    with pytest.raises(Forbidden, match="is in project 'acme'; this is bound to beta"):
+        props.authorize_decision(forked, role="admin", projects=("beta",))
+    with pytest.raises(Forbidden, match="Only an admin"):
+        props.authorize_decision(forked, role="bot", projects=("acme",))
+
+
+def test_the_last_report_shows_a_key_bound_to_projects_only_those(
+    api: tuple[TestClient, dict[str, dict[str, str]]], ws: Workspace
+) -> None:
+    """``GET /v1/improve/last`` and the dashboard's quality page: a key bound to acme
+    reads acme's underperformers, not another project's findings, failing rules,
+    learnings or superseded proposals."""
+    client, h = api
+    create_project(ws.engine, "acme")
+    learnings.add_learning(ws, "Default's private rule: page the on-call", skill="git-help")
+    git_history(ws, 3, 0)
+    for _ in range(3):
+        answer(ws, "git push rejected", FORCE, project="acme")
+    stale = props.create_proposal(
+        ws, "git-help", proposed_content="# Git\n\nv2", rationale="r", author="a"
+    )
+    skills.update_skill(ws.engine, "git-help", content="# Edited", author="c", reason="typo")
+    made = run_improve(ws, notify=False)
+    assert made.superseded == [stale.id]
+    assert {p["project"] for p in made.projects} == {"default", "acme"}
+    _, acme = keys.create_key(ws.engine, name="acme-bot", role="bot", projects=["acme"])
+
+    everything = client.get("/v1/improve/last", headers=h["bot"]).json()["report"]
+    assert everything == json.loads(json.dumps(last_report(ws)))  # a global key: all of it
+    assert "private rule" in json.dumps(everything)
+    scoped = client.get("/v1/improve/last", headers={"Authorization": f"Bearer {acme}"})
+    report = scoped.json()["report"]
+    assert [p["project"] for p in report["projects"]] == ["acme"]
+    assert report["superseded"] == [] and everything["superseded"] == [stale.id]
+    assert report["runId"] == made.run_id
+    assert "private rule" not in scoped.text and '"default"' not in scoped.text
+
+    page = client.post("/login", data={"api_key": acme}, follow_redirects=True)
+    assert page.status_code == 200
+    quality = client.get("/quality", params={"project": "acme"}).text
+    assert "git-help</strong> (acme)" in quality
+    assert "(default)" not in quality
 
 
 def test_improve_sends_a_signed_webhook(ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:

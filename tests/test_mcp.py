@@ -32,6 +32,7 @@ from amelio.server import create_app
 from amelio.server.auth import authorize_project
 from amelio.workspace import keys
 from amelio.workspace.folder import Workspace
+from amelio.workspace.projects import list_projects
 
 TOOLS = {
     "route_skills",
@@ -200,6 +201,31 @@ def test_stdio_tools_resources_prompt_and_errors(workspace: Workspace, examples:
     assert stored["success"] is False  # the skill's rule caught the plain force push
 
 
+@pytest.mark.slow
+def test_stdio_tools_that_write_refuse_an_unknown_project_as_those_that_read(
+    workspace: Workspace, examples: Path
+) -> None:
+    """``amelio mcp --project typo``: log_interaction and add_learning made the
+    project where get_skill and list_learnings refuse it; now all refuse alike."""
+    skills.import_skills(workspace.engine, examples)
+    expected = raised(skills.get_skill, workspace.engine, "git-help", "nowhere")
+    assert expected is not None
+
+    async def session() -> list[dict[str, Any]]:
+        async with Client(stdio(workspace, "nowhere")) as client:
+            calls = [
+                ("get_skill", {"name": "git-help"}),
+                ("list_learnings", {}),
+                ("add_learning", {"text": "Avoid sudo in deployment scripts"}),
+                ("log_interaction", {"message": "git push rejected", "answer": FORCE}),
+            ]
+            return [error_of(await client.call_tool(name, args)) for name, args in calls]
+
+    errors = anyio.run(session)
+    assert [(e["code"], e["message"]) for e in errors] == [(expected.code, expected.message)] * 4
+    assert "nowhere" not in {p.name for p in list_projects(workspace.engine)}
+
+
 def test_stdio_without_a_workspace_says_so(tmp_path: Path) -> None:
     """A client that starts ``amelio mcp`` in the wrong folder gets the CLI's error
     on stderr and a failed connection, never a hang."""
@@ -267,6 +293,7 @@ def test_http_bot_key_and_project_scope(workspace: Workspace, examples: Path) ->
         workspace.engine, name="acme-agent", role="bot", projects=["acme"]
     )
     _, client_key = keys.create_key(workspace.engine, name="events", role="client")
+    _, admin = keys.create_key(workspace.engine, name="ops", role="admin")
     other = log_exchange(
         workspace, "git push rejected", FORCE, project="default", skills=["git-help"]
     )
@@ -344,12 +371,14 @@ def test_http_bot_key_and_project_scope(workspace: Workspace, examples: Path) ->
             headers=accept | {"Authorization": f"Bearer {acme}", "X-Amelio-Project": "default"},
         )
         assert r.status_code == 403 and r.json()["error"]["message"] == forbidden.message
-        r = httpx.post(
-            f"{url}/mcp",
-            json=ping,
-            headers=accept | {"Authorization": f"Bearer {bot}", "X-Amelio-Project": "nowhere"},
-        )
-        assert r.status_code == 404 and r.json()["error"]["code"] == "project_not_found"
+        for token in (bot, admin):  # not even an admin key makes a project through MCP
+            r = httpx.post(
+                f"{url}/mcp",
+                json=ping,
+                headers=accept
+                | {"Authorization": f"Bearer {token}", "X-Amelio-Project": "nowhere"},
+            )
+            assert r.status_code == 404 and r.json()["error"]["code"] == "project_not_found"
         r = httpx.post(
             f"{url}/mcp",
             json=ping,
@@ -359,6 +388,7 @@ def test_http_bot_key_and_project_scope(workspace: Workspace, examples: Path) ->
 
     stored = get_interaction(workspace, other.interaction_id)
     assert stored["project"] == "default"
+    assert "nowhere" not in {p.name for p in list_projects(workspace.engine)}
 
 
 def test_http_without_lifespan_answers_503(sqlite_workspace: Workspace) -> None:

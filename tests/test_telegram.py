@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -19,13 +20,13 @@ from amelio.assistant import learnings
 from amelio.assistant.respond import respond
 from amelio.cli import main
 from amelio.db.schema import feedback, telegram_invites, utcnow
-from amelio.errors import Conflict, InvalidInput, LLMUnavailable
+from amelio.errors import Conflict, Forbidden, InvalidInput, LLMUnavailable
 from amelio.improve import proposals as props
 from amelio.improve.nightly import run_improve
 from amelio.llm import LLMRequest
 from amelio.llm.fake import ScriptedProvider
 from amelio.server import create_app
-from amelio.telegram import links
+from amelio.telegram import cards, links
 from amelio.telegram.bot import UNLINKED, BotThread
 from amelio.telegram.webhook import SECRET_HEADER, webhook_router, webhook_secret
 from amelio.testing import ThreadedServer
@@ -281,9 +282,14 @@ def test_a_429_is_waited_out_as_telegram_asks(ws: Workspace, server: FakeTelegra
     assert len(calls) >= 2  # the refused call, then the same call again
 
 
-def _admin_setup(ws: Workspace, server: FakeTelegramServer, *chats: int) -> None:
+def _admin_setup(ws: Workspace, server: FakeTelegramServer, *chats: int, fork: bool = True) -> None:
+    """Admin chats of ``default``, and git-help underperforming there: in the
+    project's own fork (which its admin chats decide), or, without ``fork``, as
+    the global skill every project shares (which they do not)."""
     for chat in chats:
         link(server, ws, chat, role="admin")
+    if fork:
+        skills.fork_skill(ws.engine, "git-help", "default", author="test")
     for _ in range(3):  # three failed answers make git-help underperform
         respond(ws, "git push rejected", provider=ScriptedProvider(default=FORCE))
 
@@ -388,6 +394,49 @@ def test_reject_asks_for_a_reason_and_skip_rejects_without_one(
     assert proposal.decided_by and proposal.decided_by.startswith(f"telegram:{ADMIN_CHAT}")
 
 
+def test_a_project_admin_chat_cannot_decide_a_global_skill(
+    ws: Workspace, server: FakeTelegramServer
+) -> None:
+    """A global skill is every project's: its proposal is decided as the API decides
+    it, by a global admin, never by one project's admin chat, whichever way the chat
+    asks (a forged Approve or Reject press, or a reply to a message that says
+    "Reject #N")."""
+    provider = ScriptedProvider(default=SAFE)
+    with BotThread(ws, provider=provider):
+        _admin_setup(ws, server, ADMIN_CHAT, fork=False)
+        [made] = run_improve(ws).proposals
+        card = _card(server, ADMIN_CHAT)
+        assert card.callback_data == [f"p:diff:{made['id']}", f"p:bench:{made['id']}"]
+        assert cards.GLOBAL_ONLY in card.text
+        for action in ("approve", "reject"):
+            server.press_button(
+                ADMIN_CHAT, card.message_id, f"p:{action}:{made['id']}", strict=False
+            )
+        server.wait_for(lambda: len(server.callback_answers) >= 2, what="the refusals")
+        sent = len(server.messages_to(ADMIN_CHAT))
+        provider.replies.append(f"Reject #{made['id']}")  # a bot message a reply can quote
+        server.user_message(ADMIN_CHAT, "what should I do?")
+        bait = last(server, ADMIN_CHAT, sent + 1)
+        server.user_message(ADMIN_CHAT, "Too vague.", reply_to_message_id=bait.message_id)
+        refused = last(server, ADMIN_CHAT, sent + 2)
+    expected = raised_message(
+        props.authorize_decision,
+        props.get_proposal(ws, made["id"]),
+        role="admin",
+        projects=("default",),
+    )
+    assert [a.text for a in server.callback_answers] == [expected[:200]] * 2
+    assert refused.text == f"#{made['id']}: {expected}"
+    assert props.get_proposal(ws, made["id"]).status == "pending"
+    assert not any(m.text.startswith("Reject #") and "why?" in m.text for m in server.sent)
+
+
+def raised_message(fn: Any, *args: Any, **kwargs: Any) -> str:
+    with pytest.raises(Forbidden) as caught:
+        fn(*args, **kwargs)
+    return caught.value.message
+
+
 def test_a_user_chat_cannot_press_admin_buttons(ws: Workspace, server: FakeTelegramServer) -> None:
     with BotThread(ws, provider=ScriptedProvider(default=SAFE)):
         _admin_setup(ws, server, ADMIN_CHAT)
@@ -438,6 +487,63 @@ def test_the_webhook_takes_updates_only_with_the_secret(
         assert bad.status_code == 400
     assert said.text == UNLINKED
     assert len(server.messages_to(77)) == 1  # the forged updates were never handled
+
+
+def test_an_update_delivered_again_acts_once_even_after_a_restart(
+    ws: Workspace, server: FakeTelegramServer
+) -> None:
+    """A poller stopped before it confirmed what it fetched gets the same updates
+    again from Telegram when it starts; one that was already handled is not
+    answered, logged or counted twice."""
+    provider = ScriptedProvider(default=SAFE)
+    with BotThread(ws, provider=provider):
+        link(server, ws, USER_CHAT)
+        sent = len(server.messages_to(USER_CHAT))
+        asked = server.user_message(USER_CHAT, "git push rejected")
+        last(server, USER_CHAT, sent + 1)
+    server.redeliver(asked)
+    server.user_message(USER_CHAT, "/project")
+    with BotThread(ws, provider=provider):
+        assert last(server, USER_CHAT, sent + 2).text.startswith("This chat is in project")
+    # Stopping handles what was fetched first: a second answer would be here by now.
+    assert len(server.messages_to(USER_CHAT)) == sent + 2
+    assert len(provider.requests) == 1
+    with ws.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM interactions")).scalar() == 1
+
+
+def test_the_webhook_handles_an_update_posted_twice_once(
+    ws: Workspace, server: FakeTelegramServer
+) -> None:
+    """Telegram posts an update again when it did not get the answer to the first
+    post; the copy is not handled, in the same process or after a restart."""
+    import httpx
+
+    headers = {SECRET_HEADER: webhook_secret(TOKEN)}
+    server.add_chat(77)
+
+    def update(update_id: int, text: str) -> dict[str, Any]:
+        return {
+            "update_id": update_id,
+            "message": {
+                "message_id": update_id,
+                "date": 0,
+                "chat": {"id": 77, "type": "private"},
+                "from": {"id": 77, "is_bot": False, "first_name": "Ada"},
+                "text": text,
+            },
+        }
+
+    for posted in ([1, 1, 2], [1, 3]):  # the second round is a restarted service
+        app = create_app(ws)
+        app.include_router(webhook_router(ws, "https://bot.example/tg/hook", register=False))
+        with ThreadedServer(app, lifespan="on") as live:
+            for update_id in posted:
+                r = httpx.post(f"{live.url}/tg/hook", json=update(update_id, "hi"), headers=headers)
+                assert r.status_code == 200
+            server.wait_for_message(77, count=posted[-1])
+    # The service handles what it queued before it stops: a copy's answer would be here.
+    assert [m.text for m in server.messages_to(77)] == [UNLINKED] * 3
 
 
 def test_cli_run_without_or_with_a_wrong_token_says_why(

@@ -12,6 +12,7 @@ from amelio.improve import proposals as props
 from amelio.server import create_app
 from amelio.workspace import keys
 from amelio.workspace.folder import Workspace
+from amelio.workspace.projects import create_project
 
 NEW_SKILL = """---
 name: refund-policy
@@ -122,6 +123,14 @@ def test_search_page_shows_scores_and_signals_without_logging(
         login(client, bot)
         as_bot = client.get("/search", params={"q": "password"}).text
         assert "Password expiry" in as_bot and "Bounces" not in as_bot
+        assert "Most clicked queries" in as_bot and "expire" in as_bot
+        # Signals have no project: what people of every project typed is not for a
+        # key bound to one.
+        create_project(ws.engine, "acme")
+        _, acme = keys.create_key(ws.engine, name="acme", role="bot", projects=["acme"])
+        login(client, acme)
+        as_acme = client.get("/search", params={"q": "password", "project": "acme"}).text
+        assert "Password expiry" in as_acme and "Most clicked queries" not in as_acme
 
 
 def _impressions(ws: Workspace) -> int:

@@ -488,6 +488,18 @@ class FakeTelegramServer(ThreadedServer):
 
     # -- scripting: how Telegram misbehaves ----------------------------------------------
 
+    def redeliver(self, update: Mapping[str, Any]) -> JSONDict:
+        """Queue ``update`` (one :meth:`queue_update` returned) again, with its own
+        ``update_id``: Telegram delivers an update again when its delivery went
+        unconfirmed, say a poller stopped before its next getUpdates confirmed it."""
+        with self._cond:
+            again: JSONDict = copy.deepcopy(dict(update))
+            self._updates.append(again)
+            self._cond.notify_all()
+            for poller in self._pollers:
+                poller.wake()
+            return copy.deepcopy(again)
+
     def fail(
         self,
         method: str,

@@ -741,6 +741,20 @@ telegram_chats = sa.Table(
     sa.CheckConstraint("role IN ('user', 'admin')", name="role"),
 )
 
+# Every update the bot took, by bot and update id. Telegram delivers an update again
+# when its delivery was not confirmed (a webhook answer lost, a poller stopped before
+# it confirmed), so an update acts only if its row is new. Rows are kept a week:
+# Telegram keeps an update a day at most, and after a week without updates it
+# starts a bot's ids anew at random.
+telegram_updates = sa.Table(
+    "telegram_updates",
+    metadata,
+    sa.Column("bot_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("update_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("received_at", Timestamp, nullable=False),
+    sa.Index("ix_telegram_updates_received_at", "received_at"),
+)
+
 # -- the schedule: one row per job, claimed by one replica at a time ------------------
 # ``due_at`` is the scheduled time the last claim was for: a replica claims a time
 # only if it is later than ``due_at`` (or that run was interrupted: ``outcome`` still

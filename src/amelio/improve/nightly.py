@@ -25,7 +25,7 @@ import sqlalchemy as sa
 
 from amelio import db
 from amelio.assistant.quality import Finding, find_underperformers
-from amelio.db.schema import improve_runs, utcnow
+from amelio.db.schema import improve_runs, projects, proposals, utcnow
 from amelio.errors import AmelioError
 from amelio.improve.notifiers import Notification, NotificationAction, notify_all
 from amelio.improve.proposals import (
@@ -274,10 +274,39 @@ def improve_notification(ws: Workspace, report: ImproveReport) -> Notification:
     )
 
 
-def last_report(ws: Workspace) -> dict[str, Any] | None:
-    """The newest run's report, or None before the first run."""
+def last_report(
+    ws: Workspace, *, allows: Callable[[str], bool] | None = None
+) -> dict[str, Any] | None:
+    """The newest run's report, or None before the first run.
+
+    ``allows`` (an API key's :meth:`~amelio.workspace.keys.ApiKey.allows`) keeps only
+    what a reader bound to some projects may see: those projects' findings, proposals
+    and skipped skills, and their superseded proposals. The deliveries go too: they
+    are the whole run's, and a failed one names other projects' chats."""
     with ws.engine.connect() as conn:
         row = conn.execute(
             sa.select(improve_runs.c.report).order_by(improve_runs.c.id.desc()).limit(1)
         ).first()
-    return dict(row.report) if row else None
+        if row is None:
+            return None
+        report = dict(row.report)
+        if allows is None:
+            return report
+        superseded = [int(pid) for pid in report.get("superseded", ())]
+        owners = dict(
+            conn.execute(
+                sa.select(proposals.c.id, projects.c.name)
+                .join(projects, projects.c.id == proposals.c.project_id)
+                .where(proposals.c.id.in_(superseded))
+            ).all()
+        )
+    kept = [p for p in report.get("projects", ()) if allows(str(p.get("project")))]
+    if len(kept) == len(report.get("projects", ())) and all(
+        pid in owners and allows(owners[pid]) for pid in superseded
+    ):
+        return report  # a global reader, or a run of this reader's projects only
+    return report | {
+        "projects": kept,
+        "superseded": [pid for pid in superseded if pid in owners and allows(owners[pid])],
+        "deliveries": [],
+    }

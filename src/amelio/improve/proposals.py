@@ -22,6 +22,12 @@ knowledge loop's skill generator makes them): it carries the whole skill,
 validated as a SKILL.md would be, and approving it creates the skill at version
 1 in the same transaction. Such a proposal is never stale, so
 :func:`supersede_stale` leaves it alone.
+
+Who may decide is one rule, :func:`authorize_decision`, that every door applies
+(the API, the dashboard, Telegram): only an admin, and for a proposal that changes
+what every project sees (a global skill, or a new global one) only an admin bound
+to no project. A project's admin chat decides its project's forks and skills, not
+the skills it shares with every other project.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from __future__ import annotations
 import difflib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -39,7 +45,7 @@ import sqlalchemy as sa
 
 from amelio import db, evals
 from amelio.db.schema import projects, proposals, skills, utcnow
-from amelio.errors import Conflict, InvalidInput, NotFound, SkillFileError
+from amelio.errors import Conflict, Forbidden, InvalidInput, NotFound, SkillFileError
 from amelio.improve import rotation
 from amelio.skills import files
 from amelio.skills.model import SkillSpec
@@ -59,6 +65,7 @@ __all__ = [
     "STATUSES",
     "Proposal",
     "approve_proposal",
+    "authorize_decision",
     "check_new_skill",
     "create_proposal",
     "create_skill_proposal",
@@ -66,6 +73,7 @@ __all__ = [
     "forbidding_rules",
     "get_proposal",
     "list_proposals",
+    "may_decide",
     "own_rule_breaks",
     "pending_for",
     "recover_files",
@@ -106,6 +114,13 @@ class Proposal:
     #: For a routing proposal: ``{"triggers": [...], "keywords": [...]}`` as approval
     #: sets them, with ``"before"`` holding the lists it was written against.
     routing: dict[str, Any] | None = None
+
+    @property
+    def shared(self) -> bool:
+        """Whether approving it changes, or creates, a skill that every project sees."""
+        if self.scope == "new":
+            return bool((self.new_skill or {}).get("scope", "global") == "global")
+        return self.scope == "global"
 
     def diff(self) -> str:
         """A unified diff from the content it was written against to the proposal
@@ -215,6 +230,49 @@ def get_proposal(ws: Workspace, proposal_id: int) -> Proposal:
     if row is None:
         raise NotFound(f"No proposal {proposal_id}.", proposal_id=proposal_id)
     return _from_row(row)
+
+
+def authorize_decision(proposal: Proposal, *, role: str, projects: Collection[str]) -> None:
+    """Refuse with :class:`Forbidden` unless an actor with ``role``, bound to
+    ``projects`` (none: every project), may approve or reject ``proposal``.
+
+    The faces differ in who their actors are (an API key, a dashboard session, a
+    Telegram chat linked to one project) but not in what an actor may decide, so
+    each asks this one function rather than keeping its own copy of the rule. The
+    CLI runs as the workspace's owner, with every right, and asks nothing."""
+    if role != "admin":
+        raise Forbidden(
+            f"Only an admin can approve or reject proposals, not a {role!r}.",
+            proposal_id=proposal.id,
+            role=role,
+        )
+    if not projects:
+        return
+    if proposal.shared:
+        what = "creates the global skill" if proposal.scope == "new" else "changes the global skill"
+        raise Forbidden(
+            f"Proposal #{proposal.id} {what} {proposal.skill!r}, which every project "
+            "sees: only a global admin decides it (the API, the dashboard or the CLI).",
+            proposal_id=proposal.id,
+            project=proposal.project,
+        )
+    if proposal.project not in projects:
+        raise Forbidden(
+            f"Proposal #{proposal.id} is in project {proposal.project!r}; this is bound to "
+            f"{', '.join(sorted(projects))}.",
+            proposal_id=proposal.id,
+            project=proposal.project,
+        )
+
+
+def may_decide(proposal: Proposal, *, role: str, projects: Collection[str]) -> bool:
+    """:func:`authorize_decision` as a yes or no, for a face that shows the decision's
+    buttons only to whom they would work for."""
+    try:
+        authorize_decision(proposal, role=role, projects=projects)
+    except Forbidden:
+        return False
+    return True
 
 
 def list_proposals(

@@ -13,7 +13,8 @@ One server, two ways in:
   HTTP). Every request carries a bot key as ``Authorization: Bearer``, checked as
   every route checks it (:mod:`amelio.server.auth`), and works in the project of its
   ``X-Amelio-Project`` header, else the key's first project, else ``default``: a
-  key bound to projects stays inside them. The transport is stateless with JSON
+  key bound to projects stays inside them, and no key makes a project by naming
+  it: an unknown one is the API's 404. The transport is stateless with JSON
   responses, so any worker of ``amelio serve --workers N`` answers any request.
 
 Each tool calls the library function its HTTP route calls, so answers and errors
@@ -59,7 +60,7 @@ from amelio.server.params import MAX_ID
 from amelio.server.routes import search as search_routes
 from amelio.workspace.folder import Workspace
 from amelio.workspace.keys import ApiKey
-from amelio.workspace.projects import DEFAULT_PROJECT, validate_name
+from amelio.workspace.projects import DEFAULT_PROJECT, require_project, validate_name
 
 try:
     from mcp.server.mcpserver import Context, MCPServer
@@ -130,10 +131,14 @@ class Caller:
     project: str
 
     def authorize(self, ws: Workspace, project: str) -> str:
-        """``project`` if this caller may use it, as a route checks it."""
-        if self.key is None:
-            return validate_name(project)
-        return authorize_project(ws.engine, self.key, project)
+        """``project`` if this caller may use it, as a route checks it, and if it
+        exists, whoever asks: MCP makes no project (``amelio projects create`` does),
+        so a tool that writes refuses a project nobody made, as one that reads does,
+        rather than making it from a typo."""
+        if self.key is not None:
+            authorize_project(ws.engine, self.key, project)
+        require_project(ws.engine, validate_name(project))  # ProjectNotFound names the fix
+        return project
 
 
 @dataclass(frozen=True)
@@ -154,7 +159,9 @@ def _call(ctx: Context[Any, Any]) -> _Call:
     assert isinstance(server, _AmelioServer)
     request = ctx.request_context.request
     if request is None:  # stdio: the process is the workspace owner's
-        return _Call(server.workspace, Caller(None, server.project), None)
+        owner = Caller(None, server.project)
+        owner.authorize(server.workspace, server.project)
+        return _Call(server.workspace, owner, None)
     caller = request.scope.get(_CALLER)
     if not isinstance(caller, Caller):  # only the endpoint below sets it
         raise AuthError("Missing API key: send `Authorization: Bearer <key>`.")
@@ -168,7 +175,9 @@ def _http_caller(request: Request, credentials: HTTPAuthorizationCredentials | N
     project = request.headers.get(PROJECT_HEADER) or (
         key.projects[0] if key.projects else DEFAULT_PROJECT
     )
-    return Caller(key, authorize_project(ws.engine, key, project))
+    caller = Caller(key, project)
+    caller.authorize(ws, project)
+    return caller
 
 
 # -- errors -------------------------------------------------------------------------------

@@ -14,6 +14,10 @@ long polling (:func:`run_polling`) or by the service's webhook route
 LLM SDKs), so each handler hands its work to a thread and the event loop stays free
 for other chats; updates are handled concurrently.
 
+Each update acts once: Telegram delivers one again when a delivery went
+unconfirmed, and the bot claims its id in the database before any handler runs
+(:mod:`amelio.telegram.updates`), whether it came by webhook or by polling.
+
 Questions that need an answer (Fix It's "what should it have said?", Reject's
 reason) are asked with a ForceReply message that names what it is about ("Fix
 #12"); the person's reply quotes it, so the bot needs no conversation state and
@@ -44,10 +48,12 @@ from telegram.error import InvalidToken, NetworkError, RetryAfter, TelegramError
 from telegram.ext import (
     Application,
     ApplicationBuilder,
+    ApplicationHandlerStop,
     CallbackQueryHandler,
     CommandHandler,
     ContextTypes,
     MessageHandler,
+    TypeHandler,
     filters,
 )
 
@@ -57,7 +63,7 @@ from amelio.assistant.respond import Reply, get_interaction, respond
 from amelio.errors import AmelioError, ConfigError, LLMError, NotFound
 from amelio.llm.base import Provider
 from amelio.skills.store import list_skills
-from amelio.telegram import cards, links
+from amelio.telegram import cards, links, updates
 from amelio.telegram.client import MAX_RETRY_AFTER, author, call, seconds, user_ref
 from amelio.telegram.render import (
     MAX_MESSAGE_CHARS,
@@ -110,7 +116,9 @@ HELP_USER = (
 )
 HELP_ADMIN = (
     "\n\nThis is an admin chat: improvement reports and proposal cards arrive "
-    "here; Approve, Reject, Diff and Run benchmark act on them."
+    "here. Diff and Run benchmark act on every card; Approve and Reject on the "
+    "proposals for this project's own skills (a global admin decides those of the "
+    "skills every project shares)."
 )
 
 _FIX = re.compile(r"Fix #(\d+):")
@@ -157,6 +165,7 @@ class TelegramBot:
             "project": self.on_project,
             "skip": self.on_skip,
         }
+        app.add_handler(TypeHandler(Update, self.once), group=-1)  # before any other
         for name, handler in commands.items():
             app.add_handler(CommandHandler(name, handler))
         app.add_handler(CallbackQueryHandler(self.on_button))
@@ -164,6 +173,18 @@ class TelegramBot:
         app.add_handler(MessageHandler(filters.COMMAND, self.on_unknown_command))
         app.add_error_handler(self.on_error)
         return app
+
+    # -- each update once ---------------------------------------------------------------
+
+    async def once(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """Let an update through to the handlers only the first time it arrives
+        (:mod:`amelio.telegram.updates`)."""
+        first = await asyncio.to_thread(
+            updates.claim_update, self.ws, context.bot.id, update.update_id
+        )
+        if not first:
+            log.info("telegram: update %s arrived again; handled once already", update.update_id)
+            raise ApplicationHandlerStop
 
     # -- who may talk -----------------------------------------------------------------
 

@@ -30,7 +30,9 @@ from amelio.improve.bench import latest_verdict, run_benchmark
 from amelio.improve.proposals import (
     Proposal,
     approve_proposal,
+    authorize_decision,
     get_proposal,
+    may_decide,
     reject_proposal,
 )
 from amelio.telegram import links
@@ -52,8 +54,20 @@ class CardOwner(Protocol):
 
 log = logging.getLogger(__name__)
 
-__all__ = ["badge", "card_buttons", "card_text", "on_proposal_button", "reject", "send_card"]
+__all__ = [
+    "GLOBAL_ONLY",
+    "badge",
+    "card_buttons",
+    "card_text",
+    "on_proposal_button",
+    "reject",
+    "send_card",
+]
 
+#: Said on the card of a proposal that a project's admin chat may not decide.
+GLOBAL_ONLY = (
+    "Every project sees this skill: a global admin decides it (the API, the dashboard or the CLI)."
+)
 #: Rationale shown on a card; the whole text is one Diff press away.
 MAX_RATIONALE = 600
 
@@ -83,6 +97,12 @@ def _diff_summary(proposal: Proposal) -> str:
     return f"{what}: +{added} −{removed} lines"
 
 
+def _decides(proposal: Proposal) -> bool:
+    """Whether the chats that see the card (the admin chats of the proposal's
+    project) may approve or reject it."""
+    return may_decide(proposal, role="admin", projects=(proposal.project,))
+
+
 def card_text(proposal: Proposal, verdict: dict[str, Any] | None) -> str:
     """The card in MarkdownV2 (every value escaped: a skill or rationale can hold
     any character)."""
@@ -97,6 +117,8 @@ def card_text(proposal: Proposal, verdict: dict[str, Any] | None) -> str:
         f"Benchmark: {escape(badge(verdict))}",
         f"Proposed by {escape(proposal.proposed_by)}",
     ]
+    if proposal.status == "pending" and not _decides(proposal):
+        lines.append(escape(GLOBAL_ONLY))
     if proposal.status != "pending":
         by = f" by {proposal.decided_by}" if proposal.decided_by else ""
         version = f" → v{proposal.result_version}" if proposal.result_version else ""
@@ -105,22 +127,21 @@ def card_text(proposal: Proposal, verdict: dict[str, Any] | None) -> str:
 
 
 def card_buttons(proposal: Proposal) -> InlineKeyboardMarkup | None:
-    """Approve / Reject / Diff / Run benchmark while pending; only Diff after."""
+    """Approve / Reject / Diff / Run benchmark while pending (without Approve and
+    Reject where the project's admin chats may not decide); only Diff after."""
     diff = InlineKeyboardButton("Diff", callback_data=f"p:diff:{proposal.id}")
     if proposal.status != "pending":
         return InlineKeyboardMarkup([[diff]])
-    rows = [
-        [
-            InlineKeyboardButton("✅ Approve", callback_data=f"p:approve:{proposal.id}"),
-            InlineKeyboardButton("✖️ Reject", callback_data=f"p:reject:{proposal.id}"),
-        ],
-        [diff],
-    ]
+    tools = [diff]
     if proposal.scope != "new":  # a new skill has no old version to benchmark against
-        rows[1].append(
-            InlineKeyboardButton("Run benchmark", callback_data=f"p:bench:{proposal.id}")
-        )
-    return InlineKeyboardMarkup(rows)
+        tools.append(InlineKeyboardButton("Run benchmark", callback_data=f"p:bench:{proposal.id}"))
+    if not _decides(proposal):
+        return InlineKeyboardMarkup([tools])
+    decide = [
+        InlineKeyboardButton("✅ Approve", callback_data=f"p:approve:{proposal.id}"),
+        InlineKeyboardButton("✖️ Reject", callback_data=f"p:reject:{proposal.id}"),
+    ]
+    return InlineKeyboardMarkup([decide, tools])
 
 
 def _card(ws: Workspace, proposal_id: int) -> tuple[Proposal, dict[str, Any] | None]:
@@ -176,6 +197,13 @@ async def on_proposal_button(
         return
     bot = update.get_bot()
     chat_id = link.chat_id
+    if action in ("approve", "reject"):
+        try:
+            authorize_decision(proposal, role=link.role, projects=(link.project,))
+        except AmelioError as exc:
+            refused = exc.message[:200]
+            await call(lambda: query.answer(refused, show_alert=True))
+            return
     if action == "approve":
         try:
             done = await asyncio.to_thread(approve_proposal, ws, proposal_id, actor=author(query))
@@ -242,6 +270,7 @@ async def reject(
         proposal = await asyncio.to_thread(get_proposal, ws, proposal_id)
         if proposal.project != link.project:
             raise Conflict("That proposal is not in this chat's project.")
+        authorize_decision(proposal, role=link.role, projects=(link.project,))
         done = await asyncio.to_thread(
             reject_proposal, ws, proposal_id, actor=author, reason=(reason or "").strip() or None
         )

@@ -20,6 +20,7 @@ from amelio.improve.nightly import last_report, run_improve
 from amelio.ops.schedule import Scheduler, job_status
 from amelio.server.auth import authorize_project, require, visible
 from amelio.server.params import Id, OptionalProjectQuery, ProjectField, ProjectQuery
+from amelio.workspace.folder import Workspace
 from amelio.workspace.keys import ApiKey
 from amelio.workspace.projects import DEFAULT_PROJECT
 
@@ -108,15 +109,20 @@ def create_proposal(request: Request, body: NewProposal, key: Admin) -> dict[str
     return proposal.to_dict(with_content=True)
 
 
+def _decider(ws: Workspace, proposal_id: int, key: ApiKey) -> None:
+    """404 for an unknown proposal, else the one decision rule every door applies."""
+    proposal = props.get_proposal(ws, proposal_id)
+    props.authorize_decision(proposal, role=key.role, projects=key.projects)
+
+
 @router.post("/v1/proposals/{proposal_id}/approve", summary="Approve: a new skill version")
 def approve(
     request: Request, proposal_id: Id, key: Admin, body: Decision | None = None
 ) -> dict[str, Any]:
+    ws = request.app.state.workspace
+    _decider(ws, proposal_id, key)
     return props.approve_proposal(
-        request.app.state.workspace,
-        proposal_id,
-        actor=f"key:{key.name}",
-        reason=body.reason if body else None,
+        ws, proposal_id, actor=f"key:{key.name}", reason=body.reason if body else None
     ).to_dict()
 
 
@@ -124,11 +130,10 @@ def approve(
 def reject(
     request: Request, proposal_id: Id, key: Admin, body: Decision | None = None
 ) -> dict[str, Any]:
+    ws = request.app.state.workspace
+    _decider(ws, proposal_id, key)
     return props.reject_proposal(
-        request.app.state.workspace,
-        proposal_id,
-        actor=f"key:{key.name}",
-        reason=body.reason if body else None,
+        ws, proposal_id, actor=f"key:{key.name}", reason=body.reason if body else None
     ).to_dict()
 
 
@@ -158,5 +163,6 @@ def schedule(request: Request, _: Admin) -> dict[str, Any]:
 
 
 @router.get("/v1/improve/last", summary="The last improve run's report")
-def last(request: Request, _: Reader) -> dict[str, Any]:
-    return {"report": last_report(request.app.state.workspace)}
+def last(request: Request, key: Reader) -> dict[str, Any]:
+    """A key bound to projects reads those projects' part of the report only."""
+    return {"report": last_report(request.app.state.workspace, allows=key.allows)}

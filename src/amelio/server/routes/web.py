@@ -4,7 +4,10 @@ Pages need a session (log in with a ``bot`` or ``admin`` API key: a ``client``
 key only sends feedback events, so it gets no session); every form POST carries
 a CSRF token; only an ``admin`` session sees, and may use, the approve, reject,
 benchmark, rollback, Sage, routing-example, learning-editing and dead-letter retry
-controls. A key bound to projects sees those projects only, in every page and project menu.
+controls. A key bound to projects sees those projects only, in every page and project menu
+(the last nightly report included); what has no project (the search signals' busiest
+queries) only a global key sees. Approve and reject ask the same
+:func:`~amelio.improve.proposals.authorize_decision` as the API and Telegram.
 """
 
 from __future__ import annotations
@@ -345,6 +348,11 @@ def proposal_action(
     ws = _ws(request)
     back = _proposal_path(ws, proposal_id)
     actor = f"key:{session.name}"
+    if action in ("approve", "reject"):  # 403 as on the API: the rule every door applies
+        key = _key(request)
+        props.authorize_decision(
+            props.get_proposal(ws, proposal_id), role=key.role, projects=key.projects
+        )
     try:
         if action == "approve":
             p = props.approve_proposal(ws, proposal_id, actor=actor, reason=reason or None)
@@ -511,7 +519,7 @@ def quality_page(request: Request, project: str = "") -> HTMLResponse:
         metrics=quality_metrics(ws, project),
         underperforming={f.skill for f in find_underperformers(ws, project)},
         charts=charts,
-        report=last_report(ws),
+        report=last_report(ws, allows=_key(request).allows),
         project=project,
     )
 
@@ -592,6 +600,8 @@ def search_page(
     except AmelioError as exc:
         error = exc.message
         view = data.search_view(engine, "", chosen, None)
+    if not _key(request).is_global:  # signals have no project: the queries are everyone's
+        view["busiest"] = []
     return _render(
         request,
         "search.html",
