@@ -60,6 +60,13 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL. Empty means sqlite:///<workspace>/.amelio/amelio.db; "
         "postgresql+psycopg://user@host/db switches to PostgreSQL.",
     )
+    interaction_commit: Literal["durable", "fast"] = Field(
+        default="durable",
+        description="On PostgreSQL, whether an interaction's commit waits for the "
+        "write-ahead log to reach the disk (durable) or not (fast: a database server crash "
+        "may lose the last few hundred milliseconds of interactions, never corrupt one). "
+        "SQLite commits every interaction as it commits every write.",
+    )
     llm_provider: str = Field(
         default="none",
         description="LLM provider: anthropic, openai, claude-cli, none, or one a plugin registers.",
