@@ -65,7 +65,7 @@ class Settings(BaseSettings):
         description="On PostgreSQL, whether an interaction's commit waits for the "
         "write-ahead log to reach the disk (durable) or not (fast: a database server crash "
         "may lose the last few hundred milliseconds of interactions, never corrupt one). "
-        "SQLite commits every interaction as it commits every write.",
+        "SQLite is unaffected (WAL, synchronous=NORMAL).",
     )
     llm_provider: str = Field(
         default="none",
