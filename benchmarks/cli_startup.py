@@ -16,10 +16,10 @@ The last rows route a message on a real workspace: the 150 CLINC150 skills from
 (``.amelio/cache/``, :mod:`amelio.routing.snapshot`) and later runs route from it while
 nothing changed; those rows are under the target. The snapshot is made by one run
 before the measured ones, and it is a cache of the router's *inputs*: each run still
-checks it against the database, loads the model, rebuilds the index and embeds the
-message. The row "no snapshot" deletes the file before every run, as after a change
-to a skill or an example: the full path (settings, SQLAlchemy, the skills store),
-reported beside the target, not under it.
+reads the database's routing generation, loads the model, rebuilds the index and
+embeds the message. The row "no snapshot" deletes the file before every run, as
+after a change to a skill or an example: the full path (settings, SQLAlchemy, the
+skills store), reported beside the target, not under it.
 Run: ``python benchmarks/cli_startup.py [--runs N]``.
 """
 

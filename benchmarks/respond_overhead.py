@@ -3,7 +3,9 @@
 Runs respond() with an in-process provider that answers instantly, so the time
 measured is Amelio's own, on SQLite and (when reachable) PostgreSQL, and prints
 p50/p95/p99 per message, and wall-clock beside CPU time for each database (on
-PostgreSQL the server's CPU is not in the figure). Target: p95 under 5 ms.
+PostgreSQL the server's CPU is not in the figure). PostgreSQL runs once per
+``interaction_commit`` value: ``durable`` (the default, whose commit waits for the
+write-ahead log's flush) and ``fast`` (it does not). Target: p95 under 5 ms.
 
     python benchmarks/respond_overhead.py [--messages 400] [--postgres URL]
 """
@@ -42,8 +44,9 @@ ANSWER = (
 )
 
 
-def run(url: str, n: int) -> tuple[list[float], Clock]:
+def run(url: str, n: int, commit: str = "durable") -> tuple[list[float], Clock]:
     os.environ["AMELIO_DATABASE_URL"] = url
+    os.environ["AMELIO_INTERACTION_COMMIT"] = commit
     with tempfile.TemporaryDirectory() as tmp:
         ws, _ = init_workspace(Path(tmp) / "ws")
         try:
@@ -84,8 +87,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         rows.append(("sqlite", *run(f"sqlite:///{tmp}/bench.db", args.messages)))
     try:
-        with postgres_database(args.postgres, prefix="amelio_bench") as url:
-            rows.append(("postgresql", *run(url, args.messages)))
+        for commit in ("durable", "fast"):
+            with postgres_database(args.postgres, prefix="amelio_bench") as url:
+                rows.append((f"postgresql, {commit}", *run(url, args.messages, commit)))
     except Exception as exc:  # a benchmark run without PostgreSQL still reports SQLite
         print(f"PostgreSQL not reachable ({exc.__class__.__name__}); skipped", file=sys.stderr)
     print(
@@ -93,13 +97,13 @@ def main() -> int:
         "20 learnings, instant provider"
     )
     print(
-        f"{'database':12} {'mean ms':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
+        f"{'database':20} {'mean ms':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
         f"{'wall s':>7} {'CPU s':>6}"
     )
-    print("-" * 64)
+    print("-" * 72)
     for name, samples, clock in rows:
         print(
-            f"{name:12} {statistics.fmean(samples):8.2f} {percentile(samples, 50):8.2f} "
+            f"{name:20} {statistics.fmean(samples):8.2f} {percentile(samples, 50):8.2f} "
             f"{percentile(samples, 95):8.2f} {percentile(samples, 99):8.2f} "
             f"{clock.wall:7.2f} {clock.cpu:6.2f}"
         )

@@ -91,6 +91,50 @@ def test_respond_routes_prompts_evaluates_and_records(ws: Workspace, server: Fak
         get_interaction(ws, 999)
 
 
+@pytest.mark.parametrize("commit", ["durable", "fast"])
+def test_interaction_commit_decides_whether_postgresql_waits_for_the_disk(
+    postgres_url: str,
+    tmp_path: Path,
+    examples: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    commit: str,
+) -> None:
+    """Both values store the interaction and its eval results; ``fast`` sends the one
+    statement that turns synchronous_commit off inside its own transaction, and
+    ``durable`` one that leaves the server's setting alone."""
+    from amelio.llm.fake import ScriptedProvider
+
+    monkeypatch.setenv("AMELIO_DATABASE_URL", postgres_url)
+    monkeypatch.setenv("AMELIO_INTERACTION_COMMIT", commit)
+    ws, _ = init_workspace(tmp_path / "ws")
+    try:
+        skills.import_skills(ws.engine, examples)
+        sent: list[tuple[str, object]] = []
+
+        def record(*args: object) -> None:
+            statement, parameters = str(args[2]), args[3]
+            if "INSERT INTO interactions" in statement:
+                sent.append((statement, parameters))
+
+        sa.event.listen(ws.engine, "before_cursor_execute", record)
+        reply = respond(ws, "git push rejected", provider=ScriptedProvider(default=FORCE))
+        stored = get_interaction(ws, reply.interaction_id)
+        assert stored["answer"] == FORCE and stored["appliedSkill"] == "git-help"
+        assert [e["ruleId"] for e in stored["evals"] if not e["passed"]] == ["gh-001"]
+        assert len(stored["evals"]) == len(reply.evals.results) > 1
+        assert len(sent) == 1
+        statement, parameters = sent[0]
+        with ws.engine.connect() as conn:
+            with conn.begin() as transaction:  # the very statement, in a transaction we keep open
+                conn.exec_driver_sql(statement, parameters)  # type: ignore[arg-type]
+                inside = conn.exec_driver_sql("SELECT current_setting('synchronous_commit')")
+                assert inside.scalar() == ("off" if commit == "fast" else "on")
+                transaction.rollback()
+            assert conn.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"
+    finally:
+        ws.dispose()
+
+
 def test_no_skill_matches_means_no_rules(ws: Workspace, server: FakeLLMServer) -> None:
     server.reply("Paris.")
     reply = respond(ws, "what is the capital of France")

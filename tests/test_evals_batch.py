@@ -168,57 +168,24 @@ def test_lines_repeating_rules_share_them_and_type_differences_count(tmp_path: P
     assert items[0].rules is items[2].rules
 
 
-def test_a_shared_rules_tail_is_decoded_once_and_read_as_a_full_decode_would(
-    tmp_path: Path,
-) -> None:
-    """Lines ending with the same raw rule list reuse its decoding; every line still
-    reads exactly as ``json.loads`` reads it, however its text imitates the tail."""
-    from amelio import evals
+def test_the_same_rules_however_written_are_compiled_once() -> None:
+    """Lines carrying the same rule list (other spacing, another key order in the
+    line) share one compiled rule set; a line naming a skill and rules is refused."""
     from amelio.evals import batch as eval_batch
 
     rules = [
         {"id": "r", "type": "icontains", "value": "ok"},
         {"id": "n", "type": "max_length", "value": 50},
     ]
-    tail = '"rules": ' + json.dumps(rules) + "}"
     lines = [
         json.dumps({"id": "a", "text": "ok one", "rules": rules}),
-        json.dumps({"id": "b", "text": "ok two", "rules": rules}),
-        # the text holds the tail itself, escaped: still one output with its own text
-        json.dumps({"id": "c", "text": "fake, " + tail, "rules": rules}),
-        # the rules first: no shared tail, decoded in full
-        json.dumps({"rules": rules, "id": "d", "text": "ok four"}),
-        # the same list, other spacing: decoded in full, same rules
-        '{"id":"e","text":"ok five","rules":' + json.dumps(rules, separators=(",", ":")) + "}",
-        # two rules keys: JSON keeps the last one, and so must the batch
-        '{"id": "f", "text": "ok six", "rules": [{"id": "x", "type": "is_json"}], ' + tail,
-        # a head that only closes inside a string
-        '{"id": "g", "text": "ok seven, ' + tail,
+        json.dumps({"rules": rules, "id": "b", "text": "ok two"}),
+        '{"id":"c","text":"ok three","rules":' + json.dumps(rules, separators=(",", ":")) + "}",
     ]
-    with pytest.raises(InvalidInput, match=r"line 7: not valid JSON"):
-        eval_batch.parse_batch("\n".join(lines), "f.jsonl", max_chars=1000)
-    for bad in (
-        '{"id": "h", "text": "ok",\u3000' + tail,  # not JSON whitespace
-        "{, " + tail,
-        "{ ,\t" + tail,
-    ):  # no member before the comma
-        with pytest.raises(InvalidInput, match=r"line 2: not valid JSON"):
-            eval_batch.parse_batch("\n".join([lines[0], bad]), "f.jsonl", max_chars=1000)
-    items = eval_batch.parse_batch("\n".join(lines[:6]), "f.jsonl", max_chars=1000)
-    for item, line in zip(items, lines[:6], strict=True):
-        record = json.loads(line)
-        assert (item.id, item.text) == (record["id"], record["text"])
-        assert item.rules == evals.parse_rules(record["rules"])
+    items = eval_batch.parse_batch("\n".join(lines), "f.jsonl", max_chars=1000)
+    assert [(i.id, i.text) for i in items] == [("a", "ok one"), ("b", "ok two"), ("c", "ok three")]
     assert items[1].rules is items[0].rules and items[2].rules is items[0].rules
-    assert items[2].text == "fake, " + tail
-    assert [r.id for r in items[5].rules or ()] == ["r", "n"]
-    shared = eval_batch._SharedTail()
-    shared.learn(lines[0], rules, items[0].rules)
-    assert shared.split(lines[1]) == ({"id": "b", "text": "ok two"}, items[0].rules)
-    assert shared.split(lines[3]) == (None, None)
-    other = eval_batch._SharedTail()  # a tail that decodes to another list is not kept
-    other.learn(lines[0], [{**rules[0], "value": "OK"}, rules[1]], items[0].rules)
-    assert other.split(lines[1]) == (None, None)
-    skill_too = '{"id": "h", "text": "ok", "skill": "demo", ' + tail
-    with pytest.raises(InvalidInput, match='give "skill" or "rules", not both'):
-        eval_batch.parse_batch("\n".join([lines[0], skill_too]), "f.jsonl", max_chars=1000)
+    assert [r.id for r in items[0].rules or ()] == ["r", "n"]
+    both = json.dumps({"id": "d", "text": "ok", "skill": "demo", "rules": rules})
+    with pytest.raises(InvalidInput, match='line 2: give "skill" or "rules", not both'):
+        eval_batch.parse_batch("\n".join([lines[0], both]), "f.jsonl", max_chars=1000)

@@ -1,5 +1,6 @@
 """Routing snapshots: `amelio route` routes from .amelio/cache/ exactly as through the
-database, and only while nothing it was built from changed."""
+database, and only while nothing it was built from changed: no setting, no package,
+and no skill or routing example write (the routing generation), from any process."""
 
 from __future__ import annotations
 
@@ -158,6 +159,31 @@ def test_project_forks_are_routed_with_their_scope(ws: Workspace) -> None:
     assert _fast(ws, "acme payment") is None  # the default project has its own snapshot
 
 
+def _approve_a_proposal(ws: Workspace) -> None:
+    from amelio.improve.proposals import approve_proposal, create_proposal
+
+    proposal = create_proposal(
+        ws,
+        "weather",
+        routing={"triggers": ["forecast"], "keywords": ["hail"]},
+        rationale="r",
+        author="test",
+    )
+    approve_proposal(ws, proposal.id, actor="admin")
+
+
+def _vote(ws: Workspace, kind: str) -> None:
+    """A 👍 on a kept answer adds its message as an example; a 👎 takes it back."""
+    from amelio.assistant.quality import give_answer_feedback
+    from amelio.assistant.respond import log_exchange
+
+    kept = log_exchange(ws, "hail tonight?", "Maybe.", project="default", skills=["weather"])
+    give_answer_feedback(ws, kept.interaction_id, "up", user="u")
+    if kind == "down":
+        _full(ws, "will it snow or hail")  # a current snapshot with the example in it
+        give_answer_feedback(ws, kept.interaction_id, "down", user="u")
+
+
 CHANGES = {
     "a skill edited": lambda ws: skills.update_skill(
         ws.engine, "weather", author="test", reason="test", keywords=["rain", "snow"]
@@ -165,10 +191,26 @@ CHANGES = {
     "a skill added": lambda ws: skills.save_skills(
         ws.engine, [SkillSpec(name="music", description="Songs.", keywords=("song",))]
     ),
+    "a skill forked by the project": lambda ws: skills.update_project_skill(
+        ws.engine, "weather", "default", author="test", reason="test", keywords=["hail"]
+    ),
+    "a skill rolled back": lambda ws: (
+        skills.update_skill(ws.engine, "weather", author="t", reason="t", keywords=["hail"]),
+        _full(ws, "will it snow or hail"),
+        skills.rollback_skill(ws.engine, "weather", 1, author="t"),
+    ),
+    "a SKILL.md example removed": lambda ws: (
+        skills.update_skill(ws.engine, "weather", author="t", reason="t", examples=["hail?"]),
+        _full(ws, "will it snow or hail"),
+        routing_examples.remove(ws, "weather", "md1"),
+    ),
+    "a proposal approved": _approve_a_proposal,
     "an example added": lambda ws: routing_examples.add_example(ws, "weather", "hail?"),
     "an example removed": lambda ws: routing_examples.remove_example(
         ws, routing_examples.list_examples(ws, "billing")[-1].id
     ),
+    "a 👍 adds an example": lambda ws: _vote(ws, "up"),
+    "a 👎 takes it back": lambda ws: _vote(ws, "down"),
     "amelio.toml edited": lambda ws: (ws.root / "amelio.toml").write_text(
         "router_limit = 2\n", encoding="utf-8"
     ),
@@ -258,11 +300,10 @@ def test_a_plugin_cannot_replace_a_builtin_scorer_behind_its_snapshot(ws: Worksp
     assert _full(ws, MESSAGES[2], scorer="bm25") == route  # as the built-in routes alone
 
 
-def test_a_package_installed_or_a_database_replaced_makes_the_snapshot_stale(
+def test_a_package_installed_makes_the_snapshot_stale(
     ws: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import os
-    import shutil
     import sys
 
     site = tmp_path / "lib" / "site-packages"
@@ -275,23 +316,60 @@ def test_a_package_installed_or_a_database_replaced_makes_the_snapshot_stale(
     assert _fast(ws, MESSAGES[0]) is None
     _full(ws, MESSAGES[0])
     assert _fast(ws, MESSAGES[0]) is not None
-    database = ws.root / ".amelio" / "amelio.db"
-    shutil.copy(database, tmp_path / "restored.db")  # the same rows, another file
-    os.replace(tmp_path / "restored.db", database)
-    assert _fast(ws, MESSAGES[0]) is None
 
 
-def test_a_new_embedding_model_file_makes_the_snapshot_stale(
-    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+def test_a_database_restored_from_before_a_write_is_another_generation(
+    ws: Workspace, tmp_path: Path
 ) -> None:
-    _full(ws, MESSAGES[2])
-    assert _fast(ws, MESSAGES[2]) is not None
-    monkeypatch.setattr(route_snapshot, "_model_file", lambda model: [1, 2] if model else None)
-    assert _fast(ws, MESSAGES[2]) is None
+    """A backup restored after the snapshot was made, then written to as often as
+    the original was since the backup: a count of writes would match the snapshot
+    again; the random generation does not."""
+    import sqlite3
+    from contextlib import closing
+
+    def copy(source: Path, target: Path) -> None:  # as SQLite's online backup does
+        with closing(sqlite3.connect(source)) as a, closing(sqlite3.connect(target)) as b:
+            a.backup(b)
+
+    database = ws.root / ".amelio" / "amelio.db"
+    copy(database, tmp_path / "backup.db")
+    skills.update_skill(ws.engine, "weather", author="t", reason="t", keywords=["hail"])
+    assert _full(ws, "hail")["skills"][0]["name"] == "weather"
+    assert _fast(ws, "hail") is not None
+    copy(tmp_path / "backup.db", database)
+    skills.update_skill(ws.engine, "billing", author="t", reason="t", keywords=["hail"])
+    assert _fast(ws, "hail") is None
+    assert _full(ws, "hail")["skills"][0]["name"] == "billing"
+
+
+def test_a_write_from_another_process_makes_the_snapshot_stale(ws: Workspace) -> None:
+    import subprocess
+    import sys
+
+    writes = {
+        "skill": "skills.update_skill(ws.engine, 'weather', author='t', reason='t', "
+        "keywords=['hail'])",
+        "example": "examples.add_example(ws, 'weather', 'hail?')",
+    }
+    for what, call in writes.items():
+        _full(ws, "hail")
+        assert _fast(ws, "hail") is not None
+        code = (
+            "from amelio import skills\n"
+            "from amelio.routing import examples\n"
+            "from amelio.workspace.folder import open_workspace\n"
+            f"ws = open_workspace({str(ws.root)!r})\n{call}\nws.dispose()\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert _fast(ws, "hail") is None, f"a {what} written by another process was not seen"
 
 
 @pytest.mark.parametrize(
-    "damage", ["empty", "truncated", "not json", "huge header", "wrong checks", "missing database"]
+    "damage",
+    ["empty", "truncated", "not json", "huge header", "another generation", "missing database"],
 )
 def test_a_damaged_snapshot_is_ignored_and_replaced(ws: Workspace, damage: str) -> None:
     full = _full(ws, MESSAGES[0])
@@ -299,8 +377,8 @@ def test_a_damaged_snapshot_is_ignored_and_replaced(ws: Workspace, damage: str) 
     raw = path.read_bytes()
     size = int.from_bytes(raw[:8], "little")
     header = json.loads(raw[8 : 8 + size])
-    if damage == "wrong checks":
-        header["checks"] = [["SELECT sqlite_version() AS nonsense", [[1]]]]
+    if damage == "another generation":
+        header["generation"] += 1
     elif damage == "missing database":
         header["database"] = str(ws.root / "gone.db")
     encoded = json.dumps(header).encode()
@@ -310,7 +388,7 @@ def test_a_damaged_snapshot_is_ignored_and_replaced(ws: Workspace, damage: str) 
             "truncated": raw[: size // 2],
             "not json": raw[:8] + b"{" * size + raw[8 + size :],
             "huge header": (2**62).to_bytes(8, "little") + raw[8:],
-            "wrong checks": len(encoded).to_bytes(8, "little") + encoded + raw[8 + size :],
+            "another generation": len(encoded).to_bytes(8, "little") + encoded + raw[8 + size :],
             "missing database": len(encoded).to_bytes(8, "little") + encoded + raw[8 + size :],
         }[damage]
     )
@@ -329,6 +407,40 @@ def test_the_snapshot_is_private_and_holds_no_code(ws: Workspace) -> None:
     header = _header(ws)
     assert header["format"] == route_snapshot.FORMAT
     assert {s["name"] for s in header["skills"]} == {"billing", "travel", "weather"}
+
+
+def test_the_routing_generation_moves_with_each_write_and_only_then(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """On both databases: a write commits a new generation with it; a write that
+    changes nothing, or fails and rolls back, leaves it as it was."""
+    from amelio.errors import Conflict
+    from amelio.skills.store import routing_generation
+
+    folder = _skills(tmp_path / "skills")
+    skills.import_skills(workspace.engine, folder)
+    seen = [routing_generation(workspace.engine)]
+
+    def moved() -> bool:
+        seen.append(routing_generation(workspace.engine))
+        return seen[-1] != seen[-2]
+
+    skills.import_skills(workspace.engine, folder)  # every skill unchanged
+    assert not moved()
+    skills.update_skill(workspace.engine, "weather", author="t", reason="t", keywords=["hail"])
+    assert moved()
+    with pytest.raises(Conflict):
+        skills.update_skill(
+            workspace.engine, "weather", author="t", reason="t", keywords=["x"], expected_version=1
+        )
+    assert not moved()
+    example = routing_examples.add_example(workspace, "weather", "hail?")
+    assert moved()
+    routing_examples.remove_example(workspace, example.id or 0)
+    assert moved()
+    routing_examples.remove_example(workspace, example.id or 0)  # removed already
+    assert not moved()
+    assert len(set(seen)) == 4
 
 
 def test_only_a_sqlite_workspace_gets_a_snapshot(workspace: Workspace, tmp_path: Path) -> None:

@@ -519,7 +519,7 @@ def test_the_webhook_handles_an_update_posted_twice_once(
     post; the copy is not handled, in the same process or after a restart."""
     import httpx
 
-    headers = {SECRET_HEADER: webhook_secret(TOKEN)}
+    headers = {SECRET_HEADER: webhook_secret(ws.settings)}
     server.add_chat(77)
 
     def update(update_id: int, text: str) -> dict[str, Any]:

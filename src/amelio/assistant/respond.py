@@ -162,18 +162,16 @@ _INSERT_EVAL_RESULTS = eval_results.insert()
 _RESULT_COLUMNS = tuple(c.name for c in eval_results.c if c.name not in ("id", "interaction_id"))
 
 
-def _postgres_insert() -> sa.TextClause:
+def _postgres_insert(*, fast: bool) -> sa.TextClause:
     """The interaction and its eval results as one statement, for PostgreSQL: one
     statement is atomic on its own, so it runs without BEGIN and COMMIT, in one round
     trip instead of four. The columns come from the tables, so the SQL follows the
     schema; the results travel as one array per column, unnested.
 
-    Its commit does not wait for the disk (``synchronous_commit`` off for this one
-    transaction, which saves the flush, most of the write's time): the durability
-    SQLite's WAL mode gives every write here. Nothing is lost when Amelio is killed;
-    only a crash of the database server itself may lose the last fraction of a
-    second of interactions, never half of one. Feedback, approvals and every other
-    write keep the server's own setting.
+    ``fast`` (the ``interaction_commit`` setting) turns ``synchronous_commit`` off for
+    this statement's own transaction (``set_config(..., true)``), so its commit does
+    not wait for the write-ahead log's flush; every other write, and every other
+    transaction on the same pooled connection, keeps the server's setting.
     """
     pg = postgresql.dialect()  # type: ignore[no-untyped-call]
     columns = [c for c in interactions.c if c.name != "id"]
@@ -182,28 +180,36 @@ def _postgres_insert() -> sa.TextClause:
     values = ", ".join(f":{c.name}" for c in columns)
     arrays = ", ".join(f"CAST(:r_{c.name} AS {c.type.compile(dialect=pg)}[])" for c in checked)
     result_names = ", ".join(c.name for c in checked)
+    # Referenced by the final SELECT: a CTE nothing reads is never run.
+    relaxed = "relaxed AS (SELECT set_config('synchronous_commit', 'off', true)), "
     # Names come from the table definitions; every value is bound.
     return sa.text(
-        "WITH relaxed AS (SELECT set_config('synchronous_commit', 'off', true) AS was), "  # noqa: S608
+        f"WITH {relaxed if fast else ''}"  # noqa: S608
         f"inserted AS (INSERT INTO interactions ({names}) VALUES ({values}) "
         f"RETURNING id), "
         f"checked AS (INSERT INTO eval_results (interaction_id, {result_names}) "
         f"SELECT inserted.id, r.* FROM inserted, unnest({arrays}) AS r({result_names})) "
-        f"SELECT id FROM inserted, relaxed"
+        f"SELECT id FROM inserted{', relaxed' if fast else ''}"
     ).bindparams(
         *(sa.bindparam(c.name, type_=c.type) for c in columns),
         *(sa.bindparam(f"r_{c.name}", type_=postgresql.ARRAY(c.type)) for c in checked),
     )
 
 
-_POSTGRES_INSERT = _postgres_insert()
+#: The statement for each ``interaction_commit`` value, built once.
+_POSTGRES_INSERT = {
+    "durable": _postgres_insert(fast=False),
+    "fast": _postgres_insert(fast=True),
+}
 
 
-def _insert_postgres(engine: sa.Engine, row: dict[str, Any], results: list[dict[str, Any]]) -> int:
+def _insert_postgres(
+    engine: sa.Engine, row: dict[str, Any], results: list[dict[str, Any]], commit: str
+) -> int:
     params = {**row, **{f"r_{name}": [r[name] for r in results] for name in _RESULT_COLUMNS}}
     with engine.connect() as conn:
         conn.execution_options(isolation_level="AUTOCOMMIT")
-        return int(conn.execute(_POSTGRES_INSERT, params).scalar_one())
+        return int(conn.execute(_POSTGRES_INSERT[commit], params).scalar_one())
 
 
 def _store(
@@ -272,7 +278,7 @@ def _store(
         for r in report.results
     ]
     if ws.engine.dialect.name == "postgresql":
-        interaction_id = _insert_postgres(ws.engine, row, results)
+        interaction_id = _insert_postgres(ws.engine, row, results, ws.settings.interaction_commit)
     else:
         with db.transaction(ws.engine) as conn:
             # Values as parameters, not .values(): the statement is then one cached

@@ -40,6 +40,7 @@ __all__ = [
     "metadata",
     "projects",
     "proposals",
+    "routing_state",
     "search_impressions",
     "search_session_marks",
     "search_signals",
@@ -309,6 +310,19 @@ routing_examples = sa.Table(
     sa.CheckConstraint("source IN ('interaction', 'manual')", name="source"),
 )
 
+# One row: the routing generation, a random number that every write to what a router
+# is built from (a skill's row, a routing example) replaces in its own transaction.
+# A process that kept a router outside the database (amelio.routing.snapshot) knows it
+# is current by reading this one value. Random rather than counted, so that two
+# databases (a restored backup, a copy that went its own way) never share a value
+# for different skills.
+routing_state = sa.Table(
+    "routing_state",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("generation", sa.BigInteger, nullable=False),
+    sa.CheckConstraint("id = 1", name="single_row"),
+)
 
 feedback = sa.Table(
     "feedback",

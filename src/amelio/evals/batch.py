@@ -90,65 +90,6 @@ def _promptfoo_outputs(data: dict[str, Any], name: str) -> list[BatchItem]:
     return items
 
 
-#: JSON's whitespace (str.strip's default would also take U+3000 and the like, which
-#: JSON rejects).
-_JSON_SPACE = " \t\r\n"
-
-
-class _SharedTail:
-    """The raw text of a rule list that ends line after line, decoded once.
-
-    In ``{"id": …, "text": …, "rules": [...]}`` lines the rules are most of each line,
-    and usually the same list on every line. Once a line with a new list has been
-    decoded in full and its rules compiled, the line's raw tail from its last
-    ``"rules"`` is kept if ``{`` + tail decodes, on its own, to exactly that list
-    (compared as JSON text, so ``true``, ``1`` and ``1.0`` differ). A later line that
-    ends with that very tail, and whose head (the line without it, closed with ``}``
-    in place of its trailing comma) decodes to an object without ``rules``, is that
-    object plus those rules: head and tail are both valid, so the whole line is, and
-    decodes to the same value. Any other line is decoded in full, as before.
-    """
-
-    __slots__ = ("rules", "tail")
-
-    def __init__(self) -> None:
-        self.tail = ""
-        self.rules: Rules | None = None
-
-    def split(self, line: str) -> tuple[dict[str, Any] | None, Rules | None]:
-        """The line's object without its rules, and the rules; (None, None) when the
-        line does not end with the known tail."""
-        if not self.tail or not line.endswith(self.tail):
-            return None, None
-        head = line[: len(line) - len(self.tail)].rstrip(_JSON_SPACE)
-        # A comma after at least one member: "{," would read as "{}" and hide the error.
-        if not head.endswith(",") or head[:-1].rstrip(_JSON_SPACE).endswith("{"):
-            return None, None
-        try:
-            record = json.loads(head[:-1] + "}")
-        except json.JSONDecodeError:
-            return None, None  # decoded in full, for the error's own message
-        if not isinstance(record, dict) or "rules" in record:
-            return None, None
-        return record, self.rules
-
-    def learn(self, line: str, raw_rules: list[Any], rules: Rules) -> None:
-        at = line.rfind('"rules"')
-        if at < 0:
-            return
-        tail = line[at:]
-        try:
-            alone = json.loads("{" + tail)
-        except json.JSONDecodeError:
-            return
-        if (
-            isinstance(alone, dict)
-            and list(alone) == ["rules"]
-            and json.dumps(alone["rules"]) == json.dumps(raw_rules)
-        ):
-            self.tail, self.rules = tail, rules
-
-
 def parse_batch(text: str, name: str, *, max_chars: int) -> list[BatchItem]:
     """The outputs of a batch file (JSON lines, or promptfoo's output JSON), or
     :class:`InvalidInput` naming the first bad line."""
@@ -162,19 +103,16 @@ def parse_batch(text: str, name: str, *, max_chars: int) -> list[BatchItem]:
             return _promptfoo_outputs(whole, name)
     items: list[BatchItem] = []
     # Lines usually repeat the same rules (promptfoo's defaultTest, one gate's rules):
-    # each distinct list is validated and compiled once, and decoded once (_SharedTail).
+    # each distinct list is validated and compiled once.
     parsed: dict[bytes, tuple[evals.EvalRule, ...]] = {}
-    shared = _SharedTail()
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         where = f"{name} line {number}"
-        record, rules = shared.split(line)
-        if record is None:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InvalidInput(f"{where}: not valid JSON ({exc.msg}).") from exc
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"{where}: not valid JSON ({exc.msg}).") from exc
         if not isinstance(record, dict):
             raise InvalidInput(f"{where}: an output is a JSON object with id and text.")
         output = record.get("text")
@@ -188,11 +126,12 @@ def parse_batch(text: str, name: str, *, max_chars: int) -> list[BatchItem]:
                 field="text",
             )
         skill, project, raw_rules = record.get("skill"), record.get("project"), record.get("rules")
-        if skill is not None and (raw_rules is not None or rules is not None):
+        if skill is not None and raw_rules is not None:
             raise InvalidInput(f'{where}: give "skill" or "rules", not both.')
         for key, value in (("skill", skill), ("project", project)):
             if value is not None and not isinstance(value, str):
                 raise InvalidInput(f'{where}: "{key}" must be a string.', field=key)
+        rules: Rules | None = None
         if raw_rules is not None:
             if not isinstance(raw_rules, list):
                 raise InvalidInput(f'{where}: "rules" must be a list of rules.', field="rules")
@@ -201,7 +140,6 @@ def parse_batch(text: str, name: str, *, max_chars: int) -> list[BatchItem]:
             rules = parsed.get(rules_key)
             if rules is None:
                 rules = parsed[rules_key] = evals.parse_rules(raw_rules, source=where)
-                shared.learn(line, raw_rules, rules)
         items.append(BatchItem(str(record.get("id", number)), output, where, skill, project, rules))
         if len(items) > MAX_OUTPUTS:
             raise InvalidInput(f"{name}: over {MAX_OUTPUTS:,} outputs; split the file.")

@@ -54,7 +54,7 @@ __all__ = [
 BATCH = 1000
 #: What ``amelio init`` puts in a new database: a workspace holding only these rows
 #: is empty, and an import or a copy replaces them with the source's.
-SEEDED = frozenset({"projects", "search_state", "feedback_chain"})
+SEEDED = frozenset({"projects", "search_state", "feedback_chain", "routing_state"})
 SECRET_FILE = "secret_key"  # noqa: S105 -- a file name
 
 
@@ -129,7 +129,7 @@ def _counts(conn: sa.Connection) -> dict[str, int]:
 
 def _holds_data(conn: sa.Connection) -> list[str]:
     """The tables holding more than a new workspace has (its seeds: the default
-    project, the search state and the chain's head)."""
+    project, the search state, the chain's head and the routing generation)."""
     busy = [name for name, n in _counts(conn).items() if n and name not in SEEDED]
     projects = metadata.tables["projects"]
     if conn.scalar(

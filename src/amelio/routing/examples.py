@@ -41,7 +41,6 @@ __all__ = [
     "remove_example",
     "remove_skill_example",
     "stamp",
-    "stamp_query",
 ]
 
 
@@ -134,12 +133,6 @@ def stamp(bind: sa.Engine | sa.Connection, project: str = DEFAULT_PROJECT) -> St
     return found
 
 
-def stamp_query(project: str = DEFAULT_PROJECT) -> sa.Select[int, Any, Any]:
-    """The query behind :func:`stamp`, its project bound: its row changes whenever an
-    example of ``project`` is added or removed (for :mod:`amelio.routing.snapshot`)."""
-    return _STAMP.params(project=project)
-
-
 def examples_by_skill(
     bind: sa.Engine | sa.Connection, project: str = DEFAULT_PROJECT, *, per_skill: int = 50
 ) -> dict[str, list[str]]:
@@ -173,9 +166,12 @@ def on_answer_feedback(conn: sa.Connection, interaction: Any, kind: str) -> None
     row, with ``project_id``, ``message``, ``applied_skill`` and ``success``), in the
     caller's transaction: a 👍 on a passing answer no one objected to adds its
     message; a 👎 or Fix It takes it back (an admin's removal stays)."""
+    from amelio.skills.store import bump_routing_generation
+
     where = routing_examples.c.interaction_id == interaction.id
     if kind != "up":
         if conn.execute(routing_examples.delete().where(where, _active)).rowcount:
+            bump_routing_generation(conn)
             _wrote()
         return
     message = " ".join(str(interaction.message).split())
@@ -204,6 +200,7 @@ def on_answer_feedback(conn: sa.Connection, interaction: Any, kind: str) -> None
             created_at=utcnow(),
         )
     )
+    bump_routing_generation(conn)
     _wrote()
 
 
@@ -257,7 +254,7 @@ def add_example(
     author: str | None = None,
 ) -> RoutingExample:
     """Teach the router that ``text`` is a message for ``skill`` in ``project``."""
-    from amelio.skills.store import get_skill
+    from amelio.skills.store import bump_routing_generation, get_skill
 
     text = " ".join(text.split())
     if not text:
@@ -279,6 +276,7 @@ def add_example(
             .returning(*routing_examples.c)
         )
         row = result.one()
+        bump_routing_generation(conn)
     _wrote()
     return _row(row, project)
 
@@ -315,6 +313,8 @@ def remove_example(
 ) -> RoutingExample:
     """Stop the router learning from example ``example_id`` (kept, marked removed, so
     the same answer is not learned again); with ``skill``, only if it is that skill's."""
+    from amelio.skills.store import bump_routing_generation
+
     with db.transaction(ws.engine) as conn:
         row = conn.execute(
             sa.select(routing_examples)
@@ -339,6 +339,7 @@ def remove_example(
             row = conn.execute(
                 sa.select(routing_examples).where(routing_examples.c.id == example_id)
             ).one()
+            bump_routing_generation(conn)
     _wrote()
     return _row(row, project)
 

@@ -8,26 +8,25 @@ file with the standard library's ``sqlite3`` and nothing heavier than numpy.
 
 A snapshot holds the skills' routing metadata (name, description, triggers,
 keywords, scope), each skill's training examples, the vectors of all of them
-(float32, so only the message is embedded), the learned out-of-scope threshold, and
-what makes it valid:
+(float32, so only the message is embedded) and the learned out-of-scope threshold.
+It is used while two things hold:
 
-* **inputs**: the workspace folder, the bytes of ``amelio.toml``, every ``AMELIO_*``
-  environment variable, the project, the ``--scorer`` asked for, Amelio's version and
-  the times of the site-packages folders (a package installed or removed: a plugin,
-  ``amelio[semantic]``), hashed together; and the embedding model file's size and
-  time. Any difference and the snapshot is not used: settings are never re-derived
-  outside :mod:`amelio.workspace.config`.
-* **checks**: the queries whose rows change whenever a skill or an example the
-  project sees changes (:func:`amelio.skills.store.stamp_queries`,
-  :func:`amelio.routing.examples.stamp_query`), compiled for SQLite when the
-  snapshot is written, with the rows they returned then. They run again on a
-  read-only connection; any other row and the full path runs, and writes a new
-  snapshot. The rows are read before the router is built, so a change made in
-  between leaves the snapshot stale, never wrong. The database file's identity
-  (device and inode) is checked first: a restored or copied database is another file.
+* **the same inputs**: the workspace folder, the project, the ``--scorer`` asked for,
+  Amelio's version, the bytes of ``amelio.toml``, every ``AMELIO_*`` environment
+  variable and the times of the site-packages folders (a package installed, removed
+  or upgraded: a plugin, ``amelio[semantic]``, the embedding model's weights), hashed
+  together. Settings are never re-derived outside :mod:`amelio.workspace.config`;
+  any difference and the full path runs.
+* **the same routing generation**: every write to a skill's row or a routing
+  example gives the database's one routing generation a new random value in its own
+  transaction (:func:`amelio.skills.store.bump_routing_generation`), whichever
+  process makes it. The snapshot keeps the value read before its router was built
+  (a write in between leaves it stale, never wrong), and each run reads the value
+  again on a read-only connection: one row, any other value and the full path runs,
+  and writes a new snapshot.
 
-The router is built by the same :class:`amelio.routing.router.Router` from the same inputs,
-so a snapshot's route equals the full path's (``tests/test_routing_snapshot.py``).
+The router is built by the same :class:`amelio.routing.router.Router` from the same
+inputs, so a snapshot's route equals the full path's (``tests/test_routing_snapshot.py``).
 Only SQLite workspaces get one (a PostgreSQL driver alone takes longer to import
 than the whole fast path), and only Amelio's own scorers, when no plugin registers
 one under the same name (a plugin's would need the plugin manager). The file is JSON
@@ -35,8 +34,7 @@ and raw float32, never pickled, written atomically and readable by its owner onl
 holds the examples, which are users' messages). Anything unexpected in it (truncated,
 edited out of shape, pointing at a missing database) means the full path, never an
 error. It is trusted as the workspace's database is: whoever can write ``.amelio/``
-can write both, so a forged snapshot is not defended against (its checks run
-read-only, on the workspace's own database).
+can write both, so a forged snapshot is not defended against.
 """
 
 from __future__ import annotations
@@ -48,7 +46,6 @@ import os
 import sqlite3
 import struct
 import sys
-from collections.abc import Sequence
 from contextlib import closing
 from dataclasses import asdict
 from pathlib import Path
@@ -58,8 +55,6 @@ from amelio._version import __version__
 from amelio.workspace.discovery import CONFIG_FILE, DATA_DIR, ENV_PREFIX, find_workspace
 
 if TYPE_CHECKING:
-    import sqlalchemy as sa
-
     from amelio.routing.router import Route, Router
     from amelio.workspace.folder import Workspace
 
@@ -68,8 +63,11 @@ __all__ = ["FORMAT", "route_and_save", "route_from_snapshot", "snapshot_path"]
 logger = logging.getLogger(__name__)
 
 #: Bumped whenever what a snapshot holds, or how a router is built from it, changes.
-FORMAT = 1
+FORMAT = 2
 _HEADER = struct.Struct("<Q")
+#: The routing generation (``routing_state`` in :mod:`amelio.db.schema`), read with
+#: the standard library's ``sqlite3``: the one query the fast path runs.
+_GENERATION = "SELECT generation FROM routing_state WHERE id = 1"
 
 
 def snapshot_path(root: Path, project: str, scorer: str | None) -> Path:
@@ -83,8 +81,8 @@ def _inputs(root: Path, project: str, scorer: str | None) -> str:
     digest = hashlib.sha256()
     toml = root / CONFIG_FILE
     env = sorted((k, v) for k, v in os.environ.items() if k.upper().startswith(ENV_PREFIX))
-    # Installing or removing a package (a plugin, amelio[semantic]) changes a
-    # site-packages folder's time: a snapshot never outlives what was installed with it.
+    # Installing, removing or upgrading a package (a plugin, amelio[semantic] and the
+    # model weights it ships) changes a site-packages folder's time.
     installed = [
         (p, os.stat(p).st_mtime_ns)
         for p in sys.path
@@ -104,17 +102,11 @@ def _inputs(root: Path, project: str, scorer: str | None) -> str:
     return digest.hexdigest()
 
 
-def _model_file(model: str | None) -> list[int] | None:
-    """Size and modification time of the embedding model's weights (a reinstall or
-    an upgrade makes the snapshot's vectors suspect); None for lexical routing."""
-    if not model:
-        return None
-    from amelio.embeddings import WORDLLAMA, WORDLLAMA_WEIGHTS, wordllama_dir
-
-    if model != WORDLLAMA:
-        raise ValueError(f"no snapshot for the embedding model {model!r}")
-    stat = wordllama_dir().joinpath(*WORDLLAMA_WEIGHTS).stat()
-    return [stat.st_size, stat.st_mtime_ns]
+def _generation(database: Path) -> int:
+    """The routing generation of the SQLite file ``database``, read without writing."""
+    with closing(sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True)) as conn:
+        (generation,) = conn.execute(_GENERATION).fetchone()
+    return int(generation)
 
 
 # -- the fast path ----------------------------------------------------------------------
@@ -160,18 +152,9 @@ def _load(
     (size,) = _HEADER.unpack_from(raw)
     header: dict[str, Any] = json.loads(raw[_HEADER.size : _HEADER.size + size])
     if header.get("format") != FORMAT or header.get("inputs") != _inputs(root, project, scorer):
-        raise _Stale("settings, environment or version changed")
-    model = header["model"]
-    if header["modelFile"] != _model_file(model):
-        raise _Stale("the embedding model changed")
-    database = Path(header["database"])
-    stat = database.stat()
-    if [stat.st_dev, stat.st_ino] != header["databaseFile"]:
-        raise _Stale("the database file was replaced (a restore, a copy)")
-    with closing(sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True)) as conn:
-        for sql, rows in header["checks"]:
-            if [list(r) for r in conn.execute(sql).fetchall()] != rows:
-                raise _Stale("a skill or a routing example changed")
+        raise _Stale("settings, environment, packages or version changed")
+    if _generation(Path(header["database"])) != header["generation"]:
+        raise _Stale("a skill or a routing example was written")
     specs = [
         SkillSpec(
             name=s["name"],
@@ -181,6 +164,7 @@ def _load(
         )
         for s in header["skills"]
     ]
+    model = header["model"]
     embedder = None
     if model:
         from amelio.embeddings import load_embedder
@@ -222,19 +206,19 @@ def route_and_save(
     """``message`` routed through the database (:func:`amelio.routing.router.project_router`),
     then the router saved as the snapshot the next run will use, where it can be."""
     from amelio.routing.router import builtin_scorers, project_router, scorers
+    from amelio.skills.store import routing_generation
 
     database = _sqlite_file(ws)
     name = scorer or ws.settings.router_scorer
-    checks = None
+    generation = None
     builtin = builtin_scorers().get(name)
     if database is not None and builtin is not None and scorers().get(name) is builtin:
-        with ws.engine.connect() as conn:  # read before the build: stale, never wrong
-            checks = _checks(conn, project)
+        generation = routing_generation(ws.engine)  # read before the build: stale, never wrong
     router = project_router(ws, project=project, scorer=scorer)
     route = router.route(message, limit=limit or ws.settings.router_limit)
-    if checks is not None and database is not None:
+    if generation is not None and database is not None:
         try:
-            _save(ws, router, project, scorer, database, checks)
+            _save(ws, router, project, scorer, database, generation)
         except Exception as exc:  # a read-only workspace still routes
             logger.debug("Routing snapshot not written: %s", exc)
     return route
@@ -247,26 +231,13 @@ def _sqlite_file(ws: Workspace) -> Path | None:
     return Path(url.database).resolve()
 
 
-def _checks(conn: sa.Connection, project: str) -> list[tuple[str, list[list[Any]]]]:
-    from amelio.routing import examples as routing_examples
-    from amelio.skills.store import stamp_queries
-
-    found = []
-    for query in [*stamp_queries(conn, project), routing_examples.stamp_query(project)]:
-        sql = str(query.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
-        # Run as compiled, through the driver: the rows are the raw values sqlite3 will
-        # read back (a time as SQLite stores it, not as SQLAlchemy converts it).
-        found.append((sql, [list(r) for r in conn.exec_driver_sql(sql).all()]))
-    return found
-
-
 def _save(
     ws: Workspace,
     router: Router,
     project: str,
     scorer: str | None,
     database: Path,
-    checks: Sequence[tuple[str, list[list[Any]]]],
+    generation: int,
 ) -> None:
     import numpy as np
 
@@ -289,13 +260,11 @@ def _save(
         "format": FORMAT,
         "inputs": _inputs(ws.root.resolve(), project, scorer),
         "database": str(database),
-        "databaseFile": [database.stat().st_dev, database.stat().st_ino],
-        "checks": [[sql, rows] for sql, rows in checks],
+        "generation": generation,
         "scorer": router.scorer,
         "limit": ws.settings.router_limit,
         "minScore": data.min_score if data is not None else None,
         "model": embedder.model if embedder is not None else None,
-        "modelFile": _model_file(embedder.model if embedder is not None else None),
         "calibration": asdict(calibration) if router.learns else None,
         "skills": [
             {

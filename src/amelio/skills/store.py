@@ -9,10 +9,15 @@ Because of that, the ``(id, version)`` pairs of the skills a project sees change
 whenever any of them does, in whichever process wrote it: :func:`visible_skills`
 (the router's read on every request) compares them, one narrow query, with the
 ones it last read in full, instead of reading and decoding every skill again.
+
+The same write replaces the routing generation (:func:`bump_routing_generation`),
+as every routing example write does: one number that says whether a router kept
+outside the database (``amelio route``'s snapshot) is still current.
 """
 
 from __future__ import annotations
 
+import secrets
 import threading
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -25,7 +30,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from amelio import db, evals
-from amelio.db.schema import skill_events, skill_versions, skills, utcnow
+from amelio.db.schema import routing_state, skill_events, skill_versions, skills, utcnow
 from amelio.errors import Conflict, InvalidInput, SkillNotFound
 from amelio.skills import files
 from amelio.skills.model import Skill, SkillSpec, SkillVersion
@@ -34,6 +39,7 @@ from amelio.workspace.projects import DEFAULT_PROJECT, ensure_project, project_i
 __all__ = [
     "ImportReport",
     "SkillEvent",
+    "bump_routing_generation",
     "export_skills",
     "find_skill_row",
     "fork_skill",
@@ -43,10 +49,10 @@ __all__ = [
     "list_versions",
     "record_event",
     "rollback_skill",
+    "routing_generation",
     "save_skills",
     "skill_log",
     "spec_from_row",
-    "stamp_queries",
     "update_project_skill",
     "update_skill",
     "visible_skills",
@@ -172,6 +178,29 @@ def record_event(
     )
 
 
+_GENERATION = sa.select(routing_state.c.generation).where(routing_state.c.id == 1)
+
+
+def bump_routing_generation(conn: sa.Connection) -> None:
+    """Give the routing generation a new random value, inside the caller's transaction.
+
+    Called by every write to what a router is built from (:func:`write_version`, and
+    :mod:`amelio.routing.examples`' writes), so the value commits, or rolls back,
+    with the change it announces."""
+    conn.execute(
+        routing_state.update()
+        .where(routing_state.c.id == 1)
+        .values(generation=secrets.randbits(63))
+    )
+
+
+def routing_generation(bind: sa.Engine | sa.Connection) -> int:
+    """The routing generation now: equal to an earlier read only if no skill and no
+    routing example was written in between, by any process."""
+    with db.reading(bind) as conn:
+        return int(conn.execute(_GENERATION).scalar_one())
+
+
 def write_version(
     conn: sa.Connection,
     spec: SkillSpec,
@@ -245,6 +274,7 @@ def write_version(
         version=version,
         proposal_id=proposal_id,
     )
+    bump_routing_generation(conn)
     return version
 
 
@@ -270,8 +300,14 @@ def save_skills(
     versions: dict[str, int] = {}
     with _writing(engine) as conn:
         pid = _pid(conn, project, create=True)
+        # Every row locked before the first write: write_version's last statement takes
+        # the routing generation's row, and a transaction that took it must not wait for
+        # a skill's row afterwards (another writer holding that row waits for it: a
+        # deadlock on PostgreSQL). Locked in name order, as any two imports agree on.
+        for name in sorted({spec.name for spec in specs}):
+            find_skill_row(conn, name, pid, lock=True)
         for spec in specs:
-            row = find_skill_row(conn, spec.name, pid, lock=True)
+            row = find_skill_row(conn, spec.name, pid, lock=True)  # held already: no wait
             if row is not None and row.content_hash == spec.content_hash():
                 unchanged.append(spec.name)
                 versions[spec.name] = int(row.version)
@@ -346,21 +382,6 @@ _STAMP = (
     .where(sa.or_(skills.c.project_id.is_(None), skills.c.project_id == sa.bindparam("project_id")))
     .order_by(skills.c.id)
 )
-
-
-def stamp_queries(conn: sa.Connection, project: str | None = None) -> list[sa.Select[Any]]:
-    """Queries whose rows change whenever the skills ``project`` sees change: its id,
-    and the ``(id, version)`` stamp :func:`visible_skills` compares. A routing snapshot
-    (:mod:`amelio.routing.snapshot`) keeps them with their rows, to know it is current
-    without this module."""
-    from amelio.db.schema import projects
-
-    pid = _pid(conn, project)
-    found: list[sa.Select[Any]] = []
-    if project is not None:
-        found.append(sa.select(projects.c.id).where(projects.c.name == project))
-    found.append(_STAMP_GLOBAL if pid is None else _STAMP.params(project_id=pid))
-    return found
 
 
 def visible_skills(

@@ -53,6 +53,13 @@ class Settings(BaseSettings):
         "postgresql+psycopg://user@host/db switches to PostgreSQL (amelio[postgres]; run "
         "`amelio db upgrade` after switching).",
     )
+    interaction_commit: Literal["durable", "fast"] = Field(
+        default="durable",
+        description="On PostgreSQL, whether an interaction's commit waits for the "
+        "write-ahead log to reach the disk (durable) or not (fast: a database server crash "
+        "may lose the last few hundred milliseconds of interactions, never corrupt one). "
+        "SQLite is unaffected (WAL, synchronous=NORMAL).",
+    )
     llm_provider: str = Field(
         default="none",
         description="LLM provider: anthropic, openai, claude-cli, none, or one a plugin "
