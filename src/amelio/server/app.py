@@ -14,7 +14,7 @@ from fastapi.staticfiles import StaticFiles
 from amelio._version import __version__
 from amelio.ops import tracing
 from amelio.ops.metrics import MetricsMiddleware
-from amelio.server.errors import error_responses, install_error_handlers
+from amelio.server.errors import document_json_bodies, error_responses, install_error_handlers
 from amelio.server.limits import BodySizeLimit, RefuseNul
 from amelio.server.routes import (
     assistant,
@@ -95,6 +95,7 @@ def create_app(workspace: Workspace) -> FastAPI:
         app.include_router(router, responses=error_responses(*sorted(statuses)))
     # The OpenAI-compatible routes answer errors in OpenAI's shape, for its SDKs.
     app.include_router(openai.router, responses=openai.ERROR_RESPONSES)
+    document_json_bodies(app, (router for router, _ in areas))
     _add_dashboard(app)
     from amelio.mcp.server import mount_mcp  # it builds on the routes above: import it last
 
