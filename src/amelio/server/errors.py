@@ -93,26 +93,23 @@ def document_json_bodies(app: FastAPI, routers: Iterable[APIRouter]) -> None:
         for router in routers
         for route in router.routes
         if isinstance(route, APIRoute) and route.body_field is not None
-        for method in route.methods
+        for method in route.methods or ()
     }
     generate = app.openapi
+    unlabelled = {
+        "description": _STATUS_HELP[415],
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+    }
 
     def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = generate()
-            help_ = _STATUS_HELP[415]
-            for path, operations in schema.get("paths", {}).items():
-                for method, operation in operations.items():
-                    if (method, path) in parsed:
-                        operation.setdefault("responses", {})["415"] = {
-                            "description": help_,
-                            "content": {
-                                "application/json": {
-                                    "schema": {"$ref": "#/components/schemas/ErrorBody"}
-                                }
-                            },
-                        }
-        return app.openapi_schema
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = generate()  # FastAPI's, which it also keeps as app.openapi_schema
+        for path, operations in schema.get("paths", {}).items():
+            for method, operation in operations.items():
+                if (method, path) in parsed:
+                    operation.setdefault("responses", {})["415"] = unlabelled
+        return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
 
