@@ -65,14 +65,17 @@ class Curl:
         return f"{self.document}:{self.line}"
 
 
-def _logical_lines(code: str) -> Iterator[tuple[int, str]]:
+def _logical_lines(code: str, prompted: bool) -> Iterator[tuple[int, str]]:
     """(offset of the first line, the whole command): backslash continuations joined,
-    and lines added while a quote is open (a JSON body over several lines)."""
+    and lines added while a quote is open (a JSON body over several lines). In a
+    console block (PROMPTED) only ``$ `` lines are commands: an apostrophe in the
+    output shown under one opens nothing."""
     lines = code.splitlines()
     i = 0
     while i < len(lines):
         start, text = i, lines[i]
-        while text.endswith("\\") or _open_quote(text):
+        command = not prompted or text.startswith("$ ")
+        while command and (text.endswith("\\") or _open_quote(text)):
             i += 1
             if i >= len(lines):
                 break
@@ -87,9 +90,22 @@ def _logical_lines(code: str) -> Iterator[tuple[int, str]]:
 
 def _open_quote(text: str) -> bool:
     """Whether a single- or double-quoted string is still open at the end of TEXT."""
+    return _scan(text)[0] is not None
+
+
+def _request_part(command: str) -> tuple[str, str]:
+    """The command before its first unquoted ``|``, and the pipeline after it."""
+    at = _scan(command)[1]
+    return command[:at], command[at:]
+
+
+def _scan(text: str) -> tuple[str | None, int]:
+    """The quote still open at the end of TEXT (or None), and where its first unquoted
+    ``|`` is (else its length)."""
     quote = None
     escaped = False
-    for ch in text:
+    pipe = len(text)
+    for i, ch in enumerate(text):
         if escaped:
             escaped = False
         elif ch == "\\" and quote != "'":
@@ -98,9 +114,11 @@ def _open_quote(text: str) -> bool:
             quote = ch
         elif ch == quote:
             quote = None
-        elif quote is None and ch == "#":
+        elif quote is None and ch == "#" and (i == 0 or text[i - 1].isspace()):
             break  # a comment: its quotes open nothing
-    return quote is not None
+        elif quote is None and ch == "|" and pipe == len(text):
+            pipe = i
+    return quote, pipe
 
 
 def curls(document: Path) -> list[Curl]:
@@ -112,7 +130,7 @@ def curls(document: Path) -> list[Curl]:
         if token.info.split()[0] not in SHELLS:
             continue
         prompted = token.info.split()[0] == "console"
-        entries = list(_logical_lines(token.content))
+        entries = list(_logical_lines(token.content, prompted))
         setup: list[str] = []
         for n, (offset, line) in enumerate(entries):
             command = line.removeprefix("$ ").strip() if line.startswith("$ ") else line.strip()
@@ -214,7 +232,7 @@ def _bash(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[bytes
 
 def _arguments(curl: Curl, service: Service) -> list[str]:
     """The command's arguments as the reader's shell passes them to curl."""
-    command = _localized(curl, service).split("|")[0]  # the request; pipes run below
+    command = _request_part(_localized(curl, service))[0]  # the request; pipes run below
     script = "\n".join([*curl.setup, "curl() { printf '%s\\0' \"$@\"; }", command])
     done = _bash(script, service.env)
     assert done.returncode == 0, f"{curl}: the shell failed: {done.stderr.decode()}"
@@ -306,8 +324,9 @@ def test_the_request_succeeds_and_prints_what_the_document_shows(
     assert status.startswith("2"), f"{curl}: {status} {output}"
     if not curl.expected:
         return
-    if "|" in curl.command:
-        tools = re.findall(r"\|\s*(\S+)", curl.command)
+    pipeline = _request_part(curl.command)[1]
+    if pipeline:
+        tools = re.findall(r"\|\s*(\S+)", pipeline)
         if not all(shutil.which(tool) for tool in tools):
             pytest.skip(f"the pipeline needs {', '.join(tools)}")
         script = "\n".join([*curl.setup, _localized(curl, service)])
@@ -370,7 +389,7 @@ def test_commands_are_read_whole_from_a_block(tmp_path: Path) -> None:
     doc.write_text(
         "```console\n"
         "$ curl -s http://127.0.0.1:8000/v1/health\n"
-        '{"status": "ok"}\n'
+        "it's ok\n"
         "$ echo next\n"
         "```\n\n"
         "```bash\n"
@@ -382,8 +401,12 @@ def test_commands_are_read_whole_from_a_block(tmp_path: Path) -> None:
         "```\n",
         encoding="utf-8",
     )
+    assert _request_part("""curl -d '{"k": "up|down"}' URL | jq .x""") == (
+        """curl -d '{"k": "up|down"}' URL """,
+        "| jq .x",
+    )
     found = curls(doc)
-    assert [c.expected for c in found] == [('{"status": "ok"}',), ()]
+    assert [c.expected for c in found] == [("it's ok",), ()]
     assert found[1].setup == ("K=$(python3 -c 'print(1)')",)
     assert found[1].command.endswith('-d \'{"a": 1,\n       "b": 2}\'')
     assert found[1].line == 9
