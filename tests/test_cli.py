@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -169,6 +175,9 @@ def test_demo_prepares_a_workspace_and_reuses_its_key(tmp_path: Path) -> None:
     first = run("demo", "--dir", str(tmp_path / "d"), "--no-serve")
     assert first.exit_code == 0
     assert "Admin API key:" in first.output
+    # Nothing is served: no URL of a server that is not there, but how to start it.
+    assert "http://" not in first.output
+    assert f"amelio demo --dir {tmp_path / 'd'}" in first.output
     second = run("demo", "--dir", str(tmp_path / "d"), "--no-serve")
     key = [ln for ln in first.output.splitlines() if ln.startswith("Admin API key:")]
     assert key
@@ -225,3 +234,73 @@ def test_feedback_help_keeps_answer_feedback_and_feedback_events_apart() -> None
         result.output.index(f"  {name} ") > events
         for name in ("ingest", "verify", "purge", "stats", "schema")
     )
+
+
+@pytest.mark.parametrize("args", [("skills", "list"), ("skills", "list", "--json"), ("--help",)])
+def test_a_reader_that_stops_early_ends_the_command_quietly(
+    ws: Path, args: tuple[str, ...]
+) -> None:
+    """`amelio … | head`: once the reader has gone, the command stops without a word,
+    with the status a shell shows for any Unix tool ended that way (128 + SIGPIPE)."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the command writes: a real, closed pipe
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "amelio", "-w", str(ws), *args],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert done.stderr.decode() == ""
+    assert done.returncode == 141
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (Linux)")
+def test_other_output_errors_are_still_reported(ws: Path) -> None:
+    """Only a closed pipe is quiet: a full disk, say, is an error to report."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "amelio", "-w", str(ws), "skills", "list"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 1
+    assert "No space left on device" in done.stderr.decode()
+
+
+def test_the_command_tables_explain_keys_project_and_demo_host_port() -> None:
+    """docs/cli.md's rows are these help texts: each option a newcomer needs is in one."""
+    from amelio.cli._docs import command_rows
+
+    rows = dict(command_rows("keys create", "demo"))
+    keys_help = next(what for usage, what in rows.items() if "keys create" in usage)
+    demo_help = next(what for usage, what in rows.items() if usage.startswith("amelio demo"))
+    assert "--project" in keys_help
+    assert "--host" in demo_help and "--port" in demo_help and "make demo" in demo_help
+    assert "--no-serve" in demo_help
+
+
+def test_the_readme_says_where_a_pip_install_keeps_the_examples() -> None:
+    """A pip user has no examples/ folder: the README's command finds the copy in the
+    package, where the wheel's build puts it."""
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    found = re.search(r"^\$ (python -c \"from amelio\.demo\.app import [^\n]*\")$", readme, re.M)
+    assert found, "the README shows no command that prints where the examples are"
+    done = subprocess.run(
+        [sys.executable, *shlex.split(found.group(1))[1:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert (Path(done.stdout.strip()) / "git-help" / "SKILL.md").is_file()
+    wheel = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    included = wheel["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
+    assert included["examples/skills"] == "amelio/_examples/skills"
+    assert "`amelio/_examples/`" in readme

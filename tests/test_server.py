@@ -181,3 +181,69 @@ def test_serve_end_to_end_and_refusal_when_unmigrated(tmp_path: Path, examples: 
     result = amelio("-w", str(fresh), "serve", "--port", str(free_port()), cwd=tmp_path)
     assert result.returncode == 1
     assert "amelio db upgrade" in result.stderr
+
+
+# -- a JSON body must say it is JSON -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content_type", "shown"),
+    [
+        ("application/x-www-form-urlencoded", "application/x-www-form-urlencoded"),  # curl -d
+        ("text/plain;charset=UTF-8", "text/plain;charset=UTF-8"),  # fetch() with a string
+        (None, "none"),
+    ],
+)
+def test_a_json_body_without_its_content_type_names_the_header(
+    client: TestClient, tokens: dict[str, str], content_type: str | None, shown: str
+) -> None:
+    """What `curl -d '{…}'` sends without `-H 'Content-Type: application/json'`: the
+    answer says which header is missing, not that the body is not a dictionary."""
+    headers = auth(tokens["bot"])
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    body = b'{"message": "git push rejected", "answer": "Pull first."}'
+    r = client.post("/v1/interactions", content=body, headers=headers)
+    assert r.status_code == 415
+    error = r.json()["error"]
+    assert error["code"] == "unsupported_media_type"
+    assert "Content-Type: application/json" in error["message"]
+    assert shown in error["message"]
+    assert error["details"] == {
+        "header": "Content-Type",
+        "expected": "application/json",
+        "received": content_type,
+    }
+    # Nothing was stored: the same body, labelled, is the first interaction.
+    r = client.post(
+        "/v1/interactions", content=body, headers={**headers, "Content-Type": "application/json"}
+    )
+    assert r.status_code == 200 and r.json()["interactionId"] == 1
+
+
+def test_a_labelled_body_that_is_not_an_object_stays_invalid_input(
+    client: TestClient, tokens: dict[str, str]
+) -> None:
+    r = client.post("/v1/interactions", json=["a list"], headers=auth(tokens["bot"]))
+    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input"
+
+
+def test_openapi_lists_415_for_routes_that_take_a_json_body(client: TestClient) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    assert "415" in paths["/v1/interactions"]["post"]["responses"]
+    assert "415" in paths["/v1/evals/check"]["post"]["responses"]
+    assert "415" not in paths["/v1/skills"]["get"]["responses"]  # no body, no such error
+    # Feedback events take JSON or NDJSON under any type (sendBeacon sends text/plain).
+    assert "415" not in paths["/v1/feedback/events"]["post"]["responses"]
+
+
+def test_an_empty_idempotency_key_is_refused(client: TestClient, tokens: dict[str, str]) -> None:
+    """An empty key is a client bug (a key generator that printed nothing): refused,
+    not taken as "no key", which would store a duplicate on every retry."""
+    r = client.post(
+        "/v1/interactions",
+        json={"message": "git push rejected", "answer": "Pull first."},
+        headers={**auth(tokens["bot"]), "Idempotency-Key": ""},
+    )
+    assert r.status_code == 422
+    assert r.json()["error"]["details"]["errors"][0]["field"] == "header.Idempotency-Key"

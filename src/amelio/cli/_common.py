@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import wraps
 from gettext import gettext as _
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -145,6 +146,24 @@ class LazyGroup(click.Group):
             self.load_all(ctx)  # an unknown name: let click suggest the closest ones
         return super().resolve_command(ctx, args)
 
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:  # parsing prints --help, and may find the pipe closed
+            return super().make_context(info_name, args, parent, **extra)
+        except BrokenPipeError:
+            _reader_gone()
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # from any command, or a subcommand's --help
+            _reader_gone()
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """click's own listing, with a stand-in for each command not imported yet."""
         rows: list[tuple[str, click.Command]] = []
@@ -162,12 +181,30 @@ class LazyGroup(click.Group):
 
 # -- plumbing ---------------------------------------------------------------------------
 
+#: The status of a command whose reader went away (``amelio … | head``): what a shell
+#: shows for a Unix tool ended by SIGPIPE (128 + 13), as ``seq 100000 | head -1`` does.
+CLOSED_PIPE_EXIT = 141
+
+
+def _reader_gone() -> NoReturn:
+    """Stop quietly: whoever read standard output closed it (``| head``, ``| grep -q``),
+    so there is no one to tell anything. Standard output is pointed at the null device
+    first, or Python would complain about the closed pipe as it flushes at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file (a test runner's capture): nothing to do
+        pass
+    sys.exit(CLOSED_PIPE_EXIT)
+
 
 def handle_errors(func: F) -> F:
     @wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
+        except BrokenPipeError:
+            raise  # not an error to report: the root group ends the command quietly
         except AmelioError as exc:
             click.echo(f"Error: {exc.message}", err=True)
             sys.exit(1)

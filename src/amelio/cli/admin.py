@@ -209,7 +209,11 @@ def keys_group() -> None:
 def keys_create(
     ctx: click.Context, role: str, name: str, projects: tuple[str, ...], as_json: bool
 ) -> None:
-    """Create an API key and print it once (only its hash is stored)."""
+    """Create an API key and print it once (only its hash is stored).
+
+    --project binds a bot or client key to that project, created if needed (repeat it
+    for several): the key then reads and writes those projects only. Without it the
+    key is global; admin keys always are."""
     key, token = keys.create_key(workspace(ctx).engine, name=name, role=role, projects=projects)
     if as_json:
         print_json(
@@ -391,23 +395,33 @@ def serve(ctx: click.Context, host: str | None, port: int | None, workers: int) 
     default=None,
     help="Skills to import (default: the example skills).",
 )
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
-@click.option("--no-serve", is_flag=True, help="Prepare the workspace and stop.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Bind address.")
+@click.option(
+    "--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="Port."
+)
+@click.option(
+    "--no-serve", is_flag=True, help="Prepare the workspace, print its admin key, and stop."
+)
 @handle_errors
 def demo(directory: Path, skills_path: Path | None, host: str, port: int, no_serve: bool) -> None:
-    """Create (or reuse) a demo workspace with the example skills and serve it."""
+    """Create (or reuse) a demo workspace with the example skills and serve it.
+
+    It serves the dashboard, the API and the demo search page at `http://HOST:PORT/`
+    (--host 127.0.0.1 and --port 8000 unless given; `make demo HOST=… PORT=…` passes
+    them on). --no-serve prepares the workspace, prints its admin key and stops;
+    `amelio demo --dir DIR` serves it later (`amelio serve` has no demo search page)."""
     from amelio.demo.app import create_demo_app, prepare_demo
 
     ws, admin_key = prepare_demo(directory, skills_path)
     click.echo(f"Demo workspace: {ws.root}")
     click.echo(f"Admin API key:  {admin_key}")
+    if no_serve:  # no server: no address to print, but how to start one
+        ws.dispose()
+        click.echo(f"Not served (--no-serve). Serve it with: amelio demo --dir {directory}")
+        return
     click.echo(f"Dashboard:      http://{host}:{port}/  (log in with the admin key)")
     click.echo(f"Search page:    http://{host}:{port}/demo/search  (feedback with amelio.js)")
     click.echo(f"Try: curl -H 'Authorization: Bearer {admin_key}' http://{host}:{port}/v1/skills")
-    if no_serve:
-        ws.dispose()
-        return
     _serve_app(
         ws,
         create_demo_app(ws),

@@ -17,6 +17,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 import sqlalchemy as sa
 from fastapi import APIRouter, FastAPI, Request
@@ -231,17 +232,20 @@ class DemoQuery(BaseModel):
 
 def demo_router(client_key: str) -> APIRouter:
     """``GET /demo/search``, a public search page over the demo corpus using
-    ``/static/amelio.js`` (feedback, and idle compute with its settings panel), and
+    ``/static/amelio.js`` (feedback, and idle compute with its settings panel);
     ``POST /demo/search/query``, its backend: it searches as ``POST /v1/search`` does,
-    on the server, so no bot key reaches the browser."""
+    on the server, so no bot key reaches the browser; and ``GET /demo/doc/{doc_id}``,
+    the page a result links to. A result must lead to a page of its own for the
+    dwell loop to be seen: the person leaves the results, reads, comes back with
+    Back, and amelio.js measures the time away (``result_dwell_time``)."""
     from starlette.concurrency import run_in_threadpool
 
     from amelio.server.routes.search import searcher
     from amelio.server.routes.web import templates
 
-    router = APIRouter(prefix="/demo/search", include_in_schema=False)
+    router = APIRouter(prefix="/demo", include_in_schema=False)
 
-    @router.get("", response_class=HTMLResponse)
+    @router.get("/search", response_class=HTMLResponse)
     def page(request: Request) -> HTMLResponse:
         response = templates.TemplateResponse(
             request, "demo_search.html", {"client_key": client_key}
@@ -249,13 +253,29 @@ def demo_router(client_key: str) -> APIRouter:
         response.headers["Cache-Control"] = "no-store"
         return response
 
-    @router.post("/query")
+    @router.post("/search/query")
     async def query(body: DemoQuery, request: Request) -> dict[str, Any]:
         engine = searcher(request)
         response = await run_in_threadpool(
             engine.search, body.query, limit=10, session=body.sessionId
         )
         return response.to_dict()
+
+    @router.get("/doc/{doc_id}", response_class=HTMLResponse)
+    async def document(request: Request, doc_id: str, q: str = "") -> HTMLResponse:
+        found = await run_in_threadpool(searcher(request).engine.documents, [doc_id])
+        doc = found.get(doc_id)
+        back = "/demo/search" + (f"?{urlencode({'q': q[:500]})}" if q.strip() else "")
+        return templates.TemplateResponse(
+            request,
+            "demo_doc.html",
+            {
+                "doc": doc,
+                "paragraphs": [p for p in (doc.body if doc else "").split("\n\n") if p.strip()],
+                "back": back,
+            },
+            status_code=200 if doc else 404,
+        )
 
     return router
 

@@ -10,11 +10,12 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
+from fastapi_offline import FastAPIOffline
 
 from amelio._version import __version__
 from amelio.ops import tracing
 from amelio.ops.metrics import MetricsMiddleware
-from amelio.server.errors import error_responses, install_error_handlers
+from amelio.server.errors import document_json_bodies, error_responses, install_error_handlers
 from amelio.server.limits import BodySizeLimit, RefuseNul
 from amelio.server.routes import (
     assistant,
@@ -49,12 +50,17 @@ _NO_NATIVE_TELEMETRY: dict[str, Any] = (
 
 def create_app(workspace: Workspace) -> FastAPI:
     """The service for ``workspace``, whose database must already be migrated."""
-    app = FastAPI(
+    # The interactive docs (Swagger UI at /docs) load their script and styles from the
+    # service itself, out of the fastapi-offline package, rather than from a CDN: they
+    # must work on a laptop offline or behind a closed firewall. No ReDoc page: its
+    # script fetches its maker's logo from the internet, whatever the page says.
+    app = FastAPIOffline(
+        docs_url="/docs",
+        redoc_url=None,
+        static_url="/docs/static",
         title="Amelio",
         version=__version__,
         summary="Assistants and search that improve from their own use.",
-        docs_url="/docs",
-        redoc_url=None,
         **_NO_NATIVE_TELEMETRY,
     )
     app.state.workspace = workspace
@@ -95,6 +101,7 @@ def create_app(workspace: Workspace) -> FastAPI:
         app.include_router(router, responses=error_responses(*sorted(statuses)))
     # The OpenAI-compatible routes answer errors in OpenAI's shape, for its SDKs.
     app.include_router(openai.router, responses=openai.ERROR_RESPONSES)
+    document_json_bodies(app, (router for router, _ in areas))
     _add_dashboard(app)
     from amelio.mcp.server import mount_mcp  # it builds on the routes above: import it last
 

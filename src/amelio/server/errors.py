@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from amelio.errors import AmelioError, RateLimited
 
-__all__ = ["ErrorBody", "error_response", "error_responses", "install_error_handlers"]
+__all__ = [
+    "ErrorBody",
+    "document_json_bodies",
+    "error_response",
+    "error_responses",
+    "install_error_handlers",
+]
 
 log = logging.getLogger("amelio.server")
 
@@ -46,6 +53,7 @@ _STATUS_HELP = {
     404: "The project, skill or other named thing does not exist.",
     409: "A concurrent change won: reload and retry.",
     413: "The body or a field is over a configured limit.",
+    415: "The body is not labelled `Content-Type: application/json`.",
     422: "Invalid input; `details` names the field.",
     429: "Rate limited: retry after the `Retry-After` header's seconds.",
     502: "The LLM failed to answer.",
@@ -74,6 +82,62 @@ def error_response(
     )
 
 
+def document_json_bodies(app: FastAPI, routers: Iterable[APIRouter]) -> None:
+    """List 415 in the OpenAPI document for every route of ``routers`` whose body
+    FastAPI reads as JSON: those answer it when the body comes without
+    ``Content-Type: application/json`` (:func:`_unlabelled_body`). Routes that read
+    their body themselves (feedback events, the OpenAI-compatible ones) take any type
+    and are left as they are."""
+    parsed = {
+        (method.lower(), route.path)
+        for router in routers
+        for route in router.routes
+        if isinstance(route, APIRoute) and route.body_field is not None
+        for method in route.methods or ()
+    }
+    generate = app.openapi
+    unlabelled = {
+        "description": _STATUS_HELP[415],
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+    }
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = generate()  # FastAPI's, which it also keeps as app.openapi_schema
+        for path, operations in schema.get("paths", {}).items():
+            for method, operation in operations.items():
+                if (method, path) in parsed:
+                    operation.setdefault("responses", {})["415"] = unlabelled
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _unlabelled_body(request: Request, exc: RequestValidationError) -> JSONResponse | None:
+    """415 for a body FastAPI did not read as JSON because of its Content-Type.
+
+    FastAPI parses a body as JSON only under a JSON media type, and hands any other
+    body over as bytes, which fails validation as "Input should be a valid
+    dictionary": true, and no help to someone whose ``curl -d`` sent
+    ``application/x-www-form-urlencoded``. Reading such a body as JSON anyway would
+    hide the mistake, and would let a page on another site post JSON through a plain
+    form or a ``text/plain`` fetch, which browsers send without asking the service
+    first (no CORS preflight)."""
+    if not isinstance(exc.body, bytes | bytearray) or not exc.body:
+        return None
+    received = request.headers.get("content-type")
+    return error_response(
+        415,
+        "unsupported_media_type",
+        "Send the body as JSON with the header `Content-Type: application/json` "
+        f"(this request's Content-Type: {received or 'none'}; `curl -d` sends "
+        "application/x-www-form-urlencoded unless you add "
+        "-H 'Content-Type: application/json').",
+        {"header": "Content-Type", "expected": "application/json", "received": received},
+    )
+
+
 def _camel(name: str) -> str:
     """API responses use camelCase names (rule_id -> ruleId), error details included."""
     head, *rest = name.split("_")
@@ -99,7 +163,10 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
-    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        unlabelled = _unlabelled_body(request, exc)
+        if unlabelled is not None:
+            return unlabelled
         bad_json = [e for e in exc.errors() if e.get("type") == "json_invalid"]
         if bad_json:
             where = bad_json[0]["loc"][-1]
