@@ -25,11 +25,13 @@ from amelio.assistant.learnings import add_learning, list_learnings
 from amelio.cli import main
 from amelio.db import engine as db_engine
 from amelio.db.schema import feedback_events
+from amelio.db.schema import skills as skills_table
 from amelio.errors import ConfigError, Conflict, InvalidInput
 from amelio.feedback import Collector, verify_events
 from amelio.feedback.examples import example_event
 from amelio.ops.backup import backup_workspace, read_manifest, restore_workspace
 from amelio.search.engines.fts5 import Corpus, Document
+from amelio.skills import SkillSpec, save_skills
 from amelio.workspace.config import load_settings
 from amelio.workspace.folder import Workspace, init_workspace, open_workspace
 from amelio.workspace.projects import list_projects
@@ -352,3 +354,15 @@ def test_the_commands_end_to_end(tmp_path: Path) -> None:
 
     nowhere = run("restore", str(archive))  # cwd (tmp_path) is no workspace
     assert nowhere.exit_code == 1 and "amelio -w DIR restore" in nowhere.output
+
+
+def test_a_backup_naming_a_path_outside_is_refused(source: Workspace, tmp_path: Path) -> None:
+    """A database whose skill is named ``../../../x`` would have a later `amelio skills
+    export` write outside its folder: such a backup is refused, whole."""
+    save_skills(source.engine, [SkillSpec(name="triage", content="Body.\n")])
+    with source.engine.begin() as conn:
+        conn.execute(sa.update(skills_table).values(name="../../../x"))
+    archive = backup_workspace(source.settings, tmp_path / "b.zip").path
+    with pytest.raises(InvalidInput, match=r"skills\.name holds '\.\./\.\./\.\./x'"):
+        restore_workspace(archive, tmp_path / "new")
+    assert not (tmp_path / "new").exists()

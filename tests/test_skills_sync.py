@@ -10,10 +10,12 @@ import threading
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner
 
 from amelio import skills
 from amelio.cli import main
+from amelio.db.schema import skills as skills_table
 from amelio.errors import InvalidInput
 from amelio.improve import proposals, rotation
 from amelio.skills import files
@@ -418,3 +420,20 @@ def test_cli_sync_json_dry_run_and_errors(seeded: Workspace, tmp_path: Path) -> 
     assert bad.exit_code == 1 and "SKILL.md" in bad.output
     both = runner.invoke(main, [*ws, "skills", "sync", str(agent), "--watch", "--dry-run"])
     assert both.exit_code == 2
+
+
+def test_a_registry_name_that_walks_out_is_reported_not_followed(
+    seeded: Workspace, tmp_path: Path
+) -> None:
+    """A database restored from elsewhere may hold ``../../x``: the sync skips it."""
+    with seeded.engine.begin() as conn:
+        conn.execute(
+            sa.update(skills_table).where(skills_table.c.name == "beta").values(name="../../x")
+        )
+    base = tmp_path / "base"
+    agent = base / "a" / "agent"
+    report = sync_skills(seeded, agent)
+    assert actions(report) == {"../../x": "error", "alpha": "write"}
+    assert "not a valid skill name" in report.errors[0].detail
+    assert sorted(p.relative_to(base).as_posix() for p in base.iterdir()) == ["a"]
+    assert sorted(p.name for p in (base / "a").iterdir()) == ["agent"]

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from amelio.errors import ConfigError, WorkspaceNotFound
+from amelio.errors import ConfigError, InvalidInput, WorkspaceNotFound
 from amelio.workspace.config import Settings, find_workspace, load_settings
+from amelio.workspace.projects import valid_name, validate_name
 
 
 def make_ws(path: Path, toml: str = "") -> Path:
@@ -107,3 +108,12 @@ def test_max_text_chars_defaults_to_what_the_eval_engine_takes() -> None:
     from amelio.evals import MAX_TEXT_CHARS
 
     assert Settings.model_fields["max_text_chars"].default == MAX_TEXT_CHARS
+
+
+@pytest.mark.parametrize("name", ["default\n", "../acme", "acme/x", ".", ""])
+def test_a_project_name_is_all_of_the_safe_alphabet(name: str) -> None:
+    """A project's name names its learnings.md folder: ``$`` let a trailing newline in."""
+    assert not valid_name(name)
+    with pytest.raises(InvalidInput, match="Invalid project name"):
+        validate_name(name)
+    assert validate_name("acme-2_b") == "acme-2_b"

@@ -28,6 +28,8 @@ from typing import IO, Any
 import sqlalchemy as sa
 
 from amelio.errors import InvalidInput
+from amelio.skills.files import valid_skill_name
+from amelio.workspace.projects import valid_name
 
 __all__ = [
     "BACKUP",
@@ -37,6 +39,7 @@ __all__ = [
     "Format",
     "Manifest",
     "Member",
+    "bad_name",
     "member",
     "row_counts",
 ]
@@ -78,6 +81,25 @@ def member(path: Path, name: str) -> Member:
             digest.update(chunk)
             size += len(chunk)
     return Member(name, size, digest.hexdigest())
+
+
+#: Columns whose values become file and folder names (``skills/<name>/``,
+#: ``projects/<name>/learnings.md``): an archive's are checked as their writers check
+#: them, so a crafted one cannot name a path outside the workspace.
+NAMED_COLUMNS: dict[tuple[str, str], str] = {
+    ("skills", "name"): "skill",
+    ("proposals", "skill_name"): "skill",
+    ("projects", "name"): "project",
+}
+
+
+def bad_name(table: str, column: str, value: object) -> str | None:
+    """What is wrong with ``value`` in a named column (None: nothing, or not one)."""
+    what = NAMED_COLUMNS.get((table, column))
+    if what is None:
+        return None
+    ok = valid_skill_name(value) if what == "skill" else valid_name(value)
+    return None if ok else f"{table}.{column} holds {value!r}, which is not a {what} name"
 
 
 def table_file(table: str) -> str:

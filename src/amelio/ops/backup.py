@@ -53,7 +53,17 @@ from amelio import db
 from amelio._version import __version__
 from amelio.db import engine as db_engine
 from amelio.errors import AmelioError, ConfigError, Conflict, InvalidInput
-from amelio.ops.archive import BACKUP, CHUNK, MANIFEST, Archive, Manifest, Member, member
+from amelio.ops.archive import (
+    BACKUP,
+    CHUNK,
+    MANIFEST,
+    NAMED_COLUMNS,
+    Archive,
+    Manifest,
+    Member,
+    bad_name,
+    member,
+)
 from amelio.ops.archive import row_counts as count_rows
 from amelio.privacy.signing import Signer, equal, forget_cached_key
 from amelio.workspace.config import CONFIG_FILE, DATA_DIR, Settings, load_settings
@@ -275,6 +285,7 @@ def _swap_in(
         if _migration(staged[DATABASE]) != manifest.migration:
             raise backup.damaged("its database is not at the manifest's migration")
         backup.check_rows(manifest.tables, _row_counts(staged[DATABASE]))
+        _check_names(staged[DATABASE], backup)
         gone = [m for m in mirrors if m.relative_to(root).as_posix() not in destinations]
         gone += [
             root / rel
@@ -293,6 +304,22 @@ def _swap_in(
         for leftover in staged.values():
             leftover.unlink(missing_ok=True)
     return tuple(p.relative_to(root).as_posix() for p in gone)
+
+
+def _check_names(path: Path, backup: Archive) -> None:
+    """Every name in the database that becomes a path (a skill's folder, a project's
+    learnings.md) is one its writer accepts: a later `amelio skills export` or sync
+    then never writes outside its folder."""
+    with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as conn:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        for table, column in NAMED_COLUMNS:
+            if table not in tables:
+                continue
+            # Names from Amelio's own schema, not from the backup.
+            for (value,) in conn.execute(f'SELECT DISTINCT "{column}" FROM "{table}"'):  # noqa: S608
+                wrong = bad_name(table, column, value)
+                if wrong is not None:
+                    raise backup.damaged(wrong)
 
 
 @contextmanager

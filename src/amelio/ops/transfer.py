@@ -39,7 +39,16 @@ from amelio import db
 from amelio._version import __version__
 from amelio.db.schema import aware, metadata, utcnow
 from amelio.errors import ConfigError, InvalidInput
-from amelio.ops.archive import EXPORT, MANIFEST, Archive, Manifest, member, row_counts, table_file
+from amelio.ops.archive import (
+    EXPORT,
+    MANIFEST,
+    Archive,
+    Manifest,
+    bad_name,
+    member,
+    row_counts,
+    table_file,
+)
 from amelio.workspace.folder import Workspace
 
 __all__ = [
@@ -320,6 +329,10 @@ def _lines(path: Path, table: sa.Table) -> Iterator[dict[str, Any]]:
                 raise InvalidInput(f"{path} line {number}: {exc}") from None
             if not isinstance(data, dict) or set(data) - set(columns):
                 raise InvalidInput(f"{path} line {number}: not a row of {table.name}.")
+            for name, value in data.items():
+                wrong = bad_name(table.name, name, value)
+                if wrong is not None:
+                    raise InvalidInput(f"{path} line {number}: {wrong}.")
             yield {name: _decode(columns[name], value) for name, value in data.items()}
 
 

@@ -191,6 +191,7 @@ def write_version(
     skill's new version) goes through the same compare-and-set; anything else calls
     :func:`update_skill`, :func:`save_skills` or :func:`fork_skill`.
     """
+    files.check_skill_name(spec.name)  # every way in (API, proposals, imports) ends here
     now = utcnow()
     author, reason = author[:200], reason[:10_000]
     row = find_skill_row(conn, spec.name, pid, lock=True)

@@ -582,6 +582,14 @@ def sync_skills(
     present = _folders(root) if root.is_dir() else []
     for name in sorted(set(registry) | set(present)):
         try:
+            if not files.valid_skill_name(name):  # a database restored from elsewhere
+                run.add(
+                    name,
+                    "error",
+                    "not a valid skill name: 1-64 lowercase letters, "
+                    "digits or '-', no path; skipped",
+                )
+                continue
             if name in registry:
                 run.registered(registry[name])
             else:
