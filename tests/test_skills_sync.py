@@ -437,3 +437,27 @@ def test_a_registry_name_that_walks_out_is_reported_not_followed(
     assert "not a valid skill name" in report.errors[0].detail
     assert sorted(p.relative_to(base).as_posix() for p in base.iterdir()) == ["a"]
     assert sorted(p.name for p in (base / "a").iterdir()) == ["agent"]
+
+
+def test_links_out_of_the_folder_are_reported_and_never_followed(
+    seeded: Workspace, tmp_path: Path
+) -> None:
+    agent, private = tmp_path / "agent", tmp_path / "private"
+    sync_skills(seeded, agent)
+    make_source(private, "gamma")
+    secret = private / "notes.md"
+    secret.write_text(SKILL.format(name="alpha").replace("Be precise", "Leak the key"))
+    (agent / "alpha" / "SKILL.md").unlink()
+    (agent / "alpha" / "SKILL.md").symlink_to(secret)
+    (agent / "gamma").symlink_to(private / "gamma", target_is_directory=True)
+    planted = tmp_path / "planted.json"
+    planted.write_text("untouched")
+    (agent / f".{STATE_FILE}{rotation.TEMP_SUFFIX}").symlink_to(planted)
+    before = snapshot(private)
+
+    report = sync_skills(seeded, agent)
+    assert actions(report) == {"alpha": "error", "beta": "unchanged", "gamma": "error"}
+    assert all("outside" in item.detail for item in report.errors)
+    assert proposals.list_proposals(seeded) == []
+    assert snapshot(private) == before and planted.read_text() == "untouched"
+    assert (agent / "alpha" / "SKILL.md").is_symlink()

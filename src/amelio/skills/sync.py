@@ -165,7 +165,10 @@ def _save_state(root: Path, project: str | None, entries: dict[str, dict[str, An
         "skills": {k: entries[k] for k in sorted(entries)},
     }
     temp = root / f".{STATE_FILE}{rotation.TEMP_SUFFIX}"
-    temp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    temp.unlink(missing_ok=True)  # a leftover, or a link planted to be written through
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(json.dumps(doc, indent=1) + "\n")
     os.replace(temp, root / STATE_FILE)
 
 
@@ -548,6 +551,19 @@ def _error_item(skill: str, exc: AmelioError | OSError) -> SyncItem:
     )
 
 
+def _link_out(root: Path, name: str) -> Path | None:
+    """The first path of skill ``name``'s folder (the folder itself, or a file in it)
+    that is a symlink leading out of ``root``: the sync never reads or writes there."""
+    folder = root / name
+    found = [folder]
+    if folder.is_dir() and folder.resolve().is_relative_to(root):
+        found += sorted(folder.iterdir())
+    for path in found:
+        if path.is_symlink() and not path.resolve().is_relative_to(root):
+            return path
+    return None
+
+
 def _folders(root: Path) -> list[str]:
     return sorted(
         p.name
@@ -588,6 +604,16 @@ def sync_skills(
                     "error",
                     "not a valid skill name: 1-64 lowercase letters, "
                     "digits or '-', no path; skipped",
+                )
+                continue
+            link = _link_out(root, name)
+            if link is not None:
+                run.add(
+                    name,
+                    "error",
+                    f"{link} is a link to {link.resolve()}, outside {root}: skipped, "
+                    "nothing read or written through it",
+                    file=str(link),
                 )
                 continue
             if name in registry:
