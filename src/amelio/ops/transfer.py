@@ -329,10 +329,6 @@ def _lines(path: Path, table: sa.Table) -> Iterator[dict[str, Any]]:
                 raise InvalidInput(f"{path} line {number}: {exc}") from None
             if not isinstance(data, dict) or set(data) - set(columns):
                 raise InvalidInput(f"{path} line {number}: not a row of {table.name}.")
-            for name, value in data.items():
-                wrong = bad_name(table.name, name, value)
-                if wrong is not None:
-                    raise InvalidInput(f"{path} line {number}: {wrong}.")
             yield {name: _decode(columns[name], value) for name, value in data.items()}
 
 
@@ -363,6 +359,9 @@ def import_workspace(ws: Workspace, src: Path) -> ImportReport:
             rows = _lines(src / table_file(table.name), table)
             report.tables[table.name] = _insert(conn, table, rows)
         export.check_rows(manifest.tables, report.tables)
+        wrong = bad_name(conn)
+        if wrong is not None:  # skills/../../x: a later export would write outside
+            raise InvalidInput(f"The export cannot be imported: {wrong}.")
         _reset_sequences(conn)
     if brought is not None:
         report.secret_key = _adopt_secret(ws, brought)
