@@ -8,8 +8,9 @@ skill has since moved past is stale: approving it would silently undo that
 change, so it is refused with :class:`Conflict` and `amelio improve` supersedes it.
 
 For a file-backed skill (a global skill whose folder is in the workspace's
-``skills/``), approval also rotates ``SKILL.md → SKILL.v1.md → … → SKILL.v3.md``
-crash-safely (:mod:`amelio.improve.rotation`).
+``skills/``), approval also rotates its files crash-safely: the replaced version
+is kept as ``SKILL.v<N>.md``, the 3 newest such backups at most
+(:mod:`amelio.improve.rotation`).
 
 A proposal can also be for a skill that does not exist yet (scope ``new``; the
 knowledge loop's skill generator makes them): it carries the whole skill,
@@ -42,6 +43,7 @@ from amelio.skills.store import (
     get_skill,
     record_event,
     spec_from_row,
+    version_of_file,
     write_version,
 )
 from amelio.workspace.folder import Workspace
@@ -459,7 +461,12 @@ def recover_files(ws: Workspace, skill: str) -> str | None:
             row = find_skill_row(conn, skill, None)
         return row is not None and row.version >= version
 
-    return rotation.recover(folder, committed)
+    done = rotation.recover(folder, committed)
+    with ws.engine.connect() as conn:
+        current = find_skill_row(conn, skill, None)
+    if current is not None:  # backups an older Amelio named by position
+        rotation.rename_backups(folder, version_of_file(ws.engine, skill), int(current.version))
+    return done
 
 
 def approve_proposal(
@@ -573,6 +580,7 @@ def _approve(
                     evals_json=evals,
                     evals_name=f"{spec.name}.evals.json",
                     target_version=version,
+                    current_version=row.base_version,
                 )
             )
 
