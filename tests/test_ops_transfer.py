@@ -198,3 +198,23 @@ def test_an_export_naming_a_path_outside_is_refused(demo: Workspace, tmp_path: P
             assert not conn.scalar(sa.select(sa.func.count()).select_from(interactions))
     finally:
         target.dispose()
+
+
+def test_an_export_writes_through_no_planted_link(demo: Workspace, tmp_path: Path) -> None:
+    """--force writes over a folder someone else could write to: links planted at the
+    export's file names (the secret key's among them) are replaced, never followed."""
+    out, victim = tmp_path / "out", tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (out / "tables").mkdir(parents=True)
+    for name in ("tables/interactions.jsonl", "secret_key", "manifest.json"):
+        (out / name).symlink_to(victim)
+    export_workspace(demo, out, force=True, with_secret_key=True)
+    assert victim.read_text() == "precious"
+    for name in ("tables/interactions.jsonl", "secret_key", "manifest.json"):
+        assert not (out / name).is_symlink()
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o600
+    target, _ = init_workspace(tmp_path / "target")
+    try:
+        assert import_workspace(target, out).chain == "ok"
+    finally:
+        target.dispose()
