@@ -44,6 +44,7 @@ One sync per folder at a time: run either ``--watch`` or one-off passes.
 from __future__ import annotations
 
 import os
+import shlex
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -370,7 +371,7 @@ class _Pass:
 
     def kept(self, skill: Skill, edited: list[str]) -> None:
         """Front matter or evals edited: no proposal carries them, a command applies them."""
-        folder = self.root / skill.name
+        folder = shlex.quote(str(self.root / skill.name))
         where = f" --project {self.project}" if self.project else ""
         self.add(
             skill.name,
@@ -379,7 +380,7 @@ class _Pass:
             f"edit proposes: apply them with `amelio skills import {folder}{where}` "
             "(a new version at once), or undo them. The file is kept as written.",
             version=skill.version,
-            file=str(folder),
+            file=str(self.root / skill.name),
         )
 
     def stale(self, skill: Skill, number: int) -> None:
