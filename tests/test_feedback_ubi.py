@@ -753,3 +753,24 @@ def test_cli_lists_the_first_problems_and_counts_the_rest(
     assert result.stdout.count("line ") == 20
     assert "line 1: action_name: 'add_to_cart' has no Amelio event type" in result.stdout
     assert "… and 3 more problems (--json lists them all)." in result.stdout
+
+
+def test_a_planted_link_beside_the_export_is_never_written_through(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    """Someone who can write to the export folder plants ``ubi_events.ndjson.partial``
+    pointing at a file of the exporting user's: the export must not write through it."""
+    out = _exported_pair(workspace, tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    for name in ("ubi_queries.ndjson", "ubi_events.ndjson"):
+        (out / f"{name}.partial").symlink_to(victim)
+    report = export_ubi(workspace, out, force=True)
+    assert report.events == 1
+    assert victim.read_text() == "precious\n"
+    assert not (out / "ubi_events.ndjson").is_symlink()
+    assert json.loads((out / "ubi_events.ndjson").read_text().splitlines()[0])
+    assert sorted(p.name for p in out.iterdir() if not p.is_symlink()) == [
+        "ubi_events.ndjson",
+        "ubi_queries.ndjson",
+    ]

@@ -393,18 +393,36 @@ def approve_new(ws: Workspace, body: str) -> None:
 
 
 def test_approval_rotates_files_keeping_three_backups(file_ws: Workspace) -> None:
+    """A backup is named by the registry version it holds, not by how far back it is."""
     folder = file_ws.skills_dir / "git-help"
     original = (folder / "SKILL.md").read_text()
     for n in range(1, 5):
         approve_new(file_ws, f"# Git\n\nversion {n + 1}")
     names = sorted(p.name for p in folder.iterdir())
-    assert names == ["SKILL.md", "SKILL.v1.md", "SKILL.v2.md", "SKILL.v3.md", "git-help.evals.json"]
+    assert names == ["SKILL.md", "SKILL.v2.md", "SKILL.v3.md", "SKILL.v4.md", "git-help.evals.json"]
     assert "version 5" in (folder / "SKILL.md").read_text()
-    assert "version 4" in (folder / "SKILL.v1.md").read_text()
-    assert "version 2" in (folder / "SKILL.v3.md").read_text()
+    for version in (2, 3, 4):
+        assert f"version {version}" in (folder / f"SKILL.v{version}.md").read_text()
     assert original not in {p.read_text() for p in folder.iterdir()}  # the oldest dropped
     # The file is the stored version: it imports back unchanged.
     assert skills.import_skills(file_ws.engine, file_ws.skills_dir).unchanged == ("git-help",)
+
+
+def test_backups_an_older_amelio_named_by_position_get_their_version(
+    file_ws: Workspace,
+) -> None:
+    folder = file_ws.skills_dir / "git-help"
+    original = (folder / "SKILL.md").read_text()
+    approve_new(file_ws, "# Git\n\nversion 2")
+    approve_new(file_ws, "# Git\n\nversion 3")
+    # As an older Amelio left them: SKILL.v1.md was "one back" (v2), SKILL.v2.md v1.
+    (folder / "SKILL.v1.md").rename(folder / "old")
+    (folder / "SKILL.v2.md").rename(folder / "SKILL.v1.md")
+    (folder / "old").rename(folder / "SKILL.v2.md")
+    approve_new(file_ws, "# Git\n\nversion 4")
+    assert (folder / "SKILL.v1.md").read_text() == original
+    assert "version 2" in (folder / "SKILL.v2.md").read_text()
+    assert "version 3" in (folder / "SKILL.v3.md").read_text()
 
 
 def test_crash_during_rotation_recovers_to_the_committed_version(

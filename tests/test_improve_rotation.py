@@ -1,4 +1,5 @@
-"""Skill folder rotation: the visible files are always exactly the old or the new state.
+"""Skill folder rotation: the visible files are always exactly the old or the new state,
+and a backup is named by the registry version it holds.
 
 Crashes are simulated by letting the k-th filesystem change (a file write, an
 ``os.replace`` or an ``os.unlink``) raise instead of happening, for every k, and
@@ -15,7 +16,6 @@ import re
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from itertools import pairwise
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,12 +25,20 @@ from hypothesis import strategies as st
 
 from amelio.errors import Conflict, SkillFileError
 from amelio.improve import rotation
-from amelio.improve.rotation import JOURNAL, Rotation, recover, stage_rotation
+from amelio.improve.rotation import (
+    EDITED,
+    JOURNAL,
+    Rotation,
+    recover,
+    rename_backups,
+    stage_rotation,
+)
 
 EVALS = "triage.evals.json"
 NEW_MD = "---\nname: triage\n---\n\nNew body. ünïcode\n"
 NEW_EVALS = '{"version": 1, "skill": "triage", "rules": []}\n'
-BACKUP = re.compile(r"^SKILL\.v[1-9][0-9]*\.md$")
+BACKUP = re.compile(r"^SKILL\.v([1-9][0-9]*)\.md$")
+CURRENT = 6  # the registry version the old SKILL.md holds; 7 is being written
 
 Files = dict[str, bytes]
 T = TypeVar("T")
@@ -53,14 +61,33 @@ def make_folder(root: Path, files: Files) -> Path:
     return folder
 
 
-def expected_new(old: Files, skill_md: str, evals_json: str | None, backups: int = 3) -> Files:
-    """The seed's rotation written the simple way, as the reference."""
-    new = {n: b for n, b in old.items() if n not in ("SKILL.md", EVALS) and not BACKUP.match(n)}
+def expected_new(
+    old: Files,
+    skill_md: str,
+    evals_json: str | None,
+    backups: int = 3,
+    current: int | None = CURRENT,
+    current_md: bytes | None = None,
+) -> Files:
+    """The rotation written the simple way, as the reference: the outgoing SKILL.md
+    becomes SKILL.v<current>.md (SKILL.edited.md when it is no version), and the
+    ``backups`` newest versions stay."""
+    versions = {int(m.group(1)): n for n in old if (m := BACKUP.match(n))}
+    new = {n: b for n, b in old.items() if n not in ("SKILL.md", EVALS, *versions.values())}
+    outgoing = current_md if current_md is not None else old.get("SKILL.md")
+    keep = set(sorted(versions, reverse=True)[:backups])
+    if outgoing is not None and backups > 0:
+        if current is None:
+            new[EDITED] = outgoing
+        else:
+            keep = set(sorted({*versions, current}, reverse=True)[:backups])
+            if current in keep:
+                new[f"SKILL.v{current}.md"] = outgoing
+    for version in keep & set(versions):
+        new.setdefault(versions[version], old[versions[version]])
+    if backups == 0:
+        new.pop(EDITED, None)
     new["SKILL.md"] = skill_md.encode("utf-8")
-    chain = ["SKILL.md"] + [f"SKILL.v{i}.md" for i in range(1, backups + 1)]
-    for newer, older in pairwise(chain):
-        if newer in old:
-            new[older] = old[newer]
     if evals_json is not None:
         new[EVALS] = evals_json.encode("utf-8")
     return new
@@ -115,13 +142,21 @@ def crash_after(k: int | None, calls: list[str] | None = None) -> Iterator[None]
         yield
 
 
-def stage(folder: Path, evals_json: str | None = NEW_EVALS, backups: int = 3) -> Rotation:
+def stage(
+    folder: Path,
+    evals_json: str | None = NEW_EVALS,
+    backups: int = 3,
+    current: int | None = CURRENT,
+    current_md: str | None = None,
+) -> Rotation:
     return stage_rotation(
         folder,
         skill_md=NEW_MD,
         evals_json=evals_json,
         evals_name=EVALS,
         target_version=7,
+        current_version=current,
+        current_md=current_md,
         backups=backups,
     )
 
@@ -157,19 +192,37 @@ def count_calls(action: Callable[[], T]) -> tuple[T, int]:
 def test_rotation_keeps_three_backups(
     tmp_path: Path, n_backups: int, had_evals: bool, evals_json: str | None
 ) -> None:
-    old = old_state(n_backups, evals=had_evals)
+    old = old_state(n_backups, evals=had_evals)  # versions 1..n_backups, SKILL.md v6
     folder = make_folder(tmp_path, old)
     stage(folder, evals_json).apply()
     after = snapshot(folder)
     assert after == expected_new(old, NEW_MD, evals_json)
     assert after["SKILL.md"] == NEW_MD.encode()
-    assert after["SKILL.v1.md"] == b"current\n"
-    kept = sorted(n for n in after if BACKUP.match(n))
-    assert kept == [f"SKILL.v{i}.md" for i in range(1, min(n_backups + 1, 3) + 1)]
-    if n_backups >= 2:
-        assert after["SKILL.v3.md"] == b"backup 2\n"
+    assert after["SKILL.v6.md"] == b"current\n"  # version 6, not "one back"
+    kept = sorted((n for n in after if BACKUP.match(n)), key=lambda n: int(n[7:-3]))
+    newest = [*range(1, n_backups + 1), CURRENT][-3:]
+    assert kept == [f"SKILL.v{i}.md" for i in newest]
+    for i in newest[:-1]:
+        assert after[f"SKILL.v{i}.md"] == f"backup {i}\n".encode()
     assert after.get(EVALS) == (None if evals_json is None else NEW_EVALS.encode())
     assert after["notes.txt"] == b"not ours\n"
+
+
+def test_a_hand_edit_is_kept_apart_and_an_approved_one_stays(tmp_path: Path) -> None:
+    """A SKILL.md that is no registry version is no SKILL.vN.md; an approved hand edit
+    is the new version already, and the version it replaced becomes the backup."""
+    old = {**old_state(1), EDITED: b"an older edit\n"}
+    folder = make_folder(tmp_path / "edit", old)
+    stage(folder, current=None).apply()
+    assert snapshot(folder) == expected_new(old, NEW_MD, NEW_EVALS, current=None)
+    assert snapshot(folder)[EDITED] == b"current\n"
+    assert "SKILL.v6.md" not in snapshot(folder)
+
+    folder = make_folder(tmp_path / "approved", old_state(0))
+    stage(folder, current_md="version 6 as written\n").apply()
+    after = snapshot(folder)
+    assert after["SKILL.v6.md"] == b"version 6 as written\n"
+    assert after == expected_new(old_state(0), NEW_MD, NEW_EVALS, current_md=after["SKILL.v6.md"])
 
 
 def test_staging_changes_nothing_visible(tmp_path: Path) -> None:
@@ -179,9 +232,9 @@ def test_staging_changes_nothing_visible(tmp_path: Path) -> None:
     visible = {n: b for n, b in snapshot(folder).items() if not n.startswith(".")}
     assert visible == old
     assert json.loads((folder / JOURNAL).read_text())["target_version"] == 7
-    assert staged.deletes == ("SKILL.v4.md", EVALS)
-    assert staged.writes == ("SKILL.v3.md", "SKILL.v2.md", "SKILL.v1.md", "SKILL.md")
-    assert f".SKILL.v1.md{rotation.TEMP_SUFFIX}" in snapshot(folder)
+    assert staged.deletes == ("SKILL.v1.md", "SKILL.v2.md", EVALS)
+    assert staged.writes == ("SKILL.v6.md", "SKILL.md")
+    assert f".SKILL.v6.md{rotation.TEMP_SUFFIX}" in snapshot(folder)
 
 
 def test_first_version_and_no_backups(tmp_path: Path) -> None:
@@ -189,7 +242,7 @@ def test_first_version_and_no_backups(tmp_path: Path) -> None:
     stage(folder).apply()
     assert snapshot(folder) == {
         "SKILL.md": NEW_MD.encode(),
-        "SKILL.v3.md": b"orphan\n",
+        "SKILL.v2.md": b"orphan\n",  # its name is its version: it stays as it is
         EVALS: NEW_EVALS.encode(),
     }
     folder = make_folder(tmp_path / "zero", old_state(2))
@@ -264,7 +317,7 @@ def test_stray_copies_without_journal_are_cleaned(tmp_path: Path) -> None:
     ("owner", "name", "nth"),
     [
         (rotation, "_write_synced", 1),
-        (rotation, "_write_synced", 5),
+        (rotation, "_write_synced", 4),  # the journal's
         (os, "replace", 1),
         (rotation, "_fsync_dir", 1),
         (rotation, "_fsync_dir", 2),
@@ -305,11 +358,20 @@ def test_tampered_journal_is_refused(tmp_path: Path) -> None:
         recover(folder, committed_is(True))
 
 
-@pytest.mark.parametrize("name", ["", ".hidden", "../x", "a/b", "SKILL.md", "SKILL.v2.md"])
+@pytest.mark.parametrize(
+    "name", ["", ".hidden", "../x", "a/b", "SKILL.md", "SKILL.v2.md", "SKILL.edited.md"]
+)
 def test_bad_evals_name_is_refused(tmp_path: Path, name: str) -> None:
     folder = make_folder(tmp_path, old_state(0))
     with pytest.raises(ValueError, match=r"file name|cannot be named"):
-        stage_rotation(folder, skill_md="x", evals_json=None, evals_name=name, target_version=1)
+        stage_rotation(
+            folder,
+            skill_md="x",
+            evals_json=None,
+            evals_name=name,
+            target_version=1,
+            current_version=None,
+        )
 
 
 # Crash at every point
@@ -413,7 +475,9 @@ _extra_names = st.sampled_from(
         "other.evals.json",
     ]
 )
-_slot_names = st.sampled_from(["SKILL.md", "SKILL.v1.md", "SKILL.v2.md", "SKILL.v3.md", EVALS])
+_slot_names = st.sampled_from(
+    ["SKILL.md", "SKILL.v1.md", "SKILL.v2.md", "SKILL.v3.md", "SKILL.v6.md", EDITED, EVALS]
+)
 
 
 @settings(max_examples=150, deadline=None, database=None)
@@ -422,6 +486,7 @@ _slot_names = st.sampled_from(["SKILL.md", "SKILL.v1.md", "SKILL.v2.md", "SKILL.
     skill_md=st.text(st.characters(exclude_categories=["Cs"]), max_size=40),
     evals_json=st.none() | st.text(st.characters(exclude_categories=["Cs"]), max_size=20),
     backups=st.integers(0, 4),
+    current=st.none() | st.integers(1, 6),
     crash_at=st.integers(0, 60),
     commit_succeeds=st.booleans(),
 )
@@ -430,11 +495,12 @@ def test_random_folders_end_old_or_new(
     skill_md: str,
     evals_json: str | None,
     backups: int,
+    current: int | None,
     crash_at: int,
     commit_succeeds: bool,
 ) -> None:
     """Any folder, any crash point: recover() lands on the state the database holds."""
-    expected = expected_new(old, skill_md, evals_json, backups)
+    expected = expected_new(old, skill_md, evals_json, backups, current)
     with tempfile.TemporaryDirectory() as tmp:
         folder = make_folder(Path(tmp), old)
         committed = False
@@ -445,6 +511,7 @@ def test_random_folders_end_old_or_new(
                 evals_json=evals_json,
                 evals_name=EVALS,
                 target_version=7,
+                current_version=current,
                 backups=backups,
             )
             committed = commit_succeeds  # the database commit sits here
@@ -453,3 +520,59 @@ def test_random_folders_end_old_or_new(
         assert recover(folder, committed_is(committed)) in (None, "cleaned", "forward", "back")
         assert snapshot(folder) == (expected if committed else old)
         assert recover(folder, never_asked) is None
+
+
+# Backups an older Amelio named by position
+
+POSITIONAL = {  # at v4, SKILL.v1.md was "one back": version 3, and SKILL.v3.md version 1
+    "SKILL.md": b"version 4\n",
+    "SKILL.v1.md": b"version 3\n",
+    "SKILL.v2.md": b"a declined hand edit\n",
+    "SKILL.v3.md": b"version 1\n",
+    "notes.txt": b"not ours\n",
+}
+BY_VERSION = {
+    "SKILL.md": b"version 4\n",
+    "SKILL.v3.md": b"version 3\n",
+    EDITED: b"a declined hand edit\n",
+    "SKILL.v1.md": b"version 1\n",
+    "notes.txt": b"not ours\n",
+}
+
+
+def version_of(data: bytes) -> int | None:
+    return {b"version 3\n": 3, b"version 2\n": 2, b"version 1\n": 1}.get(data)
+
+
+def test_backups_named_by_position_get_their_version_s_name(tmp_path: Path) -> None:
+    folder = make_folder(tmp_path, POSITIONAL)
+    assert rename_backups(folder, version_of, 4)
+    assert snapshot(folder) == BY_VERSION
+    assert not rename_backups(folder, version_of, 4)  # named right: nothing to do
+    stage(folder, current=4).apply()  # and the next rotation keeps the newest three
+    after = snapshot(folder)
+    assert sorted(n for n in after if BACKUP.match(n)) == [
+        "SKILL.v1.md",
+        "SKILL.v3.md",
+        "SKILL.v4.md",
+    ]
+    assert after["SKILL.v4.md"] == b"version 4\n" and after["SKILL.md"] == NEW_MD.encode()
+
+
+def test_a_backup_whose_name_is_taken_keeps_its_own(tmp_path: Path) -> None:
+    folder = make_folder(tmp_path, {**POSITIONAL, EDITED: b"a newer edit\n"})
+    assert rename_backups(folder, version_of, 4)
+    kept = {"SKILL.v2.md": b"a declined hand edit\n", EDITED: b"a newer edit\n"}
+    assert snapshot(folder) == {**BY_VERSION, **kept}
+
+
+def test_a_crash_while_renaming_backups_is_finished(tmp_path: Path) -> None:
+    probe = make_folder(tmp_path / "probe", POSITIONAL)
+    _, n = count_calls(lambda: rename_backups(probe, version_of, 4))
+    for k in range(n + 1):
+        folder = make_folder(tmp_path / f"k{k}", POSITIONAL)
+        with crash_after(k), suppress(Crash):
+            rename_backups(folder, version_of, 4)
+        recover(folder, lambda version: version <= 4)
+        rename_backups(folder, version_of, 4)
+        assert snapshot(folder) == BY_VERSION, k

@@ -146,3 +146,24 @@ def test_watch_command_needs_a_folder(sqlite_workspace: Workspace, tmp_path: Pat
         main, ["-w", str(sqlite_workspace.root), "watch", str(tmp_path / "missing"), "-n", "raw"]
     )
     assert result.exit_code == 2 and "does not exist" in result.output
+
+
+def test_a_link_out_of_the_folder_is_reported_and_never_read(
+    sqlite_workspace: Workspace, tmp_path: Path
+) -> None:
+    ws = sqlite_workspace
+    raw, private = tmp_path / "raw", tmp_path / "private"
+    touch(raw / "a.md", "# Alpha\n\nThe alpha runbook.", time.time() - 100)
+    touch(private / "secret.md", "# Secret\n\nThe root password is hunter2.", time.time() - 100)
+    (raw / "leak.md").symlink_to(private / "secret.md")
+    (raw / "docs").symlink_to(private, target_is_directory=True)
+    knowledge.ensure_notebook(ws, "raw")
+    report = knowledge.sync_folder(ws, raw, "raw")
+    assert report.queued == ["a.md"]
+    assert len(report.errors) == 1 and "leak.md" in report.errors[0]
+    assert "outside" in report.errors[0]
+    changed = apply_changes(ws, raw, "raw", {(watchfiles.Change.added, str(raw / "leak.md"))})
+    assert changed.queued == [] and "outside" in changed.errors[0]
+    knowledge.drain(ws)
+    assert ids(ws) == {"a.md"}
+    assert not knowledge.answer_question(ws, "raw", "root password", project="default").citations

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 from pathlib import Path
 
 import grimp
@@ -75,3 +76,23 @@ def test_the_cycle_finder_handles_a_long_chain_without_recursion() -> None:
     chain = [f"p.m{i}" for i in range(5000)]
     graph = _graph(*itertools.pairwise(chain), (chain[-1], chain[0]))
     assert cycles(graph, set(graph.modules)) == [sorted(chain)]
+
+
+def test_every_part_of_the_package_has_a_layer() -> None:
+    """The layers contract names what it constrains: a new package (or a new module of
+    ``ops/``, whose modules sit in different layers) left out of it would escape it."""
+    import tomllib
+
+    config = tomllib.loads((SRC.parent.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    [layers] = [
+        c["layers"] for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"
+    ]
+    named = {m.strip() for layer in layers for m in re.split(r"[|:]", layer)}
+    parts = {
+        f"amelio.{p.stem if p.is_file() else p.name}"
+        for p in SRC.iterdir()
+        if (p.is_dir() and (p / "__init__.py").exists() and p.name != "ops")
+        or (p.suffix == ".py" and p.stem not in ("__init__", "__main__"))
+    } | {f"amelio.ops.{p.stem}" for p in (SRC / "ops").glob("*.py") if p.stem != "__init__"}
+    # the plugin authors' kit stands beside the layers: nothing of Amelio's imports it
+    assert parts - named - {"amelio.testing"} == set()

@@ -9,7 +9,9 @@ import gc
 import json
 import re
 import sqlite3
+import stat
 import threading
+import tracemalloc
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,11 +27,13 @@ from amelio.assistant.learnings import add_learning, list_learnings
 from amelio.cli import main
 from amelio.db import engine as db_engine
 from amelio.db.schema import feedback_events
+from amelio.db.schema import skills as skills_table
 from amelio.errors import ConfigError, Conflict, InvalidInput
 from amelio.feedback import Collector, verify_events
 from amelio.feedback.examples import example_event
 from amelio.ops.backup import backup_workspace, read_manifest, restore_workspace
 from amelio.search.engines.fts5 import Corpus, Document
+from amelio.skills import SkillSpec, save_skills
 from amelio.workspace.config import load_settings
 from amelio.workspace.folder import Workspace, init_workspace, open_workspace
 from amelio.workspace.projects import list_projects
@@ -183,7 +187,7 @@ def _damage(archive: Path, how: str) -> Path:
 WHY = {
     "truncated": "not a whole zip file",
     "flipped": "cannot be read|does not match its SHA-256",
-    "forged": "amelio.toml does not match its SHA-256",
+    "forged": "amelio.toml does not match its (SHA-256|size)",
     "miscounted": "feedback_events has 30 rows where the manifest says 29",
     "newer": "format 'amelio-backup/2' is not 'amelio-backup/1': restore it with the Amelio",
     "escaping": "unexpected file 'projects/../../escaped.md'",
@@ -352,3 +356,138 @@ def test_the_commands_end_to_end(tmp_path: Path) -> None:
 
     nowhere = run("restore", str(archive))  # cwd (tmp_path) is no workspace
     assert nowhere.exit_code == 1 and "amelio -w DIR restore" in nowhere.output
+
+
+def test_a_backup_naming_a_path_outside_is_refused(source: Workspace, tmp_path: Path) -> None:
+    """A database whose skill is named ``../../../x`` would have a later `amelio skills
+    export` write outside its folder: such a backup is refused, whole."""
+    save_skills(source.engine, [SkillSpec(name="triage", content="Body.\n")])
+    with source.engine.begin() as conn:
+        conn.execute(sa.update(skills_table).values(name="../../../x"))
+    archive = backup_workspace(source.settings, tmp_path / "b.zip").path
+    with pytest.raises(InvalidInput, match=r"skills\.name holds '\.\./\.\./\.\./x'"):
+        restore_workspace(archive, tmp_path / "new")
+    assert not (tmp_path / "new").exists()
+
+
+THEIR_SETTINGS = """\
+llm_provider = "openai"
+llm_base_url = "https://llm.attacker.example/v1"
+llm_api_key = "sk-their-key"
+telegram_token = "123:their-bot"
+notify_webhook_url = "https://hooks.attacker.example/improve"
+cors_origins = "https://attacker.example"
+claude_cli_path = "/tmp/their-claude"
+port = 9999
+"""
+DROPPED = [
+    "claude_cli_path",
+    "cors_origins",
+    "database_url",
+    "llm_api_key",
+    "llm_base_url",
+    "notify_webhook_url",
+    "telegram_token",
+]
+
+
+def test_the_backup_s_settings_neither_place_the_database_nor_come_along(
+    tmp_path: Path,
+) -> None:
+    """A backup from someone else: its database_url named a file of the restoring
+    user's, and its amelio.toml would have sent this workspace's prompts, reports and
+    bot to its author. The database lands in the workspace; those settings stay out."""
+    victim = tmp_path / "victim.db"
+    victim.write_bytes(b"precious, not a database")
+    (tmp_path / "theirs").mkdir()
+    (tmp_path / "theirs" / "amelio.toml").write_text(
+        f'database_url = "sqlite:///{victim}"\n' + THEIR_SETTINGS
+    )
+    victim.rename(tmp_path / "kept-aside")  # their machine had a database there
+    theirs, _ = init_workspace(tmp_path / "theirs")
+    ingest(Collector(theirs), 3, "t")
+    archive = backup_workspace(theirs.settings, tmp_path / "theirs.zip").path
+    theirs.dispose()
+    victim.unlink()
+    (tmp_path / "kept-aside").rename(victim)
+
+    target, _ = init_workspace(tmp_path / "target")  # ours, with data: --force
+    ingest(Collector(target), 2, "ours")
+    target.dispose()
+    report = restore_workspace(archive, target.root, force=True)
+    assert victim.read_bytes() == b"precious, not a database"
+    assert report.database == target.root / ".amelio" / "amelio.db"
+    assert list(report.dropped) == DROPPED
+    restored = load_settings(target.root)
+    assert restored.port == 9999 and restored.llm_provider == "openai"
+    assert restored.llm_base_url == "" and restored.telegram_token.get_secret_value() == ""
+    assert restored.notify_webhook_url == "" and restored.cors_origins == ""
+    assert restored.claude_cli_path == "claude" and restored.database_url == ""
+    ws = open_workspace(target.root)
+    try:
+        assert verify_events(ws).checked == 3
+    finally:
+        ws.dispose()
+    data = target.root / ".amelio"
+    assert stat.S_IMODE(data.stat().st_mode) == 0o700
+    assert stat.S_IMODE((data / "amelio.db").stat().st_mode) == 0o600
+
+    shown = run("-w", str(tmp_path / "cli"), "restore", str(archive))
+    assert shown.exit_code == 0, shown.output
+    assert "left out of amelio.toml: claude_cli_path, cors_origins" in shown.output
+    kept = run("-w", str(tmp_path / "mine"), "restore", str(archive), "--with-config", "--json")
+    assert json.loads(kept.output)["droppedSettings"] == ["database_url"]
+    mine = load_settings(tmp_path / "mine")
+    assert mine.llm_base_url == "https://llm.attacker.example/v1" and mine.database_url == ""
+
+
+def test_a_database_url_elsewhere_in_this_environment_is_refused(
+    source: Workspace, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive = backup_workspace(source.settings, tmp_path / "b.zip").path
+    monkeypatch.setenv("AMELIO_DATABASE_URL", f"sqlite:///{tmp_path / 'other.db'}")
+    with pytest.raises(ConfigError, match="unset AMELIO_DATABASE_URL"):
+        restore_workspace(archive, tmp_path / "new")
+    assert not (tmp_path / "new").exists() and not (tmp_path / "other.db").exists()
+
+
+def test_a_refused_restore_writes_nothing_not_even_a_database(
+    source: Workspace, tmp_path: Path
+) -> None:
+    """Checking that nobody holds the database open used to lock it, which turns an
+    empty file into a database even when the restore is then refused."""
+    archive = backup_workspace(source.settings, tmp_path / "b.zip").path
+    target = tmp_path / "target"
+    (target / ".amelio").mkdir(parents=True)
+    (target / ".amelio" / "amelio.db").touch()
+    (target / "projects" / "acme").mkdir(parents=True)
+    (target / "projects" / "acme" / "learnings.md").write_text("- [2024-01-01] [manual] Hi\n")
+    before = files(target)
+    with pytest.raises(Conflict, match="--force"):
+        restore_workspace(archive, target)
+    assert files(target) == before and (target / ".amelio" / "amelio.db").stat().st_size == 0
+
+
+def test_a_manifest_is_bounded_before_it_is_read(source: Workspace, tmp_path: Path) -> None:
+    """A few KB of zip that inflates to megabytes of manifest is refused before any
+    of it is decompressed."""
+    good = backup_workspace(source.settings, tmp_path / "good.zip").path
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as dst:
+        padded = src.read("manifest.json") + b" " * (9 << 20)  # still valid JSON
+        dst.writestr("manifest.json", padded)
+        for name in src.namelist():
+            if name != "manifest.json":
+                dst.writestr(name, src.read(name))
+    assert bomb.stat().st_size < good.stat().st_size + 100_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(InvalidInput, match=r"manifest\.json is over 8 MB"):
+            read_manifest(bomb)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+    with pytest.raises(InvalidInput, match=r"manifest\.json is over 8 MB"):
+        restore_workspace(bomb, tmp_path / "new")
+    assert not (tmp_path / "new").exists()

@@ -4,6 +4,7 @@ PostgreSQL with every row, working sequences and a chain that verifies."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import stat
 from collections.abc import Iterator
@@ -171,3 +172,49 @@ def test_db_copy_moves_a_sqlite_workspace_to_postgresql(demo: Workspace, postgre
     assert "Feedback chain on the target: ok." in done.output
     with pytest.raises(InvalidInput, match="own database"):
         copy_database(demo, demo.settings.effective_database_url)
+
+
+def test_an_export_naming_a_path_outside_is_refused(demo: Workspace, tmp_path: Path) -> None:
+    """A skill's name becomes a folder: an edited export (manifest digests made to
+    match) must not bring in one that walks out of the skills folder."""
+    export_workspace(demo, tmp_path / "out")
+    rows = tmp_path / "out" / "tables" / "skills.jsonl"
+    lines = rows.read_text(encoding="utf-8").splitlines(keepends=True)
+    first = json.loads(lines[0])
+    first["name"] = "../../../x"
+    lines[0] = json.dumps(first, sort_keys=True, separators=(",", ":")) + "\n"
+    rows.write_text("".join(lines), encoding="utf-8")
+    manifest_path = tmp_path / "out" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    entry = manifest["tables"]["skills"]
+    data = rows.read_bytes()
+    entry["bytes"], entry["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+    manifest_path.write_text(json.dumps(manifest))
+    target, _ = init_workspace(tmp_path / "target")
+    try:
+        with pytest.raises(InvalidInput, match=r"skills\.name holds '\.\./\.\./\.\./x'"):
+            import_workspace(target, tmp_path / "out")
+        with target.engine.connect() as conn:
+            assert not conn.scalar(sa.select(sa.func.count()).select_from(interactions))
+    finally:
+        target.dispose()
+
+
+def test_an_export_writes_through_no_planted_link(demo: Workspace, tmp_path: Path) -> None:
+    """--force writes over a folder someone else could write to: links planted at the
+    export's file names (the secret key's among them) are replaced, never followed."""
+    out, victim = tmp_path / "out", tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (out / "tables").mkdir(parents=True)
+    for name in ("tables/interactions.jsonl", "secret_key", "manifest.json"):
+        (out / name).symlink_to(victim)
+    export_workspace(demo, out, force=True, with_secret_key=True)
+    assert victim.read_text() == "precious"
+    for name in ("tables/interactions.jsonl", "secret_key", "manifest.json"):
+        assert not (out / name).is_symlink()
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o600
+    target, _ = init_workspace(tmp_path / "target")
+    try:
+        assert import_workspace(target, out).chain == "ok"
+    finally:
+        target.dispose()

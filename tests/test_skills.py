@@ -464,3 +464,26 @@ def test_same_content_is_not_a_new_version(workspace: Workspace, tmp_path: Path)
     )
     with pytest.raises(InvalidInput, match="NUL"):
         skills.update_skill(workspace.engine, "alpha", content="a\x00b", author="a", reason="r")
+
+
+@pytest.mark.parametrize("name", ["../../../x", "ok\n", "a/b", "..", "Upper"])
+def test_a_name_that_is_not_a_whole_safe_name_is_refused_everywhere(
+    workspace: Workspace, tmp_path: Path, name: str
+) -> None:
+    """A skill's name becomes its folder: a separator, a dot or a trailing newline
+    (which ``$`` lets through) must never get in, nor back out through export."""
+    with pytest.raises(SkillFileError, match="not a valid skill name"):
+        skills.parse_skill_md(f"---\nname: {json.dumps(name)}\n---\n\nBody.\n", source="x")
+    with pytest.raises(SkillFileError, match="not a valid skill name"):
+        skills.save_skills(workspace.engine, [skills.SkillSpec(name=name, content="Body.\n")])
+    assert counts(workspace) == (0, 0)
+
+    # A database from elsewhere (a restore before names were checked) holds one.
+    skills.import_skills(workspace.engine, write_skill(tmp_path / "src", "fine"))
+    with workspace.engine.begin() as conn:
+        conn.execute(sa.update(skills_table).values(name=name))
+    base = tmp_path / "exports"
+    base.mkdir()
+    with pytest.raises(SkillFileError, match="not a valid skill name"):
+        skills.export_skills(workspace.engine, base / "a" / "b" / "out")
+    assert list(base.rglob("*")) == []  # "../../../x" would have landed in it

@@ -6,14 +6,17 @@ Real folders in tmp, real databases (SQLite and PostgreSQL), the real watcher.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner
 
 from amelio import skills
 from amelio.cli import main
+from amelio.db.schema import skills as skills_table
 from amelio.errors import InvalidInput
 from amelio.improve import proposals, rotation
 from amelio.skills import files
@@ -131,6 +134,7 @@ def test_a_hand_edit_becomes_a_pending_proposal_and_the_file_is_kept(
     agent = tmp_path / "agent"
     sync_skills(seeded, agent)
     path = agent / "alpha" / "SKILL.md"
+    v1 = path.read_bytes()
     written = edit_body(path, "1. Be precise about alpha.", "1. Be precise.\n2. Cite sources.")
     report = sync_skills(seeded, agent, author="skills sync test")
     assert actions(report)["alpha"] == "propose"
@@ -148,9 +152,11 @@ def test_a_hand_edit_becomes_a_pending_proposal_and_the_file_is_kept(
     assert actions(again)["alpha"] == "pending" and path.read_text() == written
 
     proposals.approve_proposal(seeded, proposal.id, actor="alice")
-    assert actions(sync_skills(seeded, agent))["alpha"] == "adopt"
-    assert path.read_text(encoding="utf-8") == written
-    assert not (agent / "alpha" / "SKILL.v1.md").exists()
+    adopted = sync_skills(seeded, agent).items[0]
+    assert (adopted.action, adopted.version) == ("adopt", 2)
+    assert "v1 kept as SKILL.v1.md" in adopted.detail
+    assert path.read_text(encoding="utf-8") == written  # the person's file, as written
+    assert (agent / "alpha" / "SKILL.v1.md").read_bytes() == v1  # the version it replaced
     assert actions(sync_skills(seeded, agent))["alpha"] == "unchanged"
 
 
@@ -167,7 +173,8 @@ def test_a_declined_edit_is_replaced_by_the_registry_and_kept_as_a_backup(
     report = sync_skills(seeded, agent)
     assert actions(report)["beta"] == "restore"
     assert files.read_skills(agent / "beta")[0] == skills.get_skill(seeded.engine, "beta").spec
-    assert (agent / "beta" / "SKILL.v1.md").read_text(encoding="utf-8") == edited
+    assert (agent / "beta" / "SKILL.edited.md").read_text(encoding="utf-8") == edited
+    assert not (agent / "beta" / "SKILL.v1.md").exists()  # the edit was never v1
 
 
 def test_a_later_save_replaces_the_sync_s_own_proposal_and_undoing_withdraws_it(
@@ -205,6 +212,13 @@ def test_front_matter_edits_are_kept_and_reported_not_proposed(
     assert actions(report)["alpha"] == "kept" and "description" in report.items[0].detail
     assert path.read_text(encoding="utf-8") == written
     assert proposals.list_proposals(seeded, skill="alpha") == []
+    # The report names the command that applies the edit, and that command does.
+    command = re.search(r"`amelio (skills import [^`]+)`", report.items[0].detail)
+    assert command is not None, report.items[0].detail
+    ran = CliRunner().invoke(main, ["-w", str(seeded.root), *command.group(1).split()])
+    assert ran.exit_code == 0, ran.output
+    assert skills.get_skill(seeded.engine, "alpha").spec.description == "Other."
+    assert actions(sync_skills(seeded, agent))["alpha"] == "adopt"
 
 
 def test_dry_run_changes_nothing(seeded: Workspace, tmp_path: Path) -> None:
@@ -333,6 +347,7 @@ def test_an_interrupted_write_is_finished_by_the_next_sync(
         evals_json=None,
         evals_name="alpha.evals.json",
         target_version=2,
+        current_version=1,
     )
     assert actions(sync_skills(seeded, agent))["alpha"] == "write"
     assert not (agent / "alpha" / rotation.JOURNAL).exists()
@@ -418,3 +433,117 @@ def test_cli_sync_json_dry_run_and_errors(seeded: Workspace, tmp_path: Path) -> 
     assert bad.exit_code == 1 and "SKILL.md" in bad.output
     both = runner.invoke(main, [*ws, "skills", "sync", str(agent), "--watch", "--dry-run"])
     assert both.exit_code == 2
+
+
+def test_a_registry_name_that_walks_out_is_reported_not_followed(
+    seeded: Workspace, tmp_path: Path
+) -> None:
+    """A database restored from elsewhere may hold ``../../x``: the sync skips it."""
+    with seeded.engine.begin() as conn:
+        conn.execute(
+            sa.update(skills_table).where(skills_table.c.name == "beta").values(name="../../x")
+        )
+    base = tmp_path / "base"
+    agent = base / "a" / "agent"
+    report = sync_skills(seeded, agent)
+    assert actions(report) == {"../../x": "error", "alpha": "write"}
+    assert "not a valid skill name" in report.errors[0].detail
+    assert sorted(p.relative_to(base).as_posix() for p in base.iterdir()) == ["a"]
+    assert sorted(p.name for p in (base / "a").iterdir()) == ["agent"]
+
+
+def test_links_out_of_the_folder_are_reported_and_never_followed(
+    seeded: Workspace, tmp_path: Path
+) -> None:
+    agent, private = tmp_path / "agent", tmp_path / "private"
+    sync_skills(seeded, agent)
+    make_source(private, "gamma")
+    secret = private / "notes.md"
+    secret.write_text(SKILL.format(name="alpha").replace("Be precise", "Leak the key"))
+    (agent / "alpha" / "SKILL.md").unlink()
+    (agent / "alpha" / "SKILL.md").symlink_to(secret)
+    (agent / "gamma").symlink_to(private / "gamma", target_is_directory=True)
+    planted = tmp_path / "planted.json"
+    planted.write_text("untouched")
+    (agent / f".{STATE_FILE}{rotation.TEMP_SUFFIX}").symlink_to(planted)
+    before = snapshot(private)
+
+    report = sync_skills(seeded, agent)
+    assert actions(report) == {"alpha": "error", "beta": "unchanged", "gamma": "error"}
+    assert all("outside" in item.detail for item in report.errors)
+    assert proposals.list_proposals(seeded) == []
+    assert snapshot(private) == before and planted.read_text() == "untouched"
+    assert (agent / "alpha" / "SKILL.md").is_symlink()
+
+
+def test_the_summary_counts_what_failed(seeded: Workspace, tmp_path: Path) -> None:
+    agent = tmp_path / "agent"
+    sync_skills(seeded, agent)
+    (agent / "alpha" / "SKILL.md").write_text("no front matter\n")
+    result = CliRunner().invoke(main, ["-w", str(seeded.root), "skills", "sync", str(agent)])
+    assert result.exit_code == 1
+    assert f"Synced 1 of 2 skills in {agent}; 1 failed (see above)." in result.output
+
+
+def test_an_edit_made_on_an_older_version_is_refused_as_stale(
+    seeded: Workspace, tmp_path: Path
+) -> None:
+    """Proposed against the current version, an edit of v1 would silently undo v2."""
+    agent = tmp_path / "agent"
+    sync_skills(seeded, agent)
+    made = proposals.create_proposal(
+        seeded,
+        "alpha",
+        proposed_content="# alpha\n\n1. Be precise about alpha.\n2. Say hello.\n",
+        rationale="v2",
+        proposed_by="sage",
+        author="sage",
+    )
+    proposals.approve_proposal(seeded, made.id, actor="alice")
+    path = agent / "alpha" / "SKILL.md"  # still v1: the person edits that
+    written = edit_body(path, "1. Be precise about alpha.", "1. Be brief.")
+    report = sync_skills(seeded, agent)
+    item = report.items[0]
+    assert (item.action, item.version) == ("stale", 2)
+    assert "edited on v1" in item.detail and "would undo v2" in item.detail
+    assert report.failures == [item] and item.file == str(path)
+    assert proposals.list_proposals(seeded, skill="alpha", status="pending") == []
+    assert path.read_text(encoding="utf-8") == written
+    assert skills.get_skill(seeded.engine, "alpha").version == 2
+    result = CliRunner().invoke(main, ["-w", str(seeded.root), "skills", "sync", str(agent)])
+    assert result.exit_code == 1 and "stale" in result.output
+
+
+def test_backups_are_named_by_version_and_positional_ones_renamed(
+    seeded: Workspace, tmp_path: Path
+) -> None:
+    agent = tmp_path / "agent"
+    rendered = {1: files.render_skill_md(skills.get_skill(seeded.engine, "alpha").spec)}
+    sync_skills(seeded, agent)
+    for n in range(2, 6):
+        made = proposals.create_proposal(
+            seeded,
+            "alpha",
+            proposed_content=f"# alpha\n\nversion {n}\n",
+            rationale="r",
+            proposed_by="sage",
+            author="sage",
+        )
+        proposals.approve_proposal(seeded, made.id, actor="alice")
+        rendered[n] = files.render_skill_md(skills.get_skill(seeded.engine, "alpha").spec)
+        sync_skills(seeded, agent)
+    folder = agent / "alpha"
+    backups = sorted(p.name for p in folder.iterdir() if p.name.startswith("SKILL.v"))
+    assert backups == ["SKILL.v2.md", "SKILL.v3.md", "SKILL.v4.md"]
+    for n in (2, 3, 4):
+        assert (folder / f"SKILL.v{n}.md").read_text(encoding="utf-8") == rendered[n]
+
+    # What an older Amelio left: SKILL.v1.md was "one back" (v4), SKILL.v3.md v2.
+    (folder / "SKILL.v2.md").rename(folder / "SKILL.v3.tmp")
+    (folder / "SKILL.v4.md").rename(folder / "SKILL.v1.md")
+    (folder / "SKILL.v3.md").rename(folder / "SKILL.v2.md")
+    (folder / "SKILL.v3.tmp").rename(folder / "SKILL.v3.md")
+    assert actions(sync_skills(seeded, agent))["alpha"] == "unchanged"
+    for n in (2, 3, 4):
+        assert (folder / f"SKILL.v{n}.md").read_text(encoding="utf-8") == rendered[n]
+    assert not (folder / "SKILL.v1.md").exists()

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
 
-from amelio.errors import ConfigError, WorkspaceNotFound
+from amelio import db
+from amelio.errors import ConfigError, InvalidInput, WorkspaceNotFound
+from amelio.privacy.signing import signer
 from amelio.workspace.config import Settings, load_settings
 from amelio.workspace.discovery import find_workspace
+from amelio.workspace.folder import init_workspace
+from amelio.workspace.projects import ensure_project, valid_name, validate_name
 
 
 def make_ws(path: Path, toml: str = "") -> Path:
@@ -108,3 +114,46 @@ def test_max_text_chars_defaults_to_what_the_eval_engine_takes() -> None:
     from amelio.evals import MAX_TEXT_CHARS
 
     assert Settings.model_fields["max_text_chars"].default == MAX_TEXT_CHARS
+
+
+@pytest.mark.parametrize("name", ["default\n", "../acme", "acme/x", ".", ""])
+def test_a_project_name_is_all_of_the_safe_alphabet(name: str) -> None:
+    """A project's name names its learnings.md folder: ``$`` let a trailing newline in."""
+    assert not valid_name(name)
+    with pytest.raises(InvalidInput, match="Invalid project name"):
+        validate_name(name)
+    assert validate_name("acme-2_b") == "acme-2_b"
+
+
+def test_the_database_and_the_secret_are_private(tmp_path: Path) -> None:
+    """Every interaction and the key that signs tokens: readable by their owner only,
+    whatever the umask lets other files be."""
+    old = os.umask(0o022)
+    try:
+        ws, _ = init_workspace(tmp_path / "ws")
+        try:
+            with db.transaction(ws.engine) as conn:  # a write, while the pool holds
+                ensure_project(conn, "acme")  # the file open: -wal and -shm exist
+            signer(ws.settings)  # generates .amelio/secret_key
+            data = ws.settings.data_dir
+            modes = {
+                p.name: stat.S_IMODE(p.stat().st_mode)
+                for p in (data, *data.iterdir())
+                if p.name.startswith(("amelio.db", "secret_key", ".amelio"))
+            }
+            assert modes == {
+                ".amelio": 0o700,
+                "amelio.db": 0o600,
+                "amelio.db-wal": 0o600,
+                "amelio.db-shm": 0o600,
+                "secret_key": 0o600,
+            }
+        finally:
+            ws.dispose()
+        # A database named by URL gets the same, its new folder too.
+        engine = db.create_engine(f"sqlite:///{tmp_path / 'elsewhere' / 'x.db'}")
+        engine.dispose()
+        assert stat.S_IMODE((tmp_path / "elsewhere").stat().st_mode) == 0o700
+        assert stat.S_IMODE((tmp_path / "elsewhere" / "x.db").stat().st_mode) == 0o600
+    finally:
+        os.umask(old)

@@ -53,20 +53,29 @@ def backup_command(ctx: click.Context, file: Path, force: bool, as_json: bool) -
 
 @main.command("restore")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--force", is_flag=True, help="Replace a workspace that already holds data.")
+@click.option("--force", is_flag=True, help="Replace the workspace's own files when it holds data.")
+@click.option(
+    "--with-config",
+    is_flag=True,
+    help="Keep the backup's addresses and secrets in amelio.toml (LLM, Telegram, "
+    "webhook, CORS): only for a backup you made.",
+)
 @json_option
 @click.pass_context
 @handle_errors
-def restore_command(ctx: click.Context, file: Path, force: bool, as_json: bool) -> None:
+def restore_command(
+    ctx: click.Context, file: Path, force: bool, with_config: bool, as_json: bool
+) -> None:
     """Restore the backup FILE into the workspace; `-w DIR` may name a new folder.
 
     Checks the whole backup first; refuses a workspace that holds data (unless --force)
-    and one whose database another process, such as `amelio serve`, has open. An older
-    backup is upgraded to this version's migrations.
+    and one whose database another process, such as `amelio serve`, has open; a refused
+    restore writes nothing. The database is always the workspace's .amelio/amelio.db.
+    An older backup is upgraded to this version's migrations.
     """
     from amelio.ops.backup import restore_workspace
 
-    report = restore_workspace(file, _target(ctx), force=force)
+    report = restore_workspace(file, _target(ctx), force=force, with_config=with_config)
     if as_json:
         print_json(report.to_dict())
         return
@@ -79,6 +88,11 @@ def restore_command(ctx: click.Context, file: Path, force: bool, as_json: bool) 
         click.echo(
             "  replaced the data that was there"
             + (f"; removed {', '.join(report.removed)}" if report.removed else "")
+        )
+    if report.dropped:
+        click.echo(
+            f"  left out of amelio.toml: {', '.join(report.dropped)} (the backup's "
+            "addresses and secrets; --with-config keeps them)"
         )
     if report.upgraded:
         click.echo(f"  database upgraded: {manifest.migration} -> {report.migration}")

@@ -403,10 +403,11 @@ def skills_sync(
 ) -> None:
     """Keep the Agent Skills folder DIRECTORY in step with the registry.
 
-    Approved versions are written out (rotated to SKILL.v1.md …); a hand edit
-    becomes a pending proposal and the file is kept as written; a new folder is
-    proposed as a new skill; a deleted one is reported. Exit 1 when a file could
-    not be read or proposed.
+    Approved versions are written out (the version replaced kept as SKILL.v<N>.md,
+    the 3 newest); a hand edit becomes a pending proposal and the file is kept as
+    written; a new folder is proposed as a new skill; a deleted one is reported.
+    Exit 1 when a file could not be read or proposed (a malformed file, a link out
+    of DIRECTORY, an edit made on a version the registry has moved past).
     """
     from amelio.skills import sync as skill_sync
 
@@ -422,7 +423,7 @@ def skills_sync(
             print_json(report.to_dict())
         else:
             _show_sync(report, quiet=False, seen={})
-        if report.errors:
+        if report.failures:
             ctx.exit(1)
         return
     seen: dict[str, tuple[str, str]] = {}
@@ -454,16 +455,19 @@ def _show_sync(
         seen[item.skill] = (item.action, item.detail)
         where = (
             f" [{item.file}{', ' + item.field if item.field else ''}]"
-            if item.action == "error" and item.file
+            if item.action in ("error", "stale") and item.file
             else ""
         )
         click.echo(
             f"  {item.action:9} {item.skill}  {item.detail}{where}".rstrip(),
-            err=item.action == "error",
+            err=item.action in ("error", "stale"),
         )
     if not quiet:
         verb = "Would sync" if report.dry_run else "Synced"
+        failed = len(report.failures)
+        done = f"{len(report.items) - failed} of " if failed else ""
         click.echo(
-            f"{verb} {len(report.items)} skills in {report.folder}"
+            f"{verb} {done}{len(report.items)} skills in {report.folder}"
+            f"{f'; {failed} failed (see above)' if failed else ''}"
             f"{' (dry run: nothing written)' if report.dry_run else ''}."
         )

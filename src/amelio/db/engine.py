@@ -7,6 +7,8 @@ code, so a service never runs against tables it does not understand.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -107,6 +109,15 @@ def reading(bind: sa.Engine | sa.Connection) -> Iterator[sa.Connection]:
         yield conn
 
 
+def _private_file(path: Path) -> None:
+    """Create a new SQLite file readable by its owner only (0600, in a 0700 folder
+    when the folder is new): it holds every interaction. SQLite gives its -wal and
+    -shm files the database file's mode."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with contextlib.suppress(FileExistsError):  # an existing one keeps its owner's mode
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
 def create_engine(url: str, **kwargs: Any) -> sa.Engine:
     """An engine for ``url`` with Amelio's connection settings applied."""
     try:
@@ -123,7 +134,7 @@ def create_engine(url: str, **kwargs: Any) -> sa.Engine:
         )
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            _private_file(Path(parsed.database))
         engine = sa.create_engine(parsed, **kwargs)
         sa.event.listen(engine, "connect", _sqlite_pragmas)
         sa.event.listen(engine, "begin", _sqlite_begin)

@@ -43,7 +43,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -605,18 +607,18 @@ def _ranks(conn: sa.Connection, rows: Sequence[Any]) -> dict[tuple[str, str], in
     return ranks
 
 
-def _partial(path: Path) -> Path:
-    return path.with_suffix(path.suffix + ".partial")
+def _write(path: Path, records: Iterable[dict[str, Any]], kind: Kind) -> tuple[Path, int]:
+    """Write ``records`` as NDJSON to a new hidden file beside ``path`` (returned, with
+    the count, to be renamed over it), each checked against the UBI schema first.
 
-
-def _write(path: Path, records: Iterable[dict[str, Any]], kind: Kind) -> int:
-    """Write ``records`` as NDJSON to ``path``'s ``.partial``, each checked against the
-    UBI schema first; whatever stops the writing (a record that does not validate, a
-    database or disk error) removes it, so no half file is left behind."""
-    partial = _partial(path)
+    The file is made afresh (O_EXCL, a random name), so nothing planted beside the
+    target, such as a symlink, is ever written through; whatever stops the writing
+    (a record that does not validate, a database or disk error) removes it."""
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".partial")
+    partial = Path(name)
     count = 0
     try:
-        with partial.open("w", encoding="utf-8") as out:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
             for record in records:
                 errors = ubi_errors(record, kind)
                 if errors:  # a mapping bug: stop rather than write what other tools refuse
@@ -626,7 +628,7 @@ def _write(path: Path, records: Iterable[dict[str, Any]], kind: Kind) -> int:
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
-    return count
+    return partial, count
 
 
 def export_ubi(
@@ -698,13 +700,14 @@ def export_ubi(
                     else:
                         yield record
 
-        report.queries = _write(targets[0], queries(), "query")
+        written, report.queries = _write(targets[0], queries(), "query")
         try:
-            report.events = _write(targets[1], records(), "event")
+            events_file, report.events = _write(targets[1], records(), "event")
         except BaseException:
-            _partial(targets[0]).unlink(missing_ok=True)
+            written.unlink(missing_ok=True)
             raise
-    for target in targets:
-        _partial(target).replace(target)
+    # A rename replaces a link at the target's name, never the file it points to.
+    os.replace(written, targets[0])
+    os.replace(events_file, targets[1])
     report.files = [str(p) for p in targets]
     return report

@@ -8,8 +8,9 @@ skill has since moved past is stale: approving it would silently undo that
 change, so it is refused with :class:`Conflict` and `amelio improve` supersedes it.
 
 For a file-backed skill (a global skill whose folder is in the workspace's
-``skills/``), approval also rotates ``SKILL.md → SKILL.v1.md → … → SKILL.v3.md``
-crash-safely (:mod:`amelio.improve.rotation`).
+``skills/``), approval also rotates its files crash-safely: the replaced version
+is kept as ``SKILL.v<N>.md``, the 3 newest such backups at most
+(:mod:`amelio.improve.rotation`).
 
 Before a machine-written proposal is filed, the text it adds is held to the
 skill's own ``warning`` rules that forbid something (:func:`own_rule_breaks`): a
@@ -54,6 +55,7 @@ from amelio.skills.store import (
     get_skill,
     record_event,
     spec_from_row,
+    version_of_file,
     write_version,
 )
 from amelio.workspace.folder import Workspace
@@ -565,7 +567,12 @@ def recover_files(ws: Workspace, skill: str) -> str | None:
             row = find_skill_row(conn, skill, None)
         return row is not None and row.version >= version
 
-    return rotation.recover(folder, committed)
+    done = rotation.recover(folder, committed)
+    with ws.engine.connect() as conn:
+        current = find_skill_row(conn, skill, None)
+    if current is not None:  # backups an older Amelio named by position
+        rotation.rename_backups(folder, version_of_file(ws.engine, skill), int(current.version))
+    return done
 
 
 def approve_proposal(
@@ -679,6 +686,7 @@ def _approve(
                     evals_json=evals,
                     evals_name=f"{spec.name}.evals.json",
                     target_version=version,
+                    current_version=row.base_version,
                 )
             )
 

@@ -1,18 +1,25 @@
 """Write an approved skill version to its folder so that a crash never leaves a mix.
 
 When a person approves a change to a file-backed skill, its folder moves from the
-old state to the new one::
+old state to the new one (here from version 7 to 8)::
 
-    SKILL.md       -> SKILL.v1.md -> SKILL.v2.md -> SKILL.v3.md -> dropped
+    SKILL.md (v7)  -> SKILL.v7.md        a backup is named by the registry version it holds
+    SKILL.v4.md    -> dropped            at most 3 backups: the newest versions
     new text       -> SKILL.md
-    <name>.evals.json               replaced, or removed when the new version has none
+    <name>.evals.json                    replaced, or removed when the new version has none
+
+A ``SKILL.md`` that holds no registry version (a hand edit being replaced) is
+kept as ``SKILL.edited.md`` instead, the last such edit only. The database keeps
+every version; the backups are there to read and diff beside the file.
+Backups an older Amelio wrote, when ``SKILL.v1.md`` meant "one back", are given
+their version's name by :func:`rename_backups`.
 
 The database is the source of truth, so the move happens in three steps around
 its commit:
 
 1. :func:`stage_rotation` writes every file whose bytes change as a hidden copy,
    ``.<final name>.amelio-new``, holding the file's complete new bytes (the old
-   ``SKILL.md`` is *copied* into ``.SKILL.v1.md.amelio-new``, not renamed), fsyncs
+   ``SKILL.md`` is *copied* into ``.SKILL.v7.md.amelio-new``, not renamed), fsyncs
    them and the folder, and then atomically writes the journal
    ``.amelio-rotation.json`` naming the files to move into place, the files to
    delete and the version being written. Nothing a reader sees has changed.
@@ -45,7 +52,6 @@ skill's database row); the journal only makes each single writer crash-safe.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import os
 import re
@@ -57,28 +63,50 @@ from typing import Literal
 from amelio.errors import Conflict, SkillFileError
 
 __all__ = [
+    "EDITED",
     "JOURNAL",
     "SKILL_FILE",
     "TEMP_SUFFIX",
     "Recovery",
     "Rotation",
+    "backup_name",
+    "is_backup",
     "recover",
+    "rename_backups",
     "stage_rotation",
 ]
 
 SKILL_FILE = "SKILL.md"
+#: Where the last hand edit a rotation replaced is kept (it is no registry version).
+EDITED = "SKILL.edited.md"
 JOURNAL = ".amelio-rotation.json"
 TEMP_SUFFIX = ".amelio-new"
 _JOURNAL_FORMAT = 1
-_BACKUP = re.compile(r"^SKILL\.v([1-9][0-9]*)\.md$")
+_BACKUP = re.compile(r"SKILL\.v([1-9][0-9]*)\.md")
 
 Recovery = Literal["forward", "back", "cleaned"]
 """What :func:`recover` did: finished a committed rotation, undid an uncommitted one,
 or removed copies left by a crash before the journal was written."""
 
 
-def _backup_name(n: int) -> str:
-    return f"SKILL.v{n}.md"
+def backup_name(version: int) -> str:
+    """The backup of registry version ``version``."""
+    return f"SKILL.v{version}.md"
+
+
+def is_backup(name: str) -> bool:
+    """Whether ``name`` is a file a rotation keeps beside ``SKILL.md``."""
+    return name == EDITED or _BACKUP.fullmatch(name) is not None
+
+
+def _backups(root: Path) -> dict[int, str]:
+    """The version backups in ``root``, by version."""
+    found = {}
+    for entry in os.listdir(root):
+        match = _BACKUP.fullmatch(entry)
+        if match:
+            found[int(match.group(1))] = entry
+    return found
 
 
 def _temp(name: str) -> str:
@@ -138,18 +166,24 @@ def stage_rotation(
     evals_json: str | None,
     evals_name: str,
     target_version: int,
+    current_version: int | None,
+    current_md: str | None = None,
     backups: int = 3,
 ) -> Rotation:
     """Write the new state of ``folder`` under hidden names and journal it.
 
-    Keeps at most ``backups`` old versions (``SKILL.v1.md`` newest); older
-    ``SKILL.vN.md`` files are dropped. ``evals_json`` replaces ``evals_name``, or
-    ``None`` removes it. Refuses (:class:`~amelio.errors.Conflict`) while an earlier
-    rotation awaits :func:`recover`. On an ``OSError`` the copies are removed again.
+    ``current_version`` is the registry version the folder's ``SKILL.md`` holds: it
+    is kept as ``SKILL.v<current_version>.md``, or, when None (a hand edit), as
+    :data:`EDITED`. ``current_md`` is that version's text when ``SKILL.md`` no
+    longer holds it (an approved hand edit is the new version, and stays).
+    Keeps the ``backups`` newest version backups and drops older ones.
+    ``evals_json`` replaces ``evals_name``, or ``None`` removes it. Refuses
+    (:class:`~amelio.errors.Conflict`) while an earlier rotation awaits
+    :func:`recover`. On an ``OSError`` the copies are removed again.
     """
     root = Path(folder)
     _check_name(evals_name)
-    if evals_name == SKILL_FILE or _BACKUP.match(evals_name):
+    if evals_name == SKILL_FILE or is_backup(evals_name):
         raise ValueError(f"the evals file cannot be named {evals_name!r}")
     if backups < 0:
         raise ValueError("backups must be 0 or more")
@@ -159,25 +193,78 @@ def stage_rotation(
         )
     _remove_strays(root)
 
-    # Oldest backup first, SKILL.md after: a reader during apply never loses a version.
+    # The backup first, SKILL.md after: a reader during apply never loses a version.
     new: dict[str, bytes] = {}
-    deletes: list[str] = []
-    slots = [SKILL_FILE] + [_backup_name(n) for n in range(1, backups + 1)]
-    for newer, older in reversed(list(itertools.pairwise(slots))):
-        if (root / newer).is_file():
-            new[older] = (root / newer).read_bytes()
-        elif (root / older).exists():
-            deletes.append(older)
-    for entry in sorted(os.listdir(root)):
-        match = _BACKUP.match(entry)
-        if match and int(match.group(1)) > backups:
-            deletes.append(entry)
+    existing = _backups(root)
+    outgoing = current_md.encode("utf-8") if current_md is not None else None
+    if outgoing is None and (root / SKILL_FILE).is_file():
+        outgoing = (root / SKILL_FILE).read_bytes()
+    kept = set(sorted(existing, reverse=True)[:backups])
+    if outgoing is not None and backups > 0:
+        if current_version is None:
+            new[EDITED] = outgoing
+        else:
+            kept = set(sorted({*existing, current_version}, reverse=True)[:backups])
+            if current_version in kept:
+                new[backup_name(current_version)] = outgoing
+    deletes = [existing[v] for v in sorted(existing) if v not in kept]
+    if backups == 0 and (root / EDITED).exists():
+        deletes.append(EDITED)
     new[SKILL_FILE] = skill_md.encode("utf-8")
     if evals_json is not None:
         new[evals_name] = evals_json.encode("utf-8")
     elif (root / evals_name).exists():
         deletes.append(evals_name)
+    return _stage(root, new, deletes, target_version)
 
+
+def rename_backups(
+    folder: str | Path, version_of: Callable[[bytes], int | None], current_version: int
+) -> bool:
+    """Give backups that an older Amelio named by position (``SKILL.v1.md`` was "one
+    back") the name of the registry version they hold; True if any was renamed.
+
+    ``version_of`` says which version a backup's bytes are (None: none, such as a
+    declined hand edit, which becomes :data:`EDITED` when that name is free).
+    ``current_version`` is committed (the rename is journaled under it, so
+    :func:`recover` finishes it). A backup that cannot have its name (taken by
+    another file) keeps its own.
+    """
+    root = Path(folder)
+    if not root.is_dir() or (root / JOURNAL).exists():
+        return False
+    _remove_strays(root)
+    existing = _backups(root)
+    # Newest first under the old naming: the newest declined edit gets EDITED.
+    moves: dict[str, str] = {}
+    copies: dict[str, str] = {}  # a second file holding the same version: one is enough
+    for n in sorted(existing):
+        version = version_of((root / existing[n]).read_bytes())
+        if version == n:
+            continue
+        target = EDITED if version is None else backup_name(version)
+        if target in moves.values() and version is not None:
+            copies[existing[n]] = target
+        elif target not in moves.values():
+            moves[existing[n]] = target
+    while True:  # a move onto a file that stays where it is cannot happen
+        leaving = {*moves, *(c for c, t in copies.items() if t in moves.values())}
+        blocked = [s for s, t in moves.items() if (root / t).exists() and t not in leaving]
+        if not blocked:
+            break
+        for source in blocked:
+            del moves[source]
+    new = {target: (root / source).read_bytes() for source, target in moves.items()}
+    gone = [*moves, *(copy for copy, target in copies.items() if target in new)]
+    deletes = [name for name in gone if name not in new]
+    if not new and not deletes:
+        return False
+    _stage(root, new, deletes, current_version).apply()
+    return True
+
+
+def _stage(root: Path, new: dict[str, bytes], deletes: list[str], target_version: int) -> Rotation:
+    """Write ``new`` as hidden copies, then the journal naming them and ``deletes``."""
     writes = tuple(new)
     try:
         for name in writes:
@@ -271,8 +358,12 @@ def _discard(root: Path, names: Sequence[str]) -> None:
 
 
 def _write_synced(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` and fsync it, so a rename later publishes whole bytes."""
-    with open(path, "wb") as f:
+    """Write ``data`` to ``path`` and fsync it, so a rename later publishes whole bytes.
+
+    ``path`` is a hidden copy's name, removed before staging: it is made afresh
+    (O_EXCL, O_NOFOLLOW), so a link planted there is never written through."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    with os.fdopen(os.open(path, flags, 0o644), "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())

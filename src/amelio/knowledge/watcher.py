@@ -153,7 +153,13 @@ def read_document(
     elif path.suffix.lower() in (".md", ".markdown"):
         heading = _HEADING.search(text)
         title = heading.group(1) if heading else ""
-    relative = path.resolve().relative_to(root.resolve()) if root else Path(path.name)
+    relative = Path(path.name)
+    if root is not None:
+        if _outside(path, root.resolve()):
+            raise InvalidInput(
+                f"{path}: a link to {path.resolve()}, outside {root}; not read.", file=str(path)
+            )
+        relative = path.resolve().relative_to(root.resolve())
     return Source.parse(
         {
             "sourceId": source_id or relative.as_posix(),
@@ -200,12 +206,29 @@ def _hidden(path: Path, root: Path) -> bool:
     return any(p.startswith(".") for p in parts)
 
 
-def _documents(root: Path) -> list[Path]:
-    return sorted(
-        p
-        for p in root.rglob("*")
-        if p.suffix.lower() in SUFFIXES and p.is_file() and not _hidden(p, root)
-    )
+def _outside(path: Path, root: Path) -> bool:
+    """Whether ``path`` is, or goes through, a symlink that leads out of ``root``
+    (resolved): the watcher reads only what is in its folder."""
+    return not path.resolve().is_relative_to(root)
+
+
+def _documents(root: Path, report: FolderReport | None = None) -> list[Path]:
+    """The documents in ``root``; a symlink leading out of it is skipped (and named
+    in ``report``), never read."""
+    found = []
+    for p in sorted(root.rglob("*")):
+        if p.suffix.lower() not in SUFFIXES or _hidden(p, root):
+            continue
+        if _outside(p, root):
+            if report is not None:
+                report.errors.append(_escaping(p, root))
+        elif p.is_file():
+            found.append(p)
+    return found
+
+
+def _escaping(path: Path, root: Path) -> str:
+    return f"{path}: a link to {path.resolve()}, outside {root}; skipped"
 
 
 def _known(ws: Workspace, root: Path, notebook: str, project: str) -> set[str]:
@@ -269,7 +292,7 @@ def sync_folder(
     if not root.is_dir():
         raise InvalidInput(f"{root} is not a folder.", file=str(root))
     report = FolderReport()
-    present = _documents(root)
+    present = _documents(root, report)
     _queue(ws, root, notebook, project, present, report)
     ids = {p.relative_to(root).as_posix() for p in present}
     _remove(ws, notebook, project, _known(ws, root, notebook, project) - ids, report)
@@ -296,6 +319,9 @@ def apply_changes(
             continue
         if change == watchfiles.Change.deleted or not path.exists():
             gone = True
+        elif path.suffix.lower() in SUFFIXES and _outside(path, root):
+            report.errors.append(_escaping(path, root))
+            gone = True  # a document that became such a link is gone from the folder
         elif path.suffix.lower() in SUFFIXES and path.is_file():
             touched.add(path)
     _queue(ws, root, notebook, project, sorted(touched), report)

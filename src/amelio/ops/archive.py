@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+import zipfile
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -28,6 +31,8 @@ from typing import IO, Any
 import sqlalchemy as sa
 
 from amelio.errors import InvalidInput
+from amelio.skills.files import valid_skill_name
+from amelio.workspace.projects import valid_name
 
 __all__ = [
     "BACKUP",
@@ -37,12 +42,21 @@ __all__ = [
     "Format",
     "Manifest",
     "Member",
+    "bad_name",
+    "check_zip_member",
     "member",
+    "open_zip",
     "row_counts",
+    "zip_manifest",
 ]
 
 MANIFEST = "manifest.json"
 CHUNK = 1 << 20
+#: Bounds checked before a byte of a zip's manifest is decompressed: a few hundred
+#: KB of zip must not make a restore read hundreds of MB. A manifest lists each
+#: file in about 150 bytes, so these hold tens of thousands of projects' files.
+MAX_MANIFEST_BYTES = 8 << 20
+MAX_MEMBERS = 50_000
 
 
 @dataclass(frozen=True)
@@ -78,6 +92,31 @@ def member(path: Path, name: str) -> Member:
             digest.update(chunk)
             size += len(chunk)
     return Member(name, size, digest.hexdigest())
+
+
+#: Columns whose values become file and folder names (``skills/<name>/``,
+#: ``projects/<name>/learnings.md``): an archive's are checked as their writers check
+#: them, so a crafted one cannot name a path outside the workspace.
+NAMED_COLUMNS: dict[tuple[str, str], str] = {
+    ("skills", "name"): "skill",
+    ("proposals", "skill_name"): "skill",
+    ("projects", "name"): "project",
+}
+
+
+def bad_name(conn: sa.Connection) -> str | None:
+    """What is wrong with the first value of a named column that is not a name its
+    writer would accept (None: every one is)."""
+    tables = set(sa.inspect(conn).get_table_names())
+    for (table, column), what in NAMED_COLUMNS.items():
+        if table not in tables:
+            continue
+        valid = valid_skill_name if what == "skill" else valid_name
+        query: sa.Select[Any] = sa.select(sa.column(column)).select_from(sa.table(table))
+        for value in conn.scalars(query.distinct()):
+            if not valid(value):
+                return f"{table}.{column} holds {value!r}, which is not a {what} name"
+    return None
 
 
 def table_file(table: str) -> str:
@@ -257,6 +296,71 @@ class Archive:
                 raise self.damaged(
                     f"{table} has {found.get(table, 0)} rows where the manifest says {rows}"
                 )
+
+
+# -- zip archives (backups) ---------------------------------------------------------------
+
+
+@contextmanager
+def open_zip(archive: Archive) -> Iterator[zipfile.ZipFile]:
+    """The zip file ``archive.where``, read only through the bounded functions below."""
+    try:
+        zf = zipfile.ZipFile(archive.where)
+    except (zipfile.BadZipFile, EOFError) as exc:
+        raise archive.damaged(f"it is not a whole zip file ({exc})") from exc
+    with zf:
+        yield zf
+
+
+def zip_manifest(zf: zipfile.ZipFile, archive: Archive) -> Manifest:
+    """The manifest, its size and the archive's entry count bounded before any of it
+    is decompressed, and read no further than the size the zip gives it."""
+    if len(zf.infolist()) > MAX_MEMBERS + 1:
+        raise archive.damaged(f"it holds over {MAX_MEMBERS:,} files")
+    if MANIFEST not in zf.namelist():
+        raise archive.damaged(f"it has no {MANIFEST}")
+    size = zf.getinfo(MANIFEST).file_size
+    if size > MAX_MANIFEST_BYTES:
+        raise archive.damaged(
+            f"its {MANIFEST} is over {MAX_MANIFEST_BYTES >> 20} MB ({size:,} bytes)"
+        )
+    with _reading(archive, MANIFEST), zf.open(MANIFEST) as src:
+        raw = src.read(size + 1)
+    if len(raw) > size:
+        raise archive.damaged(f"its {MANIFEST} is larger than it says")
+    return archive.manifest(raw)
+
+
+def check_zip_member(
+    zf: zipfile.ZipFile, archive: Archive, entry: Member, out: IO[bytes] | None = None
+) -> None:
+    """:meth:`Archive.check_member` for a zip member, streamed: never more than one
+    byte past the manifest's size is decompressed."""
+    with _reading(archive, entry.path):
+        src = zf.open(entry.path)
+
+    def chunks() -> Iterator[bytes]:
+        left = (entry.size or 0) + 1  # one byte past the size proves it too long
+        while left > 0:
+            with _reading(archive, entry.path):
+                chunk = src.read(min(CHUNK, left))
+            if not chunk:
+                return
+            left -= len(chunk)
+            yield chunk
+
+    with src:
+        archive.check_member(entry, chunks(), out)
+
+
+@contextmanager
+def _reading(archive: Archive, what: str) -> Iterator[None]:
+    """Turn a damaged zip's many failures (bad CRC, broken deflate stream, cut
+    short) into one error that names the archive."""
+    try:
+        yield
+    except (zipfile.BadZipFile, zlib.error, EOFError, ValueError) as exc:
+        raise archive.damaged(f"{what} cannot be read ({exc})") from exc
 
 
 def row_counts(

@@ -19,27 +19,33 @@ writer. The mirrors are copied *after* the database, so a mirror is as new as
 the database's record of it or newer, and reading it back after a restore
 replays a later change instead of undoing an earlier one.
 
-**Restore checks before it writes.** Manifest, every member's SHA-256, the
-migration and the database's rows are checked; a target whose database another
-process holds open (``amelio serve``) is refused, since it would go on writing
-through its old file handles; a target holding data needs ``force``. Only then
-is each member written beside its destination and renamed into place, the
-database last (a crash in those few renames can leave a mix: restoring again
-with ``force`` completes it). An older backup is upgraded after the restore; one
-from a migration this code does not know is refused. PostgreSQL is
-``pg_dump``'s job, and both say so.
+**Restore checks before it writes.** The manifest is bounded before it is read
+(its size, the archive's entry count) and every member is read no further than
+the size its manifest gives; then every member's SHA-256, the migration, the
+database's rows and the names in it that become paths are checked; a target
+whose database another process holds open (``amelio serve``) is refused, since
+it would go on writing through its old file handles; a target holding data needs
+``force``. A refused restore writes nothing. Only then is each member written
+beside its destination and renamed into place, the database last (a crash in
+those few renames can leave a mix: restoring again with ``force`` completes it).
+An older backup is upgraded after the restore; one from a migration this code
+does not know is refused. PostgreSQL is ``pg_dump``'s job, and both say so.
+
+**A restore writes the workspace's own files only.** The database lands in the
+target's ``.amelio/amelio.db`` whatever the backup's settings say, and ``force``
+replaces only the files a backup holds, there. A backup may come from someone
+else: its ``amelio.toml`` loses its addresses and secrets unless asked
+(:mod:`amelio.ops.backup_config`), and the report names what it left out.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import secrets
 import shutil
 import sqlite3
 import tempfile
 import zipfile
-import zlib
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
@@ -51,10 +57,29 @@ import sqlalchemy as sa
 
 from amelio import db
 from amelio._version import __version__
-from amelio.db import engine as db_engine
 from amelio.errors import AmelioError, ConfigError, Conflict, InvalidInput
-from amelio.ops.archive import BACKUP, CHUNK, MANIFEST, Archive, Manifest, Member, member
-from amelio.ops.archive import row_counts as count_rows
+from amelio.ops.archive import (
+    BACKUP,
+    MANIFEST,
+    Archive,
+    Manifest,
+    Member,
+    bad_name,
+    check_zip_member,
+    member,
+    open_zip,
+    zip_manifest,
+)
+from amelio.ops.backup_config import RestoredConfig, restored_config
+from amelio.ops.sqlite_files import (
+    check_not_in_use,
+    corpus_holds_data,
+    database_holds_data,
+    known_migrations,
+    migration_of,
+    rows_per_table,
+    with_engine,
+)
 from amelio.privacy.signing import Signer, equal, forget_cached_key
 from amelio.workspace.config import Settings, load_settings
 from amelio.workspace.discovery import CONFIG_FILE, DATA_DIR
@@ -72,6 +97,8 @@ DATABASE = f"{DATA_DIR}/amelio.db"
 CORPUS = f"{DATA_DIR}/search/corpus.db"
 SECRET_KEY = f"{DATA_DIR}/secret_key"
 _SIDECARS = ("-wal", "-shm", "-journal")
+#: Members a restore reads into memory, not through to a file.
+_SMALL = {CONFIG_FILE: 1 << 20, SECRET_KEY: 4096}
 
 
 @dataclass(frozen=True)
@@ -95,6 +122,8 @@ class RestoreReport:
     replaced: bool
     removed: tuple[str, ...]
     migration: str
+    #: Settings of the backup's amelio.toml the restore left out (see backup_config).
+    dropped: tuple[str, ...] = ()
 
     @property
     def upgraded(self) -> bool:
@@ -106,6 +135,7 @@ class RestoreReport:
             "database": str(self.database),
             "replaced": self.replaced,
             "removed": list(self.removed),
+            "droppedSettings": list(self.dropped),
             "migration": {"backup": self.manifest.migration, "now": self.migration},
             "manifest": self.manifest.to_dict(),
         }
@@ -148,10 +178,10 @@ def backup_workspace(
         manifest = Manifest(
             format=BACKUP,
             amelio_version=__version__,
-            migration=_migration(staged[DATABASE]),
+            migration=migration_of(staged[DATABASE]),
             created_at=now,
             files=tuple(member(path, rel) for rel, path in staged.items()),
-            tables=_row_counts(staged[DATABASE]),
+            tables=rows_per_table(staged[DATABASE]),
             key_source=key_source,
             key_fingerprint=fingerprint,
         )
@@ -196,33 +226,38 @@ def _write_zip(path: Path, manifest: Manifest, staged: dict[str, Path]) -> None:
 
 def read_manifest(archive: Path) -> Manifest:
     """The manifest of the backup ``archive``, without checking its members."""
-    with _open_zip(archive) as zf:
-        return _manifest(zf, Archive(archive, BACKUP))
+    backup = Archive(archive, BACKUP)
+    with open_zip(backup) as zf:
+        return zip_manifest(zf, backup)
 
 
-def restore_workspace(archive: Path, target: Path, *, force: bool = False) -> RestoreReport:
+def restore_workspace(
+    archive: Path, target: Path, *, force: bool = False, with_config: bool = False
+) -> RestoreReport:
     """Restore the backup ``archive`` into the folder ``target`` (made when missing).
 
     The target's database must not be open in another process, and a target that
-    holds data is only replaced with ``force``. In the calling process, settings
+    holds data is only replaced with ``force``. The backup's amelio.toml keeps its
+    addresses and secrets only ``with_config``. In the calling process, settings
     and engines opened on ``target`` before the restore are stale afterwards.
     """
     root = target.resolve()
     if root.exists() and not root.is_dir():
         raise ConfigError(f"{root} exists and is not a folder.")
     backup = Archive(archive, BACKUP)
-    with _open_zip(archive) as zf:
-        manifest = _manifest(zf, backup)
+    with open_zip(backup) as zf:
+        manifest = zip_manifest(zf, backup)
         _check_members(zf, manifest, backup)
         for entry in manifest.files:  # every byte, before anything is written
             _copy_member(zf, entry, backup, None)
         _check_migration(manifest.migration)
-        settings = _settings_after(zf, root)
-        database = _sqlite_database(settings, root, "restore")
-        _check_key(zf, manifest, settings)
+        config = restored_config(_small(zf, CONFIG_FILE), with_config=with_config)
+        settings = _settings_after(config, root)
+        database = _target_database(settings, root)
+        _check_key(zf, manifest, settings, config)
         corpus = root / CORPUS
         for path in (database, corpus):
-            _check_not_in_use(path)
+            check_not_in_use(path)
         mirrors = sorted(root.glob("projects/*/learnings.md"))
         holding = _holding_data(database, corpus, mirrors)
         if holding and not force:
@@ -231,10 +266,10 @@ def restore_workspace(archive: Path, target: Path, *, force: bool = False) -> Re
                 ": restore into a new folder, or pass --force to replace it "
                 "(`amelio backup` it first to keep it)."
             )
-        destinations = {rel: database if rel == DATABASE else root / rel for rel in manifest.paths}
+        destinations = {rel: root / rel for rel in manifest.paths}
         fresh = not root.exists()
         try:
-            removed = _swap_in(zf, manifest, backup, root, destinations, mirrors)
+            removed = _swap_in(zf, manifest, backup, root, destinations, mirrors, config)
         except BaseException:
             if fresh:  # a new folder that did not become a workspace: leave none behind
                 shutil.rmtree(root, ignore_errors=True)
@@ -242,13 +277,14 @@ def restore_workspace(archive: Path, target: Path, *, force: bool = False) -> Re
     forget_cached_key()  # the key file was just replaced; this process may hold the old one
     migration = manifest.migration
     if migration != db.head_revision():
-        url = settings.database_url or f"sqlite:///{database}"
-        engine = db.create_engine(url)
+        engine = db.create_engine(f"sqlite:///{database}")
         try:
             _, migration = db.upgrade(engine)
         finally:
             engine.dispose()
-    return RestoreReport(root, database, manifest, bool(holding), removed, migration)
+    return RestoreReport(
+        root, database, manifest, bool(holding), removed, migration, config.dropped
+    )
 
 
 def _swap_in(
@@ -258,11 +294,13 @@ def _swap_in(
     root: Path,
     destinations: dict[str, Path],
     mirrors: list[Path],
+    config: RestoredConfig,
 ) -> tuple[str, ...]:
-    """Write every member beside its destination, then rename each into place (the
-    database last) and remove what the backup does not have."""
+    """Write every member beside its destination (amelio.toml as ``config`` has it),
+    then rename each into place (the database last) and remove what the backup
+    does not have."""
     (root / "skills").mkdir(parents=True, exist_ok=True)
-    (root / DATA_DIR).mkdir(parents=True, exist_ok=True)
+    (root / DATA_DIR).mkdir(parents=True, exist_ok=True, mode=0o700)
     gitignore = root / DATA_DIR / ".gitignore"
     if not gitignore.exists():
         gitignore.write_text("*\n", encoding="utf-8")
@@ -272,10 +310,18 @@ def _swap_in(
             dest = destinations[entry.path]
             dest.parent.mkdir(parents=True, exist_ok=True)
             staged[entry.path] = dest.with_name(f".{dest.name}.restore-{secrets.token_hex(4)}")
-            _copy_member(zf, entry, backup, staged[entry.path])
-        if _migration(staged[DATABASE]) != manifest.migration:
+            if entry.path == CONFIG_FILE:
+                with _new_file(staged[entry.path], entry.path) as out:
+                    assert out is not None
+                    out.write(config.text)
+            else:
+                _copy_member(zf, entry, backup, staged[entry.path])
+        if migration_of(staged[DATABASE]) != manifest.migration:
             raise backup.damaged("its database is not at the manifest's migration")
-        backup.check_rows(manifest.tables, _row_counts(staged[DATABASE]))
+        backup.check_rows(manifest.tables, rows_per_table(staged[DATABASE]))
+        wrong = with_engine(staged[DATABASE], bad_name)
+        if wrong is not None:  # skills/../../x: a later export would write outside
+            raise backup.damaged(wrong)
         gone = [m for m in mirrors if m.relative_to(root).as_posix() not in destinations]
         gone += [
             root / rel
@@ -296,22 +342,9 @@ def _swap_in(
     return tuple(p.relative_to(root).as_posix() for p in gone)
 
 
-@contextmanager
-def _open_zip(archive: Path) -> Iterator[zipfile.ZipFile]:
-    try:
-        zf = zipfile.ZipFile(archive)
-    except (zipfile.BadZipFile, EOFError) as exc:
-        raise Archive(archive, BACKUP).damaged(f"it is not a whole zip file ({exc})") from exc
-    with zf:
-        yield zf
-
-
-def _manifest(zf: zipfile.ZipFile, backup: Archive) -> Manifest:
-    if MANIFEST not in zf.namelist():
-        raise backup.damaged(f"it has no {MANIFEST}")
-    with _reading(backup, MANIFEST):
-        raw = zf.read(MANIFEST)
-    return backup.manifest(raw)
+def _small(zf: zipfile.ZipFile, name: str) -> bytes:
+    """A member read into memory (checked whole, and bounded, by _check_members)."""
+    return zf.read(name)
 
 
 def _check_members(zf: zipfile.ZipFile, manifest: Manifest, backup: Archive) -> None:
@@ -334,37 +367,23 @@ def _check_members(zf: zipfile.ZipFile, manifest: Manifest, backup: Archive) -> 
     names = [i.filename for i in zf.infolist()]
     if len(set(listed)) != len(listed) or sorted(names) != sorted([MANIFEST, *listed]):
         raise backup.damaged("its files are not the ones its manifest lists")
+    for entry in manifest.files:
+        if zf.getinfo(entry.path).file_size != entry.size:
+            raise backup.damaged(
+                f"{entry.path} does not match its size in the manifest (edited or damaged)"
+            )
+        if entry.size is not None and entry.size > _SMALL.get(entry.path, entry.size):
+            raise backup.damaged(f"{entry.path} is over {_SMALL[entry.path]:,} bytes")
 
 
 def _copy_member(zf: zipfile.ZipFile, entry: Member, backup: Archive, dest: Path | None) -> None:
     """Read one member whole, checking its size and SHA-256; write it to ``dest``
     (a new file) when given."""
-    with _reading(backup, entry.path):
-        src = zf.open(entry.path)
-
-    def chunks() -> Iterator[bytes]:
-        while True:
-            with _reading(backup, entry.path):
-                chunk = src.read(CHUNK)
-            if not chunk:
-                return
-            yield chunk
-
-    with src, _new_file(dest, entry.path) as out:
-        backup.check_member(entry, chunks(), out)
+    with _new_file(dest, entry.path) as out:
+        check_zip_member(zf, backup, entry, out)
         if out is not None:
             out.flush()
             os.fsync(out.fileno())
-
-
-@contextmanager
-def _reading(backup: Archive, what: str) -> Iterator[None]:
-    """Turn a damaged archive's many failures (bad CRC, broken deflate stream,
-    cut short) into one error that names the archive."""
-    try:
-        yield
-    except (zipfile.BadZipFile, zlib.error, EOFError, ValueError) as exc:
-        raise backup.damaged(f"{what} cannot be read ({exc})") from exc
 
 
 @contextmanager
@@ -372,13 +391,14 @@ def _new_file(path: Path | None, rel: str) -> Iterator[IO[bytes] | None]:
     if path is None:
         yield None
         return
-    mode = 0o600 if rel == SECRET_KEY else 0o666  # less the umask, as for any new file
+    # The data folder's files are private; the others less the umask, as any new file.
+    mode = 0o600 if rel.startswith(f"{DATA_DIR}/") else 0o666
     with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as f:
         yield f
 
 
 def _check_migration(migration: str) -> None:
-    known = _known_migrations()
+    known = known_migrations()
     if migration not in known:
         raise InvalidInput(
             f"The backup's database is at migration {migration}, which this Amelio "
@@ -388,17 +408,11 @@ def _check_migration(migration: str) -> None:
         )
 
 
-@functools.cache
-def _known_migrations() -> tuple[str, ...]:
-    """Every migration this code ships, newest first."""
-    return db_engine.known_revisions()
-
-
-def _settings_after(zf: zipfile.ZipFile, root: Path) -> Settings:
-    """The target's settings as they will be: the backup's amelio.toml under this
+def _settings_after(config: RestoredConfig, root: Path) -> Settings:
+    """The target's settings as they will be: the restored amelio.toml under this
     process's AMELIO_* environment (``workspace`` still points at a scratch folder)."""
     with tempfile.TemporaryDirectory(prefix="amelio-restore-") as scratch:
-        Path(scratch, CONFIG_FILE).write_bytes(zf.read(CONFIG_FILE))
+        Path(scratch, CONFIG_FILE).write_bytes(config.text)
         try:
             return load_settings(scratch)
         except AmelioError as exc:
@@ -409,19 +423,26 @@ def _settings_after(zf: zipfile.ZipFile, root: Path) -> Settings:
             ) from exc
 
 
-def _check_key(zf: zipfile.ZipFile, manifest: Manifest, settings: Settings) -> None:
+def _check_key(
+    zf: zipfile.ZipFile, manifest: Manifest, settings: Settings, config: RestoredConfig
+) -> None:
     if manifest.key_fingerprint is None:
         return
     configured = settings.secret_key.get_secret_value()
     if configured:
         key: bytes | None = configured.encode("utf-8")
     elif SECRET_KEY in manifest.paths:
-        key = zf.read(SECRET_KEY).decode("utf-8").strip().encode("utf-8")
+        key = _small(zf, SECRET_KEY).decode("utf-8").strip().encode("utf-8")
     else:
         key = None
     if key is not None and equal(manifest.key_fingerprint, _fingerprint(key)):
         return
-    if manifest.key_source == "settings":
+    if manifest.key_source == "settings" and "secret_key" in config.dropped:
+        fix = (
+            f"the backup's {CONFIG_FILE} holds it, and a restore leaves secrets out: "
+            "restore with --with-config to keep them, or set AMELIO_SECRET_KEY to it"
+        )
+    elif manifest.key_source == "settings":
         fix = (
             "the backed-up workspace took it from AMELIO_SECRET_KEY: set "
             "AMELIO_SECRET_KEY to that value here, then restore again"
@@ -438,81 +459,17 @@ def _check_key(zf: zipfile.ZipFile, manifest: Manifest, settings: Settings) -> N
     )
 
 
-def _check_not_in_use(path: Path) -> None:
-    """Refuse when another connection holds the database open: in WAL mode each one
-    keeps a shared lock, so an exclusive lock is only granted when none is left."""
-    if not path.is_file():
-        return
-    try:
-        conn = sqlite3.connect(
-            f"{path.as_uri()}?mode=rw", uri=True, timeout=0, isolation_level=None
-        )
-        with closing(conn):
-            conn.execute("PRAGMA locking_mode=EXCLUSIVE")
-            conn.execute("BEGIN EXCLUSIVE")
-            conn.execute("COMMIT")
-    except sqlite3.OperationalError as exc:
-        if exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-            raise Conflict(
-                f"{path} is open in another process (is `amelio serve` running on "
-                "this workspace?): stop it, then restore again. A restore swaps "
-                "the files, and a running service would go on writing to the old "
-                "ones."
-            ) from exc
-    except sqlite3.DatabaseError:
-        pass  # not a database: nothing can be using it as one
-
-
 def _holding_data(database: Path, corpus: Path, mirrors: list[Path]) -> list[str]:
     """What in the target holds data a restore would replace (empty for a new folder
     or a fresh `amelio init`)."""
     found = []
-    if _database_holds_data(database):
+    if database_holds_data(database):
         found.append(f"database {database}")
-    if _corpus_holds_data(corpus):
+    if corpus_holds_data(corpus):
         found.append(f"search corpus {corpus}")
     if mirrors:
         found.append("learnings.md files")
     return found
-
-
-def _database_holds_data(path: Path) -> bool:
-    """Whether any table has more rows than a freshly migrated database has (a
-    fresh one is seeded with a few: the default project, the chain's anchor)."""
-    if not path.is_file() or path.stat().st_size == 0:
-        return False
-    try:
-        migration = _migration(path)
-        if migration not in _known_migrations():
-            return True
-        baseline = _fresh_row_counts(migration)
-        return any(
-            rows > baseline.get(table, 0) for table, rows in _row_counts(path, cap=baseline).items()
-        )
-    except (AmelioError, sa.exc.DatabaseError, sqlite3.DatabaseError):
-        return True  # unreadable or not Amelio's: only --force may replace it
-
-
-def _corpus_holds_data(path: Path) -> bool:
-    if not path.is_file() or path.stat().st_size == 0:
-        return False
-    try:
-        with closing(sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True)) as conn:
-            return conn.execute("SELECT 1 FROM docs LIMIT 1").fetchone() is not None
-    except sqlite3.DatabaseError:
-        return True
-
-
-@functools.cache
-def _fresh_row_counts(migration: str) -> dict[str, int]:
-    """The rows a new database at ``migration`` starts with (its seeded rows)."""
-    with tempfile.TemporaryDirectory(prefix="amelio-fresh-") as scratch:
-        engine = db.create_engine(f"sqlite:///{Path(scratch, 'fresh.db')}")
-        try:
-            db.upgrade(engine, migration)
-        finally:
-            engine.dispose()
-        return _row_counts(Path(scratch, "fresh.db"))
 
 
 # -- shared -----------------------------------------------------------------------------
@@ -548,30 +505,18 @@ def _sqlite_database(settings: Settings, root: Path, action: str) -> Path:
     return Path(url.database).resolve()
 
 
-def _migration(path: Path) -> str:
-    """The migration a database file is at (its alembic_version)."""
-    with closing(sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True)) as conn:
-        try:
-            row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
-        except sqlite3.OperationalError as exc:
-            raise ConfigError(
-                f"The database {path} has no Amelio tables: run `amelio db upgrade`."
-            ) from exc
-    if row is None:
+def _target_database(settings: Settings, root: Path) -> Path:
+    """The workspace's own database file, where a restore always puts it; refused
+    when this environment's AMELIO_DATABASE_URL would open another one after it."""
+    own = root / DATABASE
+    named = _sqlite_database(settings, root, "restore")
+    if named != own.resolve():
         raise ConfigError(
-            f"The database {path} has no migration recorded: run `amelio db upgrade`."
+            f"AMELIO_DATABASE_URL names {named}, but a restore puts the database in the "
+            f"workspace, {own}: unset AMELIO_DATABASE_URL (or point it there), then "
+            "restore again."
         )
-    return str(row[0])
-
-
-def _row_counts(path: Path, cap: dict[str, int] | None = None) -> dict[str, int]:
-    """Rows per table of the SQLite file at ``path`` (see :func:`archive.row_counts`)."""
-    engine = sa.create_engine(f"sqlite:///{path}")
-    try:
-        with engine.connect() as conn:
-            return count_rows(conn, cap=cap)
-    finally:
-        engine.dispose()
+    return own
 
 
 def _key_of(settings: Settings, key_file: Path | None) -> tuple[str, str | None]:

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import sqlalchemy as sa
 
@@ -39,7 +39,16 @@ from amelio import db
 from amelio._version import __version__
 from amelio.db.schema import aware, metadata, utcnow
 from amelio.errors import ConfigError, InvalidInput
-from amelio.ops.archive import EXPORT, MANIFEST, Archive, Manifest, member, row_counts, table_file
+from amelio.ops.archive import (
+    EXPORT,
+    MANIFEST,
+    Archive,
+    Manifest,
+    bad_name,
+    member,
+    row_counts,
+    table_file,
+)
 from amelio.workspace.folder import Workspace
 
 __all__ = [
@@ -228,14 +237,17 @@ def export_workspace(
         raise InvalidInput(
             f"{dest} is not empty: choose a new folder, or pass --force to write over it."
         )
-    (dest / "tables").mkdir(parents=True, exist_ok=True)
+    if (dest / "tables").is_symlink():  # a link planted to be written through
+        (dest / "tables").unlink()
+    dest.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (dest / "tables").mkdir(exist_ok=True, mode=0o700)
     revision = db.current_revision(ws.engine) or ""
     report = ExportReport(str(dest), revision, with_secret_key=with_secret_key)
     with _snapshot(ws.engine) as conn:
         for table in _tables():
             path = dest / table_file(table.name)
             count = 0
-            with path.open("w", encoding="utf-8", newline="\n") as out:
+            with _private(path) as out:
                 for row in _rows(conn, table):
                     out.write(_line(table, row))
                     count += 1
@@ -243,9 +255,8 @@ def export_workspace(
     if with_secret_key:
         from amelio.privacy.signing import secret_key
 
-        secret = dest / SECRET_FILE
-        secret.write_bytes(secret_key(ws.settings))
-        os.chmod(secret, 0o600)
+        with _private(dest / SECRET_FILE) as out:
+            out.write(secret_key(ws.settings).decode("utf-8"))
     manifest = Manifest(
         format=EXPORT,
         amelio_version=__version__,
@@ -255,8 +266,18 @@ def export_workspace(
         tables=report.tables,
         key_source="file" if with_secret_key else "none",
     )
-    (dest / MANIFEST).write_text(manifest.dumps(), encoding="utf-8")
+    with _private(dest / MANIFEST) as out:
+        out.write(manifest.dumps())
     return report
+
+
+def _private(path: Path) -> IO[str]:
+    """A new file at ``path`` readable by its owner only (an export holds every
+    interaction): what was there, an earlier export's file or a link planted to be
+    written through, is replaced, never followed."""
+    path.unlink(missing_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    return os.fdopen(os.open(path, flags, 0o600), "w", encoding="utf-8", newline="\n")
 
 
 # -- import -------------------------------------------------------------------------------
@@ -350,6 +371,9 @@ def import_workspace(ws: Workspace, src: Path) -> ImportReport:
             rows = _lines(src / table_file(table.name), table)
             report.tables[table.name] = _insert(conn, table, rows)
         export.check_rows(manifest.tables, report.tables)
+        wrong = bad_name(conn)
+        if wrong is not None:  # skills/../../x: a later export would write outside
+            raise InvalidInput(f"The export cannot be imported: {wrong}.")
         _reset_sequences(conn)
     if brought is not None:
         report.secret_key = _adopt_secret(ws, brought)

@@ -177,7 +177,7 @@ class Signer:
 def _staged(path: Path, data: bytes) -> Path:
     """``data`` written whole and synced to a private file beside ``path``, to be
     moved or linked into place: nobody ever reads a half-written key."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     staged = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
     fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:

@@ -29,9 +29,11 @@ from amelio.skills.model import SkillSpec
 __all__ = [
     "REGISTRY_FILE",
     "SKILL_FILE",
+    "check_skill_name",
     "parse_skill_md",
     "read_skills",
     "render_skill_md",
+    "valid_skill_name",
     "write_skill",
     "write_skills",
 ]
@@ -39,7 +41,7 @@ __all__ = [
 SKILL_FILE = "SKILL.md"
 REGISTRY_FILE = "_registry.json"
 _LEGACY_SKILL_FILES = ("SKILL.md", "skill.md")
-_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
+_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 _KNOWN_KEYS = ("name", "description", "triggers", "keywords")
 _MAX_FILE_BYTES = 1_000_000
 
@@ -57,6 +59,25 @@ def _read_text(path: Path) -> str:
         ) from exc
     except OSError as exc:
         raise SkillFileError(f"cannot read: {exc.strerror}", file=str(path)) from exc
+
+
+def valid_skill_name(name: object) -> bool:
+    """Whether ``name`` can name a skill: it becomes a folder (``skills/<name>/``), so
+    the whole of it must be the safe alphabet, with no separator, dot or newline."""
+    return isinstance(name, str) and _NAME.fullmatch(name) is not None
+
+
+def check_skill_name(name: object, *, file: str | None = None) -> str:
+    """``name`` if it can name a skill (:func:`valid_skill_name`), else
+    :class:`SkillFileError` naming it (and ``file``, where it was read)."""
+    if not valid_skill_name(name):
+        raise SkillFileError(
+            f"{name!r} is not a valid skill name: 1-64 lowercase letters, digits or '-'",
+            file=file,
+            field="name",
+        )
+    assert isinstance(name, str)
+    return name
 
 
 #: Bounds of SKILL.md ``examples:``, the messages a skill is for (the learned router's).
@@ -204,12 +225,7 @@ def parse_skill_md(
     name = meta.get("name", default_name if not meta else None)
     if name is None:
         raise SkillFileError("missing", file=source, field="name")
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise SkillFileError(
-            f"{name!r} is not a valid skill name: 1-64 lowercase letters, digits or '-'",
-            file=source,
-            field="name",
-        )
+    check_skill_name(name, file=source)
     if default_name is not None and name != default_name:
         raise SkillFileError(
             f"{name!r} does not match its folder {default_name!r}", file=source, field="name"
@@ -365,6 +381,7 @@ def render_skill_md(spec: SkillSpec) -> str:
 
 def write_skill(spec: SkillSpec, folder: Path) -> list[Path]:
     """Write one skill's folder; returns the files written."""
+    check_skill_name(spec.name)
     folder.mkdir(parents=True, exist_ok=True)
     written = [folder / SKILL_FILE]
     (folder / SKILL_FILE).write_text(render_skill_md(spec), encoding="utf-8")
@@ -381,7 +398,12 @@ def write_skill(spec: SkillSpec, folder: Path) -> list[Path]:
 
 
 def write_skills(specs: Iterable[SkillSpec], dest: str | Path) -> list[Path]:
+    """Write each skill to ``dest/<name>/``; every name is checked before anything is
+    written, so a bad one (a database restored from elsewhere) writes nothing."""
     root = Path(dest)
+    specs = list(specs)
+    for spec in specs:
+        check_skill_name(spec.name)
     root.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for spec in specs:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import secrets
 import threading
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -31,7 +31,7 @@ import sqlalchemy as sa
 
 from amelio import db, evals
 from amelio.db.schema import routing_state, skill_events, skill_versions, skills, utcnow
-from amelio.errors import Conflict, InvalidInput, SkillNotFound
+from amelio.errors import Conflict, InvalidInput, SkillFileError, SkillNotFound
 from amelio.skills import files
 from amelio.skills.model import Skill, SkillSpec, SkillVersion
 from amelio.workspace.projects import DEFAULT_PROJECT, ensure_project, project_id
@@ -55,6 +55,7 @@ __all__ = [
     "spec_from_row",
     "update_project_skill",
     "update_skill",
+    "version_of_file",
     "visible_skills",
     "write_version",
 ]
@@ -220,6 +221,7 @@ def write_version(
     skill's new version) goes through the same compare-and-set; anything else calls
     :func:`update_skill`, :func:`save_skills` or :func:`fork_skill`.
     """
+    files.check_skill_name(spec.name)  # every way in (API, proposals, imports) ends here
     now = utcnow()
     author, reason = author[:200], reason[:10_000]
     row = find_skill_row(conn, spec.name, pid, lock=True)
@@ -529,6 +531,26 @@ def update_skill(
         new = find_skill_row(conn, name, pid)
         assert new is not None
     return _skill_from_row(new, scope)
+
+
+def version_of_file(
+    engine: sa.Engine, name: str, project: str | None = None
+) -> Callable[[bytes], int | None]:
+    """Which version of skill ``name`` (as ``project`` sees it) a SKILL.md's bytes
+    hold: the newest with that front matter and body, or None (a hand edit). It
+    names the backups an older Amelio wrote by position."""
+    newest: dict[str, int] = {}
+    for v in list_versions(engine, name, project):  # oldest first: the newest wins
+        newest[replace(v.spec, evals=None).content_hash()] = v.version
+
+    def version_of(raw: bytes) -> int | None:
+        try:
+            spec = files.parse_skill_md(raw.decode("utf-8"), source=name, default_name=name)
+        except (SkillFileError, UnicodeDecodeError):
+            return None
+        return newest.get(spec.content_hash())
+
+    return version_of
 
 
 def fork_skill(engine: sa.Engine, name: str, project: str, *, author: str) -> Skill:

@@ -9,19 +9,24 @@ the folder is a view of one project's skills that people may also edit::
       <name>/SKILL.md              the approved version, rendered
       <name>/<name>.evals.json     the eval rules (agents load only SKILL.md and
                                    the files it links to, so they never read it)
-      <name>/SKILL.v1.md …         earlier versions, by the usual rotation
+      <name>/SKILL.v7.md …         earlier versions, named by registry version
+                                   (the 3 newest), by the usual rotation
+      <name>/SKILL.edited.md       the last hand edit the registry's version replaced
 
 One pass (:func:`sync_skills`) looks at every skill of the registry, the folder
 and the state file, and for each one:
 
 * the registry has a version the folder does not → it is written with the
-  crash-safe rotation of :mod:`amelio.improve.rotation` (``SKILL.md`` becomes
-  ``SKILL.v1.md``);
+  crash-safe rotation of :mod:`amelio.improve.rotation` (``SKILL.md``, at v7,
+  becomes ``SKILL.v7.md``);
 * the folder's files differ from what the last pass wrote → a hand edit: its
   body becomes a pending proposal (``proposed_by="human"``) and the file stays
   as the person wrote it until the proposal is decided. Approved, the folder is
-  adopted as is; rejected, the registry's version is written back and the edit
-  survives as ``SKILL.v1.md``;
+  adopted as is and the version it replaced rotates to its backup; rejected,
+  the registry's version is written back and the edit survives as
+  ``SKILL.edited.md``. An edit made on a version the registry has since moved
+  past is refused (``stale``), as a stale proposal is: approving it would undo
+  the newer versions;
 * a folder the registry does not know → a proposal for a new skill, validated
   as ``amelio skills import`` would validate it;
 * a skill whose folder was deleted → reported, never deleted from the registry.
@@ -38,10 +43,8 @@ One sync per folder at a time: run either ``--watch`` or one-off passes.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import re
+import shlex
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,31 +53,41 @@ from typing import Any
 
 import watchfiles
 
-from amelio.errors import AmelioError, InvalidInput, SkillFileError
+from amelio.errors import AmelioError, InvalidInput
 from amelio.improve import proposals, rotation
-from amelio.skills import files
+from amelio.skills import files, sync_files
 from amelio.skills.model import Skill, SkillSpec
-from amelio.skills.store import list_skills, list_versions
+from amelio.skills.store import list_skills, list_versions, version_of_file
+from amelio.skills.sync_files import (
+    STATE_FILE,
+    link_out,
+    load_state,
+    save_state,
+    skill_folders,
+    state_entry,
+    watch_filter,
+    write_version_files,
+)
 from amelio.workspace.folder import Workspace
 from amelio.workspace.projects import DEFAULT_PROJECT
 
 __all__ = ["ACTIONS", "STATE_FILE", "SyncItem", "SyncReport", "sync_skills", "watch_skills"]
 
-STATE_FILE = ".amelio-sync.json"
-_STATE_FORMAT = 1
-_BACKUP = re.compile(r"^SKILL\.v[1-9][0-9]*\.md$")
 _META_FIELDS = ("description", "triggers", "keywords", "extra", "evals")
 
 #: What a pass did (or, with ``dry_run``, would do) for one skill.
 ACTIONS = {
     "unchanged": "folder and registry agree",
     "write": "the registry's version was written to the folder (rotated)",
-    "adopt": "the folder already held the registry's version; only remembered it",
+    "adopt": "the folder already held the registry's version; remembered it (after "
+    "an approved hand edit, the version it replaced rotates to SKILL.v<N>.md)",
     "propose": "a hand edit became a pending proposal; the file is kept as written",
     "pending": "a hand edit waits for its proposal's decision; the file is kept",
     "kept": "a hand edit that is not a proposal (front matter or evals only); kept",
+    "stale": "a hand edit made on a version the registry has moved past: not "
+    "proposed (approving it would undo the newer versions); the file is kept",
     "restore": "a hand edit's proposal was declined; the registry's version was "
-    "written back and the edit kept as SKILL.v1.md",
+    f"written back and the edit kept as {rotation.EDITED}",
     "new": "a folder the registry does not know became a new-skill proposal",
     "declined": "a new-skill proposal was declined; the folder is left alone",
     "missing": "the folder was deleted; the registry keeps the skill",
@@ -119,6 +132,11 @@ class SyncReport:
     def errors(self) -> list[SyncItem]:
         return [i for i in self.items if i.action == "error"]
 
+    @property
+    def failures(self) -> list[SyncItem]:
+        """The skills this pass could not bring in step: errors and stale edits."""
+        return [i for i in self.items if i.action in ("error", "stale")]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "folder": self.folder,
@@ -126,95 +144,6 @@ class SyncReport:
             "dryRun": self.dry_run,
             "items": [i.to_dict() for i in self.items],
         }
-
-
-# -- the state file -----------------------------------------------------------------------
-
-
-def _load_state(root: Path, project: str | None) -> dict[str, dict[str, Any]]:
-    """The per-skill entries of ``DIR/.amelio-sync.json`` (empty when there is none)."""
-    path = root / STATE_FILE
-    if not path.is_file():
-        return {}
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        if doc.get("format") != _STATE_FORMAT or not isinstance(doc.get("skills"), dict):
-            raise ValueError("unknown format")
-    except (ValueError, AttributeError, UnicodeDecodeError) as exc:
-        raise SkillFileError(
-            f"unreadable sync state ({exc}); delete it and sync again: "
-            "files that match the registry are recognised, others proposed",
-            file=str(path),
-        ) from exc
-    if doc.get("project") != project:
-        was = doc.get("project")
-        raise InvalidInput(
-            f"{root} is synced for {'project ' + repr(was) if was else 'the global view'}; "
-            f"sync it with {'--project ' + str(was) if was else 'no --project'}, or use "
-            "another folder.",
-            folder=str(root),
-        )
-    return {str(k): dict(v) for k, v in doc["skills"].items() if isinstance(v, dict)}
-
-
-def _save_state(root: Path, project: str | None, entries: dict[str, dict[str, Any]]) -> None:
-    """Replace the state file atomically, so a crash leaves the old one or the new one."""
-    doc = {
-        "format": _STATE_FORMAT,
-        "project": project,
-        "skills": {k: entries[k] for k in sorted(entries)},
-    }
-    temp = root / f".{STATE_FILE}{rotation.TEMP_SUFFIX}"
-    temp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    os.replace(temp, root / STATE_FILE)
-
-
-# -- reading and writing one skill folder --------------------------------------------------
-
-
-def _files_hash(folder: Path, name: str) -> str:
-    """SKILL.md and the evals side file, as one hash: either changing is an edit."""
-    digest = hashlib.sha256((folder / files.SKILL_FILE).read_bytes())
-    evals_path = folder / f"{name}.evals.json"
-    digest.update(b"\0" + (evals_path.read_bytes() if evals_path.is_file() else b"-"))
-    return digest.hexdigest()
-
-
-def _evals_json(spec: SkillSpec) -> str | None:
-    if spec.evals is None:
-        return None
-    return (
-        json.dumps(
-            {"version": 1, "skill": spec.name, "rules": [dict(r) for r in spec.evals]},
-            indent=2,
-            ensure_ascii=False,
-        )
-        + "\n"
-    )
-
-
-def _write(folder: Path, skill: Skill) -> str:
-    """Write the registry's version with the rotation; returns the new files' hash."""
-    folder.mkdir(parents=True, exist_ok=True)
-    rotation.recover(folder, lambda version: skill.version >= version)
-    staged = rotation.stage_rotation(
-        folder,
-        skill_md=files.render_skill_md(skill.spec),
-        evals_json=_evals_json(skill.spec),
-        evals_name=f"{skill.name}.evals.json",
-        target_version=skill.version,
-    )
-    staged.apply()  # the version is committed already: there is nothing to wait for
-    return _files_hash(folder, skill.name)
-
-
-def _entry(skill: Skill, files_hash: str) -> dict[str, Any]:
-    return {
-        "version": skill.version,
-        "scope": skill.scope,
-        "registryHash": skill.spec.content_hash(),
-        "filesHash": files_hash,
-    }
 
 
 def _changed_fields(a: SkillSpec, b: SkillSpec) -> list[str]:
@@ -254,14 +183,24 @@ class _Pass:
         if old.status == "pending":
             proposals.reject_proposal(self.ws, old.id, actor=self.author, reason=why)
 
-    def write(self, skill: Skill, action: str, detail: str, **kw: Any) -> None:
+    def write(
+        self,
+        skill: Skill,
+        action: str,
+        detail: str,
+        current: int | None,
+        replaced: SkillSpec | None = None,
+        **kw: Any,
+    ) -> None:
+        """Bring the folder to ``skill`` (see :func:`_write`)."""
         if not self.dry_run:
-            self.state[skill.name] = _entry(skill, _write(self.root / skill.name, skill))
+            written = write_version_files(self.root / skill.name, skill, current, replaced)
+            self.state[skill.name] = state_entry(skill, written)
         self.add(skill.name, action, detail, version=skill.version, **kw)
 
     def adopt(self, skill: Skill, files_hash: str, detail: str) -> None:
         if not self.dry_run:
-            self.state[skill.name] = _entry(skill, files_hash)
+            self.state[skill.name] = state_entry(skill, files_hash)
         self.add(skill.name, "adopt", detail, version=skill.version)
 
     # -- a skill the registry holds --------------------------------------------------------
@@ -271,7 +210,7 @@ class _Pass:
         entry = self.state.get(skill.name)
         if not (folder / files.SKILL_FILE).is_file():
             if entry is None:
-                self.write(skill, "write", f"new in the folder at v{skill.version}")
+                self.write(skill, "write", f"new in the folder at v{skill.version}", None)
             else:
                 if not self.dry_run:
                     self.state[skill.name] = {**entry, "deleted": True}
@@ -286,7 +225,10 @@ class _Pass:
             return
         if not self.dry_run:
             rotation.recover(folder, lambda version: skill.version >= version)
-        files_hash = _files_hash(folder, skill.name)
+            rotation.rename_backups(
+                folder, version_of_file(self.ws.engine, skill.name, self.view), skill.version
+            )
+        files_hash = sync_files.files_hash(folder, skill.name)
         if (
             entry is not None
             and entry.get("proposal") is not None
@@ -307,7 +249,9 @@ class _Pass:
             if entry.get("registryHash") == skill.spec.content_hash():
                 self.add(skill.name, "unchanged", undone, version=skill.version)
             else:
-                self.write(skill, "write", f"v{entry.get('version')} → v{skill.version}")
+                was = entry.get("version")
+                held = was if isinstance(was, int) else None
+                self.write(skill, "write", f"v{was} → v{skill.version}", held)
         else:
             self.edited(skill, entry, files_hash)
 
@@ -318,21 +262,34 @@ class _Pass:
             self.add(
                 skill.name,
                 "pending",
-                f"proposal #{proposal.id} awaits a decision (`amelio proposals show`)",
+                f"proposal #{proposal.id} awaits a decision: `amelio proposals diff "
+                f"{proposal.id}`, then `amelio proposals approve {proposal.id}` (or reject)",
                 version=skill.version,
                 proposal_id=proposal.id,
             )
             return
         if proposal.status == "approved":
-            if self.parse(skill.name) == skill.spec:
-                self.adopt(
-                    skill, files_hash, f"proposal #{proposal.id} approved as v{skill.version}"
+            base = proposal.base_version
+            replaced = self.version(skill.name, base)
+            if self.parse(skill.name) == skill.spec and replaced is None:  # a new skill
+                self.adopt(skill, files_hash, f"proposal #{proposal.id} approved as v1")
+            elif self.parse(skill.name) == skill.spec:
+                self.write(
+                    skill,
+                    "adopt",
+                    f"proposal #{proposal.id} approved as v{skill.version}; v{base} "
+                    f"kept as {rotation.backup_name(base)}",
+                    base,
+                    replaced,
+                    proposal_id=proposal.id,
                 )
             else:
                 self.write(
                     skill,
                     "write",
-                    f"proposal #{proposal.id} approved; v{skill.version} written",
+                    f"proposal #{proposal.id} approved; v{skill.version} written, the "
+                    f"rest of the edit kept as {rotation.EDITED}",
+                    None,
                     proposal_id=proposal.id,
                 )
             return
@@ -340,7 +297,8 @@ class _Pass:
             skill,
             "restore",
             f"proposal #{proposal.id} was {proposal.status}; "
-            f"v{skill.version} written back, the edit kept as SKILL.v1.md",
+            f"v{skill.version} written back, the edit kept as {rotation.EDITED}",
+            None,
             proposal_id=proposal.id,
         )
 
@@ -349,16 +307,23 @@ class _Pass:
         (spec,) = files.read_skills(self.root / name)
         return spec
 
-    def base(self, skill: Skill, entry: dict[str, Any] | None) -> SkillSpec:
+    def version(self, name: str, number: int) -> SkillSpec | None:
+        """Version ``number`` of skill ``name`` as this view sees it (None: no such)."""
+        for v in list_versions(self.ws.engine, name, self.view):
+            if v.version == number:
+                return v.spec
+        return None
+
+    def base(self, skill: Skill, entry: dict[str, Any] | None) -> tuple[int, SkillSpec]:
         """The registry version the folder was last written from (else the current one)."""
         if entry is None or entry.get("registryHash") == skill.spec.content_hash():
-            return skill.spec
+            return skill.version, skill.spec
         for version in list_versions(self.ws.engine, skill.name, self.view):
             if version.version == entry.get("version") and version.spec.content_hash() == entry.get(
                 "registryHash"
             ):
-                return version.spec
-        return skill.spec
+                return version.version, version.spec
+        return skill.version, skill.spec
 
     def edited(self, skill: Skill, entry: dict[str, Any] | None, files_hash: str) -> None:
         """The files differ from what this sync last wrote (or it never wrote them)."""
@@ -378,36 +343,63 @@ class _Pass:
                 for v in list_versions(self.ws.engine, skill.name, self.view)
             }
             if spec.content_hash() in older:
+                held = older[spec.content_hash()]
                 self.write(
-                    skill,
-                    "write",
-                    f"the folder held v{older[spec.content_hash()]}; v{skill.version} written",
+                    skill, "write", f"the folder held v{held}; v{skill.version} written", held
                 )
                 return
-        base = self.base(skill, entry)
+        number, base = self.base(skill, entry)
         moved = base.content_hash() != skill.spec.content_hash()
         not_proposed = _changed_fields(spec, base)
         if spec.content == base.content or spec.content == skill.spec.content:
             self.withdraw(skill.name, entry, "the body edit was undone in the folder")
             if moved:
-                lost = (
-                    f"; the edit of {', '.join(not_proposed)} is kept as SKILL.v1.md"
-                    if not_proposed
-                    else ""
+                lost = f"; the edit of {', '.join(not_proposed)} is kept as {rotation.EDITED}"
+                self.write(
+                    skill,
+                    "write",
+                    f"v{skill.version} written{lost if not_proposed else ''}",
+                    None if not_proposed or spec != base else number,
                 )
-                self.write(skill, "write", f"v{skill.version} written{lost}")
             else:
-                self.add(
-                    skill.name,
-                    "kept",
-                    f"{', '.join(not_proposed)} edited in the folder: "
-                    "only a SKILL.md body edit becomes a proposal; change these with "
-                    "`amelio` or the API. The file is kept as written.",
-                    version=skill.version,
-                    file=str(self.root / skill.name),
-                )
+                self.kept(skill, not_proposed)
+            return
+        if base.content != skill.spec.content:
+            self.stale(skill, number)
             return
         self.propose(skill, entry, spec, files_hash, not_proposed, moved)
+
+    def kept(self, skill: Skill, edited: list[str]) -> None:
+        """Front matter or evals edited: no proposal carries them, a command applies them."""
+        folder = shlex.quote(str(self.root / skill.name))
+        where = f" --project {self.project}" if self.project else ""
+        self.add(
+            skill.name,
+            "kept",
+            f"{', '.join(edited)} edited in the folder, which only a SKILL.md body "
+            f"edit proposes: apply them with `amelio skills import {folder}{where}` "
+            "(a new version at once), or undo them. The file is kept as written.",
+            version=skill.version,
+            file=str(self.root / skill.name),
+        )
+
+    def stale(self, skill: Skill, number: int) -> None:
+        """A body edit made on version ``number``, which the registry has moved past:
+        proposed, its approval would silently undo the versions since, so it is not."""
+        path = self.root / skill.name / files.SKILL_FILE
+        where = f" --project {self.project}" if self.project else ""
+        self.add(
+            skill.name,
+            "stale",
+            f"edited on v{number}, and the registry is at v{skill.version}: not proposed, "
+            f"as approving it would undo v{number + 1}–v{skill.version}. Compare with "
+            f"`amelio skills show {skill.name} --version {number}{where}` and "
+            f"`amelio skills show {skill.name}{where}`, then redo the edit on "
+            f"v{skill.version} (put the file back as it was to have v{skill.version} "
+            "written, then edit it again).",
+            version=skill.version,
+            file=str(path),
+        )
 
     def propose(
         self,
@@ -420,11 +412,8 @@ class _Pass:
     ) -> None:
         path = str(self.root / skill.name / files.SKILL_FILE)
         notes = []
-        if moved:
-            notes.append(
-                f"the registry moved on to v{skill.version} since this folder was "
-                "written: check the diff"
-            )
+        if moved:  # in its front matter only: the body edit undoes nothing
+            notes.append(f"written on an older version; its body is v{skill.version}'s")
         if not_proposed:
             notes.append(f"{', '.join(not_proposed)} edits are not part of it")
         note = f" ({'; '.join(notes)})" if notes else ""
@@ -465,7 +454,7 @@ class _Pass:
             )
             return
         self.state[skill.name] = {
-            **(entry or _entry(skill, "")),
+            **(entry or state_entry(skill, "")),
             "proposal": made.id,
             "proposedHash": files_hash,
             "deleted": False,
@@ -473,7 +462,8 @@ class _Pass:
         self.add(
             skill.name,
             "propose",
-            f"proposal #{made.id}; the file is kept as written{note}",
+            f"proposal #{made.id} (`amelio proposals approve {made.id}` applies it); "
+            f"the file is kept as written{note}",
             version=skill.version,
             proposal_id=made.id,
             file=path,
@@ -486,7 +476,7 @@ class _Pass:
         entry = self.state.get(name)
         path = str(folder / files.SKILL_FILE)
         try:
-            files_hash = _files_hash(folder, name)
+            files_hash = sync_files.files_hash(folder, name)
             if (
                 entry is not None
                 and entry.get("proposal") is not None
@@ -548,14 +538,6 @@ def _error_item(skill: str, exc: AmelioError | OSError) -> SyncItem:
     )
 
 
-def _folders(root: Path) -> list[str]:
-    return sorted(
-        p.name
-        for p in root.iterdir()
-        if p.is_dir() and not p.name.startswith(".") and (p / files.SKILL_FILE).is_file()
-    )
-
-
 def sync_skills(
     ws: Workspace,
     folder: str | Path,
@@ -573,15 +555,33 @@ def sync_skills(
     root = Path(folder).resolve()
     if root.exists() and not root.is_dir():
         raise InvalidInput(f"{root} is not a folder.", folder=str(root))
-    state = _load_state(root, project) if root.is_dir() else {}
+    state = load_state(root, project) if root.is_dir() else {}
     report = SyncReport(str(root), project, dry_run)
     run = _Pass(ws, root, project, (author or f"skills sync {root}")[:200], dry_run, state, report)
     registry = {s.name: s for s in list_skills(ws.engine, run.view)}
     if not dry_run:
         root.mkdir(parents=True, exist_ok=True)
-    present = _folders(root) if root.is_dir() else []
+    present = skill_folders(root) if root.is_dir() else []
     for name in sorted(set(registry) | set(present)):
         try:
+            if not files.valid_skill_name(name):  # a database restored from elsewhere
+                run.add(
+                    name,
+                    "error",
+                    "not a valid skill name: 1-64 lowercase letters, "
+                    "digits or '-', no path; skipped",
+                )
+                continue
+            link = link_out(root, name)
+            if link is not None:
+                run.add(
+                    name,
+                    "error",
+                    f"{link} is a link to {link.resolve()}, outside {root}: skipped, "
+                    "nothing read or written through it",
+                    file=str(link),
+                )
+                continue
             if name in registry:
                 run.registered(registry[name])
             else:
@@ -591,24 +591,11 @@ def sync_skills(
     for name in set(state) - set(registry) - set(present):
         del state[name]  # a new-skill folder deleted before its proposal was decided
     if not dry_run:
-        _save_state(root, project, state)
+        save_state(root, project, state)
     return report
 
 
 # -- watching ------------------------------------------------------------------------------
-
-
-def _watch_filter(root: Path) -> Callable[[watchfiles.Change, str], bool]:
-    """Files a person edits: no dot-files (state, journals, copies), no SKILL.vN.md."""
-
-    def keep(change: watchfiles.Change, path: str) -> bool:
-        try:
-            parts = Path(path).resolve().relative_to(root).parts
-        except ValueError:
-            return False
-        return not any(p.startswith(".") for p in parts) and not _BACKUP.match(parts[-1])
-
-    return keep
 
 
 def watch_skills(
@@ -641,7 +628,7 @@ def watch_skills(
     one_pass()
     for _changes in watchfiles.watch(
         os.fspath(root),
-        watch_filter=_watch_filter(root),
+        watch_filter=watch_filter(root),
         stop_event=stop_event,
         debounce=debounce_ms,
         step=step_ms,

@@ -61,7 +61,7 @@ def init_workspace(path: str | os.PathLike[str]) -> tuple[Workspace, bool]:
         raise ConfigError(f"{root} exists and is not a folder.")
     root.mkdir(parents=True, exist_ok=True)
     (root / "skills").mkdir(exist_ok=True)
-    (root / DATA_DIR).mkdir(exist_ok=True)
+    (root / DATA_DIR).mkdir(exist_ok=True, mode=0o700)  # the database, the secret key
     gitignore = root / DATA_DIR / ".gitignore"
     if not gitignore.exists():
         gitignore.write_text("*\n", encoding="utf-8")

@@ -26,11 +26,12 @@ __all__ = [
     "list_projects",
     "project_id",
     "require_project",
+    "valid_name",
     "validate_name",
 ]
 
 DEFAULT_PROJECT = "default"
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
+_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,99}")
 
 
 @dataclass(frozen=True)
@@ -40,9 +41,15 @@ class Project:
     created_at: datetime
 
 
+def valid_name(name: object) -> bool:
+    """Names end up in paths and URLs, so the whole name (no trailing newline, no
+    separator, no dot) is kept to a safe alphabet."""
+    return isinstance(name, str) and _NAME.fullmatch(name) is not None
+
+
 def validate_name(name: str, *, what: str = "project") -> str:
-    """Names end up in paths and URLs, so they are kept to a safe alphabet."""
-    if not isinstance(name, str) or not _NAME.match(name):
+    """``name`` if it is :func:`valid_name`, else :class:`InvalidInput` saying why."""
+    if not valid_name(name):
         raise InvalidInput(
             f"Invalid {what} name {name!r}: use 1-100 lowercase letters, digits, '-' or '_', "
             "starting with a letter or digit.",
