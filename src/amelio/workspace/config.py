@@ -468,6 +468,32 @@ class Settings(BaseSettings):
         description="Share of agreeing contributions the server "
         "checks by embedding the texts itself (a disagreement is always checked).",
     )
+    contributions_related_seconds: int = Field(
+        default=120,
+        ge=0,
+        le=86_400,
+        description="Browser identities one client key minted within this many seconds "
+        "of each other never verify each other's results nor hold the same task, as "
+        "identities minted from one network (IPv4 /24, IPv6 /48) never do: a script "
+        "minting a pair at once is one contributor. 0: only the network counts.",
+    )
+    contributions_probation: int = Field(
+        default=3,
+        ge=0,
+        le=1000,
+        description="Results of a new browser identity the server checks by embedding "
+        "the texts itself, each accepted or rejected at once, before other clients' "
+        "agreement may vouch for it: it leaves probation after this many confirmed by the "
+        "server (agreeing peers do not count). 0: no probation.",
+    )
+    contributions_network_tasks: int = Field(
+        default=32,
+        ge=1,
+        le=10_000,
+        description="Leased tasks the browser identities of one network (IPv4 /24, IPv6 "
+        "/48) may hold at once, besides 8 for each identity, so that no group of "
+        "identities can hold the queue.",
+    )
     host: str = Field(default="127.0.0.1", description="Address `amelio serve` binds to.")
     port: int = Field(default=8000, ge=1, le=65535, description="Port `amelio serve` binds to.")
     max_text_chars: int = Field(
