@@ -8,9 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from amelio.contributions import TRUST_FLOOR, policy
+from amelio.contributions.service import PROBATION_SAMPLE
 from amelio.contributions.trust import Contributor, network_id, network_of, related
+from amelio.db.schema import contribution_clients as clients
 from amelio.embeddings import Embedder, load_embedder
 from amelio.search.documents import Document
 from amelio.workspace.folder import Workspace
@@ -249,3 +252,35 @@ def test_the_server_estimate_of_a_task_grows_with_its_texts() -> None:
     assert policy.task_cost_ms(MODEL, long) == pytest.approx(
         2 * policy.task_cost_ms(MODEL, long[:4])
     )
+
+
+def test_a_new_identitys_larger_results_are_sampled_and_still_need_a_peer(
+    sqlite_workspace: Workspace, wordllama: Embedder
+) -> None:
+    """Tasks of more texts than the sample: the server embeds a sample of a new
+    identity's result, rejects it at once when the sample is wrong, and otherwise
+    leaves it to an independent client's agreement."""
+    with open_site(
+        sqlite_workspace, wordllama, docs=36, contributions_batch=12, **DEFENCES
+    ) as site:
+        newcomer = site.browser()
+        [task] = newcomer.tasks()
+        assert newcomer.verdict(task)["status"] == "pending"  # its sample was right
+        assert site.embedder.texts == PROBATION_SAMPLE and site.vectors() == {}
+
+        liar = site.browser()
+        [other] = liar.tasks()
+        caught = liar.verdict(other, forged(other))
+        assert caught["status"] == "rejected" and caught["trust"] < TRUST_FLOOR
+        assert site.embedder.texts == 2 * PROBATION_SAMPLE
+
+        site.clock.now += DEFENCES["contributions_related_seconds"] + 1
+        peer = site.browser()  # another network, minted later: independent
+        [same] = peer.tasks()
+        assert same["taskId"] == task["taskId"]  # the half-done task first
+        assert peer.verdict(same)["status"] == "accepted"
+        assert len(site.vectors()) == 12 and site.embedder.texts == 3 * PROBATION_SAMPLE
+        with site.ws.engine.connect() as conn:
+            checked = dict(conn.execute(sa.select(clients.c.id, clients.c.checked)).all())
+        ids = {b.lease()["clientId"]: b for b in (newcomer, liar, peer)}
+        assert {ids[i]: n for i, n in checked.items()} == {newcomer: 1, liar: 0, peer: 1}

@@ -20,9 +20,10 @@ sends is believed on its word:
   ``contributions_network_tasks``.
 * **Verification**: a result is accepted when an independent client's result
   agrees (every vector's cosine at least ``contributions_tolerance``), or when the
-  server's own embedding does (a spot-check: every result of a client on probation,
-  every disagreement, results of related clients, a result no independent client
-  matched in time, and a random ``contributions_spot_check`` share of agreements).
+  server's own embedding does (a spot-check: every disagreement, results of related
+  clients, a result no independent client matched in time, and a random
+  ``contributions_spot_check`` share of agreements). A result of a client on
+  probation is first checked on a sample of its texts (:data:`PROBATION_SAMPLE`).
   The task moves ``open → accepted`` by one conditional update under the task's row
   lock, then its vectors go into the store with :meth:`DocumentStore.put_vectors`:
   applied once. When a document changed since the task was made (its current text
@@ -37,8 +38,8 @@ sends is believed on its word:
 * **Trust** starts at 0.5, rises a little with each accepted result and drops
   sharply when a spot-check proves a result wrong; a client under
   :data:`TRUST_FLOOR` gets no tasks, and fewer tasks per lease as trust falls. A new
-  client is on probation until ``contributions_probation`` of its results were
-  confirmed by the server itself: peers' agreement does not end it.
+  client is on probation until ``contributions_probation`` of its results passed the
+  server's own check: peers' agreement does not end it.
 * **Budgets**: each client's CPU-seconds over the last hour stay within its tier's
   :data:`CPU_SECONDS_PER_HOUR`, counted as the server's estimated cost of the tasks
   leased to it (done or not), or the client's own count when that is larger: what
@@ -47,6 +48,7 @@ sends is believed on its word:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -120,6 +122,11 @@ TRUST_PENALTY = 0.25
 MAX_TASKS_PER_LEASE = 8
 #: Distinct clients a task is leased to at once (two agreeing results accept it).
 CLIENTS_PER_TASK = 2
+#: Texts of a result of a client on probation that the server embeds to check it,
+#: drawn at random: a forger must have every one of them right to pass, and one that
+#: passes still needs an independent client's agreement to be accepted. A task of
+#: no more texts is checked whole, and judged at once.
+PROBATION_SAMPLE = 8
 #: Open tasks kept at most: the work in flight, and the claims a new batch skips.
 MAX_OPEN_TASKS = 256
 #: When to ask again (``retryAfterMs``), by why no task was given.
@@ -173,6 +180,20 @@ def _agree(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32], tolerance: fl
 def _counts(conn: sa.Connection, query: sa.Select[Any]) -> dict[str, int]:
     """``{key: count}`` from a query of (key, count) rows."""
     return {str(key): int(n) for key, n in conn.execute(query)}
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What verifying one result decided: verdicts for it and the task's other pending
+    results (none: it waits), the vectors to store, the cause of the server's check if
+    one ran, whether two clients disagreed, and the results on probation whose sampled
+    check passed (their verdicts, if any, came from peers)."""
+
+    verdicts: dict[int, _Verdict] = dataclasses.field(default_factory=dict)
+    vectors: npt.NDArray[np.float32] | None = None
+    cause: str | None = None
+    disagreed: bool = False
+    sampled: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -734,17 +755,15 @@ class Contributions:
         if isinstance(recorded, _Received):
             return self._again(recorded, client_id, now)
         task, mine, others = recorded
-        verdicts, vectors, checked, disagreed = self._verify(task, mine, others)
-        if not verdicts:
+        outcome = self._verify(task, mine, others)
+        if not outcome.verdicts and not outcome.sampled:
             # The first result of a task: nothing to settle, so no second transaction
             # (a second client's result settles both, under the task's lock).
             status, reason, trust = "pending", _WAITING, mine.who.trust
         else:
             owners = {p.id: p.client_id for p in (mine, *others)}
             with transaction(self.workspace.engine) as conn:
-                status, reason, trust = self._settle(
-                    conn, task.id, mine, owners, verdicts, vectors, checked, disagreed, now
-                )
+                status, reason, trust = self._settle(conn, task.id, mine, owners, outcome, now)
         RESULTS.labels(status).inc()
         return _answer(status, reason, trust)
 
@@ -801,23 +820,17 @@ class Contributions:
         pending = [p for p in results if p.status == "pending"]
         if task.state == "open":  # one round judges them all; else waiting for a second
             last = pending[-1] if pending else None
-            due = last is not None and (
-                len(pending) >= CLIENTS_PER_TASK
-                or lonely
-                or last.who.on_probation(self.settings.contributions_probation)
-            )
+            due = len(pending) >= CLIENTS_PER_TASK or lonely
             rounds = [(last, [p for p in results if p is not last])] if last and due else []
         else:  # late results, or a cancelled task's: each judged on its own
             accepted = [p for p in results if p.status == "accepted"]
             rounds = [(p, accepted) for p in pending]
         owners = {p.id: p.client_id for p in results}
         for mine, others in rounds:
-            verdicts, vectors, checked, disagreed = self._verify(task, mine, others, lonely=lonely)
-            if verdicts:
+            outcome = self._verify(task, mine, others, lonely=lonely)
+            if outcome.verdicts:
                 with transaction(self.workspace.engine) as conn:
-                    self._settle(
-                        conn, task.id, mine, owners, verdicts, vectors, checked, disagreed, now
-                    )
+                    self._settle(conn, task.id, mine, owners, outcome, now)
         if rounds:
             log.info("contributions: task %s's pending results were settled again", task_id)
 
@@ -988,80 +1001,99 @@ class Contributions:
 
     def _verify(
         self, task: sa.Row[Any], mine: _Pending, others: list[_Pending], *, lonely: bool = False
-    ) -> tuple[dict[int, _Verdict], npt.NDArray[np.float32] | None, str | None, bool]:
-        """Verdicts for this result and the task's other pending ones, the vectors to
-        store (None: none yet), the spot-check's cause if one ran, and whether two
-        clients disagreed. Runs outside any transaction: a spot-check embeds.
+    ) -> _Outcome:
+        """What becomes of this result and the task's other pending ones. Runs outside
+        any transaction: a check embeds.
 
-        Agreement accepts only between independent clients off probation; the server
-        embeds the texts itself for a client on probation, for related clients' results
-        (two of one party: their agreement proves nothing), for a disagreement, for a
-        ``lonely`` result no independent client came to match, and at random."""
+        Agreement accepts only between independent clients. The server embeds the
+        texts itself for a disagreement, for related clients' results (two of one
+        party: their agreement proves nothing), for a ``lonely`` result no independent
+        client came to match, and at random. A result of a client on probation is
+        checked on :data:`PROBATION_SAMPLE` of its texts (all of a task that small:
+        then it is judged at once); one that passes still needs an independent
+        client's agreement to be accepted, and counts towards the end of probation."""
         tolerance = self.settings.contributions_tolerance
-        probation = self.settings.contributions_probation
         window = self.settings.contributions_related_seconds * 1000
+        new = mine.who.on_probation(self.settings.contributions_probation)
         texts = task.input["texts"]
         if task.state == "cancelled":
-            return (
-                {mine.id: _Verdict("cancelled", f"The task was cancelled: {task.reason}.")},
-                None,
-                None,
-                False,
-            )
+            reason = f"The task was cancelled: {task.reason}."
+            return _Outcome({mine.id: _Verdict("cancelled", reason)})
         if task.state == "accepted":  # a late result: judged against the accepted one
-            done = [o for o in others if o.status == "accepted"]
-            agrees = bool(done) and _agree(mine.vectors, done[0].vectors, tolerance)
-            if (
-                agrees
-                and not related(mine.who, done[0].who, window)
-                and not mine.who.on_probation(probation)
-            ):
-                return (
-                    {
-                        mine.id: _Verdict(
-                            "accepted",
-                            "The task was already done; this result agrees with the accepted one.",
-                        )
-                    },
-                    None,
-                    None,
-                    False,
-                )
-            right = _agree(mine.vectors, self._embed(texts, task.model), tolerance)
-            if right and done and not agrees:
-                log.warning(
-                    "contributions: task %s was accepted with vectors the server's "
-                    "own embedding disagrees with",
-                    task.id,
-                )
-            return (
-                {mine.id: _checked(right)},
-                None,
-                "probation" if mine.who.on_probation(probation) else "late",
-                bool(done) and not agrees,
-            )
+            return self._verify_late(task, mine, others, new)
         pending = [o for o in others if o.status == "pending"]
         disagreed = any(not _agree(mine.vectors, o.vectors, tolerance) for o in pending)
-        cause: str | None
-        if any(p.who.on_probation(probation) for p in (mine, *pending)):
-            cause = "probation"
-        elif any(related(mine.who, p.who, window) for p in pending):
+        cause: str | None = None
+        if any(related(mine.who, p.who, window) for p in pending):
             cause = "related"
-        elif not pending:
-            if not lonely:
-                return {}, None, None, False  # wait for an independent second client
-            cause = "lonely"
         elif disagreed:
             cause = "disagreement"
-        elif self._rng.random() < self.settings.contributions_spot_check:
+        elif new and len(texts) <= PROBATION_SAMPLE:
+            cause = "probation"  # the sample is the whole task: judged at once
+        elif not pending and lonely:
+            cause = "lonely"
+        sampled: tuple[int, ...] = ()
+        if cause is None and new:
+            if not self._sample_agrees(task, mine):
+                return _Outcome({mine.id: _checked(False)}, cause="probation")
+            sampled = (mine.id,)
+        if cause is None:
+            if not pending:  # wait for an independent second client
+                return _Outcome(cause="probation" if sampled else None, sampled=sampled)
+            if self._rng.random() >= self.settings.contributions_spot_check:
+                verdict = _Verdict("accepted", "Another client's result agrees.")
+                return _Outcome(
+                    {p.id: verdict for p in (mine, *pending)},
+                    mine.vectors,
+                    cause="probation" if sampled else None,
+                    sampled=sampled,
+                )
             cause = "random"
-        else:
-            verdict = _Verdict("accepted", "Another client's result agrees.")
-            return ({p.id: verdict for p in (mine, *pending)}, mine.vectors, None, False)
         truth = self._embed(texts, task.model)
         verdicts = {p.id: _checked(_agree(p.vectors, truth, tolerance)) for p in (mine, *pending)}
         right = any(v.status == "accepted" for v in verdicts.values())
-        return verdicts, truth if right else None, cause, disagreed
+        return _Outcome(verdicts, truth if right else None, cause, disagreed)
+
+    def _verify_late(
+        self, task: sa.Row[Any], mine: _Pending, others: list[_Pending], new: bool
+    ) -> _Outcome:
+        """A result for a task already accepted: it agrees with the accepted vectors
+        (and, on probation, passes its sample), or the server checks it in full."""
+        tolerance = self.settings.contributions_tolerance
+        window = self.settings.contributions_related_seconds * 1000
+        texts = task.input["texts"]
+        done = [o for o in others if o.status == "accepted"]
+        agrees = bool(done) and _agree(mine.vectors, done[0].vectors, tolerance)
+        if agrees and not related(mine.who, done[0].who, window):
+            already = _Verdict(
+                "accepted", "The task was already done; this result agrees with the accepted one."
+            )
+            if not new:
+                return _Outcome({mine.id: already})
+            if len(texts) > PROBATION_SAMPLE:
+                if self._sample_agrees(task, mine):
+                    return _Outcome({mine.id: already}, cause="probation", sampled=(mine.id,))
+                return _Outcome({mine.id: _checked(False)}, cause="probation")
+        right = _agree(mine.vectors, self._embed(texts, task.model), tolerance)
+        if right and done and not agrees:
+            log.warning(
+                "contributions: task %s was accepted with vectors the server's "
+                "own embedding disagrees with",
+                task.id,
+            )
+        return _Outcome(
+            {mine.id: _checked(right)},
+            cause="probation" if new else "late",
+            disagreed=bool(done) and not agrees,
+        )
+
+    def _sample_agrees(self, task: sa.Row[Any], result: _Pending) -> bool:
+        """Whether :data:`PROBATION_SAMPLE` of the task's texts, drawn at random, have
+        the server's own vectors in ``result``."""
+        texts = task.input["texts"]
+        rows = sorted(self._rng.sample(range(len(texts)), min(PROBATION_SAMPLE, len(texts))))
+        truth = self._embed([texts[i] for i in rows], task.model)
+        return _agree(result.vectors[rows], truth, self.settings.contributions_tolerance)
 
     def _settle(
         self,
@@ -1069,26 +1101,26 @@ class Contributions:
         task_id: str,
         mine: _Pending,
         owners: dict[int, str],
-        verdicts: dict[int, _Verdict],
-        vectors: npt.NDArray[np.float32] | None,
-        checked: str | None,
-        disagreed: bool,
+        outcome: _Outcome,
         now: int,
     ) -> tuple[str, str, float]:
-        """Apply the verdicts under the task's row lock: write the vectors (once),
-        judge each result still pending, move trust. This result's status, reason,
-        and its client's trust. ``owners`` maps result ids to their clients (what
-        :meth:`_record` read, so they need no second read)."""
+        """Apply the outcome under the task's row lock: write the vectors (once),
+        judge each result still pending, move trust, count the probation checks
+        passed. This result's status, reason, and its client's trust. ``owners`` maps
+        result ids to their clients (what :meth:`_record` read, so they need no
+        second read)."""
         t, r, cl = contribution_tasks.c, contribution_results.c, contribution_clients.c
+        verdicts, vectors = outcome.verdicts, outcome.vectors
+        checked, disagreed, sampled = outcome.cause, outcome.disagreed, outcome.sampled
         task = conn.execute(
             sa.select(contribution_tasks).where(t.id == task_id).with_for_update(key_share=True)
         ).one()
         if not conn.scalar(
-            sa.select(sa.func.count()).where(r.id.in_(verdicts), r.status == "pending")
+            sa.select(sa.func.count()).where(r.id.in_({*verdicts, *sampled}), r.status == "pending")
         ):
             # Settled meanwhile (a retry or a lease healed the task as this submit ran):
             # the vectors, checks and trust were applied then, and are not again.
-            verdicts, vectors, checked, disagreed = {}, None, None, False
+            verdicts, vectors, checked, disagreed, sampled = {}, None, None, False, ()
         if vectors is not None and not self._accept(conn, task, vectors, now):
             why = "its documents changed since the task was made"
             verdicts = {
@@ -1106,10 +1138,20 @@ class Contributions:
             if checked:
                 SPOT_CHECKS.labels(checked).inc()
         settled: tuple[str, str, float] | None = None
-        for result_id in sorted(verdicts, key=lambda i: owners.get(i, "")):  # lock order
-            trust = self._judge(conn, result_id, owners.get(result_id), verdicts[result_id])
+        for result_id in sorted({*verdicts, *sampled}, key=lambda i: owners.get(i, "")):
+            client_id = owners.get(result_id)  # one pass in the clients' order: lock order
+            if result_id not in verdicts:  # a probation sample passed; the result waits
+                if client_id is not None:
+                    conn.execute(
+                        contribution_clients.update()
+                        .where(cl.id == client_id)
+                        .values(checked=cl.checked + 1)
+                    )
+                continue
+            verdict = verdicts[result_id]
+            trust = self._judge(conn, result_id, client_id, verdict, result_id in sampled)
             if result_id == mine.id and trust is not None:
-                settled = verdicts[result_id].status, verdicts[result_id].reason, trust
+                settled = verdict.status, verdict.reason, trust
         if settled is not None:
             return settled
         row = conn.execute(
@@ -1121,13 +1163,17 @@ class Contributions:
 
     @staticmethod
     def _judge(
-        conn: sa.Connection, result_id: int, client_id: str | None, verdict: _Verdict
+        conn: sa.Connection,
+        result_id: int,
+        client_id: str | None,
+        verdict: _Verdict,
+        sampled: bool = False,
     ) -> float | None:
         """Settle one pending result (once: a result judged meanwhile is left alone) and
-        move its client's trust: up a little when accepted, down sharply when wrong; a
-        result the server's own embedding accepted counts towards the client's
-        probation. The client's trust after it, or None when the result was judged
-        meanwhile (or its client is unknown)."""
+        move its client's trust: up a little when accepted, down sharply when wrong; an
+        accepted result the server's own embedding checked (in full, or ``sampled``)
+        counts towards the client's probation. The client's trust after it, or None
+        when the result was judged meanwhile (or its client is unknown)."""
         r, cl = contribution_results.c, contribution_clients.c
         done = conn.execute(
             contribution_results.update()
@@ -1144,7 +1190,7 @@ class Contributions:
                 if verdict.status == "accepted"
                 else cl.trust * TRUST_PENALTY
             )
-            confirmed = verdict.checked and verdict.status == "accepted"
+            confirmed = verdict.status == "accepted" and (verdict.checked or sampled)
             trust = conn.execute(
                 contribution_clients.update()
                 .where(cl.id == client_id)

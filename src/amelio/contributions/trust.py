@@ -16,9 +16,9 @@ A network is kept only as a keyed digest of its prefix, never the address: enoug
 tell two networks apart, not to say which they are.
 
 A new identity is on **probation**: the server checks each of its results by
-embedding the texts itself until ``contributions_probation`` of them were confirmed
-so. Agreement with peers does not count towards it, since peers are exactly what a
-forger can make up.
+embedding a sample of the texts itself until ``contributions_probation`` of them
+passed. Agreement with peers does not count towards it, since peers are exactly what
+a forger can make up.
 """
 
 from __future__ import annotations

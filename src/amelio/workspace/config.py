@@ -426,7 +426,8 @@ class Settings(BaseSettings):
         default=False,
         description="Let browsers running amelio.js lend idle compute: they "
         "embed search documents that have no vector yet (GET /v1/contributions/tasks), and "
-        "results two clients agree on are stored (off: no tasks are handed out). "
+        "results two independent clients (or the server's own check) agree on are stored "
+        "(off: no tasks are handed out). "
         "search_embedding_model must be wordllama.",
     )
     contributions_batch: int = Field(
@@ -482,9 +483,10 @@ class Settings(BaseSettings):
         ge=0,
         le=1000,
         description="Results of a new browser identity the server checks by embedding "
-        "the texts itself, each accepted or rejected at once, before other clients' "
-        "agreement may vouch for it: it leaves probation after this many confirmed by the "
-        "server (agreeing peers do not count). 0: no probation.",
+        "a sample of their texts itself (8; a task that small whole, judged at once): a "
+        "wrong one is rejected at once, a right one still needs an independent client's "
+        "agreement. It leaves probation after this many passed (agreeing peers do not "
+        "count). 0: no probation.",
     )
     contributions_network_tasks: int = Field(
         default=32,
