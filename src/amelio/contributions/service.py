@@ -828,7 +828,7 @@ class Contributions:
         owners = {p.id: p.client_id for p in results}
         for mine, others in rounds:
             outcome = self._verify(task, mine, others, lonely=lonely)
-            if outcome.verdicts:
+            if outcome.verdicts or outcome.sampled:
                 with transaction(self.workspace.engine) as conn:
                     self._settle(conn, task.id, mine, owners, outcome, now)
         if rounds:
