@@ -191,6 +191,15 @@ def page_site(cfg: dict[str, str]) -> Iterator[str]:
         yield server.url
 
 
+def from_network(n: int) -> Any:
+    """A route handler that has a context's leases come from a network of its own."""
+
+    def handle(route: Any) -> None:  # one parameter: Playwright passes only the route
+        route.continue_(headers=route.request.headers | {"x-forwarded-for": f"198.51.{n}.7"})
+
+    return handle
+
+
 def chromium_path() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if not found:
@@ -316,13 +325,7 @@ def run_browsers(
                         sent[i] = sent.get(i, 0) + vector_count(body["result"])
 
             ctx.on("request", count_docs)
-            network = f"198.51.{i + 1}.7"
-            ctx.route(
-                lambda url: "/v1/contributions/tasks" in url,
-                lambda route, network=network: route.continue_(
-                    headers=route.request.headers | {"x-forwarded-for": network}
-                ),
-            )
+            ctx.route(lambda url: "/v1/contributions/tasks" in url, from_network(i + 1))
             page = ctx.new_page()
             page.goto(page_base)
             contexts.append(ctx)
