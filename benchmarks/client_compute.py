@@ -8,22 +8,30 @@ CORS for the page's origin; a page on another origin that imports ``amelio.js`` 
 the server, as a real integration does (the embedding worker then starts from a
 same-origin module that imports the server's); Debian's Chromium driven by Playwright
 with ``--clients`` browser contexts. Each context is a browser of its own (its own
-localStorage, so its own client token), with the person's compute consent,
-intensity "max" and idleness forced (``idleAfterMs: 0``, no input ever), running the
-real worker (``amelio/embed-worker.js``) in its real scheduling.
+localStorage, so its own client token) on a network of its own (its leases carry an
+``X-Forwarded-For``, which uvicorn trusts from loopback, as from a reverse proxy),
+with the person's compute consent, intensity "max" and idleness forced
+(``idleAfterMs: 0``, no input ever), running the real worker
+(``amelio/embed-worker.js``) in its real scheduling. They are independent visitors:
+the key window (``contributions_related_seconds``, for identities one key mints
+within minutes of each other) is off, since the contexts start together; new
+identities' probation is on, so the server checks each browser's first results
+itself (``benchmarks/compute_attack.py`` measures the defences).
 
 * **browsers**: wall-clock from opening the pages (each then loads the model: its
   files are served by the server, cold cache) until every document has an accepted
   vector in the search store (read from its SQLite file). Per client: the tasks and
-  documents it computed (every task is computed by two clients, since two agreeing
-  results accept it: about 2N/M documents each), documents per second of wall-clock
+  documents it computed (a task is computed by two clients, since two agreeing
+  results accept it, unless a new browser's result was checked by the server and
+  accepted at once: about 2N/M documents each), documents per second of wall-clock
   until its last result, and per CPU-second it counted (what amelio.js charges
   against its hourly budget: the worker's model load, then the wall time of each
   task).
 * **server, serving contributions**: ``amelio serve``'s user + system CPU seconds
   (``/proc``) over that span, less its idle CPU rate measured for 3 s before (the
   background aggregation): leases, results, verification (the spot-checks it embeds
-  for: every disagreement, ``contributions_spot_check`` of agreements), writing the
+  for: each new browser's first results, every disagreement,
+  ``contributions_spot_check`` of agreements), writing the
   accepted vectors, and serving the model files once per browser.
 * **server, embedding itself**: what the server does without browsers, in this
   process on a copy of the same workspace made before the run:
@@ -183,6 +191,15 @@ def page_site(cfg: dict[str, str]) -> Iterator[str]:
         yield server.url
 
 
+def from_network(n: int) -> Any:
+    """A route handler that has a context's leases come from a network of its own."""
+
+    def handle(route: Any) -> None:  # one parameter: Playwright passes only the route
+        route.continue_(headers=route.request.headers | {"x-forwarded-for": f"198.51.{n}.7"})
+
+    return handle
+
+
 def chromium_path() -> str:
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if not found:
@@ -253,6 +270,7 @@ def main() -> int:
                 "AMELIO_CORS_ORIGINS": page_base,
                 "AMELIO_WARM_UP": "0",
                 "AMELIO_CONTRIBUTIONS_BATCH": str(args.batch),
+                "AMELIO_CONTRIBUTIONS_RELATED_SECONDS": "0",
             }
             env.pop("AMELIO_DATABASE_URL", None)
             with ServeProcess(root, env=env) as server:
@@ -307,6 +325,7 @@ def run_browsers(
                         sent[i] = sent.get(i, 0) + vector_count(body["result"])
 
             ctx.on("request", count_docs)
+            ctx.route(lambda url: "/v1/contributions/tasks" in url, from_network(i + 1))
             page = ctx.new_page()
             page.goto(page_base)
             contexts.append(ctx)

@@ -30,6 +30,7 @@ BENCHMARKS = (
     "feedback_ingest",
     "search_latency",
     "client_compute",
+    "compute_attack",
     "evals_vs_promptfoo",
     "load",
 )

@@ -6,11 +6,14 @@ As in a real integration the page lives on its own origin and loads ``amelio.js`
 from Amelio's (CORS on for the page's origin); the embedding worker, which must be of
 the page's origin, is started through a same-origin module that imports Amelio's.
 Each browser context is a browser of its own (its own localStorage, so its own
-client token): two contexts are two distinct contributing clients.
+client token) on a network of its own (its leases carry an ``X-Forwarded-For`` that
+the server, as behind a proxy it trusts, takes for the remote address): two contexts
+are two independent contributing clients.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -127,6 +130,11 @@ def site(tmp_path_factory: pytest.TempPathFactory, chromium: str) -> Iterator[di
             warm_up=False,
             contributions=True,
             contributions_batch=8,
+            # Established clients: the server's own checks of new identities, and
+            # identities minted together being one party, are tested in
+            # test_contributions_independence.py; here two contexts must agree.
+            contributions_probation=0,
+            contributions_related_seconds=0,
         )
         # No document yet: each test that computes imports its own, so the leases the
         # other tests make find nothing to do.
@@ -150,8 +158,12 @@ def browser(site: dict[str, Any], chromium: str) -> Iterator[Any]:
         yield browser
 
 
+_NETWORKS = itertools.count(1)
+
+
 class Browser:
-    """A browser profile of its own (a context), noting its requests to the task route."""
+    """A browser profile of its own (a context) on a network of its own, noting its
+    requests to the task route."""
 
     def __init__(self, browser: Any, site: dict[str, Any]) -> None:
         self.site = site
@@ -161,6 +173,12 @@ class Browser:
         self.context.on(
             "request", lambda r: self.leases.append(r.url) if TASKS_PATH in r.url else None
         )
+        address = f"198.51.{next(_NETWORKS) % 250}.7"
+
+        def from_network(route: Any) -> None:
+            route.continue_(headers=route.request.headers | {"x-forwarded-for": address})
+
+        self.context.route(lambda url: TASKS_PATH in url, from_network)
 
     def open(
         self, prefs: dict[str, Any] | None = None, *, panel: bool = False, **compute: Any
@@ -520,7 +538,9 @@ def test_a_forged_client_token_is_dropped_for_a_new_identity(
 ) -> None:
     b = browsers()
     page = b.open(GRANTED, idleAfterMs=0)
-    forged = "c1.01HZZZZZZZZZZZZZZZZZZZZZZZ." + "A" * 43  # well-formed, wrong signature
+    # A token of the format before one signer made them all: what a browser kept from
+    # an older Amelio, or forged. Either way it is dropped for a new identity.
+    forged = "c1.01HZZZZZZZZZZZZZZZZZZZZZZZ." + "A" * 43
     page.evaluate(
         """([key, token]) => {
         localStorage.setItem(key, JSON.stringify({clientToken: token, trust: 1}));
@@ -787,7 +807,8 @@ def test_the_demo_page_asks_for_compute_consent_apart_and_shows_the_settings(
             # With contributions on, the demo left its articles' vectors to browsers.
             page.evaluate(VISIBILITY, "hidden")  # gone to another tab: it works
             # The worker runs from the page's own origin here (the other tests: a
-            # cross-origin page). Alone, its results wait for a second browser.
+            # cross-origin page). Alone, its results wait for a second browser (new, its
+            # results had a sample of their texts checked by the server: right).
             done = wait_for(lambda: (s := status(page))["tasks"]["computed"] >= 2 and s, page=page)
             assert done and done["tasks"]["pending"] == done["tasks"]["computed"], done
             assert done["clientId"] and done["error"] is None

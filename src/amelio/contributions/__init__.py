@@ -4,10 +4,11 @@ Pages running ``amelio.js`` may, with the person's consent and within a CPU
 budget for their device's tier, embed search documents the server has not
 embedded yet. :mod:`~amelio.contributions.schema` is the contract (the result a
 browser sends), :mod:`~amelio.contributions.tokens` the server-issued client
-identity, and :mod:`~amelio.contributions.service` leases tasks, verifies
-results (two clients agreeing, or the server's own spot-check), keeps each
-client's trust and writes accepted vectors to the search store. Off unless the
-operator sets ``contributions = true``.
+identity, :mod:`~amelio.contributions.trust` which identities may vouch for each
+other, and :mod:`~amelio.contributions.service` leases tasks, verifies results (two
+independent clients agreeing, or the server's own spot-check), keeps each client's
+trust and writes accepted vectors to the search store. Off unless the operator sets
+``contributions = true``.
 """
 
 from amelio.contributions.policy import DIMENSIONS, browsers_embed, import_embedder, unavailable

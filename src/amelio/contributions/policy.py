@@ -11,7 +11,8 @@ nothing of contributions: the front doors that open a workspace's search pass
 from __future__ import annotations
 
 import importlib.util
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, NamedTuple
 
 from amelio.embeddings import WORDLLAMA, optional_embedder
 
@@ -19,10 +20,40 @@ if TYPE_CHECKING:
     from amelio.embeddings import Embedder
     from amelio.workspace.config import Settings
 
-__all__ = ["DIMENSIONS", "browsers_embed", "import_embedder", "unavailable"]
+__all__ = [
+    "COSTS",
+    "DIMENSIONS",
+    "TaskCost",
+    "browsers_embed",
+    "import_embedder",
+    "task_cost_ms",
+    "unavailable",
+]
 
 #: The dimensions of each model a browser can compute.
 DIMENSIONS: dict[str, int] = {WORDLLAMA: 256}
+
+
+class TaskCost(NamedTuple):
+    """What embedding costs a browser with one model, in CPU milliseconds."""
+
+    per_text_ms: float
+    per_char_ms: float
+
+
+#: The server's own estimate of each model's cost to a browser: what a leased task
+#: is charged against its client's hourly budget, whatever the client reports (a
+#: client reporting less would otherwise take unlimited work). WordLlama in
+#: amelio.js counted 0.65 to 0.9 ms of CPU per Cranfield abstract (1,100 characters)
+#: in benchmarks/client_compute.py, its model load included.
+COSTS: dict[str, TaskCost] = {WORDLLAMA: TaskCost(per_text_ms=0.05, per_char_ms=0.0006)}
+
+
+def task_cost_ms(model: str, texts: Sequence[str]) -> float:
+    """The CPU milliseconds embedding ``texts`` with ``model`` costs a browser, by the
+    server's estimate (:data:`COSTS`)."""
+    cost = COSTS[model]
+    return len(texts) * cost.per_text_ms + sum(map(len, texts)) * cost.per_char_ms
 
 
 def unavailable(settings: Settings) -> str | None:

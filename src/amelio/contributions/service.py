@@ -9,33 +9,46 @@ sends is believed on its word:
   each claimed for one open task (``contribution_task_docs``' primary key, so two
   processes leasing at once never task a document twice). A task's input is the
   exact text the server would embed (:meth:`DocumentStore.missing_vectors`) and
-  its SHA-256 digest.
+  its SHA-256 digest, and its cost is the server's estimate of the CPU it takes a
+  browser (:func:`~amelio.contributions.policy.task_cost_ms`).
 * **Leases** last ``contributions_lease_seconds``. A client never gets a task twice
   (``(task, client)`` is unique); a task is leased to two clients at a time until
-  two results agree; an expired lease is answered 409 and its task goes to another.
-* **Verification**: a result is accepted when a second, distinct client's result
+  two results agree, never to two related ones (:mod:`~amelio.contributions.trust`:
+  one network, or minted together by one key); an expired lease is answered 409 and
+  its task goes to another. So that no group of identities can hold the queue, one
+  client holds at most :data:`MAX_TASKS_PER_LEASE` live leases and one network
+  ``contributions_network_tasks``.
+* **Verification**: a result is accepted when an independent client's result
   agrees (every vector's cosine at least ``contributions_tolerance``), or when the
-  server's own embedding does (a spot-check: every disagreement, and a random
-  ``contributions_spot_check`` share of agreements). The task moves ``open →
-  accepted`` by one conditional update under the task's row lock, then its vectors
-  go into the store with :meth:`DocumentStore.put_vectors`: applied once. When a
-  document changed since the task was made (its current text no longer matches)
-  the task is cancelled and nothing is written; one that changes as the vectors go
-  in is skipped by the store's own check of the texts, and tasked again.
+  server's own embedding does (a spot-check: every disagreement, results of related
+  clients, a result no independent client matched in time, and a random
+  ``contributions_spot_check`` share of agreements). A result of a client on
+  probation is first checked on a sample of its texts (:data:`PROBATION_SAMPLE`).
+  The task moves ``open → accepted`` by one conditional update under the task's row
+  lock, then its vectors go into the store with :meth:`DocumentStore.put_vectors`:
+  applied once. When a document changed since the task was made (its current text
+  no longer matches) the task is cancelled and nothing is written; one that changes
+  as the vectors go in is skipped by the store's own check of the texts, and tasked
+  again.
 * **Healing**: a submit records its result in one transaction and settles it in a
   second, after verifying (which may embed). Results a failed submit left pending
   are verified and settled again when their client sends them again, or when a
-  lease finds their task stuck (:meth:`Contributions._heal`).
+  lease finds their task stuck (:meth:`Contributions._heal`); so is a result that
+  waited a lease's length for an independent second one (the server checks it).
 * **Trust** starts at 0.5, rises a little with each accepted result and drops
   sharply when a spot-check proves a result wrong; a client under
-  :data:`TRUST_FLOOR` gets no tasks, and fewer tasks per lease as trust falls.
-* **Budgets**: each client's CPU-seconds over the last hour (the ``computeMs`` of
-  its results) stay within its tier's :data:`CPU_SECONDS_PER_HOUR`; ``DEGRADED``
-  gets nothing.
+  :data:`TRUST_FLOOR` gets no tasks, and fewer tasks per lease as trust falls. A new
+  client is on probation until ``contributions_probation`` of its results passed the
+  server's own check: peers' agreement does not end it.
+* **Budgets**: each client's CPU-seconds over the last hour stay within its tier's
+  :data:`CPU_SECONDS_PER_HOUR`, counted as the server's estimated cost of the tasks
+  leased to it (done or not), or the client's own count when that is larger: what
+  a client reports can raise the count, never lower it. ``DEGRADED`` gets nothing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -52,7 +65,7 @@ from prometheus_client import Counter
 from pydantic import ValidationError
 from ulid import ULID
 
-from amelio.contributions.policy import DIMENSIONS, unavailable
+from amelio.contributions.policy import DIMENSIONS, task_cost_ms, unavailable
 from amelio.contributions.schema import (
     CPU_SECONDS_PER_HOUR,
     HOUR_MS,
@@ -64,6 +77,7 @@ from amelio.contributions.schema import (
     vectors_from_bytes,
 )
 from amelio.contributions.tokens import client_tokens
+from amelio.contributions.trust import Contributor, network_id, related
 from amelio.db.engine import insert_ignore, reading, transaction
 from amelio.db.schema import (
     contribution_clients,
@@ -75,6 +89,7 @@ from amelio.db.schema import (
 from amelio.embeddings import Embedder, embed_matrix, load_embedder, search_embedder
 from amelio.errors import Conflict, InvalidInput
 from amelio.ops.metrics import REGISTRY
+from amelio.privacy.signing import Signer, signer
 
 if TYPE_CHECKING:
     import numpy as np
@@ -102,10 +117,16 @@ TRUST_FLOOR = 0.2
 TRUST_GAIN = 0.1
 #: A result proven wrong multiplies trust by this (0.5 → 0.125: under the floor).
 TRUST_PENALTY = 0.25
-#: The most tasks one lease may hold (at trust 1; fewer as trust falls).
+#: The most tasks one lease may hold (at trust 1; fewer as trust falls), and the most
+#: live leases one client may hold at once.
 MAX_TASKS_PER_LEASE = 8
 #: Distinct clients a task is leased to at once (two agreeing results accept it).
 CLIENTS_PER_TASK = 2
+#: Texts of a result of a client on probation that the server embeds to check it,
+#: drawn at random: a forger must have every one of them right to pass, and one that
+#: passes still needs an independent client's agreement to be accepted. A task of
+#: no more texts is checked whole, and judged at once.
+PROBATION_SAMPLE = 8
 #: Open tasks kept at most: the work in flight, and the claims a new batch skips.
 MAX_OPEN_TASKS = 256
 #: When to ask again (``retryAfterMs``), by why no task was given.
@@ -131,8 +152,8 @@ TASKS = Counter(
 )
 SPOT_CHECKS = Counter(
     "amelio_contributions_spot_checks_total",
-    "Contributed results the server checked by "
-    "embedding the texts itself, by cause (random, disagreement, late).",
+    "Contributed results the server checked by embedding the texts itself, by cause "
+    "(random, disagreement, late, probation, related, lonely).",
     ["cause"],
     registry=REGISTRY,
 )
@@ -162,11 +183,27 @@ def _counts(conn: sa.Connection, query: sa.Select[Any]) -> dict[str, int]:
 
 
 @dataclass(frozen=True)
+class _Outcome:
+    """What verifying one result decided: verdicts for it and the task's other pending
+    results (none: it waits), the vectors to store, the cause of the server's check if
+    one ran, whether two clients disagreed, and the results on probation whose sampled
+    check passed (their verdicts, if any, came from peers)."""
+
+    verdicts: dict[int, _Verdict] = dataclasses.field(default_factory=dict)
+    vectors: npt.NDArray[np.float32] | None = None
+    cause: str | None = None
+    disagreed: bool = False
+    sampled: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class _Verdict:
-    """What becomes of one pending result."""
+    """What becomes of one pending result, and whether the server's own embedding
+    decided it (what ends a client's probation, when accepted)."""
 
     status: str  # accepted | rejected | cancelled
     reason: str
+    checked: bool = False
 
 
 class Contributions:
@@ -195,6 +232,7 @@ class Contributions:
         self._rng = rng or random.Random()  # noqa: S311 (sampling, not secrets)
         self._clock = clock
         self._lock = threading.Lock()
+        self._signer: Signer | None = None
 
     # -- parts ------------------------------------------------------------------------
 
@@ -245,10 +283,14 @@ class Contributions:
         max_tasks: int = 1,
         client_token: str | None = None,
         reported_cpu_s: float | None = None,
+        address: str | None = None,
+        key_id: int | None = None,
     ) -> dict[str, Any]:
         """Up to ``max_tasks`` tasks for one client (a new client when ``client_token``
         is None), and its trust and budget; ``tasks`` is empty, with a ``reason``,
-        when there is nothing for it to do."""
+        when there is nothing for it to do. ``address`` (the request's remote address)
+        and ``key_id`` (its API key) are where and by whom a new client is minted: two
+        clients minted alike never verify each other (:mod:`.trust`)."""
         if tier not in CPU_SECONDS_PER_HOUR:
             raise InvalidInput(
                 f"tier is one of {', '.join(CPU_SECONDS_PER_HOUR)}, not {tier!r}.", field="tier"
@@ -289,37 +331,41 @@ class Contributions:
                 )
             response["reason"] = off
             return response
+        leased = _Leased([], [], [], None, 0.0)
         with transaction(self.workspace.engine) as conn:
-            client_id, trust = self._client(conn, client_id, tier, now)
-            response["clientId"] = client_id
-            response["clientToken"] = self.tokens.issue(client_id)
-            response["trust"] = round(trust, 4)
-            used_ms, oldest_ms = self._used_last_hour(conn, client_id, now)
+            me = self._client(conn, client_id, tier, now, address, key_id)
+            response["clientId"] = me.id
+            response["clientToken"] = self.tokens.issue(me.id)
+            response["trust"] = round(me.trust, 4)
+            used_ms, oldest_ms = self._used_last_hour(conn, me.id, now)
             used_s = max(used_ms / 1000, reported_cpu_s or 0.0)
-            response["budget"]["usedLastHour"] = round(used_s, 3)
-            reason, retry = self._refusal(tier, purposes, types, trust, budget_s)
+            reason, retry = self._refusal(tier, purposes, types, me.trust, budget_s)
             if reason is None and used_s >= budget_s:
                 reason = (
                     f"The hourly CPU budget of tier {tier} ({budget_s} s) is spent "
                     f"({used_s:.1f} s in the last hour)."
                 )
                 retry = max((oldest_ms or now) + HOUR_MS - now, _RETRY_MS["busy"])
-            stuck: list[str] = []
             if reason is None:
-                wanted = min(max_tasks, _tasks_for(trust))
-                response["tasks"], stuck = self._lease_tasks(conn, client_id, wanted, now)
-                if response["tasks"]:
+                wanted = min(max_tasks, _tasks_for(me.trust))
+                leased = self._lease_tasks(conn, me, wanted, (budget_s - used_s) * 1000, now)
+                if leased.tasks:
                     retry = 0
                 else:
-                    reason = (
+                    reason = leased.held or (
                         "Nothing to embed now: every search document has a vector, "
                         "or every open task already has enough clients."
                     )
                     retry = _RETRY_MS["idle"]
+            response["tasks"] = leased.tasks
+            response["budget"]["usedLastHour"] = round(used_s + leased.cost_ms / 1000, 3)
             response["reason"], response["retryAfterMs"] = reason, retry
-        for task_id in stuck[:1]:  # one a poll: the answer is not held up for long
+        # One a poll, so that the answer is not held up for long: a task a failed submit
+        # left unsettled first, else a result no independent client came to match.
+        heal = [(t, False) for t in leased.stuck] + [(t, True) for t in leased.lonely]
+        for task_id, lonely in heal[:1]:
             try:
-                self._heal(task_id, now)
+                self._heal(task_id, now, lonely=lonely)
             except Exception:  # the next poll tries again; this client's lease stands
                 log.warning(
                     "contributions: task %s could not be settled again", task_id, exc_info=True
@@ -353,67 +399,107 @@ class Contributions:
         return None, 0
 
     def _client(
-        self, conn: sa.Connection, client_id: str | None, tier: str, now: int
-    ) -> tuple[str, float]:
-        """The client's id and trust, recording its tier and when it was seen; a new
-        client when ``client_id`` is None (or unknown: a genuine token whose row a
-        restore dropped starts afresh)."""
+        self,
+        conn: sa.Connection,
+        client_id: str | None,
+        tier: str,
+        now: int,
+        address: str | None,
+        key_id: int | None,
+    ) -> Contributor:
+        """The client, recording its tier and when it was seen; a new client when
+        ``client_id`` is None (or unknown: a genuine token whose row a restore dropped
+        starts afresh), minted from ``address``'s network by ``key_id``."""
         c = contribution_clients.c
         if client_id is not None:
-            trust = conn.scalar(sa.select(c.trust).where(c.id == client_id))
-            if trust is not None:
+            row = conn.execute(
+                sa.select(c.id, c.trust, c.network, c.key_id, c.created_ms, c.checked).where(
+                    c.id == client_id
+                )
+            ).first()
+            if row is not None:
                 conn.execute(
                     contribution_clients.update()
                     .where(c.id == client_id)
                     .values(tier=tier, last_seen_ms=now)
                 )
-                return client_id, float(trust)
+                return _contributor(row)
         client_id = client_id or str(ULID())
+        if self._signer is None:
+            self._signer = signer(self.settings)
+        made = Contributor(
+            id=client_id,
+            trust=INITIAL_TRUST,
+            network=network_id(address, self._signer),
+            key_id=key_id,
+            created_ms=now,
+            checked=0,
+        )
         if not insert_ignore(
             conn,
             contribution_clients,
             {
-                "id": client_id,
+                "id": made.id,
                 "tier": tier,
-                "trust": INITIAL_TRUST,
+                "trust": made.trust,
                 "created_ms": now,
                 "last_seen_ms": now,
+                "network": made.network,
+                "key_id": key_id,
+                "checked": 0,
             },
             ("id",),
             returning=c.id,
-        ):
-            return self._client(conn, client_id, tier, now)  # another request made it
-        return client_id, INITIAL_TRUST
+        ):  # another request made it
+            return self._client(conn, client_id, tier, now, address, key_id)
+        return made
 
     @staticmethod
     def _used_last_hour(conn: sa.Connection, client_id: str, now: int) -> tuple[float, int | None]:
-        """The client's CPU milliseconds over the last hour, and its oldest result in it."""
-        r = contribution_results.c
+        """The estimated CPU milliseconds of the tasks leased to the client over the last
+        hour, and when the oldest of them was leased."""
+        le, t = contribution_leases.c, contribution_tasks.c
         row = conn.execute(
-            sa.select(
-                sa.func.coalesce(sa.func.sum(r.compute_ms), 0.0), sa.func.min(r.received_ms)
-            ).where(r.client_id == client_id, r.received_ms > now - HOUR_MS)
+            sa.select(sa.func.coalesce(sa.func.sum(t.cost_ms), 0.0), sa.func.min(le.leased_ms))
+            .join(contribution_tasks, t.id == le.task_id)
+            .where(le.client_id == client_id, le.leased_ms > now - HOUR_MS)
         ).one()
         return float(row[0]), None if row[1] is None else int(row[1])
 
     def _lease_tasks(
-        self, conn: sa.Connection, client_id: str, wanted: int, now: int
-    ) -> tuple[list[dict[str, Any]], list[str]]:
-        """Lease up to ``wanted`` tasks to the client, making new ones when too few are
-        open; a task whose documents changed meanwhile is cancelled on the way (and its
-        documents tasked again, with their new texts). Also the open tasks a failed
-        submit left unsettled (:meth:`_eligible`), for the caller to settle once this
-        transaction is over."""
+        self, conn: sa.Connection, me: Contributor, wanted: int, budget_ms: float, now: int
+    ) -> _Leased:
+        """Lease up to ``wanted`` tasks to the client, as long as they fit its caps and
+        ``budget_ms`` is not spent, making new ones when too few are open; a task whose
+        documents changed meanwhile is cancelled on the way (and its documents tasked
+        again, with their new texts). Also the open tasks to settle once this
+        transaction is over (:meth:`_queue`)."""
         expires = now + self.settings.contributions_lease_seconds * 1000
+        queue = self._queue(conn, me, now)
+        room = min(
+            wanted,
+            MAX_TASKS_PER_LEASE - queue.held,
+            self.settings.contributions_network_tasks - queue.network_held,
+        )
+        if room <= 0:
+            held = (
+                f"This client holds {queue.held} leased tasks, the most one client may."
+                if queue.held >= MAX_TASKS_PER_LEASE
+                else f"Clients of this network hold {queue.network_held} leased tasks, "
+                "the most one network may (contributions_network_tasks)."
+            )
+            return _Leased([], queue.stuck, queue.lonely, held, 0.0)
         leased: list[dict[str, Any]] = []
-        for _ in range(2):  # a second round when stale tasks were cancelled
-            eligible, stuck = self._eligible(conn, client_id, now)
-            if len(eligible) < wanted - len(leased):
-                self._create_tasks(conn, wanted - len(leased) - len(eligible), now)
-                eligible, stuck = self._eligible(conn, client_id, now)
+        cost_ms = 0.0
+        for round_ in range(2):  # a second round when stale tasks were cancelled
+            if round_:
+                queue = self._queue(conn, me, now)
+            if len(queue.eligible) < room - len(leased):
+                self._create_tasks(conn, room - len(leased) - len(queue.eligible), now)
+                queue = self._queue(conn, me, now)
             stale = False
-            for task_id in eligible:
-                if len(leased) == wanted:
+            for task_id in queue.eligible:
+                if len(leased) == room or cost_ms >= budget_ms:
                     break
                 task = conn.execute(
                     sa.select(contribution_tasks).where(contribution_tasks.c.id == task_id)
@@ -434,7 +520,7 @@ class Contributions:
                     {
                         "id": lease_id,
                         "task_id": task.id,
-                        "client_id": client_id,
+                        "client_id": me.id,
                         "leased_ms": now,
                         "expires_ms": expires,
                         "state": "leased",
@@ -443,6 +529,7 @@ class Contributions:
                     returning=contribution_leases.c.task_id,
                 ):
                     continue  # this client took it in another request meanwhile
+                cost_ms += float(task.cost_ms)
                 leased.append(
                     {
                         "taskId": task.id,
@@ -456,56 +543,88 @@ class Contributions:
                         "leaseExpiresMs": expires,
                     }
                 )
-            if len(leased) == wanted or not stale:
+            if len(leased) == room or cost_ms >= budget_ms or not stale:
                 break
-        return leased, stuck
+        return _Leased(leased, queue.stuck, queue.lonely, None, cost_ms)
 
-    def _eligible(
-        self, conn: sa.Connection, client_id: str, now: int
-    ) -> tuple[list[str], list[str]]:
-        """The open tasks of the model that this client never leased and that fewer than
-        :data:`CLIENTS_PER_TASK` clients hold (a live lease or a pending result): those
-        already half done first, then the oldest. And the open tasks stuck with enough
-        pending results to settle, none of them received in the last
-        :data:`_SETTLE_GRACE_MS` (a submit failed between recording and settling)."""
-        t, le, r = contribution_tasks.c, contribution_leases.c, contribution_results.c
+    def _queue(self, conn: sa.Connection, me: Contributor, now: int) -> _Queue:
+        """The open tasks of the model as ``me`` sees them, in one read of their leases
+        (with each lease's client and result).
+
+        Eligible: the tasks ``me`` never leased, that fewer than
+        :data:`CLIENTS_PER_TASK` clients hold (a live lease or a pending result) and
+        that no client related to ``me`` holds; those already half done first, then
+        the oldest. Stuck: tasks with enough pending results to settle, none received
+        in the last :data:`_SETTLE_GRACE_MS` (a submit failed between recording and
+        settling). Lonely: tasks whose one pending result has waited a lease's length
+        and more with no other client working on it (every client that came was
+        related to its own): the server checks it rather than leave it waiting. And
+        the live leases ``me`` holds, and its network."""
+        t, le = contribution_tasks.c, contribution_leases.c
+        r, cl = contribution_results.c, contribution_clients.c
         is_open = sa.and_(t.state == "open", t.model == self.model)
         tasks = conn.scalars(sa.select(t.id).where(is_open).order_by(t.created_ms, t.id)).all()
         if not tasks:
-            return [], []
-        mine = set(
-            conn.scalars(
-                sa.select(le.task_id)
-                .join(contribution_tasks, t.id == le.task_id)
-                .where(is_open, le.client_id == client_id)
+            return _Queue([], [], [], 0, 0)
+        rows = conn.execute(
+            sa.select(
+                le.task_id,
+                le.client_id.label("id"),
+                le.state,
+                le.expires_ms,
+                r.status,
+                r.received_ms,
+                cl.network,
+                cl.key_id,
+                cl.created_ms,
             )
-        )
-        live = _counts(
-            conn,
-            sa.select(le.task_id, sa.func.count())
-            .join(contribution_tasks, t.id == le.task_id)
-            .where(is_open, le.state == "leased", le.expires_ms > now)
-            .group_by(le.task_id),
-        )
-        pending: dict[str, int] = {}
-        stuck: list[str] = []
-        for task_id, count, newest in conn.execute(
-            sa.select(r.task_id, sa.func.count(), sa.func.max(r.received_ms))
-            .join(contribution_tasks, t.id == r.task_id)
-            .where(is_open, r.status == "pending")
-            .group_by(r.task_id)
-        ):
-            pending[task_id] = int(count)
-            if count >= CLIENTS_PER_TASK and newest < now - _SETTLE_GRACE_MS:
-                stuck.append(task_id)
-        found = [
+            .select_from(
+                contribution_leases.join(contribution_tasks, t.id == le.task_id)
+                .join(contribution_clients, cl.id == le.client_id)
+                .outerjoin(
+                    contribution_results,
+                    sa.and_(r.task_id == le.task_id, r.client_id == le.client_id),
+                )
+            )
+            .where(is_open)
+        ).all()
+        window = self.settings.contributions_related_seconds * 1000
+        mine: set[str] = set()
+        barred: set[str] = set()
+        holders: dict[str, int] = {}
+        live: dict[str, int] = {}
+        pending: dict[str, list[int]] = {}
+        held = network_held = 0
+        for row in rows:
+            is_live = row.state == "leased" and row.expires_ms > now
+            if row.id == me.id:
+                mine.add(row.task_id)
+                held += is_live
+            if is_live:
+                live[row.task_id] = live.get(row.task_id, 0) + 1
+                network_held += bool(me.network) and row.network == me.network
+            if row.status == "pending":
+                pending.setdefault(row.task_id, []).append(int(row.received_ms))
+            if is_live or row.status == "pending":
+                holders[row.task_id] = holders.get(row.task_id, 0) + 1
+                if related(me, _contributor(row), window):
+                    barred.add(row.task_id)
+        eligible = [
             task_id
             for task_id in tasks
             if task_id not in mine
-            and live.get(task_id, 0) + pending.get(task_id, 0) < CLIENTS_PER_TASK
+            and task_id not in barred
+            and holders.get(task_id, 0) < CLIENTS_PER_TASK
         ]
-        found.sort(key=lambda task_id: -pending.get(task_id, 0))  # stable: then the oldest
-        return found, stuck
+        eligible.sort(key=lambda task_id: -len(pending.get(task_id, ())))  # stable
+        lonely_before = now - self.settings.contributions_lease_seconds * 1000 - _SETTLE_GRACE_MS
+        stuck, lonely = [], []
+        for task_id, received in pending.items():
+            if len(received) >= CLIENTS_PER_TASK and max(received) < now - _SETTLE_GRACE_MS:
+                stuck.append(task_id)
+            elif len(received) == 1 and not live.get(task_id) and received[0] < lonely_before:
+                lonely.append(task_id)
+        return _Queue(eligible, stuck, lonely, held, network_held)
 
     def _create_tasks(self, conn: sa.Connection, count: int, now: int) -> None:
         """Up to ``count`` new tasks of documents that have no vector and are in no open
@@ -537,7 +656,7 @@ class Contributions:
                     spot_checks=0,
                     disagreements=0,
                     created_ms=now,
-                    **_task_input(chunk),
+                    **_task_input(self.model, chunk),
                 )
             )
             # One INSERT … ON CONFLICT DO NOTHING RETURNING for the whole chunk (not one a
@@ -561,7 +680,9 @@ class Contributions:
                 continue
             if len(got) < len(chunk):
                 conn.execute(
-                    contribution_tasks.update().where(t.id == task_id).values(**_task_input(got))
+                    contribution_tasks.update()
+                    .where(t.id == task_id)
+                    .values(**_task_input(self.model, got))
                 )
             TASKS.labels("created").inc()
 
@@ -634,17 +755,15 @@ class Contributions:
         if isinstance(recorded, _Received):
             return self._again(recorded, client_id, now)
         task, mine, others = recorded
-        verdicts, vectors, checked, disagreed = self._verify(task, mine, others)
-        if not verdicts:
+        outcome = self._verify(task, mine, others)
+        if not outcome.verdicts and not outcome.sampled:
             # The first result of a task: nothing to settle, so no second transaction
             # (a second client's result settles both, under the task's lock).
-            status, reason, trust = "pending", _WAITING, mine.trust
+            status, reason, trust = "pending", _WAITING, mine.who.trust
         else:
             owners = {p.id: p.client_id for p in (mine, *others)}
             with transaction(self.workspace.engine) as conn:
-                status, reason, trust = self._settle(
-                    conn, task.id, mine, owners, verdicts, vectors, checked, disagreed, now
-                )
+                status, reason, trust = self._settle(conn, task.id, mine, owners, outcome, now)
         RESULTS.labels(status).inc()
         return _answer(status, reason, trust)
 
@@ -671,45 +790,47 @@ class Contributions:
             "trust": round(earlier.trust, 4),
         }
 
-    def _heal(self, task_id: str, now: int) -> None:
+    def _heal(self, task_id: str, now: int, *, lonely: bool = False) -> None:
         """Verify and settle again the pending results of a task that a submit left
         between its two transactions (its spot-check's embedder failed, or its process
         stopped). Unsettled, they would hold the task forever: counted against
         :data:`CLIENTS_PER_TASK`, their documents claimed, each retry a ``duplicate``.
         Nothing but the database says what is left, so a process that died heals too.
         Safe beside a submit still in flight: a result is settled once, under the task's
-        row lock (:meth:`_settle`)."""
+        row lock (:meth:`_settle`). ``lonely``: the task's one pending result waited for
+        an independent second one in vain (:meth:`_queue`), so the server checks it."""
         t, r = contribution_tasks.c, contribution_results.c
         with reading(self.workspace.engine) as conn:
             task = conn.execute(sa.select(contribution_tasks).where(t.id == task_id)).one()
             rows = conn.execute(
-                sa.select(r.id, r.client_id, r.status, r.vectors)
+                _with_clients(sa.select(r.id.label("result_id"), r.status, r.vectors))
                 .where(r.task_id == task_id, r.status.in_(("pending", "accepted")))
                 .order_by(r.id)
             ).all()
         dimensions = DIMENSIONS[task.model]
         results = [
-            _Pending(row.id, row.client_id, row.status, vectors_from_bytes(row.vectors, dimensions))
+            _Pending(
+                row.result_id,
+                _contributor(row),
+                row.status,
+                vectors_from_bytes(row.vectors, dimensions),
+            )
             for row in rows
         ]
         pending = [p for p in results if p.status == "pending"]
-        if task.state == "open":  # one round judges them all; fewer than two: waiting
-            rounds = (
-                [(pending[-1], [p for p in results if p is not pending[-1]])]
-                if len(pending) >= CLIENTS_PER_TASK
-                else []
-            )
+        if task.state == "open":  # one round judges them all; else waiting for a second
+            last = pending[-1] if pending else None
+            due = len(pending) >= CLIENTS_PER_TASK or lonely
+            rounds = [(last, [p for p in results if p is not last])] if last and due else []
         else:  # late results, or a cancelled task's: each judged on its own
             accepted = [p for p in results if p.status == "accepted"]
             rounds = [(p, accepted) for p in pending]
         owners = {p.id: p.client_id for p in results}
         for mine, others in rounds:
-            verdicts, vectors, checked, disagreed = self._verify(task, mine, others)
-            if verdicts:
+            outcome = self._verify(task, mine, others, lonely=lonely)
+            if outcome.verdicts or outcome.sampled:
                 with transaction(self.workspace.engine) as conn:
-                    self._settle(
-                        conn, task.id, mine, owners, verdicts, vectors, checked, disagreed, now
-                    )
+                    self._settle(conn, task.id, mine, owners, outcome, now)
         if rounds:
             log.info("contributions: task %s's pending results were settled again", task_id)
 
@@ -756,10 +877,20 @@ class Contributions:
             .where(r.task_id == task.id, r.client_id == client_id)
             .scalar_subquery()
         )
-        known = conn.execute(sa.select(cl.trust, earlier_status).where(cl.id == client_id)).first()
-        trust = float(known[0]) if known is not None else 0.0
-        if known is not None and known[1] is not None:
-            return _Received(task.id, str(known[1]), trust)
+        known = conn.execute(
+            sa.select(
+                cl.id,
+                cl.trust,
+                cl.network,
+                cl.key_id,
+                cl.created_ms,
+                cl.checked,
+                earlier_status.label("earlier"),
+            ).where(cl.id == client_id)
+        ).first()
+        trust = float(known.trust) if known is not None else 0.0
+        if known is not None and known.earlier is not None:
+            return _Received(task.id, str(known.earlier), trust)
         if found.lease_state != "leased" or found.lease_expires_ms <= now:
             raise Conflict(
                 f"The lease expired {(now - found.lease_expires_ms) / 1000:.0f} s "
@@ -795,9 +926,14 @@ class Contributions:
         )
         dimensions = DIMENSIONS[task.model]
         others = [
-            _Pending(row.id, row.client_id, row.status, vectors_from_bytes(row.vectors, dimensions))
+            _Pending(
+                row.result_id,
+                _contributor(row),
+                row.status,
+                vectors_from_bytes(row.vectors, dimensions),
+            )
             for row in conn.execute(
-                sa.select(r.id, r.client_id, r.status, r.vectors)
+                _with_clients(sa.select(r.id.label("result_id"), r.status, r.vectors))
                 .where(
                     r.task_id == task.id,
                     r.client_id != client_id,
@@ -806,7 +942,12 @@ class Contributions:
                 .order_by(r.id)
             )
         ]
-        return task, _Pending(int(inserted[0]), client_id, "pending", vectors, trust), others
+        who = (
+            _contributor(known)
+            if known is not None
+            else Contributor(client_id, trust, network="", key_id=None, created_ms=0, checked=0)
+        )
+        return task, _Pending(int(inserted[0]), who, "pending", vectors), others
 
     @staticmethod
     def _check_result(c: Contribution, task: sa.Row[Any], vectors: npt.NDArray[np.float32]) -> None:
@@ -859,72 +1000,100 @@ class Contributions:
             )
 
     def _verify(
-        self, task: sa.Row[Any], mine: _Pending, others: list[_Pending]
-    ) -> tuple[dict[int, _Verdict], npt.NDArray[np.float32] | None, str | None, bool]:
-        """Verdicts for this result and the task's other pending ones, the vectors to
-        store (None: none yet), the spot-check's cause if one ran, and whether two
-        clients disagreed. Runs outside any transaction: a spot-check embeds."""
+        self, task: sa.Row[Any], mine: _Pending, others: list[_Pending], *, lonely: bool = False
+    ) -> _Outcome:
+        """What becomes of this result and the task's other pending ones. Runs outside
+        any transaction: a check embeds.
+
+        Agreement accepts only between independent clients. The server embeds the
+        texts itself for a disagreement, for related clients' results (two of one
+        party: their agreement proves nothing), for a ``lonely`` result no independent
+        client came to match, and at random. A result of a client on probation is
+        checked on :data:`PROBATION_SAMPLE` of its texts (all of a task that small:
+        then it is judged at once); one that passes still needs an independent
+        client's agreement to be accepted, and counts towards the end of probation."""
         tolerance = self.settings.contributions_tolerance
+        window = self.settings.contributions_related_seconds * 1000
+        new = mine.who.on_probation(self.settings.contributions_probation)
         texts = task.input["texts"]
         if task.state == "cancelled":
-            return (
-                {mine.id: _Verdict("cancelled", f"The task was cancelled: {task.reason}.")},
-                None,
-                None,
-                False,
-            )
+            reason = f"The task was cancelled: {task.reason}."
+            return _Outcome({mine.id: _Verdict("cancelled", reason)})
         if task.state == "accepted":  # a late result: judged against the accepted one
-            done = [o for o in others if o.status == "accepted"]
-            if done and _agree(mine.vectors, done[0].vectors, tolerance):
-                return (
-                    {
-                        mine.id: _Verdict(
-                            "accepted",
-                            "The task was already done; this result agrees with the accepted one.",
-                        )
-                    },
-                    None,
-                    None,
-                    False,
-                )
-            right = _agree(mine.vectors, self._embed(texts, task.model), tolerance)
-            if right and done:
-                log.warning(
-                    "contributions: task %s was accepted with vectors the server's "
-                    "own embedding disagrees with",
-                    task.id,
-                )
-            return (
-                {
-                    mine.id: _Verdict("accepted", "The server's spot-check agrees.")
-                    if right
-                    else _Verdict("rejected", "The server's spot-check proved this result wrong.")
-                },
-                None,
-                "late",
-                bool(done),
-            )
+            return self._verify_late(task, mine, others, new)
         pending = [o for o in others if o.status == "pending"]
-        if not pending:
-            return {}, None, None, False  # wait for a second client
         disagreed = any(not _agree(mine.vectors, o.vectors, tolerance) for o in pending)
-        cause = (
-            "disagreement"
-            if disagreed
-            else ("random" if self._rng.random() < self.settings.contributions_spot_check else None)
-        )
+        cause: str | None = None
+        if any(related(mine.who, p.who, window) for p in pending):
+            cause = "related"
+        elif disagreed:
+            cause = "disagreement"
+        elif new and len(texts) <= PROBATION_SAMPLE:
+            cause = "probation"  # the sample is the whole task: judged at once
+        elif not pending and lonely:
+            cause = "lonely"
+        sampled: tuple[int, ...] = ()
+        if cause is None and new:
+            if not self._sample_agrees(task, mine):
+                return _Outcome({mine.id: _checked(False)}, cause="probation")
+            sampled = (mine.id,)
         if cause is None:
-            verdict = _Verdict("accepted", "Another client's result agrees.")
-            return ({p.id: verdict for p in (mine, *pending)}, mine.vectors, None, False)
+            if not pending:  # wait for an independent second client
+                return _Outcome(cause="probation" if sampled else None, sampled=sampled)
+            if self._rng.random() >= self.settings.contributions_spot_check:
+                verdict = _Verdict("accepted", "Another client's result agrees.")
+                return _Outcome(
+                    {p.id: verdict for p in (mine, *pending)},
+                    mine.vectors,
+                    cause="probation" if sampled else None,
+                    sampled=sampled,
+                )
+            cause = "random"
         truth = self._embed(texts, task.model)
-        verdicts = {
-            p.id: _Verdict("accepted", "The server's spot-check agrees.")
-            if _agree(p.vectors, truth, tolerance)
-            else _Verdict("rejected", "The server's spot-check proved this result wrong.")
-            for p in (mine, *pending)
-        }
+        verdicts = {p.id: _checked(_agree(p.vectors, truth, tolerance)) for p in (mine, *pending)}
         right = any(v.status == "accepted" for v in verdicts.values())
-        return verdicts, truth if right else None, cause, disagreed
+        return _Outcome(verdicts, truth if right else None, cause, disagreed)
+
+    def _verify_late(
+        self, task: sa.Row[Any], mine: _Pending, others: list[_Pending], new: bool
+    ) -> _Outcome:
+        """A result for a task already accepted: it agrees with the accepted vectors
+        (and, on probation, passes its sample), or the server checks it in full."""
+        tolerance = self.settings.contributions_tolerance
+        window = self.settings.contributions_related_seconds * 1000
+        texts = task.input["texts"]
+        done = [o for o in others if o.status == "accepted"]
+        agrees = bool(done) and _agree(mine.vectors, done[0].vectors, tolerance)
+        if agrees and not related(mine.who, done[0].who, window):
+            already = _Verdict(
+                "accepted", "The task was already done; this result agrees with the accepted one."
+            )
+            if not new:
+                return _Outcome({mine.id: already})
+            if len(texts) > PROBATION_SAMPLE:
+                if self._sample_agrees(task, mine):
+                    return _Outcome({mine.id: already}, cause="probation", sampled=(mine.id,))
+                return _Outcome({mine.id: _checked(False)}, cause="probation")
+        right = _agree(mine.vectors, self._embed(texts, task.model), tolerance)
+        if right and done and not agrees:
+            log.warning(
+                "contributions: task %s was accepted with vectors the server's "
+                "own embedding disagrees with",
+                task.id,
+            )
+        return _Outcome(
+            {mine.id: _checked(right)},
+            cause="probation" if new else "late",
+            disagreed=bool(done) and not agrees,
+        )
+
+    def _sample_agrees(self, task: sa.Row[Any], result: _Pending) -> bool:
+        """Whether :data:`PROBATION_SAMPLE` of the task's texts, drawn at random, have
+        the server's own vectors in ``result``."""
+        texts = task.input["texts"]
+        rows = sorted(self._rng.sample(range(len(texts)), min(PROBATION_SAMPLE, len(texts))))
+        truth = self._embed([texts[i] for i in rows], task.model)
+        return _agree(result.vectors[rows], truth, self.settings.contributions_tolerance)
 
     def _settle(
         self,
@@ -932,26 +1101,26 @@ class Contributions:
         task_id: str,
         mine: _Pending,
         owners: dict[int, str],
-        verdicts: dict[int, _Verdict],
-        vectors: npt.NDArray[np.float32] | None,
-        checked: str | None,
-        disagreed: bool,
+        outcome: _Outcome,
         now: int,
     ) -> tuple[str, str, float]:
-        """Apply the verdicts under the task's row lock: write the vectors (once),
-        judge each result still pending, move trust. This result's status, reason,
-        and its client's trust. ``owners`` maps result ids to their clients (what
-        :meth:`_record` read, so they need no second read)."""
+        """Apply the outcome under the task's row lock: write the vectors (once),
+        judge each result still pending, move trust, count the probation checks
+        passed. This result's status, reason, and its client's trust. ``owners`` maps
+        result ids to their clients (what :meth:`_record` read, so they need no
+        second read)."""
         t, r, cl = contribution_tasks.c, contribution_results.c, contribution_clients.c
+        verdicts, vectors = outcome.verdicts, outcome.vectors
+        checked, disagreed, sampled = outcome.cause, outcome.disagreed, outcome.sampled
         task = conn.execute(
             sa.select(contribution_tasks).where(t.id == task_id).with_for_update(key_share=True)
         ).one()
         if not conn.scalar(
-            sa.select(sa.func.count()).where(r.id.in_(verdicts), r.status == "pending")
+            sa.select(sa.func.count()).where(r.id.in_({*verdicts, *sampled}), r.status == "pending")
         ):
             # Settled meanwhile (a retry or a lease healed the task as this submit ran):
             # the vectors, checks and trust were applied then, and are not again.
-            verdicts, vectors, checked, disagreed = {}, None, None, False
+            verdicts, vectors, checked, disagreed, sampled = {}, None, None, False, ()
         if vectors is not None and not self._accept(conn, task, vectors, now):
             why = "its documents changed since the task was made"
             verdicts = {
@@ -969,10 +1138,20 @@ class Contributions:
             if checked:
                 SPOT_CHECKS.labels(checked).inc()
         settled: tuple[str, str, float] | None = None
-        for result_id in sorted(verdicts, key=lambda i: owners.get(i, "")):  # lock order
-            trust = self._judge(conn, result_id, owners.get(result_id), verdicts[result_id])
+        for result_id in sorted({*verdicts, *sampled}, key=lambda i: owners.get(i, "")):
+            client_id = owners.get(result_id)  # one pass in the clients' order: lock order
+            if result_id not in verdicts:  # a probation sample passed; the result waits
+                if client_id is not None:
+                    conn.execute(
+                        contribution_clients.update()
+                        .where(cl.id == client_id)
+                        .values(checked=cl.checked + 1)
+                    )
+                continue
+            verdict = verdicts[result_id]
+            trust = self._judge(conn, result_id, client_id, verdict, result_id in sampled)
             if result_id == mine.id and trust is not None:
-                settled = verdicts[result_id].status, verdicts[result_id].reason, trust
+                settled = verdict.status, verdict.reason, trust
         if settled is not None:
             return settled
         row = conn.execute(
@@ -984,12 +1163,17 @@ class Contributions:
 
     @staticmethod
     def _judge(
-        conn: sa.Connection, result_id: int, client_id: str | None, verdict: _Verdict
+        conn: sa.Connection,
+        result_id: int,
+        client_id: str | None,
+        verdict: _Verdict,
+        sampled: bool = False,
     ) -> float | None:
         """Settle one pending result (once: a result judged meanwhile is left alone) and
-        move its client's trust: up a little when accepted, down sharply when wrong.
-        The client's trust after it, or None when the result was judged meanwhile (or
-        its client is unknown)."""
+        move its client's trust: up a little when accepted, down sharply when wrong; an
+        accepted result the server's own embedding checked (in full, or ``sampled``)
+        counts towards the client's probation. The client's trust after it, or None
+        when the result was judged meanwhile (or its client is unknown)."""
         r, cl = contribution_results.c, contribution_clients.c
         done = conn.execute(
             contribution_results.update()
@@ -1006,10 +1190,11 @@ class Contributions:
                 if verdict.status == "accepted"
                 else cl.trust * TRUST_PENALTY
             )
+            confirmed = verdict.status == "accepted" and (verdict.checked or sampled)
             trust = conn.execute(
                 contribution_clients.update()
                 .where(cl.id == client_id)
-                .values(trust=moved)
+                .values(trust=moved, checked=cl.checked + (1 if confirmed else 0))
                 .returning(cl.trust)
             ).scalar()
         return None if trust is None else float(trust)
@@ -1075,6 +1260,13 @@ class _Received:
     trust: float
 
 
+def _checked(right: bool) -> _Verdict:
+    """The verdict of the server's own embedding on a result."""
+    if right:
+        return _Verdict("accepted", "The server's spot-check agrees.", checked=True)
+    return _Verdict("rejected", "The server's spot-check proved this result wrong.", checked=True)
+
+
 def _answer(status: str, reason: str, trust: float) -> dict[str, Any]:
     """A verdict as the client gets it: a cancelled task's results are "rejected" (the
     protocol's four statuses); the reason says why, and its trust did not move."""
@@ -1087,23 +1279,75 @@ def _answer(status: str, reason: str, trust: float) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class _Pending:
-    """A result being verified: its row, client, status and vectors."""
+    """A result being verified: its row, client (as the result was recorded), status
+    and vectors."""
 
     id: int
-    client_id: str
+    who: Contributor
     status: str
     vectors: npt.NDArray[np.float32]
-    #: The client's trust when the result was recorded (this request's result only).
-    trust: float = 0.0
+
+    @property
+    def client_id(self) -> str:
+        return self.who.id
 
 
-def _task_input(chunk: Sequence[tuple[str, str]]) -> dict[str, Any]:
+def _with_clients(query: sa.Select[Any]) -> sa.Select[Any]:
+    """``query`` of ``contribution_results`` with its clients' columns (the client's id
+    as ``id``), as :func:`_contributor` reads them."""
+    cl = contribution_clients.c
+    return query.add_columns(
+        cl.id, cl.trust, cl.network, cl.key_id, cl.created_ms, cl.checked
+    ).join(contribution_clients, cl.id == contribution_results.c.client_id)
+
+
+def _task_input(model: str, chunk: Sequence[tuple[str, str]]) -> dict[str, Any]:
     texts = [text for _, text in chunk]
     return {
         "doc_ids": [doc_id for doc_id, _ in chunk],
         "input": {"texts": texts},
         "input_digest": input_digest(texts),
+        "cost_ms": task_cost_ms(model, texts),
     }
+
+
+def _contributor(row: Any) -> Contributor:
+    """The :class:`Contributor` of a row of ``contribution_clients`` columns (its id as
+    ``id``; trust and checked count 0 where the row lacks them)."""
+    m = row._mapping
+    return Contributor(
+        id=str(m["id"]),
+        trust=float(m.get("trust") or 0.0),
+        network=str(m["network"] or ""),
+        key_id=None if m["key_id"] is None else int(m["key_id"]),
+        created_ms=int(m["created_ms"]),
+        checked=int(m.get("checked") or 0),
+    )
+
+
+@dataclass(frozen=True)
+class _Queue:
+    """The open tasks as one client sees them (:meth:`Contributions._queue`)."""
+
+    eligible: list[str]
+    stuck: list[str]
+    lonely: list[str]
+    #: Live leases this client holds, and the clients of its network.
+    held: int
+    network_held: int
+
+
+@dataclass(frozen=True)
+class _Leased:
+    """What one lease gave: the tasks, the open tasks to settle after it, why no task
+    fitted the client's or its network's cap (None: none was reached), and the
+    estimated CPU milliseconds of the tasks given."""
+
+    tasks: list[dict[str, Any]]
+    stuck: list[str]
+    lonely: list[str]
+    held: str | None
+    cost_ms: float
 
 
 def _tasks_for(trust: float) -> int:

@@ -800,7 +800,13 @@ scheduled_jobs = sa.Table(
 # ``(task_id, client_id)`` is unique in leases and in results: a client never gets
 # a task twice, and a result counts once (so a result's lease is the one of its task and
 # client). A client's tasks leased, results and CPU time are counted from the leases
-# and results, not stored twice. Times are Unix milliseconds.
+# and results, not stored twice. Times are Unix milliseconds. A client's ``network``
+# is a keyed digest of the network prefix that minted it and ``key_id`` the API key
+# that did (amelio.contributions.trust: two clients of one network, or minted together
+# by one key, never verify each other); ``checked`` counts its results the server
+# confirmed itself (a new client is on probation until enough are). A task's
+# ``cost_ms`` is the server's estimate of its CPU cost to a browser, charged against
+# the budget of each client it is leased to.
 contribution_clients = sa.Table(
     "contribution_clients",
     metadata,
@@ -809,6 +815,9 @@ contribution_clients = sa.Table(
     sa.Column("trust", sa.Float, nullable=False),
     sa.Column("created_ms", sa.BigInteger, nullable=False),
     sa.Column("last_seen_ms", sa.BigInteger, nullable=False),
+    sa.Column("network", sa.String(32), nullable=False, server_default=""),
+    sa.Column("key_id", sa.Integer, nullable=True),
+    sa.Column("checked", sa.Integer, nullable=False, server_default="0"),
 )
 
 contribution_tasks = sa.Table(
@@ -827,6 +836,7 @@ contribution_tasks = sa.Table(
     sa.Column("reason", sa.Text, nullable=True),
     sa.Column("created_ms", sa.BigInteger, nullable=False),
     sa.Column("accepted_ms", sa.BigInteger, nullable=True),
+    sa.Column("cost_ms", sa.Float, nullable=False, server_default="0"),
     sa.Index("ix_contribution_tasks_state", "state", "model"),
     sa.CheckConstraint("state IN ('open', 'accepted', 'cancelled')", name="state"),
 )

@@ -426,7 +426,8 @@ class Settings(BaseSettings):
         default=False,
         description="Let browsers running amelio.js lend idle compute: they "
         "embed search documents that have no vector yet (GET /v1/contributions/tasks), and "
-        "results two clients agree on are stored (off: no tasks are handed out). "
+        "results two independent clients (or the server's own check) agree on are stored "
+        "(off: no tasks are handed out). "
         "search_embedding_model must be wordllama.",
     )
     contributions_batch: int = Field(
@@ -467,6 +468,33 @@ class Settings(BaseSettings):
         le=1,
         description="Share of agreeing contributions the server "
         "checks by embedding the texts itself (a disagreement is always checked).",
+    )
+    contributions_related_seconds: int = Field(
+        default=120,
+        ge=0,
+        le=86_400,
+        description="Browser identities one client key minted within this many seconds "
+        "of each other never verify each other's results nor hold the same task, as "
+        "identities minted from one network (IPv4 /24, IPv6 /48) never do: a script "
+        "minting a pair at once is one contributor. 0: only the network counts.",
+    )
+    contributions_probation: int = Field(
+        default=3,
+        ge=0,
+        le=1000,
+        description="Results of a new browser identity the server checks by embedding "
+        "a sample of their texts itself (8; a task that small whole, judged at once): a "
+        "wrong one is rejected at once, a right one still needs an independent client's "
+        "agreement. It leaves probation after this many passed (agreeing peers do not "
+        "count). 0: no probation.",
+    )
+    contributions_network_tasks: int = Field(
+        default=32,
+        ge=1,
+        le=10_000,
+        description="Leased tasks the browser identities of one network (IPv4 /24, IPv6 "
+        "/48) may hold at once, besides 8 for each identity, so that no group of "
+        "identities can hold the queue.",
     )
     host: str = Field(default="127.0.0.1", description="Address `amelio serve` binds to.")
     port: int = Field(default=8000, ge=1, le=65535, description="Port `amelio serve` binds to.")

@@ -6,7 +6,10 @@ says what browsers have given, and ``GET /v1/contributions/schema`` (public) is
 the result's JSON Schema. The first two take the same keys as ``POST
 /v1/feedback/events`` (a ``client`` key, also as ``?key=``, or a bot or admin
 key): a page's client key can send events and run contributions, nothing else.
-The work is :class:`amelio.contributions.Contributions`'; this module is HTTP only.
+The work is :class:`amelio.contributions.Contributions`'; this module is HTTP only,
+and hands it the request's remote address (behind a proxy, the address the server
+is configured to trust: uvicorn's ``--forwarded-allow-ips``) and key, which decide
+which identities may verify each other.
 """
 
 from __future__ import annotations
@@ -50,8 +53,9 @@ _BODY_DOC: dict[str, Any] = {
 class Budget(BaseModel):
     cpuSecondsPerHour: int = Field(description="The tier's hourly CPU budget, in seconds.")
     usedLastHour: float = Field(
-        description="CPU-seconds this client gave in the last hour "
-        "(the larger of the server's count and the client's report)."
+        description="CPU-seconds this client was charged in the last hour, this lease "
+        "included: the server's estimate of the tasks leased to it, or the client's own "
+        "count when that is larger."
     )
 
 
@@ -186,10 +190,10 @@ def tasks(
         Query(
             alias="clientToken",
             max_length=512,
-            pattern=CLIENT_TOKEN_PATTERN,
             description="The token an earlier response gave; without it a new client is "
-            "issued one. A forged or altered token is answered 422 "
-            "(invalid_client_token).",
+            "issued one. A forged, altered or malformed token (one kept from an older "
+            "Amelio too) is answered 422 invalid_client_token, so that the client drops "
+            f"it and asks afresh. Shape: `{CLIENT_TOKEN_PATTERN}`.",
         ),
     ] = None,
     cpu_seconds: Annotated[
@@ -200,7 +204,7 @@ def tasks(
             le=3600,
             allow_inf_nan=False,
             description="CPU-seconds the client counts for itself over the last hour; the "
-            "larger of it and the server's count is held against the budget.",
+            "larger of it and the server's estimate is held against the budget.",
         ),
     ] = None,
 ) -> dict[str, Any]:
@@ -213,6 +217,8 @@ def tasks(
         max_tasks=max_tasks,
         client_token=client_token,
         reported_cpu_s=cpu_seconds,
+        address=request.client.host if request.client else None,
+        key_id=key.id,
     )
 
 
