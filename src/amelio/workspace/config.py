@@ -261,6 +261,12 @@ class Settings(BaseSettings):
         description="Also serve the Prometheus metrics without a "
         "key on this port (0: only GET /metrics on the API port, with an admin key).",
     )
+    metrics_models: str = Field(
+        default="",
+        description="Comma-separated model names that get their own label in the "
+        "amelio_llm_* metrics besides llm_model, sage_model and judge_model; any other model "
+        "(one a caller names in /v1/chat/completions) is counted as other.",
+    )
     metrics_host: str = Field(
         default="127.0.0.1", description="The address the metrics port listens on."
     )
