@@ -107,6 +107,13 @@ class Settings(BaseSettings):
         "/v1/chat/completions (a request may also ask with amelio.footnotes or the "
         "X-Amelio-Footnotes header); they are always in the response's amelio object.",
     )
+    openai_max_n: int = Field(
+        default=4,
+        ge=1,
+        le=128,
+        description="Most choices (n) one /v1/chat/completions request may ask for; more "
+        "is a 400. Its max_tokens and max_completion_tokens are lowered to llm_max_tokens.",
+    )
     distill_learnings: bool = Field(
         default=False,
         description="With an LLM configured, turn a 👎 or Fix It comment into "
