@@ -4,8 +4,10 @@ beats another by more than the seed-to-seed noise.
 
 Each run is ``amelio simulate``'s own code (:func:`amelio.search.simulate.simulate`,
 PBM clicks, ``--sessions-per-query`` sessions per query, 10 rounds, 20
-evaluation sessions) with only the ``hybrid_with_feedback`` arm trained: the
-naive arm does not depend on how ``beta`` ranks and would double the cost. The
+evaluation sessions) with one learning arm trained (``--arm``, by default
+``hybrid_with_feedback``; ``naive_ctr`` checks that the product stays ahead of
+smoothed click counting at the same ``beta``): training both would double the
+cost of a sweep. The
 table gives, per data set and ``beta``, the final NDCG@10 of each seed, their
 mean and their spread (largest minus smallest); a difference between two values
 of ``beta`` counts when it is larger than both spreads. ``--out`` keeps one JSON
@@ -25,13 +27,16 @@ import json
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 from amelio.search.simulate import ARMS, simulate
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "cranfield"
 
 
-def one_run(dataset: Path, beta: float, seed: int, sessions: int, engine: str | None) -> dict:
+def one_run(
+    dataset: Path, beta: float, seed: int, sessions: int, engine: str | None, arm: str
+) -> dict[str, Any]:
     """One simulation's settings and final figures."""
     started = time.process_time()
     result = simulate(
@@ -40,18 +45,19 @@ def one_run(dataset: Path, beta: float, seed: int, sessions: int, engine: str | 
         seed=seed,
         beta=beta,
         engine=engine,
-        arms=[a for a in ARMS if a.name == "hybrid_with_feedback"],
+        arms=[a for a in ARMS if a.name == arm],
     )
     return {
         "dataset": dataset.name,
+        "arm": arm,
         "beta": beta,
         "seed": seed,
         "sessionsPerQuery": sessions,
         "engine": result.settings.get("engine"),
         "bm25": result.final("bm25", "ndcg10"),
-        "ndcg10": result.final("hybrid_with_feedback", "ndcg10"),
-        "gapClosed": result.gap_closed("hybrid_with_feedback"),
-        "ctr3": result.final("hybrid_with_feedback", "ctr3"),
+        "ndcg10": result.final(arm, "ndcg10"),
+        "gapClosed": result.gap_closed(arm),
+        "ctr3": result.final(arm, "ctr3"),
         "cpuSeconds": round(time.process_time() - started, 1),
         "record": result.to_dict(),
     }
@@ -64,16 +70,23 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--sessions-per-query", type=int, default=100)
     parser.add_argument("--engine", default=None, help="embedded, tantivy or fts5")
+    parser.add_argument(
+        "--arm",
+        choices=[a.name for a in ARMS],
+        default="hybrid_with_feedback",
+        help="the learning arm to train (the naive one to check the product stays ahead)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="a JSON-lines file of runs")
     args = parser.parse_args()
-    runs: list[dict] = []
+    runs: list[dict[str, Any]] = []
     for dataset in args.dataset:
         for beta in args.beta:
             for seed in args.seeds:
-                run = one_run(dataset, beta, seed, args.sessions_per_query, args.engine)
+                run = one_run(dataset, beta, seed, args.sessions_per_query, args.engine, args.arm)
                 runs.append(run)
                 print(
-                    f"{run['dataset']} beta {beta:g} seed {seed}: NDCG@10 {run['ndcg10']:.4f} "
+                    f"{run['dataset']} {args.arm} beta {beta:g} seed {seed}: "
+                    f"NDCG@10 {run['ndcg10']:.4f} "
                     f"(bm25 {run['bm25']:.4f}, gap {run['gapClosed']:.0%}; "
                     f"{run['cpuSeconds']:.0f} s CPU)",
                     flush=True,
