@@ -179,6 +179,7 @@ class SimulationResult:
 
     def to_dict(self) -> dict[str, Any]:
         profiles = sorted({r["profile"] for r in self.rows})
+        learners = [p for p in _LEARNERS if p in profiles]
         return {
             "settings": self.settings,
             "rows": self.rows,
@@ -188,9 +189,9 @@ class SimulationResult:
             },
             "gapClosed": {
                 p: {"ndcg10": self.gap_closed(p, "ndcg10"), "ctr3": self.gap_closed(p, "ctr3")}
-                for p in _LEARNERS
+                for p in learners
             },
-            "trainingCtr3": {p: self.training_ctr(p) for p in _LEARNERS},
+            "trainingCtr3": {p: self.training_ctr(p) for p in learners},
         }
 
     def write(self, out: Path) -> list[Path]:
@@ -348,13 +349,17 @@ def simulate(
     workdir: Path | None = None,
     engine: str | None = None,
     progress: Callable[[str], None] | None = None,
+    beta: float | None = None,
+    arms: Sequence[Arm] = ARMS,
 ) -> SimulationResult:
     """Run the simulation; ``rounds`` checkpoints split the sessions evenly.
 
     ``alpha`` is the semantic weight of the learning profile's first phase (above
     0 needs ``amelio[semantic]``); ``thompson`` overrides ``search_thompson``, the
     share of training responses that explore. ``engine`` is the embedded engine
-    that indexes the data set (default: ``search_backend``'s, else ``embedded``)."""
+    that indexes the data set (default: ``search_backend``'s, else ``embedded``).
+    ``beta`` overrides ``search_beta`` and ``arms`` picks the learning arms (the
+    first is the one the summary reads), for tuning runs that need one arm only."""
     if user_model not in USER_MODELS:
         raise InvalidInput(
             f"Unknown click model {user_model!r}; use pbm or cascade.", field="click_model"
@@ -365,6 +370,10 @@ def simulate(
         raise InvalidInput(
             f"alpha is the semantic weight, between 0 and 1, not {alpha}.", field="alpha"
         )
+    if not arms:
+        raise InvalidInput("At least one learning arm is needed.", field="arms")
+    if beta is not None and not 0.0 <= beta <= 10.0:
+        raise InvalidInput(f"beta is between 0 and 10, not {beta}.", field="beta")
     if thompson is not None and not 0.0 <= thompson <= 1.0:
         raise InvalidInput(
             f"The exploration share is between 0 and 1, not {thompson}.", field="thompson"
@@ -385,7 +394,7 @@ def simulate(
             "rounds": rounds,
             "evalSessions": eval_sessions,
             "alpha": alpha,
-            "arms": {a.name: a.description for a in ARMS},
+            "arms": {a.name: a.description for a in arms},
         }
     )
     try:
@@ -404,13 +413,14 @@ def simulate(
         static: dict[str, tuple[float, float]] = {}
         learners: dict[str, Searcher] = {}
         collectors: dict[str, Collector] = {}
-        for arm in ARMS:
-            ws = _scratch_workspace(root / arm.name, thompson)
+        for arm in arms:
+            ws = _scratch_workspace(root / arm.name, thompson, beta)
             learners[arm.name] = Searcher(
                 ws, corpus=corpus, rng=_rng(seed), background_aggregation=False, embedder=embedder
             )
             collectors[arm.name] = Collector(ws)
-        base = learners["hybrid_with_feedback"]
+        base = learners[arms[0].name]
+        result.settings["beta"] = base.settings.search_beta
         result.settings["thompson"] = base.settings.search_thompson
         result.settings["priorWeight"] = base.settings.search_prior_weight
         result.settings["candidates"] = base.settings.search_candidates
@@ -424,7 +434,7 @@ def simulate(
             f"{base.settings.search_prior_weight:g}, Thompson sampling in "
             f"{base.settings.search_thompson:.0%} of responses); they learn from:"
         )
-        for arm in ARMS:
+        for arm in arms:
             say(f"  {arm.name}: {arm.description}")
         eval_user = _User(model, data.max_grade, _rng(seed + 1))
         static["bm25"] = _evaluate(
@@ -441,7 +451,7 @@ def simulate(
             shown_ctr: dict[str, float | None] = dict.fromkeys(learners)
             if round_no:
                 batch = sessions_per_query * round_no // rounds - done
-                for arm in ARMS:
+                for arm in arms:
                     shown_ctr[arm.name] = _train(
                         learners[arm.name],
                         collectors[arm.name],
@@ -502,11 +512,15 @@ def _feedback_ranker(searcher: Searcher, alpha: float) -> Callable[[str], list[s
     return rank
 
 
-def _scratch_workspace(path: Path, thompson: float | None = None) -> Workspace:
+def _scratch_workspace(
+    path: Path, thompson: float | None = None, beta: float | None = None
+) -> Workspace:
     """A private SQLite workspace, whatever AMELIO_DATABASE_URL says: two learners
     sharing a database would learn from each other's clicks."""
     (path / ".amelio").mkdir(parents=True, exist_ok=True)
     overrides: dict[str, Any] = {} if thompson is None else {"search_thompson": thompson}
+    if beta is not None:
+        overrides["search_beta"] = beta
     settings = Settings(
         workspace=path,
         database_url=f"sqlite:///{(path / '.amelio' / 'amelio.db').resolve()}",
