@@ -55,11 +55,17 @@ class FeedbackScorer:
     The ratio is a Beta posterior's mean; :meth:`score` with an ``rng`` draws from
     that posterior instead (Thompson sampling), so exploration follows the
     uncertainty: wide for a document nobody examined, narrow once it was.
+
+    Clicks, dwells, bounces, pins, hides and votes count only once ``min_actors``
+    distinct people are behind them (``row.actors``): until then the document
+    scores as examined and not clicked, so no one person — even capped to one
+    click a day — can lift it, and none can sink it with hides or down-votes.
     """
 
-    def __init__(self, propensities: Propensities, prior: float) -> None:
+    def __init__(self, propensities: Propensities, prior: float, min_actors: int = 1) -> None:
         self.p = propensities
         self.prior = prior
+        self.min_actors = min_actors
 
     def score(self, row: SignalRow | None, rng: random.Random | None = None) -> float:
         gamma0 = self.p.gamma0
@@ -68,6 +74,8 @@ class FeedbackScorer:
                 return 0.0
             row = SignalRow()
         examined = sum(n * self.p.at(int(k)) for k, n in row.impressions_by_rank.items())
+        if row.actors < self.min_actors:
+            row = SignalRow(row.impressions, row.impressions_by_rank)
         satisfied = utility(row.clicks, row.dwell_clicks, row.bounces)
         successes = satisfied + self.prior * gamma0
         failures = max(examined - satisfied, 0.0) + self.prior * (1.0 - gamma0)

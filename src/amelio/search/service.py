@@ -432,7 +432,9 @@ class Searcher:
         order = {doc_id: i for i, doc_id in enumerate(candidates)}
         feedback: dict[str, float] = {}
         if beta > 0 and propensities is not None:
-            scorer = FeedbackScorer(propensities, self.settings.search_prior_weight)
+            scorer = FeedbackScorer(
+                propensities, self.settings.search_prior_weight, self.settings.search_min_actors
+            )
             rows = signals_for(conn, key)
             feedback = {doc_id: scorer.score(rows.get(doc_id), rng) for doc_id in first}
         ranked = sorted(

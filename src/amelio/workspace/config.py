@@ -398,6 +398,15 @@ class Settings(BaseSettings):
         "UTC day: the guard against one actor steering ranking (clients send sessionId "
         "with POST /v1/search).",
     )
+    search_min_actors: int = Field(
+        default=3,
+        ge=1,
+        le=100,
+        description="Distinct people (by hashed session and user id) whose clicks, dwells, "
+        "pins, hides or votes on one document for one query it takes before they move its "
+        "rank; fewer, and the document scores as shown and not clicked. With "
+        "search_session_cap, the guard against one actor steering ranking.",
+    )
     search_exploration: float = Field(
         default=0.1,
         ge=0,

@@ -275,7 +275,9 @@ def feedback_cells(workspace: Workspace) -> dict[str, dict[str, float]]:
     settings = workspace.settings
     cells: dict[str, dict[str, float]] = {}
     with workspace.engine.connect() as conn:
-        scorer = FeedbackScorer(load_propensities(conn), settings.search_prior_weight)
+        scorer = FeedbackScorer(
+            load_propensities(conn), settings.search_prior_weight, settings.search_min_actors
+        )
         for r in conn.execute(sa.select(search_signals).order_by(search_signals.c.doc_id)):
             score = scorer.score(SignalRow(**{f: getattr(r, f) for f in _SIGNAL_FIELDS}))
             if score != 0.0:
