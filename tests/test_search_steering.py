@@ -6,10 +6,11 @@ forty examinations without a click sank every document above it. These tests
 drive the real path — ``Searcher.search`` (or ``POST /v1/search``), feedback
 events with the response's ``feedbackToken`` through the ``Collector``, and the
 aggregator — on a small help-desk corpus where the tenth result is 0.12 below the
-ninth (first-phase scores are min-max normalized to [0, 1]). How far one person's
-one click moves a document depends on that spacing: on the demo corpus's crowded
-deep ranks it is further (see docs/search.md); what is tested here is that
-repeating the search adds nothing to it.
+ninth (first-phase scores are min-max normalized to [0, 1]), and on the demo
+corpus, whose deep ranks lie within a few hundredths of each other: there one
+capped, satisfied click once lifted the tenth result to the top three. Repeating
+the search adds nothing to one person's click, and feedback from fewer than
+``search_min_actors`` people moves a document two ranks at most.
 """
 
 from __future__ import annotations
@@ -283,13 +284,13 @@ def test_without_a_session_id_each_search_is_a_session_of_its_own(
 ) -> None:
     """Why clients must send sessionId: the server cannot tell forty searches of one
     person from forty people's, and the forty examinations without a click sink
-    the documents above the one clicked more than it (deeper ranks are examined
-    less). Its click counts once, and moves nothing: one person is behind it."""
+    the documents above the one clicked (it once lifted it to the top). Its click
+    counts once, from one person: it stays held to two ranks."""
     target, before, after = steer(workspace, searcher, lambda i: (None, "spammer", None))
     rows = signals_for(workspace.engine, QUERY)
     assert rows[target].impressions == SEARCHES and rows[target].clicks == 1
     assert rows[target].actors == 1
-    assert 1 < after < before - ONE_ACTOR_RANKS, (before, after)
+    assert before - after == ONE_ACTOR_RANKS, (before, after)
 
 
 def test_one_user_over_many_sessions_is_one_actor(workspace: Workspace, searcher: Searcher) -> None:

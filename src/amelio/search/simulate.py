@@ -68,6 +68,7 @@ from amelio.workspace.folder import Workspace, open_workspace
 
 __all__ = [
     "ARMS",
+    "ONE_ACTOR_ARM",
     "Arm",
     "Dataset",
     "SimulationResult",
@@ -91,12 +92,14 @@ class Arm:
     propensity of their rank); without it every rank shown counts as examined.
     ``dwell``: the arm's client reports dwell time, so a satisfied click counts 1
     and a bounce 0; without it every click counts the same (½, a click of unknown
-    dwell)."""
+    dwell). ``min_actors`` overrides ``search_min_actors`` (None: the setting), so
+    one run can say what waiting for several people costs the learning."""
 
     name: str
     debiased: bool
     dwell: bool
     description: str
+    min_actors: int | None = None
 
 
 #: The arms every simulation trains, each in its own workspace.
@@ -115,6 +118,15 @@ ARMS: tuple[Arm, ...] = (
     ),
 )
 _LEARNERS = tuple(a.name for a in ARMS)
+#: The product's arm with every interaction counted from the first person on: the
+#: learning speed ``search_min_actors`` is measured against.
+ONE_ACTOR_ARM = Arm(
+    "one_actor_enough",
+    debiased=True,
+    dwell=True,
+    description="as hybrid_with_feedback, with search_min_actors = 1",
+    min_actors=1,
+)
 
 
 def _rng(seed: int | str) -> random.Random:
@@ -174,12 +186,23 @@ class SimulationResult:
 
     def gap_closed(self, profile: str, metric: str = "ndcg10") -> float:
         """Share of the bm25 → ideal gap ``profile`` closed by the last round."""
-        base, ideal = self.final("bm25", metric), self.final("ideal", metric)
-        return (self.final(profile, metric) - base) / (ideal - base) if ideal > base else 0.0
+        return self.curve(profile, metric)[-1][1]
+
+    def curve(self, profile: str, metric: str = "ndcg10") -> list[tuple[int, float]]:
+        """(sessions per query, share of the bm25 → ideal gap closed) at each round:
+        how fast ``profile`` learned."""
+        at = {(r["round"], r["profile"]): r for r in self.rows}
+        points = []
+        for round_no in sorted({r["round"] for r in self.rows}):
+            base, ideal = at[(round_no, "bm25")][metric], at[(round_no, "ideal")][metric]
+            value = at[(round_no, profile)][metric]
+            share = (value - base) / (ideal - base) if ideal > base else 0.0
+            points.append((int(at[(round_no, profile)]["sessions"]), share))
+        return points
 
     def to_dict(self) -> dict[str, Any]:
         profiles = sorted({r["profile"] for r in self.rows})
-        learners = [p for p in _LEARNERS if p in profiles]
+        learners = [p for p in self.settings.get("arms", _LEARNERS) if p in profiles]
         return {
             "settings": self.settings,
             "rows": self.rows,
@@ -414,7 +437,7 @@ def simulate(
         learners: dict[str, Searcher] = {}
         collectors: dict[str, Collector] = {}
         for arm in arms:
-            ws = _scratch_workspace(root / arm.name, thompson, beta)
+            ws = _scratch_workspace(root / arm.name, thompson, beta, arm.min_actors)
             learners[arm.name] = Searcher(
                 ws, corpus=corpus, rng=_rng(seed), background_aggregation=False, embedder=embedder
             )
@@ -423,6 +446,9 @@ def simulate(
         result.settings["beta"] = base.settings.search_beta
         result.settings["thompson"] = base.settings.search_thompson
         result.settings["priorWeight"] = base.settings.search_prior_weight
+        result.settings["minActors"] = {
+            name: searcher.settings.search_min_actors for name, searcher in learners.items()
+        }
         result.settings["candidates"] = base.settings.search_candidates
         say(
             f"{len(data.queries)} queries, {sessions_per_query} sessions each. Floor: bm25; "
@@ -513,7 +539,10 @@ def _feedback_ranker(searcher: Searcher, alpha: float) -> Callable[[str], list[s
 
 
 def _scratch_workspace(
-    path: Path, thompson: float | None = None, beta: float | None = None
+    path: Path,
+    thompson: float | None = None,
+    beta: float | None = None,
+    min_actors: int | None = None,
 ) -> Workspace:
     """A private SQLite workspace, whatever AMELIO_DATABASE_URL says: two learners
     sharing a database would learn from each other's clicks."""
@@ -521,6 +550,8 @@ def _scratch_workspace(
     overrides: dict[str, Any] = {} if thompson is None else {"search_thompson": thompson}
     if beta is not None:
         overrides["search_beta"] = beta
+    if min_actors is not None:
+        overrides["search_min_actors"] = min_actors
     settings = Settings(
         workspace=path,
         database_url=f"sqlite:///{(path / '.amelio' / 'amelio.db').resolve()}",
