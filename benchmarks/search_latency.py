@@ -42,10 +42,11 @@ server's CPU too, read from ``/proc``): CPU well under wall-clock in process mea
 the machine was busy and the figures are pessimistic.
 
 Targets, at 100k documents: a new query p95 ≤ 30 ms in process on the default
-engine; a repeated query p95 ≤ 20 ms in process (DESIGN.md's "≤ 20 ms warm"); a
-new query p95 ≤ 1.2 s over HTTP (the seed's cold floor) and a repeated one ≤ 350
-ms (the seed's warm floor). The ratios of FTS5 to tantivy and of tantivy to
-bm25s are printed without targets.
+engine, and at most bm25s's p95 on the same queries in the same run (the bm25s
+row is measured right after ours, so both see the same machine); a repeated
+query p95 ≤ 20 ms in process (DESIGN.md's "≤ 20 ms warm"); a new query p95 ≤
+1.2 s over HTTP (the seed's cold floor) and a repeated one ≤ 350 ms (the seed's
+warm floor). The ratio of FTS5 to tantivy is printed without a target.
 
     python benchmarks/search_latency.py [--sizes 10000 100000 1000000] [--clients 8]
 """
@@ -393,12 +394,33 @@ def one_size(
                 "in process, lexical, tantivy (default)",
                 samples,
                 clock,
-                "p95 ≤ 30" if goal else "",
+                "p95 ≤ 30, ≤ bm25s" if goal else "",
             )
             samples, clock = measure(lambda q: corpus.lexical(q, CANDIDATES), lexical_new)
             alone = table.row(
                 size, "new", "tantivy candidates alone (same queries)", samples, clock
             )
+            if full:
+                with Clock() as clock:
+                    engine = Bm25s(docs)
+                notes.append(f"{size:,}: bm25s indexing: {clock}")
+                # It has no cache, so the same queries again are new to it: the median of
+                # 3 passes, each percentile apart, steadies a denominator measured in ms.
+                with Clock() as clock:
+                    passes = [Stats.of(measure(engine.search, lexical_new)[0]) for _ in range(3)]
+                found["bm25s new"] = bm = table.row(
+                    size,
+                    "new",
+                    "bm25s, in memory (same queries, median 3)",
+                    Stats.median(passes),
+                    clock,
+                )
+                del engine
+                notes.append(
+                    f"{size:,}: new query p95 / bm25s p95 = "
+                    f"{found['new'].p95 / bm.p95:.2f}× (tantivy candidates alone: "
+                    f"{alone.p95 / bm.p95:.2f}×)"
+                )
             old = Searcher(ws, engine=fts5, background_aggregation=False)
             old.search("start up the searcher")
             samples, clock = measure(searched(old, "new"), lexical_new)
@@ -411,28 +433,6 @@ def one_size(
                 f"{found['fts5 new'].p95 / found['new'].p95:.0f}× in process, "
                 f"{fts.p95 / alone.p95:.0f}× for the candidates alone"
             )
-            if full:
-                with Clock() as clock:
-                    engine = Bm25s(docs)
-                notes.append(f"{size:,}: bm25s indexing: {clock}")
-                # It has no cache, so the same queries again are new to it: the median of
-                # 3 passes, each percentile apart, steadies a denominator measured in ms.
-                with Clock() as clock:
-                    passes = [Stats.of(measure(engine.search, lexical_new)[0]) for _ in range(3)]
-                bm = table.row(
-                    size,
-                    "new",
-                    "bm25s, in memory (same queries, median 3)",
-                    Stats.median(passes),
-                    clock,
-                )
-                del engine
-                notes.append(
-                    f"{size:,}: new query p95 / bm25s p95 = "
-                    f"{found['new'].p95 / bm.p95:.1f}× (tantivy candidates alone: "
-                    f"{alone.p95 / bm.p95:.1f}×); no target: the gap to an "
-                    "in-memory engine"
-                )
             notes.append(f"{size:,}: {teach(ws, searcher, lexical_new)} feedback events aggregated")
             for q in lexical_new:  # cache the new signals version's ranking (a search
                 searcher.rank(q)  # that explored would not have cached it)
@@ -556,6 +556,14 @@ def main() -> None:
     for key, name, goal in checks:
         if key in at:
             target(name, at[key].p95, goal, "ms", higher_is_better=False)
+    if "bm25s new" in at:
+        target(
+            f"search p95, new query, {docs}, in process, at most bm25s's p95 (same run)",
+            at["new"].p95,
+            at["bm25s new"].p95,
+            "ms",
+            higher_is_better=False,
+        )
 
 
 if __name__ == "__main__":

@@ -378,6 +378,60 @@ def test_bad_bodies_get_openai_errors_in_process(
         small.dispose()
 
 
+def test_choices_and_tokens_are_capped_and_deep_json_is_422(
+    ws: Workspace, upstream: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """n and the token limits multiply what one request costs upstream: the settings
+    bound them. A body nested past the parser's stack is the caller's fault (422)."""
+    monkeypatch.setenv("AMELIO_LLM_MAX_TOKENS", "300")
+    monkeypatch.setenv("AMELIO_OPENAI_MAX_N", "2")
+    capped = open_workspace(ws.root)
+    _, token = keys.create_key(capped.engine, name="bot", role="bot")
+    auth = {"Authorization": f"Bearer {token}"}
+    turn = [{"role": "user", "content": QUESTION}]
+    try:
+        with TestClient(create_app(capped)) as http:
+            sent: list[dict[str, Any]] = []
+            for extra in (
+                {"max_tokens": 100_000, "n": 2},
+                {"max_completion_tokens": 100_000},
+                {"max_tokens": 40},
+                {},
+            ):
+                upstream.reply(SAFE)
+                r = http.post(
+                    "/v1/chat/completions",
+                    headers=auth,
+                    json={"model": "amelio", "messages": turn, **extra},
+                )
+                assert r.status_code == 200, r.text
+                sent.append(upstream.requests[-1].body)
+            assert sent[0]["max_tokens"] == 300 and sent[0]["n"] == 2
+            assert sent[1]["max_completion_tokens"] == 300 and "max_tokens" not in sent[1]
+            assert sent[2]["max_tokens"] == 40
+            assert sent[3]["max_tokens"] == 300
+            for extra, param in (
+                ({"n": 3}, "n"),
+                ({"n": 0}, "n"),
+                ({"n": True}, "n"),
+                ({"max_tokens": "many"}, "max_tokens"),
+                ({"max_completion_tokens": -1}, "max_completion_tokens"),
+            ):
+                r = http.post(
+                    "/v1/chat/completions",
+                    headers=auth,
+                    json={"model": "amelio", "messages": turn, **extra},
+                )
+                assert r.status_code == 400, extra
+                assert r.json()["error"]["param"] == param
+            for body in (b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 70 + b"1" + b"}" * 70):
+                r = http.post("/v1/chat/completions", headers=auth, content=body)
+                assert r.status_code == 422, body[:20]
+                assert r.json()["error"]["code"] == "invalid_json"
+    finally:
+        capped.dispose()
+
+
 def test_scoped_key_uses_its_project(ws: Workspace, upstream: FakeLLMServer) -> None:
     _, token = keys.create_key(ws.engine, name="team", role="bot", projects=["team-a"])
     with TestClient(create_app(ws)) as http:

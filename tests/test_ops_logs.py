@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from amelio.ops.logs import configure_logging, uvicorn_log_config
+from amelio.ops.logs import LOG_FORMATS, configure_logging, uvicorn_log_config
 
 
 def amelio(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -69,8 +69,34 @@ def test_configure_logging_levels(capsys: pytest.CaptureFixture[str]) -> None:
     assert json.loads(err[1])["message"] == "debug too"
 
 
+@pytest.mark.parametrize("fmt", LOG_FORMATS)
+def test_access_lines_never_carry_a_query_key(fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """amelio.js sends a client key as ?key= with sendBeacon: the access log, which
+    log shippers keep for months, must not hold it."""
+    logging.config.dictConfig(uvicorn_log_config(fmt))
+    secret = "amk_live_s3cr3t"
+    try:
+        access = logging.getLogger("uvicorn.access")
+        for path in (
+            f"/v1/feedback/events?key={secret}",
+            f"/v1/feedback/events?sessionId=s1&KEY={secret}&x=1",
+            "/v1/search?monkey=banana",
+        ):
+            access.info(
+                '%s - "%s %s HTTP/%s" %d', "127.0.0.1:5", "POST", path, "1.1", 202
+            )  # as uvicorn's httptools and h11 protocols log
+    finally:
+        for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+            logging.getLogger(name).handlers.clear()
+            logging.getLogger(name).filters.clear()
+    out = capsys.readouterr().out
+    assert out.count("POST /v1/feedback/events?") == 2
+    assert secret not in out
+    assert "key=[redacted]" in out and "KEY=[redacted]&x=1" in out
+    assert "monkey=banana" in out
+
+
 def test_uvicorn_logs_json_with_its_own_levels() -> None:
-    assert uvicorn_log_config("text") is None  # uvicorn's own config
     config = uvicorn_log_config("json")
     assert config is not None
     logging.config.dictConfig(config)

@@ -210,3 +210,46 @@ def test_workers_share_their_counters(tmp_path: Path) -> None:
     # Whichever worker answered the scrape, it counted the requests all workers served
     # (at least the 20 here; the start-up probe adds its own).
     assert len(counts) == 1 and counts.pop() >= 20
+
+
+def test_callers_cannot_mint_model_labels(
+    ws: Workspace, llm: FakeLLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through a non-openai provider the caller names the model: 40 made-up names must
+    not become 40 label values (each one a series per outcome, direction and bucket)."""
+    monkeypatch.setenv("AMELIO_METRICS_MODELS", "claude-extra, ")
+    configured = open_workspace(ws.root)
+    _, admin = keys.create_key(configured.engine, name="prom", role="admin")
+    auth = {"Authorization": f"Bearer {admin}"}
+    models = ["claude-test", "claude-extra"] + [f"made-up-{i}" for i in range(40)]
+    with TestClient(create_app(configured)) as client:
+        before = scrape(client.get("/metrics", headers=auth).text)
+        for model in models:
+            r = client.post(
+                "/v1/chat/completions",
+                headers=auth,
+                json={"model": model, "messages": [{"role": "user", "content": "git push"}]},
+            )
+            assert r.status_code == 200, r.text
+        after = scrape(client.get("/metrics", headers=auth).text)
+    configured.dispose()
+    llm_series = {labels for (name, labels) in after if name.startswith("amelio_llm_")} - {
+        labels for (name, labels) in before if name.startswith("amelio_llm_")
+    }
+    assert {dict(labels)["model"] for labels in llm_series} <= {
+        "claude-test",
+        "claude-extra",
+        "other",
+    }
+    calls = {"provider": "anthropic", "outcome": "ok"}
+    assert (
+        value(after, "amelio_llm_calls_total", model="other", **calls)
+        - value(before, "amelio_llm_calls_total", model="other", **calls)
+        == 40
+    )
+    for model in ("claude-test", "claude-extra"):
+        assert (
+            value(after, "amelio_llm_calls_total", model=model, **calls)
+            - value(before, "amelio_llm_calls_total", model=model, **calls)
+            == 1
+        )

@@ -326,7 +326,7 @@ def test_routing_tab_adds_removes_and_suggests(site: tuple[TestClient, Workspace
     assert [e.text for e in listed][1:] == list(reversed(BILLING_EXAMPLES))
     assert {e.author for e in listed[1:]} == {"key:ana"}
     r = client.post("/skills/billing/examples", data={"csrf": csrf, "text": "  "})
-    assert flash(r.text) == "An example needs some text."  # followed back to the tab
+    assert flash(r.text).startswith("Not done: the form's input was refused")  # on the tab
     page = client.get(ROUTING).text
     assert "charged twice this month" in page and "added by hand" in page
 
@@ -338,14 +338,9 @@ def test_routing_tab_adds_removes_and_suggests(site: tuple[TestClient, Workspace
     assert flash(client.get(r.headers["location"]).text) == f"Example {last.ref} removed."
     assert last.text not in client.get(ROUTING).text.split("<tbody>")[1]
     assert "1 removed" in client.get(ROUTING).text
-    for ref, said in (
-        ("999", "No routing example 999 of skill 'billing'"),
-        ("²", "² names no example of this skill."),
-        ("3000000000", "3000000000 names no example of this skill."),
-        ("md9", "Skill 'billing' has no SKILL.md example md9."),
-    ):
+    for ref in ("999", "²", "3000000000", "md9"):
         r = client.post(f"/skills/billing/examples/{ref}/remove", data={"csrf": csrf})
-        assert r.status_code == 200 and said in flash(r.text), (ref, flash(r.text))
+        assert r.status_code == 200 and flash(r.text).startswith("Not found"), ref
 
     r = client.post(
         "/skills/billing/suggest-triggers",
@@ -362,7 +357,7 @@ def test_routing_tab_adds_removes_and_suggests(site: tuple[TestClient, Workspace
     assert f'id="proposal-{match.group(1)}"' in prs and "charged twice" in prs
     assert "+triggers: invoice, charged twice" in prs
     r = client.post("/skills/billing/suggest-triggers", data={"csrf": csrf})
-    assert r.status_code == 200 and "still pending" in flash(r.text)
+    assert r.status_code == 200 and flash(r.text).startswith("Not done: it conflicts")
 
 
 def test_routing_tab_for_viewers_and_in_french(site: tuple[TestClient, Workspace]) -> None:

@@ -24,7 +24,7 @@ from amelio.search.clickmodel import SwapCounts, fit_pbm, utility
 from amelio.search.counts import signals_for
 from amelio.search.engines.registry import workspace_corpus
 from amelio.search.engines.tantivy import TantivyEngine
-from amelio.search.simulate import _examined_as_shown, ndcg_at, simulate
+from amelio.search.simulate import ARMS, _examined_as_shown, ndcg_at, simulate
 from amelio.search.simulate import click_events as sim_click_events
 from amelio.search.store import DocumentStore
 from amelio.server import create_app
@@ -488,7 +488,7 @@ def test_ndcg() -> None:
     assert ndcg_at(["x"], {"a": 1}) == 0.0
 
 
-def test_simulation_learns_on_a_small_dataset(tmp_path: Path) -> None:
+def _small_dataset(tmp_path: Path) -> Path:
     data = tmp_path / "beir"
     (data / "qrels").mkdir(parents=True)
     # The relevant d8 and d9 match the query least: no "help" in their titles.
@@ -505,6 +505,11 @@ def test_simulation_learns_on_a_small_dataset(tmp_path: Path) -> None:
     (data / "qrels" / "test.tsv").write_text(
         "query-id\tcorpus-id\tscore\nq1\td9\t4\nq1\td8\t3\n", encoding="utf-8"
     )
+    return data
+
+
+def test_simulation_learns_on_a_small_dataset(tmp_path: Path) -> None:
+    data = _small_dataset(tmp_path)
     result = simulate(data, sessions_per_query=60, rounds=3, eval_sessions=5, seed=1, thompson=0.2)
     assert result.final("bm25", "ndcg10") < 0.5
     assert result.gap_closed("hybrid_with_feedback") > 0.5
@@ -517,6 +522,24 @@ def test_simulation_learns_on_a_small_dataset(tmp_path: Path) -> None:
     assert png in files and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = (tmp_path / "out" / "simulation.csv").read_text().splitlines()
     assert rows[0] == "round,sessions,profile,ndcg10,ctr3,train_ctr3" and len(rows) == 1 + 4 * 4
+
+
+def test_a_tuning_run_trains_the_arms_it_names_with_the_beta_it_is_given(
+    tmp_path: Path,
+) -> None:
+    """``beta`` reaches the learning arm: at 0 its ranking is the first phase's,
+    whatever it was taught; ``arms`` trains the named arm alone."""
+    hybrid = [a for a in ARMS if a.name == "hybrid_with_feedback"]
+    data = _small_dataset(tmp_path)
+    options: dict[str, Any] = {"sessions_per_query": 30, "rounds": 1, "eval_sessions": 5, "seed": 1}
+    off = simulate(data, beta=0.0, arms=hybrid, **options)
+    on = simulate(data, beta=1.0, arms=hybrid, **options)
+    assert off.settings["beta"] == 0.0 and set(off.settings["arms"]) == {"hybrid_with_feedback"}
+    assert off.final("hybrid_with_feedback", "ndcg10") == off.final("bm25", "ndcg10")
+    assert on.final("hybrid_with_feedback", "ndcg10") > on.final("bm25", "ndcg10")
+    assert "naive_ctr" not in on.to_dict()["final"]
+    with pytest.raises(InvalidInput, match="beta"):
+        simulate(data, beta=11.0, **options)
 
 
 def test_the_naive_arm_counts_clicks_over_raw_impressions_with_the_same_prior(

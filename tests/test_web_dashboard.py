@@ -134,7 +134,7 @@ def test_review_cycle_in_the_browser(page: Any, site: dict[str, Any], tmp_path: 
     page.get_by_role("link", name="PRs").click()
     proposal = page.locator("article.proposal").first
     proposal.get_by_role("button", name="Run benchmark").click()
-    assert "benchmark started" in page.locator(".flash").inner_text()
+    assert "Benchmark started." in page.locator(".flash").inner_text()
     for _ in range(60):  # the benchmark runs in the background; the page shows it when done
         page.reload()
         proposal = page.locator("article.proposal").first

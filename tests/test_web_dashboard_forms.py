@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from urllib.parse import quote, urlencode
 
 from fastapi.testclient import TestClient
 
@@ -57,6 +58,28 @@ def test_new_skill_proposals_are_reviewed_on_the_skills_page(
         )
         assert r.status_code == 303 and "/skills/refund-policy" in r.headers["location"]
     assert skills.get_skill(ws.engine, "refund-policy").version == 1
+
+
+def test_a_link_cannot_put_words_on_a_dashboard_page(sqlite_workspace: Workspace) -> None:
+    """?msg= shows a flash message on a page the reader trusts: only the codes the
+    dashboard's own forms send, filled with short ids, are shown."""
+    ws = sqlite_workspace
+    _, token = keys.create_key(ws.engine, name="bob", role="bot")
+    with TestClient(create_app(ws)) as client:
+        login(client, token)
+
+        def flash(query: str, language: str = "en") -> str | None:
+            page = client.get(f"/learnings?{query}", headers={"Accept-Language": language}).text
+            match = re.search(r'<p class="flash" role="status">(.*?)</p>', page, re.S)
+            return match.group(1) if match else None
+
+        phishing = "Your key expired: send it to security@example.com"
+        assert flash(urlencode({"msg": phishing})) is None
+        assert flash("msg=example_added&m_ref=" + quote("call 555-0100 now")) is None
+        assert flash("msg=__class__") is None
+        assert flash("msg=learning_retired") is None  # its id is missing
+        assert flash("msg=learning_retired&m_id=7") == "Learning #7 retired."
+        assert flash("msg=learning_retired&m_id=7", "fr") == "Leçon n° 7 retirée."
 
 
 def test_revoking_a_key_ends_its_session(sqlite_workspace: Workspace) -> None:
@@ -260,7 +283,7 @@ def test_knowledge_retry_needs_an_admin_a_csrf_token_and_the_project(
             data={"csrf": csrf},
             follow_redirects=False,
         )
-        assert r.status_code == 303 and "not%20a%20dead%20letter" in r.headers["location"]
+        assert r.status_code == 303 and "msg=not_dead_letter" in r.headers["location"]
         assert _dead_ids(ws, "billing") == [elsewhere]
         r = client.post(retry, data={"csrf": csrf}, follow_redirects=False)
         assert r.status_code == 303

@@ -289,12 +289,7 @@ def keys_revoke(ctx: click.Context, key_id: int) -> None:
 def _logging_options(log_format: str) -> dict[str, Any]:
     from amelio.ops.logs import uvicorn_log_config
 
-    log_config = uvicorn_log_config(log_format)
-    return (
-        {"log_level": "info"}
-        if log_config is None
-        else {"log_level": "info", "log_config": log_config}
-    )
+    return {"log_level": "info", "log_config": uvicorn_log_config(log_format)}
 
 
 def _serve_app(

@@ -55,9 +55,15 @@ def provider_types() -> dict[str, ProviderType]:
     return collect("register_llm_providers", ProviderType)
 
 
-def get_provider(settings: Settings, *, purpose: str = "This") -> Provider:
+def get_provider(
+    settings: Settings, *, purpose: str = "This", configured: Settings | None = None
+) -> Provider:
     """The configured provider, or :class:`~amelio.errors.LLMNotConfigured` saying
-    how to configure one (``purpose`` names the feature that asked)."""
+    how to configure one (``purpose`` names the feature that asked).
+
+    ``configured`` is the workspace's own settings when ``settings`` carries a model
+    that a caller named: the metrics then label that model ``other`` unless the
+    workspace configured it, so callers cannot mint label values."""
     if settings.llm_provider == "none":
         raise not_configured(purpose)
     types = provider_types()
@@ -70,4 +76,8 @@ def get_provider(settings: Settings, *, purpose: str = "This") -> Provider:
         )
     from amelio.llm.instrumented import InstrumentedProvider
 
-    return InstrumentedProvider(provider_type.build(settings))  # type: ignore[return-value]
+    inner = provider_type.build(settings)
+    models = InstrumentedProvider.labelled_models(configured or settings)
+    if not settings.llm_model:
+        models |= {inner.model}  # the provider's own default, not a caller's choice
+    return InstrumentedProvider(inner, models)  # type: ignore[return-value]

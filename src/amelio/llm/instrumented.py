@@ -3,19 +3,29 @@
 :func:`amelio.llm.get_provider` wraps what it returns in :class:`InstrumentedProvider`,
 so chat, Sage, the judge and distilled learnings all show in ``/metrics``
 (``amelio_llm_*``) and as GenAI spans, and no provider has to remember to report.
+
+A model the workspace did not configure is counted as ``other``: through
+``/v1/chat/completions`` a caller names the model, and each name it made up would
+otherwise be a new series in every scrape from then on.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from amelio.llm.base import Completion, LLMRequest, Provider, StreamEvent
 from amelio.ops.metrics import LLM_CALLS, LLM_SECONDS, LLM_TOKENS
 from amelio.ops.tracing import span
 
-__all__ = ["InstrumentedProvider"]
+if TYPE_CHECKING:
+    from amelio.workspace.config import Settings
+
+__all__ = ["OTHER_MODEL", "InstrumentedProvider"]
+
+#: The label of every model the workspace did not configure.
+OTHER_MODEL = "other"
 
 
 class InstrumentedProvider:
@@ -23,8 +33,16 @@ class InstrumentedProvider:
     Sage, the judge, distilled learnings) goes through :func:`amelio.llm.get_provider`,
     which wraps what it returns in this."""
 
-    def __init__(self, inner: Provider) -> None:
+    def __init__(self, inner: Provider, models: frozenset[str] = frozenset()) -> None:
         self.inner = inner
+        self.models = models
+
+    @staticmethod
+    def labelled_models(settings: Settings) -> frozenset[str]:
+        """The models that get their own label: the ones the settings name."""
+        extra = (name.strip() for name in settings.metrics_models.split(","))
+        named = (settings.llm_model, settings.sage_model, settings.judge_model, *extra)
+        return frozenset(name for name in named if name)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -37,8 +55,14 @@ class InstrumentedProvider:
     def model(self) -> str:
         return self.inner.model
 
+    @property
+    def _model_label(self) -> str:
+        """The requested model (not the answer's, which an upstream may echo from the
+        request or date), when configured."""
+        return self.model if self.model in self.models else OTHER_MODEL
+
     def _done(self, completion: Completion, seconds: float) -> None:
-        provider, model = completion.provider or self.name, completion.model or self.model
+        provider, model = self.name, self._model_label
         LLM_CALLS.labels(provider, model, "ok").inc()
         LLM_SECONDS.labels(provider, model).observe(seconds)
         if completion.input_tokens:
@@ -47,7 +71,7 @@ class InstrumentedProvider:
             LLM_TOKENS.labels(provider, model, "output").inc(completion.output_tokens)
 
     def _failed(self) -> None:
-        LLM_CALLS.labels(self.name, self.model, "error").inc()
+        LLM_CALLS.labels(self.name, self._model_label, "error").inc()
 
     def _span(self, request: LLMRequest) -> Any:
         """The call's span, as OpenTelemetry's GenAI semantic conventions name it."""

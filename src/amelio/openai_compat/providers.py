@@ -102,7 +102,7 @@ def through_provider(
     if call.model not in (AMELIO_MODEL, settings.llm_model):
         settings = settings.model_copy(update={"llm_model": call.model})
     request = _provider_request(call, prompt, settings)
-    provider = get_provider(settings, purpose="Chat completions")
+    provider = get_provider(settings, purpose="Chat completions", configured=ws.settings)
     if not call.stream:
         reply = record_reply(
             ws, prompt, provider.complete(request), project=project, user=call.user, started=started

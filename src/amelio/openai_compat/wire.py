@@ -24,6 +24,9 @@ _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "functio
 TOOL_ROLES = frozenset({"tool", "function"})
 SYSTEM_ROLES = frozenset({"system", "developer"})
 _MAX_MODEL_CHARS = 200
+#: Deeper than any real request (a tool's JSON schema nests a few levels); deeper
+#: bodies would exhaust the stack of whoever reads or writes them next.
+MAX_JSON_DEPTH = 64
 # Upstream statuses that describe the client's own request (a malformed tool schema,
 # an unknown model): they reach the client as they are. Others are Amelio's problem.
 CLIENT_STATUSES = frozenset({400, 404, 409, 413, 422})
@@ -137,6 +140,14 @@ def parse_chat_request(
             "send a JSON object (Content-Type: application/json).",
             code="invalid_json",
         ) from None
+    except RecursionError:
+        body = None
+    if body is None or _depth_over(body, MAX_JSON_DEPTH):
+        raise OpenAICompatError(
+            422,
+            f"The JSON body nests deeper than {MAX_JSON_DEPTH} levels.",
+            code="invalid_json",
+        )
     if not isinstance(body, dict):
         raise OpenAICompatError(400, "The request body must be a JSON object.", code="invalid_json")
     model = body.get("model")
@@ -203,6 +214,7 @@ def parse_chat_request(
             param="messages",
             code="input_too_large",
         )
+    _cap_choices_and_tokens(body, settings)
     user = body.get("user")
     # The body's explicit choice wins, then the header, then the setting.
     footnotes = asked if asked is not None else footnotes_header or settings.openai_footnotes
@@ -215,6 +227,51 @@ def parse_chat_request(
         tool_turn=messages[-1].get("role") in TOOL_ROLES,
         user=user[:200] if isinstance(user, str) and user else None,
     )
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests containers more than ``limit`` deep (without recursing)."""
+    level: list[Any] = [value]
+    for _ in range(limit):
+        level = [
+            child
+            for item in level
+            if isinstance(item, dict | list)
+            for child in (item.values() if isinstance(item, dict) else item)
+        ]
+        if not level:
+            return False
+    return any(isinstance(item, dict | list) for item in level)
+
+
+def _cap_choices_and_tokens(body: dict[str, Any], settings: Settings) -> None:
+    """Hold ``n`` and the token limits to the settings, as each multiplies what one
+    request costs upstream: more choices than ``openai_max_n`` is refused (a client
+    reading choices[3] must not get three), a token limit over ``llm_max_tokens`` is
+    lowered to it (a ceiling, so the answer stays valid, possibly shorter), and a
+    request without one gets ``max_tokens`` (what Amelio's own calls send), so that
+    leaving the field out is no way around the cap."""
+    n = body.get("n")
+    if n is not None and (
+        not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= settings.openai_max_n
+    ):
+        raise OpenAICompatError(
+            400,
+            f"`n` must be a whole number from 1 to {settings.openai_max_n} (openai_max_n).",
+            param="n",
+            code="invalid_value",
+        )
+    for name in ("max_tokens", "max_completion_tokens"):
+        limit = body.get(name)
+        if limit is None:
+            continue
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise OpenAICompatError(
+                400, f"`{name}` must be a positive whole number.", param=name, code="invalid_value"
+            )
+        body[name] = min(limit, settings.llm_max_tokens)
+    if body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
+        body["max_tokens"] = settings.llm_max_tokens
 
 
 # -- the response --------------------------------------------------------------------------

@@ -7,21 +7,41 @@ clients do not chatter into `amelio simulate`'s table). ``-v`` shows INFO and
 record as one JSON object per line on stderr (python-json-logger), for log
 shippers; ``amelio serve`` passes the same choice to uvicorn, so its startup and
 access lines are JSON too.
+
+Access lines never carry an API key: amelio.js may send a client key as ``?key=``
+(``sendBeacon`` sets no header), and :class:`RedactQueryKeys` blanks its value
+before uvicorn's access logger writes the path, in either format.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from typing import Any
 
-__all__ = ["LOG_FORMATS", "configure_logging", "uvicorn_log_config"]
+__all__ = ["LOG_FORMATS", "RedactQueryKeys", "configure_logging", "uvicorn_log_config"]
 
 LOG_FORMATS = ("text", "json")
 _TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: The JSON fields of every record, renamed as below, plus ``time`` (ISO 8601, UTC).
 _JSON = "%(levelname)s %(name)s %(message)s"
 _RENAMED = {"levelname": "level", "name": "logger"}
+
+
+_QUERY_KEY = re.compile(r"(?<=[?&])(key=)[^&#\s]*", re.IGNORECASE)
+REDACTED = "[redacted]"
+
+
+class RedactQueryKeys(logging.Filter):
+    """Blanks ``key=`` query values in uvicorn's access records (whose arguments are
+    client, method, path with query, HTTP version and status)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str):
+            record.args = (*args[:2], _QUERY_KEY.sub(rf"\1{REDACTED}", args[2]), *args[3:])
+        return True
 
 
 def _reserved() -> list[str]:
@@ -60,14 +80,22 @@ def configure_logging(verbosity: int = 0, fmt: str = "text", *, force: bool = Fa
     root.setLevel(level_for(verbosity))
 
 
-def uvicorn_log_config(fmt: str) -> dict[str, Any] | None:
-    """uvicorn's ``log_config`` for ``fmt``: None keeps uvicorn's own (text) config;
-    for JSON, its loggers and their levels with a JSON formatter on every handler."""
-    if fmt != "json":
-        return None
+def uvicorn_log_config(fmt: str) -> dict[str, Any]:
+    """uvicorn's ``log_config`` for ``fmt``: its loggers and levels, its access lines
+    without API keys, and for JSON a JSON formatter on every handler."""
     from uvicorn.config import LOGGING_CONFIG
 
     config: dict[str, Any] = {**LOGGING_CONFIG, "disable_existing_loggers": False}
+    config["filters"] = {"redact_query_keys": {"()": f"{__name__}.RedactQueryKeys"}}
+    config["loggers"] = {
+        **LOGGING_CONFIG["loggers"],
+        "uvicorn.access": {
+            **LOGGING_CONFIG["loggers"]["uvicorn.access"],
+            "filters": ["redact_query_keys"],
+        },
+    }
+    if fmt != "json":
+        return config
     json_formatter = {
         "()": "pythonjsonlogger.json.JsonFormatter",
         "fmt": _JSON,

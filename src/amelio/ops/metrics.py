@@ -14,7 +14,8 @@ Two kinds, because they come from two places:
 
 Metric names follow Prometheus' conventions (``amelio_`` prefix, ``_total`` for
 counters, base units). Label values are bounded: route templates (not paths),
-schema field names (not free-text reasons), provider and model names.
+schema field names (not free-text reasons), provider names, and the configured
+model names (any other model is ``other``).
 """
 
 from __future__ import annotations

@@ -25,6 +25,17 @@ a session of its own. Hashes are salted per UTC day (as feedback events are), so
 the cap is per day. What each identity has used is kept in
 ``search_session_marks``, written in the run's transaction like the counts.
 
+**Enough people.** The cap still let one session's single satisfied click lift a
+tenth result to the top when the lexical scores were close. So each signal row
+also counts its ``actors``: the distinct people whose clicks, dwells, bounces,
+pins, hides or votes it holds. Evidence comes from a new person when none of the
+session and user hashes behind it (the event's and its impression's) has acted
+on that query and document before; all of them are then marked (kind
+``actor``), so a session that later names a known user, or a user's next
+session, is the same person. The feedback score ignores those interactions
+until ``search_min_actors`` people are behind them
+(:class:`~amelio.search.scoring.FeedbackScorer`).
+
 A reformulation is counted when the client says so (``query_reformulated``) or,
 derived here, when the same session's next query came within 30 s and is similar
 (``difflib`` ratio ≥ 0.6 on the normalized texts) but not equal.
@@ -112,6 +123,9 @@ _COUNTER_OF = {
     "reform": "reformulations",
     "quit": "abandonments",
 }
+#: The kinds of evidence that make their author one of a row's ``actors``.
+_INTERACTIONS = frozenset({"click", "dwell", "bounce", "pin", "hide", "up", "down"})
+_ACTOR = "actor"
 #: Marks held before they are written out, mid-run.
 _MARKS_IN_MEMORY = 200_000
 
@@ -278,11 +292,19 @@ class _Run:
     def _apply(self, counts: Sequence[_Count]) -> None:
         self._load_marks(
             {(c.query_norm, c.doc_id, h, ns + c.kind) for c in counts for h, ns in c.who}
+            | {
+                (c.query_norm, c.doc_id, h, ns + _ACTOR)
+                for c in counts
+                if c.kind in _INTERACTIONS
+                for h, ns in c.who
+            }
         )
         for c in counts:
             if not self._allowed(c):
                 continue
             delta = self.deltas[(c.query_norm, c.doc_id)]
+            if c.kind in _INTERACTIONS and self._new_actor(c):
+                delta.actors += 1
             setattr(delta, _COUNTER_OF[c.kind], getattr(delta, _COUNTER_OF[c.kind]) + 1)
             if c.kind == "shown":
                 key = str(c.rank)
@@ -325,6 +347,15 @@ class _Run:
         for k in keys:
             self.marks[k] += 1
         return True
+
+    def _new_actor(self, count: _Count) -> bool:
+        """Whether no one behind ``count`` acted on its query and document before;
+        everyone behind it is marked as having done so."""
+        keys = [(count.query_norm, count.doc_id, h, ns + _ACTOR) for h, ns in count.who]
+        new = all(self.marks[k] == 0 for k in keys)
+        for k in keys:
+            self.marks[k] = 1
+        return new
 
     def _session_query(self, session: str, query_id: str, shown: _Shown, who: Who) -> list[_Count]:
         """Derive a reformulation when this session moves on to a similar query soon."""

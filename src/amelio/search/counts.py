@@ -25,12 +25,17 @@ COUNTERS = (
     "votes_down",
     "reformulations",
     "abandonments",
+    "actors",
 )
 
 
 @dataclass
 class SignalRow:
-    """The counts for one (normalized query, docId); ranks are 1-based strings in JSON."""
+    """The counts for one (normalized query, docId); ranks are 1-based strings in JSON.
+
+    ``actors`` is how many distinct people (told apart by their hashed session and
+    user ids) clicked, dwelt, bounced, pinned, hid or voted: the feedback score
+    counts those interactions only once there are ``search_min_actors`` of them."""
 
     impressions: int = 0
     impressions_by_rank: dict[str, int] = field(default_factory=dict)
@@ -44,6 +49,7 @@ class SignalRow:
     votes_down: int = 0
     reformulations: int = 0
     abandonments: int = 0
+    actors: int = 0
 
     def add(self, other: SignalRow) -> None:
         self.impressions += other.impressions

@@ -20,7 +20,14 @@ from amelio.search.clickmodel import Propensities, utility
 from amelio.search.counts import SignalRow
 from amelio.search.documents import Hit
 
-__all__ = ["FEEDBACK_BOUND", "FeedbackScorer", "RankedDoc", "min_max_normalized"]
+__all__ = [
+    "FEEDBACK_BOUND",
+    "FEW_ACTORS_RANKS",
+    "FeedbackScorer",
+    "RankedDoc",
+    "hold_back",
+    "min_max_normalized",
+]
 
 #: The feedback score's range. Wide enough that a document always satisfying
 #: (rate 10× the average: log 10 ≈ 2.3) outranks one satisfying 3× as often
@@ -28,6 +35,11 @@ __all__ = ["FEEDBACK_BOUND", "FeedbackScorer", "RankedDoc", "min_max_normalized"
 #: an offline replica of the Cranfield simulation. One session still moves it a
 #: bounded amount: the prior and the per-session cap limit what a few clicks can do.
 FEEDBACK_BOUND = 3.0
+#: How many ranks feedback may move a document that fewer than
+#: ``search_min_actors`` people interacted with: enough for a few honest clicks to
+#: start lifting a good deep result (and so get it seen and judged by more people),
+#: too few for one person to put it on top.
+FEW_ACTORS_RANKS = 2
 
 
 class RankedDoc(NamedTuple):
@@ -55,11 +67,23 @@ class FeedbackScorer:
     The ratio is a Beta posterior's mean; :meth:`score` with an ``rng`` draws from
     that posterior instead (Thompson sampling), so exploration follows the
     uncertainty: wide for a document nobody examined, narrow once it was.
+
+    A document whose clicks, dwells, bounces, pins, hides or votes come from fewer
+    than ``min_actors`` distinct people (``row.actors``) is :meth:`held` : the
+    ranking lets its feedback move it :data:`FEW_ACTORS_RANKS` ranks at most
+    (:func:`hold_back`), so that one person, even capped to one click a day, cannot
+    lift a deep result where the first-phase scores lie close together; its pins,
+    hides and votes count nothing yet, so none can sink it either.
     """
 
-    def __init__(self, propensities: Propensities, prior: float) -> None:
+    def __init__(self, propensities: Propensities, prior: float, min_actors: int = 1) -> None:
         self.p = propensities
         self.prior = prior
+        self.min_actors = min_actors
+
+    def held(self, row: SignalRow | None) -> bool:
+        """Whether ``row``'s interactions come from too few people to move it far."""
+        return row is not None and 0 < row.actors < self.min_actors
 
     def score(self, row: SignalRow | None, rng: random.Random | None = None) -> float:
         gamma0 = self.p.gamma0
@@ -77,9 +101,31 @@ class FeedbackScorer:
             else successes / (successes + failures)
         )
         attraction = math.log(max(rate, 1e-9) / gamma0)
-        plus, minus = row.pins + row.votes_up, row.hides + row.votes_down
+        plus, minus = (
+            (0, 0) if self.held(row) else (row.pins + row.votes_up, row.hides + row.votes_down)
+        )
         explicit = (plus - minus) / (plus + minus + 1.0)
         return max(-FEEDBACK_BOUND, min(FEEDBACK_BOUND, attraction + explicit))
+
+
+def hold_back(
+    ranked: Sequence[RankedDoc], held: set[str], first_order: Sequence[str], limit: int
+) -> list[RankedDoc]:
+    """The first ``limit`` of ``ranked`` (best first), with each document of ``held``
+    kept at most :data:`FEW_ACTORS_RANKS` ranks above its place in ``first_order``
+    (the ranking without feedback): each position takes the best remaining document
+    allowed there. One always is: of the documents first-phase ranked up to two
+    places below it, at most the positions above were taken."""
+    if not held:
+        return list(ranked[:limit])
+    floor = {doc_id: i - FEW_ACTORS_RANKS for i, doc_id in enumerate(first_order) if doc_id in held}
+    remaining = list(ranked)
+    out: list[RankedDoc] = []
+    while remaining and len(out) < limit:
+        here = len(out)
+        pick = next((i for i, d in enumerate(remaining) if floor.get(d.doc_id, 0) <= here), 0)
+        out.append(remaining.pop(pick))
+    return out
 
 
 def min_max_normalized(hits: Sequence[Hit]) -> dict[str, float]:

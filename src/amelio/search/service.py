@@ -56,7 +56,7 @@ from amelio.search.clickmodel import Propensities, load_propensities
 from amelio.search.counts import signals_for
 from amelio.search.engines.registry import RankingEngine, SearchEngine, open_engine
 from amelio.search.fusion import first_phase
-from amelio.search.scoring import FEEDBACK_BOUND, FeedbackScorer, RankedDoc
+from amelio.search.scoring import FEEDBACK_BOUND, FeedbackScorer, RankedDoc, hold_back
 from amelio.search.store import DocumentStore
 from amelio.text import normalize
 from amelio.workspace.folder import Workspace
@@ -431,10 +431,15 @@ class Searcher:
             return ()
         order = {doc_id: i for i, doc_id in enumerate(candidates)}
         feedback: dict[str, float] = {}
+        held: set[str] = set()
         if beta > 0 and propensities is not None:
-            scorer = FeedbackScorer(propensities, self.settings.search_prior_weight)
+            scorer = FeedbackScorer(
+                propensities, self.settings.search_prior_weight, self.settings.search_min_actors
+            )
             rows = signals_for(conn, key)
             feedback = {doc_id: scorer.score(rows.get(doc_id), rng) for doc_id in first}
+            if rng is None:  # a Thompson draw explores: what few people liked gets seen
+                held = {doc_id for doc_id in first if scorer.held(rows.get(doc_id))}
         ranked = sorted(
             (
                 RankedDoc(
@@ -444,6 +449,9 @@ class Searcher:
             ),
             key=lambda d: (-d.score, order[d.doc_id]),
         )
+        if held:
+            unmoved = sorted(first, key=lambda doc_id: (-first[doc_id], order[doc_id]))
+            return tuple(hold_back(ranked, held, unmoved, limit))
         return tuple(ranked[:limit])
 
     def _swap(self, ranking: tuple[RankedDoc, ...]) -> tuple[tuple[RankedDoc, ...], int | None]:

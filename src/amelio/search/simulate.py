@@ -68,6 +68,7 @@ from amelio.workspace.folder import Workspace, open_workspace
 
 __all__ = [
     "ARMS",
+    "ONE_ACTOR_ARM",
     "Arm",
     "Dataset",
     "SimulationResult",
@@ -91,12 +92,14 @@ class Arm:
     propensity of their rank); without it every rank shown counts as examined.
     ``dwell``: the arm's client reports dwell time, so a satisfied click counts 1
     and a bounce 0; without it every click counts the same (½, a click of unknown
-    dwell)."""
+    dwell). ``min_actors`` overrides ``search_min_actors`` (None: the setting), so
+    one run can say what waiting for several people costs the learning."""
 
     name: str
     debiased: bool
     dwell: bool
     description: str
+    min_actors: int | None = None
 
 
 #: The arms every simulation trains, each in its own workspace.
@@ -115,6 +118,15 @@ ARMS: tuple[Arm, ...] = (
     ),
 )
 _LEARNERS = tuple(a.name for a in ARMS)
+#: The product's arm with every interaction counted from the first person on: the
+#: learning speed ``search_min_actors`` is measured against.
+ONE_ACTOR_ARM = Arm(
+    "one_actor_enough",
+    debiased=True,
+    dwell=True,
+    description="as hybrid_with_feedback, with search_min_actors = 1",
+    min_actors=1,
+)
 
 
 def _rng(seed: int | str) -> random.Random:
@@ -174,11 +186,23 @@ class SimulationResult:
 
     def gap_closed(self, profile: str, metric: str = "ndcg10") -> float:
         """Share of the bm25 → ideal gap ``profile`` closed by the last round."""
-        base, ideal = self.final("bm25", metric), self.final("ideal", metric)
-        return (self.final(profile, metric) - base) / (ideal - base) if ideal > base else 0.0
+        return self.curve(profile, metric)[-1][1]
+
+    def curve(self, profile: str, metric: str = "ndcg10") -> list[tuple[int, float]]:
+        """(sessions per query, share of the bm25 → ideal gap closed) at each round:
+        how fast ``profile`` learned."""
+        at = {(r["round"], r["profile"]): r for r in self.rows}
+        points = []
+        for round_no in sorted({r["round"] for r in self.rows}):
+            base, ideal = at[(round_no, "bm25")][metric], at[(round_no, "ideal")][metric]
+            value = at[(round_no, profile)][metric]
+            share = (value - base) / (ideal - base) if ideal > base else 0.0
+            points.append((int(at[(round_no, profile)]["sessions"]), share))
+        return points
 
     def to_dict(self) -> dict[str, Any]:
         profiles = sorted({r["profile"] for r in self.rows})
+        learners = [p for p in self.settings.get("arms", _LEARNERS) if p in profiles]
         return {
             "settings": self.settings,
             "rows": self.rows,
@@ -188,9 +212,9 @@ class SimulationResult:
             },
             "gapClosed": {
                 p: {"ndcg10": self.gap_closed(p, "ndcg10"), "ctr3": self.gap_closed(p, "ctr3")}
-                for p in _LEARNERS
+                for p in learners
             },
-            "trainingCtr3": {p: self.training_ctr(p) for p in _LEARNERS},
+            "trainingCtr3": {p: self.training_ctr(p) for p in learners},
         }
 
     def write(self, out: Path) -> list[Path]:
@@ -348,13 +372,17 @@ def simulate(
     workdir: Path | None = None,
     engine: str | None = None,
     progress: Callable[[str], None] | None = None,
+    beta: float | None = None,
+    arms: Sequence[Arm] = ARMS,
 ) -> SimulationResult:
     """Run the simulation; ``rounds`` checkpoints split the sessions evenly.
 
     ``alpha`` is the semantic weight of the learning profile's first phase (above
     0 needs ``amelio[semantic]``); ``thompson`` overrides ``search_thompson``, the
     share of training responses that explore. ``engine`` is the embedded engine
-    that indexes the data set (default: ``search_backend``'s, else ``embedded``)."""
+    that indexes the data set (default: ``search_backend``'s, else ``embedded``).
+    ``beta`` overrides ``search_beta`` and ``arms`` picks the learning arms (the
+    first is the one the summary reads), for tuning runs that need one arm only."""
     if user_model not in USER_MODELS:
         raise InvalidInput(
             f"Unknown click model {user_model!r}; use pbm or cascade.", field="click_model"
@@ -365,6 +393,10 @@ def simulate(
         raise InvalidInput(
             f"alpha is the semantic weight, between 0 and 1, not {alpha}.", field="alpha"
         )
+    if not arms:
+        raise InvalidInput("At least one learning arm is needed.", field="arms")
+    if beta is not None and not 0.0 <= beta <= 10.0:
+        raise InvalidInput(f"beta is between 0 and 10, not {beta}.", field="beta")
     if thompson is not None and not 0.0 <= thompson <= 1.0:
         raise InvalidInput(
             f"The exploration share is between 0 and 1, not {thompson}.", field="thompson"
@@ -385,7 +417,7 @@ def simulate(
             "rounds": rounds,
             "evalSessions": eval_sessions,
             "alpha": alpha,
-            "arms": {a.name: a.description for a in ARMS},
+            "arms": {a.name: a.description for a in arms},
         }
     )
     try:
@@ -404,15 +436,19 @@ def simulate(
         static: dict[str, tuple[float, float]] = {}
         learners: dict[str, Searcher] = {}
         collectors: dict[str, Collector] = {}
-        for arm in ARMS:
-            ws = _scratch_workspace(root / arm.name, thompson)
+        for arm in arms:
+            ws = _scratch_workspace(root / arm.name, thompson, beta, arm.min_actors)
             learners[arm.name] = Searcher(
                 ws, corpus=corpus, rng=_rng(seed), background_aggregation=False, embedder=embedder
             )
             collectors[arm.name] = Collector(ws)
-        base = learners["hybrid_with_feedback"]
+        base = learners[arms[0].name]
+        result.settings["beta"] = base.settings.search_beta
         result.settings["thompson"] = base.settings.search_thompson
         result.settings["priorWeight"] = base.settings.search_prior_weight
+        result.settings["minActors"] = {
+            name: searcher.settings.search_min_actors for name, searcher in learners.items()
+        }
         result.settings["candidates"] = base.settings.search_candidates
         say(
             f"{len(data.queries)} queries, {sessions_per_query} sessions each. Floor: bm25; "
@@ -424,7 +460,7 @@ def simulate(
             f"{base.settings.search_prior_weight:g}, Thompson sampling in "
             f"{base.settings.search_thompson:.0%} of responses); they learn from:"
         )
-        for arm in ARMS:
+        for arm in arms:
             say(f"  {arm.name}: {arm.description}")
         eval_user = _User(model, data.max_grade, _rng(seed + 1))
         static["bm25"] = _evaluate(
@@ -441,7 +477,7 @@ def simulate(
             shown_ctr: dict[str, float | None] = dict.fromkeys(learners)
             if round_no:
                 batch = sessions_per_query * round_no // rounds - done
-                for arm in ARMS:
+                for arm in arms:
                     shown_ctr[arm.name] = _train(
                         learners[arm.name],
                         collectors[arm.name],
@@ -502,11 +538,20 @@ def _feedback_ranker(searcher: Searcher, alpha: float) -> Callable[[str], list[s
     return rank
 
 
-def _scratch_workspace(path: Path, thompson: float | None = None) -> Workspace:
+def _scratch_workspace(
+    path: Path,
+    thompson: float | None = None,
+    beta: float | None = None,
+    min_actors: int | None = None,
+) -> Workspace:
     """A private SQLite workspace, whatever AMELIO_DATABASE_URL says: two learners
     sharing a database would learn from each other's clicks."""
     (path / ".amelio").mkdir(parents=True, exist_ok=True)
     overrides: dict[str, Any] = {} if thompson is None else {"search_thompson": thompson}
+    if beta is not None:
+        overrides["search_beta"] = beta
+    if min_actors is not None:
+        overrides["search_min_actors"] = min_actors
     settings = Settings(
         workspace=path,
         database_url=f"sqlite:///{(path / '.amelio' / 'amelio.db').resolve()}",

@@ -6,7 +6,10 @@ The language comes from the ``ui_language`` setting, or the browser's
 
 from __future__ import annotations
 
-__all__ = ["LANGUAGES", "pick_language", "strings"]
+import re
+from collections.abc import Mapping
+
+__all__ = ["FLASH_CODES", "LANGUAGES", "flash_text", "pick_language", "strings"]
 
 LANGUAGES = ("en", "fr")
 
@@ -139,7 +142,27 @@ _EN = {
     "no_such_example": "{ref} names no example of this skill.",
     "nothing_to_add": "Nothing to add: no word or pair is common in these examples and rare "
     "elsewhere.",
-    "triggers_proposed": "Proposal #{id} filed: {terms}.",
+    "triggers_proposed": "Proposal #{id} filed.",
+    "proposal_approved": "#{id} → v{version}",
+    "proposal_rejected": "#{id} rejected.",
+    "benchmark_started": "Benchmark started.",
+    "unknown_action": "Unknown action.",
+    "rolled_back": "v{version} → v{new}",
+    "sage_started": "Sage started.",
+    "learning_added": "Learning #{id} added.",
+    "learning_merged": "Learning #{id}: the same rule was already there; merged.",
+    "learning_kept": "Learning #{id}: the same rule is already there; kept.",
+    "learning_reactivated": "Learning #{id}: a retired rule, active again.",
+    "learning_retired": "Learning #{id} retired.",
+    "failed_forbidden": "Your key may not do this here.",
+    "failed_not_found": "Not found: it was removed, or belongs to another skill or project.",
+    "failed_conflict": "Not done: it conflicts with the current state (already decided, "
+    "pending, or changed meanwhile). Reload the page and check.",
+    "failed_invalid_input": "Not done: the form's input was refused (empty, too long or "
+    "malformed).",
+    "failed_llm_error": "Not done: the LLM could not answer (check the LLM settings, or try "
+    "again later).",
+    "failed": "Not done: the action failed.",
     "knowledge": "Knowledge",
     "notebook": "Notebook",
     "notebooks": "Notebooks",
@@ -338,7 +361,27 @@ _FR = {
     "no_such_example": "{ref} ne désigne aucun exemple de cette compétence.",
     "nothing_to_add": "Rien à ajouter : aucun mot ni paire n'est fréquent dans ces exemples et "
     "rare ailleurs.",
-    "triggers_proposed": "Proposition n° {id} créée : {terms}.",
+    "triggers_proposed": "Proposition n° {id} créée.",
+    "proposal_approved": "N° {id} → v{version}",
+    "proposal_rejected": "N° {id} rejetée.",
+    "benchmark_started": "Banc d'essai lancé.",
+    "unknown_action": "Action inconnue.",
+    "rolled_back": "v{version} → v{new}",
+    "sage_started": "Sage est lancé.",
+    "learning_added": "Leçon n° {id} ajoutée.",
+    "learning_merged": "Leçon n° {id} : la même règle existait déjà ; fusionnée.",
+    "learning_kept": "Leçon n° {id} : la même règle existe déjà ; conservée.",
+    "learning_reactivated": "Leçon n° {id} : une règle retirée, de nouveau active.",
+    "learning_retired": "Leçon n° {id} retirée.",
+    "failed_forbidden": "Votre clé ne permet pas cette action ici.",
+    "failed_not_found": "Introuvable : supprimé, ou d'une autre compétence ou d'un autre projet.",
+    "failed_conflict": "Non fait : cela contredit l'état actuel (déjà décidé, en attente, ou "
+    "modifié entre-temps). Rechargez la page et vérifiez.",
+    "failed_invalid_input": "Non fait : la saisie du formulaire est refusée (vide, trop longue "
+    "ou mal formée).",
+    "failed_llm_error": "Non fait : le LLM n'a pas pu répondre (vérifiez les réglages du LLM, "
+    "ou réessayez plus tard).",
+    "failed": "Non fait : l'action a échoué.",
     "knowledge": "Connaissances",
     "notebook": "Carnet",
     "notebooks": "Carnets",
@@ -422,3 +465,52 @@ def pick_language(setting: str, accept_language: str | None) -> str:
 def strings(language: str) -> dict[str, str]:
     """Every string in ``language``, falling back to English for any missing one."""
     return _EN | (_FR if language == "fr" else {})
+
+
+#: The messages a dashboard page shows from its ``?msg=`` code: a page never shows
+#: text from its address, so a link cannot put words on a trusted page.
+FLASH_CODES = frozenset(
+    {
+        "example_added",
+        "example_removed",
+        "skill_example_removed",
+        "nothing_to_add",
+        "triggers_proposed",
+        "retried",
+        "not_dead_letter",
+        "proposal_approved",
+        "proposal_rejected",
+        "benchmark_started",
+        "unknown_action",
+        "rolled_back",
+        "sage_started",
+        "learning_added",
+        "learning_merged",
+        "learning_kept",
+        "learning_reactivated",
+        "learning_retired",
+        "failed_forbidden",
+        "failed_not_found",
+        "failed_conflict",
+        "failed_invalid_input",
+        "failed_llm_error",
+        "failed",
+    }
+)
+#: A flash parameter: an id, a version or an example's ref (md3), nothing wordy.
+_FLASH_VALUE = re.compile(r"[A-Za-z0-9]{1,20}")
+
+
+def flash_text(t: Mapping[str, str], query: Mapping[str, str]) -> str | None:
+    """The flash message for ``?msg=CODE&m_NAME=VALUE…``: a known code's string in
+    ``t``, filled with its parameters when each is a short id; otherwise none."""
+    code = query.get("msg")
+    if code not in FLASH_CODES:
+        return None
+    params = {k[2:]: v for k, v in query.items() if k.startswith("m_")}
+    if not all(_FLASH_VALUE.fullmatch(v) for v in params.values()):
+        return None
+    try:
+        return t[code].format(**params)
+    except (KeyError, IndexError, ValueError):  # a parameter missing from the address
+        return None

@@ -107,6 +107,13 @@ class Settings(BaseSettings):
         "/v1/chat/completions (a request may also ask with amelio.footnotes or the "
         "X-Amelio-Footnotes header); they are always in the response's amelio object.",
     )
+    openai_max_n: int = Field(
+        default=4,
+        ge=1,
+        le=128,
+        description="Most choices (n) one /v1/chat/completions request may ask for; more "
+        "is a 400. Its max_tokens and max_completion_tokens are lowered to llm_max_tokens.",
+    )
     distill_learnings: bool = Field(
         default=False,
         description="With an LLM configured, turn a 👎 or Fix It comment into "
@@ -261,6 +268,12 @@ class Settings(BaseSettings):
         description="Also serve the Prometheus metrics without a "
         "key on this port (0: only GET /metrics on the API port, with an admin key).",
     )
+    metrics_models: str = Field(
+        default="",
+        description="Comma-separated model names that get their own label in the "
+        "amelio_llm_* metrics besides llm_model, sage_model and judge_model; any other model "
+        "(one a caller names in /v1/chat/completions) is counted as other.",
+    )
     metrics_host: str = Field(
         default="127.0.0.1", description="The address the metrics port listens on."
     )
@@ -384,6 +397,15 @@ class Settings(BaseSettings):
         "hides and votes one session (and one user) counts for one document on one query per "
         "UTC day: the guard against one actor steering ranking (clients send sessionId "
         "with POST /v1/search).",
+    )
+    search_min_actors: int = Field(
+        default=3,
+        ge=1,
+        le=100,
+        description="Distinct people (by hashed session and user id) whose clicks, dwells, "
+        "pins, hides or votes on one document for one query it takes before they move its "
+        "rank; fewer, and the document scores as shown and not clicked. With "
+        "search_session_cap, the guard against one actor steering ranking.",
     )
     search_exploration: float = Field(
         default=0.1,

@@ -12,20 +12,17 @@ that cannot enter the current top-k are skipped unread. It ships as a wheel
 What is indexed, and how it scores: the folded word tokens
 (:func:`amelio.text.tokens`, apostrophes split, as FTS5's ``unicode61`` splits
 them) in one field, the title's written twice, so that a title match counts
-double there as FTS5's ``bm25(fts, 2.0, 1.0)`` counts it. Tantivy's BM25 picks
-the candidates, twice as many as asked (block-max WAND: the expensive part, in
-Rust); they are then scored with FTS5's own BM25 formula (:func:`fts5_bm25`:
-its idf, title weight 2, the document's true length, k1 = 1.2, b = 0.75) from
-their stored text, and the best are kept. Why not tantivy's score as it is: its
-idf stays well above 0 for words in most documents, where FTS5's falls to
-nothing, and the shape of the first-phase scores is what the feedback score is
-weighed against (``search_beta``). Measured with ``amelio simulate`` on
-Cranfield (seed 0): FTS5 0.650 NDCG@10 after learning; tantivy's own scores
-0.635 (0.627 with the title in a field of its own, although its BM25 alone was
-better, 0.346 against 0.333); candidates rescored as FTS5 does, within 0.01.
+double as FTS5's ``bm25(fts, 2.0, 1.0)`` counts it. The candidates and their
+scores are tantivy's own BM25 (k1 = 1.2, b = 0.75, idf ``ln(1 + (N − n + ½) /
+(n + ½))``), taken as tantivy returns them: nothing is read back or scored
+again in Python. Its idf stays above zero for words most documents hold, where
+FTS5's falls to nothing; the first phase min-max normalizes the candidates'
+scores anyway, and ``search_beta`` (the feedback's weight against them) was
+tuned on these scores (docs/search.md). Search asks for no match count: counting
+every match would visit them all, where block-max WAND skips the blocks that
+cannot enter the top-k.
 The documents, their vectors and the generation stay in the store
-(:mod:`amelio.search.store`); the store also keeps the total token count
-(``lexical_tokens``) that the formula's mean length needs.
+(:mod:`amelio.search.store`).
 
 Consistency with the store: each write batch goes to the index and to the
 store together. The index's *stamp* (a small file in its folder) names the
@@ -39,7 +36,6 @@ across processes), which they take before tantivy's own writer lock.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import shutil
 import sqlite3
@@ -53,16 +49,12 @@ from amelio.search.documents import Document, Hit
 from amelio.search.store import DocumentStore
 from amelio.text import SEARCH
 
-__all__ = ["TantivyEngine", "fts5_bm25", "query_terms"]
+__all__ = ["TantivyEngine", "query_terms"]
 
 log = logging.getLogger("amelio.search")
 
 _STAMP = "amelio-generation"
 _DIRTY = "dirty"
-#: FTS5's BM25 constants and its weight of a title match (``bm25(fts, 2.0, 1.0)``).
-K1, B, TITLE_WEIGHT = 1.2, 0.75, 2.0
-#: Candidates taken from tantivy per result asked, before they are rescored.
-OVERFETCH = 2
 #: The writer's memory budget: tantivy flushes a segment when it is spent.
 _WRITER_HEAP = 128_000_000
 
@@ -82,23 +74,6 @@ def _document(doc_id: str, title: list[str], body: list[str]) -> tantivy.Documen
     """A document as the index holds it: the title's words twice, then the body's."""
     words = " ".join(title)
     return tantivy.Document(doc_id=doc_id, text=f"{words} {words} {' '.join(body)}")
-
-
-def fts5_bm25(
-    terms: list[str], title: list[str], body: list[str], idf: dict[str, float], mean_length: float
-) -> float:
-    """FTS5's ``bm25(fts, 2.0, 1.0)`` for one document (as a positive number): per
-    query word, its idf times ``w (k1 + 1) / (w + k1 (1 − b + b D / avgD))`` with
-    ``w`` the title count doubled plus the body count and ``D`` the document's
-    words, title once."""
-    length = len(title) + len(body)
-    norm = K1 * (1 - B + B * length / mean_length) if mean_length > 0 else K1
-    score = 0.0
-    for term in terms:
-        w = TITLE_WEIGHT * title.count(term) + body.count(term)
-        if w:
-            score += idf[term] * w * (K1 + 1) / (w + norm)
-    return score
 
 
 def _schema() -> tantivy.Schema:
@@ -121,7 +96,6 @@ class TantivyEngine(DocumentStore):
         self._index = self._open_index()
         self._writer_obj: Any = None
         self._write_lock = threading.Lock()
-        self._tokens_delta = 0  # the batch's change to the store's token count
         self._loaded: int | None = None  # the store generation the searcher was loaded at
         self._load_lock = threading.Lock()
         super().__init__(path)
@@ -188,25 +162,17 @@ class TantivyEngine(DocumentStore):
             finally:
                 self._write_lock.release()
 
-    def _index_schema(self) -> str:
-        return "INSERT OR IGNORE INTO meta (key, value) VALUES ('lexical_tokens', 0);"
-
     def _index_add(self, conn: sqlite3.Connection, rowid: int, doc: Document) -> None:
-        title, body = _words(doc.title), _words(doc.body)
-        self._tantivy_writer().add_document(_document(doc.doc_id, title, body))
-        self._tokens_delta += len(title) + len(body)
+        self._tantivy_writer().add_document(
+            _document(doc.doc_id, _words(doc.title), _words(doc.body))
+        )
 
     def _index_remove(
         self, conn: sqlite3.Connection, rowid: int, doc_id: str, title: str, body: str
     ) -> None:
         self._tantivy_writer().delete_documents_by_term("doc_id", doc_id)
-        self._tokens_delta -= len(_words(title)) + len(_words(body))
 
     def _index_commit(self, conn: sqlite3.Connection, generation: int) -> None:
-        conn.execute(
-            "UPDATE meta SET value = value + ? WHERE key = 'lexical_tokens'", (self._tokens_delta,)
-        )
-        self._tokens_delta = 0
         if self._writer_obj is None:  # a batch that changed no document
             if self.index_generation() == generation - 1:
                 self._write_stamp(str(generation))
@@ -219,7 +185,6 @@ class TantivyEngine(DocumentStore):
         self._write_stamp(str(generation))
 
     def _index_abort(self) -> None:
-        self._tokens_delta = 0
         if self._writer_obj is not None:
             try:
                 self._writer_obj.rollback()
@@ -230,21 +195,14 @@ class TantivyEngine(DocumentStore):
         writer = self._tantivy_writer()
         self._write_stamp(_DIRTY)
         writer.delete_all_documents()
-        total = 0
         for doc_id, title, body in conn.execute(
             "SELECT doc_id, title, body FROM docs ORDER BY rowid"
         ):
-            title_words, body_words = _words(title), _words(body)
-            writer.add_document(_document(doc_id, title_words, body_words))
-            total += len(title_words) + len(body_words)
+            writer.add_document(_document(doc_id, _words(title), _words(body)))
         try:
             writer.commit()
         finally:
             self._release_writer()
-        conn.execute(
-            "INSERT OR REPLACE INTO meta (key, value) VALUES ('lexical_tokens', ?)", (total,)
-        )
-        self._tokens_delta = 0
         self._write_stamp(str(generation))
 
     # -- reads ------------------------------------------------------------------------
@@ -263,8 +221,8 @@ class TantivyEngine(DocumentStore):
         return self._index.searcher()
 
     def lexical(self, query: str, limit: int) -> list[Hit]:
-        """The best ``limit`` documents by FTS5's BM25 (higher is better) among
-        tantivy's best ``OVERFETCH × limit``; ties to the earlier document."""
+        """The best ``limit`` documents by tantivy's BM25 (higher is better), in
+        tantivy's order (equal scores: the earlier document in its segment)."""
         words = query_terms(query)
         if not words or limit <= 0:
             return []
@@ -272,26 +230,5 @@ class TantivyEngine(DocumentStore):
             (tantivy.Occur.Should, tantivy.Query.term_query(self._schema, "text", w)) for w in words
         ]
         searcher = self._searcher()
-        found = searcher.search(tantivy.Query.boolean_query(terms), limit * OVERFETCH)
-        doc_ids = [searcher.doc(address)["doc_id"][0] for _, address in found.hits]
-        if not doc_ids:
-            return []
-        count = max(searcher.num_docs, 1)
-        idf = {}
-        for word in words:
-            hits = searcher.doc_freq("text", word)
-            value = math.log((count - hits + 0.5) / (hits + 0.5))
-            idf[word] = value if value > 0 else 1e-6  # as FTS5 clamps it
-        marks = ",".join("?" * len(doc_ids))  # placeholders only: values are bound
-        rows = self._reader.execute(
-            f"SELECT doc_id, rowid, title, body FROM docs WHERE doc_id IN ({marks})",  # noqa: S608
-            doc_ids,
-        ).fetchall()
-        total = self.get_meta("lexical_tokens") or 0
-        mean = total / count
-        scored = [
-            (fts5_bm25(words, _words(title), _words(body), idf, mean), rowid, doc_id)
-            for doc_id, rowid, title, body in rows
-        ]
-        scored.sort(key=lambda x: (-x[0], x[1]))
-        return [Hit(doc_id, score) for score, _, doc_id in scored[:limit]]
+        found = searcher.search(tantivy.Query.boolean_query(terms), limit, count=False)
+        return [Hit(searcher.doc(address)["doc_id"][0], score) for score, address in found.hits]

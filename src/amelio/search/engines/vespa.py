@@ -275,9 +275,14 @@ def feedback_cells(workspace: Workspace) -> dict[str, dict[str, float]]:
     settings = workspace.settings
     cells: dict[str, dict[str, float]] = {}
     with workspace.engine.connect() as conn:
-        scorer = FeedbackScorer(load_propensities(conn), settings.search_prior_weight)
+        scorer = FeedbackScorer(
+            load_propensities(conn), settings.search_prior_weight, settings.search_min_actors
+        )
         for r in conn.execute(sa.select(search_signals).order_by(search_signals.c.doc_id)):
-            score = scorer.score(SignalRow(**{f: getattr(r, f) for f in _SIGNAL_FIELDS}))
+            row = SignalRow(**{f: getattr(r, f) for f in _SIGNAL_FIELDS})
+            if scorer.held(row):  # Vespa cannot hold it to two ranks: it waits
+                continue
+            score = scorer.score(row)
             if score != 0.0:
                 cells.setdefault(r.doc_id, {})[r.query_norm] = round(score, 6)
     return cells

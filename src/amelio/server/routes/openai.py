@@ -70,14 +70,14 @@ class OpenAIErrorBody(BaseModel):
 
 
 _HELP = {
-    400: "Invalid request: bad JSON, no messages, no user message, tools on a provider "
-    "without them, or the upstream refused the request.",
+    400: "Invalid request: bad JSON, no messages, no user message, `n` over "
+    "`openai_max_n`, tools on a provider without them, or the upstream refused the request.",
     401: "No Amelio key, or an invalid or revoked one.",
     403: "The key's role or project scope does not allow this.",
     404: "The project or the model does not exist.",
     409: "The upstream refused the request as conflicting.",
     413: "The body or the last user message is over a configured limit.",
-    422: "The upstream could not process the request.",
+    422: "The JSON body nests too deep, or the upstream could not process the request.",
     429: "The upstream is rate limiting: retry after `Retry-After` seconds.",
     502: "The upstream LLM failed to answer.",
     503: "No LLM configured, or the upstream is unreachable or refused Amelio's credentials.",
@@ -134,7 +134,17 @@ _CHAT_BODY = {
                     },
                     "stream": {"type": "boolean"},
                     "temperature": {"type": "number"},
-                    "max_tokens": {"type": "integer"},
+                    "max_tokens": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "description": "Lowered to `llm_max_tokens` when above it (so "
+                        "is `max_completion_tokens`); `llm_max_tokens` when neither is sent.",
+                    },
+                    "n": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "description": "Choices to generate; at most `openai_max_n`.",
+                    },
                     "tools": {"type": "array"},
                     "amelio": {
                         "type": "object",

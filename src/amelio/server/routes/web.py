@@ -16,7 +16,7 @@ import logging
 import re
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, BackgroundTasks, Form, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -32,7 +32,7 @@ from amelio.assistant.quality import (
     quality_metrics,
     rule_stats,
 )
-from amelio.errors import AmelioError, Forbidden, NotFound
+from amelio.errors import AmelioError, Conflict, Forbidden, InvalidInput, LLMError, NotFound
 from amelio.improve import proposals as props
 from amelio.improve import triggers
 from amelio.improve.bench import latest_verdict, list_benchmarks, run_benchmark
@@ -45,7 +45,7 @@ from amelio.server.params import MAX_ID, Id
 from amelio.server.routes.search import searcher
 from amelio.web import data
 from amelio.web.charts import line_chart
-from amelio.web.i18n import pick_language, strings
+from amelio.web.i18n import flash_text, pick_language, strings
 from amelio.web.session import COOKIE, Session, csrf_token, dump_session, load_session, valid_csrf
 from amelio.workspace import keys
 from amelio.workspace.folder import Workspace
@@ -134,33 +134,39 @@ def _render(
     lang = pick_language(ws.settings.ui_language, request.headers.get("accept-language"))
     project = context.pop("project", None) or DEFAULT_PROJECT
     key: ApiKey | None = getattr(request.state, "key", None) if session else None
+    t = strings(lang)
     base = {
         "request": request,
-        "t": strings(lang),
+        "t": t,
         "lang": lang,
         "session": session,
         "is_admin": session is not None and session.role == "admin",
         "csrf": csrf_token(ws.settings, session) if session else "",
         "projects": [p.name for p in list_projects(ws.engine) if key and key.allows(p.name)],
         "project": project,
-        "message": request.query_params.get("msg"),
+        "message": flash_text(t, request.query_params),
     }
     response = templates.TemplateResponse(request, template, base | context)
     response.headers["Cache-Control"] = "no-store"
     return response
 
 
-def _back(path: str, message: str | None = None, anchor: str = "") -> RedirectResponse:
+def _back(path: str, code: str, anchor: str = "", **params: str | int) -> RedirectResponse:
+    """Back to ``path`` with a flash message: its code and parameters travel in the
+    query, and the page shows only a known code's string (:func:`flash_text`)."""
     sep = "&" if "?" in path else "?"
-    target = f"{path}{sep}msg={quote(message)}" if message else path
-    return RedirectResponse(target + (f"#{anchor}" if anchor else ""), status_code=303)
-
-
-def _strings(request: Request) -> dict[str, str]:
-    """The dashboard's strings in the request's language (for flash messages)."""
-    return strings(
-        pick_language(_ws(request).settings.ui_language, request.headers.get("accept-language"))
+    query = urlencode({"msg": code, **{f"m_{k}": v for k, v in params.items()}})
+    return RedirectResponse(
+        f"{path}{sep}{query}" + (f"#{anchor}" if anchor else ""), status_code=303
     )
+
+
+def _failed(exc: AmelioError) -> str:
+    """An error's flash code: its family's, as the error's own text is not carried."""
+    for family in (Forbidden, NotFound, Conflict, InvalidInput, LLMError):
+        if isinstance(exc, family):
+            return f"failed_{family.code}"
+    return "failed"
 
 
 # -- login --------------------------------------------------------------------------------
@@ -356,16 +362,21 @@ def proposal_action(
     try:
         if action == "approve":
             p = props.approve_proposal(ws, proposal_id, actor=actor, reason=reason or None)
-            return _back(_proposal_path(ws, proposal_id), f"#{p.id} → v{p.result_version}")
+            return _back(
+                _proposal_path(ws, proposal_id),
+                "proposal_approved",
+                id=p.id,
+                version=p.result_version or 0,
+            )
         if action == "reject":
             props.reject_proposal(ws, proposal_id, actor=actor, reason=reason or None)
-            return _back(back, f"#{proposal_id} rejected")
+            return _back(back, "proposal_rejected", id=proposal_id)
         if action == "benchmark":
             tasks.add_task(_quietly, run_benchmark, ws, proposal_id)
-            return _back(back, "benchmark started")
+            return _back(back, "benchmark_started")
     except AmelioError as exc:
-        return _back(back, exc.message)
-    return _back(back, f"unknown action {action}")
+        return _back(back, _failed(exc))
+    return _back(back, "unknown_action")
 
 
 def _quietly(func: Any, *args: Any) -> None:
@@ -389,7 +400,9 @@ def rollback(
     )
     return _back(
         f"/skills/{quote(name)}?project={quote(project)}&tab=evolution",
-        f"v{version} → v{skill.version}",
+        "rolled_back",
+        version=version,
+        new=skill.version,
     )
 
 
@@ -414,10 +427,9 @@ def add_routing_example(
         example = routing_examples.add_example(
             _ws(request), name, text, project=project, author=f"key:{session.name}"
         )
-        message = _strings(request)["example_added"].format(ref=example.ref)
     except AmelioError as exc:
-        message = exc.message
-    return _back(_skill_tab(name, project, "routing"), message)
+        return _back(_skill_tab(name, project, "routing"), _failed(exc))
+    return _back(_skill_tab(name, project, "routing"), "example_added", ref=example.ref)
 
 
 @router.post("/skills/{name}/examples/{ref}/remove")
@@ -430,20 +442,19 @@ def remove_routing_example(
 ) -> Response:
     session = _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
     ws = _ws(request)
-    t = _strings(request)
     back = _skill_tab(name, project, "routing")
     if not _EXAMPLE_REF.fullmatch(ref) or (ref.isdigit() and int(ref) > MAX_ID):
-        return _back(back, t["no_such_example"].format(ref=ref))
+        return _back(back, "failed_not_found")
     try:
         example = routing_examples.remove(
             ws, name, ref, project=project, author=f"key:{session.name}"
         )
     except AmelioError as exc:
-        return _back(back, exc.message)
+        return _back(back, _failed(exc))
     if example.source == "skill":
         version = skills.get_skill(ws.engine, name, project).version
-        return _back(back, t["skill_example_removed"].format(ref=ref, version=version))
-    return _back(back, t["example_removed"].format(ref=ref))
+        return _back(back, "skill_example_removed", ref=ref, version=version)
+    return _back(back, "example_removed", ref=ref)
 
 
 @router.post("/skills/{name}/suggest-triggers")
@@ -455,21 +466,20 @@ def suggest_triggers(
 ) -> Response:
     """Mine the skill's examples into a routing proposal, shown on its PRs tab."""
     session = _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
-    t = _strings(request)
     back = _skill_tab(name, project, "routing")
     try:
         suggestion = triggers.suggest_triggers(
             _ws(request), name, project=project, author=f"key:{session.name}"
         )
     except AmelioError as exc:
-        return _back(back, exc.message)
+        return _back(back, _failed(exc))
     if suggestion.proposal is None:
-        return _back(back, t["nothing_to_add"])
-    added = ", ".join(term.term for term in suggestion.terms)
+        return _back(back, "nothing_to_add")
     return _back(
         _skill_tab(name, project, "prs"),
-        t["triggers_proposed"].format(id=suggestion.proposal.id, terms=added),
+        "triggers_proposed",
         anchor=f"proposal-{suggestion.proposal.id}",
+        id=suggestion.proposal.id,
     )
 
 
@@ -482,7 +492,7 @@ def sage_analyze(
 ) -> Response:
     _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
     tasks.add_task(_quietly, lambda: analyze(_ws(request), project=project))
-    return _back(f"/skills?project={quote(project)}", "Sage started")
+    return _back(f"/skills?project={quote(project)}", "sage_started")
 
 
 # -- quality, learnings, interactions ----------------------------------------------------
@@ -545,10 +555,9 @@ def add_learning(
         item, outcome = learnings.add_learning(
             _ws(request), rule, project=project, skill=skill or None
         )
-        message = f"#{item.id} {outcome}"
     except AmelioError as exc:
-        message = exc.message
-    return _back(f"/learnings?project={quote(project)}", message)
+        return _back(f"/learnings?project={quote(project)}", _failed(exc))
+    return _back(f"/learnings?project={quote(project)}", f"learning_{outcome}", id=item.id)
 
 
 @router.post("/learnings/{learning_id}/retire")
@@ -560,7 +569,7 @@ def retire_learning(
 ) -> Response:
     _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
     learnings.delete_learning(_ws(request), learning_id, project=project)
-    return _back(f"/learnings?project={quote(project)}", f"#{learning_id} retired")
+    return _back(f"/learnings?project={quote(project)}", "learning_retired", id=learning_id)
 
 
 @router.get("/interactions")
@@ -675,7 +684,7 @@ def notebook_page(request: Request, name: str, project: str = "", q: str = "") -
     try:
         view = data.knowledge_view(ws, name, project)
     except NotFound as exc:  # e.g. the project menu, from a notebook another project lacks
-        return _back(f"/knowledge?project={quote(project)}", exc.message)
+        return _back(f"/knowledge?project={quote(project)}", _failed(exc))
     asked: dict[str, Any] = {"answer": None, "citations": []}
     error = None
     if q:
@@ -699,15 +708,14 @@ def retry_dead_letter(
     """Put one of the notebook's dead letters back in the queue with fresh tries
     (:func:`amelio.knowledge.retry`, as ``POST /v1/knowledge/failures/retry``)."""
     _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
-    t = _strings(request)
     back = _notebook_path(name, project)
     try:
         retried = knowledge.retry(_ws(request), [failure_id], notebook=name, project=project)
     except AmelioError as exc:
-        return _back(back, exc.message)
+        return _back(back, _failed(exc))
     if not retried:
-        return _back(back, t["not_dead_letter"].format(id=failure_id), anchor="dead-letters")
+        return _back(back, "not_dead_letter", anchor="dead-letters", id=failure_id)
     worker = _knowledge_worker(request)
     if worker is not None:
         worker.wake()
-    return _back(back, t["retried"].format(id=failure_id), anchor="dead-letters")
+    return _back(back, "retried", anchor="dead-letters", id=failure_id)
