@@ -394,7 +394,7 @@ def one_size(
                 "in process, lexical, tantivy (default)",
                 samples,
                 clock,
-                "p95 ≤ 30, ≤ bm25s" if goal else "",
+                "p95 ≤ 30" if goal else "",
             )
             samples, clock = measure(lambda q: corpus.lexical(q, CANDIDATES), lexical_new)
             alone = table.row(

@@ -20,9 +20,8 @@ FTS5's falls to nothing; the first phase min-max normalizes the candidates'
 scores anyway, and ``search_beta`` (the feedback's weight against them) was
 tuned on these scores (docs/search.md). Search asks for no match count: counting
 every match would visit them all, where block-max WAND skips the blocks that
-cannot enter the top-k.
-The documents, their vectors and the generation stay in the store
-(:mod:`amelio.search.store`).
+cannot enter the top-k. The documents, their vectors and the generation stay
+in the store (:mod:`amelio.search.store`).
 
 Consistency with the store: each write batch goes to the index and to the
 store together. The index's *stamp* (a small file in its folder) names the
