@@ -28,7 +28,7 @@ from amelio.db.schema import search_impressions, search_signals
 from amelio.search import Corpus
 from amelio.search.engines.fts5 import Deletion, Document
 from amelio.search.engines.vespa import VespaBackend, feed, query_body, sync_signals
-from amelio.search.service import FEEDBACK_BOUND
+from amelio.search.scoring import FEEDBACK_BOUND
 from amelio.server import create_app
 from amelio.testing import ThreadedServer
 from amelio.workspace import keys

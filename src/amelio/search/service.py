@@ -56,7 +56,7 @@ from amelio.search.clickmodel import Propensities, load_propensities
 from amelio.search.counts import signals_for
 from amelio.search.engines.registry import RankingEngine, SearchEngine, open_engine
 from amelio.search.fusion import first_phase
-from amelio.search.scoring import FEEDBACK_BOUND, FeedbackScorer, RankedDoc, hold_back
+from amelio.search.scoring import FeedbackScorer, RankedDoc, hold_back
 from amelio.search.store import DocumentStore
 from amelio.text import normalize
 from amelio.workspace.folder import Workspace
@@ -65,14 +65,9 @@ from amelio.workspace.projects import validate_name
 if TYPE_CHECKING:
     from amelio.workspace.config import Settings
 
-#: FEEDBACK_BOUND, FeedbackScorer and RankedDoc live in :mod:`amelio.search.scoring`
-#: and are re-exported here, where callers have always found them.
 __all__ = [
-    "FEEDBACK_BOUND",
     "MAX_ID_CHARS",
     "PROFILES",
-    "FeedbackScorer",
-    "RankedDoc",
     "SearchResponse",
     "Searcher",
     "query_key",
