@@ -23,7 +23,8 @@ from typing import Any
 from pydantic import SecretStr
 
 from amelio.errors import ConfigError
-from amelio.workspace.config import CONFIG_FILE, Settings
+from amelio.workspace.config import Settings
+from amelio.workspace.discovery import CONFIG_FILE
 
 __all__ = ["NEVER_KEPT", "RestoredConfig", "is_sensitive", "restored_config"]
 
