@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from amelio._version import __version__
 from amelio.errors import ConfigError
 from amelio.hookspecs import hookimpl
 from amelio.plugins import collect
@@ -279,8 +280,6 @@ class WebhookNotifier:
         import uuid
 
         import httpx
-
-        from amelio._version import __version__
 
         body = self.body(notification)
         headers = {
