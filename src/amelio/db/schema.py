@@ -681,6 +681,7 @@ search_signals = sa.Table(
     sa.Column("abandonments", sa.Integer, nullable=False),
     sa.Column("updated_ms", sa.BigInteger, nullable=False),
     sa.Column("actors", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("viewers", sa.Integer, nullable=False, server_default="0"),
 )
 
 search_session_marks = sa.Table(

@@ -34,7 +34,10 @@ on that query and document before; all of them are then marked (kind
 ``actor``), so a session that later names a known user, or a user's next
 session, is the same person. The feedback score ignores those interactions
 until ``search_min_actors`` people are behind them
-(:class:`~amelio.search.scoring.FeedbackScorer`).
+(:class:`~amelio.search.scoring.FeedbackScorer`). Its ``viewers`` count the
+distinct people it was shown to, the same way from the cap's ``shown`` marks: an
+impression that names no session or user is no one we can count, so forty
+searches without a session id are forty examinations but no viewer.
 
 A reformulation is counted when the client says so (``query_reformulated``) or,
 derived here, when the same session's next query came within 30 s and is similar
@@ -300,9 +303,12 @@ class _Run:
             }
         )
         for c in counts:
+            first_view = c.kind == "shown" and self._unseen(c)
             if not self._allowed(c):
                 continue
             delta = self.deltas[(c.query_norm, c.doc_id)]
+            if first_view:
+                delta.viewers += 1
             if c.kind in _INTERACTIONS and self._new_actor(c):
                 delta.actors += 1
             setattr(delta, _COUNTER_OF[c.kind], getattr(delta, _COUNTER_OF[c.kind]) + 1)
@@ -347,6 +353,12 @@ class _Run:
         for k in keys:
             self.marks[k] += 1
         return True
+
+    def _unseen(self, count: _Count) -> bool:
+        """Whether someone is behind ``count`` and none of them was shown its
+        document for its query before (the cap's marks for ``shown``)."""
+        keys = [(count.query_norm, count.doc_id, h, ns + count.kind) for h, ns in count.who]
+        return bool(keys) and all(self.marks[k] == 0 for k in keys)
 
     def _new_actor(self, count: _Count) -> bool:
         """Whether no one behind ``count`` acted on its query and document before;

@@ -26,6 +26,7 @@ COUNTERS = (
     "reformulations",
     "abandonments",
     "actors",
+    "viewers",
 )
 
 
@@ -35,7 +36,9 @@ class SignalRow:
 
     ``actors`` is how many distinct people (told apart by their hashed session and
     user ids) clicked, dwelt, bounced, pinned, hid or voted: the feedback score
-    counts those interactions only once there are ``search_min_actors`` of them."""
+    counts those interactions only once there are ``search_min_actors`` of them.
+    ``viewers`` is how many distinct people were shown it (impressions that named a
+    session or user; one without either is nobody we can count)."""
 
     impressions: int = 0
     impressions_by_rank: dict[str, int] = field(default_factory=dict)
@@ -50,6 +53,7 @@ class SignalRow:
     reformulations: int = 0
     abandonments: int = 0
     actors: int = 0
+    viewers: int = 0
 
     def add(self, other: SignalRow) -> None:
         self.impressions += other.impressions

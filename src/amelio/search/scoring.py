@@ -85,6 +85,17 @@ class FeedbackScorer:
         """Whether ``row``'s interactions come from too few people to move it far."""
         return row is not None and 0 < row.actors < self.min_actors
 
+    def settled(self, row: SignalRow | None) -> bool:
+        """Whether enough people are behind ``row`` for its score to place the
+        documents a held one is measured against (:func:`hold_back`): the people
+        who interacted with it or, when nobody did, who were shown it and passed it
+        over (``row.viewers``: impressions without a session or user count no one,
+        or forty searches of one client that sends no session id would be forty
+        people walking past the documents above the one it clicks)."""
+        if row is None:
+            return False
+        return (row.actors or row.viewers) >= self.min_actors
+
     def score(self, row: SignalRow | None, rng: random.Random | None = None) -> float:
         gamma0 = self.p.gamma0
         if row is None:

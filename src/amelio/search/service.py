@@ -445,7 +445,14 @@ class Searcher:
             key=lambda d: (-d.score, order[d.doc_id]),
         )
         if held:
-            unmoved = sorted(first, key=lambda doc_id: (-first[doc_id], order[doc_id]))
+            # Where each document would be on what enough people told us: a held
+            # one is measured against that ranking, not the first phase's, so
+            # documents many people passed over do not keep it down.
+            settled = {d: beta * feedback[d] for d in first if scorer.settled(rows.get(d))}
+            unmoved = sorted(
+                first,
+                key=lambda doc_id: (-(first[doc_id] + settled.get(doc_id, 0.0)), order[doc_id]),
+            )
             return tuple(hold_back(ranked, held, unmoved, limit))
         return tuple(ranked[:limit])
 
@@ -484,7 +491,8 @@ class Searcher:
         the hashed session and user (``who``) when the client named them."""
         with transaction(self.workspace.engine) as conn:
             conn.execute(
-                search_impressions.insert().values(
+                search_impressions.insert(),
+                dict(
                     query_id=query_id,
                     request_id=request_id,
                     project=project,
