@@ -47,6 +47,7 @@ __all__ = [
     "EXTERNAL_PROVIDER",
     "MAX_IDEMPOTENCY_KEY_CHARS",
     "Reply",
+    "answer_unrecorded",
     "answer_with",
     "get_interaction",
     "log_exchange",
@@ -462,6 +463,17 @@ def get_interaction(ws: Workspace, interaction_id: int) -> dict[str, Any]:
             for r in rules
         ],
     }
+
+
+def answer_unrecorded(
+    ws: Workspace, message: str, *, provider: Provider, project: str = DEFAULT_PROJECT
+) -> tuple[Completion, Skill | None]:
+    """The pipeline respond() runs (routing, the skill, its learnings, the prompt)
+    with nothing stored, and the skill that applied: how a study measures answers to
+    held-out messages, which must never become evidence the loop learns from (a
+    benchmark would replay them, quality would count them)."""
+    _, applied, request = _prepare(ws, message, project, None)
+    return provider.complete(request), applied
 
 
 def answer_with(

@@ -98,6 +98,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Simulated users click on search results; report NDCG@10 and CTR@3 per profile.",
     ),
     "skills": ("skills", "Import, list, show, export and sync skills."),
+    "study": (
+        "study",
+        "Measure whether the skill loop makes the assistant better, on SUITE's held-out tasks.",
+    ),
     "telegram": (
         "telegram",
         "The Telegram bot: chat with the assistant, vote, fix, approve proposals.",

@@ -11,6 +11,9 @@ fail against the real service.
   or not, with scripted replies, scripted failures and scripted hangs, and records
   every completion request as a :class:`FakeRequest`. ``python -m amelio.testing
   fake-llm`` serves one until stopped, to point Amelio (or anything else) at by hand.
+  :func:`follow_instructions` is its instruction-following mode (``--follow``): it
+  repeats the "Always…"/"Never…" lines of its system prompt, so that what learnings
+  and skills tell a model changes what it says (``amelio study`` is tested on it).
 * :func:`write_fake_claude_cli` — an executable ``claude`` that behaves like
   ``claude -p PROMPT --output-format json`` and logs each call to ``calls.jsonl``.
 
@@ -23,7 +26,13 @@ Example::
 """
 
 from amelio.testing.claude_cli import read_fake_claude_calls, write_fake_claude_cli
-from amelio.testing.llm_server import FakeLLMServer, FakeRequest, Reply, count_tokens
+from amelio.testing.llm_server import (
+    FakeLLMServer,
+    FakeRequest,
+    Reply,
+    count_tokens,
+    follow_instructions,
+)
 from amelio.testing.server import ThreadedServer
 
 __all__ = [
@@ -32,6 +41,7 @@ __all__ = [
     "Reply",
     "ThreadedServer",
     "count_tokens",
+    "follow_instructions",
     "read_fake_claude_calls",
     "write_fake_claude_cli",
 ]

@@ -4,7 +4,9 @@ It lets a person try every path of Amelio that needs an LLM (chat, streaming,
 reflect, Sage, the benchmark judge) with no model, no key and no bill: the
 server speaks the OpenAI and Anthropic APIs as the tests' :class:`FakeLLMServer`
 does, answers the scripted ``--reply`` texts in order and then echoes the last
-user message, and runs until Ctrl-C or SIGTERM. A kit for trying things, not a
+user message (with ``--follow``: repeats its system prompt's "Always…"/"Never…"
+lines, see :func:`~amelio.testing.llm_server.follow_instructions`), and runs
+until Ctrl-C or SIGTERM. A kit for trying things, not a
 command of ``amelio``: argparse, and nothing it prints is meant to be parsed
 but the ``export`` lines.
 """
@@ -19,7 +21,7 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
-from amelio.testing.llm_server import FakeLLMServer, FakeRequest
+from amelio.testing.llm_server import FakeLLMServer, FakeRequest, follow_instructions
 
 DEFAULT_PORT = 8149
 #: The key the Anthropic line sets when ``--api-key`` is not given: that SDK and
@@ -65,6 +67,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="a model it lists (repeatable; default: fake-model); the first is the one to set",
     )
+    fake.add_argument(
+        "--follow",
+        action="store_true",
+        help="instruction-following mode: answer with the Always/Never lines of the "
+        "system prompt instead of echoing the user",
+    )
     fake.add_argument("--api-key", help="the only key accepted (default: any key)")
     fake.add_argument(
         "--token-delay",
@@ -108,7 +116,7 @@ def fake_llm(args: argparse.Namespace) -> int:
     """Serve until a signal asks to stop; 0 then, 1 when the port cannot be had."""
     server = FakeLLMServer(
         args.reply,
-        default=echo,
+        default=follow_instructions if args.follow else echo,
         token_delay=args.token_delay,
         api_key=args.api_key,
         models=args.model or ("fake-model",),
@@ -134,7 +142,12 @@ def fake_llm(args: argparse.Namespace) -> int:
     try:
         replies = f"{len(args.reply)} scripted, then" if args.reply else "it"
         print(f"Fake LLM on {server.url} (Ctrl-C or SIGTERM stops it).")
-        print(f"Answers: {replies} echoes the last user message.")
+        then = (
+            "repeats the Always/Never lines of the system prompt"
+            if args.follow
+            else "echoes the last user message"
+        )
+        print(f"Answers: {replies} {then}.")
         print("\n".join(settings_lines(server)), flush=True)
         while not stop.wait(0.5):  # a timed wait: signals are handled between waits
             pass

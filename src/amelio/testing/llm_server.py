@@ -56,6 +56,22 @@ class FakeRequest:
 Reply = str | Callable[[FakeRequest], str]
 """A scripted answer: fixed text, or a function of the request (e.g. to echo it)."""
 
+_INSTRUCTION = re.compile(r"^\s*(?:[-*•]|\d+[.)])?\s*((?:Always|Never)\b.*?)\s*$")
+_JUDGE_ASKS = "score_a"
+
+
+def follow_instructions(request: FakeRequest) -> str:
+    """A model that does what it is told, a little: it answers with a first line,
+    then every line of its system prompt that starts "Always" or "Never" (list
+    markers dropped), once each. So a learning or a skill line such as "Always say
+    DONE" shows in the answer, and a study can see what the loop taught. A judge's
+    request (its system prompt asks for ``score_a``) gets the same score for both
+    answers: this model has no taste."""
+    if _JUDGE_ASKS in request.system:
+        return '{"score_a": 5, "score_b": 5, "reason": "a fake judge cannot tell"}'
+    told = [m.group(1) for line in request.system.splitlines() if (m := _INSTRUCTION.match(line))]
+    return "\n".join(["Here is my answer.", *dict.fromkeys(told)])
+
 
 @dataclass(frozen=True)
 class _Failure:

@@ -50,11 +50,15 @@ class Workspace:
         self.engine.dispose()
 
 
-def init_workspace(path: str | os.PathLike[str]) -> tuple[Workspace, bool]:
+def init_workspace(
+    path: str | os.PathLike[str], *, settings: Settings | None = None
+) -> tuple[Workspace, bool]:
     """Create (or complete) a workspace at ``path`` and migrate its database.
 
     Returns the workspace and whether ``amelio.toml`` was created now; an
-    existing one is never overwritten.
+    existing one is never overwritten. ``settings`` opens it with those instead of
+    its amelio.toml and AMELIO_* (a study's scratch workspaces, which must not
+    follow an AMELIO_DATABASE_URL to the user's database).
     """
     root = Path(path).resolve()
     if root.exists() and not root.is_dir():
@@ -69,7 +73,7 @@ def init_workspace(path: str | os.PathLike[str]) -> tuple[Workspace, bool]:
     created = not toml.exists()
     if created:
         toml.write_text(_TOML_TEMPLATE, encoding="utf-8")
-    return open_workspace(root, migrate=True), created
+    return open_workspace(root, migrate=True, settings=settings), created
 
 
 def open_workspace(

@@ -1,0 +1,257 @@
+"""`amelio study` end to end against the fake LLM server in its instruction-following
+mode, on a tiny suite: the plumbing, the arms, the metric and the intervals, with no
+model. The fake repeats the "Always…"/"Never…" lines of its system prompt, so a
+learning that says "Always say WAVE" makes its answers pass the oracle rule that
+wants WAVE: what the loop learns shows in what the model says."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from click.testing import CliRunner
+
+from amelio.cli import main
+from amelio.db.schema import interactions
+from amelio.testing import FakeLLMServer, FakeRequest, follow_instructions
+from amelio.workspace.folder import Workspace
+
+GREETINGS = ["hello there", "greet my team", "welcome the new hire"]
+GREETINGS_TEST = ["hello from paris", "greet the guests", "welcome back message", "hello all"]
+COUNTS = ["count the apples", "how many days in a week", "total of 2 and 3"]
+COUNTS_TEST = ["count the words", "how many legs has a cat", "total the bill", "count the cars"]
+ORACLE = {
+    "greeter": [
+        {"id": "wave", "name": "Always say WAVE", "type": "string_contains", "value": "WAVE"}
+    ],
+    "counter": [
+        {
+            "id": "num",
+            "name": "Always give the NUMBER",
+            "type": "string_contains",
+            "value": "NUMBER",
+        },
+        {"id": "short", "name": "Keep it short", "type": "max_length", "value": 2000},
+    ],
+}
+
+
+def write_suite(root: Path, *, oracle: dict[str, Any] | None = ORACLE, tasks: Any = None) -> Path:
+    for name, what, words in (
+        ("greeter", "Greets people and says hello, welcome messages.", "hello, greet, welcome"),
+        ("counter", "Counts things, numbers and totals.", "count, how many, total"),
+    ):
+        folder = root / "skills" / name
+        folder.mkdir(parents=True)
+        (folder / "SKILL.md").write_text(
+            f"---\nname: {name}\ndescription: {what}\ntriggers: [{words}]\n---\n"
+            f"Answer the {name} request.\n",
+            encoding="utf-8",
+        )
+    if tasks is None:
+        tasks = [
+            {"id": f"{skill}-{i}", "message": m, "skill": skill, "split": split}
+            for skill, train, test in (
+                ("greeter", GREETINGS, GREETINGS_TEST),
+                ("counter", COUNTS, COUNTS_TEST),
+            )
+            for split, messages in (("train", train), ("test", test))
+            for i, m in enumerate(messages, start=0 if split == "train" else 10)
+        ]
+    (root / "tasks.jsonl").write_text(
+        "".join(json.dumps(t) + "\n" for t in tasks), encoding="utf-8"
+    )
+    if oracle is not None:
+        (root / "oracle.json").write_text(json.dumps(oracle), encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeLLMServer]:
+    with FakeLLMServer(default=follow_instructions) as server:
+        yield server
+
+
+@pytest.fixture
+def llm_env(fake: FakeLLMServer, monkeypatch: pytest.MonkeyPatch) -> FakeLLMServer:
+    for name, value in {
+        "AMELIO_LLM_PROVIDER": "openai",
+        "AMELIO_LLM_BASE_URL": fake.openai_base_url,
+        "AMELIO_LLM_API_KEY": "fake-key",
+        "AMELIO_LLM_MODEL": "fake-model",
+        "AMELIO_LLM_MAX_RETRIES": "0",
+    }.items():
+        monkeypatch.setenv(name, value)
+    return fake
+
+
+def study(*args: str, workspace: Path | None = None) -> Any:
+    prefix = ["-w", str(workspace)] if workspace else []
+    return CliRunner().invoke(main, [*prefix, "study", *args])
+
+
+def rounds(data: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+    return {(r["arm"], r["round"]): r for r in data["rounds"]}
+
+
+def test_every_arm_is_measured_and_learnings_close_the_gap(
+    llm_env: FakeLLMServer, tmp_path: Path
+) -> None:
+    suite = write_suite(tmp_path / "suite")
+    out = tmp_path / "out"
+    result = study(str(suite), "--out", str(out), "--rounds", "2", "--fixit-rate", "1", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "study.json").read_text(encoding="utf-8"))
+    by = rounds(data)
+    assert set(by) == {
+        ("bare", 0),
+        ("skills", 0),
+        ("told", 0),
+        *((arm, n) for arm in ("learnings", "loop") for n in (0, 1, 2)),
+    }
+    # Half the rules pass anyway (max_length): a quarter of each skill's tasks' share.
+    assert by[("skills", 0)]["passRate"] == pytest.approx(0.25)
+    assert by[("told", 0)]["passRate"] == 1.0  # told every rule: the fake follows them all
+    assert by[("learnings", 0)]["passRate"] == by[("skills", 0)]["passRate"]
+    # One round of Fix-Its (rate 1) names each skill's failing rule: a learning each.
+    assert by[("learnings", 1)]["passRate"] == 1.0
+    assert by[("learnings", 1)]["learnings"] == 2
+    assert by[("learnings", 1)]["allPass"] == 1.0
+    for r in data["rounds"]:
+        low, high = r["ci"]
+        assert low <= r["passRate"] <= high
+        assert r["tasks"] == len(GREETINGS_TEST) + len(COUNTS_TEST)
+    # The loop filed proposals (templates, then Sage) and benchmarked each.
+    assert by[("loop", 1)]["proposals"]["filed"] >= 1
+    assert by[("loop", 1)]["phases"].keys() >= {"train", "improve", "bench", "test"}
+    comparisons = {c["what"]: c for c in data["comparisons"]}
+    assert comparisons["told − skills"]["difference"] == pytest.approx(0.75)
+    assert comparisons["learnings r2 − skills"]["above0"] is True
+    assert comparisons["share of the skills → told gap loop closed"]["gapClosed"] >= 0
+    assert data["judge"]["positionConsistency"] == 1.0  # the fake judge always ties
+    assert data["error"] is None
+    # Round 0 is one prompt in three arms: sent once.
+    assert data["llm"]["reused"] >= 2 * len(GREETINGS_TEST + COUNTS_TEST)
+    answers = [json.loads(line) for line in (out / "answers.jsonl").open(encoding="utf-8")]
+    assert len(answers) == sum(r["tasks"] for r in data["rounds"])
+    assert "| told | 0 | 1.000 |" in (out / "study.md").read_text(encoding="utf-8")
+    assert (out / "study.png").stat().st_size > 0
+
+
+def test_the_users_workspace_is_untouched(
+    llm_env: FakeLLMServer, workspace: Workspace, tmp_path: Path
+) -> None:
+    """The arms open their own SQLite files even where AMELIO_DATABASE_URL names the
+    user's database (as it does for this fixture's workspace)."""
+    suite = write_suite(tmp_path / "suite")
+    out = tmp_path / "out"
+    result = study(
+        str(suite),
+        "--out",
+        str(out),
+        "--rounds",
+        "1",
+        "--arms",
+        "learnings",
+        "--json",
+        workspace=workspace.root,
+    )
+    assert result.exit_code == 0, result.output
+    with workspace.engine.connect() as conn:
+        assert conn.scalar(sa.select(sa.func.count()).select_from(interactions)) == 0
+    assert (out / "learnings" / ".amelio" / "amelio.db").is_file()
+
+
+def test_test_answers_are_never_recorded(llm_env: FakeLLMServer, tmp_path: Path) -> None:
+    """Held-out answers must not become evidence: only train answers are stored."""
+    suite = write_suite(tmp_path / "suite")
+    out = tmp_path / "out"
+    assert (
+        study(str(suite), "--out", str(out), "--rounds", "1", "--arms", "learnings").exit_code == 0
+    )
+    engine = sa.create_engine(f"sqlite:///{out / 'learnings' / '.amelio' / 'amelio.db'}")
+    with engine.connect() as conn:
+        stored = set(conn.scalars(sa.select(interactions.c.message)))
+    engine.dispose()
+    assert stored == set(GREETINGS + COUNTS)
+
+
+@pytest.mark.parametrize(
+    ("broken", "says"),
+    [
+        ({"oracle": None}, "oracle.json: missing"),
+        (
+            {"tasks": [{"id": "a", "message": "hi", "skill": "nobody", "split": "test"}]},
+            "names skill 'nobody'",
+        ),
+        (
+            {"tasks": [{"id": "a", "message": "hello", "skill": "greeter", "split": "train"}]},
+            "no test tasks",
+        ),
+        (
+            {"oracle": {"greeter": [{"id": "x", "name": "X", "type": "telepathy"}]}},
+            "telepathy",
+        ),
+        ({"oracle": {"greeter": [{"id": "x", "type": "not_empty"}]}}, "needs a 'name'"),
+    ],
+)
+def test_a_bad_suite_is_refused_before_anything_is_written(
+    llm_env: FakeLLMServer, tmp_path: Path, broken: dict[str, Any], says: str
+) -> None:
+    suite = write_suite(tmp_path / "suite", **broken)
+    out = tmp_path / "out"
+    result = study(str(suite), "--out", str(out))
+    assert result.exit_code == 1
+    assert says in result.output
+    assert not out.exists()
+    assert llm_env.requests == []
+
+
+def test_a_folder_it_did_not_write_is_refused(llm_env: FakeLLMServer, tmp_path: Path) -> None:
+    suite = write_suite(tmp_path / "suite")
+    out = tmp_path / "precious"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine", encoding="utf-8")
+    result = study(str(suite), "--out", str(out))
+    assert result.exit_code == 1
+    assert "holds no study.json" in result.output
+    assert (out / "notes.txt").read_text(encoding="utf-8") == "mine"
+
+
+def test_an_llm_that_goes_down_stops_the_study_and_keeps_the_rounds_done(
+    fake: FakeLLMServer, llm_env: FakeLLMServer, tmp_path: Path
+) -> None:
+    calls = 0
+
+    def dies_later(request: FakeRequest) -> str:
+        nonlocal calls
+        calls += 1
+        if calls > 20:
+            raise RuntimeError("the model server fell over")
+        return follow_instructions(request)
+
+    fake.default = dies_later
+    suite = write_suite(tmp_path / "suite")
+    out = tmp_path / "out"
+    result = study(str(suite), "--out", str(out), "--rounds", "2", "--arms", "skills,learnings")
+    assert result.exit_code == 1
+    data = json.loads((out / "study.json").read_text(encoding="utf-8"))
+    assert ("skills", 0) in rounds(data)
+    assert "arm learnings, round " in data["error"]
+    assert "the LLM call failed" in data["error"]
+    assert "the study stopped" in result.output
+
+
+def test_options_are_checked(llm_env: FakeLLMServer, tmp_path: Path) -> None:
+    suite = write_suite(tmp_path / "suite")
+    for args, says in (
+        (["--arms", "bare,magic"], "Unknown arm(s) magic"),
+        (["--fixit-rate", "1.5"], "--fixit-rate is between 0 and 1"),
+        (["--rounds", "0"], "--rounds is between 1 and 20"),
+    ):
+        result = study(str(suite), "--out", str(tmp_path / "out"), *args)
+        assert result.exit_code == 1 and says in result.output, result.output
