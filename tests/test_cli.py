@@ -185,6 +185,33 @@ def test_demo_prepares_a_workspace_and_reuses_its_key(tmp_path: Path) -> None:
     assert "code-review" in run("-w", str(tmp_path / "d"), "skills", "list").output
 
 
+def test_demo_llm_puts_the_local_provider_in_the_workspace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`amelio demo --llm FILE` writes the local provider on FILE into the demo's
+    amelio.toml, replacing an LLM chosen before, then loads it or says why it cannot
+    (here: llama-cpp-python is not importable); a file that is not GGUF is refused
+    and the settings stay as they were."""
+    folder = tmp_path / "d"
+    assert run("demo", "--dir", str(folder), "--no-serve").exit_code == 0
+    toml = folder / "amelio.toml"
+    toml.write_text(toml.read_text() + 'llm_provider = "openai"\n', encoding="utf-8")
+    model = tmp_path / "tiny.gguf"
+    model.write_bytes(b"GGUF" + bytes(60))
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)
+    result = run("demo", "--dir", str(folder), "--no-serve", "--llm", str(model))
+    assert result.exit_code == 1 and "pip install 'amelio[local]'" in result.output
+    settings = tomllib.loads(toml.read_text(encoding="utf-8"))
+    assert settings["llm_provider"] == "local"
+    assert settings["llm_model_path"] == str(model.resolve())
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello", encoding="utf-8")
+    before = toml.read_text(encoding="utf-8")
+    result = run("demo", "--dir", str(folder), "--no-serve", "--llm", str(notes))
+    assert result.exit_code == 1 and "is not a GGUF file" in result.output
+    assert toml.read_text(encoding="utf-8") == before
+
+
 def test_mistyped_workspace_is_not_created(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     result = CliRunner().invoke(main, ["-w", str(tmp_path / "typo"), "skills", "list"])
     assert result.exit_code == 1 and "is not an Amelio workspace" in result.output

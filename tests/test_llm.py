@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -165,6 +166,11 @@ def test_unreachable_server(tmp_path: Path) -> None:
             {"llm_provider": "claude-cli", "claude_cli_path": "/nonexistent/claude"},
             "AMELIO_CLAUDE_CLI_PATH",
         ),
+        ({"llm_provider": "local"}, "AMELIO_LLM_MODEL_PATH"),
+        (
+            {"llm_provider": "local", "llm_model_path": "/nonexistent/model.gguf"},
+            "/nonexistent/model.gguf is not a file",
+        ),
     ],
 )
 def test_missing_configuration_says_how_to_fix_it(
@@ -175,9 +181,21 @@ def test_missing_configuration_says_how_to_fix_it(
 
 
 def test_unknown_provider(tmp_path: Path) -> None:
-    with pytest.raises(InvalidInput, match="anthropic, claude-cli, openai"):
+    with pytest.raises(InvalidInput, match="anthropic, claude-cli, local, openai"):
         get_provider(settings(tmp_path, llm_provider="skynet"))
-    assert {"anthropic", "openai", "claude-cli"} <= set(provider_types())
+    assert {"anthropic", "openai", "local", "claude-cli"} <= set(provider_types())
+
+
+def test_local_provider_without_llama_cpp_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without llama-cpp-python installed (``None`` in sys.modules makes its import
+    fail, whether or not this machine has it), the error says what to install."""
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF" + bytes(60))
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)
+    with pytest.raises(LLMNotConfigured, match=r"pip install 'amelio\[local\]'"):
+        get_provider(settings(tmp_path, llm_provider="local", llm_model_path=str(model)))
 
 
 def test_api_key_falls_back_to_provider_env(

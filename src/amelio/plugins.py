@@ -41,6 +41,7 @@ BUILTIN_PLUGINS = (
     "amelio.routing.plugin",
     "amelio.llm.anthropic",
     "amelio.llm.openai",
+    "amelio.llm.local",
     "amelio.llm.claude_cli",
     "amelio.improve.notifiers",
     "amelio.telegram.notifier",

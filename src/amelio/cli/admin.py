@@ -397,17 +397,37 @@ def serve(ctx: click.Context, host: str | None, port: int | None, workers: int) 
 @click.option(
     "--no-serve", is_flag=True, help="Prepare the workspace, print its admin key, and stop."
 )
+@click.option(
+    "--llm",
+    "llm_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A GGUF model file: a real assistant behind the chat, the Telegram bot and the "
+    "proxy (the local provider, amelio[local]).",
+)
 @handle_errors
-def demo(directory: Path, skills_path: Path | None, host: str, port: int, no_serve: bool) -> None:
+def demo(
+    directory: Path,
+    skills_path: Path | None,
+    host: str,
+    port: int,
+    no_serve: bool,
+    llm_path: Path | None,
+) -> None:
     """Create (or reuse) a demo workspace with the example skills and serve it.
 
     It serves the dashboard, the API and the demo search page at `http://HOST:PORT/`
     (--host 127.0.0.1 and --port 8000 unless given; `make demo HOST=… PORT=…` passes
     them on). --no-serve prepares the workspace, prints its admin key and stops;
-    `amelio demo --dir DIR` serves it later (`amelio serve` has no demo search page)."""
+    `amelio demo --dir DIR` serves it later (`amelio serve` has no demo search page).
+    --llm FILE answers the chat with a GGUF model run in process (docs/assistant.md)."""
     from amelio.demo.app import create_demo_app, prepare_demo
 
-    ws, admin_key = prepare_demo(directory, skills_path)
+    ws, admin_key = prepare_demo(directory, skills_path, llm=llm_path)
+    if llm_path is not None:
+        from amelio.llm import get_provider
+
+        get_provider(ws.settings, purpose="The demo's assistant")  # loads it, or says why not
     click.echo(f"Demo workspace: {ws.root}")
     click.echo(f"Admin API key:  {admin_key}")
     if no_serve:  # no server: no address to print, but how to start one

@@ -200,14 +200,41 @@ def _demo_settings(ws: Workspace) -> Workspace:
     return replace(ws, settings=load_settings(ws.root))  # the same database, so its engine
 
 
-def prepare_demo(directory: Path, skills_path: Path | None = None) -> tuple[Workspace, str]:
+#: The settings ``--llm`` writes; any line that already sets one is replaced.
+_LLM_KEYS = ("llm_provider", "llm_model_path", "llm_base_url", "llm_model")
+
+
+def _demo_llm(ws: Workspace, model_path: Path) -> Workspace:
+    """The workspace with the local provider on ``model_path`` in its amelio.toml:
+    the chat, the Telegram bot and the OpenAI-compatible proxy answer with it."""
+    with model_path.open("rb") as f:
+        if f.read(4) != b"GGUF":
+            raise ConfigError(f"--llm {model_path} is not a GGUF file (it does not start GGUF).")
+    toml = ws.root / CONFIG_FILE
+    keys = "|".join(_LLM_KEYS)
+    kept = [
+        line
+        for line in toml.read_text(encoding="utf-8").splitlines()
+        if not re.match(rf"^\s*({keys})\s*=", line)
+    ]
+    kept += ['llm_provider = "local"', f"llm_model_path = {json.dumps(str(model_path.resolve()))}"]
+    toml.write_text("\n".join(kept) + "\n", encoding="utf-8")
+    return replace(ws, settings=load_settings(ws.root))
+
+
+def prepare_demo(
+    directory: Path, skills_path: Path | None = None, *, llm: Path | None = None
+) -> tuple[Workspace, str]:
     """Make the demo workspace ready to serve; returns it and an admin key.
 
     The first time, it also loads the recorded interactions and runs the nightly
-    loop, so metrics, underperformers and proposals are there at once.
+    loop, so metrics, underperformers and proposals are there at once. ``llm``, a
+    GGUF file, puts a real assistant behind the chat (the ``local`` provider).
     """
     ws, _ = init_workspace(directory)
     ws = _demo_settings(ws)
+    if llm is not None:
+        ws = _demo_llm(ws, llm)
     skills.import_skills(ws.engine, skills_path or example_skills_path(), author="demo")
     if load_demo_corpus(ws):
         load_demo_searches(ws)

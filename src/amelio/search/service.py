@@ -492,24 +492,24 @@ class Searcher:
         with transaction(self.workspace.engine) as conn:
             conn.execute(
                 search_impressions.insert(),
-                dict(
-                    query_id=query_id,
-                    request_id=request_id,
-                    project=project,
-                    query_norm=r.key,
-                    profile=r.profile,
-                    alpha=r.alpha,
-                    beta=r.beta,
-                    results=[
+                {
+                    "query_id": query_id,
+                    "request_id": request_id,
+                    "project": project,
+                    "query_norm": r.key,
+                    "profile": r.profile,
+                    "alpha": r.alpha,
+                    "beta": r.beta,
+                    "results": [
                         [d.doc_id, rank, round(d.score, 6)]
                         for rank, d in enumerate(ranking, start=1)
                     ],
-                    explored=explored,
-                    swapped_rank=swapped_rank,
-                    session_hash=who[0],
-                    user_hash=who[1],
-                    created_ms=created_ms,
-                )
+                    "explored": explored,
+                    "swapped_rank": swapped_rank,
+                    "session_hash": who[0],
+                    "user_hash": who[1],
+                    "created_ms": created_ms,
+                },
             )
 
     def _maybe_aggregate(self) -> None:

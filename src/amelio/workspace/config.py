@@ -62,7 +62,7 @@ class Settings(BaseSettings):
     )
     llm_provider: str = Field(
         default="none",
-        description="LLM provider: anthropic, openai, claude-cli, none, or one a plugin "
+        description="LLM provider: anthropic, openai, local, claude-cli, none, or one a plugin "
         "registers. With none, everything that needs no LLM works.",
     )
     llm_model: str = Field(default="", description="Model name passed to the provider.")
@@ -83,6 +83,18 @@ class Settings(BaseSettings):
         description="Retries, with backoff, on 429, 5xx and connection errors.",
     )
     llm_max_tokens: int = Field(default=1024, ge=1, description="Most tokens an answer may use.")
+    llm_model_path: str = Field(
+        default="",
+        description="The GGUF file the local provider runs in process (amelio[local]); "
+        "see docs/assistant.md.",
+    )
+    llm_context_tokens: int = Field(
+        default=4096,
+        ge=256,
+        le=131_072,
+        description="The local provider's context window: prompt and answer together. "
+        "Each worker holds its KV cache.",
+    )
     llm_price_input_per_mtok: float = Field(
         default=0.0, ge=0, description="USD per million input tokens, to record costs (0: unknown)."
     )

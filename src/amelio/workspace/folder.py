@@ -24,7 +24,7 @@ _TOML_TEMPLATE = """\
 # environment variable; `amelio config show` prints the effective values.
 
 # database_url = "postgresql+psycopg://amelio@localhost/amelio"   # default: .amelio/amelio.db
-# llm_provider = "openai"            # anthropic | openai | claude-cli | none
+# llm_provider = "openai"            # anthropic | openai | local | claude-cli | none
 # llm_model = "gpt-4o-mini"
 # llm_base_url = "http://localhost:11434/v1"
 # search_backend = "embedded"        # embedded (tantivy) | tantivy | fts5 | vespa
