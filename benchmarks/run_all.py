@@ -33,6 +33,7 @@ BENCHMARKS = (
     "compute_attack",
     "evals_vs_promptfoo",
     "load",
+    "efficacy",
 )
 
 

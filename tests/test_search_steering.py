@@ -279,6 +279,34 @@ def test_it_takes_search_min_actors_people_to_move_a_document(
     assert (after < before - ONE_ACTOR_RANKS) is moved, (before, after)
 
 
+@pytest.mark.parametrize(("passers_by", "beyond_two"), [(1, False), (12, True)])
+def test_a_held_document_rises_past_what_enough_people_passed_over(
+    sqlite_workspace: Workspace, passers_by: int, beyond_two: bool
+) -> None:
+    """A document one person clicked moves two ranks at most from where the ranking
+    on enough people's evidence puts it, not from its first-phase place: once
+    identified people (``search_min_actors`` of them at least) were shown the
+    documents above it and opened none, those sink in that ranking and the held
+    one may pass them. Two people (a passer-by and the one who clicks) are not
+    enough, and searches without a session or user are nobody (the test below). On
+    the demo corpus, whose deep ranks lie within a few hundredths."""
+    workspace = sqlite_workspace
+    corpus = Corpus.for_workspace(workspace.settings.data_dir)
+    corpus.import_file(DEMO_CORPUS)
+    searcher = Searcher(workspace, corpus=corpus, background_aggregation=False)
+    target = searcher.rank(QUERY, profile="hybrid_with_feedback")[9].doc_id
+    before = rank_of(searcher, target)
+    for i in range(passers_by):
+        searcher.search(QUERY, profile="hybrid_with_feedback", session=f"passer-{i}")
+    response = searcher.search(QUERY, profile="hybrid_with_feedback", session="clicker")
+    Collector(workspace).ingest(clicks(response, target, "clicker", 30_000), rate_limit=False)
+    aggregate(workspace)
+    row = signals_for(workspace.engine, QUERY)[target]
+    assert (row.actors, row.viewers) == (1, passers_by + 1)
+    after = rank_of(searcher, target)
+    assert (before - after > ONE_ACTOR_RANKS) is beyond_two, (before, after)
+
+
 def test_without_a_session_id_each_search_is_a_session_of_its_own(
     workspace: Workspace, searcher: Searcher
 ) -> None:
@@ -290,6 +318,7 @@ def test_without_a_session_id_each_search_is_a_session_of_its_own(
     rows = signals_for(workspace.engine, QUERY)
     assert rows[target].impressions == SEARCHES and rows[target].clicks == 1
     assert rows[target].actors == 1
+    assert {r.viewers for r in rows.values()} == {0}  # forty searches, nobody we can count
     assert before - after == ONE_ACTOR_RANKS, (before, after)
 
 
@@ -298,7 +327,9 @@ def test_one_user_over_many_sessions_is_one_actor(workspace: Workspace, searcher
         workspace, searcher, lambda i: (f"tab-{i}", f"tab-{i}", "the-same-person")
     )
     assert before - after <= ONE_ACTOR_RANKS, (target, before, after)
-    assert signals_for(workspace.engine, QUERY)[target].clicks == 1
+    rows = signals_for(workspace.engine, QUERY)
+    assert rows[target].clicks == 1
+    assert {r.viewers for r in rows.values()} == {1}  # forty tabs, one user
 
 
 def test_switching_session_ids_between_search_and_click_gains_nothing(
@@ -308,7 +339,9 @@ def test_switching_session_ids_between_search_and_click_gains_nothing(
     sessions clicking what one search session was shown still count once."""
     target, before, after = steer(workspace, searcher, lambda i: ("spammer", f"fresh-{i}", None))
     assert before - after <= ONE_ACTOR_RANKS, (target, before, after)
-    assert signals_for(workspace.engine, QUERY)[target].clicks == 1
+    rows = signals_for(workspace.engine, QUERY)
+    assert rows[target].clicks == 1
+    assert {r.viewers for r in rows.values()} == {1}  # forty tabs, one user
 
 
 # -- the request: sessionId, userId, project, stored text --------------------------------

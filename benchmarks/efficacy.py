@@ -1,0 +1,124 @@
+"""Does the skill loop make a real assistant better? ``amelio study`` on the
+development suite (``benchmarks/data/study``: 6 skills, 120 tasks, half held out)
+with Qwen2.5-Coder-0.5B-Instruct run in process by llama.cpp.
+
+It needs the model and the runtime, which nothing fetches at test time:
+
+    python benchmarks/local_model.py fetch qwen
+    pip install 'amelio[local]'
+
+Without them it says so and exits 0 with no targets (``make bench`` goes on). With
+them it runs the study (every arm, 3 rounds, gated approval, Sage) in a temporary
+folder, or ``--out``, and prints its table and the targets:
+
+* ``loop`` at the last round closes at least 80 % of the gap between ``skills``
+  and ``told`` (the oracle told up front), with the paired difference to
+  ``skills`` above 0 (its 95 % interval);
+* ``loop`` ends at or above ``learnings`` (feedback into learnings, nothing else);
+* ``skills`` beats ``bare``;
+* the whole study takes at most 20 minutes.
+
+    python benchmarks/efficacy.py [--rounds 3] [--out DIR] [--model PATH] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchlib import target
+from local_model import target as model_target
+
+from amelio.llm import get_provider
+from amelio.study import StudyLLM, StudyOptions, load_suite, run_study, total_steps
+from amelio.study.report import to_dict, to_markdown, write_report
+from amelio.workspace.config import Settings
+
+SUITE = Path(__file__).resolve().parent / "data" / "study"
+#: The whole study's wall-clock budget on the 2-core machine, in seconds.
+BUDGET_S = 20 * 60
+
+
+def _comparison(data: dict[str, Any], what: str) -> dict[str, Any] | None:
+    return next((c for c in data["comparisons"] if c["what"].startswith(what)), None)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--arms", default="bare,skills,told,learnings,loop")
+    parser.add_argument("--approve", default="gated")
+    parser.add_argument("--no-sage", action="store_true")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-tokens", type=int, default=None, help="llm_max_tokens")
+    parser.add_argument("--model", type=Path, default=None, help="a GGUF file (default: qwen)")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    model = args.model or model_target("qwen")
+    if not model.is_file():
+        print(f"No model at {model}: python benchmarks/local_model.py fetch qwen (skipped).")
+        return 0
+    if importlib.util.find_spec("llama_cpp") is None:
+        print("llama-cpp-python is not installed: pip install 'amelio[local]' (skipped).")
+        return 0
+    out = args.out or Path(tempfile.mkdtemp(prefix="amelio-efficacy-"))
+    extra = {} if args.max_tokens is None else {"llm_max_tokens": args.max_tokens}
+    settings = Settings(workspace=out, llm_provider="local", llm_model_path=str(model), **extra)
+    options = StudyOptions(
+        rounds=args.rounds,
+        arms=tuple(args.arms.split(",")),
+        approve=args.approve,
+        sage=not args.no_sage,
+        seed=args.seed,
+    )
+    suite = load_suite(SUITE)
+    llm = StudyLLM(get_provider(settings, purpose="The efficacy benchmark"))
+    steps, done = total_steps(suite, options), 0
+
+    def progress(n: int, label: str) -> None:
+        nonlocal done
+        done += n
+        if done % 20 == 0 or done == steps:
+            print(f"  {done}/{steps} answers ({label}), {llm.calls} LLM calls", flush=True)
+
+    result = run_study(suite, options, settings=settings, llm=llm, out=out, progress=progress)
+    write_report(result, out)
+    data = to_dict(result)
+    print(to_markdown(data))
+    print(f"Written to {out}")
+    print(json.dumps({"phases": _phases(data)}, indent=1))
+    if result.error:
+        print(f"The study stopped: {result.error}", file=sys.stderr)
+        return 1
+    closed = _comparison(data, "share of the skills")
+    loop = _comparison(data, "loop r")
+    versus = _comparison(data, "loop − learnings")
+    skills = _comparison(data, "skills − bare")
+    if closed and closed["gapClosed"] is not None:
+        target("loop closes the skills → told gap", closed["gapClosed"], 0.8, "share")
+    if loop:
+        target("loop − skills, 95 % interval low end", loop["ci"][0], 0.0, "pass rate")
+    if versus:
+        target("loop − learnings (last round)", versus["difference"], 0.0, "pass rate")
+    if skills:
+        target("skills − bare", skills["difference"], 0.01, "pass rate")
+    target("study wall-clock", data["seconds"], BUDGET_S, "s", higher_is_better=False)
+    return 0
+
+
+def _phases(data: dict[str, Any]) -> dict[str, float]:
+    """Where the time went, summed over arms and rounds."""
+    total: dict[str, float] = {}
+    for r in data["rounds"]:
+        for phase, seconds in r["phases"].items():
+            total[phase] = round(total.get(phase, 0.0) + seconds, 1)
+    return total
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
