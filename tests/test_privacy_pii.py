@@ -363,7 +363,7 @@ def test_no_table_holds_the_seeded_personal_data(
             "".join(json.dumps(d) + "\n" for d in DOCS), encoding="utf-8"
         )
         corpus.import_file(tmp_path / "docs.jsonl")
-        searcher = Searcher(ws, corpus=corpus, background_aggregation=False)
+        searcher = Searcher(ws, engine=corpus, background_aggregation=False)
         response = searcher.search(f"mailbox full {EMAIL} {PHONE} {IPV4}", profile="bm25")
         assert response.results
 

@@ -71,7 +71,7 @@ def corpus(workspace: Workspace, tmp_path: Path) -> DocumentStore:
 def searcher(workspace: Workspace, corpus: Fts5Engine) -> Searcher:
     """No exploration: these tests are about what feedback does to the ranking
     (exploration has tests of its own, with ``_explorer``)."""
-    engine = Searcher(workspace, corpus=corpus, background_aggregation=False, rng=random.Random(0))
+    engine = Searcher(workspace, engine=corpus, background_aggregation=False, rng=random.Random(0))
     engine.settings = workspace.settings.model_copy(
         update={"search_thompson": 0.0, "search_exploration": 0.0}
     )
@@ -240,7 +240,7 @@ def test_lexical_results_are_sorted_by_the_score_they_report(
             ],
         )
     )
-    engine = Searcher(sqlite_workspace, corpus=c, background_aggregation=False)
+    engine = Searcher(sqlite_workspace, engine=c, background_aggregation=False)
     for query in ("w1 w7", "w3", "w12 w30 w2", "w39 w0"):
         hits = c.lexical(query, 100)
         scores = [h.score for h in hits]
@@ -605,7 +605,7 @@ def _explorer(workspace: Workspace, tmp_path: Path, share: float) -> Searcher:
             ],
         )
     )
-    searcher = Searcher(workspace, corpus=c, background_aggregation=False, rng=random.Random(3))
+    searcher = Searcher(workspace, engine=c, background_aggregation=False, rng=random.Random(3))
     searcher.settings = workspace.settings.model_copy(
         update={"search_thompson": share, "search_exploration": 0.0}
     )

@@ -59,7 +59,7 @@ def test_semantic_finds_what_shares_no_word(
     sqlite_workspace: Workspace, corpus: Fts5Engine, concepts: ConceptEmbedder
 ) -> None:
     searcher = Searcher(
-        sqlite_workspace, corpus=corpus, embedder=concepts, background_aggregation=False
+        sqlite_workspace, engine=corpus, embedder=concepts, background_aggregation=False
     )
     assert searcher.rank("my bill", profile="bm25") == ()  # no shared word
     [top, *rest] = searcher.rank("my bill", profile="semantic")
@@ -73,7 +73,7 @@ def test_hybrid_mixes_normalized_scores_and_alpha_zero_is_lexical(
     sqlite_workspace: Workspace, corpus: Fts5Engine, concepts: ConceptEmbedder
 ) -> None:
     searcher = Searcher(
-        sqlite_workspace, corpus=corpus, embedder=concepts, background_aggregation=False
+        sqlite_workspace, engine=corpus, embedder=concepts, background_aggregation=False
     )
     lexical = searcher.rank("refund card", profile="hybrid", alpha=0.0)
     assert [d.doc_id for d in lexical] == ["refund"]  # the only lexical match
@@ -91,7 +91,7 @@ def test_vectors_follow_updates_and_deletes_and_heal_missing_ones(
     corpus = Fts5Engine.for_workspace(sqlite_workspace.settings.data_dir)
     corpus.import_file(write_jsonl(tmp_path / "docs.jsonl", DOCS))  # no embedder: lexical only
     searcher = Searcher(
-        sqlite_workspace, corpus=corpus, embedder=concepts, background_aggregation=False
+        sqlite_workspace, engine=corpus, embedder=concepts, background_aggregation=False
     )
     assert searcher.rank("my bill", profile="semantic")[0].doc_id == "invoice"
     assert concepts.embedded == len(DOCS) + 1  # healed on first use
@@ -117,7 +117,7 @@ def test_a_corpus_written_by_another_process_is_seen(
     sqlite_workspace: Workspace, corpus: Fts5Engine, concepts: ConceptEmbedder
 ) -> None:
     searcher = Searcher(
-        sqlite_workspace, corpus=corpus, embedder=concepts, background_aggregation=False
+        sqlite_workspace, engine=corpus, embedder=concepts, background_aggregation=False
     )
     assert searcher.rank("my bill", profile="semantic")[0].doc_id == "invoice"
     # another Fts5Engine on the same file, as `amelio corpus import` next to `amelio serve`
@@ -138,7 +138,7 @@ def test_the_shipped_model_loads_offline_and_ranks_by_meaning(
     # Any attempt to reach a model hub would fail loudly here.
     monkeypatch.setattr("socket.socket.connect", _no_network)
     corpus = Fts5Engine.for_workspace(sqlite_workspace.settings.data_dir)
-    searcher = Searcher(sqlite_workspace, corpus=corpus, background_aggregation=False)
+    searcher = Searcher(sqlite_workspace, engine=corpus, background_aggregation=False)
     assert searcher.settings.search_embedding_model == "wordllama"
     corpus.import_file(
         write_jsonl(tmp_path / "docs.jsonl", DOCS), embedder=load_embedder("wordllama")
@@ -160,7 +160,7 @@ def test_without_the_extra_semantic_says_how_to_install(
 ) -> None:
     monkeypatch.setitem(sys.modules, "wordllama", None)  # `import wordllama` fails
     monkeypatch.setattr(embeddings, "_loaded", {})
-    searcher = Searcher(sqlite_workspace, corpus=corpus, background_aggregation=False)
+    searcher = Searcher(sqlite_workspace, engine=corpus, background_aggregation=False)
     for profile, alpha in (("semantic", None), ("hybrid", 0.5)):
         with pytest.raises(SemanticUnavailable, match=r"pip install 'amelio\[semantic\]'") as info:
             searcher.search("password", profile=profile, alpha=alpha)
@@ -171,7 +171,7 @@ def test_without_the_extra_semantic_says_how_to_install(
 def test_semantic_switched_off_names_the_setting(
     sqlite_workspace: Workspace, corpus: Fts5Engine
 ) -> None:
-    searcher = Searcher(sqlite_workspace, corpus=corpus, background_aggregation=False)
+    searcher = Searcher(sqlite_workspace, engine=corpus, background_aggregation=False)
     searcher.settings = searcher.settings.model_copy(update={"search_embedding_model": ""})
     with pytest.raises(SemanticUnavailable, match="AMELIO_SEARCH_EMBEDDING_MODEL=wordllama"):
         searcher.search("password", profile="semantic")

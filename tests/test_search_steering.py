@@ -143,7 +143,7 @@ def searcher(workspace: Workspace, tmp_path: Path) -> Searcher:
     )
     corpus.import_file(source)
     # exploration is off in tests (conftest): rankings are deterministic
-    return Searcher(workspace, corpus=corpus, background_aggregation=False, rng=random.Random(0))
+    return Searcher(workspace, engine=corpus, background_aggregation=False, rng=random.Random(0))
 
 
 def clicks(
@@ -255,7 +255,7 @@ def test_one_session_moves_a_crowded_tenth_result_at_most_two_ranks(
     corpus = Fts5Engine.for_workspace(sqlite_workspace.settings.data_dir)
     corpus.import_file(DEMO_CORPUS)
     searcher = Searcher(
-        sqlite_workspace, corpus=corpus, background_aggregation=False, rng=random.Random(0)
+        sqlite_workspace, engine=corpus, background_aggregation=False, rng=random.Random(0)
     )
     target, before, after = steer(
         sqlite_workspace, searcher, lambda i: ("spammer", "spammer", None), query
