@@ -63,11 +63,11 @@ import httpx
 import numpy as np
 from benchlib import load_line, target
 
-from amelio.contributions import encode_vectors
 from amelio.embeddings import Embedder, load_embedder
 from amelio.search.engines.registry import workspace_corpus
 from amelio.workspace import keys
 from amelio.workspace.folder import init_workspace
+from support.contributions import contribution_body
 from support.processes import ServeProcess
 
 HERE = Path(__file__).resolve().parent
@@ -172,23 +172,14 @@ class Client:
     def send(self, task: dict[str, Any], vectors: Any, compute_ms: float) -> str:
         r = self.http.post(
             SEND,
-            json={
-                "contributionVersion": "v1",
-                "taskId": task["taskId"],
-                "leaseId": task["leaseId"],
-                "clientToken": self.token,
-                "taskType": task["taskType"],
-                "inputDigest": task["inputDigest"],
-                "result": {
-                    "model": task["model"],
-                    "dimensions": task["dimensions"],
-                    "vectors": encode_vectors(vectors),
-                },
-                "deviceTier": self.tier,
-                "clientVersion": "bench/1",
-                "timings": {"computeMs": compute_ms},
-                "consent": {"compute": "granted", "purpose": "search_index"},
-            },
+            json=contribution_body(
+                task,
+                vectors,
+                client_token=self.token,
+                tier=self.tier,
+                compute_ms=compute_ms,
+                client_version="bench/1",
+            ),
         )
         if r.status_code == 409:  # the lease ran out
             return "expired"

@@ -65,7 +65,7 @@ from amelio.db.schema import feedback_events
 from amelio.embeddings import optional_embedder
 from amelio.feedback import verify_events
 from amelio.feedback.examples import example_event
-from amelio.search import Corpus
+from amelio.search import Fts5Engine
 from amelio.testing import FakeLLMServer
 from amelio.workspace import keys
 from amelio.workspace.discovery import CONFIG_FILE
@@ -400,7 +400,7 @@ def prepare_workspace(root: Path, database_url: str, llm_url: str, corpus: Path)
     ws, _ = init_workspace(root)
     try:
         skills.import_skills(ws.engine, ROOT / "examples" / "skills")
-        Corpus.for_workspace(ws.settings.data_dir).import_file(
+        Fts5Engine.for_workspace(ws.settings.data_dir).import_file(
             corpus, embedder=optional_embedder(ws.settings)
         )
         return keys.create_key(ws.engine, name="load-test", role="bot")[1]

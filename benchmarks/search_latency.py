@@ -71,7 +71,7 @@ from benchlib import Clock, load_line, median_of, percentile, target
 
 from amelio.embeddings import optional_embedder
 from amelio.feedback import Collector
-from amelio.search import Corpus, Document, Searcher, aggregate
+from amelio.search import Document, Fts5Engine, Searcher, aggregate
 from amelio.search.engines.tantivy import TantivyEngine
 from amelio.search.simulate import click_events
 from amelio.workspace import keys
@@ -376,7 +376,7 @@ def one_size(
                 f"{size:,}: tantivy build {clock}; on disk: index "
                 f"{disk_mb(corpus.index_dir):,.0f} MB + documents {docs_mb:,.0f} MB"
             )
-            fts5 = Corpus(Path(tmp) / "fts5" / "corpus.db")
+            fts5 = Fts5Engine(Path(tmp) / "fts5" / "corpus.db")
             with Clock() as clock:
                 fts5.apply(docs)
             fts5_mb = disk_mb(fts5.path)

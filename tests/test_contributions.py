@@ -41,6 +41,7 @@ from amelio.server import create_app
 from amelio.workspace import keys
 from amelio.workspace.config import Settings
 from amelio.workspace.folder import Workspace
+from support.contributions import contribution_body
 from test_web_dashboard_forms import login
 
 pytest.importorskip("wordllama")
@@ -174,23 +175,14 @@ class Browser:
     ) -> dict[str, Any]:
         if vectors is None:
             vectors = self.site.embedder.inner.embed(task["input"]["texts"])
-        return {
-            "contributionVersion": "v1",
-            "taskId": task["taskId"],
-            "leaseId": task["leaseId"],
-            "clientToken": self.token,
-            "taskType": task["taskType"],
-            "inputDigest": task["inputDigest"],
-            "result": {
-                "model": task["model"],
-                "dimensions": task["dimensions"],
-                "vectors": encode_vectors(vectors),
-            },
-            "deviceTier": self.tier,
-            "clientVersion": "amelio.js/1",
-            "timings": {"leasedMs": 1, "startedMs": 2, "finishedMs": 3, "computeMs": compute_ms},
-            "consent": {"compute": "granted", "purpose": "search_index"},
-        }
+        return contribution_body(
+            task,
+            vectors,
+            client_token=self.token,
+            tier=self.tier,
+            compute_ms=compute_ms,
+            timings={"leasedMs": 1, "startedMs": 2, "finishedMs": 3},
+        )
 
     def send(
         self,

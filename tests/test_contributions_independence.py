@@ -11,8 +11,8 @@ import pytest
 import sqlalchemy as sa
 
 from amelio.contributions import TRUST_FLOOR, policy
-from amelio.contributions.service import PROBATION_SAMPLE
 from amelio.contributions.trust import Contributor, network_id, network_of, related
+from amelio.contributions.verdicts import PROBATION_SAMPLE
 from amelio.db.schema import contribution_clients as clients
 from amelio.embeddings import Embedder, load_embedder
 from amelio.privacy.signing import Signer

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from amelio.demo.app import load_demo_corpus, load_demo_searches, prepare_demo
-from amelio.search import Corpus, Searcher
+from amelio.search import Fts5Engine, Searcher
 
 DEMO = Path(__file__).resolve().parents[1] / "examples" / "demo"
 
@@ -40,7 +40,7 @@ def test_committed_corpus_is_what_the_generator_writes() -> None:
 
 def test_demo_indexes_the_corpus_once(tmp_path: Path) -> None:
     ws, _ = prepare_demo(tmp_path / "demo")
-    corpus = Corpus.for_workspace(ws.settings.data_dir)
+    corpus = Fts5Engine.for_workspace(ws.settings.data_dir)
     total = corpus.count()
     assert total == len((DEMO / "corpus.jsonl").read_text(encoding="utf-8").splitlines())
     top = Searcher(ws, background_aggregation=False).rank(
@@ -59,5 +59,5 @@ def test_demo_indexes_the_corpus_once(tmp_path: Path) -> None:
     assert load_demo_searches(ws) == 0
     ws.dispose()
     again, _ = prepare_demo(tmp_path / "demo")
-    assert Corpus.for_workspace(again.settings.data_dir).count() == total
+    assert Fts5Engine.for_workspace(again.settings.data_dir).count() == total
     again.dispose()

@@ -309,7 +309,7 @@ def test_amelio_search_feedback_exports_as_ubi(workspace: Workspace, tmp_path: P
         )
     )
     corpus.import_file(docs)
-    searcher = Searcher(workspace, corpus=corpus, background_aggregation=False)
+    searcher = Searcher(workspace, engine=corpus, background_aggregation=False)
     response = searcher.search("password", profile="bm25", session="tab-1").to_dict()
     signer = Collector(workspace).signer
     clicked = example_event("result_clicked", signer=signer)

@@ -32,7 +32,8 @@ from amelio.errors import ConfigError, Conflict, InvalidInput
 from amelio.feedback import Collector, verify_events
 from amelio.feedback.examples import example_event
 from amelio.ops.backup import backup_workspace, read_manifest, restore_workspace
-from amelio.search.engines.fts5 import Corpus, Document
+from amelio.search.documents import Document
+from amelio.search.engines.fts5 import Fts5Engine
 from amelio.skills import SkillSpec, save_skills
 from amelio.workspace.config import load_settings
 from amelio.workspace.folder import Workspace, init_workspace, open_workspace
@@ -54,8 +55,8 @@ def event_count(ws: Workspace) -> int:
 
 
 def put_documents(ws: Workspace, *docs: Document) -> None:
-    Corpus.for_workspace(ws.settings.data_dir).apply(docs)
-    # A Corpus has no close(): its reader connection goes with the object, which a
+    Fts5Engine.for_workspace(ws.settings.data_dir).apply(docs)
+    # An Fts5Engine has no close(): its reader connection goes with the object, which a
     # reference cycle keeps until a collection; until then the file is "in use".
     gc.collect()
 
@@ -120,7 +121,7 @@ def test_a_backup_taken_while_events_are_written_restores_and_verifies(
         assert check.ok and check.checked == backed_up == event_count(ws)
         assert [x.rule for x in list_learnings(ws)] == ["Quote the ticket number in every answer"]
         assert [x.rule for x in list_learnings(ws, project="acme")] == ["Answer in French"]
-        assert Corpus.for_workspace(ws.settings.data_dir).count() == 1
+        assert Fts5Engine.for_workspace(ws.settings.data_dir).count() == 1
         # tokens signed before the backup still verify after it: the key came along
         token = collector.signer.issue("q-1", "r-1")
         ingest_after = example_event("result_clicked", token=token, session_id="after")
@@ -239,9 +240,9 @@ def test_restore_replaces_a_workspace_with_data_only_when_forced(
     try:
         assert verify_events(ws).checked == 30
         assert [p.name for p in list_projects(ws.engine)] == ["acme", "default"]
-        assert [d.doc_id for d in Corpus.for_workspace(ws.settings.data_dir).all_documents()] == [
-            "vpn"
-        ]
+        assert [
+            d.doc_id for d in Fts5Engine.for_workspace(ws.settings.data_dir).all_documents()
+        ] == ["vpn"]
     finally:
         ws.dispose()
 

@@ -27,7 +27,7 @@ from amelio.feedback.examples import example_event
 from amelio.privacy.anonymize import scrub, scrub_emails
 from amelio.privacy.pii import Area, scrub_for_storage, scrubs
 from amelio.search.aggregation import aggregate
-from amelio.search.engines.fts5 import Corpus
+from amelio.search.engines.fts5 import Fts5Engine
 from amelio.search.service import Searcher
 from amelio.testing import FakeLLMServer
 from amelio.text import normalize
@@ -358,12 +358,12 @@ def test_no_table_holds_the_seeded_personal_data(
     ws = _assistant(workspace, monkeypatch, llm, "all")
     try:
         # Search, with the personal data in the query, and a click on its result.
-        corpus = Corpus.for_workspace(ws.settings.data_dir)
+        corpus = Fts5Engine.for_workspace(ws.settings.data_dir)
         (tmp_path / "docs.jsonl").write_text(
             "".join(json.dumps(d) + "\n" for d in DOCS), encoding="utf-8"
         )
         corpus.import_file(tmp_path / "docs.jsonl")
-        searcher = Searcher(ws, corpus=corpus, background_aggregation=False)
+        searcher = Searcher(ws, engine=corpus, background_aggregation=False)
         response = searcher.search(f"mailbox full {EMAIL} {PHONE} {IPV4}", profile="bm25")
         assert response.results
 

@@ -19,7 +19,7 @@ from amelio.db.schema import search_impressions, search_signals, search_state
 from amelio.errors import InvalidInput
 from amelio.feedback import Collector, new_event_id
 from amelio.feedback.tokens import token_signer
-from amelio.search import Corpus, Searcher, SearchResponse, aggregate, rebuild
+from amelio.search import Fts5Engine, Searcher, SearchResponse, aggregate, rebuild
 from amelio.search.clickmodel import SwapCounts, fit_pbm, utility
 from amelio.search.counts import signals_for
 from amelio.search.engines.registry import workspace_corpus
@@ -68,10 +68,10 @@ def corpus(workspace: Workspace, tmp_path: Path) -> DocumentStore:
 
 
 @pytest.fixture
-def searcher(workspace: Workspace, corpus: Corpus) -> Searcher:
+def searcher(workspace: Workspace, corpus: Fts5Engine) -> Searcher:
     """No exploration: these tests are about what feedback does to the ranking
     (exploration has tests of its own, with ``_explorer``)."""
-    engine = Searcher(workspace, corpus=corpus, background_aggregation=False, rng=random.Random(0))
+    engine = Searcher(workspace, engine=corpus, background_aggregation=False, rng=random.Random(0))
     engine.settings = workspace.settings.model_copy(
         update={"search_thompson": 0.0, "search_exploration": 0.0}
     )
@@ -115,7 +115,7 @@ def click_events(
 # -- the corpus (each embedded engine) ----------------------------------------------------
 
 
-@pytest.fixture(params=[Corpus, TantivyEngine], ids=["fts5", "tantivy"])
+@pytest.fixture(params=[Fts5Engine, TantivyEngine], ids=["fts5", "tantivy"])
 def store(request: pytest.FixtureRequest) -> type[DocumentStore]:
     """Each embedded engine: the same documents must give the same answers."""
     engine: type[DocumentStore] = request.param
@@ -145,7 +145,7 @@ def test_import_reads_beir_and_ndjson_updates_and_deletes(
     assert c.documents(["refund"])["refund"].extra == {"lang": "en"}
     assert [h.doc_id for h in c.lexical("invoice", 5)] == []
     assert [h.doc_id for h in c.lexical("refund policy", 5)] == ["refund"]
-    # a fresh Corpus on the same workspace (another process) sees the same index
+    # a fresh Fts5Engine on the same workspace (another process) sees the same index
     assert store.for_workspace(sqlite_workspace.settings.data_dir).count() == 4
 
 
@@ -240,7 +240,7 @@ def test_lexical_results_are_sorted_by_the_score_they_report(
             ],
         )
     )
-    engine = Searcher(sqlite_workspace, corpus=c, background_aggregation=False)
+    engine = Searcher(sqlite_workspace, engine=c, background_aggregation=False)
     for query in ("w1 w7", "w3", "w12 w30 w2", "w39 w0"):
         hits = c.lexical(query, 100)
         scores = [h.score for h in hits]
@@ -254,7 +254,7 @@ def test_lexical_results_are_sorted_by_the_score_they_report(
 # -- search and impressions --------------------------------------------------------------
 
 
-def test_search_contract_token_and_impression(workspace: Workspace, corpus: Corpus) -> None:
+def test_search_contract_token_and_impression(workspace: Workspace, corpus: Fts5Engine) -> None:
     _, key = keys.create_key(workspace.engine, name="bot", role="bot")
     with TestClient(create_app(workspace)) as client:
         r = client.post(
@@ -287,7 +287,7 @@ def test_search_contract_token_and_impression(workspace: Workspace, corpus: Corp
     ],
 )
 def test_bad_requests_get_clear_errors(
-    workspace: Workspace, corpus: Corpus, payload: dict[str, Any], field: str, status: int
+    workspace: Workspace, corpus: Fts5Engine, payload: dict[str, Any], field: str, status: int
 ) -> None:
     _, key = keys.create_key(workspace.engine, name="bot", role="bot")
     with TestClient(create_app(workspace)) as client:
@@ -595,7 +595,7 @@ def _no_background(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _explorer(workspace: Workspace, tmp_path: Path, share: float) -> Searcher:
-    c = Corpus.for_workspace(workspace.settings.data_dir)
+    c = Fts5Engine.for_workspace(workspace.settings.data_dir)
     c.import_file(
         write_jsonl(
             tmp_path / "many.jsonl",
@@ -605,7 +605,7 @@ def _explorer(workspace: Workspace, tmp_path: Path, share: float) -> Searcher:
             ],
         )
     )
-    searcher = Searcher(workspace, corpus=c, background_aggregation=False, rng=random.Random(3))
+    searcher = Searcher(workspace, engine=c, background_aggregation=False, rng=random.Random(3))
     searcher.settings = workspace.settings.model_copy(
         update={"search_thompson": share, "search_exploration": 0.0}
     )

@@ -18,7 +18,7 @@ from amelio.embeddings import Embedder
 from amelio.errors import InvalidInput
 from amelio.hookspecs import hookimpl
 from amelio.plugins import get_plugin_manager
-from amelio.search import Corpus, Searcher
+from amelio.search import Fts5Engine, Searcher
 from amelio.search.documents import Deletion, Document, Hit, ImportReport
 from amelio.search.engines.fts5 import match_expression
 from amelio.search.engines.registry import (
@@ -48,7 +48,7 @@ def test_the_built_in_engines_are_registered_and_an_unknown_one_is_named(tmp_pat
     assert {"embedded", "tantivy", "fts5", "vespa"} <= engines.keys()
     settings = Settings(workspace=tmp_path)
     assert isinstance(open_engine(settings), TantivyEngine)  # embedded is tantivy
-    assert isinstance(open_engine(settings, "fts5"), Corpus)
+    assert isinstance(open_engine(settings, "fts5"), Fts5Engine)
     with pytest.raises(InvalidInput, match=r"Unknown search engine 'solr'.*fts5.*tantivy"):
         open_engine(settings, "solr")
     for engine in (open_engine(settings), open_engine(settings, "fts5")):
@@ -88,9 +88,9 @@ def test_the_search_analyzer_pins_its_terms_and_splits_as_fts5_does(
     assert match_expression(text) == " OR ".join(f'"{t}"' for t in dict.fromkeys(analyzed))
 
 
-@pytest.mark.parametrize("kind", [Corpus, TantivyEngine], ids=["fts5", "tantivy"])
+@pytest.mark.parametrize("kind", [Fts5Engine, TantivyEngine], ids=["fts5", "tantivy"])
 def test_both_engines_find_words_past_accents_case_and_apostrophes(
-    kind: type[Corpus | TantivyEngine], tmp_path: Path
+    kind: type[Fts5Engine | TantivyEngine], tmp_path: Path
 ) -> None:
     engine = kind(tmp_path / "corpus.db")
     engine.apply([Document("ete", "L’été à Montréal", "Qu'est-ce qu'on y fait ?"), *DOCS])
@@ -98,9 +98,9 @@ def test_both_engines_find_words_past_accents_case_and_apostrophes(
         assert [h.doc_id for h in engine.lexical(query, 5)] == ["ete"], query
 
 
-@pytest.mark.parametrize("kind", [Corpus, TantivyEngine], ids=["fts5", "tantivy"])
+@pytest.mark.parametrize("kind", [Fts5Engine, TantivyEngine], ids=["fts5", "tantivy"])
 def test_both_engines_rank_the_same_documents_the_same_way(
-    kind: type[Corpus | TantivyEngine], tmp_path: Path
+    kind: type[Fts5Engine | TantivyEngine], tmp_path: Path
 ) -> None:
     engine = kind(tmp_path / "corpus.db")
     engine.apply(DOCS)
@@ -131,7 +131,7 @@ def test_tantivy_matches_what_fts5_matches_and_ranks_by_its_own_bm25(tmp_path: P
         for i in range(300)
     ]
     docs.append(Document("target", "Wèird Wörds", "nothing else here"))
-    fts5, tantivy = Corpus(tmp_path / "a" / "corpus.db"), TantivyEngine(tmp_path / "b" / "c.db")
+    fts5, tantivy = Fts5Engine(tmp_path / "a" / "corpus.db"), TantivyEngine(tmp_path / "b" / "c.db")
     fts5.apply(docs)
     tantivy.apply(docs)
     for query in ("w1 w7", "w3", "w12 w30 w2", "weird words w5"):
@@ -153,8 +153,10 @@ def test_tantivy_matches_what_fts5_matches_and_ranks_by_its_own_bm25(tmp_path: P
     assert tantivy.lexical("WEIRD words", 1)[0].doc_id == "target"
 
 
-@pytest.mark.parametrize("kind", [Corpus, TantivyEngine], ids=["fts5", "tantivy"])
-def test_a_title_match_counts_double(kind: type[Corpus | TantivyEngine], tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", [Fts5Engine, TantivyEngine], ids=["fts5", "tantivy"])
+def test_a_title_match_counts_double(
+    kind: type[Fts5Engine | TantivyEngine], tmp_path: Path
+) -> None:
     """Two documents of the same length, the query word once in each: the one that
     holds it in its title ranks first, and as one that holds it twice in its body."""
     engine = kind(tmp_path / "corpus.db")
@@ -179,7 +181,7 @@ def test_an_index_left_behind_is_rebuilt_before_it_answers(tmp_path: Path) -> No
     path = tmp_path / "corpus.db"
     tantivy = TantivyEngine(path)
     tantivy.apply(DOCS[:3])
-    fts5 = Corpus(path)  # the store was filled by tantivy: FTS5 has nothing yet
+    fts5 = Fts5Engine(path)  # the store was filled by tantivy: FTS5 has nothing yet
     assert [h.doc_id for h in fts5.lexical("invoice password", 5)] != []
     fts5.apply(DOCS[3:])  # now tantivy is behind
     assert [h.doc_id for h in tantivy.lexical("invoice", 5)] == ["invoice"]

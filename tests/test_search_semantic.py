@@ -12,8 +12,8 @@ import pytest
 from amelio import embeddings
 from amelio.embeddings import SemanticUnavailable, load_embedder
 from amelio.knowledge.index import embedder_for
-from amelio.search import Corpus, Searcher
-from amelio.search.engines.fts5 import Document
+from amelio.search import Fts5Engine, Searcher
+from amelio.search.documents import Document
 from amelio.workspace.folder import Workspace
 from test_search import DOCS, write_jsonl
 
@@ -49,17 +49,17 @@ def concepts() -> ConceptEmbedder:
 
 
 @pytest.fixture
-def corpus(sqlite_workspace: Workspace, tmp_path: Path, concepts: ConceptEmbedder) -> Corpus:
-    c = Corpus.for_workspace(sqlite_workspace.settings.data_dir)
+def corpus(sqlite_workspace: Workspace, tmp_path: Path, concepts: ConceptEmbedder) -> Fts5Engine:
+    c = Fts5Engine.for_workspace(sqlite_workspace.settings.data_dir)
     c.import_file(write_jsonl(tmp_path / "docs.jsonl", DOCS), embedder=concepts)
     return c
 
 
 def test_semantic_finds_what_shares_no_word(
-    sqlite_workspace: Workspace, corpus: Corpus, concepts: ConceptEmbedder
+    sqlite_workspace: Workspace, corpus: Fts5Engine, concepts: ConceptEmbedder
 ) -> None:
     searcher = Searcher(
-        sqlite_workspace, corpus=corpus, embedder=concepts, background_aggregation=False
+        sqlite_workspace, engine=corpus, embedder=concepts, background_aggregation=False
     )
     assert searcher.rank("my bill", profile="bm25") == ()  # no shared word
     [top, *rest] = searcher.rank("my bill", profile="semantic")
@@ -70,10 +70,10 @@ def test_semantic_finds_what_shares_no_word(
 
 
 def test_hybrid_mixes_normalized_scores_and_alpha_zero_is_lexical(
-    sqlite_workspace: Workspace, corpus: Corpus, concepts: ConceptEmbedder
+    sqlite_workspace: Workspace, corpus: Fts5Engine, concepts: ConceptEmbedder
 ) -> None:
     searcher = Searcher(
-        sqlite_workspace, corpus=corpus, embedder=concepts, background_aggregation=False
+        sqlite_workspace, engine=corpus, embedder=concepts, background_aggregation=False
     )
     lexical = searcher.rank("refund card", profile="hybrid", alpha=0.0)
     assert [d.doc_id for d in lexical] == ["refund"]  # the only lexical match
@@ -88,10 +88,10 @@ def test_hybrid_mixes_normalized_scores_and_alpha_zero_is_lexical(
 def test_vectors_follow_updates_and_deletes_and_heal_missing_ones(
     sqlite_workspace: Workspace, tmp_path: Path, concepts: ConceptEmbedder
 ) -> None:
-    corpus = Corpus.for_workspace(sqlite_workspace.settings.data_dir)
+    corpus = Fts5Engine.for_workspace(sqlite_workspace.settings.data_dir)
     corpus.import_file(write_jsonl(tmp_path / "docs.jsonl", DOCS))  # no embedder: lexical only
     searcher = Searcher(
-        sqlite_workspace, corpus=corpus, embedder=concepts, background_aggregation=False
+        sqlite_workspace, engine=corpus, embedder=concepts, background_aggregation=False
     )
     assert searcher.rank("my bill", profile="semantic")[0].doc_id == "invoice"
     assert concepts.embedded == len(DOCS) + 1  # healed on first use
@@ -114,14 +114,14 @@ def test_vectors_follow_updates_and_deletes_and_heal_missing_ones(
 
 
 def test_a_corpus_written_by_another_process_is_seen(
-    sqlite_workspace: Workspace, corpus: Corpus, concepts: ConceptEmbedder
+    sqlite_workspace: Workspace, corpus: Fts5Engine, concepts: ConceptEmbedder
 ) -> None:
     searcher = Searcher(
-        sqlite_workspace, corpus=corpus, embedder=concepts, background_aggregation=False
+        sqlite_workspace, engine=corpus, embedder=concepts, background_aggregation=False
     )
     assert searcher.rank("my bill", profile="semantic")[0].doc_id == "invoice"
-    # another Corpus on the same file, as `amelio corpus import` next to `amelio serve`
-    other = Corpus.for_workspace(sqlite_workspace.settings.data_dir)
+    # another Fts5Engine on the same file, as `amelio corpus import` next to `amelio serve`
+    other = Fts5Engine.for_workspace(sqlite_workspace.settings.data_dir)
     other.apply(
         [
             Document("invoice", "Download an invoice", "Refunds are under money."),
@@ -137,8 +137,8 @@ def test_the_shipped_model_loads_offline_and_ranks_by_meaning(
 ) -> None:
     # Any attempt to reach a model hub would fail loudly here.
     monkeypatch.setattr("socket.socket.connect", _no_network)
-    corpus = Corpus.for_workspace(sqlite_workspace.settings.data_dir)
-    searcher = Searcher(sqlite_workspace, corpus=corpus, background_aggregation=False)
+    corpus = Fts5Engine.for_workspace(sqlite_workspace.settings.data_dir)
+    searcher = Searcher(sqlite_workspace, engine=corpus, background_aggregation=False)
     assert searcher.settings.search_embedding_model == "wordllama"
     corpus.import_file(
         write_jsonl(tmp_path / "docs.jsonl", DOCS), embedder=load_embedder("wordllama")
@@ -156,11 +156,11 @@ def _no_network(*_: object) -> None:
 
 
 def test_without_the_extra_semantic_says_how_to_install(
-    sqlite_workspace: Workspace, corpus: Corpus, monkeypatch: pytest.MonkeyPatch
+    sqlite_workspace: Workspace, corpus: Fts5Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "wordllama", None)  # `import wordllama` fails
     monkeypatch.setattr(embeddings, "_loaded", {})
-    searcher = Searcher(sqlite_workspace, corpus=corpus, background_aggregation=False)
+    searcher = Searcher(sqlite_workspace, engine=corpus, background_aggregation=False)
     for profile, alpha in (("semantic", None), ("hybrid", 0.5)):
         with pytest.raises(SemanticUnavailable, match=r"pip install 'amelio\[semantic\]'") as info:
             searcher.search("password", profile=profile, alpha=alpha)
@@ -169,9 +169,9 @@ def test_without_the_extra_semantic_says_how_to_install(
 
 
 def test_semantic_switched_off_names_the_setting(
-    sqlite_workspace: Workspace, corpus: Corpus
+    sqlite_workspace: Workspace, corpus: Fts5Engine
 ) -> None:
-    searcher = Searcher(sqlite_workspace, corpus=corpus, background_aggregation=False)
+    searcher = Searcher(sqlite_workspace, engine=corpus, background_aggregation=False)
     searcher.settings = searcher.settings.model_copy(update={"search_embedding_model": ""})
     with pytest.raises(SemanticUnavailable, match="AMELIO_SEARCH_EMBEDDING_MODEL=wordllama"):
         searcher.search("password", profile="semantic")
@@ -225,7 +225,7 @@ def test_with_contributions_on_documents_wait_for_browsers(
 
 
 def test_put_vectors_skips_documents_whose_text_moved_on(
-    corpus: Corpus, concepts: ConceptEmbedder
+    corpus: Fts5Engine, concepts: ConceptEmbedder
 ) -> None:
     """With the texts the vectors were computed from, the store writes only the documents
     whose embed text is still that (checked in its own write transaction) and says which
@@ -245,7 +245,7 @@ def test_put_vectors_skips_documents_whose_text_moved_on(
 
 
 def test_deferred_vectors_are_read_without_the_write_lock(
-    corpus: Corpus, concepts: ConceptEmbedder
+    corpus: Fts5Engine, concepts: ConceptEmbedder
 ) -> None:
     """With missing vectors left to browsers, loading the matrix writes nothing, so it must
     not wait for the write lock (browsers' vectors being stored hold it)."""

@@ -32,7 +32,7 @@ from amelio.cli import main
 from amelio.db.schema import feedback_events, search_impressions
 from amelio.errors import InvalidInput
 from amelio.feedback import Collector, new_event_id
-from amelio.search import Corpus, Searcher, SearchResponse, aggregate, rebuild
+from amelio.search import Fts5Engine, Searcher, SearchResponse, aggregate, rebuild
 from amelio.search.counts import signals_for
 from amelio.server import create_app
 from amelio.workspace import keys
@@ -135,7 +135,7 @@ ONE_ACTOR_RANKS = 2
 
 @pytest.fixture
 def searcher(workspace: Workspace, tmp_path: Path) -> Searcher:
-    corpus = Corpus.for_workspace(workspace.settings.data_dir)
+    corpus = Fts5Engine.for_workspace(workspace.settings.data_dir)
     source = tmp_path / "docs.jsonl"
     source.write_text(
         "".join(json.dumps({"_id": i, "title": t, "text": x}) + "\n" for i, t, x in DOCS),
@@ -143,7 +143,7 @@ def searcher(workspace: Workspace, tmp_path: Path) -> Searcher:
     )
     corpus.import_file(source)
     # exploration is off in tests (conftest): rankings are deterministic
-    return Searcher(workspace, corpus=corpus, background_aggregation=False, rng=random.Random(0))
+    return Searcher(workspace, engine=corpus, background_aggregation=False, rng=random.Random(0))
 
 
 def clicks(
@@ -252,10 +252,10 @@ def test_one_session_moves_a_crowded_tenth_result_at_most_two_ranks(
     """On the demo corpus the deep ranks lie within a few hundredths of each other,
     and one capped, satisfied click lifted the tenth result to the top three: one
     person is not enough people for feedback to move a rank."""
-    corpus = Corpus.for_workspace(sqlite_workspace.settings.data_dir)
+    corpus = Fts5Engine.for_workspace(sqlite_workspace.settings.data_dir)
     corpus.import_file(DEMO_CORPUS)
     searcher = Searcher(
-        sqlite_workspace, corpus=corpus, background_aggregation=False, rng=random.Random(0)
+        sqlite_workspace, engine=corpus, background_aggregation=False, rng=random.Random(0)
     )
     target, before, after = steer(
         sqlite_workspace, searcher, lambda i: ("spammer", "spammer", None), query

@@ -25,8 +25,8 @@ from starlette.routing import Route
 
 from amelio.cli import main
 from amelio.db.schema import search_impressions, search_signals
-from amelio.search import Corpus
-from amelio.search.engines.fts5 import Deletion, Document
+from amelio.search import Fts5Engine
+from amelio.search.documents import Deletion, Document
 from amelio.search.engines.vespa import VespaBackend, feed, query_body, sync_signals
 from amelio.search.scoring import FEEDBACK_BOUND
 from amelio.server import create_app
@@ -218,7 +218,7 @@ def test_feed_sends_the_workspace_corpus(
     vespa: tuple[FakeVespa, str], sqlite_workspace: Workspace, tmp_path: Path
 ) -> None:
     fake, url = vespa
-    corpus = Corpus.for_workspace(sqlite_workspace.settings.data_dir)
+    corpus = Fts5Engine.for_workspace(sqlite_workspace.settings.data_dir)
     corpus.import_file(_jsonl(tmp_path / "d.jsonl", DOCS))
     report = feed(url, corpus.all_documents(), concurrency=2)
     assert (report.sent, report.failed) == (2, 0)

@@ -99,11 +99,11 @@ def test_search_page_shows_scores_and_signals_without_logging(
     sqlite_workspace: Workspace, tmp_path: Path
 ) -> None:
     from amelio.feedback import Collector
-    from amelio.search import Corpus, Searcher, aggregate
+    from amelio.search import Fts5Engine, Searcher, aggregate
     from test_search import DOCS, click_events, write_jsonl
 
     ws = sqlite_workspace
-    Corpus.for_workspace(ws.settings.data_dir).import_file(
+    Fts5Engine.for_workspace(ws.settings.data_dir).import_file(
         write_jsonl(tmp_path / "docs.jsonl", DOCS)
     )
     response = Searcher(ws, background_aggregation=False).search(

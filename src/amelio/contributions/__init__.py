@@ -5,9 +5,12 @@ budget for their device's tier, embed search documents the server has not
 embedded yet. :mod:`~amelio.contributions.schema` is the contract (the result a
 browser sends), :mod:`~amelio.contributions.tokens` the server-issued client
 identity, :mod:`~amelio.contributions.trust` which identities may vouch for each
-other, and :mod:`~amelio.contributions.service` leases tasks, verifies results (two
-independent clients agreeing, or the server's own spot-check), keeps each client's
-trust and writes accepted vectors to the search store. Off unless the operator sets
+other, and :class:`~amelio.contributions.service.Contributions` leases tasks
+(:mod:`~amelio.contributions.leases`), records results
+(:mod:`~amelio.contributions.results`), verifies them (two independent clients
+agreeing, or the server's own spot-check) and writes accepted vectors to the search
+store (:mod:`~amelio.contributions.verdicts`), keeping each client's trust;
+:mod:`~amelio.contributions.stats` reports on it all. Off unless the operator sets
 ``contributions = true``.
 """
 
@@ -19,16 +22,13 @@ from amelio.contributions.schema import (
     contribution_adapter,
     decode_vectors,
     encode_vectors,
+    input_digest,
     json_schema,
 )
-from amelio.contributions.service import (
-    INITIAL_TRUST,
-    TRUST_FLOOR,
-    Contributions,
-    contribution_stats,
-    input_digest,
-)
+from amelio.contributions.service import Contributions
+from amelio.contributions.stats import contribution_stats
 from amelio.contributions.tokens import ClientTokens, InvalidClientToken, client_tokens
+from amelio.contributions.trust import INITIAL_TRUST, TRUST_FLOOR
 
 __all__ = [
     "CPU_SECONDS_PER_HOUR",

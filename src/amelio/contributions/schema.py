@@ -14,7 +14,7 @@ number (and the server store as JSON text); as float32 bytes it is 1 KB (1.4 KB 
 base64) that ``numpy.frombuffer`` reads at once, which is most of what makes lending
 compute cheaper for the server than embedding itself.
 What needs the task (the digest, the task type, how many vectors, the model's
-dimensions) is checked by :mod:`amelio.contributions.service` against the lease.
+dimensions) is checked by :mod:`amelio.contributions.results` against the lease.
 
 The per-tier CPU budgets live here too: they are part of the contract the
 client's controller (``amelio.js``) and the server both enforce.
@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import json
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Required, get_args
 
 from pydantic import AfterValidator, ConfigDict, Field, TypeAdapter, ValidationInfo, with_config
@@ -32,6 +34,8 @@ from typing_extensions import TypedDict
 from amelio.feedback.schema import DEVICE_TIERS, ULID_PATTERN, DeviceTier
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import numpy as np
     import numpy.typing as npt
 
@@ -49,6 +53,7 @@ __all__ = [
     "contribution_adapter",
     "decode_vectors",
     "encode_vectors",
+    "input_digest",
     "json_schema",
     "vectors_from_bytes",
 ]
@@ -88,6 +93,12 @@ _ok = with_config(_STRICT)
 
 Ulid = Annotated[str, Field(pattern=ULID_PATTERN, description="A ULID the server issued.")]
 Ms = Annotated[int, Field(ge=0, description="Unix milliseconds.")]
+
+
+def input_digest(texts: Sequence[str]) -> str:
+    """``sha256:`` + the hex SHA-256 of the texts' compact JSON (the protocol's digest)."""
+    raw = json.dumps(list(texts), ensure_ascii=False, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
 
 def encode_vectors(vectors: Any) -> str:

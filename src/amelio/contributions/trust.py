@@ -19,6 +19,10 @@ A new identity is on **probation**: the server checks each of its results by
 embedding a sample of the texts itself until ``contributions_probation`` of them
 passed. Agreement with peers does not count towards it, since peers are exactly what
 a forger can make up.
+
+An identity's **trust** starts at :data:`INITIAL_TRUST`, rises a little with each
+accepted result (:data:`TRUST_GAIN`) and drops sharply when the server proves a result
+wrong (:data:`TRUST_PENALTY`); under :data:`TRUST_FLOOR` it gets no tasks.
 """
 
 from __future__ import annotations
@@ -30,7 +34,25 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from amelio.privacy.signing import Signer
 
-__all__ = ["NETWORK_PREFIX", "Contributor", "network_id", "network_of", "related"]
+__all__ = [
+    "INITIAL_TRUST",
+    "NETWORK_PREFIX",
+    "TRUST_FLOOR",
+    "TRUST_GAIN",
+    "TRUST_PENALTY",
+    "Contributor",
+    "network_id",
+    "network_of",
+    "related",
+]
+
+INITIAL_TRUST = 0.5
+#: Under this trust a client gets no more tasks.
+TRUST_FLOOR = 0.2
+#: An accepted result moves trust this share of the way to 1.
+TRUST_GAIN = 0.1
+#: A result proven wrong multiplies trust by this (0.5 → 0.125: under the floor).
+TRUST_PENALTY = 0.25
 
 #: The prefix length one remote network is taken to be, by IP version.
 NETWORK_PREFIX = {4: 24, 6: 48}

@@ -2,7 +2,7 @@
 
 :mod:`~amelio.search.engines.registry` is the engine contract and its registry
 (``search_backend``): :class:`~amelio.search.engines.tantivy.TantivyEngine` (the
-default) and :class:`~amelio.search.engines.fts5.Corpus` (FTS5) index a SQLite
+default) and :class:`~amelio.search.engines.fts5.Fts5Engine` (FTS5) index a SQLite
 document store that keeps the documents and their vectors
 (:mod:`~amelio.search.store`); :mod:`~amelio.search.fusion` mixes lexical and
 semantic candidates;
@@ -28,7 +28,8 @@ from amelio._lazy import lazy_namespace as _lazy_namespace
 if _typing.TYPE_CHECKING:
     from amelio.search.aggregation import aggregate, rebuild
     from amelio.search.counts import AggregateReport
-    from amelio.search.engines.fts5 import Corpus, Document, ImportReport
+    from amelio.search.documents import Document, ImportReport
+    from amelio.search.engines.fts5 import Fts5Engine
     from amelio.search.scoring import FeedbackScorer
     from amelio.search.service import (
         PROFILES,
@@ -39,9 +40,9 @@ if _typing.TYPE_CHECKING:
 __all__ = [
     "PROFILES",
     "AggregateReport",
-    "Corpus",
     "Document",
     "FeedbackScorer",
+    "Fts5Engine",
     "ImportReport",
     "SearchResponse",
     "Searcher",
@@ -53,7 +54,8 @@ __all__ = [
 _LAZY: dict[str, str] = {
     **dict.fromkeys(("aggregate", "rebuild"), "amelio.search.aggregation"),
     "AggregateReport": "amelio.search.counts",
-    **dict.fromkeys(("Corpus", "Document", "ImportReport"), "amelio.search.engines.fts5"),
+    **dict.fromkeys(("Document", "ImportReport"), "amelio.search.documents"),
+    "Fts5Engine": "amelio.search.engines.fts5",
     "FeedbackScorer": "amelio.search.scoring",
     **dict.fromkeys(
         (

@@ -180,7 +180,7 @@ class Searcher:
     """Searches one workspace's engine; keep one per process (it holds the cache).
 
     ``engine`` is the :class:`~amelio.search.engines.registry.SearchEngine` to search
-    (default: the one ``search_backend`` names; ``corpus`` is its older name).
+    (default: the one ``search_backend`` names).
     ``rng`` decides exploration (seeded in simulations).
     ``embedder`` replaces the ``search_embedding_model`` setting's model (tests,
     or a model object built in code).
@@ -191,7 +191,6 @@ class Searcher:
         workspace: Workspace,
         *,
         engine: SearchEngine | None = None,
-        corpus: SearchEngine | None = None,
         rng: random.Random | None = None,
         background_aggregation: bool = True,
         embedder: Embedder | None = None,
@@ -200,10 +199,8 @@ class Searcher:
     ) -> None:
         self.workspace = workspace
         self.settings = workspace.settings
-        self.engine: SearchEngine = (
-            engine
-            or corpus
-            or open_engine(self.settings, defer_missing_vectors=defer_missing_vectors)
+        self.engine: SearchEngine = engine or open_engine(
+            self.settings, defer_missing_vectors=defer_missing_vectors
         )
         self.embedder = embedder
         self.signer = token_signer(self.settings)

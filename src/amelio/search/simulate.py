@@ -439,7 +439,7 @@ def simulate(
         for arm in arms:
             ws = _scratch_workspace(root / arm.name, thompson, beta, arm.min_actors)
             learners[arm.name] = Searcher(
-                ws, corpus=corpus, rng=_rng(seed), background_aggregation=False, embedder=embedder
+                ws, engine=corpus, rng=_rng(seed), background_aggregation=False, embedder=embedder
             )
             collectors[arm.name] = Collector(ws)
         base = learners[arms[0].name]

@@ -7,10 +7,6 @@ documents. Its cost is the cold path: a new OR query over 100k synthetic
 documents that matches most of them costs 100–200 ms, since FTS5 scores every
 match before it keeps the best (``benchmarks/search_latency.py``); tantivy's
 block-max pruning skips most of them, which is why ``embedded`` is tantivy.
-
-This module also keeps the names that have always been imported from here
-(``Document``, ``Hit``, ``read_documents``, …): they live in
-:mod:`amelio.search.documents` and :mod:`amelio.search.store`.
 """
 
 from __future__ import annotations
@@ -19,32 +15,11 @@ import contextlib
 import sqlite3
 from pathlib import Path
 
-from amelio.search.documents import (
-    Deletion,
-    Document,
-    Hit,
-    ImportReport,
-    LexicalHit,
-    best,
-    parse_line,
-    read_documents,
-)
-from amelio.search.store import EMBED_CHARS, DocumentStore
+from amelio.search.documents import Document, Hit
+from amelio.search.store import DocumentStore
 from amelio.text import SEARCH
 
-__all__ = [
-    "EMBED_CHARS",
-    "Corpus",
-    "Deletion",
-    "Document",
-    "Hit",
-    "ImportReport",
-    "LexicalHit",
-    "best",
-    "match_expression",
-    "parse_line",
-    "read_documents",
-]
+__all__ = ["Fts5Engine", "match_expression"]
 
 _FTS_SCHEMA = """
 CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
@@ -80,7 +55,7 @@ def _has_fts_table(path: Path) -> bool:
         return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'fts'").fetchone() is not None
 
 
-class Corpus(DocumentStore):
+class Fts5Engine(DocumentStore):
     """The document store with its FTS5 index, in one SQLite file (``fts5``).
 
     The index is external-content FTS5 over the ``docs`` table, written in the
@@ -103,7 +78,7 @@ class Corpus(DocumentStore):
             )
 
     @classmethod
-    def for_workspace(cls, data_dir: Path) -> Corpus:
+    def for_workspace(cls, data_dir: Path) -> Fts5Engine:
         return cls(data_dir / "search" / "corpus.db")
 
     def _index_schema(self) -> str:

@@ -134,9 +134,9 @@ def _open_tantivy(settings: Settings) -> SearchEngine:
 
 
 def _open_fts5(settings: Settings) -> SearchEngine:
-    from amelio.search.engines.fts5 import Corpus
+    from amelio.search.engines.fts5 import Fts5Engine
 
-    return Corpus.for_workspace(settings.data_dir)
+    return Fts5Engine.for_workspace(settings.data_dir)
 
 
 def _open_vespa(settings: Settings) -> SearchEngine:
@@ -218,7 +218,7 @@ def open_collection(settings: Settings, name: str) -> DocumentStore:
     The kind follows ``search_backend`` when that is ``tantivy`` or ``fts5``, and
     is the default embedded engine otherwise. One object per process and
     collection: the index stays open between queries."""
-    from amelio.search.engines.fts5 import Corpus
+    from amelio.search.engines.fts5 import Fts5Engine
     from amelio.search.engines.tantivy import TantivyEngine
 
     if not _COLLECTION.match(name):
@@ -232,7 +232,7 @@ def open_collection(settings: Settings, name: str) -> DocumentStore:
         store = _collections.get(key)
         if store is None:
             path = settings.data_dir / "search" / "collections" / name / "corpus.db"
-            store = Corpus(path) if kind == "fts5" else TantivyEngine(path)
+            store = Fts5Engine(path) if kind == "fts5" else TantivyEngine(path)
             if len(_collections) >= 256:  # bounded however many notebooks come and go
                 _collections.clear()
             _collections[key] = store

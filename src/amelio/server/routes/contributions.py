@@ -23,8 +23,8 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from amelio.contributions import Contributions, json_schema
+from amelio.contributions.leases import MAX_TASKS_PER_LEASE
 from amelio.contributions.schema import MAX_VECTORS, TASK_TYPES
-from amelio.contributions.service import MAX_TASKS_PER_LEASE
 from amelio.contributions.tokens import CLIENT_TOKEN_PATTERN
 from amelio.errors import RateLimited
 from amelio.feedback.ratelimit import Bucket, RateLimiter
