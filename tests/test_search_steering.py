@@ -291,9 +291,9 @@ def test_a_held_document_rises_past_what_enough_people_passed_over(
     enough, and searches without a session or user are nobody (the test below). On
     the demo corpus, whose deep ranks lie within a few hundredths."""
     workspace = sqlite_workspace
-    corpus = Corpus.for_workspace(workspace.settings.data_dir)
+    corpus = Fts5Engine.for_workspace(workspace.settings.data_dir)
     corpus.import_file(DEMO_CORPUS)
-    searcher = Searcher(workspace, corpus=corpus, background_aggregation=False)
+    searcher = Searcher(workspace, engine=corpus, background_aggregation=False)
     target = searcher.rank(QUERY, profile="hybrid_with_feedback")[9].doc_id
     before = rank_of(searcher, target)
     for i in range(passers_by):
