@@ -18,6 +18,7 @@ take turns (a lock), and a worker answers one request at a time.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,13 +34,13 @@ if TYPE_CHECKING:
 
 __all__ = ["LocalProvider"]
 
-_models: dict[tuple[str, int], tuple[Any, threading.Lock]] = {}
+_models: dict[tuple[str, int, int], tuple[Any, threading.Lock]] = {}
 _loading = threading.Lock()
 
 
-def _load(path: Path, context: int) -> tuple[Any, threading.Lock]:
+def _load(path: Path, context: int, threads: int) -> tuple[Any, threading.Lock]:
     """The process's one instance of the model at ``path`` (loading takes seconds)."""
-    key = (str(path), context)
+    key = (str(path), context, threads)
     with _loading:
         found = _models.get(key)
         if found is None:
@@ -51,7 +52,9 @@ def _load(path: Path, context: int) -> tuple[Any, threading.Lock]:
                     "(it builds llama.cpp with this machine's compiler, a few minutes)."
                 ) from exc
             try:
-                model = llama_cpp.Llama(model_path=str(path), n_ctx=context, verbose=False)
+                model = llama_cpp.Llama(
+                    model_path=str(path), n_ctx=context, n_threads=threads, verbose=False
+                )
             except (ValueError, RuntimeError) as exc:  # not a GGUF file, or too new a one
                 raise LLMNotConfigured(f"llama.cpp cannot load {path}: {exc}") from exc
             found = _models[key] = (model, threading.Lock())
@@ -74,7 +77,8 @@ class LocalProvider:
         self.path = path
         self.model = settings.llm_model or path.stem
         self.context = settings.llm_context_tokens
-        self._llama, self._lock = _load(path, self.context)
+        threads = settings.llm_threads or os.cpu_count() or 1
+        self._llama, self._lock = _load(path, self.context, threads)
 
     def _params(self, request: LLMRequest) -> dict[str, Any]:
         messages = [{"role": "system", "content": request.system}] if request.system else []

@@ -95,6 +95,13 @@ class Settings(BaseSettings):
         description="The local provider's context window: prompt and answer together. "
         "Each worker holds its KV cache.",
     )
+    llm_threads: int = Field(
+        default=0,
+        ge=0,
+        le=512,
+        description="CPU threads the local provider computes with (0: every core; "
+        "llama.cpp's own default is half of them).",
+    )
     llm_price_input_per_mtok: float = Field(
         default=0.0, ge=0, description="USD per million input tokens, to record costs (0: unknown)."
     )
