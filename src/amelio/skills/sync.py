@@ -192,7 +192,8 @@ class _Pass:
         replaced: SkillSpec | None = None,
         **kw: Any,
     ) -> None:
-        """Bring the folder to ``skill`` (see :func:`~amelio.skills.sync_files.write_version_files`)."""
+        """Bring the folder to ``skill``
+        (see :func:`~amelio.skills.sync_files.write_version_files`)."""
         if not self.dry_run:
             written = write_version_files(self.root / skill.name, skill, current, replaced)
             self.state[skill.name] = state_entry(skill, written)
