@@ -82,12 +82,15 @@ def judge_figures(result: StudyResult) -> dict[str, Any]:
     """How far the benchmark's judge can be trusted, on the pairs it judged:
     ``agreementWithOracle`` over the pairs where the oracle prefers one side (a
     judge tie counts as not agreeing), ``positionConsistency`` over the pairs
-    judged in both orders."""
+    judged in both orders (a tie in both orders is consistent, so ``judgePrefers``
+    says how often it preferred a side at all: a judge that always ties is
+    consistent and says nothing)."""
     decided = [p for p in result.pairs if p.oracle != 0]
     swapped = [p for p in result.pairs if p.consistent is not None]
     return {
         "pairs": len(result.pairs),
         "oraclePrefers": len(decided),
+        "judgePrefers": sum(p.judge != 0 for p in result.pairs),
         "agreementWithOracle": (
             round(sum(p.judge == p.oracle for p in decided) / len(decided), 4) if decided else None
         ),
@@ -140,9 +143,10 @@ def to_markdown(data: dict[str, Any]) -> str:
     judge = data["judge"]
     lines += [
         "",
-        f"Judge: {judge['pairs']} benchmark pairs; agreement with the oracle "
-        f"{judge['agreementWithOracle']} on the {judge['oraclePrefers']} where it prefers a "
-        f"side; position consistency {judge['positionConsistency']}.",
+        f"Judge: {judge['pairs']} benchmark pairs, a side preferred in "
+        f"{judge['judgePrefers']}; agreement with the oracle "
+        f"{judge['agreementWithOracle']} on the {judge['oraclePrefers']} where the oracle "
+        f"prefers a side; position consistency {judge['positionConsistency']}.",
         f"LLM: {data['llm']['calls']} calls ({data['llm']['seconds']:.0f} s), "
         f"{data['llm']['reused']} identical requests answered once; "
         f"the study took {data['seconds']:.0f} s.",
