@@ -274,3 +274,36 @@ def test_a_hand_edit_reaches_the_very_next_prompt(workspace: Workspace) -> None:
     assert path.stat().st_size == before.st_size
     system = build_prompt(workspace, "hello").system
     assert "thank the customer later" in system and "greet the customer" not in system
+
+
+@pytest.mark.parametrize(("liked_before", "retired"), [(1, False), (9, True)])
+def test_a_learning_is_retired_only_when_answers_got_worse_with_it(
+    workspace: Workspace, examples: Path, liked_before: int, retired: bool
+) -> None:
+    """A 👎 says an answer had a problem, not that the learning in its prompt caused
+    it. Where the skill's answers were mostly disliked before the learning (1 👍 in
+    10), its answers being disliked after (4 of 4) is no evidence against it; where
+    they were mostly liked (9 in 10), it is: then it goes."""
+    from amelio.assistant.quality import give_answer_feedback
+    from amelio.assistant.respond import respond
+    from amelio.llm.fake import ScriptedProvider
+
+    skills.import_skills(workspace.engine, examples)
+    provider = ScriptedProvider(default="Use git push.")
+
+    def answered() -> int:
+        reply = respond(workspace, "git push rejected", provider=provider)
+        assert reply.applied_skill == "git-help"
+        return reply.interaction_id
+
+    for i in range(10):
+        kind = "up" if i < liked_before else "down"
+        give_answer_feedback(workspace, answered(), kind, user=f"early-{i}")
+    learning, _ = add_learning(workspace, "Always say which remote rejected it", skill="git-help")
+    for i in range(4):
+        give_answer_feedback(workspace, answered(), "down", user=f"late-{i}")
+    after = {item.id: item for item in list_learnings(workspace, include_retired=True)}[learning.id]
+    assert (after.status == "retired") is retired
+    # Kept, it was blamed four times and stayed; against 9 in 10 liked, the first
+    # two dislikes (the minimum) were enough, and it left the prompts.
+    assert after.harmful == (2 if retired else 4)

@@ -24,9 +24,9 @@ from amelio.assistant.quality import (
     quality_metrics,
     recent_failed_answers,
     rule_stats,
-    wilson_interval,
 )
 from amelio.assistant.respond import log_exchange, respond
+from amelio.assistant.stats import wilson_interval
 from amelio.cli import main
 from amelio.demo.app import load_recorded_interactions
 from amelio.errors import Conflict, Forbidden, InvalidInput, NotFound

@@ -366,21 +366,65 @@ def record_outcome(
         pid = project_id(conn, project)
         scope = sa.and_(learnings.c.id.in_(ids), learnings.c.project_id == pid)
         conn.execute(learnings.update().where(scope).values({column: column + 1}))
-        doomed = list(
-            conn.scalars(
-                sa.select(learnings.c.id).where(
-                    scope,
-                    learnings.c.status == "active",
-                    learnings.c.harmful > learnings.c.helpful,
-                    learnings.c.harmful >= minimum,
-                )
+        candidates = conn.execute(
+            sa.select(
+                learnings.c.id,
+                learnings.c.skill,
+                learnings.c.helpful,
+                learnings.c.harmful,
+                learnings.c.created_at,
+            ).where(
+                scope,
+                learnings.c.status == "active",
+                learnings.c.harmful > learnings.c.helpful,
+                learnings.c.harmful >= minimum,
             )
-        )
+        ).all()
+        doomed = [row.id for row in candidates if _worse_than_before(conn, pid, row)]
         if doomed:
             _retire(conn, learnings.c.id.in_(doomed), "harmful feedback overtook helpful feedback")
     if doomed:
         _write_file(ws, project)
     return doomed
+
+
+def _worse_than_before(conn: Any, pid: int, row: Any) -> bool:
+    """Whether answers that used learning ``row`` were disliked more often than its
+    skill's answers (every skill's, for a general learning) were before it existed.
+
+    A 👎 says the answer had a problem, not that the learning caused it: a skill
+    whose answers were mostly disliked stays so while the model learns one wish at
+    a time, and blaming each new learning for that retired the very learnings
+    that lifted the held-out pass rate (docs/efficacy.md: 5 of 9 gone within the
+    round that made them). With no votes from before to compare with, harmful
+    overtaking helpful is taken as it stands."""
+    import sqlalchemy as sa
+
+    from amelio.assistant.stats import wilson_interval
+    from amelio.db.schema import feedback, interactions
+
+    before = [
+        interactions.c.project_id == pid,
+        interactions.c.created_at < row.created_at,
+        feedback.c.channel == "vote",
+    ]
+    if row.skill is not None:
+        before.append(interactions.c.applied_skill == row.skill)
+    votes = dict(
+        conn.execute(
+            sa.select(feedback.c.kind, sa.func.count())
+            .join(interactions, interactions.c.id == feedback.c.interaction_id)
+            .where(*before)
+            .group_by(feedback.c.kind)
+        ).all()
+    )
+    down, up = int(votes.get("down", 0)), int(votes.get("up", 0))
+    if down + up == 0:
+        return True
+    # Credibly worse: even the low end of the disliked share's interval is above
+    # the share before (two 👎 of two say little against 9 of 10 before).
+    low, _ = wilson_interval(row.harmful, row.harmful + row.helpful)
+    return low > down / (down + up)
 
 
 # -- reads ------------------------------------------------------------------------------

@@ -26,17 +26,16 @@ all read them from here.
 from __future__ import annotations
 
 import logging
-import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from statistics import NormalDist
 from typing import Any
 
 import sqlalchemy as sa
 
 from amelio import db
 from amelio.assistant import learnings
+from amelio.assistant.stats import wilson_interval
 from amelio.db.schema import aware, eval_results, feedback, interactions, projects, utcnow
 from amelio.errors import AmelioError, InvalidInput, NotFound
 from amelio.llm import LLMRequest, get_provider
@@ -61,7 +60,6 @@ __all__ = [
     "quality_metrics",
     "recent_failed_answers",
     "rule_stats",
-    "wilson_interval",
 ]
 
 log = logging.getLogger(__name__)
@@ -543,19 +541,6 @@ class Finding:
             "successBounds": [round(b, 4) for b in self.success_bounds],
             "learnings": [{"id": i.id, "rule": i.rule, "source": i.source} for i in self.learnings],
         }
-
-
-def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """The Wilson score interval of a success rate: honest at small n, where the
-    observed rate (2 of 3 = 67 %) says little."""
-    if n <= 0:
-        return 0.0, 1.0
-    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
-    p = successes / n
-    denominator = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denominator
-    margin = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
-    return max(0.0, centre - margin), min(1.0, centre + margin)
 
 
 def find_underperformers(
