@@ -8,8 +8,9 @@ It needs the model and the runtime, which nothing fetches at test time:
     pip install 'amelio[local]'
 
 Without them it says so and exits 0 with no targets (``make bench`` goes on). With
-them it runs the study (every arm, 3 rounds, gated approval, Sage) in a temporary
-folder, or ``--out``, and prints its table and the targets:
+them it runs the study (every arm, 3 rounds, gated approval, Sage, answers capped
+at 384 tokens) in a temporary folder, or ``--out``, and prints its table and the
+targets:
 
 * ``loop`` at the last round closes at least 80 % of the gap between ``skills``
   and ``told`` (the oracle told up front), with the paired difference to
@@ -55,7 +56,12 @@ def main() -> int:
     parser.add_argument("--approve", default="gated")
     parser.add_argument("--no-sage", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-tokens", type=int, default=None, help="llm_max_tokens")
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=384,
+        help="llm_max_tokens: answers capped so the study can fit its budget (%(default)s)",
+    )
     parser.add_argument("--model", type=Path, default=None, help="a GGUF file (default: qwen)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -67,8 +73,12 @@ def main() -> int:
         print("llama-cpp-python is not installed: pip install 'amelio[local]' (skipped).")
         return 0
     out = args.out or Path(tempfile.mkdtemp(prefix="amelio-efficacy-"))
-    extra = {} if args.max_tokens is None else {"llm_max_tokens": args.max_tokens}
-    settings = Settings(workspace=out, llm_provider="local", llm_model_path=str(model), **extra)
+    settings = Settings(
+        workspace=out,
+        llm_provider="local",
+        llm_model_path=str(model),
+        llm_max_tokens=args.max_tokens,
+    )
     options = StudyOptions(
         rounds=args.rounds,
         arms=tuple(args.arms.split(",")),
