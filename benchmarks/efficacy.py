@@ -19,7 +19,7 @@ targets:
 * ``skills`` beats ``bare``;
 * the whole study takes at most 20 minutes.
 
-    python benchmarks/efficacy.py [--rounds 3] [--out DIR] [--model PATH] [--threads N]
+    python benchmarks/efficacy.py [--rounds 3] [--arms ...] [--no-sage] [--out DIR] [--model PATH]
 """
 
 from __future__ import annotations
