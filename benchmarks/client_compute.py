@@ -85,7 +85,7 @@ from amelio.search.engines.registry import workspace_corpus
 from amelio.testing import ThreadedServer
 from amelio.workspace import keys
 from amelio.workspace.config import Settings, load_settings
-from amelio.workspace.folder import init_workspace
+from support.contributions import workspace_without_vectors
 from support.processes import ServeProcess
 
 HERE = Path(__file__).resolve().parent
@@ -245,12 +245,8 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     docs, source = documents(args.docs)
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp) / "ws"
-        ws, _ = init_workspace(root)
-        corpus_file = Path(tmp) / "docs.jsonl"
-        corpus_file.write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
-        store = workspace_corpus(ws.settings)
-        store.import_file(corpus_file)  # no embedder: no vectors
+        ws, store = workspace_without_vectors(Path(tmp), docs)
+        root = ws.root
         store_path = store.path
         texts = dict(store.missing_vectors(MODEL))  # exactly what the server would embed
         _, client_key = keys.create_key(ws.engine, name="bench page", role="client")

@@ -64,10 +64,8 @@ import numpy as np
 from benchlib import load_line, target
 
 from amelio.embeddings import Embedder, load_embedder
-from amelio.search.engines.registry import workspace_corpus
 from amelio.workspace import keys
-from amelio.workspace.folder import init_workspace
-from support.contributions import contribution_body
+from support.contributions import contribution_body, workspace_without_vectors
 from support.processes import ServeProcess
 
 HERE = Path(__file__).resolve().parent
@@ -123,12 +121,8 @@ class Site:
 @contextmanager
 def open_site(docs: list[dict[str, Any]], args: argparse.Namespace) -> Iterator[Site]:
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp) / "ws"
-        ws, _ = init_workspace(root)
-        corpus_file = Path(tmp) / "docs.jsonl"
-        corpus_file.write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
-        store = workspace_corpus(ws.settings)
-        store.import_file(corpus_file)  # no embedder: no vectors
+        ws, store = workspace_without_vectors(Path(tmp), docs)
+        root = ws.root
         _, client_key = keys.create_key(ws.engine, name="page", role="client")
         _, bot_key = keys.create_key(ws.engine, name="search", role="bot")
         path = store.path

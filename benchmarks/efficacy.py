@@ -45,8 +45,8 @@ SUITE = Path(__file__).resolve().parent / "data" / "study"
 BUDGET_S = 20 * 60
 
 
-def _comparison(data: dict[str, Any], what: str) -> dict[str, Any] | None:
-    return next((c for c in data["comparisons"] if c["what"].startswith(what)), None)
+def _comparison(data: dict[str, Any], key: str) -> dict[str, Any] | None:
+    return next((c for c in data["comparisons"] if c["id"] == key), None)
 
 
 def main() -> int:
@@ -105,10 +105,10 @@ def main() -> int:
     if result.error:
         print(f"The study stopped: {result.error}", file=sys.stderr)
         return 1
-    closed = _comparison(data, "share of the skills")
-    loop = _comparison(data, "loop r")
-    versus = _comparison(data, "loop − learnings")
-    skills = _comparison(data, "skills − bare")
+    closed = _comparison(data, "gap-closed")
+    loop = _comparison(data, "loop-skills")
+    versus = _comparison(data, "loop-learnings")
+    skills = _comparison(data, "skills-bare")
     if closed and closed["gapClosed"] is not None:
         target("loop closes the skills → told gap", closed["gapClosed"], 0.8, "share")
     if loop:

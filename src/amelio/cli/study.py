@@ -88,7 +88,6 @@ def study_command(
         up_rate=up_rate,
         seed=seed,
     )
-    options.check()
     loaded = load_suite(suite)
     try:
         settings = load_settings(ctx.obj.get("workspace"))

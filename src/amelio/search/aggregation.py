@@ -188,6 +188,12 @@ def _who(session: str | None, user: str | None, *more: tuple[str | None, str | N
     return tuple(dict.fromkeys(found))
 
 
+def _marks_of(count: _Count, kind: str) -> list[MarkKey]:
+    """The marks of ``kind`` that everyone behind ``count`` holds for its query and
+    document (a user's kinds are namespaced apart from a session's)."""
+    return [(count.query_norm, count.doc_id, h, ns + kind) for h, ns in count.who]
+
+
 class _Run:
     """One aggregation pass: deltas in memory, written at the end.
 
@@ -347,7 +353,7 @@ class _Run:
         """Whether everyone behind ``count`` is still under the cap for its kind on
         its query and document; if so, it is charged to each of them. Evidence from
         no one (an impression without a session) is a session of its own."""
-        keys = [(count.query_norm, count.doc_id, h, ns + count.kind) for h, ns in count.who]
+        keys = _marks_of(count, count.kind)
         if any(self.marks[k] >= self.cap for k in keys):
             return False
         for k in keys:
@@ -357,13 +363,13 @@ class _Run:
     def _unseen(self, count: _Count) -> bool:
         """Whether someone is behind ``count`` and none of them was shown its
         document for its query before (the cap's marks for ``shown``)."""
-        keys = [(count.query_norm, count.doc_id, h, ns + count.kind) for h, ns in count.who]
+        keys = _marks_of(count, count.kind)
         return bool(keys) and all(self.marks[k] == 0 for k in keys)
 
     def _new_actor(self, count: _Count) -> bool:
         """Whether no one behind ``count`` acted on its query and document before;
         everyone behind it is marked as having done so."""
-        keys = [(count.query_norm, count.doc_id, h, ns + _ACTOR) for h, ns in count.who]
+        keys = _marks_of(count, _ACTOR)
         new = all(self.marks[k] == 0 for k in keys)
         for k in keys:
             self.marks[k] = 1

@@ -34,8 +34,8 @@ class StudyLLM:
 
     def __init__(self, inner: Provider) -> None:
         self.inner = inner
-        self.name = getattr(inner, "name", "llm")
-        self.model = getattr(inner, "model", "")
+        self.name = inner.name
+        self.model = inner.model
         self.calls = 0
         self.reused = 0
         self.seconds = 0.0

@@ -38,25 +38,33 @@ def _round_dict(result: StudyResult, r: Any) -> dict[str, Any]:
 
 
 def comparisons(result: StudyResult) -> list[dict[str, Any]]:
-    """The paired differences the study is read by, each over the same test tasks."""
+    """The paired differences the study is read by, each over the same test tasks;
+    ``id`` names each for code (``what`` is for people)."""
     seed = result.options.seed
-    wanted: list[tuple[str, Any, Any]] = []
     first = {arm: result.round_of(arm, 0) for arm in result.options.arms}
     last = {arm: result.last(arm) for arm in result.options.arms}
     skills, told = first.get("skills"), first.get("told")
-    wanted.append(("skills − bare", skills, first.get("bare")))
-    wanted.append(("told − skills", told, skills))
+    wanted: list[tuple[str, str, Any, Any]] = [
+        ("skills-bare", "skills − bare", skills, first.get("bare")),
+        ("told-skills", "told − skills", told, skills),
+    ]
     for arm in ("learnings", "loop"):
         end = last.get(arm)
-        wanted.append((f"{arm} r{end.round if end else '?'} − skills", end, skills))
-    wanted.append(("loop − learnings (last round)", last.get("loop"), last.get("learnings")))
+        label = f"{arm} r{end.round if end else '?'} − skills"
+        wanted.append((f"{arm}-skills", label, end, skills))
+    wanted.append(
+        ("loop-learnings", "loop − learnings (last round)", last.get("loop"), last.get("learnings"))
+    )
     out: list[dict[str, Any]] = []
-    for label, a, b in wanted:
+    means: dict[str, float] = {}
+    for key, label, a, b in wanted:
         if a is None or b is None:
             continue
         diff, ci = paired(a.scores, b.scores, seed)
+        means[key] = diff
         out.append(
             {
+                "id": key,
                 "what": label,
                 "a": [a.arm, a.round],
                 "b": [b.arm, b.round],
@@ -65,14 +73,13 @@ def comparisons(result: StudyResult) -> list[dict[str, Any]]:
                 "above0": ci[0] > 0,
             }
         )
-    loop = last.get("loop")
-    if skills is not None and told is not None and loop is not None:
-        gap, _ = paired(told.scores, skills.scores, seed)
-        gain, _ = paired(loop.scores, skills.scores, seed)
+    if "told-skills" in means and "loop-skills" in means:
+        gap = means["told-skills"]
         out.append(
             {
+                "id": "gap-closed",
                 "what": "share of the skills → told gap loop closed",
-                "gapClosed": round(gain / gap, 4) if gap > 0 else None,
+                "gapClosed": round(means["loop-skills"] / gap, 4) if gap > 0 else None,
             }
         )
     return out

@@ -75,7 +75,9 @@ class StudyOptions:
     up_rate: float = 0.3
     seed: int = 0
 
-    def check(self) -> None:
+    def __post_init__(self) -> None:
+        """Checked when made, so neither the CLI nor a library caller can start a
+        study (and load a model) on options it would refuse."""
         if not 1 <= self.rounds <= 20:
             raise InvalidInput(f"--rounds is between 1 and 20, not {self.rounds}.", field="rounds")
         unknown = [a for a in self.arms if a not in ARMS]
@@ -378,7 +380,6 @@ def run_study(
 
     An LLM failure stops the study with :attr:`StudyResult.error` naming the call;
     the rounds done so far are kept in the result."""
-    options.check()
     prepare_out(out, options.arms)
     result = StudyResult(suite.name, options, llm.model)
     tick = progress or (lambda n, label: None)
