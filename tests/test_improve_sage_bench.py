@@ -121,6 +121,8 @@ class Brain:
         if "judge" in request.system:
             if self.judge == "garbage":
                 return "I prefer the second one."
+            if self.judge == "first":  # reads positions: whatever comes first wins
+                return json.dumps({"score_a": 9, "score_b": 2, "reason": "A reads better"})
             a, b = request.prompt.split("ANSWER A:\n", 1)[1].split("\n\nANSWER B:\n", 1)
             score = {True: 9, False: 3}
             return json.dumps(
@@ -186,6 +188,8 @@ def test_sage_proposes_and_the_benchmark_proves_it(
     assert (run["wins"], run["losses"], run["ties"]) == (8, 0, 0)
     assert run["improvementPct"] > 0 and run["pValue"] < 0.05
     assert run["positionConsistency"] == 1.0 and run["swap"] is True
+    assert run["judgeUsed"] is True and run["judgeNote"] is None
+    assert run["weights"] == {"evals": 0.6, "judge": 0.4}
     sources = [s["source"] for s in run["scenarios"]]
     assert sources[0] == "replay" and "generated" in sources  # replayed first, then generated
     s0 = run["scenarios"][0]
@@ -257,6 +261,58 @@ def test_a_rewrite_that_breaks_the_skill_s_own_rules_is_not_filed(
     [skipped] = report.projects[0]["skipped"]
     assert skipped["rules"] == ["gh-001"] and skipped["reason"].startswith("not filed:")
     assert props.list_proposals(ws) == []
+
+
+def test_a_judge_that_reads_positions_is_left_out_of_the_verdict(
+    ws: Workspace, brain_server: tuple[FakeLLMServer, Brain]
+) -> None:
+    """A judge that prefers whichever answer comes first flips with the order in
+    every scenario: counted, it would make every scenario a tie and hide what the
+    rules see; left out, the rules decide, and the report says why."""
+    _, brain = brain_server
+    brain.judge = "first"
+    proposal = props.create_proposal(
+        ws, "git-help", proposed_content=better_git(ws), rationale="r", author="a"
+    )
+    report = run_benchmark(ws, proposal.id, seed=3)
+    s = report.summary
+    assert s["positionConsistency"] == 0.0 and s["judgeUsed"] is False
+    assert s["weights"] == {"evals": 1.0, "judge": 0.0}
+    assert "Judge left out" in s["judgeNote"] and "60%" in s["judgeNote"]
+    assert report.verdict == "PASSED" and s["wins"] == 8  # the new version passes gh-001
+    row = report.scenarios[0]
+    assert (row["oldJudge"], row["newJudge"]) == (5.5, 5.5)  # still shown
+    assert (row["oldScore"], row["newScore"]) == (round(row["oldEval"], 3), row["newEval"])
+
+
+def test_with_no_rules_and_a_position_reading_judge_there_is_no_verdict(
+    sqlite_workspace: Workspace, tmp_path: Path
+) -> None:
+    ws = sqlite_workspace
+    folder = tmp_path / "tone"
+    folder.mkdir()
+    (folder / "SKILL.md").write_text(
+        "---\nname: tone\ndescription: Replies to customers kindly.\ntriggers: [reply]\n---\n"
+        "Be kind.\n"
+    )
+    skills.import_skills(ws.engine, tmp_path)
+    proposal = props.create_proposal(
+        ws, "tone", proposed_content="Be kind and brief.\n", rationale="r", author="a"
+    )
+    first = ScriptedProvider(
+        default=lambda req: (
+            json.dumps({"score_a": 8, "score_b": 3, "reason": "first"})
+            if "judge" in req.system
+            else json.dumps([f"reply to case {i}" for i in range(8)])
+            if "realistic test messages" in req.system
+            else ("brief" if "brief" in req.system else "kind")
+        )
+    )
+    report = run_benchmark(ws, proposal.id, scenarios="generated:8", seed=1, provider=first)
+    s = report.summary
+    assert s["judgeOnly"] is True and s["judgeUsed"] is False
+    assert s["judgeNote"].startswith("No verdict") and report.verdict == "TIE"
+    assert s["ties"] == 8
 
 
 def test_self_benchmark_is_a_tie_under_a_noisy_judge(

@@ -28,6 +28,8 @@ def print_report(report: BenchmarkReport) -> None:
     )
     if s["positionConsistency"] is not None:
         click.echo(f"judge position consistency {s['positionConsistency']:.0%}")
+    if s.get("judgeNote"):
+        click.echo(s["judgeNote"])
     if s["scenarioCount"] < s["minScenarios"]:
         click.echo(
             f"Not significant with {s['scenarioCount']} scenarios: even a clean sweep "

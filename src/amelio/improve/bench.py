@@ -12,6 +12,10 @@ Beyond the seed, so that a verdict means something:
   for the seed's single seeded random order); a scenario whose preferred side
   flips with the order is a tie, and the report shows the position-consistency
   rate;
+* a judge that prefers the same side in both orders in fewer than
+  ``bench_min_judge_consistency`` of the scenarios (0.6) is reading positions, not
+  answers: its scores are left out and the verdict rests on the rules (with no
+  rules, it is TIE), and the report says so (``judgeUsed``, ``judgeNote``);
 * ``PASSED``/``FAILED`` need the paired differences of combined scores to be
   non-zero with ``bench_confidence`` by an exact Wilcoxon signed-rank test (with
   3 scenarios the smallest p is 0.25: the seed's 3 wins of 3 prove nothing), and
@@ -47,6 +51,7 @@ from amelio.workspace.folder import Workspace
 __all__ = [
     "BenchmarkReport",
     "ScenarioPlan",
+    "Weighing",
     "latest_verdict",
     "list_benchmarks",
     "parse_judge",
@@ -241,10 +246,75 @@ def _eval_score(report: Any) -> float | None:
     return None if not results else 10 * sum(r.passed for r in results) / len(results)
 
 
-def _combined(eval_score: float | None, judge_score: float) -> float:
-    if eval_score is None:
-        return judge_score
-    return EVAL_WEIGHT * eval_score + JUDGE_WEIGHT * judge_score
+@dataclass(frozen=True)
+class Weighing:
+    """What a run's verdict rests on: the share of each scenario's score from the
+    skill's eval rules and from the judge, and why the judge was left out.
+
+    A judge that prefers one side in one A/B order and the other side in the other
+    is reading positions, not answers: below ``bench_min_judge_consistency`` its
+    scores would add noise to the rules' objective half, so they are left out of
+    the verdict (still shown); with no rules either, nothing is left to decide on
+    and the verdict is TIE.
+    """
+
+    evals: float
+    judge: float
+    consistency: float | None  # over the scenarios judged in both orders
+    note: str | None = None
+
+    @property
+    def decides(self) -> bool:
+        return self.evals + self.judge > 0
+
+
+def _weigh(rows: Sequence[dict[str, Any]], swap: bool, judge_only: bool, floor: float) -> Weighing:
+    judged = [r for r in rows if r.get("winner", "") is not None]
+    consistency = (
+        round(sum(r["consistent"] for r in judged) / len(judged), 3) if swap and judged else None
+    )
+    evals, judge = (0.0, 1.0) if judge_only else (EVAL_WEIGHT, JUDGE_WEIGHT)
+    if consistency is None or consistency >= floor:
+        return Weighing(evals, judge, consistency)
+    seen = f"the judge preferred the same side in both orders in {consistency:.0%} of scenarios"
+    if judge_only:
+        return Weighing(
+            0.0,
+            0.0,
+            consistency,
+            f"No verdict: {seen}, under bench_min_judge_consistency {floor:.0%}, "
+            "and the skill has no eval rules.",
+        )
+    return Weighing(
+        1.0,
+        0.0,
+        consistency,
+        f"Judge left out: {seen}, under bench_min_judge_consistency {floor:.0%}; "
+        "the verdict rests on the eval rules.",
+    )
+
+
+def _score(row: dict[str, Any], weighing: Weighing, margin: float) -> None:
+    """A scenario's combined scores and winner under the run's weighing."""
+
+    def combined(eval_score: float | None, judge_score: float) -> float:
+        if eval_score is None or not weighing.decides:
+            return judge_score  # shown; without rules or a reliable judge it decides nothing
+        return weighing.evals * eval_score + weighing.judge * judge_score
+
+    old_total = combined(row["oldEval"], row["oldJudge"])
+    new_total = combined(row["newEval"], row["newJudge"])
+    diff = new_total - old_total
+    position_bound = weighing.judge > 0 and not row["consistent"]
+    row |= {
+        "oldScore": round(old_total, 3),
+        "newScore": round(new_total, 3),
+        "winner": (
+            "tie"
+            if position_bound or not weighing.decides or abs(diff) <= margin
+            else ("new" if diff > 0 else "old")
+        ),
+    }
 
 
 def _with_model(ws: Workspace, model: str) -> Any:
@@ -398,34 +468,24 @@ def _run(
                     spent.append(completion)
                 old_j, new_j = (a, b) if order == "old-first" else (b, a)
                 judged.append((order, old_j, new_j, reason))
-            old_judge = statistics.fmean(j[1] for j in judged)
-            new_judge = statistics.fmean(j[2] for j in judged)
             prefers = {(j[2] > j[1]) - (j[2] < j[1]) for j in judged}
-            consistent = len(prefers) == 1
-            old_total = _combined(row["oldEval"], old_judge)
-            new_total = _combined(row["newEval"], new_judge)
-            diff = new_total - old_total
-            winner = (
-                "tie"
-                if not consistent or abs(diff) <= settings.bench_tie_margin
-                else ("new" if diff > 0 else "old")
-            )
             row |= {
                 "orders": [j[0] for j in judged],
-                "oldJudge": old_judge,
-                "newJudge": new_judge,
+                "oldJudge": statistics.fmean(j[1] for j in judged),
+                "newJudge": statistics.fmean(j[2] for j in judged),
                 "reason": judged[0][3],
                 "reasons": [j[3] for j in judged],
-                "consistent": consistent,
-                "oldScore": round(old_total, 3),
-                "newScore": round(new_total, 3),
-                "winner": winner,
+                "consistent": len(prefers) == 1,
             }
         except LLMError as exc:  # recorded as data: the other scenarios still count
             row |= {"error": exc.message, "winner": None}
         rows.append(row)
+    weighing = _weigh(rows, swap, judge_only, settings.bench_min_judge_consistency)
+    for row in rows:
+        if row.get("winner", "") is not None:
+            _score(row, weighing, settings.bench_tie_margin)
     summary = _summarize(
-        rows, settings.bench_confidence, seed, swap, judge_only, plan, spent, runner, judging
+        rows, settings.bench_confidence, seed, swap, weighing, plan, spent, runner, judging
     )
     with db.transaction(ws.engine) as conn:
         for row in rows:
@@ -461,21 +521,24 @@ def _summarize(
     confidence: float,
     seed: int,
     swap: bool,
-    judge_only: bool,
+    weighing: Weighing,
     plan: ScenarioPlan,
     spent: list[Completion],
     runner: CachedProvider,
     judging: CachedProvider,
 ) -> dict[str, Any]:
     scored = [r for r in rows if r.get("winner") is not None]
-    diffs = [r["newScore"] - r["oldScore"] for r in scored if r["consistent"]]
+    # A scenario the judge scored by position says nothing, unless the judge is out.
+    diffs = [
+        r["newScore"] - r["oldScore"] for r in scored if r["consistent"] or weighing.judge == 0
+    ]
     old_avg = statistics.fmean(r["oldScore"] for r in scored) if scored else None
     new_avg = statistics.fmean(r["newScore"] for r in scored) if scored else None
     p_value = wilcoxon_signed_rank(diffs)
     low, high = bootstrap_mean_ci(diffs, confidence=confidence, seed=seed)
     mean = statistics.fmean(diffs) if diffs else 0.0
     verdict = "TIE"
-    if diffs and p_value < 1 - confidence:
+    if weighing.decides and diffs and p_value < 1 - confidence:
         verdict = "PASSED" if mean > 0 else "FAILED" if mean < 0 else "TIE"
     improvement = None
     if old_avg and new_avg is not None:
@@ -493,18 +556,13 @@ def _summarize(
         "pValue": round(p_value, 5),
         "ci": [round(low, 3), round(high, 3)],
         "confidence": confidence,
-        "positionConsistency": (
-            round(sum(r["consistent"] for r in scored) / len(scored), 3)
-            if scored and swap
-            else None
-        ),
+        "positionConsistency": weighing.consistency,
         "swap": swap,
         "seed": seed,
-        "judgeOnly": judge_only,
-        "weights": {
-            "evals": 0 if judge_only else EVAL_WEIGHT,
-            "judge": 1 if judge_only else JUDGE_WEIGHT,
-        },
+        "judgeOnly": weighing.evals == 0,  # the skill has no eval rules
+        "judgeUsed": weighing.judge > 0,
+        "judgeNote": weighing.note,
+        "weights": {"evals": weighing.evals, "judge": weighing.judge},
         "scenarioSource": plan.source,
         "scenarioCount": len(rows),
         # Below this many scenarios no result can be PASSED or FAILED: say so.

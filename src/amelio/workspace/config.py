@@ -217,6 +217,13 @@ class Settings(BaseSettings):
         le=10,
         description="A scenario whose combined scores differ by at most this is a tie.",
     )
+    bench_min_judge_consistency: float = Field(
+        default=0.6,
+        ge=0,
+        le=1,
+        description="Share of scenarios the judge must prefer the same side of in both "
+        "A/B orders for its scores to count in the verdict (below: rules only).",
+    )
     bench_confidence: float = Field(
         default=0.95, gt=0.5, lt=1, description="Confidence a PASSED or FAILED verdict needs."
     )
