@@ -312,7 +312,42 @@ def test_with_no_rules_and_a_position_reading_judge_there_is_no_verdict(
     s = report.summary
     assert s["judgeOnly"] is True and s["judgeUsed"] is False
     assert s["judgeNote"].startswith("No verdict") and report.verdict == "TIE"
-    assert s["ties"] == 8
+    assert s["ties"] == s["scenarioCount"] == 3 and s["stoppedEarly"]  # nothing to hear
+
+
+def test_a_benchmark_stops_once_no_verdict_is_reachable(
+    ws: Workspace, brain_server: tuple[FakeLLMServer, Brain], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change the model does not notice: rules and judge see no difference in the
+    first three scenarios, so five more could never make six non-zero differences
+    (what 95 % needs); the run stops there, and says so."""
+    server, _ = brain_server
+    same = skills.get_skill(ws.engine, "git-help").spec.content + "\n<!-- reworded -->\n"
+    proposal = props.create_proposal(
+        ws, "git-help", proposed_content=same, rationale="r", author="a"
+    )
+    before = len(server.requests)
+    report = run_benchmark(ws, proposal.id, scenarios="generated:8", seed=5)
+    s = report.summary
+    assert report.verdict == "TIE" and s["stoppedEarly"] is True
+    assert (s["scenarioCount"], s["plannedScenarios"]) == (3, 8)
+    judged = [r for r in server.requests[before:] if "judge" in r.system]
+    # 3 scenarios, not 8 (both orders of two equal answers are one request, cached)
+    assert len(judged) == 3
+    result = CliRunner().invoke(
+        main, ["-w", str(ws.root), "bench", str(proposal.id), "--scenarios", "generated:8"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "Stopped after 3 of 8 scenarios" in result.output
+
+    monkeypatch.setenv("AMELIO_BENCH_STOP_EARLY", "false")
+    full = open_workspace(ws.root)
+    try:
+        whole = run_benchmark(full, proposal.id, scenarios="generated:8", seed=5)
+    finally:
+        full.dispose()
+    assert whole.summary["scenarioCount"] == 8 and whole.summary["stoppedEarly"] is False
+    assert whole.verdict == "TIE"
 
 
 def test_self_benchmark_is_a_tie_under_a_noisy_judge(

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 
 
 def print_report(report: BenchmarkReport) -> None:
+    from amelio.improve.bench import stopped_note
+
     s = report.summary
     improvement = "n/a" if report.improvement_pct is None else f"{report.improvement_pct:+.1f}%"
     click.echo(
@@ -30,9 +32,11 @@ def print_report(report: BenchmarkReport) -> None:
         click.echo(f"judge position consistency {s['positionConsistency']:.0%}")
     if s.get("judgeNote"):
         click.echo(s["judgeNote"])
-    if s["scenarioCount"] < s["minScenarios"]:
+    if s.get("stoppedEarly"):
+        click.echo(stopped_note(s))
+    if s.get("plannedScenarios", s["scenarioCount"]) < s["minScenarios"]:
         click.echo(
-            f"Not significant with {s['scenarioCount']} scenarios: even a clean sweep "
+            f"Not significant with {s.get('plannedScenarios', s['scenarioCount'])} scenarios: even a clean sweep "
             f"cannot reach {s['confidence']:.0%}; run at least {s['minScenarios']} "
             f"(--scenarios {s['minScenarios']})."
         )

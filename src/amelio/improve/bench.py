@@ -20,6 +20,9 @@ Beyond the seed, so that a verdict means something:
   non-zero with ``bench_confidence`` by an exact Wilcoxon signed-rank test (with
   3 scenarios the smallest p is 0.25: the seed's 3 wins of 3 prove nothing), and
   anything else is ``TIE``;
+* a run stops as soon as no verdict is reachable any more (``bench_stop_early``):
+  once so many scenarios showed no difference that even the rest could not make
+  the test significant, their calls would buy nothing but a longer TIE;
 * identical LLM calls come from a cache, so a re-run costs nothing.
 """
 
@@ -57,6 +60,7 @@ __all__ = [
     "parse_judge",
     "parse_scenarios_option",
     "run_benchmark",
+    "stopped_note",
 ]
 
 log = logging.getLogger(__name__)
@@ -294,6 +298,29 @@ def _weigh(rows: Sequence[dict[str, Any]], swap: bool, judge_only: bool, floor: 
     )
 
 
+def _silent(row: dict[str, Any]) -> bool:
+    """A scenario that shows no difference whether the judge counts or not: the
+    rules score both sides alike, and the judge does too or flips with the order."""
+    if row.get("winner", "") is None:  # an error: it never counts
+        return True
+    same_rules = row["oldEval"] == row["newEval"]
+    return same_rules and (row["oldJudge"] == row["newJudge"] or not row["consistent"])
+
+
+def _futile(rows: Sequence[dict[str, Any]], planned: int, confidence: float) -> bool:
+    """Whether no verdict is reachable any more: even if every scenario still to run
+    differed, in the same direction, too few non-zero differences would be left for
+    the signed-rank test to reach ``confidence`` (:func:`min_scenarios`). Stopping
+    then changes no verdict and saves the remaining calls (four a scenario). A run
+    planned too small to be significant at all runs whole: it was asked for its
+    report, and says it cannot prove anything."""
+    needed = min_scenarios(confidence)
+    if planned < needed:
+        return False
+    speaking = sum(not _silent(r) for r in rows)
+    return speaking + (planned - len(rows)) < needed
+
+
 def _score(row: dict[str, Any], weighing: Weighing, margin: float) -> None:
     """A scenario's combined scores and winner under the run's weighing."""
 
@@ -382,6 +409,15 @@ def run_benchmark(
     return report
 
 
+def stopped_note(summary: dict[str, Any]) -> str:
+    """Why a run has fewer scenarios than it planned."""
+    return (
+        f"Stopped after {summary['scenarioCount']} of {summary['plannedScenarios']} "
+        "scenarios: too many showed no difference for the rest to reach "
+        f"{summary['confidence']:.0%}."
+    )
+
+
 def benchmark_notification(ws: Workspace, proposal: Any, report: BenchmarkReport) -> Notification:
     """What the notifiers receive when a benchmark finishes: the verdict, and the
     proposal to review (a chat notifier shows its card with the new badge)."""
@@ -389,10 +425,14 @@ def benchmark_notification(ws: Workspace, proposal: Any, report: BenchmarkReport
 
     gain = f" ({report.improvement_pct:+.1f} %)" if report.improvement_pct is not None else ""
     title = f"Benchmark of proposal #{proposal.id} ({proposal.skill}): {report.verdict}{gain}"
-    count, needed = report.summary.get("scenarioCount", 0), report.summary.get("minScenarios", 0)
+    summary = report.summary
+    count = summary.get("plannedScenarios", summary.get("scenarioCount", 0))
+    needed = summary.get("minScenarios", 0)
     note = (
         f"\n\nNot significant with {count} scenarios: run at least {needed}."
         if count < needed
+        else f"\n\n{stopped_note(summary)}"
+        if summary.get("stoppedEarly")
         else ""
     )
     return Notification(
@@ -480,6 +520,8 @@ def _run(
         except LLMError as exc:  # recorded as data: the other scenarios still count
             row |= {"error": exc.message, "winner": None}
         rows.append(row)
+        if settings.bench_stop_early and _futile(rows, len(cases), settings.bench_confidence):
+            break
     weighing = _weigh(rows, swap, judge_only, settings.bench_min_judge_consistency)
     for row in rows:
         if row.get("winner", "") is not None:
@@ -487,6 +529,8 @@ def _run(
     summary = _summarize(
         rows, settings.bench_confidence, seed, swap, weighing, plan, spent, runner, judging
     )
+    summary["plannedScenarios"] = len(cases)
+    summary["stoppedEarly"] = len(rows) < len(cases)
     with db.transaction(ws.engine) as conn:
         for row in rows:
             conn.execute(

@@ -55,6 +55,8 @@ _EN = {
     "improvement": "Improvement",
     "confidence": "Confidence",
     "too_few_scenarios": "Not significant with {n} scenarios: run at least {m}.",
+    "stopped_early": "Stopped after {n} of {m} scenarios: too many showed no difference "
+    "for the rest to reach {c}%.",
     "old": "Old",
     "new": "New",
     "reason": "Judge's reason",
@@ -270,6 +272,8 @@ _FR = {
     "confidence": "Confiance",
     "old": "Ancien",
     "too_few_scenarios": "Non significatif avec {n} scénarios : lancez-en au moins {m}.",
+    "stopped_early": "Arrêté après {n} scénarios sur {m} : trop n'ont montré aucune "
+    "différence pour que la suite atteigne {c} %.",
     "new": "Nouveau",
     "reason": "Raison du juge",
     "no_benchmark": "Pas encore de benchmark.",

@@ -224,6 +224,11 @@ class Settings(BaseSettings):
         description="Share of scenarios the judge must prefer the same side of in both "
         "A/B orders for its scores to count in the verdict (below: rules only).",
     )
+    bench_stop_early: bool = Field(
+        default=True,
+        description="Stop a benchmark once no verdict is reachable: when so many scenarios "
+        "showed no difference that the rest could not make it significant.",
+    )
     bench_confidence: float = Field(
         default=0.95, gt=0.5, lt=1, description="Confidence a PASSED or FAILED verdict needs."
     )
