@@ -34,9 +34,10 @@ def print_report(report: BenchmarkReport) -> None:
         click.echo(s["judgeNote"])
     if s.get("stoppedEarly"):
         click.echo(stopped_note(s))
-    if s.get("plannedScenarios", s["scenarioCount"]) < s["minScenarios"]:
+    planned = s.get("plannedScenarios", s["scenarioCount"])
+    if planned < s["minScenarios"]:
         click.echo(
-            f"Not significant with {s.get('plannedScenarios', s['scenarioCount'])} scenarios: even a clean sweep "
+            f"Not significant with {planned} scenarios: even a clean sweep "
             f"cannot reach {s['confidence']:.0%}; run at least {s['minScenarios']} "
             f"(--scenarios {s['minScenarios']})."
         )
