@@ -118,6 +118,8 @@ def to_dict(result: StudyResult) -> dict[str, Any]:
             "calls": result.llm_calls,
             "reused": result.reused,
             "seconds": result.llm_seconds,
+            "inputTokens": result.input_tokens,
+            "outputTokens": result.output_tokens,
         },
         "seconds": result.seconds,
         "error": result.error,
@@ -155,7 +157,8 @@ def to_markdown(data: dict[str, Any]) -> str:
         f"{judge['agreementWithOracle']} on the {judge['oraclePrefers']} where the oracle "
         f"prefers a side; position consistency {judge['positionConsistency']}.",
         f"LLM: {data['llm']['calls']} calls ({data['llm']['seconds']:.0f} s), "
-        f"{data['llm']['reused']} identical requests answered once; "
+        f"{data['llm']['inputTokens']} tokens read and {data['llm']['outputTokens']} "
+        f"written; {data['llm']['reused']} identical requests answered once; "
         f"the study took {data['seconds']:.0f} s.",
     ]
     if data["error"]:

@@ -154,6 +154,8 @@ class StudyResult:
     llm_calls: int = 0
     reused: int = 0
     llm_seconds: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
     seconds: float = 0.0
 
     def round_of(self, arm: str, number: int) -> RoundResult | None:
@@ -398,5 +400,6 @@ def run_study(
         result.error = f"{llm.step}: {exc.message}"
     result.llm_calls, result.reused = llm.calls, llm.reused
     result.llm_seconds = round(llm.seconds, 2)
+    result.input_tokens, result.output_tokens = llm.input_tokens, llm.output_tokens
     result.seconds = round(time.perf_counter() - started, 2)
     return result
