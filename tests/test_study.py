@@ -136,6 +136,9 @@ def test_every_arm_is_measured_and_learnings_close_the_gap(
     assert data["error"] is None
     # Round 0 is one prompt in three arms: sent once.
     assert data["llm"]["reused"] >= 2 * len(GREETINGS_TEST + COUNTS_TEST)
+    # Tokens of the calls made only (the fake counts words): where a study's time goes.
+    assert data["llm"]["outputTokens"] >= data["llm"]["calls"] > 0
+    assert data["llm"]["inputTokens"] > data["llm"]["outputTokens"]
     answers = [json.loads(line) for line in (out / "answers.jsonl").open(encoding="utf-8")]
     assert len(answers) == sum(r["tasks"] for r in data["rounds"])
     assert "| told | 0 | 1.000 |" in (out / "study.md").read_text(encoding="utf-8")
