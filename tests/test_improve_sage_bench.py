@@ -56,11 +56,20 @@ def test_parse_sage_answer() -> None:
     assert parse_sage_answer("  NO_CHANGE.  ", current) is None
     assert parse_sage_answer(f"```markdown\n{new}```", current) == new
     assert parse_sage_answer(current, current) is None
+    # A heading the skill itself already has is its own, not an echo.
+    own = "# Git\n\nMETRICS: we count pushes.\n" + "1. Be careful with history.\n" * 10
+    assert parse_sage_answer(own + "2. Use --force-with-lease.\n", own) is not None
     for bad, why in [
         ("", "empty"),
         ("--- a\n+++ b\n@@ -1 +1 @@\n-x\n+y", "diff"),
         ("# Git\n\n(rest unchanged)\n" + "x" * 400, "elides"),
         ("# Git\n\n2. Never force push.", "fragment"),
+        # What Qwen2.5-Coder-0.5B wrote: the old skill, then its own evidence.
+        (
+            current + "\nMETRICS: used 10 times, success rate 100%, 0 👍 / 10 👎.\n"
+            "\nCORRECTIONS PEOPLE GAVE:\n- Tells the user to run `git status`\n",
+            r"copies Sage's evidence into the skill \(METRICS:, CORRECTIONS PEOPLE GAVE:\)",
+        ),
     ]:
         with pytest.raises(SageRejected, match=why):
             parse_sage_answer(bad, current)

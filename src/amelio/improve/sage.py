@@ -8,7 +8,8 @@ score: "success rate 40 %" tells a model nothing about what to change, the
 failed answer does.
 
 The answer becomes a proposal (``proposed_by: sage``) only if it is a whole
-skill: an empty answer, a diff or a fragment ("rest unchanged…") is rejected
+skill: an empty answer, a diff, a fragment ("rest unchanged…") or a copy of the
+evidence itself (its ``METRICS:``/``CORRECTIONS PEOPLE GAVE:`` blocks) is rejected
 with a logged reason, never stored, and so is a rewrite whose added text breaks
 the skill's own forbidding rules (:func:`amelio.improve.proposals.own_rule_breaks`).
 Each proposal is then benchmarked.
@@ -75,6 +76,20 @@ _PLACEHOLDER = re.compile(
 )
 
 
+#: The headings of Sage's evidence, in its prompt. A rewrite holding one of them at a
+#: line start is the model copying its input into the skill (a 0.5B model does: its
+#: "rewrite" was the old skill followed by its own METRICS and CORRECTIONS blocks),
+#: which would teach every later answer the evidence instead of the lesson.
+EVIDENCE_HEADINGS = (
+    "CURRENT CONTENT:",
+    "METRICS:",
+    "WHY IT IS FLAGGED:",
+    "ANSWERS THAT FAILED A RULE:",
+    "JUDGE COMMENTS FROM EARLIER BENCHMARKS:",
+    "CORRECTIONS PEOPLE GAVE:",
+)
+
+
 class SageRejected(ValueError):
     """Sage's answer is not a whole skill; the message says why."""
 
@@ -126,6 +141,16 @@ def parse_sage_answer(text: str, current: str) -> str | None:
         )
     if answer.strip() == current.strip():
         return None
+    echoed = [
+        heading
+        for heading in EVIDENCE_HEADINGS
+        if re.search(rf"(?m)^\s*{re.escape(heading)}", answer) and heading not in current
+    ]
+    if echoed:
+        raise SageRejected(
+            f"the answer copies Sage's evidence into the skill ({', '.join(echoed)}) "
+            "instead of rewriting it"
+        )
     return answer + "\n"
 
 
@@ -148,32 +173,32 @@ def _prompt(ws: Workspace, skill: Skill, project: str, finding: Finding | None) 
         f"SKILL: {skill.name}",
         f"DESCRIPTION: {skill.spec.description}",
         "",
-        "CURRENT CONTENT:",
+        EVIDENCE_HEADINGS[0],
         skill.spec.content.strip(),
         "",
     ]
     if metrics is not None:
         parts.append(
-            f"METRICS: used {metrics.applied_count} times, success rate "
+            f"{EVIDENCE_HEADINGS[1]} used {metrics.applied_count} times, success rate "
             f"{metrics.success_rate:.0%}, {metrics.feedback_positive} 👍 / "
             f"{metrics.feedback_negative} 👎."
         )
         if finding is not None:
-            parts.append("WHY IT IS FLAGGED: " + "; ".join(finding.reasons) + ".")
+            parts.append(f"{EVIDENCE_HEADINGS[2]} " + "; ".join(finding.reasons) + ".")
         rules = {str(r.get("id")): r for r in skill.spec.evals or ()}
         for rule_id, count in sorted(metrics.rule_failures.items(), key=lambda x: -x[1]):
             name = rules.get(rule_id, {}).get("name", rule_id)
             parts.append(f"- rule {rule_id} “{name}” failed {count} times")
     failed = finding.failed_answers if finding else recent_failed_answers(ws, project, skill.name)
     if failed:
-        parts += ["", "ANSWERS THAT FAILED A RULE:"]
+        parts += ["", EVIDENCE_HEADINGS[3]]
         parts += [f"[{rule_id}] {text}" for rule_id, text in failed]
     reasons = _judge_reasons(ws, skill.id)
     if reasons:
-        parts += ["", "JUDGE COMMENTS FROM EARLIER BENCHMARKS:", *(f"- {r}" for r in reasons)]
+        parts += ["", EVIDENCE_HEADINGS[4], *(f"- {r}" for r in reasons)]
     taught = [i.rule for i in list_learnings(ws, project=project) if i.skill == skill.name]
     if taught:
-        parts += ["", "CORRECTIONS PEOPLE GAVE:", *(f"- {r}" for r in taught)]
+        parts += ["", EVIDENCE_HEADINGS[5], *(f"- {r}" for r in taught)]
     return "\n".join(parts)
 
 
