@@ -96,7 +96,15 @@ def main() -> int:
         if done % 20 == 0 or done == steps:
             print(f"  {done}/{steps} answers ({label}), {llm.calls} LLM calls", flush=True)
 
-    result = run_study(suite, options, settings=settings, llm=llm, out=out, progress=progress)
+    result = run_study(
+        suite,
+        options,
+        settings=settings,
+        llm=llm,
+        out=out,
+        progress=progress,
+        recorded=lambda so_far: write_report(so_far, out),
+    )
     write_report(result, out)
     data = to_dict(result)
     print(to_markdown(data))

@@ -249,6 +249,43 @@ def test_an_llm_that_goes_down_stops_the_study_and_keeps_the_rounds_done(
     assert "the study stopped" in result.output
 
 
+def test_each_arm_round_is_written_as_it_is_measured(
+    llm_env: FakeLLMServer, tmp_path: Path
+) -> None:
+    """A real study takes an hour: stopped halfway (Ctrl-C, a machine going away),
+    its folder still holds every arm-round measured so far."""
+    from amelio.llm import get_provider
+    from amelio.study import StudyLLM, StudyOptions, load_suite, run_study
+    from amelio.study.report import write_report
+    from amelio.workspace.config import Settings
+
+    suite = load_suite(write_suite(tmp_path / "suite"))
+    out = tmp_path / "out"
+    seen: list[int] = []
+
+    def recorded(so_far: Any) -> None:
+        write_report(so_far, out)
+        seen.append(len(so_far.rounds))
+        if len(seen) == 2:
+            raise KeyboardInterrupt  # a person, after two arm-rounds
+
+    settings = Settings(workspace=out)
+    llm = StudyLLM(get_provider(settings, purpose="The study"))
+    with pytest.raises(KeyboardInterrupt):
+        run_study(
+            suite,
+            StudyOptions(rounds=1, arms=("skills", "learnings")),
+            settings=settings,
+            llm=llm,
+            out=out,
+            recorded=recorded,
+        )
+    assert seen == [1, 2]
+    data = json.loads((out / "study.json").read_text(encoding="utf-8"))
+    assert list(rounds(data)) == [("skills", 0), ("learnings", 0)]
+    assert data["llm"]["calls"] > 0 and data["seconds"] > 0
+
+
 def test_options_are_checked(llm_env: FakeLLMServer, tmp_path: Path) -> None:
     suite = write_suite(tmp_path / "suite")
     for args, says in (

@@ -104,6 +104,7 @@ def study_command(
             llm=llm,
             out=out,
             progress=lambda n, label: bar.update(n),
+            recorded=lambda so_far: write_report(so_far, out),
         )
     files = write_report(result, out)
     if as_json:

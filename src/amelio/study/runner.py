@@ -63,6 +63,8 @@ STUDY_USER = "study-user"
 STUDY_ACTOR = "study"
 
 Progress = Callable[[int, str], None]
+#: Called with the result so far after each arm-round is measured (to write it out).
+Recorded = Callable[["StudyResult"], None]
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,7 @@ class _Arm:
         result: StudyResult,
         progress: Progress,
         ws: Workspace,
+        recorded: Recorded,
     ) -> None:
         self.name = name
         self.suite = suite
@@ -204,6 +207,7 @@ class _Arm:
         self.result = result
         self.progress = progress
         self.ws = ws
+        self.recorded = recorded
 
     def prepare(self) -> None:
         if self.name == "bare":
@@ -227,6 +231,7 @@ class _Arm:
     def _record(self, current: RoundResult) -> None:
         current.learnings = len(learnings.list_learnings(self.ws, project=DEFAULT_PROJECT))
         self.result.rounds.append(current)
+        self.recorded(self.result)
 
     def _timed(self, current: RoundResult, phase: str, work: Callable[[], Any]) -> Any:
         calls, started = self.llm.calls, time.perf_counter()
@@ -377,29 +382,41 @@ def run_study(
     llm: StudyLLM,
     out: Path,
     progress: Progress | None = None,
+    recorded: Recorded | None = None,
 ) -> StudyResult:
     """Run every arm of ``options`` on ``suite``; arm workspaces go under ``out``.
 
     An LLM failure stops the study with :attr:`StudyResult.error` naming the call;
-    the rounds done so far are kept in the result."""
+    the rounds done so far are kept in the result. ``recorded`` hears the result
+    after every arm-round, so that a study of an hour that is stopped halfway
+    (a machine going away, a person pressing Ctrl-C) leaves what it measured."""
     prepare_out(out, options.arms)
     result = StudyResult(suite.name, options, llm.model)
     tick = progress or (lambda n, label: None)
     started = time.perf_counter()
+
+    def tally() -> None:
+        result.llm_calls, result.reused = llm.calls, llm.reused
+        result.llm_seconds = round(llm.seconds, 2)
+        result.input_tokens, result.output_tokens = llm.input_tokens, llm.output_tokens
+        result.seconds = round(time.perf_counter() - started, 2)
+
+    def measured(so_far: StudyResult) -> None:
+        if recorded is not None:
+            tally()
+            recorded(so_far)
+
     try:
         for name in options.arms:
             root = out / name
             ws, _ = init_workspace(root, settings=_arm_settings(settings, root.resolve()))
             try:
-                _Arm(name, suite, options, llm, result, tick, ws).run()
+                _Arm(name, suite, options, llm, result, tick, ws, measured).run()
             finally:
                 ws.dispose()
     except StudyStopped as exc:
         result.error = exc.message
     except AmelioError as exc:
         result.error = f"{llm.step}: {exc.message}"
-    result.llm_calls, result.reused = llm.calls, llm.reused
-    result.llm_seconds = round(llm.seconds, 2)
-    result.input_tokens, result.output_tokens = llm.input_tokens, llm.output_tokens
-    result.seconds = round(time.perf_counter() - started, 2)
+    tally()
     return result
