@@ -166,6 +166,16 @@ def to_markdown(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: One colour per arm, the same in every study (a level line must not look like another).
+_COLORS = {
+    "bare": "tab:gray",
+    "skills": "tab:purple",
+    "told": "tab:green",
+    "learnings": "tab:blue",
+    "loop": "tab:orange",
+}
+
+
 def _plot(data: dict[str, Any], path: Path) -> Path | None:
     try:
         import matplotlib  # type: ignore[import-not-found,unused-ignore]
@@ -186,9 +196,11 @@ def _plot(data: dict[str, Any], path: Path) -> Path | None:
             [r["ci"][1] - r["passRate"] for r in rows],
         ]
         if len(rows) == 1 and last > 0:  # an arm without rounds: a level to read against
-            ax.axhline(ys[0], linestyle=":", linewidth=1, label=f"{arm} (round 0)")
+            ax.axhline(
+                ys[0], linestyle=":", linewidth=1.2, color=_COLORS[arm], label=f"{arm} (round 0)"
+            )
             continue
-        ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=4, label=arm)
+        ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=4, color=_COLORS[arm], label=arm)
     ax.set_xlabel("round (one cycle of feedback over the train tasks)")
     ax.set_ylabel("held-out pass rate (oracle rules)")
     ax.set_ylim(0, 1)
