@@ -64,7 +64,7 @@ STUDY_ACTOR = "study"
 
 Progress = Callable[[int, str], None]
 #: Called with the result so far after each arm-round is measured (to write it out).
-Recorded = Callable[["StudyResult"], None]
+Recorded = Callable[["StudyResult"], object]
 
 
 @dataclass(frozen=True)
