@@ -54,7 +54,6 @@ from amelio.workspace.folder import Workspace
 __all__ = [
     "BenchmarkReport",
     "ScenarioPlan",
-    "Weighing",
     "latest_verdict",
     "list_benchmarks",
     "parse_judge",
@@ -271,9 +270,20 @@ class Weighing:
     def decides(self) -> bool:
         return self.evals + self.judge > 0
 
+    def counts(self, row: dict[str, Any]) -> bool:
+        """Whether a judged scenario's difference counts: one the judge scored by
+        position (its preference flipped with the order) says nothing while the
+        judge's scores are in the combined score."""
+        return self.judge == 0 or row["consistent"]
+
+
+def _judged(row: dict[str, Any]) -> bool:
+    """Whether the judge scored the scenario (an error row is data, not a score)."""
+    return "error" not in row
+
 
 def _weigh(rows: Sequence[dict[str, Any]], swap: bool, judge_only: bool, floor: float) -> Weighing:
-    judged = [r for r in rows if r.get("winner", "") is not None]
+    judged = [r for r in rows if _judged(r)]
     consistency = (
         round(sum(r["consistent"] for r in judged) / len(judged), 3) if swap and judged else None
     )
@@ -301,7 +311,7 @@ def _weigh(rows: Sequence[dict[str, Any]], swap: bool, judge_only: bool, floor: 
 def _silent(row: dict[str, Any]) -> bool:
     """A scenario that shows no difference whether the judge counts or not: the
     rules score both sides alike, and the judge does too or flips with the order."""
-    if row.get("winner", "") is None:  # an error: it never counts
+    if not _judged(row):  # an error: it never counts
         return True
     same_rules = row["oldEval"] == row["newEval"]
     return same_rules and (row["oldJudge"] == row["newJudge"] or not row["consistent"])
@@ -332,13 +342,12 @@ def _score(row: dict[str, Any], weighing: Weighing, margin: float) -> None:
     old_total = combined(row["oldEval"], row["oldJudge"])
     new_total = combined(row["newEval"], row["newJudge"])
     diff = new_total - old_total
-    position_bound = weighing.judge > 0 and not row["consistent"]
     row |= {
         "oldScore": round(old_total, 3),
         "newScore": round(new_total, 3),
         "winner": (
             "tie"
-            if position_bound or not weighing.decides or abs(diff) <= margin
+            if not weighing.counts(row) or not weighing.decides or abs(diff) <= margin
             else ("new" if diff > 0 else "old")
         ),
     }
@@ -524,13 +533,20 @@ def _run(
             break
     weighing = _weigh(rows, swap, judge_only, settings.bench_min_judge_consistency)
     for row in rows:
-        if row.get("winner", "") is not None:
+        if _judged(row):
             _score(row, weighing, settings.bench_tie_margin)
     summary = _summarize(
-        rows, settings.bench_confidence, seed, swap, weighing, plan, spent, runner, judging
+        rows,
+        len(cases),
+        settings.bench_confidence,
+        seed,
+        swap,
+        weighing,
+        plan,
+        spent,
+        runner,
+        judging,
     )
-    summary["plannedScenarios"] = len(cases)
-    summary["stoppedEarly"] = len(rows) < len(cases)
     with db.transaction(ws.engine) as conn:
         for row in rows:
             conn.execute(
@@ -562,6 +578,7 @@ def _run(
 
 def _summarize(
     rows: list[dict[str, Any]],
+    planned: int,
     confidence: float,
     seed: int,
     swap: bool,
@@ -571,11 +588,8 @@ def _summarize(
     runner: CachedProvider,
     judging: CachedProvider,
 ) -> dict[str, Any]:
-    scored = [r for r in rows if r.get("winner") is not None]
-    # A scenario the judge scored by position says nothing, unless the judge is out.
-    diffs = [
-        r["newScore"] - r["oldScore"] for r in scored if r["consistent"] or weighing.judge == 0
-    ]
+    scored = [r for r in rows if _judged(r)]
+    diffs = [r["newScore"] - r["oldScore"] for r in scored if weighing.counts(r)]
     old_avg = statistics.fmean(r["oldScore"] for r in scored) if scored else None
     new_avg = statistics.fmean(r["newScore"] for r in scored) if scored else None
     p_value = wilcoxon_signed_rank(diffs)
@@ -609,6 +623,8 @@ def _summarize(
         "weights": {"evals": weighing.evals, "judge": weighing.judge},
         "scenarioSource": plan.source,
         "scenarioCount": len(rows),
+        "plannedScenarios": planned,
+        "stoppedEarly": len(rows) < planned,
         # Below this many scenarios no result can be PASSED or FAILED: say so.
         "minScenarios": min_scenarios(confidence),
         "inputTokens": sum(c.input_tokens or 0 for c in spent if not c.raw.get("cached")),

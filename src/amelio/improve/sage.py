@@ -80,14 +80,13 @@ _PLACEHOLDER = re.compile(
 #: line start is the model copying its input into the skill (a 0.5B model does: its
 #: "rewrite" was the old skill followed by its own METRICS and CORRECTIONS blocks),
 #: which would teach every later answer the evidence instead of the lesson.
-EVIDENCE_HEADINGS = (
-    "CURRENT CONTENT:",
-    "METRICS:",
-    "WHY IT IS FLAGGED:",
-    "ANSWERS THAT FAILED A RULE:",
-    "JUDGE COMMENTS FROM EARLIER BENCHMARKS:",
-    "CORRECTIONS PEOPLE GAVE:",
-)
+_CURRENT = "CURRENT CONTENT:"
+_METRICS = "METRICS:"
+_FLAGGED = "WHY IT IS FLAGGED:"
+_FAILED = "ANSWERS THAT FAILED A RULE:"
+_JUDGE_COMMENTS = "JUDGE COMMENTS FROM EARLIER BENCHMARKS:"
+_CORRECTIONS = "CORRECTIONS PEOPLE GAVE:"
+EVIDENCE_HEADINGS = (_CURRENT, _METRICS, _FLAGGED, _FAILED, _JUDGE_COMMENTS, _CORRECTIONS)
 
 
 class SageRejected(ValueError):
@@ -173,32 +172,32 @@ def _prompt(ws: Workspace, skill: Skill, project: str, finding: Finding | None) 
         f"SKILL: {skill.name}",
         f"DESCRIPTION: {skill.spec.description}",
         "",
-        EVIDENCE_HEADINGS[0],
+        _CURRENT,
         skill.spec.content.strip(),
         "",
     ]
     if metrics is not None:
         parts.append(
-            f"{EVIDENCE_HEADINGS[1]} used {metrics.applied_count} times, success rate "
+            f"{_METRICS} used {metrics.applied_count} times, success rate "
             f"{metrics.success_rate:.0%}, {metrics.feedback_positive} 👍 / "
             f"{metrics.feedback_negative} 👎."
         )
         if finding is not None:
-            parts.append(f"{EVIDENCE_HEADINGS[2]} " + "; ".join(finding.reasons) + ".")
+            parts.append(f"{_FLAGGED} " + "; ".join(finding.reasons) + ".")
         rules = {str(r.get("id")): r for r in skill.spec.evals or ()}
         for rule_id, count in sorted(metrics.rule_failures.items(), key=lambda x: -x[1]):
             name = rules.get(rule_id, {}).get("name", rule_id)
             parts.append(f"- rule {rule_id} “{name}” failed {count} times")
     failed = finding.failed_answers if finding else recent_failed_answers(ws, project, skill.name)
     if failed:
-        parts += ["", EVIDENCE_HEADINGS[3]]
+        parts += ["", _FAILED]
         parts += [f"[{rule_id}] {text}" for rule_id, text in failed]
     reasons = _judge_reasons(ws, skill.id)
     if reasons:
-        parts += ["", EVIDENCE_HEADINGS[4], *(f"- {r}" for r in reasons)]
+        parts += ["", _JUDGE_COMMENTS, *(f"- {r}" for r in reasons)]
     taught = [i.rule for i in list_learnings(ws, project=project) if i.skill == skill.name]
     if taught:
-        parts += ["", EVIDENCE_HEADINGS[5], *(f"- {r}" for r in taught)]
+        parts += ["", _CORRECTIONS, *(f"- {r}" for r in taught)]
     return "\n".join(parts)
 
 
