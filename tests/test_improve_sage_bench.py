@@ -120,6 +120,8 @@ class Brain:
     def __init__(self) -> None:
         self.sage = "NO_CHANGE"
         self.judge = "fair"
+        #: Per message: the old version's answer and the new one's (else FORCE / SAFE).
+        self.answers: dict[str, tuple[str, str]] = {}
 
     def __call__(self, request: FakeRequest) -> str:
         if request.system.startswith("You are Sage"):
@@ -141,7 +143,10 @@ class Brain:
                     "reason": "the safer command wins",
                 }
             )
-        return SAFE if MARKER in request.system.split("ACTIVE SKILL", 1)[-1] else FORCE
+        new = MARKER in request.system.split("ACTIVE SKILL", 1)[-1]
+        if request.prompt in self.answers:
+            return self.answers[request.prompt][new]
+        return SAFE if new else FORCE
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +165,7 @@ def ws(
 ) -> Iterator[Workspace]:
     server, brain = brain_server
     server.reset()
-    brain.sage, brain.judge = "NO_CHANGE", "fair"
+    brain.sage, brain.judge, brain.answers = "NO_CHANGE", "fair", {}
     skills.import_skills(workspace.engine, examples)
     monkeypatch.setenv("AMELIO_LLM_PROVIDER", "openai")
     monkeypatch.setenv("AMELIO_LLM_BASE_URL", server.openai_base_url)
@@ -357,6 +362,79 @@ def test_a_benchmark_stops_once_no_verdict_is_reachable(
         full.dispose()
     assert whole.summary["scenarioCount"] == 8 and whole.summary["stoppedEarly"] is False
     assert whole.verdict == "TIE"
+
+
+UNDO = "git: how do I undo my last pushed commit?"
+REVERT = "Run `git revert HEAD`, then git push."
+
+
+def test_a_proposal_that_breaks_a_pinned_case_cannot_pass(
+    ws: Workspace, brain_server: tuple[FakeLLMServer, Brain]
+) -> None:
+    """The judge prefers the new version in all 8 scenarios, but under it the answer a
+    user kept (👍) for undoing a pushed commit turns into a plain force push: that
+    pinned case newly fails gh-001, so the proposal is FAILED, and the card says which
+    case and which rule. Unpinned, the same proposal passes."""
+    from amelio.assistant.cases import list_cases, pin_case, unpin_case
+    from amelio.assistant.quality import give_answer_feedback
+    from amelio.assistant.respond import respond
+    from amelio.improve.bench import latest_verdict
+    from amelio.telegram.cards import badge
+
+    _, brain = brain_server
+    brain.answers[UNDO] = (REVERT, "Run git reset --hard HEAD~1, then git push --force.")
+    kept = respond(ws, UNDO, provider=ScriptedProvider(default=REVERT))
+    assert kept.applied_skill == "git-help"
+    give_answer_feedback(ws, kept.interaction_id, "up", user="ann")
+    [undo] = list_cases(ws, skill="git-help")
+    assert (undo.source, undo.interaction_id) == ("thumbs_up", kept.interaction_id)
+    forced = respond(ws, "git push rejected again", provider=ScriptedProvider(default=FORCE))
+    pin_case(ws, forced.interaction_id, note="the fix must hold", author="bob")
+
+    proposal = props.create_proposal(
+        ws, "git-help", proposed_content=better_git(ws), rationale="r", author="a"
+    )
+    report = run_benchmark(ws, proposal.id, scenarios="generated:8", seed=2)
+    s = report.summary
+    assert s["scenarioVerdict"] == "PASSED" and s["wins"] == 8
+    assert report.verdict == "FAILED"
+    assert s["pinnedCases"] == {"pinned": 2, "limit": 20, "checked": 2, "regressed": 1}
+    broken = next(r for r in report.pinned if r["regressions"])
+    assert broken["caseId"] == undo.id and broken["oldFailed"] == []
+    assert [r["ruleId"] for r in broken["regressions"]] == ["gh-001"]
+    fixed = next(r for r in report.pinned if not r["regressions"])
+    assert fixed["oldFailed"] == ["gh-001"] and fixed["newFailed"] == []  # it got better
+    assert fixed["note"] == "the fix must hold"
+
+    # The card, wherever a person reads it.
+    [run] = list_benchmarks(ws, proposal.id)
+    assert [r["caseId"] for r in run["pinned"]] == [r["caseId"] for r in report.pinned]
+    assert len(run["scenarios"]) == 8  # the pinned rows are not scenarios
+    assert badge(latest_verdict(ws, proposal.id)).endswith(" · 1 of 2 pinned cases regressed")
+    _, admin = keys.create_key(ws.engine, name="admin", role="admin")
+    with TestClient(create_app(ws)) as client:
+        client.post("/login", data={"api_key": admin, "next": "/skills"})
+        page = client.get(f"/proposals/{proposal.id}/report").text
+    assert 'data-testid="pinned-regressed"' in page and "said PASSED" in page
+    assert "gh-001" in page and "git push --force" in page
+    bench = ["bench", str(proposal.id), "--scenarios", "generated:8", "--seed", "2"]
+    result = CliRunner().invoke(main, ["-w", str(ws.root), *bench])
+    assert result.exit_code == 0, result.output
+    assert "Pinned cases: 2 of 2 checked, 1 regressed" in result.output
+    assert "it cannot pass (the scenarios alone said PASSED)" in result.output
+    regression = next(line for line in result.output.splitlines() if "newly failed" in line)
+    row = result.output.splitlines()[result.output.splitlines().index(regression) + 2]
+    assert row.split()[0] == str(undo.id) and "gh-001" in row and "git push --force." in row
+
+    unpin_case(ws, undo.id, author="bob")
+    again = run_benchmark(ws, proposal.id, scenarios="generated:8", seed=2)
+    assert again.verdict == "PASSED"
+    assert again.summary["pinnedCases"] == {
+        "pinned": 1,
+        "limit": 20,
+        "checked": 1,
+        "regressed": 0,
+    }
 
 
 def test_self_benchmark_is_a_tie_under_a_noisy_judge(

@@ -9,7 +9,8 @@ a reviewer what to do. 👍 bumps the helpful counter of every learning the answ
 prompt used; 👎 bumps the harmful counter of those scoped to the skill that
 answered (a general rule is in every prompt, so blaming it for any bad answer
 would retire it at random). A user's repeated vote on one interaction counts
-once: the last one stands.
+once: the last one stands. A 👍 also pins the answer as a case its skill must keep
+passing, and a Fix It pins the message with its correction (:mod:`.cases`).
 Under ``pii_scrub = all`` a comment is scrubbed before it is stored, distilled
 or turned into a learning (:mod:`amelio.privacy.pii`).
 
@@ -34,7 +35,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from amelio import db
-from amelio.assistant import learnings
+from amelio.assistant import cases, learnings
 from amelio.assistant.stats import wilson_interval
 from amelio.db.schema import aware, eval_results, feedback, interactions, projects, utcnow
 from amelio.errors import AmelioError, InvalidInput, NotFound
@@ -208,6 +209,7 @@ def give_answer_feedback(
                 .values(kind=kind, comment=comment, updated_at=now)
             )
         routing_examples.on_answer_feedback(conn, row, kind)
+        cases.on_answer_feedback(conn, ws.settings, row, kind, comment)
     project = str(row.project)
     changed = previous is None or previous.kind != kind or previous.comment != comment
 

@@ -41,6 +41,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "sage",
         "A/B benchmark of a proposal: old vs new skill, eval rules and an LLM judge.",
     ),
+    "cases": (
+        "cases",
+        "Pinned cases: answers a skill must keep passing when a proposal changes it.",
+    ),
     "chat": ("assistant", "Ask the assistant; the answer streams, then its eval footnotes."),
     "config": ("admin", "Inspect settings."),
     "corpus": (

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def print_report(report: BenchmarkReport) -> None:
-    from amelio.improve.bench import stopped_note
+    from amelio.improve.bench import pinned_note, stopped_note
 
     s = report.summary
     improvement = "n/a" if report.improvement_pct is None else f"{report.improvement_pct:+.1f}%"
@@ -41,6 +41,16 @@ def print_report(report: BenchmarkReport) -> None:
             f"cannot reach {s['confidence']:.0%}; run at least {s['minScenarios']} "
             f"(--scenarios {s['minScenarios']})."
         )
+    pinned = s.get("pinnedCases") or {}
+    if pinned.get("note"):
+        click.echo(pinned["note"])
+    elif pinned.get("pinned"):
+        click.echo(
+            f"Pinned cases: {pinned['checked']} of {pinned['pinned']} checked, "
+            f"{pinned['regressed']} regressed"
+        )
+    if regressed := pinned_note(s):
+        click.echo(regressed)
     click.echo(
         f"{s['llmCalls']} LLM calls ({s['cachedCalls']} cached), "
         f"{s['inputTokens']} + {s['outputTokens']} tokens, ${s['costUsd']}"
@@ -65,6 +75,21 @@ def print_report(report: BenchmarkReport) -> None:
             for r in report.scenarios
         ],
     )
+    regressions = [r for r in report.pinned if r["regressions"]]
+    if regressions:
+        click.echo("")
+        table(
+            ["case", "message", "rules newly failed", "new answer"],
+            [
+                (
+                    r["caseId"],
+                    short(r["message"], 40),
+                    ", ".join(f"{x['ruleId']} {x['name']}" for x in r["regressions"]),
+                    short(r["newOutput"], 60),
+                )
+                for r in regressions
+            ],
+        )
 
 
 @main.command("bench")

@@ -38,6 +38,7 @@ __all__ = [
     "learnings",
     "llm_cache",
     "metadata",
+    "pinned_cases",
     "projects",
     "proposals",
     "routing_state",
@@ -426,6 +427,41 @@ improve_runs = sa.Table(
     sa.Column("finished_at", Timestamp, nullable=False),
     sa.Column("mode", sa.String(12), nullable=False),
     sa.Column("report", sa.JSON, nullable=False),
+)
+
+
+# A case that must keep passing: an answer people kept (👍, or pinned by hand), or a
+# message a Fix It corrected (with the correction). Every benchmark of a proposal for
+# the skill re-answers it with both versions; a proposal under which a pinned case
+# newly fails one of the skill's rules cannot pass. An unpinned case keeps its row
+# (unpinned_at), so a later 👍 on the same answer does not pin it again.
+pinned_cases = sa.Table(
+    "pinned_cases",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column(
+        "project_id",
+        sa.Integer,
+        sa.ForeignKey("projects.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("skill", sa.String(100), nullable=False),
+    sa.Column(
+        "interaction_id",
+        sa.Integer,
+        sa.ForeignKey("interactions.id", ondelete="CASCADE"),
+        nullable=False,
+        unique=True,
+    ),
+    sa.Column("source", sa.String(10), nullable=False),
+    sa.Column("correction", sa.Text, nullable=True),
+    sa.Column("note", sa.Text, nullable=True),
+    sa.Column("author", sa.String(200), nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("unpinned_at", Timestamp, nullable=True),
+    sa.Column("unpinned_by", sa.String(200), nullable=True),
+    sa.Index("ix_pinned_cases_project_skill", "project_id", "skill"),
+    sa.CheckConstraint("source IN ('manual', 'thumbs_up', 'fixit')", name="source"),
 )
 
 

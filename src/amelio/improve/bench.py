@@ -23,6 +23,11 @@ Beyond the seed, so that a verdict means something:
 * a run stops as soon as no verdict is reachable any more (``bench_stop_early``):
   once so many scenarios showed no difference that even the rest could not make
   the test significant, their calls would buy nothing but a longer TIE;
+* the skill's pinned cases (:mod:`amelio.assistant.cases`: answers people kept, and
+  messages a Fix It corrected) are re-answered with both versions and checked against
+  the skill's eval rules; a rule the old version's answer passes and the new one's
+  fails is a regression, and a proposal with one is FAILED whatever the scenarios
+  say (``scenarioVerdict`` keeps what they said);
 * identical LLM calls come from a cache, so a re-run costs nothing.
 """
 
@@ -40,9 +45,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from amelio import db
+from amelio.assistant.cases import benchmark_cases, count_cases
 from amelio.assistant.respond import answer_with
 from amelio.db.schema import benchmark_runs, benchmark_scenarios, interactions, projects, utcnow
 from amelio.errors import AmelioError, InvalidInput, LLMError
+from amelio.evals import EvalReport
 from amelio.improve.notifiers import Notification, notify_all
 from amelio.improve.proposals import get_proposal
 from amelio.improve.stats import bootstrap_mean_ci, min_scenarios, wilcoxon_signed_rank
@@ -58,6 +65,7 @@ __all__ = [
     "list_benchmarks",
     "parse_judge",
     "parse_scenarios_option",
+    "pinned_note",
     "run_benchmark",
     "stopped_note",
 ]
@@ -65,6 +73,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 EVAL_WEIGHT, JUDGE_WEIGHT = 0.6, 0.4
+#: The ``source`` of a pinned case's row among a run's scenarios.
+PINNED = "pinned"
 
 _JUDGE_SYSTEM = (
     "You are a strict, fair judge of AI assistant answers. You see a user message and two "
@@ -115,6 +125,7 @@ class BenchmarkReport:
     improvement_pct: float | None
     summary: dict[str, Any]
     scenarios: list[dict[str, Any]] = field(default_factory=list)
+    pinned: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -124,6 +135,7 @@ class BenchmarkReport:
             "improvementPct": self.improvement_pct,
             **self.summary,
             "scenarios": self.scenarios,
+            "pinned": self.pinned,
         }
 
 
@@ -353,6 +365,86 @@ def _score(row: dict[str, Any], weighing: Weighing, margin: float) -> None:
     }
 
 
+def _both(
+    ws: Workspace, message: str, proposal: Any, skill: Any, runner: CachedProvider
+) -> tuple[tuple[Completion, EvalReport], tuple[Completion, EvalReport]]:
+    """The old and the new version's answers to ``message``, each with its eval report."""
+    old, new = (
+        answer_with(
+            ws,
+            message,
+            skill=skill.name,
+            content=content,
+            provider=runner,
+            project=proposal.project,
+        )
+        for content in (proposal.current_content, proposal.proposed_content)
+    )
+    return old, new
+
+
+def _check_pinned(
+    ws: Workspace, proposal: Any, skill: Any, runner: CachedProvider, spent: list[Completion]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Re-answer the skill's pinned cases with both versions, and find the rules the new
+    version's answer newly fails: the rows, and the summary's ``pinned`` block.
+
+    Both answers are checked against the skill's rules as they stand (a proposal
+    cannot rewrite the rules it is checked by), and "newly" is against the old
+    version's answer to the same message, in the same run, rather than against the
+    answer pinned weeks ago: the model or the learnings may have moved since, and a
+    rule the old version fails today is not the proposal's doing.
+    """
+    limit = ws.settings.bench_max_pinned_cases
+    pinned = count_cases(ws, skill.name, proposal.project)
+    block: dict[str, Any] = {"pinned": pinned, "limit": limit, "checked": 0, "regressed": 0}
+    if not pinned or limit <= 0:
+        return [], block
+    if not skill.spec.evals:
+        block["note"] = (
+            f"{skill.name} has no eval rules: its {pinned} pinned case(s) have nothing to be "
+            "checked against."
+        )
+        return [], block
+    rows: list[dict[str, Any]] = []
+    for case in benchmark_cases(ws, skill.name, proposal.project, limit):
+        (old_c, old_r), (new_c, new_r) = _both(ws, case.message, proposal, skill, runner)
+        spent += [old_c, new_c]
+        old_failed = {r.rule_id for r in old_r.failed}
+        rows.append(
+            {
+                "caseId": case.id,
+                "interactionId": case.interaction_id,
+                "caseSource": case.source,
+                "message": case.message,
+                "correction": case.correction,
+                "note": case.note,
+                "oldOutput": old_c.text,
+                "newOutput": new_c.text,
+                "oldFailed": sorted(old_failed),
+                "newFailed": sorted(r.rule_id for r in new_r.failed),
+                "regressions": [
+                    {"ruleId": r.rule_id, "name": r.name, "detail": r.detail}
+                    for r in new_r.failed
+                    if r.rule_id not in old_failed
+                ],
+            }
+        )
+    block |= {"checked": len(rows), "regressed": sum(bool(r["regressions"]) for r in rows)}
+    return rows, block
+
+
+def pinned_note(summary: dict[str, Any]) -> str | None:
+    """Why a proposal is FAILED by its pinned cases, or None."""
+    regressed = summary.get("pinnedCases", {}).get("regressed", 0)
+    if not regressed:
+        return None
+    return (
+        f"{regressed} pinned case(s) newly fail a rule of the skill under this proposal: "
+        f"it cannot pass (the scenarios alone said {summary.get('scenarioVerdict')})."
+    )
+
+
 def _with_model(ws: Workspace, model: str) -> Any:
     settings = ws.settings
     return settings.model_copy(update={"llm_model": model}) if model else settings
@@ -437,8 +529,11 @@ def benchmark_notification(ws: Workspace, proposal: Any, report: BenchmarkReport
     summary = report.summary
     count = summary.get("plannedScenarios", summary.get("scenarioCount", 0))
     needed = summary.get("minScenarios", 0)
+    regressed = pinned_note(summary)
     note = (
-        f"\n\nNot significant with {count} scenarios: run at least {needed}."
+        f"\n\n{regressed}"
+        if regressed
+        else f"\n\nNot significant with {count} scenarios: run at least {needed}."
         if count < needed
         else f"\n\n{stopped_note(summary)}"
         if summary.get("stoppedEarly")
@@ -475,22 +570,7 @@ def _run(
     rows: list[dict[str, Any]] = []
     judge_only = not skill.spec.evals
     for position, (source, message) in enumerate(cases):
-        old_c, old_r = answer_with(
-            ws,
-            message,
-            skill=skill.name,
-            content=proposal.current_content,
-            provider=runner,
-            project=proposal.project,
-        )
-        new_c, new_r = answer_with(
-            ws,
-            message,
-            skill=skill.name,
-            content=proposal.proposed_content,
-            provider=runner,
-            project=proposal.project,
-        )
+        (old_c, old_r), (new_c, new_r) = _both(ws, message, proposal, skill, runner)
         spent += [old_c, new_c]
         row: dict[str, Any] = {
             "position": position,
@@ -531,6 +611,7 @@ def _run(
         rows.append(row)
         if settings.bench_stop_early and _futile(rows, len(cases), settings.bench_confidence):
             break
+    checked, pinned = _check_pinned(ws, proposal, skill, runner, spent)
     weighing = _weigh(rows, swap, judge_only, settings.bench_min_judge_consistency)
     for row in rows:
         if _judged(row):
@@ -546,6 +627,7 @@ def _run(
         spent,
         runner,
         judging,
+        pinned,
     )
     with db.transaction(ws.engine) as conn:
         for row in rows:
@@ -554,6 +636,18 @@ def _run(
                     run_id=run_id,
                     position=row["position"],
                     source=row["source"],
+                    message=row["message"],
+                    old_output=row["oldOutput"],
+                    new_output=row["newOutput"],
+                    result=row,
+                )
+            )
+        for position, row in enumerate(checked, start=len(rows)):
+            conn.execute(
+                benchmark_scenarios.insert().values(
+                    run_id=run_id,
+                    position=position,
+                    source=PINNED,
                     message=row["message"],
                     old_output=row["oldOutput"],
                     new_output=row["newOutput"],
@@ -572,7 +666,7 @@ def _run(
             )
         )
     return BenchmarkReport(
-        run_id, proposal.id, summary["verdict"], summary["improvementPct"], summary, rows
+        run_id, proposal.id, summary["verdict"], summary["improvementPct"], summary, rows, checked
     )
 
 
@@ -587,6 +681,7 @@ def _summarize(
     spent: list[Completion],
     runner: CachedProvider,
     judging: CachedProvider,
+    pinned: dict[str, Any],
 ) -> dict[str, Any]:
     scored = [r for r in rows if _judged(r)]
     diffs = [r["newScore"] - r["oldScore"] for r in scored if weighing.counts(r)]
@@ -598,11 +693,15 @@ def _summarize(
     verdict = "TIE"
     if weighing.decides and diffs and p_value < 1 - confidence:
         verdict = "PASSED" if mean > 0 else "FAILED" if mean < 0 else "TIE"
+    scenario_verdict = verdict
+    if pinned["regressed"]:
+        verdict = "FAILED"
     improvement = None
     if old_avg and new_avg is not None:
         improvement = round((new_avg - old_avg) / old_avg * 100, 2)
     return {
         "verdict": verdict,
+        "scenarioVerdict": scenario_verdict,
         "improvementPct": improvement,
         "wins": sum(r["winner"] == "new" for r in scored),
         "losses": sum(r["winner"] == "old" for r in scored),
@@ -634,6 +733,7 @@ def _summarize(
         "llmCalls": runner.misses + judging.misses,
         "model": runner.model,
         "judgeModel": judging.model,
+        "pinnedCases": pinned,
     }
 
 
@@ -648,15 +748,11 @@ def list_benchmarks(ws: Workspace, proposal_id: int) -> list[dict[str, Any]]:
         ).all()
         out = []
         for run in runs:
-            scenarios = (
-                conn.execute(
-                    sa.select(benchmark_scenarios.c.result)
-                    .where(benchmark_scenarios.c.run_id == run.id)
-                    .order_by(benchmark_scenarios.c.position)
-                )
-                .scalars()
-                .all()
-            )
+            stored = conn.execute(
+                sa.select(benchmark_scenarios.c.source, benchmark_scenarios.c.result)
+                .where(benchmark_scenarios.c.run_id == run.id)
+                .order_by(benchmark_scenarios.c.position)
+            ).all()
             out.append(
                 {
                     "runId": run.id,
@@ -665,7 +761,8 @@ def list_benchmarks(ws: Workspace, proposal_id: int) -> list[dict[str, Any]]:
                     "improvementPct": run.improvement_pct,
                     "error": run.error,
                     **dict(run.summary),
-                    "scenarios": list(scenarios),
+                    "scenarios": [r.result for r in stored if r.source != PINNED],
+                    "pinned": [r.result for r in stored if r.source == PINNED],
                     "createdAt": run.created_at.isoformat(),
                 }
             )
@@ -676,9 +773,19 @@ def latest_verdict(ws: Workspace, proposal_id: int) -> dict[str, Any] | None:
     """The newest finished run's badge: verdict and improvement."""
     with ws.engine.connect() as conn:
         row = conn.execute(
-            sa.select(benchmark_runs.c.verdict, benchmark_runs.c.improvement_pct)
+            sa.select(
+                benchmark_runs.c.verdict, benchmark_runs.c.improvement_pct, benchmark_runs.c.summary
+            )
             .where(benchmark_runs.c.proposal_id == proposal_id, benchmark_runs.c.status == "done")
             .order_by(benchmark_runs.c.id.desc())
             .limit(1)
         ).first()
-    return None if row is None else {"verdict": row.verdict, "improvementPct": row.improvement_pct}
+    if row is None:
+        return None
+    pinned = dict(row.summary or {}).get("pinnedCases") or {}
+    return {
+        "verdict": row.verdict,
+        "improvementPct": row.improvement_pct,
+        "pinnedChecked": pinned.get("checked", 0),
+        "pinnedRegressed": pinned.get("regressed", 0),
+    }

@@ -34,7 +34,7 @@ from amelio.assistant.quality import (
 )
 from amelio.db.schema import benchmark_runs, benchmark_scenarios, proposals
 from amelio.errors import AmelioError, InvalidInput
-from amelio.improve.bench import run_benchmark
+from amelio.improve.bench import PINNED, run_benchmark
 from amelio.improve.nightly import (
     Drafted,
     Proposer,
@@ -158,7 +158,7 @@ def _judge_reasons(ws: Workspace, skill_id: int, limit: int = 6) -> list[str]:
         sa.select(benchmark_scenarios.c.result)
         .join(benchmark_runs, benchmark_runs.c.id == benchmark_scenarios.c.run_id)
         .join(proposals, proposals.c.id == benchmark_runs.c.proposal_id)
-        .where(proposals.c.skill_id == skill_id)
+        .where(proposals.c.skill_id == skill_id, benchmark_scenarios.c.source != PINNED)
         .order_by(benchmark_scenarios.c.id.desc())
         .limit(limit)
     )

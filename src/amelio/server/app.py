@@ -19,6 +19,7 @@ from amelio.server.errors import document_json_bodies, error_responses, install_
 from amelio.server.limits import BodySizeLimit, RefuseNul
 from amelio.server.routes import (
     assistant,
+    cases,
     context,
     contribution_models,
     contributions,
@@ -90,6 +91,7 @@ def create_app(workspace: Workspace) -> FastAPI:
         (context.router, (*keyed, 404, 409)),
         (assistant.router, (*keyed, 404, 409, 502, 503)),
         (improve.router, (*keyed, 404, 409)),
+        (cases.router, (*keyed, 404)),
         (sage.router, (*keyed, 404, 409, 502, 503)),
         (feedback.router, (*keyed, 429)),
         (knowledge.router, (*keyed, 404, 409, 502, 503)),  # its lifespan runs the sync worker

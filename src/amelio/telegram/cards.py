@@ -73,12 +73,17 @@ MAX_RATIONALE = 600
 
 
 def badge(verdict: dict[str, Any] | None) -> str:
-    """The benchmark badge as plain text: the verdict and the gain, or "not run"."""
+    """The benchmark badge as plain text: the verdict, the gain and the pinned cases
+    (checked, and regressed if any), or "not run"."""
     if not verdict:
         return "not run"
     mark = {"PASSED": "✅", "FAILED": "❌", "TIE": "➖"}.get(str(verdict["verdict"]), "•")
     gain = verdict.get("improvementPct")
-    return f"{mark} {verdict['verdict']}" + (f" ({gain:+.1f} %)" if gain is not None else "")
+    text = f"{mark} {verdict['verdict']}" + (f" ({gain:+.1f} %)" if gain is not None else "")
+    checked, regressed = verdict.get("pinnedChecked", 0), verdict.get("pinnedRegressed", 0)
+    if regressed:
+        return f"{text} · {regressed} of {checked} pinned cases regressed"
+    return f"{text} · {checked} pinned cases kept" if checked else text
 
 
 def _diff_summary(proposal: Proposal) -> str:

@@ -57,6 +57,12 @@ _EN = {
     "too_few_scenarios": "Not significant with {n} scenarios: run at least {m}.",
     "stopped_early": "Stopped after {n} of {m} scenarios: too many showed no difference "
     "for the rest to reach {c}%.",
+    "pinned_kept": "Pinned cases: {n} of {m} checked, none newly fails a rule.",
+    "pinned_regressed": "{k} of {n} pinned cases newly fail a rule under this proposal: "
+    "it cannot pass (the scenarios alone said {v}).",
+    "pinned_case": "Pinned case",
+    "correction": "Correction",
+    "newly_failed": "Newly failed",
     "old": "Old",
     "new": "New",
     "reason": "Judge's reason",
@@ -274,6 +280,12 @@ _FR = {
     "too_few_scenarios": "Non significatif avec {n} scénarios : lancez-en au moins {m}.",
     "stopped_early": "Arrêté après {n} scénarios sur {m} : trop n'ont montré aucune "
     "différence pour que la suite atteigne {c} %.",
+    "pinned_kept": "Cas épinglés : {n} sur {m} vérifiés, aucun n'échoue à une nouvelle règle.",
+    "pinned_regressed": "{k} cas épinglés sur {n} échouent à une règle avec cette proposition : "
+    "elle ne peut pas passer (les scénarios seuls disaient {v}).",
+    "pinned_case": "Cas épinglé",
+    "correction": "Correction",
+    "newly_failed": "Nouveaux échecs",
     "new": "Nouveau",
     "reason": "Raison du juge",
     "no_benchmark": "Pas encore de benchmark.",

@@ -133,6 +133,11 @@ class Settings(BaseSettings):
         description="Most choices (n) one /v1/chat/completions request may ask for; more "
         "is a 400. Its max_tokens and max_completion_tokens are lowered to llm_max_tokens.",
     )
+    pin_on_thumbs_up: bool = Field(
+        default=True,
+        description="Pin a 👍 answer, and a message a Fix It corrected with its correction, "
+        "as a case its skill must keep passing (amelio cases).",
+    )
     distill_learnings: bool = Field(
         default=False,
         description="With an LLM configured, turn a 👎 or Fix It comment into "
@@ -228,6 +233,14 @@ class Settings(BaseSettings):
         default=True,
         description="Stop a benchmark once no verdict is reachable: when so many scenarios "
         "showed no difference that the rest could not make it significant.",
+    )
+    bench_max_pinned_cases: int = Field(
+        default=20,
+        ge=0,
+        le=200,
+        description="Pinned cases a benchmark re-answers with both versions (the newest; "
+        "two LLM calls each, cached): one that newly fails a rule keeps the proposal from "
+        "PASSED. 0: none.",
     )
     bench_confidence: float = Field(
         default=0.95, gt=0.5, lt=1, description="Confidence a PASSED or FAILED verdict needs."
