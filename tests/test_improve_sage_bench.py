@@ -188,15 +188,18 @@ def better_git(ws: Workspace) -> str:
 def test_sage_proposes_and_the_benchmark_proves_it(
     ws: Workspace, brain_server: tuple[FakeLLMServer, Brain]
 ) -> None:
+    from amelio.assistant.respond import respond
+
     server, brain = brain_server
     brain.sage = f"```markdown\n{better_git(ws)}```"
+    unseen = respond(ws, "git: my rebase stopped", provider=ScriptedProvider(default=SAFE))
     [result] = analyze(ws)
     assert result.outcome == "proposed" and result.benchmark is not None
     proposal = props.get_proposal(ws, result.proposal_id)  # type: ignore[arg-type]
     assert proposal.proposed_by == "sage" and "force-with-lease" in proposal.proposed_content
     sage_call = next(r for r in server.requests if r.system.startswith("You are Sage"))
     assert FORCE in sage_call.prompt  # reflective: it saw the failing answer's text
-    assert "gh-001" in sage_call.prompt and "success rate 0%" in sage_call.prompt
+    assert "gh-001" in sage_call.prompt and "success rate 25%" in sage_call.prompt
     assert result.benchmark["verdict"] == "PASSED"
     [run] = list_benchmarks(ws, proposal.id)
     assert (run["wins"], run["losses"], run["ties"]) == (8, 0, 0)
@@ -204,9 +207,22 @@ def test_sage_proposes_and_the_benchmark_proves_it(
     assert run["positionConsistency"] == 1.0 and run["swap"] is True
     assert run["judgeUsed"] is True and run["judgeNote"] is None
     assert run["weights"] == {"evals": 0.6, "judge": 0.4}
+    # Held out: Sage read the three failed answers, so none of them is replayed; the
+    # answer it did not see is, and the rest is generated.
+    seen = proposal.evidence["writtenFrom"]
+    assert len(seen) == 3 and unseen.interaction_id not in seen
+    assert run["heldOut"] == {"writtenFrom": 3, "leftOut": 1, "pool": 1, "replayed": 1}
     sources = [s["source"] for s in run["scenarios"]]
     assert sources[0] == "replay" and "generated" in sources  # replayed first, then generated
-    s0 = run["scenarios"][0]
+    assert run["scenarios"][0]["message"] == "git: my rebase stopped"
+    result = CliRunner().invoke(main, ["-w", str(ws.root), "bench", str(proposal.id)])
+    assert result.exit_code == 0, result.output
+    assert re.search(
+        r"Replayed 1 of 1 logged messages \(seed \d+\) the proposal was not written from; "
+        r"1 left out \(it was written from 3 interactions\)\.",
+        result.output,
+    )
+    s0 = run["scenarios"][1]
     assert s0["oldOutput"] == FORCE and s0["newOutput"] == SAFE
     assert s0["newEval"] == 10 and s0["oldEval"] < 10 and s0["winner"] == "new"
     assert s0["reason"] == "the safer command wins"
@@ -515,20 +531,13 @@ def test_cli_bench_and_improve_with_sage(
     assert result.exit_code == 0, result.output
     [made] = json.loads(result.stdout)["projects"][0]["proposals"]
     assert made["proposedBy"] == "sage"
-    result = runner.invoke(
-        main,
-        [
-            "-w",
-            str(ws.root),
-            "bench",
-            str(made["id"]),
-            "--scenarios",
-            "replay:1",
-            "--no-swap",
-            "--seed",
-            "1",
-        ],
+    bench = ["-w", str(ws.root), "bench", str(made["id"]), "--no-swap", "--seed", "1"]
+    # Sage wrote it from the only logged message: nothing is left to replay.
+    result = runner.invoke(main, [*bench, "--scenarios", "replay:1"])
+    assert result.exit_code == 1 and "(1 left out: the proposal was written from them)" in (
+        result.output
     )
+    result = runner.invoke(main, [*bench, "--scenarios", "generated:1"])
     assert result.exit_code == 0, result.output
     assert "Benchmark" in result.stdout and "★ new" in result.stdout
     assert "Not significant with 1 scenarios" in result.stdout

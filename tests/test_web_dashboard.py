@@ -32,7 +32,9 @@ SHOTS = ROOT / "docs" / "screenshots"
 def brain(request: FakeRequest) -> str:
     """Answers like each role: the scenario writer, the judge, the assistant."""
     if "realistic test messages" in request.system:
-        return json.dumps(["git push rejected after a rebase", "how do I undo a push"])
+        count = int(re.search(r"Write (\d+)", request.prompt).group(1))  # type: ignore[union-attr]
+        asked = ["git push rejected after a rebase", "how do I undo a push"]
+        return json.dumps([*asked, *(f"git push rejected, case {i}" for i in range(count))][:count])
     if "judge" in request.system:
         a, b = request.prompt.split("ANSWER A:\n", 1)[1].split("\n\nANSWER B:\n", 1)
         return json.dumps(
@@ -147,6 +149,8 @@ def test_review_cycle_in_the_browser(page: Any, site: dict[str, Any], tmp_path: 
     report.wait_for()
     assert "wins" in report.inner_text() and "★" in report.inner_text()
     assert "--force-with-lease is safe" in report.inner_text()
+    # The template proposal was written from the failed answers: none is replayed.
+    assert "the proposal was not written from;" in report.get_by_test_id("held-out").inner_text()
     shot(page, "battle", tmp_path)
 
     proposal.get_by_role("button", name="Approve").click()

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
@@ -56,6 +57,7 @@ __all__ = [
     "RuleStats",
     "SkillMetrics",
     "daily_metrics",
+    "evidence_sources",
     "find_underperformers",
     "give_answer_feedback",
     "quality_metrics",
@@ -528,6 +530,9 @@ class Finding:
     success_bounds: tuple[float, float]
     learnings: tuple[learnings.Learning, ...] = ()
     failed_answers: tuple[tuple[str, str], ...] = ()  # (rule id, answer excerpt)
+    #: The interactions behind this evidence (:func:`evidence_sources`): a proposal
+    #: drafted from it was written from them, and its benchmark leaves them out.
+    sources: tuple[int, ...] = ()
 
     @property
     def skill(self) -> str:
@@ -603,10 +608,39 @@ def find_underperformers(
         )
         findings.append(
             Finding(
-                m, tuple(reasons), bounds, linked, recent_failed_answers(ws, m.project, m.skill)
+                m,
+                tuple(reasons),
+                bounds,
+                linked,
+                recent_failed_answers(ws, m.project, m.skill),
+                evidence_sources(ws, m.project, m.skill, [i.id for i in linked]),
             )
         )
     return findings
+
+
+def evidence_sources(
+    ws: Workspace, project: str, skill: str, learning_ids: Sequence[int], failed: int = 5
+) -> tuple[int, ...]:
+    """The interactions a rewrite of ``skill`` reads, in order: the ``failed`` most
+    recent answers that failed a warning rule (:func:`recent_failed_answers`) and the
+    answers whose 👎 or Fix It taught the learnings ``learning_ids``.
+
+    A proposal written from them has seen their messages, so a benchmark that
+    replayed them would test it on its own training cases: it leaves them out.
+    """
+    with ws.engine.connect() as conn:
+        checks = _failed_checks(conn, project, skill, limit=failed, excerpt=0, warning_only=True)
+        taught = (
+            conn.scalars(
+                sa.select(feedback.c.interaction_id)
+                .where(feedback.c.learning_id.in_(list(learning_ids)))
+                .order_by(feedback.c.interaction_id)
+            ).all()
+            if learning_ids
+            else []
+        )
+    return tuple(dict.fromkeys([*(c.interaction_id for c in checks), *taught]))
 
 
 def recent_failed_answers(

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def print_report(report: BenchmarkReport) -> None:
-    from amelio.improve.bench import pinned_note, stopped_note
+    from amelio.improve.bench import held_out_note, pinned_note, stopped_note
 
     s = report.summary
     improvement = "n/a" if report.improvement_pct is None else f"{report.improvement_pct:+.1f}%"
@@ -41,6 +41,8 @@ def print_report(report: BenchmarkReport) -> None:
             f"cannot reach {s['confidence']:.0%}; run at least {s['minScenarios']} "
             f"(--scenarios {s['minScenarios']})."
         )
+    if held_out := held_out_note(s):
+        click.echo(held_out)
     pinned = s.get("pinnedCases") or {}
     if pinned.get("note"):
         click.echo(pinned["note"])

@@ -50,6 +50,7 @@ from amelio.assistant.respond import answer_with
 from amelio.db.schema import benchmark_runs, benchmark_scenarios, interactions, projects, utcnow
 from amelio.errors import AmelioError, InvalidInput, LLMError
 from amelio.evals import EvalReport
+from amelio.improve.nightly import WRITTEN_FROM, proposal_actions
 from amelio.improve.notifiers import Notification, notify_all
 from amelio.improve.proposals import get_proposal
 from amelio.improve.stats import bootstrap_mean_ci, min_scenarios, wilcoxon_signed_rank
@@ -61,6 +62,7 @@ from amelio.workspace.folder import Workspace
 __all__ = [
     "BenchmarkReport",
     "ScenarioPlan",
+    "held_out_note",
     "latest_verdict",
     "list_benchmarks",
     "parse_judge",
@@ -189,20 +191,59 @@ def _judge(
 # -- scenarios ----------------------------------------------------------------------------
 
 
-def _replayed(ws: Workspace, skill: str, project: str, count: int) -> list[str]:
-    """Distinct real messages that skill answered, newest first."""
-    query = (
-        sa.select(interactions.c.message)
-        .join(projects, projects.c.id == interactions.c.project_id)
-        .where(interactions.c.applied_skill == skill, projects.c.name == project)
-        .order_by(interactions.c.id.desc())
-        .limit(count * 5)
-    )
+#: How many of a skill's newest distinct messages a replay draws its scenarios from.
+REPLAY_POOL = 200
+
+
+def _replayed(
+    ws: Workspace,
+    skill: str,
+    project: str,
+    count: int,
+    written_from: Sequence[int] | None,
+    seed: int,
+) -> tuple[list[str], dict[str, Any]]:
+    """Up to ``count`` real messages ``skill`` answered, drawn with ``seed`` from its
+    newest :data:`REPLAY_POOL` distinct ones, leaving out every message of the
+    interactions the proposal was written from (``written_from``; None when unknown,
+    as for a person's proposal): a proposal judged on the cases it was written from
+    would be judged on its training set. Returns the messages and the split, for the
+    report."""
+
+    def norm(text: str) -> str:
+        return " ".join(text.split())
+
+    where = (interactions.c.applied_skill == skill, projects.c.name == project)
     with ws.engine.connect() as conn:
-        seen: dict[str, None] = {}
-        for (message,) in conn.execute(query):
-            seen.setdefault(" ".join(message.split()), None)
-    return list(seen)[:count]
+        newest = conn.execute(
+            sa.select(interactions.c.message)
+            .join(projects, projects.c.id == interactions.c.project_id)
+            .where(*where)
+            .order_by(interactions.c.id.desc())
+            .limit(REPLAY_POOL * 5)
+        ).scalars()
+        candidates = list(dict.fromkeys(norm(m) for m in newest))[:REPLAY_POOL]
+        seen = (
+            {
+                norm(m)
+                for m in conn.scalars(
+                    sa.select(interactions.c.message).where(
+                        interactions.c.id.in_(list(written_from))
+                    )
+                )
+            }
+            if written_from
+            else set()
+        )
+    pool = [m for m in candidates if m not in seen]
+    drawn = random.Random(f"replay:{seed}").sample(pool, min(count, len(pool)))  # noqa: S311
+    split = {
+        "writtenFrom": None if written_from is None else len(written_from),
+        "leftOut": len(candidates) - len(pool),
+        "pool": len(pool),
+        "replayed": len(drawn),
+    }
+    return drawn, split
 
 
 def _generated(
@@ -232,11 +273,20 @@ def _generated(
 
 
 def _scenarios(
-    ws: Workspace, provider: Provider, plan: ScenarioPlan, skill: Any, project: str
-) -> list[tuple[str, str]]:
+    ws: Workspace,
+    provider: Provider,
+    plan: ScenarioPlan,
+    skill: Any,
+    proposal: Any,
+    seed: int,
+) -> tuple[list[tuple[str, str]], dict[str, Any]]:
     out: list[tuple[str, str]] = []
+    split: dict[str, Any] = {"writtenFrom": _written_from(proposal), "replayed": 0}
     if plan.source in ("replay", "both"):
-        out += [("replay", m) for m in _replayed(ws, skill.name, project, plan.count)]
+        replayed, split = _replayed(
+            ws, skill.name, proposal.project, plan.count, _written_from(proposal), seed
+        )
+        out += [("replay", m) for m in replayed]
     missing = plan.count - len(out)
     if plan.source in ("generated", "both") and missing > 0:
         out += [
@@ -246,11 +296,21 @@ def _scenarios(
             )
         ]
     if not out:
+        left = f" ({split['leftOut']} left out: the proposal was written from them)"
         raise InvalidInput(
-            f"No scenarios for {skill.name}: no logged messages to replay and none generated.",
+            f"No scenarios for {skill.name}: no logged messages to replay"
+            + (left if split.get("leftOut") else "")
+            + " and none generated.",
             field="scenarios",
         )
-    return out[: plan.count]
+    return out[: plan.count], split
+
+
+def _written_from(proposal: Any) -> list[int] | None:
+    """The interactions a proposal was written from, as its proposer recorded them, or
+    None when nobody knows (a person's proposal, or one from before they were kept)."""
+    ids = (proposal.evidence or {}).get(WRITTEN_FROM)
+    return [int(i) for i in ids] if isinstance(ids, list) else None
 
 
 # -- the run ------------------------------------------------------------------------------
@@ -434,6 +494,24 @@ def _check_pinned(
     return rows, block
 
 
+def held_out_note(summary: dict[str, Any]) -> str | None:
+    """Which real messages the run replayed, and which it left out as the proposal's
+    own evidence; None for a run that replayed none and had nothing to leave out."""
+    split = summary.get("heldOut") or {}
+    if not split.get("replayed") and not split.get("leftOut"):
+        return None
+    drawn = (
+        f"Replayed {split['replayed']} of {split.get('pool', split['replayed'])} logged "
+        f"messages (seed {summary.get('seed')})"
+    )
+    if split.get("writtenFrom") is None:
+        return drawn + ": which ones the proposal's author read is not recorded."
+    return (
+        f"{drawn} the proposal was not written from; {split.get('leftOut', 0)} left out "
+        f"(it was written from {split['writtenFrom']} interactions)."
+    )
+
+
 def pinned_note(summary: dict[str, Any]) -> str | None:
     """Why a proposal is FAILED by its pinned cases, or None."""
     regressed = summary.get("pinnedCases", {}).get("regressed", 0)
@@ -522,8 +600,6 @@ def stopped_note(summary: dict[str, Any]) -> str:
 def benchmark_notification(ws: Workspace, proposal: Any, report: BenchmarkReport) -> Notification:
     """What the notifiers receive when a benchmark finishes: the verdict, and the
     proposal to review (a chat notifier shows its card with the new badge)."""
-    from amelio.improve.nightly import proposal_actions
-
     gain = f" ({report.improvement_pct:+.1f} %)" if report.improvement_pct is not None else ""
     title = f"Benchmark of proposal #{proposal.id} ({proposal.skill}): {report.verdict}{gain}"
     summary = report.summary
@@ -565,7 +641,7 @@ def _run(
 ) -> BenchmarkReport:
     rng = random.Random(seed)  # noqa: S311 (reproducible A/B order, not secrets)
     settings = ws.settings
-    cases = _scenarios(ws, runner, plan, skill, proposal.project)
+    cases, split = _scenarios(ws, runner, plan, skill, proposal, seed)
     spent: list[Completion] = []
     rows: list[dict[str, Any]] = []
     judge_only = not skill.spec.evals
@@ -628,6 +704,7 @@ def _run(
         runner,
         judging,
         pinned,
+        split,
     )
     with db.transaction(ws.engine) as conn:
         for row in rows:
@@ -682,6 +759,7 @@ def _summarize(
     runner: CachedProvider,
     judging: CachedProvider,
     pinned: dict[str, Any],
+    split: dict[str, Any],
 ) -> dict[str, Any]:
     scored = [r for r in rows if _judged(r)]
     diffs = [r["newScore"] - r["oldScore"] for r in scored if weighing.counts(r)]
@@ -734,6 +812,7 @@ def _summarize(
         "model": runner.model,
         "judgeModel": judging.model,
         "pinnedCases": pinned,
+        "heldOut": split,
     }
 
 

@@ -40,7 +40,14 @@ from amelio.skills.store import get_skill
 from amelio.workspace.folder import Workspace
 from amelio.workspace.projects import list_projects
 
-__all__ = ["REPORT_VERSION", "ImproveReport", "Proposer", "last_report", "run_improve"]
+__all__ = [
+    "REPORT_VERSION",
+    "WRITTEN_FROM",
+    "ImproveReport",
+    "Proposer",
+    "last_report",
+    "run_improve",
+]
 
 log = logging.getLogger(__name__)
 REPORT_VERSION = 1
@@ -55,6 +62,10 @@ class Drafted:
     evidence: dict[str, Any] = field(default_factory=dict)
 
 
+#: The evidence key that lists the interactions a proposal was written from (a
+#: benchmark replays none of them): a proposer that saw interactions records them.
+WRITTEN_FROM = "writtenFrom"
+
 #: A proposer turns a finding into a draft, or None with nothing to propose.
 Proposer = Callable[[Workspace, Finding], Drafted | None]
 
@@ -64,7 +75,9 @@ def template_proposer(ws: Workspace, finding: Finding) -> Drafted | None:
     draft = template_proposal(skill.spec, finding)
     if draft is None:
         return None
-    return Drafted(draft.content, draft.rationale, dict(draft.evidence))
+    return Drafted(
+        draft.content, draft.rationale, dict(draft.evidence) | {WRITTEN_FROM: list(finding.sources)}
+    )
 
 
 @dataclass

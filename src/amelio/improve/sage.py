@@ -28,6 +28,7 @@ import sqlalchemy as sa
 from amelio.assistant.learnings import list_learnings
 from amelio.assistant.quality import (
     Finding,
+    evidence_sources,
     find_underperformers,
     quality_metrics,
     recent_failed_answers,
@@ -36,6 +37,7 @@ from amelio.db.schema import benchmark_runs, benchmark_scenarios, proposals
 from amelio.errors import AmelioError, InvalidInput
 from amelio.improve.bench import PINNED, run_benchmark
 from amelio.improve.nightly import (
+    WRITTEN_FROM,
     Drafted,
     Proposer,
     improve_notification,
@@ -219,6 +221,16 @@ def _draft(
     if content is None:
         return None
     reasons = "; ".join(finding.reasons) if finding else "asked to review it"
+    sources = (
+        finding.sources
+        if finding
+        else evidence_sources(
+            ws,
+            project,
+            skill.name,
+            [i.id for i in list_learnings(ws, project=project) if i.skill == skill.name],
+        )
+    )
     return Drafted(
         content,
         f"Sage ({completion.model}) rewrote {skill.name}: {reasons}.",
@@ -227,6 +239,7 @@ def _draft(
             "inputTokens": completion.input_tokens,
             "outputTokens": completion.output_tokens,
             "costUsd": completion.cost_usd,
+            WRITTEN_FROM: list(sources),
         },
     )
 

@@ -61,6 +61,10 @@ _EN = {
     "pinned_regressed": "{k} of {n} pinned cases newly fail a rule under this proposal: "
     "it cannot pass (the scenarios alone said {v}).",
     "pinned_case": "Pinned case",
+    "held_out": "Replayed {r} of {p} logged messages (seed {s}) the proposal was not written "
+    "from; {l} left out (it was written from {w} interactions).",
+    "held_out_unknown": "Replayed {r} of {p} logged messages (seed {s}): which ones the "
+    "proposal's author read is not recorded.",
     "correction": "Correction",
     "newly_failed": "Newly failed",
     "old": "Old",
@@ -284,6 +288,10 @@ _FR = {
     "pinned_regressed": "{k} cas épinglés sur {n} échouent à une règle avec cette proposition : "
     "elle ne peut pas passer (les scénarios seuls disaient {v}).",
     "pinned_case": "Cas épinglé",
+    "held_out": "{r} messages rejoués sur {p} (graine {s}) dont la proposition n'est pas "
+    "issue ; {l} écartés (elle est issue de {w} interactions).",
+    "held_out_unknown": "{r} messages rejoués sur {p} (graine {s}) : on ne sait pas lesquels "
+    "l'auteur de la proposition a lus.",
     "correction": "Correction",
     "newly_failed": "Nouveaux échecs",
     "new": "Nouveau",
