@@ -362,8 +362,9 @@ def test_a_benchmark_stops_once_no_verdict_is_reachable(
     assert report.verdict == "TIE" and s["stoppedEarly"] is True
     assert (s["scenarioCount"], s["plannedScenarios"]) == (3, 8)
     judged = [r for r in server.requests[before:] if "judge" in r.system]
-    # 3 scenarios, not 8 (both orders of two equal answers are one request, cached)
-    assert len(judged) == 3
+    # 3 scenarios, not 8, each judged judge_repeats (3) times: both orders of two equal
+    # answers are one request, and an A/A pair of equal answers is not judged at all
+    assert len(judged) == 3 * 3
     result = CliRunner().invoke(
         main, ["-w", str(ws.root), "bench", str(proposal.id), "--scenarios", "generated:8"]
     )
@@ -492,7 +493,65 @@ def test_self_benchmark_is_a_tie_under_a_noisy_judge(
             judge=NoisyJudge(),
         )
         verdicts.append(report.verdict)
-    assert verdicts.count("TIE") / len(verdicts) >= 0.95
+    # Judged three times in each order, and held to the old version's own noise floor,
+    # an unchanged skill never passes.
+    assert "PASSED" not in verdicts and verdicts.count("TIE") / len(verdicts) >= 0.95
+
+
+def test_a_gain_the_old_version_also_shows_against_itself_is_noise(
+    sqlite_workspace: Workspace, examples: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The old version answers with a plain force push at first, and as safely as the
+    proposal when asked again: the proposal's gain (+2 a scenario, 8 of 8) is what
+    the old version shows against itself, so it is not above the noise floor."""
+    ws = sqlite_workspace
+    skills.import_skills(ws.engine, examples)
+    proposal = props.create_proposal(
+        ws, "git-help", proposed_content=better_git(ws), rationale="r", author="a"
+    )
+
+    def answer(req: LLMRequest) -> str:
+        if "realistic test messages" in req.system:
+            return json.dumps([f"git push rejected, case {i}" for i in range(8)])
+        if "judge" in req.system:  # sees no difference: the rules decide
+            return json.dumps({"score_a": 5, "score_b": 5, "reason": "same"})
+        if MARKER in req.system or req.sample:
+            return SAFE
+        return FORCE
+
+    report = run_benchmark(
+        ws, proposal.id, scenarios="generated:8", seed=4, provider=ScriptedProvider(default=answer)
+    )
+    s = report.summary
+    assert (s["wins"], s["meanDiff"], s["ci"]) == (8, 2.0, [2.0, 2.0])
+    assert s["scenarioVerdict"] == report.verdict == "TIE"
+    assert s["noise"] == {"floor": 2.0, "scenarios": 8, "meanDiff": 2.0, "ci": [2.0, 2.0]}
+    assert s["floorNote"].startswith("Not above the noise floor")
+    assert s["judgeRepeats"] == 3 and s["repeatAgreement"] == 1.0
+    row = report.scenarios[0]
+    assert (row["aa"]["output"], row["aa"]["diff"]) == (SAFE, 2.0)
+    _, admin = keys.create_key(ws.engine, name="admin", role="admin")
+    with TestClient(create_app(ws)) as client:
+        client.post("/login", data={"api_key": admin, "next": "/skills"})
+        page = client.get(f"/proposals/{proposal.id}/report").text
+    assert "Noise floor +2.00: the old version against itself, mean +2.00 over 8" in page
+    assert "3 judge draws per order, agreeing in 100% of them." in page
+    assert 'data-testid="floor-note">Not above the noise floor' in page
+
+    monkeypatch.setenv("AMELIO_BENCH_NOISE_FLOOR", "false")
+    without = open_workspace(ws.root)
+    try:
+        plain = run_benchmark(
+            without,
+            proposal.id,
+            scenarios="generated:8",
+            seed=4,
+            provider=ScriptedProvider(default=answer),
+        )
+    finally:
+        without.dispose()
+    assert plain.verdict == "PASSED" and plain.summary["noiseFloor"] is None
+    assert "aa" not in plain.scenarios[0]
 
 
 def test_api_sage_and_benchmarks(ws: Workspace, brain_server: tuple[FakeLLMServer, Brain]) -> None:
@@ -541,6 +600,8 @@ def test_cli_bench_and_improve_with_sage(
     assert result.exit_code == 0, result.output
     assert "Benchmark" in result.stdout and "★ new" in result.stdout
     assert "Not significant with 1 scenarios" in result.stdout
+    assert "noise floor +0.00: the old version against itself, mean +0.00" in result.stdout
+    assert "3 draws per order, agreeing in 100%" in result.stdout
     assert "run at least 6 (--scenarios 6)" in result.stdout
 
 

@@ -484,11 +484,15 @@ def answer_with(
     content: str,
     provider: Provider,
     project: str = DEFAULT_PROJECT,
+    sample: int = 0,
 ) -> tuple[Completion, evals.EvalReport]:
     """The pipeline respond() runs, with ``skill`` applied at ``content`` and nothing
-    stored: how a benchmark compares an old and a new version of a skill."""
+    stored: how a benchmark compares an old and a new version of a skill. ``sample``
+    asks a cached provider for another draw of the same answer (the A/A noise floor)."""
     prompt = build_prompt(ws, message, project=project, skill=skill, content=content)
-    request = LLMRequest.single(prompt.system, message, max_tokens=ws.settings.llm_max_tokens)
+    request = LLMRequest.single(
+        prompt.system, message, max_tokens=ws.settings.llm_max_tokens, sample=sample
+    )
     completion = provider.complete(request)
     assert prompt.applied is not None
     report = evals.evaluate(

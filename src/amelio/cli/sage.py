@@ -30,6 +30,19 @@ def print_report(report: BenchmarkReport) -> None:
     )
     if s["positionConsistency"] is not None:
         click.echo(f"judge position consistency {s['positionConsistency']:.0%}")
+    if s.get("judgeRepeats", 1) > 1 and s.get("repeatAgreement") is not None:
+        click.echo(
+            f"judge: {s['judgeRepeats']} draws per order, agreeing in {s['repeatAgreement']:.0%}"
+        )
+    noise = s.get("noise") or {}
+    if noise.get("floor") is not None:
+        click.echo(
+            f"noise floor {noise['floor']:+.2f}: the old version against itself, mean "
+            f"{noise['meanDiff']:+.2f} (CI {noise['ci'][0]:+.2f} to {noise['ci'][1]:+.2f}) "
+            f"over {noise['scenarios']} scenarios"
+        )
+    if s.get("floorNote"):
+        click.echo(s["floorNote"])
     if s.get("judgeNote"):
         click.echo(s["judgeNote"])
     if s.get("stoppedEarly"):

@@ -171,14 +171,27 @@ def parse_judge(text: str) -> tuple[float, float, str]:
 
 
 def _judge(
-    judge: Provider, message: str, first: str, second: str, tries: int = 2
-) -> tuple[float, float, str, Completion | None]:
+    judge: Provider,
+    message: str,
+    first: str,
+    second: str,
+    tries: int = 2,
+    *,
+    temperature: float = 0,
+    sample: int = 0,
+) -> tuple[float, float, str, Completion]:
     user = f"USER MESSAGE:\n{message}\n\nANSWER A:\n{first}\n\nANSWER B:\n{second}"
     last_error = ""
     for attempt in range(tries):
         extra = "" if attempt == 0 else "\n\nReply with the JSON object only."
         completion = judge.complete(
-            LLMRequest.single(_JUDGE_SYSTEM, user + extra, max_tokens=300, temperature=0)
+            LLMRequest.single(
+                _JUDGE_SYSTEM,
+                user + extra,
+                max_tokens=300,
+                temperature=temperature,
+                sample=sample,
+            )
         )
         try:
             a, b, reason = parse_judge(completion.text)
@@ -414,6 +427,18 @@ def _score(row: dict[str, Any], weighing: Weighing, margin: float) -> None:
     old_total = combined(row["oldEval"], row["oldJudge"])
     new_total = combined(row["newEval"], row["newJudge"])
     diff = new_total - old_total
+    aa = row.get("aa")
+    if aa is not None and aa.get("same"):
+        aa["diff"] = 0.0
+    elif aa is not None and "error" not in aa:
+        # Scored as the A/B difference is; dropped as it is when the judge flipped.
+        aa["diff"] = (
+            round(
+                combined(aa["eval"], aa["againJudge"]) - combined(row["oldEval"], aa["oldJudge"]), 3
+            )
+            if weighing.counts(aa)
+            else None
+        )
     row |= {
         "oldScore": round(old_total, 3),
         "newScore": round(new_total, 3),
@@ -422,6 +447,104 @@ def _score(row: dict[str, Any], weighing: Weighing, margin: float) -> None:
             if not weighing.counts(row) or not weighing.decides or abs(diff) <= margin
             else ("new" if diff > 0 else "old")
         ),
+    }
+
+
+def _sign(x: float) -> int:
+    return (x > 0) - (x < 0)
+
+
+def _judge_pair(
+    ws: Workspace,
+    judging: Provider,
+    message: str,
+    old: str,
+    new: str,
+    orders: Sequence[str],
+    spent: list[Completion],
+) -> dict[str, Any]:
+    """The judge's view of one pair of answers: in each order, ``judge_repeats`` draws
+    (the first at temperature 0, as a single judging always was; the others at
+    ``judge_repeat_temperature``, so that they can differ), averaged. ``consistent``:
+    both orders prefer the same side (on their averages); ``repeatAgreement``: the
+    share of orders whose draws all prefer the same side."""
+    settings = ws.settings
+    judged: list[tuple[str, float, float, str]] = []
+    agreeing = 0
+    for order in orders:
+        first, second = (old, new) if order == "old-first" else (new, old)
+        draws = []
+        for sample in range(settings.judge_repeats):
+            a, b, reason, completion = _judge(
+                judging,
+                message,
+                first,
+                second,
+                temperature=0 if sample == 0 else settings.judge_repeat_temperature,
+                sample=sample,
+            )
+            spent.append(completion)
+            draws.append(((a, b) if order == "old-first" else (b, a), reason))
+        agreeing += len({_sign(n - o) for (o, n), _ in draws}) == 1
+        judged.append(
+            (
+                order,
+                statistics.fmean(o for (o, _), _ in draws),
+                statistics.fmean(n for (_, n), _ in draws),
+                draws[0][1],
+            )
+        )
+    prefers = {_sign(n - o) for _, o, n, _ in judged}
+    return {
+        "orders": [j[0] for j in judged],
+        "oldJudge": statistics.fmean(j[1] for j in judged),
+        "newJudge": statistics.fmean(j[2] for j in judged),
+        "reason": judged[0][3],
+        "reasons": [j[3] for j in judged],
+        "consistent": len(prefers) == 1,
+        "repeatAgreement": round(agreeing / len(judged), 3),
+    }
+
+
+def _against_itself(
+    ws: Workspace,
+    message: str,
+    proposal: Any,
+    skill: Any,
+    runner: CachedProvider,
+    judging: Provider,
+    old: Completion,
+    orders: Sequence[str],
+    spent: list[Completion],
+) -> dict[str, Any]:
+    """The A/A half of a scenario: the old version answers again (a second draw, not
+    the cached first), and that answer is scored against the first exactly as the new
+    version's is. What separates two draws of the same skill is noise; the run's noise
+    floor is made of it."""
+    again, report = answer_with(
+        ws,
+        message,
+        skill=skill.name,
+        content=proposal.current_content,
+        provider=runner,
+        project=proposal.project,
+        sample=1,
+    )
+    spent.append(again)
+    aa: dict[str, Any] = {"output": again.text, "eval": _eval_score(report)}
+    if again.text == old.text and len(orders) == 2:
+        # The same answer twice (a deterministic model): with both orders averaged a
+        # judge's scores for it are equal by construction, so there is nothing to ask.
+        # In one order they are not: the judge's position bias is noise that run has.
+        return aa | {"oldJudge": None, "againJudge": None, "consistent": True, "same": True}
+    try:
+        judged = _judge_pair(ws, judging, message, old.text, again.text, orders, spent)
+    except LLMError as exc:
+        return aa | {"error": exc.message}
+    return aa | {
+        "oldJudge": judged["oldJudge"],
+        "againJudge": judged["newJudge"],
+        "consistent": judged["consistent"],
     }
 
 
@@ -657,33 +780,19 @@ def _run(
             "oldEval": _eval_score(old_r),
             "newEval": _eval_score(new_r),
         }
+        orders = (
+            ["old-first", "new-first"]
+            if swap
+            else ["old-first" if rng.random() < 0.5 else "new-first"]
+        )
         try:
-            orders = (
-                ["old-first", "new-first"]
-                if swap
-                else ["old-first" if rng.random() < 0.5 else "new-first"]
-            )
-            judged = []
-            for order in orders:
-                first, second = (
-                    (old_c.text, new_c.text) if order == "old-first" else (new_c.text, old_c.text)
-                )
-                a, b, reason, completion = _judge(judging, message, first, second)
-                if completion is not None:
-                    spent.append(completion)
-                old_j, new_j = (a, b) if order == "old-first" else (b, a)
-                judged.append((order, old_j, new_j, reason))
-            prefers = {(j[2] > j[1]) - (j[2] < j[1]) for j in judged}
-            row |= {
-                "orders": [j[0] for j in judged],
-                "oldJudge": statistics.fmean(j[1] for j in judged),
-                "newJudge": statistics.fmean(j[2] for j in judged),
-                "reason": judged[0][3],
-                "reasons": [j[3] for j in judged],
-                "consistent": len(prefers) == 1,
-            }
+            row |= _judge_pair(ws, judging, message, old_c.text, new_c.text, orders, spent)
         except LLMError as exc:  # recorded as data: the other scenarios still count
             row |= {"error": exc.message, "winner": None}
+        if settings.bench_noise_floor and _judged(row):
+            row["aa"] = _against_itself(
+                ws, message, proposal, skill, runner, judging, old_c, orders, spent
+            )
         rows.append(row)
         if settings.bench_stop_early and _futile(rows, len(cases), settings.bench_confidence):
             break
@@ -705,6 +814,7 @@ def _run(
         judging,
         pinned,
         split,
+        settings.judge_repeats,
     )
     with db.transaction(ws.engine) as conn:
         for row in rows:
@@ -760,6 +870,7 @@ def _summarize(
     judging: CachedProvider,
     pinned: dict[str, Any],
     split: dict[str, Any],
+    judge_repeats: int,
 ) -> dict[str, Any]:
     scored = [r for r in rows if _judged(r)]
     diffs = [r["newScore"] - r["oldScore"] for r in scored if weighing.counts(r)]
@@ -771,6 +882,14 @@ def _summarize(
     verdict = "TIE"
     if weighing.decides and diffs and p_value < 1 - confidence:
         verdict = "PASSED" if mean > 0 else "FAILED" if mean < 0 else "TIE"
+    noise = _noise_floor(scored, confidence, seed)
+    floor_note = None
+    if verdict == "PASSED" and noise["floor"] is not None and low <= noise["floor"]:
+        verdict = "TIE"
+        floor_note = (
+            f"Not above the noise floor: the improvement's interval starts at {low:+.2f}, "
+            f"and the old version against itself reaches {noise['floor']:+.2f}."
+        )
     scenario_verdict = verdict
     if pinned["regressed"]:
         verdict = "FAILED"
@@ -813,6 +932,29 @@ def _summarize(
         "judgeModel": judging.model,
         "pinnedCases": pinned,
         "heldOut": split,
+        "noiseFloor": noise["floor"],
+        "noise": noise,
+        "floorNote": floor_note,
+        "judgeRepeats": judge_repeats,
+        "repeatAgreement": (
+            round(statistics.fmean(r["repeatAgreement"] for r in scored), 3) if scored else None
+        ),
+    }
+
+
+def _noise_floor(rows: Sequence[dict[str, Any]], confidence: float, seed: int) -> dict[str, Any]:
+    """What the old version scores against itself (the A/A half of each scenario): the
+    mean difference, its interval, and the floor a PASSED's interval must clear, the
+    interval's upper end (at least 0). With no A/A, the floor is None."""
+    diffs = [d for r in rows if (d := (r.get("aa") or {}).get("diff")) is not None]
+    if not diffs:
+        return {"floor": None, "scenarios": 0, "meanDiff": None, "ci": None}
+    low, high = bootstrap_mean_ci(diffs, confidence=confidence, seed=seed)
+    return {
+        "floor": round(max(0.0, high), 3),
+        "scenarios": len(diffs),
+        "meanDiff": round(statistics.fmean(diffs), 3),
+        "ci": [round(low, 3), round(high, 3)],
     }
 
 

@@ -45,12 +45,19 @@ class Message:
 @dataclass(frozen=True)
 class LLMRequest:
     """What a provider is asked: the system prompt, the conversation so far, and the
-    limits of the answer (``temperature`` None: the provider's default)."""
+    limits of the answer (``temperature`` None: the provider's default).
+
+    ``sample`` numbers draws of the same request and is never sent: a caller that
+    wants several answers to one question (a judge asked three times) gives each a
+    number, so that a cache (:mod:`amelio.llm.cache`) keeps them apart instead of
+    answering all from the first.
+    """
 
     system: str
     messages: tuple[Message, ...]
     max_tokens: int = 1024
     temperature: float | None = None
+    sample: int = 0
 
     @classmethod
     def single(cls, system: str, user: str, **kwargs: Any) -> LLMRequest:

@@ -23,18 +23,17 @@ __all__ = ["CachedProvider", "cache_key"]
 
 
 def cache_key(provider: Provider, request: LLMRequest) -> str:
-    blob = json.dumps(
-        {
-            "provider": provider.name,
-            "model": provider.model,
-            "system": request.system,
-            "messages": [[m.role, m.content] for m in request.messages],
-            "max_tokens": request.max_tokens,
-            "temperature": request.temperature,
-        },
-        sort_keys=True,
-        ensure_ascii=False,
-    )
+    key: dict[str, Any] = {
+        "provider": provider.name,
+        "model": provider.model,
+        "system": request.system,
+        "messages": [[m.role, m.content] for m in request.messages],
+        "max_tokens": request.max_tokens,
+        "temperature": request.temperature,
+    }
+    if request.sample:  # the first draw keeps the key it always had
+        key["sample"] = request.sample
+    blob = json.dumps(key, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 

@@ -61,6 +61,9 @@ _EN = {
     "pinned_regressed": "{k} of {n} pinned cases newly fail a rule under this proposal: "
     "it cannot pass (the scenarios alone said {v}).",
     "pinned_case": "Pinned case",
+    "noise_floor": "Noise floor {f}: the old version against itself, mean {m} over {n} "
+    "scenarios; a PASSED needs the improvement's interval above it.",
+    "judge_repeats": "{r} judge draws per order, agreeing in {a}% of them.",
     "held_out": "Replayed {r} of {p} logged messages (seed {s}) the proposal was not written "
     "from; {l} left out (it was written from {w} interactions).",
     "held_out_unknown": "Replayed {r} of {p} logged messages (seed {s}): which ones the "
@@ -288,6 +291,9 @@ _FR = {
     "pinned_regressed": "{k} cas épinglés sur {n} échouent à une règle avec cette proposition : "
     "elle ne peut pas passer (les scénarios seuls disaient {v}).",
     "pinned_case": "Cas épinglé",
+    "noise_floor": "Plancher de bruit {f} : l'ancienne version contre elle-même, moyenne {m} "
+    "sur {n} scénarios ; un PASSED exige que l'intervalle de l'amélioration le dépasse.",
+    "judge_repeats": "{r} tirages du juge par ordre, concordants dans {a} % des cas.",
     "held_out": "{r} messages rejoués sur {p} (graine {s}) dont la proposition n'est pas "
     "issue ; {l} écartés (elle est issue de {w} interactions).",
     "held_out_unknown": "{r} messages rejoués sur {p} (graine {s}) : on ne sait pas lesquels "

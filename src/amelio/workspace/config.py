@@ -242,6 +242,24 @@ class Settings(BaseSettings):
         "two LLM calls each, cached): one that newly fails a rule keeps the proposal from "
         "PASSED. 0: none.",
     )
+    judge_repeats: int = Field(
+        default=3,
+        ge=1,
+        le=10,
+        description="Times the judge scores each pair in each A/B order (the first at "
+        "temperature 0, the others at judge_repeat_temperature); the scores are averaged.",
+    )
+    judge_repeat_temperature: float = Field(
+        default=0.7,
+        ge=0,
+        le=2,
+        description="Temperature of the judge's repeated draws (the first is at 0).",
+    )
+    bench_noise_floor: bool = Field(
+        default=True,
+        description="Also benchmark the old version against itself (A/A) in every "
+        "scenario: a PASSED needs its interval's lower end above what that reaches.",
+    )
     bench_confidence: float = Field(
         default=0.95, gt=0.5, lt=1, description="Confidence a PASSED or FAILED verdict needs."
     )
