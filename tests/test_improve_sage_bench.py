@@ -129,6 +129,9 @@ class Brain:
         if "realistic test messages" in request.system:
             count = int(re.search(r"Write (\d+)", request.prompt).group(1))  # type: ignore[union-attr]
             return json.dumps([f"git push was rejected, case {i}" for i in range(count)])
+        if "and one answer" in request.system:  # the judge alone, against people's votes
+            good = self.judge == "flatterer" or "lease" in request.prompt
+            return json.dumps({"score": 9 if good else 3, "reason": "r"})
         if "judge" in request.system:
             if self.judge == "garbage":
                 return "I prefer the second one."
@@ -178,6 +181,14 @@ def ws(
         respond(opened, "git push rejected", provider=ScriptedProvider(default=FORCE))
     yield opened
     opened.dispose()
+
+
+def report_page(ws: Workspace, proposal_id: int) -> str:
+    """The battle report of a proposal, as an admin's browser gets it."""
+    _, admin = keys.create_key(ws.engine, name="report-reader", role="admin")
+    with TestClient(create_app(ws)) as client:
+        client.post("/login", data={"api_key": admin, "next": "/skills"})
+        return client.get(f"/proposals/{proposal_id}/report").text
 
 
 def better_git(ws: Workspace) -> str:
@@ -381,6 +392,87 @@ def test_a_benchmark_stops_once_no_verdict_is_reachable(
     assert whole.verdict == "TIE"
 
 
+def test_cohen_kappa() -> None:
+    from amelio.improve.agreement import cohen_kappa, parse_score
+
+    same = [(True, True), (False, False)] * 5
+    assert cohen_kappa(same) == 1.0
+    assert cohen_kappa([(True, True), (True, False)] * 5) == 0.0  # one rater always says yes
+    assert cohen_kappa([(True, False), (False, True)] * 5) == -1.0
+    assert cohen_kappa([(True, True)] * 10) is None and cohen_kappa([]) is None
+    # 20 pairs agreeing on 15: chance is 0.5 for two balanced raters, so κ = 0.5.
+    mixed = [(True, True)] * 8 + [(False, False)] * 7 + [(True, False)] * 2 + [(False, True)] * 3
+    assert cohen_kappa(mixed) == pytest.approx(0.5)
+    assert parse_score('ok {"score": 7, "reason": "fine"}') == 7.0
+    for bad in ('{"score": 0}', '{"score": true}', "seven"):
+        with pytest.raises(ValueError, match="no valid score"):
+            parse_score(bad)
+
+
+def test_a_judge_people_disagree_with_is_left_out(
+    ws: Workspace, brain_server: tuple[FakeLLMServer, Brain], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The judge prefers the new version, which only it can tell apart (both pass
+    every rule). People kept 10 answers and turned down 10; a judge that calls all 20
+    good agrees with them no better than chance (κ 0), so its preference does not
+    count and the verdict is TIE. A judge that sides with people (κ 1) decides it."""
+    from amelio.assistant.quality import give_answer_feedback
+    from amelio.assistant.respond import respond
+
+    _, brain = brain_server
+    for i in range(20):
+        kept = i % 2 == 0
+        text = "Run git push --force-with-lease." if kept else "Run git push."
+        reply = respond(ws, f"git question {i}", provider=ScriptedProvider(default=text))
+        give_answer_feedback(ws, reply.interaction_id, "up" if kept else "down", user="ann")
+    for i in range(8):
+        brain.answers[f"git push was rejected, case {i}"] = (
+            "Run `git pull --rebase`, then git push.",
+            "Run `git pull --rebase`, then git push --force-with-lease.",
+        )
+    proposal = props.create_proposal(
+        ws, "git-help", proposed_content=better_git(ws), rationale="r", author="a"
+    )
+
+    brain.judge = "flatterer"  # pairwise fair, but calls every single answer good
+    flattering = run_benchmark(ws, proposal.id, scenarios="generated:8", seed=1)
+    s = flattering.summary
+    assert s["judgeAgreement"] == {
+        "pairs": 20,
+        "votes": 20,
+        "decisions": 0,
+        "agreed": 10,
+        "kappa": 0.0,
+        "errors": 0,
+        "minPairs": 20,
+        "minKappa": 0.6,
+    }
+    assert flattering.verdict == "TIE" and s["judgeUsed"] is False
+    assert s["judgeNote"].startswith(
+        "Judge left out: judge not proven for this skill: its agreement with people is κ 0.00 "
+        "over 20 pairs, under bench_min_judge_kappa 0.60"
+    )
+
+    page = report_page(ws, proposal.id)
+    assert "Judge agreement with people: κ 0.00 over 20 pairs (20 votes, 0 decisions)." in page
+    assert "judge not proven for this skill" in page
+    from amelio.ops.metrics import exposition
+
+    scraped = exposition(ws).decode()
+    assert 'amelio_judge_kappa{project="default",skill="git-help"} 0.0' in scraped
+    assert 'amelio_judge_agreement_pairs{project="default",skill="git-help"} 20.0' in scraped
+
+    brain.judge = "fair"
+    monkeypatch.setenv("AMELIO_JUDGE_MODEL", "another-judge")  # not the flatterer's cache
+    other = open_workspace(ws.root)
+    try:
+        fair = run_benchmark(other, proposal.id, scenarios="generated:8", seed=1)
+    finally:
+        other.dispose()
+    assert fair.summary["judgeAgreement"]["kappa"] == 1.0
+    assert fair.verdict == "PASSED" and fair.summary["judgeUsed"] is True
+
+
 UNDO = "git: how do I undo my last pushed commit?"
 REVERT = "Run `git revert HEAD`, then git push."
 
@@ -428,10 +520,7 @@ def test_a_proposal_that_breaks_a_pinned_case_cannot_pass(
     assert [r["caseId"] for r in run["pinned"]] == [r["caseId"] for r in report.pinned]
     assert len(run["scenarios"]) == 8  # the pinned rows are not scenarios
     assert badge(latest_verdict(ws, proposal.id)).endswith(" · 1 of 2 pinned cases regressed")
-    _, admin = keys.create_key(ws.engine, name="admin", role="admin")
-    with TestClient(create_app(ws)) as client:
-        client.post("/login", data={"api_key": admin, "next": "/skills"})
-        page = client.get(f"/proposals/{proposal.id}/report").text
+    page = report_page(ws, proposal.id)
     assert 'data-testid="pinned-regressed"' in page and "said PASSED" in page
     assert "gh-001" in page and "git push --force" in page
     bench = ["bench", str(proposal.id), "--scenarios", "generated:8", "--seed", "2"]
@@ -530,10 +619,7 @@ def test_a_gain_the_old_version_also_shows_against_itself_is_noise(
     assert s["judgeRepeats"] == 3 and s["repeatAgreement"] == 1.0
     row = report.scenarios[0]
     assert (row["aa"]["output"], row["aa"]["diff"]) == (SAFE, 2.0)
-    _, admin = keys.create_key(ws.engine, name="admin", role="admin")
-    with TestClient(create_app(ws)) as client:
-        client.post("/login", data={"api_key": admin, "next": "/skills"})
-        page = client.get(f"/proposals/{proposal.id}/report").text
+    page = report_page(ws, proposal.id)
     assert "Noise floor +2.00: the old version against itself, mean +2.00 over 8" in page
     assert "3 judge draws per order, agreeing in 100% of them." in page
     assert 'data-testid="floor-note">Not above the noise floor' in page
@@ -602,6 +688,7 @@ def test_cli_bench_and_improve_with_sage(
     assert "Not significant with 1 scenarios" in result.stdout
     assert "noise floor +0.00: the old version against itself, mean +0.00" in result.stdout
     assert "3 draws per order, agreeing in 100%" in result.stdout
+    assert "Judge agreement with people: 0 pairs (0 votes, 0 decisions), too few" in result.stdout
     assert "run at least 6 (--scenarios 6)" in result.stdout
 
 

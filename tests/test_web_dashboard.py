@@ -35,6 +35,8 @@ def brain(request: FakeRequest) -> str:
         count = int(re.search(r"Write (\d+)", request.prompt).group(1))  # type: ignore[union-attr]
         asked = ["git push rejected after a rebase", "how do I undo a push"]
         return json.dumps([*asked, *(f"git push rejected, case {i}" for i in range(count))][:count])
+    if "and one answer" in request.system:  # the judge alone, against people's votes
+        return json.dumps({"score": 9 if "lease" in request.prompt else 3, "reason": "r"})
     if "judge" in request.system:
         a, b = request.prompt.split("ANSWER A:\n", 1)[1].split("\n\nANSWER B:\n", 1)
         return json.dumps(

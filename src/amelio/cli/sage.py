@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def print_report(report: BenchmarkReport) -> None:
-    from amelio.improve.bench import held_out_note, pinned_note, stopped_note
+    from amelio.improve.bench import agreement_note, held_out_note, pinned_note, stopped_note
 
     s = report.summary
     improvement = "n/a" if report.improvement_pct is None else f"{report.improvement_pct:+.1f}%"
@@ -43,6 +43,8 @@ def print_report(report: BenchmarkReport) -> None:
         )
     if s.get("floorNote"):
         click.echo(s["floorNote"])
+    if agreement := agreement_note(s):
+        click.echo(agreement)
     if s.get("judgeNote"):
         click.echo(s["judgeNote"])
     if s.get("stoppedEarly"):

@@ -50,6 +50,7 @@ from amelio.assistant.respond import answer_with
 from amelio.db.schema import benchmark_runs, benchmark_scenarios, interactions, projects, utcnow
 from amelio.errors import AmelioError, InvalidInput, LLMError
 from amelio.evals import EvalReport
+from amelio.improve.agreement import Agreement, judge_agreement
 from amelio.improve.nightly import WRITTEN_FROM, proposal_actions
 from amelio.improve.notifiers import Notification, notify_all
 from amelio.improve.proposals import get_proposal
@@ -62,6 +63,7 @@ from amelio.workspace.folder import Workspace
 __all__ = [
     "BenchmarkReport",
     "ScenarioPlan",
+    "agreement_note",
     "held_out_note",
     "latest_verdict",
     "list_benchmarks",
@@ -367,29 +369,44 @@ def _judged(row: dict[str, Any]) -> bool:
     return "error" not in row
 
 
-def _weigh(rows: Sequence[dict[str, Any]], swap: bool, judge_only: bool, floor: float) -> Weighing:
+def _weigh(
+    ws: Workspace,
+    rows: Sequence[dict[str, Any]],
+    swap: bool,
+    judge_only: bool,
+    agreement: Agreement | None,
+) -> Weighing:
+    settings = ws.settings
     judged = [r for r in rows if _judged(r)]
     consistency = (
         round(sum(r["consistent"] for r in judged) / len(judged), 3) if swap and judged else None
     )
     evals, judge = (0.0, 1.0) if judge_only else (EVAL_WEIGHT, JUDGE_WEIGHT)
-    if consistency is None or consistency >= floor:
+    floor = settings.bench_min_judge_consistency
+    pairs = agreement.pairs if agreement is not None else 0
+    kappa = agreement.kappa if agreement and pairs >= settings.bench_min_judge_pairs else None
+    if consistency is not None and consistency < floor:
+        seen = (
+            f"the judge preferred the same side in both orders in {consistency:.0%} of "
+            f"scenarios, under bench_min_judge_consistency {floor:.0%}"
+        )
+    elif kappa is not None and kappa < settings.bench_min_judge_kappa:
+        seen = (
+            f"judge not proven for this skill: its agreement with people is κ {kappa:.2f} "
+            f"over {pairs} pairs, under bench_min_judge_kappa "
+            f"{settings.bench_min_judge_kappa:.2f}"
+        )
+    else:
         return Weighing(evals, judge, consistency)
-    seen = f"the judge preferred the same side in both orders in {consistency:.0%} of scenarios"
     if judge_only:
         return Weighing(
-            0.0,
-            0.0,
-            consistency,
-            f"No verdict: {seen}, under bench_min_judge_consistency {floor:.0%}, "
-            "and the skill has no eval rules.",
+            0.0, 0.0, consistency, f"No verdict: {seen}, and the skill has no eval rules."
         )
     return Weighing(
         1.0,
         0.0,
         consistency,
-        f"Judge left out: {seen}, under bench_min_judge_consistency {floor:.0%}; "
-        "the verdict rests on the eval rules.",
+        f"Judge left out: {seen}; the verdict rests on the eval rules and the pinned cases.",
     )
 
 
@@ -635,6 +652,19 @@ def held_out_note(summary: dict[str, Any]) -> str | None:
     )
 
 
+def agreement_note(summary: dict[str, Any]) -> str | None:
+    """The judge's agreement with people, in words; None when it was not measured."""
+    found = summary.get("judgeAgreement")
+    if not found:
+        return None
+    pairs, min_pairs = found["pairs"], found["minPairs"]
+    counted = f"{pairs} pairs ({found['votes']} votes, {found['decisions']} decisions)"
+    if pairs < min_pairs or found["kappa"] is None:
+        why = "too few to trust" if pairs < min_pairs else "no variation to measure"
+        return f"Judge agreement with people: {counted}, {why} (κ needs {min_pairs})."
+    return f"Judge agreement with people: κ {found['kappa']:.2f} over {counted}."
+
+
 def pinned_note(summary: dict[str, Any]) -> str | None:
     """Why a proposal is FAILED by its pinned cases, or None."""
     regressed = summary.get("pinnedCases", {}).get("regressed", 0)
@@ -797,7 +827,12 @@ def _run(
         if settings.bench_stop_early and _futile(rows, len(cases), settings.bench_confidence):
             break
     checked, pinned = _check_pinned(ws, proposal, skill, runner, spent)
-    weighing = _weigh(rows, swap, judge_only, settings.bench_min_judge_consistency)
+    agreement = (
+        judge_agreement(ws, judging, skill.name, proposal.project, spent)
+        if settings.judge_calibration_cases
+        else None
+    )
+    weighing = _weigh(ws, rows, swap, judge_only, agreement)
     for row in rows:
         if _judged(row):
             _score(row, weighing, settings.bench_tie_margin)
@@ -815,6 +850,8 @@ def _run(
         pinned,
         split,
         settings.judge_repeats,
+        agreement,
+        {"minPairs": settings.bench_min_judge_pairs, "minKappa": settings.bench_min_judge_kappa},
     )
     with db.transaction(ws.engine) as conn:
         for row in rows:
@@ -871,6 +908,8 @@ def _summarize(
     pinned: dict[str, Any],
     split: dict[str, Any],
     judge_repeats: int,
+    agreement: Agreement | None,
+    min_agreement: dict[str, Any],
 ) -> dict[str, Any]:
     scored = [r for r in rows if _judged(r)]
     diffs = [r["newScore"] - r["oldScore"] for r in scored if weighing.counts(r)]
@@ -936,6 +975,7 @@ def _summarize(
         "noise": noise,
         "floorNote": floor_note,
         "judgeRepeats": judge_repeats,
+        "judgeAgreement": None if agreement is None else agreement.to_dict() | min_agreement,
         "repeatAgreement": (
             round(statistics.fmean(r["repeatAgreement"] for r in scored), 3) if scored else None
         ),

@@ -42,6 +42,7 @@ from amelio.db.schema import (
     benchmark_runs,
     feedback_events,
     knowledge_queue,
+    projects,
     proposals,
     scheduled_jobs,
     search_impressions,
@@ -188,6 +189,8 @@ class DatabaseCollector(Collector):
                 verdicts.add_metric([status, verdict or ""], count)
             yield verdicts
 
+            yield from _judge_agreement(conn)
+
             runs = GaugeMetricFamily(
                 "amelio_scheduled_job_runs",
                 "Runs of each scheduled job (amelio improve, signals) since it was first seen.",
@@ -212,6 +215,40 @@ class DatabaseCollector(Collector):
             yield runs
             yield last_ok
             yield finished
+
+
+def _judge_agreement(conn: sa.Connection) -> Iterator[GaugeMetricFamily]:
+    """Per skill, the judge's agreement with people as its newest benchmark measured it
+    (amelio.improve.agreement): the pairs, and Cohen's κ once they are enough."""
+    kappa = GaugeMetricFamily(
+        "amelio_judge_kappa",
+        "Cohen's kappa of the benchmark judge against people's votes and decisions, per "
+        "skill (newest benchmark; absent below bench_min_judge_pairs pairs).",
+        labels=["project", "skill"],
+    )
+    pairs = GaugeMetricFamily(
+        "amelio_judge_agreement_pairs",
+        "Pairs (voted answers, decided proposals) behind amelio_judge_kappa, per skill.",
+        labels=["project", "skill"],
+    )
+    newest: dict[tuple[str, str], dict[str, Any]] = {}
+    for project, skill, summary in conn.execute(
+        sa.select(projects.c.name, proposals.c.skill_name, benchmark_runs.c.summary)
+        .join(proposals, proposals.c.id == benchmark_runs.c.proposal_id)
+        .join(projects, projects.c.id == proposals.c.project_id)
+        .where(benchmark_runs.c.status == "done")
+        .order_by(benchmark_runs.c.id.desc())
+        .limit(1000)
+    ):
+        found = (summary or {}).get("judgeAgreement")
+        if found and (project, skill) not in newest:
+            newest[(project, skill)] = found
+    for (project, skill), found in sorted(newest.items()):
+        pairs.add_metric([project, skill], found["pairs"])
+        if found.get("kappa") is not None and found["pairs"] >= found.get("minPairs", 0):
+            kappa.add_metric([project, skill], found["kappa"])
+    yield kappa
+    yield pairs
 
 
 def exposition(ws: Workspace) -> bytes:

@@ -66,9 +66,12 @@ def follow_instructions(request: FakeRequest) -> str:
     markers dropped), once each. So a learning or a skill line such as "Always say
     DONE" shows in the answer, and a study can see what the loop taught. A judge's
     request (its system prompt asks for ``score_a``) gets the same score for both
-    answers: this model has no taste."""
+    answers, and one about a single answer (``score``) a middling 5: this model has
+    no taste."""
     if _JUDGE_ASKS in request.system:
         return '{"score_a": 5, "score_b": 5, "reason": "a fake judge cannot tell"}'
+    if '"score"' in request.system:
+        return '{"score": 5, "reason": "a fake judge cannot tell"}'
     told = [m.group(1) for line in request.system.splitlines() if (m := _INSTRUCTION.match(line))]
     return "\n".join(["Here is my answer.", *dict.fromkeys(told)])
 

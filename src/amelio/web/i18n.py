@@ -61,6 +61,9 @@ _EN = {
     "pinned_regressed": "{k} of {n} pinned cases newly fail a rule under this proposal: "
     "it cannot pass (the scenarios alone said {v}).",
     "pinned_case": "Pinned case",
+    "judge_kappa": "Judge agreement with people: κ {k} over {n} pairs ({v} votes, {d} decisions).",
+    "judge_kappa_unknown": "Judge agreement with people: {n} pairs ({v} votes, {d} "
+    "decisions); κ needs {m} with both labels.",
     "noise_floor": "Noise floor {f}: the old version against itself, mean {m} over {n} "
     "scenarios; a PASSED needs the improvement's interval above it.",
     "judge_repeats": "{r} judge draws per order, agreeing in {a}% of them.",
@@ -291,6 +294,10 @@ _FR = {
     "pinned_regressed": "{k} cas épinglés sur {n} échouent à une règle avec cette proposition : "
     "elle ne peut pas passer (les scénarios seuls disaient {v}).",
     "pinned_case": "Cas épinglé",
+    "judge_kappa": "Accord du juge avec les personnes : κ {k} sur {n} paires ({v} votes, "
+    "{d} décisions).",
+    "judge_kappa_unknown": "Accord du juge avec les personnes : {n} paires ({v} votes, {d} "
+    "décisions) ; κ en demande {m} avec les deux étiquettes.",
     "noise_floor": "Plancher de bruit {f} : l'ancienne version contre elle-même, moyenne {m} "
     "sur {n} scénarios ; un PASSED exige que l'intervalle de l'amélioration le dépasse.",
     "judge_repeats": "{r} tirages du juge par ordre, concordants dans {a} % des cas.",

@@ -255,6 +255,26 @@ class Settings(BaseSettings):
         le=2,
         description="Temperature of the judge's repeated draws (the first is at 0).",
     )
+    judge_calibration_cases: int = Field(
+        default=20,
+        ge=0,
+        le=500,
+        description="Newest voted answers of a skill the judge scores in each benchmark, to "
+        "measure its agreement with people (Cohen's κ; cached). 0: not measured.",
+    )
+    bench_min_judge_kappa: float = Field(
+        default=0.6,
+        ge=-1,
+        le=1,
+        description="Agreement with people (κ) a judge needs for its scores to count, once "
+        "bench_min_judge_pairs pairs measure it; below, the rules and pinned cases decide.",
+    )
+    bench_min_judge_pairs: int = Field(
+        default=20,
+        ge=1,
+        le=10_000,
+        description="Pairs (voted answers, decided proposals) from which κ is trusted.",
+    )
     bench_noise_floor: bool = Field(
         default=True,
         description="Also benchmark the old version against itself (A/A) in every "
