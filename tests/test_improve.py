@@ -692,3 +692,90 @@ def test_improve_sends_a_signed_webhook(ws: Workspace, monkeypatch: pytest.Monke
         "proposalId": pid,
         "url": f"https://amelio.example/proposals/{pid}",
     } in sent["actions"]
+
+
+# -- edits a person can review --------------------------------------------------------
+
+
+def test_a_rejected_idea_is_not_proposed_again_by_anyone(
+    api: tuple[TestClient, dict[str, dict[str, str]]], ws: Workspace
+) -> None:
+    """The template a person rejected is not filed again by the next nightly run, nor
+    by a person over HTTP; a different change is, and so is one its author withdrew."""
+    client, h = api
+    git_history(ws, 3, 0)
+    [made] = run_improve(ws).proposals
+    props.reject_proposal(ws, made["id"], actor="bob", reason="the rules say it already")
+    again = run_improve(ws)
+    assert again.proposals == []
+    [skipped] = again.projects[0]["skipped"]
+    assert skipped["resembles"] == made["id"] and skipped["similarity"] == 1.0
+    assert skipped["reason"].startswith(
+        f"Not filed: this change to git-help is 100% like proposal #{made['id']}, which bob "
+        "rejected: the rules say it already."
+    )
+
+    rejected = props.get_proposal(ws, made["id"])
+    nearly = rejected.proposed_content.replace("Follow these rules", "Please follow these rules")
+    r = client.post(
+        "/v1/proposals",
+        headers=h["admin"],
+        json={"skill": "git-help", "proposedContent": nearly, "rationale": "again"},
+    )
+    assert r.status_code == 409 and r.json()["error"]["code"] == "resembles_rejected"
+    assert r.json()["error"]["details"]["proposalId"] == made["id"]
+    assert props.list_proposals(ws, status="pending") == []
+
+    other = rejected.current_content + "\n## Undo\n\nSay how to undo each command.\n"
+    mine = props.create_proposal(
+        ws, "git-help", proposed_content=other, rationale="r", author="ann"
+    )
+    props.reject_proposal(ws, mine.id, actor="ann", reason="replaced")  # withdrawn
+    props.create_proposal(
+        ws, "git-help", proposed_content=other + "Be brief.\n", rationale="r", author="ann"
+    )
+
+
+def test_large_leaky_or_self_contradicting_changes(ws: Workspace) -> None:
+    """A change over proposal_max_changed_lines is marked large; a line that copies 8
+    words of a message it was written from is flagged; content that breaks the skill's
+    own rules is not filed, whoever writes it."""
+    message = "my push was rejected by the remote after I rebased my feature branch"
+    iid = answer(ws, message, FORCE)
+    current = skills.get_skill(ws.engine, "git-help").spec.content
+    long = current + "".join(f"\n- Extra rule number {i}." for i in range(31))
+    big = props.create_proposal(ws, "git-help", proposed_content=long, rationale="r", author="a")
+    assert big.large and big.review["changedLines"] == 32  # 31 lines and a blank one
+    [flag] = props.review_flags(big)
+    assert flag.startswith("Large change: 32 lines added or removed (over ")
+    shown = CliRunner().invoke(main, ["-w", str(ws.root), "proposals", "show", str(big.id)])
+    assert "! Large change: 32 lines" in shown.output
+    props.reject_proposal(ws, big.id, actor="bob")
+
+    leaky = current + f"\nWhen {message}, run git pull --rebase first.\n"
+    copied = props.create_proposal(
+        ws,
+        "git-help",
+        proposed_content=leaky,
+        rationale="r",
+        author="a",
+        evidence={"writtenFrom": [iid]},
+    )
+    assert not copied.large
+    assert copied.review["leaks"] == [
+        {"interactionId": iid, "line": f"When {message}, run git pull --rebase first."}
+    ]
+    assert props.review_flags(copied)[0].startswith(
+        f"Copies 8+ words from interaction {iid}'s message, which it was written from"
+    )
+    props.reject_proposal(ws, copied.id, actor="bob")
+
+    with pytest.raises(InvalidInput, match=r"breaks the skill.s own rule.*gh-001"):
+        props.create_proposal(
+            ws,
+            "git-help",
+            proposed_content=current + "\nIf all else fails, git push --force.\n",
+            rationale="r",
+            author="a",
+        )
+    assert props.list_proposals(ws, status="pending") == []

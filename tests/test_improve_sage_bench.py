@@ -267,6 +267,19 @@ def test_rerun_is_free_and_reproducible(
     assert again.summary["costUsd"] == 0
 
 
+def test_sage_does_not_propose_what_a_person_rejected(
+    ws: Workspace, brain_server: tuple[FakeLLMServer, Brain]
+) -> None:
+    _, brain = brain_server
+    brain.sage = better_git(ws)
+    [first] = analyze(ws, benchmark=False)
+    props.reject_proposal(ws, first.proposal_id, actor="bob", reason="no")  # type: ignore[arg-type]
+    brain.sage = better_git(ws).replace("Always use", "Always, always use")
+    [second] = analyze(ws, benchmark=False)
+    assert second.outcome == "rejected" and second.proposal_id is None
+    assert f"like proposal #{first.proposal_id}, which bob rejected: no." in second.reason
+
+
 def test_no_change_fragment_and_malformed_judge(
     ws: Workspace, brain_server: tuple[FakeLLMServer, Brain]
 ) -> None:

@@ -547,3 +547,21 @@ def test_backups_are_named_by_version_and_positional_ones_renamed(
     for n in (2, 3, 4):
         assert (folder / f"SKILL.v{n}.md").read_text(encoding="utf-8") == rendered[n]
     assert not (folder / "SKILL.v1.md").exists()
+
+
+def test_a_hand_edit_like_a_rejected_one_is_kept_but_not_proposed(
+    seeded: Workspace, tmp_path: Path
+) -> None:
+    agent = tmp_path / "agent"
+    sync_skills(seeded, agent)
+    path = agent / "alpha" / "SKILL.md"
+    edit_body(path, "Be precise", "Be brief and precise")
+    made = sync_skills(seeded, agent).items[0].proposal_id
+    assert made is not None
+    proposals.reject_proposal(seeded, made, actor="bob", reason="too vague")
+    edit_body(path, "Be brief and precise", "Be brief and precise!")
+    item = sync_skills(seeded, agent).items[0]
+    assert item.action == "error" and item.proposal_id is None
+    assert item.detail.startswith("the hand edit is kept but not proposed: Not filed: this")
+    assert f"like proposal #{made}, which bob rejected: too vague." in item.detail
+    assert "Be brief and precise!" in path.read_text(encoding="utf-8")

@@ -142,6 +142,8 @@ def proposals_show(ctx: click.Context, proposal_id: int, as_json: bool) -> None:
         )
     if p.decided_by:
         click.echo(f"decided by {p.decided_by}: {p.decision_reason or '-'}")
+    for flag in props.review_flags(p):
+        click.echo(f"! {flag}")
     click.echo(f"\n{p.rationale}\n")
     click.echo(p.proposed_content.rstrip())
 

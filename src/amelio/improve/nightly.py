@@ -29,6 +29,7 @@ from amelio.db.schema import improve_runs, projects, proposals, utcnow
 from amelio.errors import AmelioError
 from amelio.improve.notifiers import Notification, NotificationAction, notify_all
 from amelio.improve.proposals import (
+    ResemblesRejected,
     create_proposal,
     describe_breaks,
     own_rule_breaks,
@@ -201,6 +202,15 @@ def _improve_project(
                 author=f"amelio improve ({mode})",
             )
             out["proposals"].append(proposal.to_dict())
+        except ResemblesRejected as exc:  # a person already said no to this change
+            out["skipped"].append(
+                {
+                    "skill": finding.skill,
+                    "reason": exc.message,
+                    "resembles": exc.details["proposal_id"],
+                    "similarity": exc.details["similarity"],
+                }
+            )
         except AmelioError as exc:  # one skill's failure is data, not the run's end
             log.warning("improve: %s/%s failed: %s", project, finding.skill, exc.message)
             out["skipped"].append({"skill": finding.skill, "reason": f"error: {exc.message}"})

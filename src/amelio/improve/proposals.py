@@ -36,6 +36,7 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -45,7 +46,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from amelio import db, evals
-from amelio.db.schema import projects, proposals, skills, utcnow
+from amelio.db.schema import interactions, projects, proposals, skills, utcnow
 from amelio.errors import Conflict, Forbidden, InvalidInput, NotFound, SkillFileError
 from amelio.improve import rotation
 from amelio.skills import files
@@ -62,10 +63,13 @@ from amelio.workspace.folder import Workspace
 from amelio.workspace.projects import DEFAULT_PROJECT, project_id
 
 __all__ = [
+    "LEAK_WORDS",
     "PROPOSERS",
+    "REVIEW",
     "SCOPES",
     "STATUSES",
     "Proposal",
+    "ResemblesRejected",
     "approve_proposal",
     "authorize_decision",
     "check_new_skill",
@@ -80,10 +84,27 @@ __all__ = [
     "pending_for",
     "recover_files",
     "reject_proposal",
+    "review_flags",
+    "similarity",
     "supersede_stale",
 ]
 
 log = logging.getLogger(__name__)
+
+
+class ResemblesRejected(Conflict):
+    """A new proposal makes nearly the change a person already rejected for the skill:
+    it is not filed, whoever wrote it, and the message names the rejection."""
+
+    code = "resembles_rejected"
+
+
+#: Where, in a proposal's evidence, Amelio keeps what it found for the reviewer:
+#: ``changedLines``, ``large`` and ``leaks`` (:func:`_review`).
+REVIEW = "review"
+#: A proposal line that copies this many words in a row from a message it was
+#: written from is flagged: a skill that memorises its evidence does not generalise.
+LEAK_WORDS = 8
 
 STATUSES = ("pending", "approved", "rejected", "superseded")
 PROPOSERS = ("template", "sage", "generator", "human")
@@ -116,6 +137,18 @@ class Proposal:
     #: For a routing proposal: ``{"triggers": [...], "keywords": [...]}`` as approval
     #: sets them, with ``"before"`` holding the lists it was written against.
     routing: dict[str, Any] | None = None
+
+    @property
+    def review(self) -> dict[str, Any]:
+        """What Amelio found about the change when it was filed (empty for older ones)."""
+        found = self.evidence.get(REVIEW)
+        return found if isinstance(found, dict) else {}
+
+    @property
+    def large(self) -> bool:
+        """Over ``proposal_max_changed_lines`` when filed: a PASSED verdict alone does
+        not clear it (a person reads the diff)."""
+        return bool(self.review.get("large"))
 
     @property
     def shared(self) -> bool:
@@ -365,6 +398,18 @@ def create_proposal(
                 field="proposedContent" if routing is None else "routing",
             )
         stored_routing = None if routing is None else {**lists, "before": before}
+        review: dict[str, Any] = {}
+        if content != current.spec.content:
+            breaks = own_rule_breaks(current.spec, content)
+            if breaks:
+                raise InvalidInput(
+                    describe_breaks(breaks),
+                    field="proposedContent",
+                    rules=[b.rule_id for b in breaks],
+                )
+            change = _change(current.spec.content, content)
+            _refuse_rejected(ws, conn, current.id, skill, change)
+            review = _review(ws, conn, change, evidence or {})
         pending = pending_for(conn, current.id)
         if pending is not None:
             raise Conflict(
@@ -380,7 +425,11 @@ def create_proposal(
                 current_content=current.spec.content,
                 proposed_content=content,
                 rationale=rationale,
-                evidence=json.loads(json.dumps(evidence or {}, default=str)),
+                evidence=json.loads(
+                    json.dumps(
+                        {**(evidence or {}), **({REVIEW: review} if review else {})}, default=str
+                    )
+                ),
                 status="pending",
                 proposed_by=proposed_by,
                 author=author[:200],
@@ -395,6 +444,134 @@ def create_proposal(
             conn, current.id, "proposal", actor=author, reason=rationale[:500], proposal_id=new_id
         )
     return get_proposal(ws, new_id)
+
+
+def _change(current: str, proposed: str) -> list[str]:
+    """The lines a proposal adds (``+``) and removes (``-``), in diff order."""
+    return [
+        line
+        for line in difflib.unified_diff(
+            current.splitlines(), proposed.splitlines(), lineterm="", n=0
+        )
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+
+
+def similarity(first: Sequence[str], second: Sequence[str]) -> float:
+    """How alike two changes (:func:`_change`) are, 0 to 1: the mean of how alike
+    their added lines are and how alike their removed lines are (difflib's ratio,
+    white space runs made single), over the parts either change has. Two rewrites
+    of a whole skill remove the same lines; what they add is what tells them apart."""
+
+    def ratio(sign: str) -> float | None:
+        a, b = (
+            "\n".join(" ".join(line[1:].split()) for line in change if line[:1] == sign)
+            for change in (first, second)
+        )
+        if not a and not b:
+            return None
+        return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() if a and b else 0.0
+
+    parts = [r for r in (ratio("+"), ratio("-")) if r is not None]
+    return sum(parts) / len(parts) if parts else 0.0
+
+
+def _refuse_rejected(
+    ws: Workspace, conn: sa.Connection, skill_id: int, skill: str, change: list[str]
+) -> None:
+    """:class:`ResemblesRejected` if ``change`` is close to one a person rejected for
+    this skill row (the newest 50 rejections are compared; one its own author
+    rejected was withdrawn, and does not count)."""
+    threshold = ws.settings.proposal_rejected_similarity
+    if threshold > 1:
+        return
+    rows = conn.execute(
+        sa.select(
+            proposals.c.id,
+            proposals.c.current_content,
+            proposals.c.proposed_content,
+            proposals.c.decided_by,
+            proposals.c.decision_reason,
+        )
+        .where(
+            proposals.c.skill_id == skill_id,
+            proposals.c.status == "rejected",
+            proposals.c.routing.is_(None),
+            # Rejected by its own author is withdrawn (a sync's replaced hand edit), not
+            # a reviewer's no to the idea.
+            sa.or_(proposals.c.decided_by.is_(None), proposals.c.decided_by != proposals.c.author),
+        )
+        .order_by(proposals.c.id.desc())
+        .limit(50)
+    )
+    for row in rows:
+        score = similarity(change, _change(row.current_content, row.proposed_content))
+        if score >= threshold:
+            why = f": {row.decision_reason}" if row.decision_reason else ""
+            raise ResemblesRejected(
+                f"Not filed: this change to {skill} is {score:.0%} like proposal #{row.id}, "
+                f"which {row.decided_by or 'a person'} rejected{why}. Write a different "
+                f"change, or lower the bar with proposal_rejected_similarity.",
+                proposal_id=row.id,
+                similarity=round(score, 3),
+            )
+
+
+def _review(
+    ws: Workspace, conn: sa.Connection, change: list[str], evidence: dict[str, Any]
+) -> dict[str, Any]:
+    """What a reviewer should know about a change before reading it: its size against
+    ``proposal_max_changed_lines`` and the added lines that copy
+    :data:`LEAK_WORDS` words in a row from a message it was written from."""
+    limit = ws.settings.proposal_max_changed_lines
+    review: dict[str, Any] = {
+        "changedLines": len(change),
+        "maxChangedLines": limit,
+        "large": len(change) > limit,
+        "leaks": [],
+    }
+    sources = evidence.get("writtenFrom")
+    if not isinstance(sources, list) or not sources:
+        return review
+    grams: dict[tuple[str, ...], int] = {}
+    for iid, message in conn.execute(
+        sa.select(interactions.c.id, interactions.c.message).where(
+            interactions.c.id.in_([int(i) for i in sources])
+        )
+    ):
+        for gram in _grams(message):
+            grams.setdefault(gram, iid)
+    for line in change:
+        if not line.startswith("+"):
+            continue
+        hit = next((grams[g] for g in _grams(line[1:]) if g in grams), None)
+        if hit is not None:
+            review["leaks"].append({"line": line[1:].strip()[:300], "interactionId": hit})
+    return review
+
+
+def review_flags(proposal: Proposal) -> list[str]:
+    """What a reviewer must see before deciding, one line each: a large change, and
+    the lines that copy a message the proposal was written from."""
+    review = proposal.review
+    flags = []
+    if review.get("large"):
+        flags.append(
+            f"Large change: {review['changedLines']} lines added or removed (over "
+            f"proposal_max_changed_lines {review['maxChangedLines']}): a PASSED verdict "
+            "alone does not clear it; read the diff."
+        )
+    for leak in review.get("leaks") or ():
+        flags.append(
+            f"Copies {LEAK_WORDS}+ words from interaction {leak['interactionId']}'s message, "
+            f"which it was written from: “{leak['line']}”"
+        )
+    return flags
+
+
+def _grams(text: str) -> list[tuple[str, ...]]:
+    words = re.findall(r"\w+", text.lower())
+    return [tuple(words[i : i + LEAK_WORDS]) for i in range(len(words) - LEAK_WORDS + 1)]
 
 
 #: Rule types about an answer's size or form. A skill's added text is not an answer,

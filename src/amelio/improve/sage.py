@@ -46,6 +46,7 @@ from amelio.improve.nightly import (
 )
 from amelio.improve.notifiers import Notification, notify_all
 from amelio.improve.proposals import (
+    ResemblesRejected,
     create_proposal,
     describe_breaks,
     own_rule_breaks,
@@ -316,16 +317,20 @@ def analyze(
         if breaks:
             results.append(SageResult(name, project, "rejected", describe_breaks(breaks)))
             continue
-        proposal = create_proposal(
-            ws,
-            name,
-            project=project,
-            proposed_content=draft.content,
-            rationale=draft.rationale,
-            evidence=draft.evidence,
-            proposed_by="sage",
-            author="sage",
-        )
+        try:
+            proposal = create_proposal(
+                ws,
+                name,
+                project=project,
+                proposed_content=draft.content,
+                rationale=draft.rationale,
+                evidence=draft.evidence,
+                proposed_by="sage",
+                author="sage",
+            )
+        except ResemblesRejected as exc:  # a person already said no to this change
+            results.append(SageResult(name, project, "rejected", exc.message))
+            continue
         verdict = None
         if on_proposal is not None:
             on_proposal(proposal.id)

@@ -296,8 +296,10 @@ class _Arm:
         for proposal in props.list_proposals(self.ws, status="pending"):
             current.filed += 1
             verdict = self._benchmark(number, current, proposal)
+            # Gated: a PASSED verdict, and not a large change (a PASSED alone does not
+            # clear one; the study has no person to read its diff).
             approve = self.options.approve == "all" or (
-                self.options.approve == "gated" and verdict == "PASSED"
+                self.options.approve == "gated" and verdict == "PASSED" and not proposal.large
             )
             if approve:
                 props.approve_proposal(

@@ -34,6 +34,7 @@ from amelio.improve.proposals import (
     get_proposal,
     may_decide,
     reject_proposal,
+    review_flags,
 )
 from amelio.telegram import links
 from amelio.telegram.client import author, call
@@ -121,6 +122,7 @@ def card_text(proposal: Proposal, verdict: dict[str, Any] | None) -> str:
         f"Diff: {escape(_diff_summary(proposal))}",
         f"Benchmark: {escape(badge(verdict))}",
         f"Proposed by {escape(proposal.proposed_by)}",
+        *(escape(flag) for flag in review_flags(proposal)),
     ]
     if proposal.status == "pending" and not _decides(proposal):
         lines.append(escape(GLOBAL_ONLY))

@@ -242,6 +242,20 @@ class Settings(BaseSettings):
         "two LLM calls each, cached): one that newly fails a rule keeps the proposal from "
         "PASSED. 0: none.",
     )
+    proposal_max_changed_lines: int = Field(
+        default=30,
+        ge=1,
+        le=100_000,
+        description="Lines a proposal may add or remove before it is marked large: a "
+        "PASSED verdict alone does not clear a large one (a person reads the diff).",
+    )
+    proposal_rejected_similarity: float = Field(
+        default=0.8,
+        ge=0,
+        le=1.01,
+        description="A new proposal whose change is at least this like one a person "
+        "rejected for the skill is not filed (409); above 1: never refused.",
+    )
     judge_repeats: int = Field(
         default=3,
         ge=1,

@@ -60,6 +60,7 @@ templates = Jinja2Templates(directory=str(_WEB / "templates"))
 _markdown = MarkdownIt("commonmark", {"html": False}).enable("table")
 templates.env.filters["markdown"] = _markdown.render
 templates.env.globals["line_chart"] = line_chart
+templates.env.globals["review_flags"] = props.review_flags
 STATIC_DIR = _WEB / "static"
 TABS = ("content", "evals", "evolution", "routing", "prs")
 #: Roles that may log in: the dashboard shows interactions, learnings and search.
