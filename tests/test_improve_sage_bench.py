@@ -687,7 +687,11 @@ def test_cli_bench_and_improve_with_sage(
     runner = CliRunner()
     result = runner.invoke(main, ["-w", str(ws.root), "improve", "--sage", "--no-notify", "--json"])
     assert result.exit_code == 0, result.output
-    [made] = json.loads(result.stdout)["projects"][0]["proposals"]
+    assert result.stderr.startswith("Estimate: at most ")
+    report = json.loads(result.stdout)
+    [made] = report["projects"][0]["proposals"]
+    assert report["budget"]["limit"] is None and report["budget"]["calls"] > 0
+    assert report["budget"]["undone"] == []
     assert made["proposedBy"] == "sage"
     bench = ["-w", str(ws.root), "bench", str(made["id"]), "--no-swap", "--seed", "1"]
     # Sage wrote it from the only logged message: nothing is left to replay.
@@ -703,6 +707,41 @@ def test_cli_bench_and_improve_with_sage(
     assert "3 draws per order, agreeing in 100%" in result.stdout
     assert "Judge agreement with people: 0 pairs (0 votes, 0 decisions), too few" in result.stdout
     assert "run at least 6 (--scenarios 6)" in result.stdout
+
+
+def test_sage_estimates_before_and_stops_at_its_budget(
+    ws: Workspace, brain_server: tuple[FakeLLMServer, Brain], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, brain = brain_server
+    brain.sage = better_git(ws)
+    runner = CliRunner()
+    before = len(server.requests)
+    result = runner.invoke(main, ["-w", str(ws.root), "sage", "analyze", "--skill", "git-help"])
+    assert result.exit_code == 0, result.output
+    planned = re.search(
+        r"Estimate: at most ([\d,]+) LLM calls, about ([\d,]+) input", result.stderr
+    )
+    assert planned is not None, result.stderr
+    made = len(server.requests) - before
+    assert 0 < made <= int(planned.group(1).replace(",", ""))  # an upper bound
+    assert re.search(rf"Spent [\d,]+ tokens in {made} LLM calls\.", result.stderr)
+
+    props.reject_proposal(ws, props.list_proposals(ws)[0].id, actor="bob", reason="no")
+    brain.sage = better_git(ws).replace("never a plain force", "never, ever a plain force push")
+    monkeypatch.setenv("AMELIO_IMPROVE_BUDGET_TOKENS", "1")
+    monkeypatch.setenv("AMELIO_PROPOSAL_REJECTED_SIMILARITY", "1.01")  # let it be filed
+    before = len(server.requests)
+    result = runner.invoke(main, ["-w", str(ws.root), "sage", "analyze", "--skill", "git-help"])
+    assert result.exit_code == 0, result.output
+    assert "budget 1 tokens (improve_budget_tokens)" in result.stderr
+    assert len(server.requests) - before == 1  # Sage's rewrite; its benchmark is not run
+    [pending] = props.list_proposals(ws, status="pending")
+    assert re.search(
+        rf"Spent [\d,]+ tokens of a budget of 1 in 1 LLM calls; left undone at the budget: "
+        rf"proposal #{pending.id}: not benchmarked\.",
+        result.stderr,
+    )
+    assert "benchmark failed: The run reached improve_budget_tokens (1)" in result.stdout
 
 
 def test_without_llm_both_commands_explain(workspace: Workspace, examples: Path) -> None:

@@ -50,12 +50,24 @@ def improve(
         raise click.UsageError("Give --project P or --all, not both.")
     ws = workspace(ctx)
     if use_sage:
-        from amelio.improve.sage import improve_with_sage
+        from amelio.improve.budget import Budget
+        from amelio.improve.sage import estimate, improve_with_sage
+        from amelio.workspace.projects import list_projects
 
+        names = [project] if project else [p.name for p in list_projects(ws.engine)]
+        planned = estimate(ws, projects=names, underperformers_only=True)
+        budget = Budget(ws.settings.improve_budget_tokens)
+        click.echo(planned.announce(budget.limit), err=True)
         report = improve_with_sage(
-            ws, projects=[project] if project else None, dry_run=dry_run, notify=not no_notify
+            ws,
+            projects=[project] if project else None,
+            dry_run=dry_run,
+            notify=not no_notify,
+            budget=budget,
         )
+        click.echo(budget.describe(), err=True)
     else:
+        click.echo("Estimate: no LLM calls (template proposals).", err=True)
         report = run_improve(
             ws, projects=[project] if project else None, dry_run=dry_run, notify=not no_notify
         )

@@ -154,12 +154,21 @@ def sage_group() -> None:
 def sage_analyze(
     ctx: click.Context, project: str, skills: tuple[str, ...], no_bench: bool, as_json: bool
 ) -> None:
-    """Rewrite the weakest skills (underperformers first) as benchmarked proposals."""
-    from amelio.improve.sage import analyze
+    """Rewrite the weakest skills (underperformers first) as benchmarked proposals.
 
+    An estimate of the calls and tokens is printed (on stderr) before the first call;
+    improve_budget_tokens stops the run at that many tokens."""
+    from amelio.improve.budget import Budget
+    from amelio.improve.sage import analyze, estimate
+
+    ws = workspace(ctx)
+    planned = estimate(ws, projects=[project], skills=skills or None, benchmark=not no_bench)
+    budget = Budget(ws.settings.improve_budget_tokens)
+    click.echo(planned.announce(budget.limit), err=True)
     results = analyze(
-        workspace(ctx), project=project, skills=skills or None, benchmark=not no_bench
+        ws, project=project, skills=skills or None, benchmark=not no_bench, budget=budget
     )
+    click.echo(budget.describe(), err=True)
     if as_json:
         print_json([r.to_dict() for r in results])
         return

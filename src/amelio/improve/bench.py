@@ -65,6 +65,7 @@ __all__ = [
     "ScenarioPlan",
     "agreement_note",
     "held_out_note",
+    "judge_provider",
     "latest_verdict",
     "list_benchmarks",
     "parse_judge",
@@ -676,6 +677,14 @@ def pinned_note(summary: dict[str, Any]) -> str | None:
     )
 
 
+def judge_provider(ws: Workspace, base: Provider) -> Provider:
+    """The judge: ``judge_model`` on the configured provider, else ``base`` itself."""
+    settings = ws.settings
+    if not settings.judge_model:
+        return base
+    return get_provider(_with_model(ws, settings.judge_model), purpose="Benchmarking")
+
+
 def _with_model(ws: Workspace, model: str) -> Any:
     settings = ws.settings
     return settings.model_copy(update={"llm_model": model}) if model else settings
@@ -710,11 +719,7 @@ def run_benchmark(
     swap = settings.bench_swap if swap is None else swap
     seed = random.SystemRandom().randrange(2**31) if seed is None else seed
     base = provider or get_provider(settings, purpose="Benchmarking")
-    judge_base = judge or (
-        get_provider(_with_model(ws, settings.judge_model), purpose="Benchmarking")
-        if settings.judge_model
-        else base
-    )
+    judge_base = judge or judge_provider(ws, base)
     runner = CachedProvider(base, ws.engine)
     judging = CachedProvider(judge_base, ws.engine)
     skill = get_skill(ws.engine, proposal.skill, proposal.project)

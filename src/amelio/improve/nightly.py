@@ -92,6 +92,8 @@ class ImproveReport:
     finished_at: str = ""
     run_id: int | None = None
     files: list[str] = field(default_factory=list)
+    #: What the run spent on LLM calls and left undone (``amelio improve --sage``).
+    budget: dict[str, Any] | None = None
 
     @property
     def proposals(self) -> list[dict[str, Any]]:
@@ -108,6 +110,7 @@ class ImproveReport:
             "projects": self.projects,
             "superseded": self.superseded,
             "deliveries": self.deliveries,
+            **({"budget": self.budget} if self.budget is not None else {}),
         }
 
     def markdown(self) -> str:
@@ -131,6 +134,15 @@ class ImproveReport:
                 )
             for s in project["skipped"]:
                 lines.append(f"  - skipped {s['skill']}: {s['reason']}")
+        if self.budget is not None:
+            b = self.budget
+            lines += [
+                "",
+                f"LLM calls: {b['calls']}, {b['inputTokens'] + b['outputTokens']} tokens"
+                + (f" of a budget of {b['limit']}" if b["limit"] else "")
+                + (f"; left undone: {'; '.join(b['undone'])}" if b["undone"] else "")
+                + ".",
+            ]
         return "\n".join(lines) + "\n"
 
 

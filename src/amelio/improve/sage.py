@@ -35,7 +35,8 @@ from amelio.assistant.quality import (
 )
 from amelio.db.schema import benchmark_runs, benchmark_scenarios, proposals
 from amelio.errors import AmelioError, InvalidInput
-from amelio.improve.bench import PINNED, run_benchmark
+from amelio.improve.bench import PINNED, judge_provider, run_benchmark
+from amelio.improve.budget import Budget, BudgetExceeded, Estimate, sage_estimate
 from amelio.improve.nightly import (
     WRITTEN_FROM,
     Drafted,
@@ -245,8 +246,9 @@ def _draft(
     )
 
 
-def sage_proposer(provider: Provider) -> Proposer:
-    """A proposer for :func:`amelio.improve.nightly.run_improve` that asks Sage."""
+def sage_proposer(provider: Provider, budget: Budget | None = None) -> Proposer:
+    """A proposer for :func:`amelio.improve.nightly.run_improve` that asks Sage; a
+    skill it cannot rewrite within ``budget`` is recorded as left undone."""
 
     def propose(ws: Workspace, finding: Finding) -> Drafted | None:
         skill = get_skill(ws.engine, finding.skill, finding.project)
@@ -254,6 +256,10 @@ def sage_proposer(provider: Provider) -> Proposer:
             return _draft(ws, provider, skill, finding.project, finding)
         except SageRejected as exc:
             raise InvalidInput(f"Sage's answer was rejected: {exc}") from exc
+        except BudgetExceeded:
+            if budget is not None:
+                budget.undone.append(f"{finding.skill} ({finding.project}): not rewritten")
+            raise
 
     return propose
 
@@ -279,6 +285,34 @@ def _targets(
     return order[: ws.settings.sage_max_skills]
 
 
+def estimate(
+    ws: Workspace,
+    *,
+    projects: Sequence[str],
+    skills: Sequence[str] | None = None,
+    benchmark: bool = True,
+    underperformers_only: bool = False,
+) -> Estimate:
+    """What :func:`analyze` (or, with ``underperformers_only``, ``amelio improve
+    --sage``) would spend at most on ``projects``: Sage's rewrite of each skill it
+    would take up, and its benchmark with ``benchmark``. Reads only."""
+    targets = []
+    for project in projects:
+        chosen = (
+            [(f.skill, f) for f in find_underperformers(ws, project)]
+            if underperformers_only
+            else _targets(ws, project, skills)
+        )
+        for name, finding in chosen:
+            skill = get_skill(ws.engine, name, project)
+            with ws.engine.connect() as conn:
+                if pending_for(conn, skill.id) is not None:
+                    continue
+            prompt = _prompt(ws, skill, project, finding)
+            targets.append((name, project, prompt, skill.spec.content))
+    return sage_estimate(ws, targets, benchmark=benchmark)
+
+
 def analyze(
     ws: Workspace,
     *,
@@ -287,14 +321,25 @@ def analyze(
     provider: Provider | None = None,
     benchmark: bool = True,
     on_proposal: Callable[[int], None] | None = None,
+    budget: Budget | None = None,
 ) -> list[SageResult]:
     """Ask Sage to rewrite the weakest skills; each rewrite becomes a benchmarked proposal.
 
     ``on_proposal`` replaces the inline benchmark (the server runs it in the background).
+    With ``budget``, every call is counted against it, and the run stops at the first
+    call that would go over: what was left undone is in ``budget.undone``.
     """
     provider = provider or _sage_provider(ws)
+    judge = None
+    if budget is not None:
+        provider = budget.wrap(provider)
+        judge = budget.wrap(judge_provider(ws, provider)) if ws.settings.judge_model else None
     results: list[SageResult] = []
-    for name, finding in _targets(ws, project, skills):
+    targets = _targets(ws, project, skills)
+    for index, (name, finding) in enumerate(targets):
+        if budget is not None and budget.exhausted:
+            budget.undone += [f"{n}: not rewritten" for n, _ in targets[index:]]
+            break
         skill = get_skill(ws.engine, name, project)
         with ws.engine.connect() as conn:
             pending = pending_for(conn, skill.id)
@@ -307,6 +352,11 @@ def analyze(
             log.warning("sage: answer for %s rejected: %s", name, exc)
             results.append(SageResult(name, project, "rejected", str(exc)))
             continue
+        except BudgetExceeded as exc:
+            assert budget is not None
+            budget.undone += [f"{n}: not rewritten" for n, _ in targets[index:]]
+            results.append(SageResult(name, project, "skipped", exc.message))
+            break
         except AmelioError as exc:
             results.append(SageResult(name, project, "error", exc.message))
             continue
@@ -336,12 +386,18 @@ def analyze(
             on_proposal(proposal.id)
         elif benchmark:
             try:
-                report = run_benchmark(ws, proposal.id, provider=provider, notify=False)
+                report = run_benchmark(
+                    ws, proposal.id, provider=provider, judge=judge, notify=False
+                )
                 verdict = {
                     "runId": report.run_id,
                     "verdict": report.verdict,
                     "improvementPct": report.improvement_pct,
                 }
+            except BudgetExceeded as exc:
+                assert budget is not None
+                budget.undone.append(f"proposal #{proposal.id}: not benchmarked")
+                verdict = {"error": exc.message}
             except AmelioError as exc:
                 verdict = {"error": exc.message}
         results.append(SageResult(name, project, "proposed", draft.rationale, proposal.id, verdict))
@@ -379,28 +435,44 @@ def improve_with_sage(
     dry_run: bool = False,
     notify: bool = True,
     provider: Provider | None = None,
+    budget: Budget | None = None,
 ) -> Any:
     """``amelio improve --sage``: the nightly loop with Sage writing the proposals,
-    each then benchmarked."""
+    each then benchmarked. With ``budget``, as :func:`analyze`: the report's
+    ``budget`` says what was spent and left undone."""
     provider = provider or _sage_provider(ws)
+    judge = None
+    if budget is not None:
+        provider = budget.wrap(provider)
+        judge = budget.wrap(judge_provider(ws, provider)) if ws.settings.judge_model else None
     # The notifiers hear of the run once its benchmarks are done, so that each
     # proposal arrives with its verdict rather than before it.
     report = run_improve(
         ws,
         projects=projects,
         dry_run=dry_run,
-        proposer=sage_proposer(provider),
+        proposer=sage_proposer(provider, budget),
         mode="sage",
         notify=False,
     )
     for made in report.proposals:
         if made.get("id") is None:
             continue
+        if budget is not None and budget.exhausted:
+            budget.undone.append(f"proposal #{made['id']}: not benchmarked")
+            made["benchmark"] = {"error": "not benchmarked: the run reached its token budget"}
+            continue
         try:
-            bench = run_benchmark(ws, made["id"], provider=provider, notify=False)
+            bench = run_benchmark(ws, made["id"], provider=provider, judge=judge, notify=False)
             made["benchmark"] = {"verdict": bench.verdict, "improvementPct": bench.improvement_pct}
+        except BudgetExceeded as exc:
+            assert budget is not None
+            budget.undone.append(f"proposal #{made['id']}: not benchmarked")
+            made["benchmark"] = {"error": exc.message}
         except AmelioError as exc:
             made["benchmark"] = {"error": exc.message}
+    if budget is not None:
+        report.budget = budget.to_dict()
     if notify and not dry_run:
         report.deliveries = [
             d.to_dict() for d in notify_all(ws.settings, improve_notification(ws, report))

@@ -31,6 +31,7 @@ __all__ = [
     "Timer",
     "cost_usd",
     "not_configured",
+    "whole_stream",
 ]
 
 
@@ -119,6 +120,14 @@ class Provider(Protocol):
     def stream(self, request: LLMRequest) -> Iterator[StreamEvent]:
         """Text deltas as they arrive, then exactly one :class:`Completion`."""
         ...
+
+
+def whole_stream(completion: Completion) -> Iterator[StreamEvent]:
+    """A whole answer as a stream: one delta with all its text, then the completion,
+    for a provider (or wrapper) that gets its answer at once."""
+    if completion.text:
+        yield TextDelta(completion.text)
+    yield completion
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from amelio import db
 from amelio.db.schema import llm_cache, utcnow
-from amelio.llm.base import Completion, LLMRequest, Provider, StreamEvent, TextDelta
+from amelio.llm.base import Completion, LLMRequest, Provider, StreamEvent, whole_stream
 
 __all__ = ["CachedProvider", "cache_key"]
 
@@ -86,7 +86,4 @@ class CachedProvider:
         return completion
 
     def stream(self, request: LLMRequest) -> Iterator[StreamEvent]:
-        completion = self.complete(request)
-        if completion.text:
-            yield TextDelta(completion.text)
-        yield completion
+        yield from whole_stream(self.complete(request))

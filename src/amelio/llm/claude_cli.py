@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from amelio.errors import LLMError, LLMNotConfigured, LLMUnavailable
 from amelio.hookspecs import hookimpl
-from amelio.llm.base import Completion, LLMRequest, ProviderType, StreamEvent, TextDelta, Timer
+from amelio.llm.base import (
+    Completion,
+    LLMRequest,
+    ProviderType,
+    StreamEvent,
+    Timer,
+    whole_stream,
+)
 
 if TYPE_CHECKING:
     from amelio.workspace.config import Settings
@@ -95,10 +102,7 @@ class ClaudeCLIProvider:
         )
 
     def stream(self, request: LLMRequest) -> Iterator[StreamEvent]:
-        completion = self.complete(request)
-        if completion.text:
-            yield TextDelta(completion.text)
-        yield completion
+        yield from whole_stream(self.complete(request))
 
 
 @hookimpl

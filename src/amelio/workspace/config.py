@@ -256,6 +256,13 @@ class Settings(BaseSettings):
         description="A new proposal whose change is at least this like one a person "
         "rejected for the skill is not filed (409); above 1: never refused.",
     )
+    improve_budget_tokens: int = Field(
+        default=0,
+        ge=0,
+        description="Tokens `amelio improve --sage` and `amelio sage analyze` may spend on "
+        "LLM calls (cached answers are free): the call that would go over is not made, "
+        "and the report says what was left undone. 0: no bound.",
+    )
     judge_repeats: int = Field(
         default=3,
         ge=1,
