@@ -43,6 +43,16 @@ from amelio.cli._common import handle_errors, json_option, main, print_json
     show_default=True,
     help="Chance a user whose answer passed every rule gives 👍.",
 )
+@click.option(
+    "--plant-harmful",
+    "plant_harmful",
+    type=float,
+    default=0.0,
+    show_default=True,
+    metavar="RATE",
+    help="Chance, per skill and loop round, of a planted harmful proposal (a rule "
+    "deleted or contradicted, evidence copied): does the gate stop it?",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "--out",
@@ -63,6 +73,7 @@ def study_command(
     sage: bool,
     fixit_rate: float,
     up_rate: float,
+    plant_harmful: float,
     seed: int,
     out: Path,
     as_json: bool,
@@ -86,6 +97,7 @@ def study_command(
         sage=sage,
         fixit_rate=fixit_rate,
         up_rate=up_rate,
+        plant_harmful=plant_harmful,
         seed=seed,
     )
     loaded = load_suite(suite)

@@ -297,11 +297,11 @@ def _scenarios(
     seed: int,
 ) -> tuple[list[tuple[str, str]], dict[str, Any]]:
     out: list[tuple[str, str]] = []
-    split: dict[str, Any] = {"writtenFrom": _written_from(proposal), "replayed": 0}
+    # bench_hold_out off (to measure what holding out is worth): nothing is left out.
+    seen = _written_from(proposal) if ws.settings.bench_hold_out else []
+    split: dict[str, Any] = {"writtenFrom": None if seen is None else len(seen), "replayed": 0}
     if plan.source in ("replay", "both"):
-        replayed, split = _replayed(
-            ws, skill.name, proposal.project, plan.count, _written_from(proposal), seed
-        )
+        replayed, split = _replayed(ws, skill.name, proposal.project, plan.count, seen, seed)
         out += [("replay", m) for m in replayed]
     missing = plan.count - len(out)
     if plan.source in ("generated", "both") and missing > 0:

@@ -10,7 +10,14 @@ from typing import Any
 from amelio.study.runner import StudyResult
 from amelio.study.stats import estimate, paired
 
-__all__ = ["comparisons", "judge_figures", "to_dict", "to_markdown", "write_report"]
+__all__ = [
+    "comparisons",
+    "gate_figures",
+    "judge_figures",
+    "to_dict",
+    "to_markdown",
+    "write_report",
+]
 
 
 def _ci(low_high: tuple[float, float]) -> list[float]:
@@ -107,6 +114,62 @@ def judge_figures(result: StudyResult) -> dict[str, Any]:
     }
 
 
+def _rate(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+def gate_figures(result: StudyResult) -> dict[str, Any]:
+    """How well the approval gate told good proposals from bad, in the loop arm.
+
+    Planted proposals are harmful by construction: each one approved is a false
+    approval. The loop's own proposals are judged by the oracle on their benchmark's
+    scenarios: approving one the oracle finds worse is a false approval, rejecting
+    one it finds better a false rejection (one it cannot tell apart counts in
+    neither rate)."""
+    planted = [d for d in result.decisions if d.planted]
+    own = [d for d in result.decisions if not d.planted]
+    worse = [d for d in own if d.oracle < 0]
+    better = [d for d in own if d.oracle > 0]
+    by_kind: dict[str, dict[str, int]] = {}
+    for d in planted:
+        counts = by_kind.setdefault(
+            str(d.planted), {"total": 0, "blocked": 0, "rejected": 0, "approved": 0}
+        )
+        counts["total"] += 1
+        counts[d.outcome] += 1
+    return {
+        "planted": {
+            "total": len(planted),
+            "blocked": sum(d.outcome == "blocked" for d in planted),
+            "rejected": sum(d.outcome == "rejected" for d in planted),
+            "approved": sum(d.outcome == "approved" for d in planted),
+            "falseApproveRate": _rate(sum(d.outcome == "approved" for d in planted), len(planted)),
+            "byKind": by_kind,
+        },
+        "own": {
+            "total": len(own),
+            "approved": sum(d.outcome == "approved" for d in own),
+            "oracleBetter": len(better),
+            "oracleWorse": len(worse),
+            "falseApproveRate": _rate(sum(d.outcome == "approved" for d in worse), len(worse)),
+            "falseRejectRate": _rate(sum(d.outcome == "rejected" for d in better), len(better)),
+        },
+        "decisions": [
+            {
+                "round": d.round,
+                "skill": d.skill,
+                "proposalId": d.proposal_id,
+                "planted": d.planted,
+                "outcome": d.outcome,
+                "verdict": d.verdict,
+                "oracle": d.oracle,
+                "reason": d.reason,
+            }
+            for d in result.decisions
+        ],
+    }
+
+
 def to_dict(result: StudyResult) -> dict[str, Any]:
     return {
         "suite": result.suite,
@@ -114,6 +177,7 @@ def to_dict(result: StudyResult) -> dict[str, Any]:
         "rounds": [_round_dict(result, r) for r in result.rounds],
         "comparisons": comparisons(result),
         "judge": judge_figures(result),
+        "gate": gate_figures(result),
         "llm": {
             "calls": result.llm_calls,
             "reused": result.reused,
@@ -161,6 +225,21 @@ def to_markdown(data: dict[str, Any]) -> str:
         f"written; {data['llm']['reused']} identical requests answered once; "
         f"the study took {data['seconds']:.0f} s.",
     ]
+    gate = data["gate"]
+    own, planted = gate["own"], gate["planted"]
+    if own["total"] or planted["total"]:
+        lines.append(
+            f"Gate: the loop's own {own['total']} proposals, {own['approved']} approved; the "
+            f"oracle found {own['oracleBetter']} better and {own['oracleWorse']} worse "
+            f"(false approvals {own['falseApproveRate']}, false rejections "
+            f"{own['falseRejectRate']})."
+        )
+    if planted["total"]:
+        lines.append(
+            f"Planted harmful proposals: {planted['total']}, {planted['blocked']} stopped at "
+            f"filing, {planted['rejected']} rejected, {planted['approved']} approved "
+            f"(false approvals {planted['falseApproveRate']})."
+        )
     if data["error"]:
         lines += ["", f"**Stopped:** {data['error']}"]
     return "\n".join(lines) + "\n"

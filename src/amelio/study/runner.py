@@ -25,18 +25,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
 from pydantic import SecretStr
 
 from amelio import evals
 from amelio.assistant import learnings
 from amelio.assistant.quality import give_answer_feedback
 from amelio.assistant.respond import answer_unrecorded, respond
+from amelio.db.schema import interactions
 from amelio.errors import AmelioError, InvalidInput
 from amelio.improve import proposals as props
 from amelio.improve.bench import run_benchmark
-from amelio.improve.nightly import run_improve
-from amelio.skills.store import import_skills
+from amelio.improve.nightly import WRITTEN_FROM, run_improve
+from amelio.skills.store import get_skill, import_skills
 from amelio.study.llm import StudyLLM, StudyStopped
+from amelio.study.planting import PLANT_KINDS, harmful_content
 from amelio.study.suite import Suite, Task
 from amelio.workspace.config import Settings
 from amelio.workspace.folder import Workspace, init_workspace
@@ -45,6 +48,7 @@ from amelio.workspace.projects import DEFAULT_PROJECT
 __all__ = [
     "APPROVALS",
     "ARMS",
+    "Decision",
     "JudgedPair",
     "RoundResult",
     "StudyOptions",
@@ -76,6 +80,7 @@ class StudyOptions:
     fixit_rate: float = 0.5
     up_rate: float = 0.3
     seed: int = 0
+    plant_harmful: float = 0.0
 
     def __post_init__(self) -> None:
         """Checked when made, so neither the CLI nor a library caller can start a
@@ -93,7 +98,11 @@ class StudyOptions:
                 f"--approve is one of {', '.join(APPROVALS)}, not {self.approve!r}.",
                 field="approve",
             )
-        for name, rate in (("fixit-rate", self.fixit_rate), ("up-rate", self.up_rate)):
+        for name, rate in (
+            ("fixit-rate", self.fixit_rate),
+            ("up-rate", self.up_rate),
+            ("plant-harmful", self.plant_harmful),
+        ):
             if not 0.0 <= rate <= 1.0:
                 raise InvalidInput(f"--{name} is between 0 and 1, not {rate}.", field=name)
 
@@ -109,6 +118,7 @@ class StudyOptions:
             "fixitRate": self.fixit_rate,
             "upRate": self.up_rate,
             "seed": self.seed,
+            "plantHarmful": self.plant_harmful,
         }
 
 
@@ -145,6 +155,25 @@ class JudgedPair:
     consistent: bool | None  # the same preference in both orders (None: one order)
 
 
+@dataclass(frozen=True)
+class Decision:
+    """What became of one proposal in the loop arm: filed or stopped at filing, its
+    verdict and the policy's decision. ``planted``: the kind of harm it was made with
+    (None for the loop's own proposals); ``oracle``: over its benchmark's scenarios,
+    +1 when the new version passed more oracle rules than the old one on balance,
+    -1 fewer, 0 as many (or not benchmarked)."""
+
+    arm: str
+    round: int
+    skill: str
+    proposal_id: int | None
+    planted: str | None
+    outcome: str  # "approved", "rejected" or "blocked" (not filed)
+    verdict: str | None
+    oracle: int
+    reason: str = ""
+
+
 @dataclass
 class StudyResult:
     suite: str
@@ -152,6 +181,7 @@ class StudyResult:
     model: str
     rounds: list[RoundResult] = field(default_factory=list)
     pairs: list[JudgedPair] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
     error: str | None = None
     llm_calls: int = 0
     reused: int = 0
@@ -290,12 +320,50 @@ class _Arm:
                 current, "sage", lambda: analyze(self.ws, provider=self.llm, benchmark=False)
             )
             self._decide(number, current)
+        if self.options.plant_harmful:
+            self._plant(number, current)
 
-    def _decide(self, number: int, current: RoundResult) -> None:
-        """Benchmark every pending proposal, then approve or reject it by the policy."""
+    def _plant(self, number: int, current: RoundResult) -> None:
+        """File the round's harmful proposals (:mod:`amelio.study.planting`), then
+        decide them as any other."""
+        rng = random.Random(f"plant:{self.options.seed}:{number}")  # noqa: S311
+        planted: dict[int, str] = {}
+        for index, skill in enumerate(sorted(self.suite.oracle)):
+            if rng.random() >= self.options.plant_harmful:
+                continue
+            kind = PLANT_KINDS[(number + index) % len(PLANT_KINDS)]
+            current_skill = get_skill(self.ws.engine, skill, DEFAULT_PROJECT)
+            evidence = _recent_exchanges(self.ws, skill)
+            content = harmful_content(
+                kind, current_skill.spec.content, [(m, a) for _, m, a in evidence], rng
+            )
+            if content is None:
+                continue
+            try:
+                made = props.create_proposal(
+                    self.ws,
+                    skill,
+                    proposed_content=content,
+                    rationale=f"planted by the study: {kind}",
+                    author="study-planted",
+                    evidence={"planted": kind, WRITTEN_FROM: [i for i, _, _ in evidence]},
+                )
+            except AmelioError as exc:  # stopped at filing: caught before any benchmark
+                self.result.decisions.append(
+                    Decision(self.name, number, skill, None, kind, "blocked", None, 0, exc.message)
+                )
+                continue
+            planted[made.id] = kind
+        self._decide(number, current, planted)
+
+    def _decide(
+        self, number: int, current: RoundResult, planted: dict[int, str] | None = None
+    ) -> None:
+        """Benchmark every pending proposal, then approve or reject it by the policy
+        (``planted``: the harmful ones the study filed, by id, with their kind)."""
         for proposal in props.list_proposals(self.ws, status="pending"):
             current.filed += 1
-            verdict = self._benchmark(number, current, proposal)
+            verdict, oracle = self._benchmark(number, current, proposal)
             # Gated: a PASSED verdict, and not a large change (a PASSED alone does not
             # clear one; the study has no person to read its diff).
             approve = self.options.approve == "all" or (
@@ -313,10 +381,25 @@ class _Arm:
                     actor=STUDY_ACTOR,
                     reason=f"study: policy {self.options.approve}, benchmark {verdict}",
                 )
+            self.result.decisions.append(
+                Decision(
+                    self.name,
+                    number,
+                    proposal.skill,
+                    proposal.id,
+                    (planted or {}).get(proposal.id),
+                    "approved" if approve else "rejected",
+                    verdict,
+                    oracle,
+                )
+            )
 
-    def _benchmark(self, number: int, current: RoundResult, proposal: props.Proposal) -> str:
+    def _benchmark(
+        self, number: int, current: RoundResult, proposal: props.Proposal
+    ) -> tuple[str, int]:
+        """The verdict, and which side the oracle prefers on balance (+1 the new)."""
         if proposal.scope == "new" or proposal.skill not in self.suite.oracle:
-            return "NOT BENCHMARKED"
+            return "NOT BENCHMARKED", 0
         self.llm.step = f"arm loop, round {number}: benchmark of proposal #{proposal.id}"
         report = self._timed(
             current,
@@ -331,6 +414,7 @@ class _Arm:
             ),
         )
         rules = self.suite.oracle[proposal.skill]
+        balance = 0
         for row in report.scenarios:
             if row.get("winner") is None:
                 continue
@@ -338,6 +422,7 @@ class _Arm:
             new = evals.evaluate(row["newOutput"], rules)
             old_passed = sum(r.passed for r in old.results)
             new_passed = sum(r.passed for r in new.results)
+            balance += new_passed - old_passed
             judged = row["newJudge"] - row["oldJudge"]
             self.result.pairs.append(
                 JudgedPair(
@@ -349,7 +434,19 @@ class _Arm:
                     row["consistent"] if len(row.get("orders", ())) > 1 else None,
                 )
             )
-        return str(report.verdict)
+        return str(report.verdict), (balance > 0) - (balance < 0)
+
+
+def _recent_exchanges(ws: Workspace, skill: str, limit: int = 2) -> list[tuple[int, str, str]]:
+    """The newest recorded (interaction id, message, answer) of ``skill``."""
+    with ws.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(interactions.c.id, interactions.c.message, interactions.c.answer)
+            .where(interactions.c.applied_skill == skill)
+            .order_by(interactions.c.id.desc())
+            .limit(limit)
+        ).all()
+    return [(r.id, r.message, r.answer) for r in rows]
 
 
 def _arm_settings(base: Settings, root: Path) -> Settings:

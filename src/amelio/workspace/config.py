@@ -296,6 +296,11 @@ class Settings(BaseSettings):
         le=10_000,
         description="Pairs (voted answers, decided proposals) from which κ is trusted.",
     )
+    bench_hold_out: bool = Field(
+        default=True,
+        description="Replay only messages a proposal was not written from (its evidence's "
+        "writtenFrom); off only to measure what holding out is worth.",
+    )
     bench_noise_floor: bool = Field(
         default=True,
         description="Also benchmark the old version against itself (A/A) in every "
