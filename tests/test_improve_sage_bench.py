@@ -218,6 +218,8 @@ def test_sage_proposes_and_the_benchmark_proves_it(
     assert run["positionConsistency"] == 1.0 and run["swap"] is True
     assert run["judgeUsed"] is True and run["judgeNote"] is None
     assert run["weights"] == {"evals": 0.6, "judge": 0.4}
+    # Per scenario the rules move 0.6 × 3.3 = 2.0 and the judge 0.4 × 6 = 2.4.
+    assert run["scoreShare"] == {"rules": 0.455, "judge": 0.545}
     # Held out: Sage read the three failed answers, so none of them is replayed; the
     # answer it did not see is, and the rest is generated.
     seen = proposal.evidence["writtenFrom"]
@@ -635,6 +637,7 @@ def test_a_gain_the_old_version_also_shows_against_itself_is_noise(
     page = report_page(ws, proposal.id)
     assert "Noise floor +2.00: the old version against itself, mean +2.00 over 8" in page
     assert "3 judge draws per order, agreeing in 100% of them." in page
+    assert "The differences came 100% from the rules and 0% from the judge." in page
     assert 'data-testid="floor-note">Not above the noise floor' in page
 
     monkeypatch.setenv("AMELIO_BENCH_NOISE_FLOOR", "false")

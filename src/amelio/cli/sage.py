@@ -30,6 +30,11 @@ def print_report(report: BenchmarkReport) -> None:
     )
     if s["positionConsistency"] is not None:
         click.echo(f"judge position consistency {s['positionConsistency']:.0%}")
+    if s.get("scoreShare"):
+        click.echo(
+            f"the differences came {s['scoreShare']['rules']:.0%} from the rules and "
+            f"{s['scoreShare']['judge']:.0%} from the judge"
+        )
     if s.get("judgeRepeats", 1) > 1 and s.get("repeatAgreement") is not None:
         click.echo(
             f"judge: {s['judgeRepeats']} draws per order, agreeing in {s['repeatAgreement']:.0%}"

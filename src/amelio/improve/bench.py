@@ -934,6 +934,17 @@ def _summarize(
             f"Not above the noise floor: the improvement's interval starts at {low:+.2f}, "
             f"and the old version against itself reaches {noise['floor']:+.2f}."
         )
+    # How much of the scenarios' differences came from the rules and how much from the
+    # judge, under the run's weights: what a reviewer should know the verdict rests on.
+    from_rules = sum(
+        abs(weighing.evals * (r["newEval"] - r["oldEval"]))
+        for r in scored
+        if weighing.counts(r) and r["oldEval"] is not None
+    )
+    from_judge = sum(
+        abs(weighing.judge * (r["newJudge"] - r["oldJudge"])) for r in scored if weighing.counts(r)
+    )
+    moved = from_rules + from_judge
     scenario_verdict = verdict
     if pinned["regressed"]:
         verdict = "FAILED"
@@ -961,6 +972,11 @@ def _summarize(
         "judgeUsed": weighing.judge > 0,
         "judgeNote": weighing.note,
         "weights": {"evals": weighing.evals, "judge": weighing.judge},
+        "scoreShare": (
+            {"rules": round(from_rules / moved, 3), "judge": round(from_judge / moved, 3)}
+            if moved
+            else None
+        ),
         "scenarioSource": plan.source,
         "scenarioCount": len(rows),
         "plannedScenarios": planned,
