@@ -324,6 +324,8 @@ def test_planted_harmful_proposals_are_counted_where_they_stop(
     data = json.loads((tmp_path / "all" / "study.json").read_text(encoding="utf-8"))
     assert data["gate"]["planted"]["approved"] == 2
     assert data["gate"]["planted"]["falseApproveRate"] == 1.0
+    assert data["gate"]["approvedWithRegressions"] == 0  # the suite's skills pin nothing
+    assert {d["regressed"] for d in data["gate"]["decisions"]} == {0}
     result = study(str(suite), "--out", str(tmp_path / "bad"), "--plant-harmful", "2")
     assert result.exit_code == 1 and "--plant-harmful is between 0 and 1" in result.output
 

@@ -154,6 +154,10 @@ def gate_figures(result: StudyResult) -> dict[str, Any]:
             "falseApproveRate": _rate(sum(d.outcome == "approved" for d in worse), len(worse)),
             "falseRejectRate": _rate(sum(d.outcome == "rejected" for d in better), len(better)),
         },
+        # Approved although the benchmark found pinned cases it breaks (the target: 0).
+        "approvedWithRegressions": sum(
+            d.outcome == "approved" and d.regressed > 0 for d in result.decisions
+        ),
         "decisions": [
             {
                 "round": d.round,
@@ -163,6 +167,7 @@ def gate_figures(result: StudyResult) -> dict[str, Any]:
                 "outcome": d.outcome,
                 "verdict": d.verdict,
                 "oracle": d.oracle,
+                "regressed": d.regressed,
                 "reason": d.reason,
             }
             for d in result.decisions

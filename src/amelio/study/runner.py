@@ -172,6 +172,8 @@ class Decision:
     verdict: str | None
     oracle: int
     reason: str = ""
+    #: Pinned cases its benchmark found it to break (a regression cannot be PASSED).
+    regressed: int = 0
 
 
 @dataclass
@@ -363,7 +365,7 @@ class _Arm:
         (``planted``: the harmful ones the study filed, by id, with their kind)."""
         for proposal in props.list_proposals(self.ws, status="pending"):
             current.filed += 1
-            verdict, oracle = self._benchmark(number, current, proposal)
+            verdict, oracle, regressed = self._benchmark(number, current, proposal)
             # Gated: a PASSED verdict, and not a large change (a PASSED alone does not
             # clear one; the study has no person to read its diff).
             approve = self.options.approve == "all" or (
@@ -391,15 +393,17 @@ class _Arm:
                     "approved" if approve else "rejected",
                     verdict,
                     oracle,
+                    regressed=regressed,
                 )
             )
 
     def _benchmark(
         self, number: int, current: RoundResult, proposal: props.Proposal
-    ) -> tuple[str, int]:
-        """The verdict, and which side the oracle prefers on balance (+1 the new)."""
+    ) -> tuple[str, int, int]:
+        """The verdict, which side the oracle prefers on balance (+1 the new), and the
+        pinned cases the proposal breaks."""
         if proposal.scope == "new" or proposal.skill not in self.suite.oracle:
-            return "NOT BENCHMARKED", 0
+            return "NOT BENCHMARKED", 0, 0
         self.llm.step = f"arm loop, round {number}: benchmark of proposal #{proposal.id}"
         report = self._timed(
             current,
@@ -434,7 +438,8 @@ class _Arm:
                     row["consistent"] if len(row.get("orders", ())) > 1 else None,
                 )
             )
-        return str(report.verdict), (balance > 0) - (balance < 0)
+        regressed = int(report.summary.get("pinnedCases", {}).get("regressed", 0))
+        return str(report.verdict), (balance > 0) - (balance < 0), regressed
 
 
 def _recent_exchanges(ws: Workspace, skill: str, limit: int = 2) -> list[tuple[int, str, str]]:
