@@ -636,6 +636,7 @@ def test_a_gain_the_old_version_also_shows_against_itself_is_noise(
     assert (row["aa"]["output"], row["aa"]["diff"]) == (SAFE, 2.0)
     page = report_page(ws, proposal.id)
     assert "Noise floor +2.00: the old version against itself, mean +2.00 over 8" in page
+    assert "Gain per scenario +2.00 (interval +2.00 to +2.00), old " in page
     assert "3 judge draws per order, agreeing in 100% of them." in page
     assert "The differences came 100% from the rules and 0% from the judge." in page
     assert 'data-testid="floor-note">Not above the noise floor' in page

@@ -61,6 +61,8 @@ _EN = {
     "pinned_regressed": "{k} of {n} pinned cases newly fail a rule under this proposal: "
     "it cannot pass (the scenarios alone said {v}).",
     "pinned_case": "Pinned case",
+    "gain_interval": "Gain per scenario {d} (interval {lo} to {hi}), old {o} and new {n} "
+    "out of 10.",
     "score_share": "The differences came {r}% from the rules and {j}% from the judge.",
     "judge_kappa": "Judge agreement with people: κ {k} over {n} pairs ({v} votes, {d} decisions).",
     "judge_kappa_unknown": "Judge agreement with people: {n} pairs ({v} votes, {d} "
@@ -295,6 +297,8 @@ _FR = {
     "pinned_regressed": "{k} cas épinglés sur {n} échouent à une règle avec cette proposition : "
     "elle ne peut pas passer (les scénarios seuls disaient {v}).",
     "pinned_case": "Cas épinglé",
+    "gain_interval": "Gain par scénario {d} (intervalle {lo} à {hi}), ancien {o} et nouveau {n} "
+    "sur 10.",
     "score_share": "Les écarts viennent à {r} % des règles et à {j} % du juge.",
     "judge_kappa": "Accord du juge avec les personnes : κ {k} sur {n} paires ({v} votes, "
     "{d} décisions).",
