@@ -23,6 +23,13 @@ Beyond the seed, so that a verdict means something:
 * a run stops as soon as no verdict is reachable any more (``bench_stop_early``):
   once so many scenarios showed no difference that even the rest could not make
   the test significant, their calls would buy nothing but a longer TIE;
+* replayed scenarios are held out: none is a message the proposal was written from
+  (its evidence's ``writtenFrom``), so it is not judged on its training cases;
+* the judge scores each pair ``judge_repeats`` times in each order, and its
+  agreement with people's votes and decisions (Cohen's κ,
+  :mod:`amelio.improve.agreement`) decides whether it counts for the skill;
+* the old version also answers each scenario again and is scored against itself:
+  a PASSED needs its interval above that noise floor;
 * the skill's pinned cases (:mod:`amelio.assistant.cases`: answers people kept, and
   messages a Fix It corrected) are re-answered with both versions and checked against
   the skill's eval rules; a rule the old version's answer passes and the new one's
