@@ -347,3 +347,38 @@ def test_knowledge_page_escapes_sources_and_answers_without_an_llm(
         assert 'id="citation-1"' in text and "open the &lt;script&gt;" in text
         empty = client.get("/knowledge/support", params={"q": "   "}).text
         assert "The question is empty." in empty
+
+
+def test_the_cases_tab_lists_pinned_cases_and_admins_unpin_them(
+    workspace: Workspace, examples: Path
+) -> None:
+    from amelio.assistant import cases
+    from amelio.assistant.quality import give_answer_feedback
+    from amelio.assistant.respond import respond
+    from amelio.llm.fake import ScriptedProvider
+
+    skills.import_skills(workspace.engine, examples)
+    kept = respond(workspace, "git push rejected", provider=ScriptedProvider(default="git pull"))
+    give_answer_feedback(workspace, kept.interaction_id, "up", user="ann")
+    [case] = cases.list_cases(workspace, skill="git-help")
+    _, admin = keys.create_key(workspace.engine, name="admin", role="admin")
+    _, bot = keys.create_key(workspace.engine, name="bot", role="bot")
+    page = "/skills/git-help?project=default&tab=cases"
+    with TestClient(create_app(workspace)) as client:
+        login(client, bot)
+        shown = client.get(page).text
+        assert f'id="case-{case.id}"' in shown and "git push rejected" in shown
+        assert "Unpin" not in shown  # a viewer sees the list only
+    with TestClient(create_app(workspace)) as client:
+        csrf = login(client, admin)
+        unpin = f"/skills/git-help/cases/{case.id}/unpin"
+        assert client.post(unpin, data={"csrf": "wrong"}).status_code == 403
+        assert cases.list_cases(workspace) != []
+        r = client.post(unpin, data={"csrf": csrf}, follow_redirects=False)
+        assert r.status_code == 303 and "msg=case_unpinned" in r.headers["location"]
+        after = client.get(r.headers["location"]).text
+        assert f"Case {case.id} unpinned: benchmarks no longer check it." in after
+        assert "No pinned cases yet." in after
+        r = client.post("/skills/git-help/cases/999/unpin", data={"csrf": csrf})
+        assert "msg=failed_not_found" in str(r.url)
+    assert cases.list_cases(workspace) == []

@@ -139,6 +139,15 @@ _EN = {
     "pins_hides": "Pins / hides",
     "votes": "Votes + / −",
     "routing": "Routing",
+    "cases": "Pinned cases",
+    "cases_help": "Answers this skill must keep passing: every benchmark re-answers them with "
+    "both versions, and a proposal under which one newly fails a rule cannot pass. A 👍 pins "
+    "an answer, a Fix It pins its message with the correction, and `amelio cases pin` pins "
+    "by hand.",
+    "no_cases": "No pinned cases yet.",
+    "unpin": "Unpin",
+    "correction_or_note": "Correction or note",
+    "case_unpinned": "Case {case} unpinned: benchmarks no longer check it.",
     "ref": "Ref",
     "remove": "Remove",
     "examples_help": "The messages the learned router learns this skill from: its SKILL.md "
@@ -375,6 +384,15 @@ _FR = {
     "pins_hides": "Épinglés / masqués",
     "votes": "Votes + / −",
     "routing": "Routage",
+    "cases": "Cas épinglés",
+    "cases_help": "Des réponses que cette compétence doit continuer à réussir : chaque "
+    "benchmark les rejoue avec les deux versions, et une proposition qui en fait échouer une "
+    "à une règle ne peut pas passer. Un 👍 épingle une réponse, un Fix It épingle son message "
+    "avec la correction, et `amelio cases pin` épingle à la main.",
+    "no_cases": "Aucun cas épinglé pour l'instant.",
+    "unpin": "Désépingler",
+    "correction_or_note": "Correction ou note",
+    "case_unpinned": "Cas {case} désépinglé : les benchmarks ne le vérifient plus.",
     "ref": "Réf.",
     "remove": "Supprimer",
     "examples_help": "Les messages dont le routeur par apprentissage se sert pour reconnaître "
@@ -514,6 +532,7 @@ def strings(language: str) -> dict[str, str]:
 #: text from its address, so a link cannot put words on a trusted page.
 FLASH_CODES = frozenset(
     {
+        "case_unpinned",
         "example_added",
         "example_removed",
         "skill_example_removed",

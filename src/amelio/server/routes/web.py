@@ -24,6 +24,7 @@ from fastapi.templating import Jinja2Templates
 from markdown_it import MarkdownIt
 
 from amelio import knowledge, skills
+from amelio.assistant import cases as pinned_cases
 from amelio.assistant import learnings
 from amelio.assistant.quality import (
     DailyMetrics,
@@ -62,7 +63,7 @@ templates.env.filters["markdown"] = _markdown.render
 templates.env.globals["line_chart"] = line_chart
 templates.env.globals["review_flags"] = props.review_flags
 STATIC_DIR = _WEB / "static"
-TABS = ("content", "evals", "evolution", "routing", "prs")
+TABS = ("content", "evals", "evolution", "routing", "cases", "prs")
 #: Roles that may log in: the dashboard shows interactions, learnings and search.
 DASHBOARD_ROLES = ("admin", "bot")
 
@@ -299,6 +300,8 @@ def skill_page(
         }
     elif tab == "routing":
         context |= data.routing_view(ws, name, project)
+    elif tab == "cases":
+        context |= {"cases": pinned_cases.list_cases(ws, project=project, skill=name)}
     else:
         found = props.list_proposals(ws, skill=name, project=project)
         context |= {"proposals": [(p, latest_verdict(ws, p.id)) for p in found]}
@@ -456,6 +459,26 @@ def remove_routing_example(
         version = skills.get_skill(ws.engine, name, project).version
         return _back(back, "skill_example_removed", ref=ref, version=version)
     return _back(back, "example_removed", ref=ref)
+
+
+@router.post("/skills/{name}/cases/{case_id}/unpin")
+def unpin_case(
+    request: Request,
+    name: str,
+    case_id: Id,
+    csrf: Annotated[str, Form()] = "",
+    project: Annotated[str, Form()] = DEFAULT_PROJECT,
+) -> Response:
+    """Stop checking a pinned case in the skill's benchmarks (its row stays)."""
+    session = _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
+    back = _skill_tab(name, project, "cases")
+    try:
+        pinned_cases.unpin_case(
+            _ws(request), case_id, project=project, author=f"key:{session.name}"
+        )
+    except AmelioError as exc:
+        return _back(back, _failed(exc))
+    return _back(back, "case_unpinned", case=case_id)
 
 
 @router.post("/skills/{name}/suggest-triggers")
