@@ -32,7 +32,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from amelio import db
-from amelio.db.schema import aware, feedback, interactions, pinned_cases, projects, utcnow
+from amelio.db.schema import aware, interactions, pinned_cases, projects, utcnow
 from amelio.errors import InvalidInput, NotFound
 from amelio.privacy.pii import scrub_for_storage
 from amelio.workspace.config import Settings
@@ -43,9 +43,7 @@ __all__ = [
     "CASE_SOURCES",
     "MAX_NOTE_CHARS",
     "PinnedCase",
-    "benchmark_cases",
     "count_cases",
-    "interaction_project",
     "list_cases",
     "on_answer_feedback",
     "pin_case",
@@ -133,20 +131,6 @@ def _note(settings: Settings, note: str | None) -> str | None:
     if note is not None and len(note) > MAX_NOTE_CHARS:
         raise InvalidInput(f"A note is at most {MAX_NOTE_CHARS:,} characters.", field="note")
     return scrub_for_storage(settings, note, "comments") if note else None
-
-
-def interaction_project(ws: Workspace, interaction_id: int) -> str:
-    """The project of interaction ``interaction_id`` (:class:`NotFound` if none), so a
-    caller can check a key's scope before pinning it."""
-    with db.reading(ws.engine) as conn:
-        name = conn.scalar(
-            sa.select(projects.c.name)
-            .join(interactions, interactions.c.project_id == projects.c.id)
-            .where(interactions.c.id == interaction_id)
-        )
-    if name is None:
-        raise NotFound(f"No interaction {interaction_id}.", interaction_id=interaction_id)
-    return str(name)
 
 
 def _get(conn: sa.Connection, where: sa.ColumnElement[bool]) -> PinnedCase | None:
@@ -256,13 +240,6 @@ def list_cases(
         return [_case(row) for row in conn.execute(query)]
 
 
-def benchmark_cases(ws: Workspace, skill: str, project: str, limit: int) -> list[PinnedCase]:
-    """The pinned cases a benchmark of ``skill`` checks: the newest ``limit``."""
-    if limit <= 0:
-        return []
-    return list_cases(ws, project=project, skill=skill, limit=limit)
-
-
 def count_cases(ws: Workspace, skill: str, project: str) -> int:
     """How many cases are pinned for ``skill`` in ``project``."""
     with db.reading(ws.engine) as conn:
@@ -301,6 +278,8 @@ def on_answer_feedback(
     interaction: Any,
     kind: str,
     comment: str | None,
+    *,
+    objected: bool,
 ) -> None:
     """Keep the pins of ``interaction`` (its row: ``id``, ``project_id``,
     ``applied_skill``) in step with feedback on it, in the caller's transaction.
@@ -315,12 +294,7 @@ def on_answer_feedback(
     where = pinned_cases.c.interaction_id == interaction.id
     existing = conn.execute(sa.select(pinned_cases).where(where)).first()
     if kind == "up":
-        objected = conn.execute(
-            sa.select(feedback.c.id)
-            .where(feedback.c.interaction_id == interaction.id, feedback.c.kind != "up")
-            .limit(1)
-        ).first()
-        if existing is None and objected is None:
+        if existing is None and not objected:
             _insert(conn, interaction, "thumbs_up")
         return
     automatic = existing is not None and existing.source == "thumbs_up"

@@ -210,8 +210,19 @@ def give_answer_feedback(
                 .where(feedback.c.id == feedback_id)
                 .values(kind=kind, comment=comment, updated_at=now)
             )
-        routing_examples.on_answer_feedback(conn, row, kind)
-        cases.on_answer_feedback(conn, ws.settings, row, kind, comment)
+        # Whether anyone marked this answer 👎 or Fix It (this vote included): a kept
+        # answer becomes a routing example and a pinned case only if no one did.
+        objected = (
+            kind != "up"
+            or conn.execute(
+                sa.select(feedback.c.id)
+                .where(feedback.c.interaction_id == interaction_id, feedback.c.kind != "up")
+                .limit(1)
+            ).first()
+            is not None
+        )
+        routing_examples.on_answer_feedback(conn, row, kind, objected=objected)
+        cases.on_answer_feedback(conn, ws.settings, row, kind, comment, objected=objected)
     project = str(row.project)
     changed = previous is None or previous.kind != kind or previous.comment != comment
 

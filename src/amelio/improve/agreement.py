@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,15 @@ from amelio.db.schema import benchmark_runs, feedback, interactions, projects, p
 from amelio.llm import Completion, LLMRequest, Provider
 from amelio.workspace.folder import Workspace
 
-__all__ = ["GOOD_SCORE", "Agreement", "cohen_kappa", "judge_agreement", "parse_score"]
+__all__ = [
+    "GOOD_SCORE",
+    "Agreement",
+    "cohen_kappa",
+    "json_objects",
+    "judge_agreement",
+    "judge_score",
+    "parse_score",
+]
 
 #: A judge score from which an answer counts as one a person would keep.
 GOOD_SCORE = 6
@@ -59,16 +67,30 @@ def cohen_kappa(pairs: Sequence[tuple[bool, bool]]) -> float | None:
     return (observed - chance) / (1 - chance)
 
 
-def parse_score(text: str) -> float:
-    """The score from a one-answer judge reply; ValueError if there is none."""
+def json_objects(text: str) -> Iterator[dict[str, Any]]:
+    """Every JSON object in an LLM's reply, in order: judges add prose and fences
+    around the object they were asked for."""
     for match in re.finditer(r"\{.*?\}", text, re.DOTALL):
         try:
             data = json.loads(match.group(0))
         except json.JSONDecodeError:
             continue
-        score = data.get("score") if isinstance(data, dict) else None
-        if isinstance(score, int | float) and not isinstance(score, bool) and 1 <= score <= 10:
-            return float(score)
+        if isinstance(data, dict):
+            yield data
+
+
+def judge_score(value: object) -> float | None:
+    """``value`` as a judge's score, 1 to 10, or None when it is not one."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 1 <= value <= 10:
+        return float(value)
+    return None
+
+
+def parse_score(text: str) -> float:
+    """The score from a one-answer judge reply; ValueError if there is none."""
+    for data in json_objects(text):
+        if (score := judge_score(data.get("score"))) is not None:
+            return score
     raise ValueError(f"no valid score in judge reply: {text[:120]!r}")
 
 

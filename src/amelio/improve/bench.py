@@ -52,12 +52,12 @@ from typing import Any
 import sqlalchemy as sa
 
 from amelio import db
-from amelio.assistant.cases import benchmark_cases, count_cases
+from amelio.assistant.cases import count_cases, list_cases
 from amelio.assistant.respond import answer_with
 from amelio.db.schema import benchmark_runs, benchmark_scenarios, interactions, projects, utcnow
 from amelio.errors import AmelioError, InvalidInput, LLMError
 from amelio.evals import EvalReport
-from amelio.improve.agreement import Agreement, judge_agreement
+from amelio.improve.agreement import Agreement, json_objects, judge_agreement, judge_score
 from amelio.improve.nightly import WRITTEN_FROM, proposal_actions
 from amelio.improve.notifiers import Notification, notify_all
 from amelio.improve.proposals import get_proposal
@@ -65,6 +65,7 @@ from amelio.improve.stats import bootstrap_mean_ci, min_scenarios, wilcoxon_sign
 from amelio.llm import Completion, LLMRequest, Provider, get_provider
 from amelio.llm.cache import CachedProvider
 from amelio.skills.store import get_skill
+from amelio.workspace.config import Settings
 from amelio.workspace.folder import Workspace
 
 __all__ = [
@@ -160,23 +161,10 @@ def parse_judge(text: str) -> tuple[float, float, str]:
     Accepts the JSON object anywhere in the reply (judges add prose and fences),
     never guesses a score that is not there.
     """
-    for match in re.finditer(r"\{.*?\}", text, re.DOTALL):
-        try:
-            data = json.loads(match.group(0))
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(data, dict):
-            continue
-        a, b = data.get("score_a"), data.get("score_b")
-        if (
-            isinstance(a, int | float)
-            and isinstance(b, int | float)
-            and 1 <= a <= 10
-            and 1 <= b <= 10
-            and not isinstance(a, bool)
-            and not isinstance(b, bool)
-        ):
-            return float(a), float(b), str(data.get("reason", "")).strip()[:1000]
+    for data in json_objects(text):
+        a, b = judge_score(data.get("score_a")), judge_score(data.get("score_b"))
+        if a is not None and b is not None:
+            return a, b, str(data.get("reason", "")).strip()[:1000]
     raise ValueError(f"no valid scores in judge reply: {text[:120]!r}")
 
 
@@ -546,15 +534,7 @@ def _against_itself(
     the cached first), and that answer is scored against the first exactly as the new
     version's is. What separates two draws of the same skill is noise; the run's noise
     floor is made of it."""
-    again, report = answer_with(
-        ws,
-        message,
-        skill=skill.name,
-        content=proposal.current_content,
-        provider=runner,
-        project=proposal.project,
-        sample=1,
-    )
+    again, report = _answer(ws, message, proposal, skill, runner, proposal.current_content, 1)
     spent.append(again)
     aa: dict[str, Any] = {"output": again.text, "eval": _eval_score(report)}
     if again.text == old.text and len(orders) == 2:
@@ -573,22 +553,34 @@ def _against_itself(
     }
 
 
+def _answer(
+    ws: Workspace,
+    message: str,
+    proposal: Any,
+    skill: Any,
+    runner: CachedProvider,
+    content: str,
+    sample: int = 0,
+) -> tuple[Completion, EvalReport]:
+    """The skill's answer to ``message`` at ``content`` (one version of the proposal),
+    with its eval report; ``sample`` 1 is a second draw of the same answer."""
+    return answer_with(
+        ws,
+        message,
+        skill=skill.name,
+        content=content,
+        provider=runner,
+        project=proposal.project,
+        sample=sample,
+    )
+
+
 def _both(
     ws: Workspace, message: str, proposal: Any, skill: Any, runner: CachedProvider
 ) -> tuple[tuple[Completion, EvalReport], tuple[Completion, EvalReport]]:
     """The old and the new version's answers to ``message``, each with its eval report."""
-    old, new = (
-        answer_with(
-            ws,
-            message,
-            skill=skill.name,
-            content=content,
-            provider=runner,
-            project=proposal.project,
-        )
-        for content in (proposal.current_content, proposal.proposed_content)
-    )
-    return old, new
+    old = _answer(ws, message, proposal, skill, runner, proposal.current_content)
+    return old, _answer(ws, message, proposal, skill, runner, proposal.proposed_content)
 
 
 def _check_pinned(
@@ -615,7 +607,7 @@ def _check_pinned(
         )
         return [], block
     rows: list[dict[str, Any]] = []
-    for case in benchmark_cases(ws, skill.name, proposal.project, limit):
+    for case in list_cases(ws, project=proposal.project, skill=skill.name, limit=limit):
         (old_c, old_r), (new_c, new_r) = _both(ws, case.message, proposal, skill, runner)
         spent += [old_c, new_c]
         old_failed = {r.rule_id for r in old_r.failed}
@@ -849,9 +841,9 @@ def _run(
         if _judged(row):
             _score(row, weighing, settings.bench_tie_margin)
     summary = _summarize(
+        settings,
         rows,
         len(cases),
-        settings.bench_confidence,
         seed,
         swap,
         weighing,
@@ -861,9 +853,7 @@ def _run(
         judging,
         pinned,
         split,
-        settings.judge_repeats,
         agreement,
-        {"minPairs": settings.bench_min_judge_pairs, "minKappa": settings.bench_min_judge_kappa},
     )
     with db.transaction(ws.engine) as conn:
         for row in rows:
@@ -907,9 +897,9 @@ def _run(
 
 
 def _summarize(
+    settings: Settings,
     rows: list[dict[str, Any]],
     planned: int,
-    confidence: float,
     seed: int,
     swap: bool,
     weighing: Weighing,
@@ -919,10 +909,9 @@ def _summarize(
     judging: CachedProvider,
     pinned: dict[str, Any],
     split: dict[str, Any],
-    judge_repeats: int,
     agreement: Agreement | None,
-    min_agreement: dict[str, Any],
 ) -> dict[str, Any]:
+    confidence = settings.bench_confidence
     scored = [r for r in rows if _judged(r)]
     diffs = [r["newScore"] - r["oldScore"] for r in scored if weighing.counts(r)]
     old_avg = statistics.fmean(r["oldScore"] for r in scored) if scored else None
@@ -1002,8 +991,11 @@ def _summarize(
         "noiseFloor": noise["floor"],
         "noise": noise,
         "floorNote": floor_note,
-        "judgeRepeats": judge_repeats,
-        "judgeAgreement": None if agreement is None else agreement.to_dict() | min_agreement,
+        "judgeRepeats": settings.judge_repeats,
+        "judgeAgreement": None
+        if agreement is None
+        else agreement.to_dict()
+        | {"minPairs": settings.bench_min_judge_pairs, "minKappa": settings.bench_min_judge_kappa},
         "repeatAgreement": (
             round(statistics.fmean(r["repeatAgreement"] for r in scored), 3) if scored else None
         ),

@@ -33,6 +33,7 @@ __all__ = [
     "BudgetExceeded",
     "Estimate",
     "benchmark_estimate",
+    "describe_spending",
     "estimate_tokens",
     "sage_estimate",
 ]
@@ -67,17 +68,6 @@ class Estimate:
 
     def times(self, n: int) -> Estimate:
         return Estimate(self.calls * n, self.input_tokens * n, self.output_tokens * n)
-
-    @property
-    def tokens(self) -> int:
-        return self.input_tokens + self.output_tokens
-
-    def to_dict(self) -> dict[str, int]:
-        return {
-            "calls": self.calls,
-            "inputTokens": self.input_tokens,
-            "outputTokens": self.output_tokens,
-        }
 
     def announce(self, limit: int) -> str:
         """The line a command prints before its first call."""
@@ -166,11 +156,18 @@ class Budget:
         }
 
     def describe(self) -> str:
-        bound = f" of a budget of {self.limit:,}" if self.limit else ""
-        text = f"Spent {self.spent:,} tokens{bound} in {self.calls:,} LLM calls"
-        if self.undone:
-            text += f"; left undone at the budget: {'; '.join(self.undone)}"
-        return text + "."
+        return describe_spending(self.to_dict())
+
+
+def describe_spending(spent: dict[str, Any]) -> str:
+    """What a run spent and left undone, in words, from :meth:`Budget.to_dict` (as a
+    report keeps it)."""
+    bound = f" of a budget of {spent['limit']:,}" if spent["limit"] else ""
+    tokens = spent["inputTokens"] + spent["outputTokens"]
+    text = f"Spent {tokens:,} tokens{bound} in {spent['calls']:,} LLM calls"
+    if spent["undone"]:
+        text += f"; left undone at the budget: {'; '.join(spent['undone'])}"
+    return text + "."
 
 
 class _Budgeted:

@@ -27,6 +27,7 @@ from amelio import db
 from amelio.assistant.quality import Finding, find_underperformers
 from amelio.db.schema import improve_runs, projects, proposals, utcnow
 from amelio.errors import AmelioError
+from amelio.improve.budget import describe_spending
 from amelio.improve.notifiers import Notification, NotificationAction, notify_all
 from amelio.improve.proposals import (
     ResemblesRejected,
@@ -135,14 +136,7 @@ class ImproveReport:
             for s in project["skipped"]:
                 lines.append(f"  - skipped {s['skill']}: {s['reason']}")
         if self.budget is not None:
-            b = self.budget
-            lines += [
-                "",
-                f"LLM calls: {b['calls']}, {b['inputTokens'] + b['outputTokens']} tokens"
-                + (f" of a budget of {b['limit']}" if b["limit"] else "")
-                + (f"; left undone: {'; '.join(b['undone'])}" if b["undone"] else "")
-                + ".",
-            ]
+            lines += ["", describe_spending(self.budget)]
         return "\n".join(lines) + "\n"
 
 

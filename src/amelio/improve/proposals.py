@@ -36,7 +36,6 @@ from __future__ import annotations
 import difflib
 import json
 import logging
-import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -59,6 +58,7 @@ from amelio.skills.store import (
     version_of_file,
     write_version,
 )
+from amelio.text import tokens
 from amelio.workspace.folder import Workspace
 from amelio.workspace.projects import DEFAULT_PROJECT, project_id
 
@@ -570,7 +570,7 @@ def review_flags(proposal: Proposal) -> list[str]:
 
 
 def _grams(text: str) -> list[tuple[str, ...]]:
-    words = re.findall(r"\w+", text.lower())
+    words = tokens(text)
     return [tuple(words[i : i + LEAK_WORDS]) for i in range(len(words) - LEAK_WORDS + 1)]
 
 

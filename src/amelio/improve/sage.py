@@ -246,6 +246,11 @@ def _draft(
     )
 
 
+def _budgeted(ws: Workspace, provider: Provider, budget: Budget) -> tuple[Provider, Provider]:
+    """Sage's provider and the benchmark's judge, each call counted against ``budget``."""
+    return budget.wrap(provider), budget.wrap(judge_provider(ws, provider))
+
+
 def sage_proposer(provider: Provider, budget: Budget | None = None) -> Proposer:
     """A proposer for :func:`amelio.improve.nightly.run_improve` that asks Sage; a
     skill it cannot rewrite within ``budget`` is recorded as left undone."""
@@ -326,20 +331,14 @@ def analyze(
     """Ask Sage to rewrite the weakest skills; each rewrite becomes a benchmarked proposal.
 
     ``on_proposal`` replaces the inline benchmark (the server runs it in the background).
-    With ``budget``, every call is counted against it, and the run stops at the first
-    call that would go over: what was left undone is in ``budget.undone``.
+    Every call is counted against ``budget`` (none: unbounded), and the run stops at
+    the first call that would go over: what was left undone is in ``budget.undone``.
     """
-    provider = provider or _sage_provider(ws)
-    judge = None
-    if budget is not None:
-        provider = budget.wrap(provider)
-        judge = budget.wrap(judge_provider(ws, provider)) if ws.settings.judge_model else None
+    budget = budget or Budget()
+    provider, judge = _budgeted(ws, provider or _sage_provider(ws), budget)
     results: list[SageResult] = []
     targets = _targets(ws, project, skills)
     for index, (name, finding) in enumerate(targets):
-        if budget is not None and budget.exhausted:
-            budget.undone += [f"{n}: not rewritten" for n, _ in targets[index:]]
-            break
         skill = get_skill(ws.engine, name, project)
         with ws.engine.connect() as conn:
             pending = pending_for(conn, skill.id)
@@ -353,7 +352,6 @@ def analyze(
             results.append(SageResult(name, project, "rejected", str(exc)))
             continue
         except BudgetExceeded as exc:
-            assert budget is not None
             budget.undone += [f"{n}: not rewritten" for n, _ in targets[index:]]
             results.append(SageResult(name, project, "skipped", exc.message))
             break
@@ -395,7 +393,6 @@ def analyze(
                     "improvementPct": report.improvement_pct,
                 }
             except BudgetExceeded as exc:
-                assert budget is not None
                 budget.undone.append(f"proposal #{proposal.id}: not benchmarked")
                 verdict = {"error": exc.message}
             except AmelioError as exc:
@@ -438,13 +435,10 @@ def improve_with_sage(
     budget: Budget | None = None,
 ) -> Any:
     """``amelio improve --sage``: the nightly loop with Sage writing the proposals,
-    each then benchmarked. With ``budget``, as :func:`analyze`: the report's
-    ``budget`` says what was spent and left undone."""
-    provider = provider or _sage_provider(ws)
-    judge = None
-    if budget is not None:
-        provider = budget.wrap(provider)
-        judge = budget.wrap(judge_provider(ws, provider)) if ws.settings.judge_model else None
+    each then benchmarked. Calls count against ``budget`` as in :func:`analyze`, and
+    the report's ``budget`` says what was spent and left undone."""
+    budget = budget or Budget()
+    provider, judge = _budgeted(ws, provider or _sage_provider(ws), budget)
     # The notifiers hear of the run once its benchmarks are done, so that each
     # proposal arrives with its verdict rather than before it.
     report = run_improve(
@@ -458,21 +452,15 @@ def improve_with_sage(
     for made in report.proposals:
         if made.get("id") is None:
             continue
-        if budget is not None and budget.exhausted:
-            budget.undone.append(f"proposal #{made['id']}: not benchmarked")
-            made["benchmark"] = {"error": "not benchmarked: the run reached its token budget"}
-            continue
         try:
             bench = run_benchmark(ws, made["id"], provider=provider, judge=judge, notify=False)
             made["benchmark"] = {"verdict": bench.verdict, "improvementPct": bench.improvement_pct}
         except BudgetExceeded as exc:
-            assert budget is not None
             budget.undone.append(f"proposal #{made['id']}: not benchmarked")
             made["benchmark"] = {"error": exc.message}
         except AmelioError as exc:
             made["benchmark"] = {"error": exc.message}
-    if budget is not None:
-        report.budget = budget.to_dict()
+    report.budget = budget.to_dict()
     if notify and not dry_run:
         report.deliveries = [
             d.to_dict() for d in notify_all(ws.settings, improve_notification(ws, report))

@@ -25,7 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from amelio import db
-from amelio.db.schema import aware, feedback, projects, routing_examples, utcnow
+from amelio.db.schema import aware, projects, routing_examples, utcnow
 from amelio.errors import InvalidInput, NotFound
 from amelio.skills.files import MAX_EXAMPLE_CHARS
 from amelio.workspace.folder import Workspace
@@ -161,11 +161,12 @@ def examples_by_skill(
     return found
 
 
-def on_answer_feedback(conn: sa.Connection, interaction: Any, kind: str) -> None:
+def on_answer_feedback(conn: sa.Connection, interaction: Any, kind: str, *, objected: bool) -> None:
     """Keep the learned router's examples in step with a vote on ``interaction`` (its
     row, with ``project_id``, ``message``, ``applied_skill`` and ``success``), in the
-    caller's transaction: a 👍 on a passing answer no one objected to adds its
-    message; a 👎 or Fix It takes it back (an admin's removal stays)."""
+    caller's transaction: a 👍 on a passing answer no one objected to (``objected``:
+    anyone marked it 👎 or Fix It) adds its message; a 👎 or Fix It takes it back
+    (an admin's removal stays)."""
     from amelio.skills.store import bump_routing_generation
 
     where = routing_examples.c.interaction_id == interaction.id
@@ -180,15 +181,7 @@ def on_answer_feedback(conn: sa.Connection, interaction: Any, kind: str) -> None
         or len(message) > MAX_EXAMPLE_CHARS
     ):
         return
-    objected = conn.execute(
-        sa.select(feedback.c.id)
-        .where(feedback.c.interaction_id == interaction.id, feedback.c.kind != "up")
-        .limit(1)
-    ).first()
-    if (
-        objected is not None
-        or conn.execute(sa.select(routing_examples.c.id).where(where)).first() is not None
-    ):
+    if objected or conn.execute(sa.select(routing_examples.c.id).where(where)).first():
         return
     conn.execute(
         routing_examples.insert().values(

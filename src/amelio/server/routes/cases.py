@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from amelio.assistant import cases
+from amelio.assistant.respond import get_interaction
 from amelio.server.auth import authorize_project, require
 from amelio.server.params import MAX_ID, Id, ProjectQuery
 from amelio.workspace.keys import ApiKey
@@ -58,7 +59,7 @@ def list_cases(
 )
 def pin_case(request: Request, body: NewCase, key: Admin, response: Response) -> dict[str, Any]:
     ws = request.app.state.workspace
-    authorize_project(ws.engine, key, cases.interaction_project(ws, body.interaction_id))
+    authorize_project(ws.engine, key, get_interaction(ws, body.interaction_id)["project"])
     case, pinned = cases.pin_case(ws, body.interaction_id, note=body.note, author=f"key:{key.name}")
     if not pinned:
         response.status_code = 200
