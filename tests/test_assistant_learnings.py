@@ -174,24 +174,29 @@ def test_round_trip_file_to_fresh_database(workspace: Workspace, tmp_path: Path)
         fresh.dispose()
 
 
+RULES = (
+    "Cache the pages",
+    "Check the sizes",
+    "Quote the names",
+    "Trim the inputs",
+    "Sort the tables",
+)
+
+
 def test_prompt_block_budget_newest_first_whole_rules(workspace: Workspace) -> None:
-    for n in range(5):
-        add_learning(workspace, f"Rule number {n} " + "x" * 10, at=at(n))
-    line = len("- Rule number 0 xxxxxxxxxx")  # 26 chars each
+    for n, rule in enumerate(RULES):
+        add_learning(workspace, rule, at=at(n))
+    line = len("- Cache the pages")  # 17 chars each
     block = prompt_block(workspace, budget=line * 2 + 1)
-    assert block.text.splitlines() == [
-        HEADERS["en"],
-        "- Rule number 4 xxxxxxxxxx",
-        "- Rule number 3 xxxxxxxxxx",
-    ]
+    assert block.text.splitlines() == [HEADERS["en"], "- Sort the tables", "- Trim the inputs"]
     # One character short of the second rule: never half a rule.
     assert len(prompt_block(workspace, budget=line * 2).text.splitlines()) == 2
     assert prompt_block(workspace, budget=line - 1).text == ""
     assert prompt_block(workspace, budget=0) == learnings.LearningsBlock("", ())
     # A long rule that does not fit is skipped; later short ones still fill the budget.
     add_learning(workspace, "L" * 500, at=at(10))
-    lines = prompt_block(workspace, budget=100).text.splitlines()[1:]
-    assert lines[0] == "- Rule number 4 xxxxxxxxxx" and len(lines) == 3
+    lines = prompt_block(workspace, budget=60).text.splitlines()[1:]
+    assert lines[0] == "- Sort the tables" and len(lines) == 3
 
 
 def test_skill_scoped_learnings_only_with_their_skill(workspace: Workspace) -> None:

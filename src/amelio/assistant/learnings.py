@@ -46,8 +46,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from amelio.errors import InvalidInput, NotFound
-from amelio.text import normalize, tokens
+from amelio.errors import InvalidInput, NotFound, ProjectNotFound
+from amelio.text import normalize
 from amelio.workspace.projects import DEFAULT_PROJECT, ensure_project, project_id
 
 if TYPE_CHECKING:
@@ -104,6 +104,19 @@ class Learning:
     created_at: datetime
     last_seen_at: datetime
     retired_reason: str | None = None
+    sources: tuple[dict[str, Any], ...] = ()
+    author: str | None = None
+    reviewed_by: str | None = None
+    reviewed_at: datetime | None = None
+    held_reason: str | None = None
+    supersedes_id: int | None = None
+    superseded_by: int | None = None
+    retire_proposal: dict[str, Any] | None = None
+
+    @property
+    def rejected(self) -> bool:
+        """Retired by a person's review (a later repeat does not bring it back)."""
+        return self.status == "retired" and self.reviewed_by is not None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -119,6 +132,37 @@ class Learning:
             "createdAt": self.created_at.isoformat(),
             "lastSeenAt": self.last_seen_at.isoformat(),
             "retiredReason": self.retired_reason,
+            "sources": list(self.sources),
+            "author": self.author,
+            "reviewedBy": self.reviewed_by,
+            "reviewedAt": self.reviewed_at.isoformat() if self.reviewed_at else None,
+            "heldReason": self.held_reason,
+            "supersedes": self.supersedes_id,
+            "supersededBy": self.superseded_by,
+            "retireProposal": self.retire_proposal,
+        }
+
+
+@dataclass(frozen=True)
+class Origin:
+    """What taught a learning: the feedback and interaction behind it, and who.
+
+    ``reviewed``: a person entitled to change prompts wrote it (the CLI, an admin
+    key), so ``learnings_review = "queue"`` does not hold it back.
+    """
+
+    feedback_id: int | None = None
+    interaction_id: int | None = None
+    author: str | None = None
+    reviewed: bool = False
+
+    def entry(self, source: str, at: datetime) -> dict[str, Any]:
+        return {
+            "source": source,
+            "feedbackId": self.feedback_id,
+            "interactionId": self.interaction_id,
+            "author": self.author,
+            "at": at.isoformat(),
         }
 
 
@@ -158,11 +202,6 @@ def _key(rule: str) -> str:
     return hashlib.sha256(normalize(rule).encode("utf-8")).hexdigest()
 
 
-def _similarity(a: str, b: str) -> float:
-    sa_, sb = set(tokens(a)), set(tokens(b))
-    return len(sa_ & sb) / len(sa_ | sb) if sa_ or sb else 1.0
-
-
 def _row(row: sa.Row[Any], project: str) -> Learning:
     m = row._mapping
     return Learning(
@@ -178,6 +217,14 @@ def _row(row: sa.Row[Any], project: str) -> Learning:
         created_at=m["created_at"],
         last_seen_at=m["last_seen_at"],
         retired_reason=m["retired_reason"],
+        sources=tuple(m["sources"] or ()),
+        author=m["author"],
+        reviewed_by=m["reviewed_by"],
+        reviewed_at=m["reviewed_at"],
+        held_reason=m["held_reason"],
+        supersedes_id=m["supersedes_id"],
+        superseded_by=m["superseded_by"],
+        retire_proposal=None if m["retire_proposal"] is None else dict(m["retire_proposal"]),
     )
 
 
@@ -208,78 +255,237 @@ def learnings_path(ws: Workspace, project: str) -> Path:
 # -- writes -----------------------------------------------------------------------------
 
 
-def _add(
+#: Provenance entries kept per learning (the oldest and the newest); its
+#: ``occurrences`` still counts every correction.
+MAX_SOURCES = 50
+
+
+@dataclass(frozen=True)
+class _Decision:
+    """What a new rule is to the learnings already stored (see :mod:`likeness`)."""
+
+    relation: str  # "same", "contradicts" or "other"
+    target: int | None = None
+    via: str = "heuristic"  # or "llm"
+
+
+_SCOPE_STATES = ("active", "candidate", "retired")
+
+
+def _vector(ws: Workspace, rule: str) -> Any:
+    """The rule's unit vector under the search embedding model, or None."""
+    from amelio.embeddings import embed_matrix, optional_embedder
+
+    embedder = optional_embedder(ws.settings)
+    return None if embedder is None else embed_matrix(embedder, [rule])[0]
+
+
+def _scope(conn: sa.Connection, pid: int, skill: str | None, after_id: int = 0) -> list[Any]:
+    """The learnings a new rule for ``skill`` is compared with: the active and
+    candidate ones of its skill and the general ones (all, for a general rule),
+    and those a person rejected (a repeat of a rejected rule must not come back)."""
+    import sqlalchemy as sa
+
+    from amelio.db.schema import learnings
+
+    query = sa.select(
+        learnings.c.id,
+        learnings.c.rule,
+        learnings.c.skill,
+        learnings.c.status,
+        learnings.c.reviewed_by,
+        learnings.c.supersedes_id,
+        learnings.c.embedding,
+    ).where(
+        learnings.c.project_id == pid,
+        learnings.c.id > after_id,
+        sa.or_(
+            learnings.c.status.in_(("active", "candidate")),
+            sa.and_(learnings.c.status == "retired", learnings.c.reviewed_by.is_not(None)),
+        ),
+    )
+    if skill is not None:
+        query = query.where(sa.or_(learnings.c.skill.is_(None), learnings.c.skill == skill))
+    return list(conn.execute(query))
+
+
+def _decide(ws: Workspace, rule: str, vector: Any, rows: Sequence[Any], *, llm: bool) -> _Decision:
+    """Compare ``rule`` with ``rows``: a contradiction of an active learning first (it
+    must reach a person), then the closest paraphrase. With ``llm``, the configured
+    model judges the topical neighbours, and the heuristic decides when it cannot."""
+    from amelio.assistant import likeness
+
+    if not rows:
+        return _Decision("other")
+    thresholds = likeness.Thresholds(
+        same_cosine=ws.settings.learnings_merge_cosine,
+        lexical_only=ws.settings.learnings_merge_similarity,
+    )
+    cosines: list[float | None] = [None] * len(rows)
+    if vector is not None:
+        import numpy as np
+
+        for i, row in enumerate(rows):
+            if row.embedding is not None and len(row.embedding) == vector.nbytes:
+                cosines[i] = float(np.frombuffer(row.embedding, dtype=np.float32) @ vector)
+    relations: list[str] = []
+    for row, cos in zip(rows, cosines, strict=True):
+        relation = likeness.relate(rule, row.rule, cos, thresholds)
+        if relation == "contradicts" and row.status != "active":
+            relation = "other"  # only what is in prompts can be superseded
+        relations.append(relation)
+    via = "heuristic"
+    if llm:
+        topical = sorted(
+            (
+                i
+                for i, row in enumerate(rows)
+                if row.status == "active"
+                and (
+                    (cosines[i] or 0.0) >= thresholds.topic_cosine
+                    or likeness.lexical(rule, row.rule) >= thresholds.topic_lexical
+                )
+            ),
+            key=lambda i: -(cosines[i] or 0.0),
+        )[:3]
+        for i in topical:
+            said = likeness.llm_relation(ws, rule, rows[i].rule)
+            if said is not None:
+                relations[i] = said
+                via = "llm"
+
+    def score(i: int) -> float:
+        cos = cosines[i]
+        return cos if cos is not None else likeness.lexical(rule, rows[i].rule)
+
+    contra = [i for i, r in enumerate(relations) if r == "contradicts"]
+    same = sorted((i for i, r in enumerate(relations) if r == "same"), key=lambda i: -score(i))
+    if contra:
+        targets = {rows[i].id for i in contra}
+        # A repeat of a pending contradiction joins it instead of a second proposal.
+        joined = [i for i in same if rows[i].supersedes_id in targets]
+        if joined:
+            return _Decision("same", rows[joined[0]].id, via)
+        return _Decision("contradicts", rows[max(contra, key=score)].id, via)
+    if same:
+        return _Decision("same", rows[same[0]].id, via)
+    return _Decision("other", None, via)
+
+
+def _merge(
+    conn: sa.Connection, existing: Any, skill: str | None, at: datetime, entry: dict[str, Any]
+) -> None:
+    """Count a correction that says an existing learning again, keeping its source."""
+    from amelio.db.schema import learnings, utcnow
+
+    sources = [*existing.sources, entry]
+    if len(sources) > MAX_SOURCES:
+        sources = sources[: MAX_SOURCES // 2] + sources[-(MAX_SOURCES // 2) :]
+    values: dict[str, Any] = {
+        "updated_at": utcnow(),
+        "occurrences": existing.occurrences + 1,
+        "last_seen_at": max(existing.last_seen_at, at),
+        "sources": sources,
+    }
+    if existing.skill != skill:  # a rule two skills were taught applies to all
+        values["skill"] = None
+    conn.execute(learnings.update().where(learnings.c.id == existing.id).values(**values))
+
+
+def _held_reason(ws: Workspace, flags: Sequence[Any], origin: Origin) -> str | None:
+    if flags:
+        return "looks like " + "; ".join(f"{f.kind} ({f.label})" for f in flags)
+    if ws.settings.learnings_review == "queue" and not origin.reviewed:
+        return "learnings_review is queue: waiting for a person"
+    return None
+
+
+def _insert(
     conn: sa.Connection,
     pid: int,
     rule: str,
     source: str,
     skill: str | None,
     at: datetime,
-    similarity: float,
     *,
-    from_file: bool = False,
-) -> tuple[int, str]:
-    """Store one rule unless it is already known; returns (id, what happened).
-
-    ``from_file``: the rule is a line of learnings.md being read back, so a known
-    rule is not "seen again" and the file's section decides its skill scope.
-    """
-    import sqlalchemy as sa
-
+    status: str,
+    origin: Origin,
+    vector: Any = None,
+    held_reason: str | None = None,
+    supersedes: int | None = None,
+) -> int:
     from amelio.db.schema import learnings, utcnow
 
-    key = _key(rule)
+    result = conn.execute(
+        learnings.insert().values(
+            project_id=pid,
+            skill=skill,
+            rule=rule,
+            rule_key=_key(rule),
+            source=source,
+            status=status,
+            helpful=0,
+            harmful=0,
+            occurrences=1,
+            created_at=at,
+            last_seen_at=at,
+            updated_at=utcnow(),
+            sources=[origin.entry(source, at)],
+            author=origin.author,
+            reviewed_by=origin.author if origin.reviewed and status == "active" else None,
+            reviewed_at=utcnow() if origin.reviewed and status == "active" else None,
+            held_reason=held_reason,
+            supersedes_id=supersedes,
+            embedding=None if vector is None else vector.astype("<f4").tobytes(),
+        )
+    )
+    assert result.inserted_primary_key is not None
+    return int(result.inserted_primary_key[0])
+
+
+def _add_from_file(
+    conn: sa.Connection, ws: Workspace, pid: int, entry: ParsedLine, rule: str
+) -> tuple[int, str]:
+    """Store one line of a hand-edited learnings.md: the person who typed it is its
+    reviewer, so only the exact text is matched (an edited wording is a new rule
+    and the old line's rule is retired), and only a flagged line waits."""
+    import sqlalchemy as sa
+
+    from amelio.assistant.vetting import blocking, vet
+    from amelio.db.schema import learnings, utcnow
+
     existing = conn.execute(
-        sa.select(learnings).where(learnings.c.project_id == pid, learnings.c.rule_key == key)
+        sa.select(learnings).where(
+            learnings.c.project_id == pid, learnings.c.rule_key == _key(rule)
+        )
     ).first()
+    flags = blocking(vet(rule))
+    origin = Origin(author="learnings.md", reviewed=True)
     if existing is None:
-        active = conn.execute(
-            sa.select(learnings.c.id, learnings.c.rule, learnings.c.skill).where(
-                learnings.c.project_id == pid, learnings.c.status == "active"
-            )
-        ).all()
-        near = max(
-            ((_similarity(rule, r.rule), r) for r in active), default=None, key=lambda x: x[0]
-        )
-        if near is not None and near[0] >= similarity:
-            existing = conn.execute(sa.select(learnings).where(learnings.c.id == near[1].id)).one()
-    if existing is None:
-        result = conn.execute(
-            learnings.insert().values(
-                project_id=pid,
-                skill=skill,
-                rule=rule,
-                rule_key=key,
-                source=source,
-                status="active",
-                helpful=0,
-                harmful=0,
-                occurrences=1,
-                created_at=at,
-                last_seen_at=at,
-                updated_at=utcnow(),
-            )
-        )
-        assert result.inserted_primary_key is not None
-        return int(result.inserted_primary_key[0]), "added"
-    values: dict[str, Any] = {"updated_at": utcnow()}
-    outcome = "merged"
-    if from_file:
-        values["skill"] = skill
-        outcome = "kept"
-    else:
-        # Seen again: it is fresh, and a rule scoped to two skills applies to all.
-        values |= {
-            "occurrences": existing.occurrences + 1,
-            "last_seen_at": max(existing.last_seen_at, at),
-        }
-        if existing.skill != skill:
-            values["skill"] = None
-    if existing.status == "retired":
-        values |= {"status": "active", "retired_reason": None}
+        status = "candidate" if flags else "active"
+        held = _held_reason(ws, flags, origin)
+        return _insert(
+            conn, pid, rule, entry.source, entry.skill, entry.at,
+            status=status, origin=origin, held_reason=held, vector=_vector(ws, rule),
+        ), ("held" if flags else "added")  # fmt: skip
+    values: dict[str, Any] = {"updated_at": utcnow(), "skill": entry.skill}
+    outcome = "kept"
+    if existing.status in ("retired", "superseded") and not flags:
+        values |= {"status": "active", "retired_reason": None, "superseded_by": None}
         outcome = "reactivated"
     conn.execute(learnings.update().where(learnings.c.id == existing.id).values(**values))
     return int(existing.id), outcome
+
+
+def _lock_project(conn: sa.Connection, pid: int) -> None:
+    """Serialize learning writes per project on PostgreSQL (SQLite's write
+    transaction already does), so two paraphrases written at once meet."""
+    import sqlalchemy as sa
+
+    from amelio.db.schema import projects
+
+    if conn.dialect.name != "sqlite":
+        conn.execute(sa.select(projects.c.id).where(projects.c.id == pid).with_for_update())
 
 
 def add_learning(
@@ -290,22 +496,106 @@ def add_learning(
     project: str = DEFAULT_PROJECT,
     skill: str | None = None,
     at: datetime | None = None,
+    origin: Origin | None = None,
 ) -> tuple[Learning, str]:
-    """Add a rule; returns the stored item and ``added``, ``merged`` or ``reactivated``."""
+    """Add a rule; returns the stored item and what happened:
+
+    ``added`` (active), ``held`` (a candidate: under review, or flagged by
+    :mod:`vetting`), ``proposed`` (a candidate that would supersede the active
+    learning it contradicts), ``merged`` (a paraphrase of a stored learning: its
+    count and sources grow) or ``reactivated`` (a retired rule taught again).
+
+    The comparison (embeddings, and the LLM when one is configured) runs before
+    the write transaction, so no lock is held while a model answers; inside it,
+    the rules written meanwhile are compared again, so two paraphrases written at
+    once still leave one learning.
+    """
     import sqlalchemy as sa
 
     from amelio import db
+    from amelio.assistant.vetting import blocking, vet
     from amelio.db.schema import learnings, utcnow
     from amelio.privacy.pii import scrub_for_storage
 
+    origin = origin or Origin()
     text = _clean_rule(scrub_for_storage(ws.settings, str(rule), "learnings"))
     src = _check_source(source)
+    when = at or utcnow()
+    flags = blocking(vet(text))
     sync_file(ws, project)
+    vector = None if flags else _vector(ws, text)
+    decision = _Decision("other")
+    seen = 0
+    if not flags:
+        with db.reading(ws.engine) as conn:
+            try:
+                pid = project_id(conn, project)
+            except ProjectNotFound:  # the write below creates it
+                rows: list[Any] = []
+            else:
+                rows = _scope(conn, pid, skill)
+        seen = max((r.id for r in rows), default=0)
+        llm = ws.settings.llm_provider != "none"
+        decision = _decide(ws, text, vector, rows, llm=llm)
+    entry = origin.entry(src, when)
     with db.transaction(ws.engine) as conn:
         pid = ensure_project(conn, project)
-        lid, outcome = _add(
-            conn, pid, text, src, skill, at or utcnow(), ws.settings.learnings_merge_similarity
-        )
+        _lock_project(conn, pid)
+        existing = conn.execute(
+            sa.select(learnings).where(
+                learnings.c.project_id == pid, learnings.c.rule_key == _key(text)
+            )
+        ).first()
+        if existing is None and not flags:
+            # Rules written since the comparison, and a target that changed state.
+            fresh = _scope(conn, pid, skill, after_id=seen)
+            later = _decide(ws, text, vector, fresh, llm=False)
+            if later.relation == "same":
+                decision = later
+            elif decision.target is not None:
+                state = conn.scalar(
+                    sa.select(learnings.c.status).where(learnings.c.id == decision.target)
+                )
+                wanted = ("active",) if decision.relation == "contradicts" else _SCOPE_STATES
+                if state not in wanted:
+                    decision = _decide(ws, text, vector, _scope(conn, pid, skill), llm=False)
+            if decision.relation == "same" and decision.target is not None:
+                existing = conn.execute(
+                    sa.select(learnings).where(learnings.c.id == decision.target)
+                ).one()
+        if existing is not None:
+            _merge(conn, existing, skill, when, entry)
+            outcome = "merged"
+            if existing.status == "retired" and existing.reviewed_by is None and not flags:
+                held = _held_reason(ws, flags, origin)
+                conn.execute(
+                    learnings.update()
+                    .where(learnings.c.id == existing.id)
+                    .values(
+                        status="candidate" if held else "active",
+                        retired_reason=None,
+                        held_reason=held,
+                    )
+                )
+                outcome = "held" if held else "reactivated"
+            lid = int(existing.id)
+        elif decision.relation == "contradicts":
+            target = conn.execute(
+                sa.select(learnings.c.rule).where(learnings.c.id == decision.target)
+            ).scalar_one()
+            why = f"contradicts learning #{decision.target} ({target!r}); judged by {decision.via}"
+            lid = _insert(
+                conn, pid, text, src, skill, when, status="candidate", origin=origin,
+                vector=vector, held_reason=why, supersedes=decision.target,
+            )  # fmt: skip
+            outcome = "proposed"
+        else:
+            held = _held_reason(ws, flags, origin)
+            lid = _insert(
+                conn, pid, text, src, skill, when, status="candidate" if held else "active",
+                origin=origin, vector=vector, held_reason=held,
+            )  # fmt: skip
+            outcome = "held" if held else "added"
         row = conn.execute(sa.select(learnings).where(learnings.c.id == lid)).one()
     _write_file(ws, project)
     return _row(row, project), outcome
@@ -514,7 +804,7 @@ def prompt_block(
     from amelio import db
 
     settings = ws.settings
-    budget = settings.learnings_budget if budget is None else budget
+    budget = settings.learnings_max_chars if budget is None else budget
     ordering = ordering or settings.learnings_ordering
     sync_file(ws, project)
     with db.reading(conn or ws.engine) as c:
@@ -717,16 +1007,7 @@ def sync_file(ws: Workspace, project: str = DEFAULT_PROJECT) -> SyncReport:
         keep: set[int] = set()
         for entry in entries:
             rule = scrub_for_storage(ws.settings, entry.rule, "learnings")
-            lid, outcome = _add(
-                conn,
-                pid,
-                rule,
-                entry.source,
-                entry.skill,
-                entry.at,
-                ws.settings.learnings_merge_similarity,
-                from_file=True,
-            )
+            lid, outcome = _add_from_file(conn, ws, pid, entry, rule)
             keep.add(lid)
             added += outcome in ("added", "reactivated")
         gone = learnings.c.project_id == pid

@@ -202,9 +202,26 @@ learnings = sa.Table(
     sa.Column("created_at", Timestamp, nullable=False),
     sa.Column("last_seen_at", Timestamp, nullable=False),
     sa.Column("updated_at", Timestamp, nullable=False),
+    # Provenance: one entry per correction that taught or repeated the rule
+    # ({"source", "feedbackId", "interactionId", "author", "at"}), oldest first.
+    sa.Column("sources", sa.JSON, nullable=False, server_default="[]"),
+    sa.Column("author", sa.String(200), nullable=True),
+    sa.Column("reviewed_by", sa.String(200), nullable=True),
+    sa.Column("reviewed_at", Timestamp, nullable=True),
+    # Why a candidate waits for a person (review queue, a flagged pattern, a contradiction).
+    sa.Column("held_reason", sa.Text, nullable=True),
+    # A candidate that contradicts an active learning proposes to supersede it.
+    sa.Column("supersedes_id", sa.Integer, nullable=True),
+    sa.Column("superseded_by", sa.Integer, nullable=True),
+    # A pending proposal to retire an active learning, with the figures behind it.
+    sa.Column("retire_proposal", sa.JSON(none_as_null=True), nullable=True),
+    # The rule's unit vector (float32) under the search embedding model, for merging
+    # paraphrases; NULL when none was available when it was written.
+    sa.Column("embedding", sa.LargeBinary, nullable=True),
     sa.UniqueConstraint("project_id", "rule_key", name="uq_learnings_project_rule"),
     sa.CheckConstraint("source IN ('fixit', 'negative', 'manual', 'sage')", name="source"),
-    sa.CheckConstraint("status IN ('active', 'retired')", name="status"),
+    sa.CheckConstraint("status IN ('candidate', 'active', 'superseded', 'retired')", name="status"),
+    sa.Index("ix_learnings_project_id_status", "project_id", "status"),
 )
 
 # What Amelio last wrote to each project's learnings.md, so a hand edit is

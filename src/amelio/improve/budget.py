@@ -86,7 +86,7 @@ class Estimate:
 def benchmark_estimate(ws: Workspace, skill: str, project: str, content: str) -> Estimate:
     """One benchmark of a proposal for ``skill`` whose content is about ``content``."""
     s = ws.settings
-    prompt = estimate_tokens(s.system_prompt + content) + s.learnings_budget // 4 + 50
+    prompt = estimate_tokens(s.system_prompt + content) + s.learnings_max_chars // 4 + 50
     answer = Estimate(1, prompt + 50, s.llm_max_tokens)
     judged = Estimate(1, 2 * s.llm_max_tokens + 200, 300)
     orders = 2 if s.bench_swap else 1

@@ -667,7 +667,7 @@ class Settings(BaseSettings):
     router_limit: int = Field(
         default=5, ge=1, le=50, description="How many skills the SKILLS_HINT block lists."
     )
-    learnings_budget: int = Field(
+    learnings_max_chars: int = Field(
         default=2000, ge=0, description="Characters of learnings the prompt block may hold."
     )
     learnings_ordering: Literal["newest", "helpful"] = Field(
@@ -684,12 +684,32 @@ class Settings(BaseSettings):
         description="A learning is retired when its harmful count passes "
         "its helpful count and is at least this.",
     )
-    learnings_merge_similarity: float = Field(
-        default=0.8,
+    learnings_merge_cosine: float = Field(
+        default=0.6,
         gt=0,
         le=1,
-        description="Word-overlap (Jaccard) at or above which a new "
-        "learning is merged into an existing one instead of stored twice.",
+        description="Embedding cosine (search_embedding_model) at or above which a new "
+        "learning that also shares some words with an existing one of its skill merges "
+        "into it (measured: benchmarks/learnings.py).",
+    )
+    learnings_merge_similarity: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="Content-word overlap (Jaccard) at or above which a new learning "
+        "merges into an existing one of its skill without embeddings.",
+    )
+    learnings_review: Literal["auto", "queue"] = Field(
+        default="auto",
+        description="auto: a correction's learning is active at once; queue: it waits "
+        "as a candidate until a person approves it. A learning that looks like a secret "
+        "or a prompt injection always waits.",
+    )
+    learnings_stale_days: int = Field(
+        default=30,
+        ge=1,
+        description="An active learning no prompt used for this many days becomes a "
+        "retire proposal (amelio learnings audit lists it as stale).",
     )
     max_request_bytes: int = Field(
         default=2_000_000, ge=1024, description="Largest HTTP request body the service accepts."
