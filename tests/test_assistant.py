@@ -68,7 +68,7 @@ def test_respond_routes_prompts_evaluates_and_records(ws: Workspace, server: Fak
     stored = get_interaction(ws, reply.interaction_id)
     assert stored["answer"] == FORCE and stored["appliedSkill"] == "git-help"
     assert stored["skillVersion"] == 1 and stored["success"] is False
-    assert stored["promptHash"] == reply.prompt_hash and len(stored["learningIds"]) == 1
+    assert stored["promptHash"] == reply.prompt_hash and len(stored["learningsUsed"]) == 1
     assert stored["hinted"][0]["name"] == "git-help"
     assert stored["model"] == "fake-model" and stored["inputTokens"] > 0
     assert [e["ruleId"] for e in stored["evals"] if not e["passed"]] == ["gh-001"]

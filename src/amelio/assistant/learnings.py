@@ -58,8 +58,10 @@ if TYPE_CHECKING:
 __all__ = [
     "HEADERS",
     "SOURCES",
+    "STATES",
     "Learning",
     "LearningsBlock",
+    "Origin",
     "ParseError",
     "Source",
     "SyncReport",
@@ -76,6 +78,10 @@ __all__ = [
 
 Source = Literal["fixit", "negative", "manual", "sage"]
 SOURCES: tuple[str, ...] = get_args(Source)
+#: A learning's life: a candidate waits for a person; an active one is in prompts; a
+#: superseded one was replaced by a newer one that contradicted it; a retired one is
+#: out of prompts for good (deleted, rejected, retired by a proposal or feedback).
+STATES = ("candidate", "active", "superseded", "retired")
 HEADERS = {
     "en": "LEARNINGS (past corrections — follow these rules):",
     "fr": "LEARNINGS (corrections passées — suivre ces règles) :",
@@ -115,8 +121,8 @@ class Learning:
 
     @property
     def rejected(self) -> bool:
-        """Retired by a person's review (a later repeat does not bring it back)."""
-        return self.status == "retired" and self.reviewed_by is not None
+        """A candidate a person rejected (a later repeat does not bring it back)."""
+        return _rejected(self)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -196,6 +202,13 @@ class LearningsBlock:
 
 
 # -- helpers ----------------------------------------------------------------------------
+
+
+def _rejected(row: Any) -> bool:
+    """Retired by a person's rejection, not by an approved retire proposal (after
+    which a new correction may teach it again)."""
+    approved = (row.retire_proposal or {}).get("status") == "approved"
+    return row.status == "retired" and row.reviewed_by is not None and not approved
 
 
 def _key(rule: str) -> str:
@@ -566,7 +579,7 @@ def add_learning(
         if existing is not None:
             _merge(conn, existing, skill, when, entry)
             outcome = "merged"
-            if existing.status == "retired" and existing.reviewed_by is None and not flags:
+            if existing.status == "retired" and not _rejected(existing) and not flags:
                 held = _held_reason(ws, flags, origin)
                 conn.execute(
                     learnings.update()
@@ -728,10 +741,12 @@ def list_learnings(
     include_retired: bool = False,
     sync: bool = True,
     conn: sa.Connection | None = None,
+    status: str | None = None,
 ) -> list[Learning]:
     """A project's learnings, newest first (``skill`` keeps that skill's and global ones).
 
-    ``conn``: read on this connection (one request can share one connection).
+    Active ones only, unless ``include_retired`` (every state) or ``status`` (that
+    one). ``conn``: read on this connection (one request can share one connection).
     """
     import sqlalchemy as sa
 
@@ -743,7 +758,14 @@ def list_learnings(
     with db.reading(conn or ws.engine) as conn:
         pid = project_id(conn, project)
         query = sa.select(learnings).where(learnings.c.project_id == pid)
-        if not include_retired:
+        if status is not None:
+            if status not in STATES:
+                raise InvalidInput(
+                    f"Unknown learning status {status!r}; use one of: {', '.join(STATES)}.",
+                    field="status",
+                )
+            query = query.where(learnings.c.status == status)
+        elif not include_retired:
             query = query.where(learnings.c.status == "active")
         if skill is not None:
             query = query.where(sa.or_(learnings.c.skill.is_(None), learnings.c.skill == skill))

@@ -53,7 +53,7 @@ class Prompt:
             "text": self.text,
             "promptHash": self.hash,
             "skills": [h.to_dict() for h in self.route.hits] if self.route else [],
-            "learningIds": list(self.learnings.ids) if self.learnings else [],
+            "learningsUsed": list(self.learnings.ids) if self.learnings else [],
         }
 
 

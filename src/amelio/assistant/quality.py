@@ -237,6 +237,9 @@ def give_answer_feedback(
             source="fixit" if kind == "fixit" else "negative",
             project=project,
             skill=row.applied_skill,
+            origin=learnings.Origin(
+                feedback_id=feedback_id, interaction_id=interaction_id, author=ref
+            ),
         )
         with db.transaction(ws.engine) as conn:
             conn.execute(

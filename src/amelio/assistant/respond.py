@@ -87,7 +87,7 @@ class Reply:
             "appliedSkill": self.applied_skill,
             "evals": self.evals.to_dict(),
             "promptHash": self.prompt_hash,
-            "learningIds": list(self.learning_ids),
+            "learningsUsed": list(self.learning_ids),
             "model": self.completion.model,
             "provider": self.completion.provider,
             "usage": {
@@ -441,7 +441,7 @@ def get_interaction(ws: Workspace, interaction_id: int) -> dict[str, Any]:
         "appliedSkill": m["applied_skill"],
         "skillVersion": m["skill_version"],
         "promptHash": m["prompt_hash"],
-        "learningIds": m["learning_ids"],
+        "learningsUsed": m["learning_ids"],
         "success": m["success"],
         "model": m["model"],
         "provider": m["provider"],
@@ -587,7 +587,7 @@ def _stored_reply(ws: Workspace, interaction_id: int, message: str, answer: str)
         evals=report,
         completion=completion,
         prompt_hash=stored["promptHash"],
-        learning_ids=tuple(stored["learningIds"]),
+        learning_ids=tuple(stored["learningsUsed"]),
     )
 
 
