@@ -349,11 +349,17 @@ def add_learning(
         str | None, Field(max_length=100, description="Only when this skill is hinted.")
     ] = None,
 ) -> dict[str, Any]:
-    """Add a learning to the project's prompts (a near-duplicate merges into the
-    existing one)."""
+    """Add a learning to the project's prompts (a paraphrase merges into the existing
+    one; one that contradicts an active learning, or looks like a secret or an
+    injection, waits for a person; under learnings_review = "queue" every one does)."""
     call = _call(ctx)
     item, outcome = learnings.add_learning(
-        call.ws, text, source="manual", project=call.project, skill=skill
+        call.ws,
+        text,
+        source="manual",
+        project=call.project,
+        skill=skill,
+        origin=learnings.Origin(author="mcp"),
     )
     return item.to_dict() | {"outcome": outcome}
 

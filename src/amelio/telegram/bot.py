@@ -60,10 +60,11 @@ from telegram.ext import (
 from amelio.assistant import learnings
 from amelio.assistant.quality import give_answer_feedback, quality_metrics
 from amelio.assistant.respond import Reply, get_interaction, respond
+from amelio.assistant.review import review_queue
 from amelio.errors import AmelioError, ConfigError, LLMError, NotFound
 from amelio.llm.base import Provider
 from amelio.skills.store import list_skills
-from amelio.telegram import cards, links, updates
+from amelio.telegram import cards, learning_cards, links, updates
 from amelio.telegram.client import MAX_RETRY_AFTER, author, call, seconds, user_ref
 from amelio.telegram.render import (
     MAX_MESSAGE_CHARS,
@@ -118,12 +119,14 @@ HELP_ADMIN = (
     "\n\nThis is an admin chat: improvement reports and proposal cards arrive "
     "here. Diff and Run benchmark act on every card; Approve and Reject on the "
     "proposals for this project's own skills (a global admin decides those of the "
-    "skills every project shares)."
+    "skills every project shares).\n"
+    "/review: the learnings that wait for a person (candidates, supersede and retire "
+    "proposals), one card each with Approve, Edit and Reject."
 )
 
 _FIX = re.compile(r"Fix #(\d+):")
 _REJECT = re.compile(r"Reject #(\d+)")
-_CALLBACK = re.compile(r"^(v|p):([a-z]+):(\d{1,18})$")
+_CALLBACK = re.compile(r"^(v|p|l):([a-z]+):(\d{1,18})$")
 
 
 @dataclass
@@ -164,6 +167,7 @@ class TelegramBot:
             "quality": self.on_quality,
             "project": self.on_project,
             "skip": self.on_skip,
+            "review": self.on_review,
         }
         app.add_handler(TypeHandler(Update, self.once), group=-1)  # before any other
         for name, handler in commands.items():
@@ -274,6 +278,21 @@ class TelegramBot:
         more = f"\n… and {len(found) - 30} more" if len(found) > 30 else ""
         await self._send_text(update, "Learnings, newest first:\n" + "\n".join(lines) + more)
 
+    async def on_review(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """``/review`` in an admin chat: a card per learning that waits for a person."""
+        link = await self._link(update)
+        if link is None:
+            return
+        if not link.is_admin:
+            await self._tell(update, "Only an admin chat can review learnings.")
+            return
+        waiting = await asyncio.to_thread(review_queue, self.ws, project=link.project)
+        if not waiting:
+            await self._tell(update, "No learning waits for review.")
+            return
+        await self._tell(update, f"{len(waiting)} learning(s) wait for review:")
+        await learning_cards.send_cards(update.get_bot(), self.ws, link.chat_id, waiting)
+
     async def on_skills(self, update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
         link = await self._link(update)
         if link is None:
@@ -341,7 +360,9 @@ class TelegramBot:
         if message is None or not message.text or chat is None:
             return
         asked = self._question(update, message)
-        if asked and (_FIX.search(asked) or _REJECT.search(asked)):
+        if asked and (
+            _FIX.search(asked) or _REJECT.search(asked) or learning_cards.EDIT.search(asked)
+        ):
             link = await self._link(update)
             if link is None:
                 return
@@ -349,6 +370,13 @@ class TelegramBot:
                 await self._fixit(update, link, int(fix.group(1)), message.text)
             elif reject := _REJECT.search(asked):
                 await self._reject(update, link, int(reject.group(1)), message.text, message)
+            elif edit := learning_cards.EDIT.search(asked):
+                if not link.is_admin:
+                    await self._tell(update, "Only an admin chat can review learnings.")
+                    return
+                await learning_cards.edit(
+                    self.ws, update, link, int(edit.group(1)), message.text, author(message)
+                )
             return
         if await self._refused(update, chat.id):
             return
@@ -462,6 +490,8 @@ class TelegramBot:
             await call(
                 lambda: query.answer("Only an admin chat can decide proposals.", show_alert=True)
             )
+        elif family == "l":
+            await learning_cards.on_button(self.ws, update, link, action, ref)
         else:
             await cards.on_proposal_button(self, update, link, action, ref)
 
@@ -528,7 +558,14 @@ class TelegramBot:
         except AmelioError as exc:
             await self._tell(update, exc.message)
             return
-        rule = result.learning.rule if result.learning else correction
+        learned = result.learning
+        if learned is not None and learned.status == "candidate":
+            await self._send_text(
+                update, f"Thanks: your correction waits for an admin's review: {learned.rule}"
+            )
+            await learning_cards.tell_admins(update.get_bot(), self.ws, learned)
+            return
+        rule = learned.rule if learned else correction
         await self._send_text(update, f"Thanks, learned: {rule}")
 
     async def _reject(

@@ -83,10 +83,18 @@ def list_learnings(
         str | None, Query(max_length=100, description="This skill's and global ones.")
     ] = None,
     include_retired: Annotated[bool, Query(alias="includeRetired")] = False,
+    status: Annotated[
+        str | None,
+        Query(pattern="^(candidate|active|superseded|retired)$", description="Only this state."),
+    ] = None,
 ) -> dict[str, Any]:
     authorize_project(request.app.state.workspace.engine, key, project)
     items = learnings.list_learnings(
-        request.app.state.workspace, project=project, skill=skill, include_retired=include_retired
+        request.app.state.workspace,
+        project=project,
+        skill=skill,
+        include_retired=include_retired,
+        status=status,
     )
     return {"project": project, "learnings": [i.to_dict() for i in items]}
 
@@ -94,12 +102,15 @@ def list_learnings(
 @router.post("/v1/learnings", status_code=201, summary="Add a learning")
 def add_learning(request: Request, body: LearningRequest, key: Reader) -> dict[str, Any]:
     authorize_project(request.app.state.workspace.engine, key, body.project)
+    # An admin's key is a person entitled to change prompts; a bot's is not, so under
+    # learnings_review = "queue" what a bot adds waits as a candidate.
     item, outcome = learnings.add_learning(
         request.app.state.workspace,
         body.rule,
         source=body.source,
         project=body.project,
         skill=body.skill,
+        origin=learnings.Origin(author=f"key:{key.name}", reviewed=key.role == "admin"),
     )
     return item.to_dict() | {"outcome": outcome}
 
@@ -110,4 +121,111 @@ def delete_learning(
 ) -> dict[str, Any]:
     return learnings.delete_learning(
         request.app.state.workspace, learning_id, project=project
+    ).to_dict()
+
+
+class ReviewRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rule: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=learnings.MAX_RULE_CHARS,
+        description="Approve: this wording instead (an edit). Edit: the new wording.",
+    )
+    reason: str | None = Field(default=None, max_length=2000, description="Reject: why.")
+
+
+@router.get("/v1/learnings/review", summary="What waits for a person: candidates and proposals")
+def learnings_review(
+    request: Request, _: Admin, project: ProjectQuery = DEFAULT_PROJECT
+) -> dict[str, Any]:
+    from amelio.assistant.review import review_queue
+
+    items = review_queue(request.app.state.workspace, project=project)
+    return {"project": project, "learnings": [i.to_dict() for i in items]}
+
+
+@router.get("/v1/learnings/audit", summary="Duplicates, conflicts, secrets, injections, stale")
+def learnings_audit(
+    request: Request, _: Admin, project: ProjectQuery = DEFAULT_PROJECT
+) -> dict[str, Any]:
+    from amelio.assistant.audit import audit
+
+    found = audit(request.app.state.workspace, project=project)
+    return {"project": project, "findings": [f.to_dict() for f in found]}
+
+
+@router.get("/v1/learnings/{learning_id}", summary="One learning, its sources and usage")
+def show_learning(
+    request: Request, learning_id: Id, key: Reader, project: ProjectQuery = DEFAULT_PROJECT
+) -> dict[str, Any]:
+    from amelio.assistant.review import get_learning, usefulness
+    from amelio.workspace.projects import project_id
+
+    ws = request.app.state.workspace
+    authorize_project(ws.engine, key, project)
+    item = get_learning(ws, learning_id, project=project)
+    with ws.engine.connect() as conn:
+        figures = usefulness(conn, project_id(conn, project), item)
+    return item.to_dict() | {"usage": figures.to_dict()}
+
+
+@router.post("/v1/learnings/{learning_id}/approve", summary="Approve a candidate or proposal")
+def approve_learning(
+    request: Request,
+    learning_id: Id,
+    key: Admin,
+    body: ReviewRequest | None = None,
+    project: ProjectQuery = DEFAULT_PROJECT,
+) -> dict[str, Any]:
+    from amelio.assistant.review import approve_learning
+
+    return approve_learning(
+        request.app.state.workspace,
+        learning_id,
+        actor=f"key:{key.name}",
+        project=project,
+        rule=body.rule if body else None,
+    ).to_dict()
+
+
+@router.post("/v1/learnings/{learning_id}/reject", summary="Reject a candidate or proposal")
+def reject_learning(
+    request: Request,
+    learning_id: Id,
+    key: Admin,
+    body: ReviewRequest | None = None,
+    project: ProjectQuery = DEFAULT_PROJECT,
+) -> dict[str, Any]:
+    from amelio.assistant.review import reject_learning
+
+    return reject_learning(
+        request.app.state.workspace,
+        learning_id,
+        actor=f"key:{key.name}",
+        project=project,
+        reason=body.reason if body else None,
+    ).to_dict()
+
+
+@router.patch("/v1/learnings/{learning_id}", summary="Reword a candidate or active learning")
+def edit_learning(
+    request: Request,
+    learning_id: Id,
+    key: Admin,
+    body: ReviewRequest,
+    project: ProjectQuery = DEFAULT_PROJECT,
+) -> dict[str, Any]:
+    from amelio.assistant.review import edit_learning
+    from amelio.errors import InvalidInput
+
+    if body.rule is None:
+        raise InvalidInput("An edit needs the new rule.", field="rule")
+    return edit_learning(
+        request.app.state.workspace,
+        learning_id,
+        body.rule,
+        actor=f"key:{key.name}",
+        project=project,
     ).to_dict()
