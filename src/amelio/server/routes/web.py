@@ -558,12 +558,83 @@ def quality_page(request: Request, project: str = "") -> HTMLResponse:
     )
 
 
+def _review_rows(ws: Workspace, project: str) -> list[dict[str, Any]]:
+    """Each learning that waits for a person, with the one it would supersede and the
+    answer whose correction taught it, so the reviewer sees why it exists."""
+    from amelio.assistant.respond import get_interaction
+    from amelio.assistant.review import get_learning, review_queue
+
+    rows = []
+    for item in review_queue(ws, project=project):
+        old = None
+        if item.supersedes_id is not None:
+            try:
+                old = get_learning(ws, item.supersedes_id, project=project)
+            except NotFound:
+                old = None
+        interaction = None
+        for source in reversed(item.sources):
+            if source.get("interactionId"):
+                try:
+                    interaction = get_interaction(ws, int(source["interactionId"]))
+                except NotFound:
+                    continue
+                break
+        rows.append({"item": item, "old": old, "interaction": interaction})
+    return rows
+
+
 @router.get("/learnings")
 def learnings_page(request: Request, project: str = "", skill: str = "") -> HTMLResponse:
     session = _require(request)
     project = _project(request, project)
-    items = learnings.list_learnings(_ws(request), project=project, skill=skill or None)
-    return _render(request, "learnings.html", session, items=items, skill=skill, project=project)
+    ws = _ws(request)
+    items = learnings.list_learnings(ws, project=project, skill=skill or None)
+    return _render(
+        request,
+        "learnings.html",
+        session,
+        items=items,
+        skill=skill,
+        project=project,
+        review=_review_rows(ws, project),
+    )
+
+
+@router.post("/learnings/{learning_id}/{action}")
+def review_learning(
+    request: Request,
+    learning_id: Id,
+    action: str,
+    csrf: Annotated[str, Form()] = "",
+    project: Annotated[str, Form()] = DEFAULT_PROJECT,
+    rule: Annotated[str, Form()] = "",
+    reason: Annotated[str, Form()] = "",
+) -> Response:
+    """Approve (as worded, or with the edited ``rule``), reject or retire a learning."""
+    from amelio.assistant import review
+
+    session = _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
+    ws = _ws(request)
+    back = f"/learnings?project={quote(project)}"
+    actor = f"key:{session.name}"
+    try:
+        if action == "approve":
+            review.approve_learning(
+                ws, learning_id, actor=actor, project=project, rule=rule.strip() or None
+            )
+            return _back(back, "learning_approved", id=learning_id)
+        if action == "reject":
+            review.reject_learning(
+                ws, learning_id, actor=actor, project=project, reason=reason.strip() or None
+            )
+            return _back(back, "learning_rejected", id=learning_id)
+        if action == "retire":
+            learnings.delete_learning(ws, learning_id, project=project)
+            return _back(back, "learning_retired", id=learning_id)
+    except AmelioError as exc:
+        return _back(back, _failed(exc))
+    return _back(back, "unknown_action")
 
 
 @router.post("/learnings")
@@ -574,26 +645,18 @@ def add_learning(
     project: Annotated[str, Form()] = DEFAULT_PROJECT,
     skill: Annotated[str, Form()] = "",
 ) -> Response:
-    _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
+    session = _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
     try:
         item, outcome = learnings.add_learning(
-            _ws(request), rule, project=project, skill=skill or None
+            _ws(request),
+            rule,
+            project=project,
+            skill=skill or None,
+            origin=learnings.Origin(author=f"key:{session.name}", reviewed=True),
         )
     except AmelioError as exc:
         return _back(f"/learnings?project={quote(project)}", _failed(exc))
     return _back(f"/learnings?project={quote(project)}", f"learning_{outcome}", id=item.id)
-
-
-@router.post("/learnings/{learning_id}/retire")
-def retire_learning(
-    request: Request,
-    learning_id: Id,
-    csrf: Annotated[str, Form()] = "",
-    project: Annotated[str, Form()] = DEFAULT_PROJECT,
-) -> Response:
-    _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
-    learnings.delete_learning(_ws(request), learning_id, project=project)
-    return _back(f"/learnings?project={quote(project)}", "learning_retired", id=learning_id)
 
 
 @router.get("/interactions")
