@@ -204,6 +204,14 @@ class LearningsBlock:
 # -- helpers ----------------------------------------------------------------------------
 
 
+@cache
+def _columns() -> tuple[sa.Column[Any], ...]:
+    """Every column but the embedding (a kilobyte a row, read only to compare)."""
+    from amelio.db.schema import learnings
+
+    return tuple(c for c in learnings.c if c.name != "embedding")
+
+
 def _rejected(row: Any) -> bool:
     """Retired by a person's rejection, not by an approved retire proposal (after
     which a new correction may teach it again)."""
@@ -576,9 +584,11 @@ def add_learning(
                 existing = conn.execute(
                     sa.select(learnings).where(learnings.c.id == decision.target)
                 ).one()
+        mirror = False  # whether learnings.md (active learnings only) changes
         if existing is not None:
             _merge(conn, existing, skill, when, entry)
             outcome = "merged"
+            mirror = existing.status == "active" and existing.skill != skill
             if existing.status == "retired" and not _rejected(existing) and not flags:
                 held = _held_reason(ws, flags, origin)
                 conn.execute(
@@ -591,6 +601,7 @@ def add_learning(
                     )
                 )
                 outcome = "held" if held else "reactivated"
+                mirror = not held
             lid = int(existing.id)
         elif decision.relation == "contradicts":
             target = conn.execute(
@@ -609,8 +620,10 @@ def add_learning(
                 origin=origin, vector=vector, held_reason=held,
             )  # fmt: skip
             outcome = "held" if held else "added"
-        row = conn.execute(sa.select(learnings).where(learnings.c.id == lid)).one()
-    _write_file(ws, project)
+            mirror = not held
+        row = conn.execute(sa.select(*_columns()).where(learnings.c.id == lid)).one()
+    if mirror:
+        _write_file(ws, project)
     return _row(row, project), outcome
 
 
@@ -757,7 +770,7 @@ def list_learnings(
         sync_file(ws, project)
     with db.reading(conn or ws.engine) as conn:
         pid = project_id(conn, project)
-        query = sa.select(learnings).where(learnings.c.project_id == pid)
+        query = sa.select(*_columns()).where(learnings.c.project_id == pid)
         if status is not None:
             if status not in STATES:
                 raise InvalidInput(

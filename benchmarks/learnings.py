@@ -1,0 +1,354 @@
+"""Learnings you can trust: merging, contradictions, the audit, and the write cost.
+
+The fixture (``benchmarks/data/learnings_facts.json``, written by hand) holds 20
+facts a team's corrections teach an assistant, each with its first wording,
+paraphrases and contradicting corrections, and 20 planted secrets and prompt
+injections. From it, with a seed, the benchmark draws 1,000 corrections:
+
+* 48 % repeat a fact's first wording (case and punctuation varied),
+* 40 % are paraphrases,
+* 10 % contradict a fact (each after the fact was first taught),
+* 2 % are the planted texts,
+
+and writes them one by one through ``add_learning`` into a fresh SQLite
+workspace, with the shipped embedding model. It reports, against the issue's
+targets:
+
+* active learnings per fact the corrections hold (goal ≤ 1.1: 22 for 20 facts);
+* the share of contradicting corrections that became (or joined) a supersede
+  proposal (goal 100 %);
+* the audit's recall on the planted texts (goal ≥ 90 %) and its false alarms on
+  the 980 clean corrections (goal ≤ 2 %);
+* the p95 of writing one learning into a project that holds 10,000 (goal
+  < 20 ms), beside the raw database's own one-row insert in the same run.
+
+Before that, the threshold sweep: the pairwise relation (same, contradicts,
+other) of each fact's first wording against its paraphrases, its contradictions
+and the other facts of its skill, for a grid of ``learnings_merge_cosine``
+values, on the first 10 facts (dev) and the last 10 (held out). The default was
+chosen on dev; the held-out column says whether it carries over.
+
+    python benchmarks/learnings.py [--seed 7] [--writes 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from benchlib import Clock, percentile, target
+
+from amelio.assistant import learnings, likeness
+from amelio.assistant.audit import audit
+from amelio.assistant.vetting import vet
+from amelio.embeddings import embed_matrix, load_embedder
+from amelio.workspace.folder import Workspace, init_workspace
+
+FIXTURE = Path(__file__).resolve().parent / "data" / "learnings_facts.json"
+TOTAL = 1000
+
+
+def load() -> dict[str, Any]:
+    return json.loads(FIXTURE.read_text(encoding="utf-8"))
+
+
+# -- the threshold sweep ------------------------------------------------------------------
+
+
+def pairs(facts: list[dict[str, Any]], every: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    out = []
+    for fact in facts:
+        out += [(fact["rule"], p, "same") for p in fact["paraphrases"]]
+        out += [(fact["rule"], c, "contradicts") for c in fact["contradictions"]]
+        for other in every:
+            if other is not fact and other["skill"] == fact["skill"]:
+                out += [(fact["rule"], t, "other") for t in (other["rule"], *other["paraphrases"])]
+    return out
+
+
+def sweep(data: dict[str, Any]) -> None:
+    embedder = load_embedder("wordllama")
+    facts = data["facts"]
+    halves = {"dev": pairs(facts[:10], facts), "held-out": pairs(facts[10:], facts)}
+    texts = sorted({t for ps in halves.values() for a, b, _ in ps for t in (a, b)})
+    matrix = embed_matrix(embedder, texts)
+    index = {t: i for i, t in enumerate(texts)}
+    print("Pairwise relation by learnings_merge_cosine (heuristic contradictions, no LLM):")
+    print(
+        f"{'cosine':>6}  {'half':<8} {'same→same':>10} {'contra→contra':>14} "
+        f"{'other→same':>11} {'same→contra':>12} {'contra→same':>12}"
+    )
+    for cosine in (0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8):
+        th = likeness.Thresholds(same_cosine=cosine)
+        for half, ps in halves.items():
+            got = Counter()
+            for a, b, truth in ps:
+                cos = float(matrix[index[a]] @ matrix[index[b]])
+                got[(truth, likeness.relate(b, a, cos, th))] += 1
+            n = Counter(truth for _, _, truth in ps)
+            mark = " (default)" if cosine == likeness.Thresholds().same_cosine else ""
+            print(
+                f"{cosine:>6.2f}  {half:<8} "
+                f"{got['same', 'same'] / n['same']:>10.0%} "
+                f"{got['contradicts', 'contradicts'] / n['contradicts']:>14.0%} "
+                f"{got['other', 'same'] / n['other']:>11.0%} "
+                f"{got['same', 'contradicts'] / n['same']:>12.0%} "
+                f"{got['contradicts', 'same'] / n['contradicts']:>12.0%}{mark}"
+            )
+    print()
+
+
+# -- the 1,000 corrections ----------------------------------------------------------------
+
+
+def _vary(text: str, rng: random.Random) -> str:
+    """The same words as a person retypes them: case and final punctuation vary."""
+    choice = rng.randrange(4)
+    if choice == 1:
+        text = text.lower()
+    elif choice == 2:
+        text = text.rstrip(".!") + "."
+    elif choice == 3:
+        text = "  " + text + " "
+    return text
+
+
+def corrections(data: dict[str, Any], seed: int) -> list[dict[str, Any]]:
+    """1,000 corrections, each ``{"text", "skill", "fact", "kind"}``, in the order they
+    arrive; a fact's first correction comes before any that contradicts it."""
+    rng = random.Random(seed)
+    facts = data["facts"]
+    shares = {"repeat": 480, "paraphrase": 400, "contradiction": 100}
+    out: list[dict[str, Any]] = []
+    for n in range(shares["repeat"]):
+        i = n % len(facts)
+        out.append({"text": _vary(facts[i]["rule"], rng), "fact": i, "kind": "repeat"})
+    for _ in range(shares["paraphrase"]):
+        i = rng.randrange(len(facts))
+        text = rng.choice(facts[i]["paraphrases"])
+        out.append({"text": text, "fact": i, "kind": "paraphrase"})
+    for _ in range(shares["contradiction"]):
+        i = rng.randrange(len(facts))
+        text = rng.choice(facts[i]["contradictions"])
+        out.append({"text": text, "fact": i, "kind": "contradiction"})
+    rng.shuffle(out)
+    for planted in data["planted"]:
+        out.insert(
+            rng.randrange(len(out) + 1),
+            {"text": planted["text"], "fact": None, "kind": planted["kind"]},
+        )
+    # A contradiction before its fact was taught would be the fact's first teaching.
+    for i in range(len(facts)):
+        first = next(n for n, c in enumerate(out) if c["fact"] == i and c["kind"] != "contradiction")
+        contra = next(
+            (n for n, c in enumerate(out) if c["fact"] == i and c["kind"] == "contradiction"), None
+        )
+        if contra is not None and contra < first:
+            out[contra], out[first] = out[first], out[contra]
+    for c in out:
+        c["skill"] = None if c["fact"] is None else facts[c["fact"]]["skill"]
+    assert len(out) == TOTAL
+    return out
+
+
+def replay(ws: Workspace, stream: list[dict[str, Any]]) -> dict[str, Any]:
+    fact_learning: dict[int, int] = {}
+    outcomes: Counter[tuple[str, str]] = Counter()
+    wrong_merge = 0
+    contradiction_held = 0
+    for n, c in enumerate(stream):
+        item, outcome = learnings.add_learning(
+            ws,
+            c["text"],
+            source="fixit",
+            skill=c["skill"],
+            origin=learnings.Origin(feedback_id=n + 1, author=f"user{n % 37}"),
+        )
+        outcomes[(c["kind"], outcome)] += 1
+        if c["kind"] == "contradiction":
+            contradiction_held += item.status == "candidate" and item.supersedes_id is not None
+        elif c["fact"] is not None:
+            if outcome == "added" and c["fact"] not in fact_learning:
+                fact_learning[c["fact"]] = item.id
+            elif fact_learning.get(c["fact"]) != item.id:
+                wrong_merge += 1
+    return {
+        "outcomes": outcomes,
+        "wrong": wrong_merge,
+        "contradictionHeld": contradiction_held,
+    }
+
+
+def quality(seed: int) -> None:
+    data = load()
+    stream = corrections(data, seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        ws, _ = init_workspace(Path(tmp) / "ws")
+        try:
+            with Clock() as clock:
+                result = replay(ws, stream)
+            states = Counter(i.status for i in learnings.list_learnings(ws, include_retired=True))
+            found = audit(ws)
+            by_id = {i.id: i for i in learnings.list_learnings(ws, include_retired=True)}
+        finally:
+            ws.dispose()
+    planted_texts = {p["text"] for p in data["planted"]}
+    flagged = {
+        lid
+        for f in found
+        if f.kind in ("secret", "injection")
+        for lid in f.learning_ids
+    }
+    planted_found = sum(
+        1 for lid in flagged if " ".join(by_id[lid].rule.split()) in {" ".join(t.split()) for t in planted_texts}
+    )
+    clean = [c["text"] for c in stream if c["fact"] is not None]
+    false_alarms = sum(1 for text in clean if vet(text))
+    facts = len(data["facts"])
+    print(f"1,000 corrections written one by one ({clock}):")
+    print(f"{'kind':<14} {'outcome':<12} {'count':>6}")
+    for (kind, outcome), count in sorted(result["outcomes"].items()):
+        print(f"{kind:<14} {outcome:<12} {count:>6}")
+    print(f"Learnings by state: {dict(sorted(states.items()))}")
+    print(f"Corrections merged into another fact's learning: {result['wrong']}")
+    print(f"Audit findings by kind: {dict(Counter(f.kind for f in found))}")
+    print()
+    target("active learnings per fact", states["active"] / facts, 1.1, "×", higher_is_better=False)
+    target(
+        "contradictions that became supersede proposals",
+        100 * result["contradictionHeld"] / 100,
+        100,
+        "%",
+    )
+    target("audit recall on planted", 100 * planted_found / len(planted_texts), 90, "%")
+    target(
+        "audit false alarms on clean corrections",
+        100 * false_alarms / len(clean),
+        2,
+        "%",
+        higher_is_better=False,
+    )
+    target("planted texts active", sum(
+        1 for i in by_id.values() if i.status == "active" and i.rule in planted_texts
+    ), 0, "", higher_is_better=False)
+    print()
+
+
+# -- the write cost -----------------------------------------------------------------------
+
+
+def _fill(ws: Workspace, count: int, skills: int, seed: int) -> None:
+    """``count`` distinct active learnings with embeddings, inserted in bulk."""
+    import sqlalchemy as sa
+
+    from amelio import db
+    from amelio.db.schema import learnings as table
+    from amelio.db.schema import utcnow
+    from amelio.workspace.projects import ensure_project
+
+    rng = random.Random(seed)
+    words = [w for w in Path("/usr/share/dict/words").read_text().split() if w.isalpha()][:20000] \
+        if Path("/usr/share/dict/words").exists() else [f"term{n}" for n in range(20000)]
+    rules = set()
+    while len(rules) < count:
+        rules.add(f"When handling {rng.choice(words)} use {rng.choice(words)} for {rng.choice(words)}")
+    rules_list = sorted(rules)
+    embedder = load_embedder("wordllama")
+    vectors = embed_matrix(embedder, rules_list)
+    now = utcnow()
+    with db.transaction(ws.engine) as conn:
+        pid = ensure_project(conn, "default")
+        conn.execute(
+            sa.insert(table),
+            [
+                {
+                    "project_id": pid,
+                    "skill": f"skill-{n % skills}",
+                    "rule": rule,
+                    "rule_key": learnings._key(rule),
+                    "source": "fixit",
+                    "status": "active",
+                    "helpful": 0,
+                    "harmful": 0,
+                    "occurrences": 1,
+                    "created_at": now,
+                    "last_seen_at": now,
+                    "updated_at": now,
+                    "sources": [],
+                    "embedding": vectors[n].astype("<f4").tobytes(),
+                }
+                for n, rule in enumerate(rules_list)
+            ],
+        )
+    learnings._write_file(ws, "default")
+
+
+def write_cost(writes: int, seed: int) -> None:
+    import sqlalchemy as sa
+
+    from amelio import db
+    from amelio.db.schema import learnings as table
+    from amelio.db.schema import utcnow
+
+    data = load()
+    texts = [t for f in data["facts"] for t in (f["rule"], *f["paraphrases"])]
+    rng = random.Random(seed)
+    print(f"Writing one learning into a project of 10,000 ({writes} writes each):")
+    print(f"{'case':<44} {'p50 ms':>8} {'p95 ms':>8}")
+    p95s = {}
+    for label, skills in (("10,000 over 50 skills (200 in the skill)", 50), ("10,000 in one skill", 1)):
+        with tempfile.TemporaryDirectory() as tmp:
+            ws, _ = init_workspace(Path(tmp) / "ws")
+            try:
+                _fill(ws, 10_000, skills, seed)
+                learnings.add_learning(ws, "warm the embedder up", skill="skill-0")
+                samples = []
+                for n in range(writes):
+                    text = f"{rng.choice(texts)} (case {n})" if n % 2 else rng.choice(texts)
+                    start = time.perf_counter()
+                    learnings.add_learning(ws, text, source="fixit", skill="skill-0")
+                    samples.append((time.perf_counter() - start) * 1000)
+                raw = []
+                now = utcnow()
+                for n in range(writes):
+                    start = time.perf_counter()
+                    with db.transaction(ws.engine) as conn:
+                        conn.execute(
+                            table.insert().values(
+                                project_id=1, skill="skill-0", rule=f"raw {n}",
+                                rule_key=f"raw{n}", source="fixit", status="active",
+                                helpful=0, harmful=0, occurrences=1, created_at=now,
+                                last_seen_at=now, updated_at=now, sources=[],
+                            )
+                        )
+                    raw.append((time.perf_counter() - start) * 1000)
+            finally:
+                ws.dispose()
+        p95s[label] = percentile(samples, 95)
+        print(f"{label:<44} {percentile(samples, 50):>8.2f} {percentile(samples, 95):>8.2f}")
+        print(f"{'  raw one-row INSERT, same database':<44} {percentile(raw, 50):>8.2f} {percentile(raw, 95):>8.2f}")
+    target("write p95 with 10,000 learnings (50 skills)", p95s["10,000 over 50 skills (200 in the skill)"], 20, "ms", higher_is_better=False)
+    print()
+    del sa
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--writes", type=int, default=200)
+    args = parser.parse_args()
+    sweep(load())
+    quality(args.seed)
+    write_cost(args.writes, args.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
