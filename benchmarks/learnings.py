@@ -56,7 +56,8 @@ TOTAL = 1000
 
 
 def load() -> dict[str, Any]:
-    return json.loads(FIXTURE.read_text(encoding="utf-8"))
+    data: dict[str, Any] = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    return data
 
 
 # -- the threshold sweep ------------------------------------------------------------------
@@ -88,7 +89,7 @@ def sweep(data: dict[str, Any]) -> None:
     for cosine in (0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8):
         th = likeness.Thresholds(same_cosine=cosine)
         for half, ps in halves.items():
-            got = Counter()
+            got: Counter[tuple[str, str]] = Counter()
             for a, b, truth in ps:
                 cos = float(matrix[index[a]] @ matrix[index[b]])
                 got[(truth, likeness.relate(b, a, cos, th))] += 1
@@ -146,7 +147,9 @@ def corrections(data: dict[str, Any], seed: int) -> list[dict[str, Any]]:
         )
     # A contradiction before its fact was taught would be the fact's first teaching.
     for i in range(len(facts)):
-        first = next(n for n, c in enumerate(out) if c["fact"] == i and c["kind"] != "contradiction")
+        first = next(
+            n for n, c in enumerate(out) if c["fact"] == i and c["kind"] != "contradiction"
+        )
         contra = next(
             (n for n, c in enumerate(out) if c["fact"] == i and c["kind"] == "contradiction"), None
         )
@@ -159,7 +162,7 @@ def corrections(data: dict[str, Any], seed: int) -> list[dict[str, Any]]:
 
 
 def replay(ws: Workspace, stream: list[dict[str, Any]]) -> dict[str, Any]:
-    fact_learning: dict[int, int] = {}
+    learning_fact: dict[int, tuple[int, bool] | None] = {}
     outcomes: Counter[tuple[str, str]] = Counter()
     wrong_merge = 0
     contradiction_held = 0
@@ -172,13 +175,14 @@ def replay(ws: Workspace, stream: list[dict[str, Any]]) -> dict[str, Any]:
             origin=learnings.Origin(feedback_id=n + 1, author=f"user{n % 37}"),
         )
         outcomes[(c["kind"], outcome)] += 1
+        # What a learning says: its first correction's fact (negated for a contradiction).
+        said = None if c["fact"] is None else (c["fact"], c["kind"] == "contradiction")
+        if outcome in ("added", "held", "proposed"):
+            learning_fact[item.id] = said
+        elif learning_fact.get(item.id) != said:
+            wrong_merge += 1
         if c["kind"] == "contradiction":
             contradiction_held += item.status == "candidate" and item.supersedes_id is not None
-        elif c["fact"] is not None:
-            if outcome == "added" and c["fact"] not in fact_learning:
-                fact_learning[c["fact"]] = item.id
-            elif fact_learning.get(c["fact"]) != item.id:
-                wrong_merge += 1
     return {
         "outcomes": outcomes,
         "wrong": wrong_merge,
@@ -199,16 +203,9 @@ def quality(seed: int) -> None:
             by_id = {i.id: i for i in learnings.list_learnings(ws, include_retired=True)}
         finally:
             ws.dispose()
-    planted_texts = {p["text"] for p in data["planted"]}
-    flagged = {
-        lid
-        for f in found
-        if f.kind in ("secret", "injection")
-        for lid in f.learning_ids
-    }
-    planted_found = sum(
-        1 for lid in flagged if " ".join(by_id[lid].rule.split()) in {" ".join(t.split()) for t in planted_texts}
-    )
+    planted = {" ".join(p["text"].split()) for p in data["planted"]}  # as stored
+    flagged = {lid for f in found if f.kind in ("secret", "injection") for lid in f.learning_ids}
+    planted_found = sum(1 for lid in flagged if by_id[lid].rule in planted)
     clean = [c["text"] for c in stream if c["fact"] is not None]
     false_alarms = sum(1 for text in clean if vet(text))
     facts = len(data["facts"])
@@ -217,7 +214,10 @@ def quality(seed: int) -> None:
     for (kind, outcome), count in sorted(result["outcomes"].items()):
         print(f"{kind:<14} {outcome:<12} {count:>6}")
     print(f"Learnings by state: {dict(sorted(states.items()))}")
-    print(f"Corrections merged into another fact's learning: {result['wrong']}")
+    print(
+        "Corrections merged into a learning that says something else (another fact, "
+        f"or the opposite): {result['wrong']}"
+    )
     print(f"Audit findings by kind: {dict(Counter(f.kind for f in found))}")
     print()
     target("active learnings per fact", states["active"] / facts, 1.1, "×", higher_is_better=False)
@@ -227,7 +227,7 @@ def quality(seed: int) -> None:
         100,
         "%",
     )
-    target("audit recall on planted", 100 * planted_found / len(planted_texts), 90, "%")
+    target("audit recall on planted", 100 * planted_found / len(planted), 90, "%")
     target(
         "audit false alarms on clean corrections",
         100 * false_alarms / len(clean),
@@ -235,17 +235,28 @@ def quality(seed: int) -> None:
         "%",
         higher_is_better=False,
     )
-    target("planted texts active", sum(
-        1 for i in by_id.values() if i.status == "active" and i.rule in planted_texts
-    ), 0, "", higher_is_better=False)
+    target(
+        "planted texts active",
+        sum(1 for i in by_id.values() if i.status == "active" and i.rule in planted),
+        0,
+        "",
+        higher_is_better=False,
+    )
     print()
 
 
 # -- the write cost -----------------------------------------------------------------------
 
 
+def _words(seed: int) -> list[str]:
+    rng = random.Random(seed)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    return ["".join(rng.choice(letters) for _ in range(rng.randint(4, 9))) for _ in range(5000)]
+
+
 def _fill(ws: Workspace, count: int, skills: int, seed: int) -> None:
-    """``count`` distinct active learnings with embeddings, inserted in bulk."""
+    """``count`` distinct active learnings with embeddings, inserted in bulk, spread
+    over ``skills`` skills (made-up words: no two say the same thing)."""
     import sqlalchemy as sa
 
     from amelio import db
@@ -254,14 +265,14 @@ def _fill(ws: Workspace, count: int, skills: int, seed: int) -> None:
     from amelio.workspace.projects import ensure_project
 
     rng = random.Random(seed)
-    words = [w for w in Path("/usr/share/dict/words").read_text().split() if w.isalpha()][:20000] \
-        if Path("/usr/share/dict/words").exists() else [f"term{n}" for n in range(20000)]
-    rules = set()
+    words = _words(seed)
+    rules: set[str] = set()
     while len(rules) < count:
-        rules.add(f"When handling {rng.choice(words)} use {rng.choice(words)} for {rng.choice(words)}")
-    rules_list = sorted(rules)
-    embedder = load_embedder("wordllama")
-    vectors = embed_matrix(embedder, rules_list)
+        rules.add(
+            f"When handling {rng.choice(words)} use {rng.choice(words)} for {rng.choice(words)}"
+        )
+    ordered = sorted(rules)
+    vectors = embed_matrix(load_embedder("wordllama"), ordered)
     now = utcnow()
     with db.transaction(ws.engine) as conn:
         pid = ensure_project(conn, "default")
@@ -284,59 +295,85 @@ def _fill(ws: Workspace, count: int, skills: int, seed: int) -> None:
                     "sources": [],
                     "embedding": vectors[n].astype("<f4").tobytes(),
                 }
-                for n, rule in enumerate(rules_list)
+                for n, rule in enumerate(ordered)
             ],
         )
     learnings._write_file(ws, "default")
 
 
-def write_cost(writes: int, seed: int) -> None:
-    import sqlalchemy as sa
-
+def _raw_insert_ms(ws: Workspace, writes: int) -> list[float]:
+    """The raw database's own cost of storing one learning row: one INSERT in one
+    write transaction, through SQLAlchemy, no comparison and no mirror."""
     from amelio import db
     from amelio.db.schema import learnings as table
     from amelio.db.schema import utcnow
 
+    now = utcnow()
+    samples = []
+    for n in range(writes):
+        start = time.perf_counter()
+        with db.transaction(ws.engine) as conn:
+            conn.execute(
+                table.insert().values(
+                    project_id=1, skill="skill-0", rule=f"raw {n}", rule_key=f"raw{n}",
+                    source="fixit", status="active", helpful=0, harmful=0, occurrences=1,
+                    created_at=now, last_seen_at=now, updated_at=now, sources=[],
+                )
+            )  # fmt: skip
+        samples.append((time.perf_counter() - start) * 1000)
+    return samples
+
+
+def write_cost(writes: int, seed: int) -> None:
+    """Corrections as the fixture deals them (the 20 facts taught first), one in 20
+    a brand-new rule, written into a project that already holds 10,000 learnings."""
     data = load()
-    texts = [t for f in data["facts"] for t in (f["rule"], *f["paraphrases"])]
+    stream = [c for c in corrections(data, seed) if c["fact"] is not None]
+    words = _words(seed + 1)
     rng = random.Random(seed)
-    print(f"Writing one learning into a project of 10,000 ({writes} writes each):")
-    print(f"{'case':<44} {'p50 ms':>8} {'p95 ms':>8}")
-    p95s = {}
-    for label, skills in (("10,000 over 50 skills (200 in the skill)", 50), ("10,000 in one skill", 1)):
+    print(f"Writing one learning into a project that holds 10,000 ({writes} writes per case):")
+    print(f"{'case':<42} {'writes':>6} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}")
+    p95 = {}
+    for label, skills in (("10,000 over 50 skills", 50), ("10,000 in one skill (worst case)", 1)):
         with tempfile.TemporaryDirectory() as tmp:
             ws, _ = init_workspace(Path(tmp) / "ws")
             try:
                 _fill(ws, 10_000, skills, seed)
-                learnings.add_learning(ws, "warm the embedder up", skill="skill-0")
-                samples = []
+                for fact in data["facts"]:  # taught once, so later corrections repeat them
+                    learnings.add_learning(ws, fact["rule"], source="fixit", skill="skill-0")
+                by_outcome: dict[str, list[float]] = {}
                 for n in range(writes):
-                    text = f"{rng.choice(texts)} (case {n})" if n % 2 else rng.choice(texts)
+                    if n % 20 == 19:
+                        text = f"Prefer {rng.choice(words)} over {rng.choice(words)} in reports"
+                    else:
+                        text = stream[n % len(stream)]["text"]
                     start = time.perf_counter()
-                    learnings.add_learning(ws, text, source="fixit", skill="skill-0")
-                    samples.append((time.perf_counter() - start) * 1000)
-                raw = []
-                now = utcnow()
-                for n in range(writes):
-                    start = time.perf_counter()
-                    with db.transaction(ws.engine) as conn:
-                        conn.execute(
-                            table.insert().values(
-                                project_id=1, skill="skill-0", rule=f"raw {n}",
-                                rule_key=f"raw{n}", source="fixit", status="active",
-                                helpful=0, harmful=0, occurrences=1, created_at=now,
-                                last_seen_at=now, updated_at=now, sources=[],
-                            )
-                        )
-                    raw.append((time.perf_counter() - start) * 1000)
+                    _, outcome = learnings.add_learning(ws, text, source="fixit", skill="skill-0")
+                    by_outcome.setdefault(outcome, []).append((time.perf_counter() - start) * 1000)
+                raw = _raw_insert_ms(ws, writes)
             finally:
                 ws.dispose()
-        p95s[label] = percentile(samples, 95)
-        print(f"{label:<44} {percentile(samples, 50):>8.2f} {percentile(samples, 95):>8.2f}")
-        print(f"{'  raw one-row INSERT, same database':<44} {percentile(raw, 50):>8.2f} {percentile(raw, 95):>8.2f}")
-    target("write p95 with 10,000 learnings (50 skills)", p95s["10,000 over 50 skills (200 in the skill)"], 20, "ms", higher_is_better=False)
+        every = [x for xs in by_outcome.values() for x in xs]
+        p95[label] = percentile(every, 95)
+        rows = [(label, every), *((f"  of which {k}", v) for k, v in sorted(by_outcome.items()))]
+        rows.append(("  raw one-row INSERT, same database", raw))
+        for name, xs in rows:
+            print(
+                f"{name:<42} {len(xs):>6} {percentile(xs, 50):>8.2f} "
+                f"{percentile(xs, 95):>8.2f} {max(xs):>8.2f}"
+            )
+    target(
+        "write p95, 10,000 learnings over 50 skills",
+        p95["10,000 over 50 skills"],
+        20,
+        "ms",
+        higher_is_better=False,
+    )
+    print(
+        "A new active rule rewrites learnings.md (every active learning): its cost grows "
+        "with the project (docs/performance.md)."
+    )
     print()
-    del sa
 
 
 def main() -> int:

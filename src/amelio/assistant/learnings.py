@@ -327,7 +327,7 @@ def _scope(conn: sa.Connection, pid: int, skill: str | None, after_id: int = 0) 
     )
     if skill is not None:
         query = query.where(sa.or_(learnings.c.skill.is_(None), learnings.c.skill == skill))
-    return list(conn.execute(query))
+    return list(conn.execute(query).all())
 
 
 def _decide(ws: Workspace, rule: str, vector: Any, rows: Sequence[Any], *, llm: bool) -> _Decision:
@@ -346,11 +346,24 @@ def _decide(ws: Workspace, rule: str, vector: Any, rows: Sequence[Any], *, llm: 
     if vector is not None:
         import numpy as np
 
-        for i, row in enumerate(rows):
-            if row.embedding is not None and len(row.embedding) == vector.nbytes:
-                cosines[i] = float(np.frombuffer(row.embedding, dtype=np.float32) @ vector)
+        embedded = [
+            i
+            for i, row in enumerate(rows)
+            if row.embedding is not None and len(row.embedding) == vector.nbytes
+        ]
+        if embedded:
+            matrix = np.frombuffer(
+                b"".join(rows[i].embedding for i in embedded), dtype=np.float32
+            ).reshape(len(embedded), -1)
+            for i, cos in zip(embedded, (matrix @ vector).tolist(), strict=True):
+                cosines[i] = cos
     relations: list[str] = []
     for row, cos in zip(rows, cosines, strict=True):
+        # Far apart in meaning: not worth the word-level tests (no pair of the fixture's
+        # paraphrases or contradictions is under it; benchmarks/learnings.py).
+        if cos is not None and cos < likeness.FAR:
+            relations.append("other")
+            continue
         relation = likeness.relate(rule, row.rule, cos, thresholds)
         if relation == "contradicts" and row.status != "active":
             relation = "other"  # only what is in prompts can be superseded
@@ -394,9 +407,18 @@ def _decide(ws: Workspace, rule: str, vector: Any, rows: Sequence[Any], *, llm: 
 
 
 def _merge(
-    conn: sa.Connection, existing: Any, skill: str | None, at: datetime, entry: dict[str, Any]
+    conn: sa.Connection,
+    existing: Any,
+    skill: str | None,
+    at: datetime,
+    entry: dict[str, Any],
+    vector: Any = None,
 ) -> None:
-    """Count a correction that says an existing learning again, keeping its source."""
+    """Count a correction that says an existing learning again, keeping its source.
+
+    The learning's embedding becomes the mean of the wordings it was taught in
+    (weighted by how often each came): the next paraphrase is then compared with
+    what people said, not only with the first wording."""
     from amelio.db.schema import learnings, utcnow
 
     sources = [*existing.sources, entry]
@@ -410,6 +432,17 @@ def _merge(
     }
     if existing.skill != skill:  # a rule two skills were taught applies to all
         values["skill"] = None
+    if (
+        vector is not None
+        and existing.embedding is not None
+        and len(existing.embedding) == vector.nbytes
+    ):
+        import numpy as np
+
+        mean = np.frombuffer(existing.embedding, dtype=np.float32) * existing.occurrences + vector
+        norm = float(np.linalg.norm(mean))
+        if norm > 0:
+            values["embedding"] = (mean / norm).astype("<f4").tobytes()
     conn.execute(learnings.update().where(learnings.c.id == existing.id).values(**values))
 
 
@@ -586,7 +619,7 @@ def add_learning(
                 ).one()
         mirror = False  # whether learnings.md (active learnings only) changes
         if existing is not None:
-            _merge(conn, existing, skill, when, entry)
+            _merge(conn, existing, skill, when, entry, vector)
             outcome = "merged"
             mirror = existing.status == "active" and existing.skill != skill
             if existing.status == "retired" and not _rejected(existing) and not flags:
@@ -922,10 +955,11 @@ def parse_learnings_md(text: str) -> tuple[list[ParsedLine], list[ParseError]]:
 
 
 def _stamp(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # isoformat, not strftime: the mirror stamps every active learning on each rewrite.
+    return moment.astimezone(UTC).replace(microsecond=0, tzinfo=None).isoformat() + "Z"
 
 
-def render_learnings_md(items: Sequence[Learning], unreadable: Sequence[str] = ()) -> str:
+def render_learnings_md(items: Sequence[Any], unreadable: Sequence[str] = ()) -> str:
     """The seed's file: a header, then one ``- [time] [source] rule`` line per
     learning, oldest first, global rules then one section per skill."""
     out = [
@@ -938,13 +972,12 @@ def render_learnings_md(items: Sequence[Learning], unreadable: Sequence[str] = (
         "## Rules",
         "",
     ]
-    ordered = sorted(items, key=lambda x: (x.created_at, x.id))
-    out += [f"- [{_stamp(x.created_at)}] [{x.source}] {x.rule}" for x in ordered if x.skill is None]
-    for skill in sorted({x.skill for x in ordered if x.skill is not None}):
-        out += ["", f"## Skill: {skill}", ""]
-        out += [
-            f"- [{_stamp(x.created_at)}] [{x.source}] {x.rule}" for x in ordered if x.skill == skill
-        ]
+    sections: dict[str | None, list[str]] = {}
+    for x in sorted(items, key=lambda x: (x.created_at, x.id)):
+        sections.setdefault(x.skill, []).append(f"- [{_stamp(x.created_at)}] [{x.source}] {x.rule}")
+    out += sections.pop(None, [])
+    for skill in sorted(sections):
+        out += ["", f"## Skill: {skill}", "", *sections[skill]]
     if unreadable:
         out += [
             "",
@@ -963,15 +996,31 @@ def _hash(text: str) -> str:
 
 def _write_file(ws: Workspace, project: str, unreadable: Sequence[str] = ()) -> None:
     """Rewrite learnings.md from the database, atomically, and remember its hash."""
+    import sqlalchemy as sa
+
     from amelio import db
-    from amelio.db.schema import learning_files, utcnow
+    from amelio.db.schema import learning_files, learnings, utcnow
     from amelio.privacy.pii import scrub_for_storage
 
-    items = list_learnings(ws, project=project, sync=False)
+    with ws.engine.connect() as conn:  # only what the file shows: this runs per new rule
+        items = conn.execute(
+            sa.select(
+                learnings.c.id,
+                learnings.c.skill,
+                learnings.c.rule,
+                learnings.c.source,
+                learnings.c.created_at,
+            ).where(
+                learnings.c.project_id == project_id(conn, project),
+                learnings.c.status == "active",
+            )
+        ).all()
     path = learnings_path(ws, project)
     if not unreadable and path.is_file():
-        _, errors = parse_learnings_md(path.read_text(encoding="utf-8", errors="replace"))
-        unreadable = [e.text for e in errors]
+        # sync_file ran first, so any line it could not read is in that section.
+        old = path.read_text(encoding="utf-8", errors="replace")
+        if _UNREADABLE_HEADING in old:
+            unreadable = [e.text for e in parse_learnings_md(old)[1]]
     unreadable = [scrub_for_storage(ws.settings, line, "learnings") for line in unreadable]
     text = render_learnings_md(items, unreadable)
     path.parent.mkdir(parents=True, exist_ok=True)

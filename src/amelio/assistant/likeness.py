@@ -25,10 +25,12 @@ person when no LLM is configured:
    "don't", "avoid", "instead of", "rather than", "without", "not"…) up to the
    next punctuation mark. Two rules contradict when one prescribes a word the
    other forbids.
-2. *Values*: numbers (number words read as digits) and literal values such as
+2. *Order*: two rules that order the same things ("X before Y", "after Y, X",
+   "X, then Y") the other way round.
+3. *Values*: numbers (number words read as digits) and literal values such as
    ``YYYY-MM-DD``: two rules contradict when each holds one the other lacks
    (port 8069 against port 8080), not when one merely adds an example.
-3. *Opposites*: a small list of antonym pairs (before/after, tabs/spaces,
+4. *Opposites*: a small list of antonym pairs (start/end, tabs/spaces,
    singular/plural, utc/local…), one word of a pair in each rule and not both.
 
 The thresholds' defaults were measured on ``benchmarks/learnings.py``'s fixture
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
     from amelio.workspace.folder import Workspace
 
 __all__ = [
+    "FAR",
     "Relation",
     "Thresholds",
     "content_words",
@@ -59,13 +62,16 @@ __all__ = [
 ]
 
 Relation = Literal["same", "contradicts", "other"]
+#: A cosine under which two rules are taken to be about different things without
+#: looking at their words (the store compares a new rule with thousands).
+FAR = 0.25
 
 
 @dataclass(frozen=True)
 class Thresholds:
     """Where "same" and "on the same topic" start (see the module's docstring)."""
 
-    same_cosine: float = 0.6
+    same_cosine: float = 0.55
     same_lexical: float = 0.1
     lexical_only: float = 0.5
     topic_cosine: float = 0.5
@@ -78,7 +84,8 @@ _GENERIC = ENGLISH_STOPWORDS | {
     "always", "never", "use", "using", "used", "should", "must", "please", "do", "does",
     "don't", "dont", "doesn't", "not", "no", "avoid", "instead", "rather", "than",
     "without", "prefer", "make", "sure", "keep", "every", "each", "all", "our", "we",
-    "you", "your", "when", "whenever", "only", "can", "may", "de", "la", "le", "les",
+    "you", "your", "when", "whenever", "only", "them", "it", "its", "they", "their",
+    "this", "that", "these", "those", "can", "may", "de", "la", "le", "les",
     "des", "un", "une", "et", "pas", "ne", "jamais", "toujours", "utiliser",
 }  # fmt: skip
 _NUMBER_WORDS = {
@@ -88,12 +95,13 @@ _NUMBER_WORDS = {
     "fifty": "50", "sixty": "60", "hundred": "100",
 }  # fmt: skip
 _OPPOSITES = (
-    ("before", "after"), ("start", "end"), ("first", "last"), ("tabs", "spaces"),
+    ("start", "end"), ("start", "finish"), ("start", "close"), ("start", "conclude"),
+    ("begin", "end"), ("first", "last"), ("tabs", "spaces"), ("snake", "camelcase"),
     ("singular", "plural"), ("utc", "local"), ("formal", "informal"),
     ("imperative", "past"), ("enable", "disable"), ("allow", "forbid"),
     ("true", "false"), ("ascending", "descending"), ("sync", "async"),
     ("uppercase", "lowercase"), ("tu", "vous"), ("metric", "imperial"),
-    ("public", "private"), ("snake_case", "camelcase"), ("minimum", "maximum"),
+    ("public", "private"), ("minimum", "maximum"),
     ("increase", "decrease"), ("more", "fewer"), ("longer", "shorter"),
 )  # fmt: skip
 _NEGATION = re.compile(
@@ -102,20 +110,34 @@ _NEGATION = re.compile(
     r"au lieu de|plutôt que)\b",
     re.IGNORECASE,
 )
-#: "prefer X to Y" forbids Y: read as "prefer X instead of Y".
-_PREFER_TO = re.compile(r"\b(prefer\w*\b[^.;:,!?]*?)\bto\b", re.IGNORECASE)
+#: Phrasings read as a plain negation first: "prefer X to Y" forbids Y, "keep X out
+#: of Y" forbids X in Y, and "no X longer than N" is a limit, not a ban on X.
+_REWRITES = tuple(
+    (re.compile(pattern, re.IGNORECASE), replacement)
+    for pattern, replacement in (
+        (r"\b(prefer\w*\b[^.;:,!?]*?)\bto\b", r"\1 instead of"),
+        (r"\bkeep\s+([^.;:,!?]+?)\s+out of\b", r"avoid \1 in"),
+        (r"\bno\s+(\w+)\s+(?:longer|more|larger|bigger)\s+than\b", r"\1 at most"),
+    )
+)
 _SCOPE_END = re.compile(r"[.;:!?,()\n]|\b(?:but|then|in|for|on|at|inside|when)\b", re.IGNORECASE)
 _NUMBER = re.compile(r"\d+")
-_LITERAL = re.compile(r"[^\W\d_]+(?:[/:.\-][^\W\d_]+)+")
+_ZONES = frozenset({"utc", "gmt", "cet", "cest", "est", "pst"})
+#: A literal value such as a format: letters joined by / : . _, or three or more parts
+#: joined by hyphens (``yyyy-mm-dd``); "one-line" is a word, not a value.
+_LITERAL = re.compile(r"[^\W\d_]+(?:(?:[/:._][^\W\d_]+)+|(?:-[^\W\d_]+){2,})")
 
 
 def _stem(word: str) -> str:
     """A crude suffix strip so that "formatting", "formatted" and "format" meet."""
-    for suffix in ("ing", "ed", "es", "s"):
-        if len(word) > len(suffix) + 2 and word.endswith(suffix):
-            word = word[: -len(suffix)]
-            break
+    for _ in range(2):  # "strings" → "string" → "str", as "string" → "str"
+        for suffix in ("ing", "ed", "es", "s"):
+            if len(word) > len(suffix) + 2 and word.endswith(suffix):
+                word = word[: -len(suffix)]
+                break
     if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "aeiou":
+        word = word[:-1]
+    if len(word) > 4 and word.endswith("e"):  # "rebase" meets "rebasing"
         word = word[:-1]
     return word
 
@@ -132,15 +154,17 @@ def content_words(text: str) -> set[str]:
 
 
 def lexical(a: str, b: str) -> float:
-    """Jaccard overlap of the two rules' content words (1.0 for two empty rules)."""
-    wa, wb = content_words(a), content_words(b)
+    """Jaccard overlap of the two rules' stemmed content words (1.0 for two empty
+    rules)."""
+    wa, wb = {_stem(w) for w in content_words(a)}, {_stem(w) for w in content_words(b)}
     return len(wa & wb) / len(wa | wb) if wa or wb else 1.0
 
 
 def _polarity(text: str) -> tuple[set[str], set[str]]:
     """(prescribed, forbidden) stemmed content words: forbidden from a negation to
     the next punctuation mark or preposition, prescribed everywhere else."""
-    text = _PREFER_TO.sub(r"\1 instead of", text)
+    for pattern, replacement in _REWRITES:
+        text = pattern.sub(replacement, text)
     forbidden: set[str] = set()
     prescribed: set[str] = set()
     position = 0
@@ -154,8 +178,11 @@ def _polarity(text: str) -> tuple[set[str], set[str]]:
         position = stop
     prescribed |= content_words(text[position:])
     stem = {w: _stem(w) for w in prescribed | forbidden}
-    forbidden_stems = {stem[w] for w in forbidden}
-    return {stem[w] for w in prescribed} - forbidden_stems, forbidden_stems
+    told, banned = {stem[w] for w in prescribed}, {stem[w] for w in forbidden}
+    # A word on both sides ("inherit views … rather than replacing the view") is
+    # the rule's context, not what it prescribes or forbids.
+    both = told & banned
+    return told - both, banned - both
 
 
 def _values(text: str) -> tuple[set[str], set[str]]:
@@ -164,15 +191,41 @@ def _values(text: str) -> tuple[set[str], set[str]]:
     folded = fold(text)
     numbers = set(_NUMBER.findall(folded))
     numbers |= {_NUMBER_WORDS[t] for t in tokens(text) if t in _NUMBER_WORDS}
-    return numbers, set(_LITERAL.findall(folded))
+    # "e.g." and "i.e." are not values; a time zone is one, named or by region.
+    literals = {v for v in _LITERAL.findall(folded) if len(v) >= 5}
+    literals |= {t for t in tokens(text) if t in _ZONES}
+    return numbers, literals
+
+
+_ORDER = re.compile(r"\b(before|after|prior to|then)\b", re.IGNORECASE)
+
+
+def _order(text: str) -> tuple[set[str], set[str]] | None:
+    """(what comes first, what comes next) for a rule that orders two things ("run
+    X before Y", "after Y, X", "X, then Y"), or None."""
+    found = _ORDER.search(text)
+    if found is None:
+        return None
+    word = found.group(1).lower()
+    head, tail = text[: found.start()], text[found.end() :]
+    if not content_words(head) and "," in tail:  # "Before X, do Y" is "do Y before X"
+        head, tail = tail.split(",", 1)[1], tail.split(",", 1)[0]
+    left = {_stem(w) for w in content_words(head)}
+    right = {_stem(w) for w in content_words(tail)}
+    return (right, left) if word == "after" else (left, right)
 
 
 def contradicts(a: str, b: str) -> bool:
-    """The heuristic test (module docstring): polarity, values, opposites."""
+    """The heuristic test (module docstring): polarity, order, values, opposites."""
     pa, fa = _polarity(a)
     pb, fb = _polarity(b)
     if ((pa & fb) or (pb & fa)) and not (fa & fb):
         return True
+    oa, ob = _order(a), _order(b)
+    if oa is not None and ob is not None:
+        flipped = (oa[0] & ob[1]) - ob[0], (oa[1] & ob[0]) - ob[1]
+        if all(flipped):
+            return True
     for va, vb in zip(_values(a), _values(b), strict=True):
         if va - vb and vb - va:
             return True

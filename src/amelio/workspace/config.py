@@ -685,7 +685,7 @@ class Settings(BaseSettings):
         "its helpful count and is at least this.",
     )
     learnings_merge_cosine: float = Field(
-        default=0.6,
+        default=0.55,
         gt=0,
         le=1,
         description="Embedding cosine (search_embedding_model) at or above which a new "
