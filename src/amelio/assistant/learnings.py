@@ -976,7 +976,7 @@ def render_learnings_md(items: Sequence[Any], unreadable: Sequence[str] = ()) ->
     for x in sorted(items, key=lambda x: (x.created_at, x.id)):
         sections.setdefault(x.skill, []).append(f"- [{_stamp(x.created_at)}] [{x.source}] {x.rule}")
     out += sections.pop(None, [])
-    for skill in sorted(sections):
+    for skill in sorted(s for s in sections if s is not None):
         out += ["", f"## Skill: {skill}", "", *sections[skill]]
     if unreadable:
         out += [
