@@ -89,7 +89,7 @@ def card_text(item: L.Learning, context: dict[str, Any]) -> str:
     interaction = context.get("interaction")
     if interaction is not None:
         lines.append(
-            f"From answer \\#{interaction['id']}: {escape(_short(interaction['message'], 200))}"
+            f"From answer \\#{interaction['interactionId']}: {escape(_short(interaction['message'], 200))}"
             f" → {escape(_short(interaction['answer'], 300))}"
         )
     lines.append(f"Taught {item.occurrences}×, status {escape(item.status)}")
