@@ -312,3 +312,23 @@ def test_a_learning_is_retired_only_when_answers_got_worse_with_it(
     # Kept, it was blamed four times and stayed; against 9 in 10 liked, the first
     # two dislikes (the minimum) were enough, and it left the prompts.
     assert after.harmful == (2 if retired else 4)
+
+
+@pytest.mark.parametrize("model", ["wordllama", ""])
+def test_relevant_ordering_puts_the_closest_learning_first(
+    workspace: Workspace, model: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With room for one rule, the block holds the one about the message, not the
+    newest, by embeddings or (without a model) shared words; ``newest`` (the seed's
+    rule) and a missing message keep the old order."""
+    monkeypatch.setenv("AMELIO_SEARCH_EMBEDDING_MODEL", model)
+    workspace = open_workspace(workspace.root)
+    git, _ = add_learning(workspace, "Quote the exact git error before suggesting a fix", at=at(0))
+    add_learning(workspace, "Address customers with vous, never tu", at=at(1))
+    message = "git push was rejected with an error, what now?"
+    room = len("- Quote the exact git error before suggesting a fix")
+    block = prompt_block(workspace, budget=room, message=message)
+    assert block.ids == (git.id,)
+    assert prompt_block(workspace, budget=room, message=message, ordering="newest").ids != (git.id,)
+    assert prompt_block(workspace, budget=room).ids != (git.id,)  # no message: newest first
+    workspace.dispose()

@@ -826,22 +826,26 @@ def _header(setting: str) -> str:
 
 
 @cache
-def _block_query() -> sa.Select[Any]:
-    """Runs on every prompt, so it is built once: only the columns the block needs, and
-    only the rules it may use (global ones and the hinted skills'), in
-    list_learnings' order. An empty expanding IN matches nothing."""
+def _block_query(embeddings: bool = False) -> sa.Select[Any]:
+    """Runs on every prompt, so it is built once: only the columns the block needs
+    (the embeddings only to rank by relevance), and only the rules it may use
+    (global ones and the hinted skills'), in list_learnings' order. An empty
+    expanding IN matches nothing."""
     import sqlalchemy as sa
 
     from amelio.db.schema import learnings
 
+    columns = [
+        learnings.c.id,
+        learnings.c.rule,
+        learnings.c.helpful,
+        learnings.c.harmful,
+        learnings.c.last_seen_at,
+    ]
+    if embeddings:
+        columns.append(learnings.c.embedding)
     return (
-        sa.select(
-            learnings.c.id,
-            learnings.c.rule,
-            learnings.c.helpful,
-            learnings.c.harmful,
-            learnings.c.last_seen_at,
-        )
+        sa.select(*columns)
         .where(
             learnings.c.project_id == sa.bindparam("project_id"),
             learnings.c.status == "active",
@@ -862,28 +866,37 @@ def prompt_block(
     budget: int | None = None,
     ordering: str | None = None,
     conn: sa.Connection | None = None,
+    message: str | None = None,
 ) -> LearningsBlock:
     """The seed's ``formatForPrompt``: the learnings that fit ``budget`` characters.
 
-    Global learnings, plus those scoped to a skill in ``skills`` (the hint).
-    ``newest`` first (the seed's order) or ``helpful`` first; a rule that does not
-    fit whole is skipped and later, shorter ones may still fit.
+    Global learnings, plus those scoped to a skill in ``skills`` (the hint), in the
+    ``ordering``: ``relevant`` (the default) puts first those closest in meaning to
+    ``message`` (the newest first without one), ``newest`` is the seed's order,
+    ``helpful`` ranks by helpful minus harmful feedback. A rule that does not fit
+    whole is skipped and later, shorter ones may still fit.
     """
     from amelio import db
 
     settings = ws.settings
     budget = settings.learnings_max_chars if budget is None else budget
     ordering = ordering or settings.learnings_ordering
+    relevant = ordering == "relevant" and bool(message and message.strip())
     sync_file(ws, project)
     with db.reading(conn or ws.engine) as c:
         items = list(
             c.execute(
-                _block_query(),
+                _block_query(relevant),
                 {"project_id": project_id(c, project), "skills": sorted(set(skills))},
             )
         )
     if ordering == "helpful":
         items.sort(key=lambda x: (-(x.helpful - x.harmful), -x.last_seen_at.timestamp(), -x.id))
+    elif relevant and len(items) > 1:
+        assert message is not None
+        scores = _relevance(ws, message, items)
+        order = sorted(range(len(items)), key=lambda i: -scores[i])  # stable: newest first
+        items = [items[i] for i in order]
     lines: list[str] = []
     ids: list[int] = []
     used = 0
@@ -898,6 +911,30 @@ def prompt_block(
     if not lines:
         return LearningsBlock("", ())
     return LearningsBlock("\n".join([_header(settings.learnings_header), *lines]), tuple(ids))
+
+
+def _relevance(ws: Workspace, message: str, items: Sequence[Any]) -> list[float]:
+    """How close each learning is to ``message``: the cosine of their embeddings, or,
+    for a learning without one, the share of its content words the message holds."""
+    from amelio.assistant.likeness import content_words
+    from amelio.text import tokens
+
+    vector = _vector(ws, message)
+    words = set(tokens(message))
+    scores = []
+    for item in items:
+        if (
+            vector is not None
+            and item.embedding is not None
+            and len(item.embedding) == vector.nbytes
+        ):
+            import numpy as np
+
+            scores.append(float(np.frombuffer(item.embedding, dtype=np.float32) @ vector))
+        else:
+            rule = content_words(item.rule)
+            scores.append(len(rule & words) / len(rule) if rule else 0.0)
+    return scores
 
 
 # -- the learnings.md mirror ------------------------------------------------------------

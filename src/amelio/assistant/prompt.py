@@ -99,7 +99,7 @@ def build_prompt(
                 hinted.append(skill)
             elif settings.apply_skill == "top" and route.top is not None:
                 applied = route.top.skill or get_skill(conn, route.top.name, project)
-            block = prompt_block(ws, project=project, skills=hinted, conn=conn)
+            block = prompt_block(ws, project=project, skills=hinted, conn=conn, message=message)
             if prompting is not None:
                 prompting.set_attributes(
                     {

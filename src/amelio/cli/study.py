@@ -53,6 +53,13 @@ from amelio.cli._common import handle_errors, json_option, main, print_json
     help="Chance, per skill and loop round, of a planted harmful proposal (a rule "
     "deleted or contradicted, evidence copied): does the gate stop it?",
 )
+@click.option(
+    "--learnings-ordering",
+    type=click.Choice(["relevant", "newest", "helpful"]),
+    default=None,
+    help="Order of the learnings block in every arm (default: the setting "
+    "learnings_ordering): compare relevance-ranked with newest-first.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "--out",
@@ -74,6 +81,7 @@ def study_command(
     fixit_rate: float,
     up_rate: float,
     plant_harmful: float,
+    learnings_ordering: str | None,
     seed: int,
     out: Path,
     as_json: bool,
@@ -98,6 +106,7 @@ def study_command(
         fixit_rate=fixit_rate,
         up_rate=up_rate,
         plant_harmful=plant_harmful,
+        learnings_ordering=learnings_ordering,
         seed=seed,
     )
     loaded = load_suite(suite)

@@ -81,6 +81,8 @@ class StudyOptions:
     up_rate: float = 0.3
     seed: int = 0
     plant_harmful: float = 0.0
+    #: The learnings block's order in every arm (None: the caller's setting).
+    learnings_ordering: str | None = None
 
     def __post_init__(self) -> None:
         """Checked when made, so neither the CLI nor a library caller can start a
@@ -92,6 +94,12 @@ class StudyOptions:
             raise InvalidInput(
                 f"Unknown arm(s) {', '.join(unknown) or '(none given)'}: use {', '.join(ARMS)}.",
                 field="arms",
+            )
+        if self.learnings_ordering not in (None, "relevant", "newest", "helpful"):
+            raise InvalidInput(
+                "--learnings-ordering is relevant, newest or helpful, "
+                f"not {self.learnings_ordering!r}.",
+                field="learnings_ordering",
             )
         if self.approve not in APPROVALS:
             raise InvalidInput(
@@ -119,6 +127,7 @@ class StudyOptions:
             "upRate": self.up_rate,
             "seed": self.seed,
             "plantHarmful": self.plant_harmful,
+            "learningsOrdering": self.learnings_ordering,
         }
 
 
@@ -454,12 +463,13 @@ def _recent_exchanges(ws: Workspace, skill: str, limit: int = 2) -> list[tuple[i
     return [(r.id, r.message, r.answer) for r in rows]
 
 
-def _arm_settings(base: Settings, root: Path) -> Settings:
+def _arm_settings(base: Settings, root: Path, options: StudyOptions) -> Settings:
     """The caller's settings (the LLM, Sage, the benchmark, the router) on a
-    database and secret of the arm's own."""
-    return base.model_copy(
-        update={"workspace": root, "database_url": "", "secret_key": SecretStr("")}
-    )
+    database and secret of the arm's own, with the study's learnings ordering."""
+    update: dict[str, Any] = {"workspace": root, "database_url": "", "secret_key": SecretStr("")}
+    if options.learnings_ordering is not None:
+        update["learnings_ordering"] = options.learnings_ordering
+    return base.model_copy(update=update)
 
 
 def prepare_out(out: Path, arms: Sequence[str]) -> None:
@@ -513,7 +523,7 @@ def run_study(
     try:
         for name in options.arms:
             root = out / name
-            ws, _ = init_workspace(root, settings=_arm_settings(settings, root.resolve()))
+            ws, _ = init_workspace(root, settings=_arm_settings(settings, root.resolve(), options))
             try:
                 _Arm(name, suite, options, llm, result, tick, ws, measured).run()
             finally:

@@ -670,10 +670,11 @@ class Settings(BaseSettings):
     learnings_max_chars: int = Field(
         default=2000, ge=0, description="Characters of learnings the prompt block may hold."
     )
-    learnings_ordering: Literal["newest", "helpful"] = Field(
-        default="newest",
-        description="Which learnings fill the budget first: the newest "
-        "(the seed's) or those with the best helpful-minus-harmful record.",
+    learnings_ordering: Literal["relevant", "newest", "helpful"] = Field(
+        default="relevant",
+        description="Which learnings fill the budget first: those closest in meaning "
+        "to the message (embeddings; word overlap without them), the newest (the "
+        "seed's rule) or those with the best helpful-minus-harmful record.",
     )
     learnings_header: str = Field(
         default="en", description="Header of the LEARNINGS block: 'en', 'fr' or your own text."
