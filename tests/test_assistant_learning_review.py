@@ -435,3 +435,15 @@ def test_export_replaces_its_own_section_only(workspace: Workspace, tmp_path: Pa
     )
     assert KEY not in section
     assert write_section(tmp_path / "new" / "CLAUDE.md", section)
+
+
+def test_the_nightly_run_proposes_retirements_and_counts_what_waits(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from amelio.improve.nightly import run_improve
+
+    add_learning(workspace, SUDO, at=utcnow() - timedelta(days=60))
+    add_learning(workspace, KEY)
+    [project] = run_improve(workspace, notify=False).projects
+    assert [r["reason"] for r in project["learningRetirements"]] == ["stale"]
+    assert project["learningsWaiting"] == 2  # the key, and the retire proposal

@@ -135,6 +135,13 @@ class ImproveReport:
                 )
             for s in project["skipped"]:
                 lines.append(f"  - skipped {s['skill']}: {s['reason']}")
+            for r in project.get("learningRetirements", ()):
+                lines.append(f"- learning #{r['id']} proposed for retirement ({r['reason']})")
+            if project.get("learningsWaiting"):
+                lines.append(
+                    f"- {project['learningsWaiting']} learning(s) wait for review: "
+                    "amelio learnings review"
+                )
         if self.budget is not None:
             lines += ["", describe_spending(self.budget)]
         return "\n".join(lines) + "\n"
@@ -220,6 +227,17 @@ def _improve_project(
         except AmelioError as exc:  # one skill's failure is data, not the run's end
             log.warning("improve: %s/%s failed: %s", project, finding.skill, exc.message)
             out["skipped"].append({"skill": finding.skill, "reason": f"error: {exc.message}"})
+    # Learnings: stale ones, and those whose answers do worse, become retire proposals
+    # (amelio learnings review); the waiting candidates are counted for the reviewer.
+    from amelio.assistant.review import propose_retirements, review_queue
+
+    if not dry_run:
+        retire = propose_retirements(ws, project=project)
+        out["learningRetirements"] = [
+            {"id": i.id, "rule": i.rule, "reason": (i.retire_proposal or {}).get("reason")}
+            for i in retire
+        ]
+    out["learningsWaiting"] = len(review_queue(ws, project=project))
     return out
 
 
