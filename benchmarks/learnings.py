@@ -34,6 +34,7 @@ chosen on dev; the held-out column says whether it carries over.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import random
 import sys
@@ -64,13 +65,18 @@ def load() -> dict[str, Any]:
 
 
 def pairs(facts: list[dict[str, Any]], every: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """(older, newer, truth): every pair of one fact's wordings (same), each wording
+    against each contradiction (contradicts), and the first three wordings against
+    the other facts of the skill, their contradictions included (other)."""
     out = []
     for fact in facts:
-        out += [(fact["rule"], p, "same") for p in fact["paraphrases"]]
-        out += [(fact["rule"], c, "contradicts") for c in fact["contradictions"]]
+        wordings = [fact["rule"], *fact["paraphrases"]]
+        out += [(a, b, "same") for a, b in itertools.combinations(wordings, 2)]
+        out += [(a, c, "contradicts") for a in wordings for c in fact["contradictions"]]
         for other in every:
             if other is not fact and other["skill"] == fact["skill"]:
-                out += [(fact["rule"], t, "other") for t in (other["rule"], *other["paraphrases"])]
+                theirs = [other["rule"], *other["paraphrases"][:3], *other["contradictions"]]
+                out += [(a, b, "other") for a in wordings[:3] for b in theirs]
     return out
 
 
@@ -103,6 +109,21 @@ def sweep(data: dict[str, Any]) -> None:
                 f"{got['same', 'contradicts'] / n['same']:>12.0%} "
                 f"{got['contradicts', 'same'] / n['contradicts']:>12.0%}{mark}"
             )
+    th = likeness.Thresholds()
+    every = pairs(facts, facts)
+    texts = sorted({t for a, b, _ in every for t in (a, b)})
+    matrix = embed_matrix(embedder, texts)
+    index = {t: i for i, t in enumerate(texts)}
+    got = Counter(
+        (truth, likeness.relate(b, a, float(matrix[index[a]] @ matrix[index[b]]), th))
+        for a, b, truth in every
+    )
+    print("\nAll 20 facts at the defaults (rows: truth; columns: judged):")
+    print(f"{'':<12} {'pairs':>6} {'same':>7} {'contra':>7} {'other':>7}")
+    for truth in ("same", "contradicts", "other"):
+        n = sum(v for (t, _), v in got.items() if t == truth)
+        cells = [got[truth, judged] / n for judged in ("same", "contradicts", "other")]
+        print(f"{truth:<12} {n:>6} " + " ".join(f"{c:>7.0%}" for c in cells))
     print()
 
 
