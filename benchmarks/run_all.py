@@ -25,6 +25,7 @@ BENCHMARKS = (
     "evals_throughput",
     "router_accuracy",
     "respond_overhead",
+    "learnings",
     "telegram_overhead",
     "proxy_overhead",
     "feedback_ingest",

@@ -332,3 +332,45 @@ def test_relevant_ordering_puts_the_closest_learning_first(
     assert prompt_block(workspace, budget=room, message=message, ordering="newest").ids != (git.id,)
     assert prompt_block(workspace, budget=room).ids != (git.id,)  # no message: newest first
     workspace.dispose()
+
+
+def test_a_new_rule_is_inserted_into_the_mirror_as_a_full_render_would_write_it(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new learning's line is put in place without rewriting the file; the text
+    is the full render's, whatever section it goes to (first of a skill, between
+    two skills, after the last, global, behind unreadable lines, backdated)."""
+    path = learnings_path(workspace, "default")
+    rewrites: list[str] = []
+    rewrite = learnings._write_file
+
+    def counted(*args: object, **kwargs: object) -> None:
+        rewrites.append("x")
+        rewrite(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(learnings, "_write_file", counted)
+
+    def full_render() -> str:
+        items = list_learnings(workspace, sync=False)
+        _, errors = parse_learnings_md(path.read_text())
+        return learnings.render_learnings_md(items, [e.text for e in errors])
+
+    steps = [
+        ("Cache the pages", None, 0),
+        ("Check the sizes", "m-skill", 1),
+        ("Quote the names", "z-skill", 2),
+        ("Trim the inputs", "a-skill", 3),
+        ("Sort the tables", "m-skill", 4),
+        ("Log the requests", None, 5),
+        ("Name the branches", "q-skill", 6),
+        ("Close the tickets", "m-skill", -30),  # backdated: a full rewrite places it
+    ]
+    for n, (rule, skill, minutes) in enumerate(steps):
+        add_learning(workspace, rule, skill=skill, at=at(minutes))
+        assert path.read_text() == full_render(), f"after step {n}: {rule}"
+        if n == 3:  # a malformed hand edit is kept under "## Unreadable lines"
+            path.write_text(path.read_text() + "- no stamp here\n")
+            sync_file(workspace)
+            assert "## Unreadable lines" in path.read_text()
+    # The first rule (no file yet), the hand edit's sync and the backdated rule.
+    assert len(rewrites) == 3

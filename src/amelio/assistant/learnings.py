@@ -655,9 +655,10 @@ def add_learning(
             outcome = "held" if held else "added"
             mirror = not held
         row = conn.execute(sa.select(*_columns()).where(learnings.c.id == lid)).one()
-    if mirror:
+    item = _row(row, project)
+    if mirror and not (outcome == "added" and _insert_line(ws, project, item)):
         _write_file(ws, project)
-    return _row(row, project), outcome
+    return item, outcome
 
 
 def _retire(conn: sa.Connection, where: sa.ColumnElement[bool], reason: str) -> int:
@@ -1074,6 +1075,79 @@ def _write_file(ws: Workspace, project: str, unreadable: Sequence[str] = ()) -> 
             )
         )
     _in_sync[path] = (_signature(path.stat()), _hash(text))
+
+
+def _insert_line(ws: Workspace, project: str, item: Learning) -> bool:
+    """Put a new active learning's line into learnings.md without rewriting the
+    rest; False (the caller rewrites the whole file) unless the file is the one this
+    process last wrote and the line belongs at the end of its section.
+
+    A new rule is the newest, so its line is the last of its section: inserting it
+    costs a read and a write of the file, where a rewrite reads and renders every
+    active learning (80 ms at 10,000; benchmarks/learnings.py). The result is the
+    same text :func:`render_learnings_md` gives (tests/test_assistant_learnings.py
+    compares them)."""
+    from amelio import db
+    from amelio.db.schema import learning_files, utcnow
+
+    path = learnings_path(ws, project)
+    seen = _in_sync.get(path)
+    if seen is None:
+        return False
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, UnicodeDecodeError):
+        return False
+    if _hash(text) != seen[1]:
+        return False
+    line = f"- [{_stamp(item.created_at)}] [{item.source}] {item.rule}"
+    lines = text.split("\n")
+    heading = "## Rules" if item.skill is None else f"## Skill: {item.skill}"
+    if lines.count(heading) > 1:
+        return False
+    try:
+        start = lines.index(heading)
+    except ValueError:
+        start = -1
+    if start < 0:
+        # A skill's first learning: its section goes before the next skill's (or the
+        # unreadable lines), as the full render orders them.
+        later = [
+            n
+            for n, x in enumerate(lines)
+            if (x.startswith("## Skill: ") and x[10:] > item.skill)  # type: ignore[operator]
+            or x == _UNREADABLE_HEADING
+        ]
+        at = later[0] if later else len(lines) - 1
+        if at == len(lines) - 1 and lines[-1] != "":
+            return False
+        lines[at:at] = [heading, "", line, ""] if later else ["", heading, "", line]
+    else:
+        end = start + 2
+        while end < len(lines) and lines[end].startswith("- ["):
+            end += 1
+        if end > start + 2:
+            last = _LINE.match(lines[end - 1])
+            if last is None or last["ts"] > _stamp(item.created_at):
+                return False  # not the newest: the full render decides its place
+        if end == start + 2 and lines[start + 1 : start + 2] != [""]:
+            return False
+        lines.insert(end, line)
+    new = "\n".join(lines)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".learnings-", suffix=".md")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(new)
+    os.replace(tmp, path)
+    with db.transaction(ws.engine) as conn:
+        pid = project_id(conn, project)
+        conn.execute(learning_files.delete().where(learning_files.c.project_id == pid))
+        conn.execute(
+            learning_files.insert().values(
+                project_id=pid, content_hash=_hash(new), written_at=utcnow()
+            )
+        )
+    _in_sync[path] = (_signature(path.stat()), _hash(new))
+    return True
 
 
 def _signature(stat: os.stat_result) -> tuple[int, int, int, int]:
