@@ -24,6 +24,7 @@ targets:
 
     python benchmarks/efficacy.py [--rounds 3] [--arms ...] [--no-sage] [--out DIR]
         [--model PATH] [--approve gated|all|none] [--plant-harmful RATE]
+        [--learnings-ordering relevant|newest|helpful]
 """
 
 from __future__ import annotations
@@ -72,6 +73,12 @@ def main() -> int:
         default=384,
         help="llm_max_tokens: answers capped so the study can fit its budget (%(default)s)",
     )
+    parser.add_argument(
+        "--learnings-ordering",
+        choices=("relevant", "newest", "helpful"),
+        default=None,
+        help="the learnings block's order in every arm (default: the setting's, relevant)",
+    )
     parser.add_argument("--model", type=Path, default=None, help="a GGUF file (default: qwen)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -96,6 +103,7 @@ def main() -> int:
         sage=not args.no_sage,
         seed=args.seed,
         plant_harmful=args.plant_harmful,
+        learnings_ordering=args.learnings_ordering,
     )
     suite = load_suite(SUITE)
     llm = StudyLLM(get_provider(settings, purpose="The efficacy benchmark"))

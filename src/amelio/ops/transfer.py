@@ -19,11 +19,13 @@ to keep up to date: a new table is exported the day its migration lands.
   compares the row counts and verifies the feedback chain there.
 
 Values cross JSON by their column's type: timestamps as ISO 8601 with their zone
-(SQLite keeps none; Amelio writes UTC), JSON columns as JSON, the rest as they are.
+(SQLite keeps none; Amelio writes UTC), JSON columns as JSON, bytes (a learning's
+embedding) as base64, the rest as they are.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -84,10 +86,7 @@ def _encode(column: sa.Column[Any], value: Any) -> Any:
     if isinstance(value, datetime):
         return aware(value).isoformat()
     if isinstance(value, bytes | bytearray | memoryview):
-        raise InvalidInput(
-            f"{column.table.name}.{column.name} holds bytes, which this export "
-            "format does not carry."
-        )
+        return base64.b64encode(bytes(value)).decode("ascii")
     return value
 
 
@@ -95,6 +94,13 @@ def _decode(column: sa.Column[Any], value: Any) -> Any:
     kind = column.type.impl if isinstance(column.type, sa.TypeDecorator) else column.type
     if value is not None and isinstance(kind, sa.DateTime):
         return datetime.fromisoformat(value)
+    if value is not None and isinstance(kind, sa.LargeBinary):
+        try:
+            return base64.b64decode(value, validate=True)
+        except (ValueError, TypeError) as exc:
+            raise InvalidInput(
+                f"{column.table.name}.{column.name} is not base64 in this export."
+            ) from exc
     return value
 
 
