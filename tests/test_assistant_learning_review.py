@@ -447,3 +447,34 @@ def test_the_nightly_run_proposes_retirements_and_counts_what_waits(
     [project] = run_improve(workspace, notify=False).projects
     assert [r["reason"] for r in project["learningRetirements"]] == ["stale"]
     assert project["learningsWaiting"] == 2  # the key, and the retire proposal
+
+
+def test_with_an_llm_configured_the_model_judges_a_close_pair(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Words alone call these two the same rule; the model says they contradict, so
+    the newer one waits. When the model cannot answer, the words decide."""
+    from amelio.testing import FakeLLMServer
+
+    top = "Put the summary at the top of every answer"
+    bottom = "Put the summary at the bottom of every answer"
+    assert likeness.relate(bottom, top, None) == "same"
+    with FakeLLMServer() as server:
+        monkeypatch.setenv("AMELIO_LLM_PROVIDER", "openai")
+        monkeypatch.setenv("AMELIO_LLM_BASE_URL", server.openai_base_url)
+        monkeypatch.setenv("AMELIO_LLM_MODEL", "fake-model")
+        monkeypatch.setenv("AMELIO_LLM_MAX_RETRIES", "0")
+        ws = open_workspace(workspace.root)
+        try:
+            old, _ = add_learning(ws, top)
+            server.reply("CONTRADICTS")
+            new, outcome = add_learning(ws, bottom)
+            assert (outcome, new.supersedes_id) == ("proposed", old.id)
+            assert "judged by llm" in (new.held_reason or "")
+            asked = server.requests[-1]
+            assert top in asked.prompt and bottom in asked.prompt
+            server.fail(500, times=5)
+            again, outcome = add_learning(ws, "Put the summary at the top of each answer")
+            assert (again.id, outcome) == (old.id, "merged")
+        finally:
+            ws.dispose()
