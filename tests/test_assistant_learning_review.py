@@ -258,6 +258,9 @@ def test_a_secret_or_injection_is_never_active_however_it_arrives(
     # An edit of an active learning that adds one sends it back to review.
     back = review.edit_learning(workspace, done.id, KEY + " now", actor="mallory")
     assert back.status == "candidate"
+    # Deleting a waiting one takes it out of the queue, on record.
+    assert learnings.delete_learning(workspace, back.id).status == "retired"
+    assert back.id not in [i.id for i in review.review_queue(workspace)]
 
 
 def test_over_http_a_bot_key_proposes_and_an_admin_decides(

@@ -661,12 +661,17 @@ def add_learning(
     return item, outcome
 
 
-def _retire(conn: sa.Connection, where: sa.ColumnElement[bool], reason: str) -> int:
+def _retire(
+    conn: sa.Connection,
+    where: sa.ColumnElement[bool],
+    reason: str,
+    states: tuple[str, ...] = ("active",),
+) -> int:
     from amelio.db.schema import learnings, utcnow
 
     result = conn.execute(
         learnings.update()
-        .where(where, learnings.c.status == "active")
+        .where(where, learnings.c.status.in_(states))
         .values(status="retired", retired_reason=reason, updated_at=utcnow())
     )
     return int(result.rowcount)
@@ -675,7 +680,8 @@ def _retire(conn: sa.Connection, where: sa.ColumnElement[bool], reason: str) -> 
 def delete_learning(
     ws: Workspace, learning_id: int, *, project: str = DEFAULT_PROJECT, reason: str = "deleted"
 ) -> Learning:
-    """Retire a learning: it leaves prompts and learnings.md but stays on record."""
+    """Retire a learning (an active one, or a candidate that waits): it leaves
+    prompts and learnings.md, or the review queue, but stays on record."""
     import sqlalchemy as sa
 
     from amelio import db
@@ -690,7 +696,7 @@ def delete_learning(
             raise NotFound(
                 f"No learning {learning_id} in project {project!r}.", learning_id=learning_id
             )
-        _retire(conn, where, reason)
+        _retire(conn, where, reason, ("active", "candidate"))  # a waiting one too
         row = conn.execute(sa.select(learnings).where(where)).one()
     _write_file(ws, project)
     return _row(row, project)
