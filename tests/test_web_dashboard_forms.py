@@ -410,6 +410,8 @@ def test_learnings_waiting_for_review_are_decided_on_the_learnings_page(
         csrf = login(client, bot)
         page = client.get("/learnings").text
         assert "Waiting for review (2)" in page and "Would supersede #1" in page
+        assert "Avoid sudo in deployment scripts (taught 1×)" in page  # both, with sources
+        assert "taught 1× (feedback 1)" in page
         assert "Taught by answer #1" in page and "looks like injection" in page
         r = client.post(f"/learnings/{held}/approve", data={"csrf": csrf})
         assert r.status_code == 403  # a bot key reads, an admin decides

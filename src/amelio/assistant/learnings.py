@@ -119,6 +119,12 @@ class Learning:
     superseded_by: int | None = None
     retire_proposal: dict[str, Any] | None = None
 
+    def provenance(self) -> str:
+        """Where it came from, in a few words: "taught 3× (feedback 4, 9, 12)"."""
+        feedback = sorted({int(s["feedbackId"]) for s in self.sources if s.get("feedbackId")})
+        shown = ", ".join(map(str, feedback[:8])) + (" …" if len(feedback) > 8 else "")
+        return f"taught {self.occurrences}×" + (f" (feedback {shown})" if feedback else "")
+
     @property
     def rejected(self) -> bool:
         """A candidate a person rejected (a later repeat does not bring it back)."""

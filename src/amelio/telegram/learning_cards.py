@@ -85,13 +85,16 @@ def card_text(item: L.Learning, context: dict[str, Any]) -> str:
         lines.append(f"Waits: {escape(_short(item.held_reason, 300))}")
     old = context.get("old")
     if old is not None:
-        lines.append(f"Would supersede \\#{old.id}: {escape(_short(old.rule, 300))}")
+        lines.append(
+            f"Would supersede \\#{old.id}: {escape(_short(old.rule, 300))} "
+            f"\\({escape(old.provenance())}\\)"
+        )
     interaction = context.get("interaction")
     if interaction is not None:
         said = escape(_short(interaction["message"], 200))
         answered = escape(_short(interaction["answer"], 300))
         lines.append(f"From answer \\#{interaction['interactionId']}: {said} → {answered}")
-    lines.append(f"Taught {item.occurrences}×, status {escape(item.status)}")
+    lines.append(f"{escape(item.provenance().capitalize())}, status {escape(item.status)}")
     if item.reviewed_by and item.status != "candidate" and not item.retire_proposal:
         lines.append(f"*{escape(f'Reviewed by {item.reviewed_by}')}*")
     return "\n".join(lines)
