@@ -56,6 +56,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("evals", "Check the text in FILE (default: stdin) against eval rules."),
     "evals": ("evals", "Manage eval rules."),
     "export": ("ops", "Write every table to DIRECTORY as versioned JSONL, with a manifest."),
+    "findings": (
+        "findings",
+        "Failures grouped into named problems that keep their id (amelio[findings]).",
+    ),
     "feedback": ("feedback", "Answer feedback and feedback events: two different things."),
     "import": (
         "ops",
@@ -277,6 +281,10 @@ def short(text: str, width: int = 60) -> str:
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 project_option = click.option(
     "--project", "-p", default=None, help="Project (tenant); default: the global scope / default."
+)
+#: For commands about one project's data, where no project means ``default``.
+default_project_option = click.option(
+    "--project", "-p", default="default", show_default=True, help="Project (tenant)."
 )
 
 

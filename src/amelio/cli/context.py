@@ -10,6 +10,7 @@ import click
 from amelio.assistant import learnings
 from amelio.cli._common import (
     cli_user,
+    default_project_option,
     handle_errors,
     json_option,
     main,
@@ -18,16 +19,11 @@ from amelio.cli._common import (
     table,
     workspace,
 )
-from amelio.workspace.projects import DEFAULT_PROJECT
-
-project_option = click.option(
-    "--project", "-p", default=DEFAULT_PROJECT, show_default=True, help="Project (tenant)."
-)
 
 
 @main.command("prompt")
 @click.argument("message")
-@project_option
+@default_project_option
 @click.option("--scorer", default=None, help="Router scorer (default: setting router_scorer).")
 @json_option
 @click.pass_context
@@ -52,7 +48,7 @@ def learnings_group() -> None:
 
 @learnings_group.command("add")
 @click.argument("rule")
-@project_option
+@default_project_option
 @click.option("--skill", default=None, help="Only when this skill is hinted.")
 @click.option("--source", type=click.Choice(learnings.SOURCES), default="manual", show_default=True)
 @json_option
@@ -81,7 +77,7 @@ def learnings_add(
 
 
 @learnings_group.command("list")
-@project_option
+@default_project_option
 @click.option("--skill", default=None, help="This skill's learnings and the global ones.")
 @click.option("--all", "include_retired", is_flag=True, help="Every state, retired included.")
 @click.option(
@@ -116,7 +112,7 @@ def learnings_list(
 
 @learnings_group.command("delete")
 @click.argument("learning_id", type=int)
-@project_option
+@default_project_option
 @click.pass_context
 @handle_errors
 def learnings_delete(ctx: click.Context, learning_id: int, project: str) -> None:
@@ -126,7 +122,7 @@ def learnings_delete(ctx: click.Context, learning_id: int, project: str) -> None
 
 
 @learnings_group.command("sync")
-@project_option
+@default_project_option
 @click.pass_context
 @handle_errors
 def learnings_sync(ctx: click.Context, project: str) -> None:
@@ -155,7 +151,7 @@ def _describe(item: learnings.Learning) -> str:
 
 
 @learnings_group.command("review")
-@project_option
+@default_project_option
 @json_option
 @click.pass_context
 @handle_errors
@@ -178,7 +174,7 @@ def learnings_review(ctx: click.Context, project: str, as_json: bool) -> None:
 
 @learnings_group.command("approve")
 @click.argument("learning_id", type=int)
-@project_option
+@default_project_option
 @click.option("--rule", default=None, help="Approve this wording instead (an edit).")
 @json_option
 @click.pass_context
@@ -203,7 +199,7 @@ def learnings_approve(
 
 @learnings_group.command("reject")
 @click.argument("learning_id", type=int)
-@project_option
+@default_project_option
 @click.option("--reason", default=None, help="Why (kept on record).")
 @click.pass_context
 @handle_errors
@@ -223,7 +219,7 @@ def learnings_reject(
 @learnings_group.command("edit")
 @click.argument("learning_id", type=int)
 @click.argument("rule")
-@project_option
+@default_project_option
 @click.pass_context
 @handle_errors
 def learnings_edit(ctx: click.Context, learning_id: int, rule: str, project: str) -> None:
@@ -236,7 +232,7 @@ def learnings_edit(ctx: click.Context, learning_id: int, rule: str, project: str
 
 @learnings_group.command("show")
 @click.argument("learning_id", type=int)
-@project_option
+@default_project_option
 @json_option
 @click.pass_context
 @handle_errors
@@ -291,7 +287,7 @@ def learnings_show(ctx: click.Context, learning_id: int, project: str, as_json: 
 
 
 @learnings_group.command("audit")
-@project_option
+@default_project_option
 @json_option
 @click.pass_context
 @handle_errors
@@ -319,7 +315,7 @@ def learnings_audit(ctx: click.Context, project: str, as_json: bool) -> None:
     "--format", "fmt", type=click.Choice(("agents", "claude")), default="agents", show_default=True
 )
 @click.option("--skill", default=None, help="Only this skill's learnings and the general ones.")
-@project_option
+@default_project_option
 @click.option(
     "--out",
     type=click.Path(dir_okay=False, path_type=Path),

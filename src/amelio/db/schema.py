@@ -28,6 +28,8 @@ __all__ = [
     "feedback_chain",
     "feedback_events",
     "feedback_tombstones",
+    "finding_evidence",
+    "findings",
     "improve_runs",
     "interactions",
     "knowledge_chunks",
@@ -958,4 +960,68 @@ contribution_results = sa.Table(
     sa.UniqueConstraint("task_id", "client_id", name="uq_contribution_results_task_client"),
     sa.Index("ix_contribution_results_client_time", "client_id", "received_ms"),
     sa.CheckConstraint("status IN ('pending', 'accepted', 'rejected', 'cancelled')", name="status"),
+)
+
+
+# Findings (amelio.improve.findings): failures grouped into named problems. A
+# finding keeps its id run after run: new evidence is matched to its centroid.
+findings = sa.Table(
+    "findings",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column(
+        "project_id",
+        sa.Integer,
+        sa.ForeignKey("projects.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("kind", sa.String(10), nullable=False),
+    sa.Column("title", sa.Text, nullable=False),
+    sa.Column("terms", sa.JSON, nullable=False),
+    sa.Column("skills", sa.JSON, nullable=False),
+    # The mean unit vector of its evidence (float32), or NULL without an embedder.
+    sa.Column("centroid", sa.LargeBinary, nullable=True),
+    sa.Column("evidence_count", sa.Integer, nullable=False),
+    # Its evidence's share of the window's failures when last updated.
+    sa.Column("share", sa.Float, nullable=False),
+    sa.Column("status", sa.String(10), nullable=False),
+    sa.Column("proposal_ids", sa.JSON, nullable=False),
+    sa.Column("first_seen", Timestamp, nullable=False),
+    sa.Column("last_seen", Timestamp, nullable=False),
+    sa.Column("closed_at", Timestamp, nullable=True),
+    sa.Column("closed_by", sa.String(200), nullable=True),
+    sa.Column("close_reason", sa.Text, nullable=True),
+    sa.Column("reopened_at", Timestamp, nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    sa.Index("ix_findings_project_id_status", "project_id", "status"),
+    sa.CheckConstraint("kind IN ('assistant', 'search')", name="kind"),
+    sa.CheckConstraint("status IN ('open', 'fixing', 'closed', 'reopened')", name="status"),
+)
+
+# One row per piece of evidence, in at most one finding of its project: a 👎 or Fix
+# It (``feedback:ID``), an interaction that failed a rule (``interaction:ID``).
+finding_evidence = sa.Table(
+    "finding_evidence",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column(
+        "finding_id",
+        sa.Integer,
+        sa.ForeignKey("findings.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+    ),
+    sa.Column(
+        "project_id",
+        sa.Integer,
+        sa.ForeignKey("projects.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("ref", sa.String(100), nullable=False),
+    sa.Column("skill", sa.String(100), nullable=True),
+    sa.Column("text", sa.Text, nullable=False),
+    sa.Column("seen_at", Timestamp, nullable=False),
+    sa.Column("added_at", Timestamp, nullable=False),
+    sa.UniqueConstraint("project_id", "ref", name="uq_finding_evidence_project_ref"),
 )

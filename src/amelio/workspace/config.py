@@ -700,6 +700,30 @@ class Settings(BaseSettings):
         description="Content-word overlap (Jaccard) at or above which a new learning "
         "merges into an existing one of its skill without embeddings.",
     )
+    findings_window_days: int = Field(
+        default=14,
+        ge=1,
+        le=365,
+        description="Days of failure evidence (👎, Fix It, answers failing a rule) that "
+        "amelio findings update groups into findings.",
+    )
+    findings_match_cosine: float = Field(
+        default=0.35,
+        gt=0,
+        lt=1,
+        description="Embedding cosine at or above which a failure joins a finding (its "
+        "centroid), and at which new failures are grouped together.",
+    )
+    findings_min_evidence: int = Field(
+        default=3,
+        ge=2,
+        description="Failures a group needs to become a finding; smaller groups wait.",
+    )
+    findings_reopen_after: int = Field(
+        default=3,
+        ge=1,
+        description="New failures matching a closed finding that reopen it.",
+    )
     learnings_review: Literal["auto", "queue"] = Field(
         default="auto",
         description="auto: a correction's learning is active at once; queue: it waits "

@@ -1,0 +1,532 @@
+"""Findings: the failures of a project grouped into named problems that keep their id.
+
+Amelio sees each failure one at a time (a 👎, a Fix It, an answer that failed a
+rule); a reviewer wants the problems behind them. :func:`update_findings` groups
+the recent failure evidence of a project:
+
+1. **Evidence.** Within ``findings_window_days``: each 👎 or Fix It
+   (``feedback:ID``; its text is the comment, or the message and the rules the
+   answer failed) and each answer that failed a rule without such feedback
+   (``interaction:ID``; the rules it failed and the message).
+2. **Matching first.** Evidence is embedded with the search embedding model and
+   joins the finding whose centroid is closest, when the cosine is at least
+   ``findings_match_cosine``: a finding keeps its id as evidence arrives, and a
+   closed finding that keeps getting evidence reopens (``findings_reopen_after``
+   new pieces since it closed).
+3. **Grouping the rest** with scikit-learn's agglomerative clustering (average
+   linkage, cosine distance, cut at ``1 - findings_match_cosine``): each group of
+   at least ``findings_min_evidence`` becomes a new finding; smaller ones wait for
+   more evidence. Agglomerative clustering was chosen over HDBSCAN because its one
+   parameter is the same similarity the matching uses, so a group is a set of
+   pieces that would each have matched its centroid.
+4. **Titles** are the group's most telling terms (frequent in it, rare in the
+   window's other evidence).
+
+Not here yet: the search side (queries with no results, abandoned sessions,
+reformulations, hidden results), a proposed fix with every finding, and the
+service's faces (docs/improve.md#findings says what exists).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from amelio import db
+from amelio.db.schema import (
+    eval_results,
+    feedback,
+    finding_evidence,
+    findings,
+    interactions,
+    utcnow,
+)
+from amelio.errors import ConfigError, Conflict, InvalidInput, NotFound
+from amelio.text import ENGLISH_STOPWORDS, tokens
+from amelio.workspace.projects import DEFAULT_PROJECT, project_id
+
+if TYPE_CHECKING:
+    from amelio.workspace.folder import Workspace
+
+__all__ = [
+    "STATUSES",
+    "Evidence",
+    "Finding",
+    "UpdateReport",
+    "close_finding",
+    "get_finding",
+    "list_findings",
+    "update_findings",
+]
+
+STATUSES = ("open", "fixing", "closed", "reopened")
+#: Unassigned evidence grouped in one run at most (the newest): agglomerative
+#: clustering holds a square distance matrix.
+MAX_GROUPED = 4000
+
+
+@dataclass(frozen=True)
+class Evidence:
+    ref: str
+    skill: str | None
+    text: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: int
+    project: str
+    kind: str
+    title: str
+    terms: tuple[str, ...]
+    skills: tuple[str, ...]
+    evidence_count: int
+    share: float
+    status: str
+    proposal_ids: tuple[int, ...]
+    first_seen: datetime
+    last_seen: datetime
+    closed_at: datetime | None
+    closed_by: str | None
+    close_reason: str | None
+    reopened_at: datetime | None
+    evidence: tuple[Evidence, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        def iso(x: datetime | None) -> str | None:
+            return x.isoformat() if x else None
+
+        return {
+            "id": self.id,
+            "project": self.project,
+            "kind": self.kind,
+            "title": self.title,
+            "terms": list(self.terms),
+            "skills": list(self.skills),
+            "evidenceCount": self.evidence_count,
+            "share": round(self.share, 4),
+            "status": self.status,
+            "proposalIds": list(self.proposal_ids),
+            "firstSeen": iso(self.first_seen),
+            "lastSeen": iso(self.last_seen),
+            "closedAt": iso(self.closed_at),
+            "closedBy": self.closed_by,
+            "closeReason": self.close_reason,
+            "reopenedAt": iso(self.reopened_at),
+            "evidence": [
+                {"ref": e.ref, "skill": e.skill, "text": e.text, "at": e.at.isoformat()}
+                for e in self.evidence
+            ],
+        }
+
+
+@dataclass
+class UpdateReport:
+    project: str
+    evidence: int = 0
+    matched: int = 0
+    created: list[int] = field(default_factory=list)
+    reopened: list[int] = field(default_factory=list)
+    waiting: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "project": self.project,
+            "evidence": self.evidence,
+            "matched": self.matched,
+            "created": self.created,
+            "reopened": self.reopened,
+            "waiting": self.waiting,
+        }
+
+
+# -- evidence ----------------------------------------------------------------------------
+
+
+def _failed_rules(conn: sa.Connection, ids: Sequence[int]) -> dict[int, list[str]]:
+    failed: dict[int, list[str]] = {}
+    for start in range(0, len(ids), 500):
+        chunk = list(ids[start : start + 500])
+        for row in conn.execute(
+            sa.select(eval_results.c.interaction_id, eval_results.c.rule_name)
+            .where(eval_results.c.interaction_id.in_(chunk), eval_results.c.passed.is_(False))
+            .order_by(eval_results.c.id)
+        ):
+            failed.setdefault(row.interaction_id, []).append(row.rule_name)
+    return failed
+
+
+def gather_evidence(conn: sa.Connection, pid: int, since: datetime) -> tuple[list[Evidence], int]:
+    """The window's failure evidence, oldest first, and how many answers the window
+    holds (the share's denominator)."""
+    answers = int(
+        conn.scalar(
+            sa.select(sa.func.count())
+            .select_from(interactions)
+            .where(interactions.c.project_id == pid, interactions.c.created_at >= since)
+        )
+        or 0
+    )
+    complaints = conn.execute(
+        sa.select(
+            feedback.c.id,
+            feedback.c.comment,
+            feedback.c.updated_at,
+            interactions.c.id.label("interaction_id"),
+            interactions.c.message,
+            interactions.c.applied_skill,
+        )
+        .join(interactions, interactions.c.id == feedback.c.interaction_id)
+        .where(
+            interactions.c.project_id == pid,
+            feedback.c.kind.in_(("down", "fixit")),
+            feedback.c.updated_at >= since,
+        )
+        .order_by(feedback.c.updated_at, feedback.c.id)
+    ).all()
+    failing = conn.execute(
+        sa.select(
+            interactions.c.id,
+            interactions.c.message,
+            interactions.c.applied_skill,
+            interactions.c.created_at,
+        )
+        .where(
+            interactions.c.project_id == pid,
+            interactions.c.created_at >= since,
+            interactions.c.success.is_(False),
+        )
+        .order_by(interactions.c.created_at, interactions.c.id)
+    ).all()
+    complained = {c.interaction_id for c in complaints}
+    rules = _failed_rules(conn, [c.interaction_id for c in complaints] + [f.id for f in failing])
+    found: list[Evidence] = []
+    for c in complaints:
+        text = c.comment or "; ".join([*rules.get(c.interaction_id, []), c.message])
+        found.append(Evidence(f"feedback:{c.id}", c.applied_skill, text[:2000], c.updated_at))
+    for f in failing:
+        if f.id in complained:
+            continue  # the feedback on it says more
+        text = "; ".join([*rules.get(f.id, []), f.message])
+        found.append(Evidence(f"interaction:{f.id}", f.applied_skill, text[:2000], f.created_at))
+    found.sort(key=lambda e: (e.at, e.ref))
+    return found, answers
+
+
+# -- grouping ----------------------------------------------------------------------------
+
+
+def _terms(group: Sequence[str], window: Sequence[str], limit: int = 4) -> list[str]:
+    """The group's most telling words: frequent in it, rare in the window's other
+    evidence (a class-based TF-IDF)."""
+    inside = Counter(t for text in group for t in set(_words(text)))
+    everywhere = Counter(t for text in window for t in set(_words(text)))
+    total = max(len(window), 1)
+    scored = {
+        term: (count / len(group)) * math.log(1 + total / everywhere[term])
+        for term, count in inside.items()
+        if count >= 2 or len(group) < 2
+    }
+    return [t for t, _ in sorted(scored.items(), key=lambda x: (-x[1], x[0]))[:limit]]
+
+
+def _words(text: str) -> list[str]:
+    return [t for t in tokens(text) if len(t) > 2 and t not in ENGLISH_STOPWORDS]
+
+
+def _unit(vector: Any) -> Any:
+    import numpy as np
+
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm > 0 else vector
+
+
+def _group(vectors: Any, threshold: float) -> list[list[int]]:
+    """Indices grouped by average-linkage agglomerative clustering, cut at cosine
+    distance ``1 - threshold``; largest groups first."""
+    if len(vectors) < 2:
+        return [[i] for i in range(len(vectors))]
+    try:
+        from sklearn.cluster import AgglomerativeClustering  # type: ignore[import-untyped]
+    except ImportError:
+        raise ConfigError(
+            "Grouping failures into findings needs scikit-learn: pip install 'amelio[findings]'."
+        ) from None
+
+    labels = AgglomerativeClustering(
+        n_clusters=None,
+        metric="cosine",
+        linkage="average",
+        distance_threshold=1.0 - threshold,
+    ).fit_predict(vectors)
+    groups: dict[int, list[int]] = {}
+    for i, label in enumerate(labels):
+        groups.setdefault(int(label), []).append(i)
+    return sorted(groups.values(), key=lambda g: (-len(g), g[0]))
+
+
+def update_findings(
+    ws: Workspace, *, project: str = DEFAULT_PROJECT, now: datetime | None = None
+) -> UpdateReport:
+    """Match the window's new failure evidence to the project's findings, group the
+    rest into new ones, and reopen closed findings that keep getting evidence.
+
+    Needs the search embedding model; without it, nothing is written."""
+    import numpy as np
+
+    from amelio.embeddings import embed_matrix, search_embedder
+
+    settings = ws.settings
+    embedder = search_embedder(settings, what="grouping failures into findings")
+    now = now or utcnow()
+    since = now - timedelta(days=settings.findings_window_days)
+    report = UpdateReport(project)
+    with ws.engine.connect() as conn:
+        pid = project_id(conn, project)
+        evidence, answers = gather_evidence(conn, pid, since)
+        known = {
+            r.ref
+            for r in conn.execute(
+                sa.select(finding_evidence.c.ref).where(finding_evidence.c.project_id == pid)
+            )
+        }
+        existing = conn.execute(
+            sa.select(findings).where(findings.c.project_id == pid, findings.c.kind == "assistant")
+        ).all()
+    report.evidence = len(evidence)
+    new = [e for e in evidence if e.ref not in known]
+    if not new:
+        return report
+    vectors = embed_matrix(embedder, [e.text for e in new])
+    dim = vectors.shape[1]
+    centroids = [
+        (row, np.frombuffer(row.centroid, dtype=np.float32))
+        for row in existing
+        if row.centroid is not None and len(row.centroid) == dim * 4
+    ]
+    assigned: dict[int, list[int]] = {}
+    rest: list[int] = []
+    if centroids:
+        matrix = np.vstack([c for _, c in centroids])
+        scores = vectors @ matrix.T
+        for i, row_scores in enumerate(scores):
+            best = int(np.argmax(row_scores))
+            if row_scores[best] >= settings.findings_match_cosine:
+                assigned.setdefault(best, []).append(i)
+            else:
+                rest.append(i)
+    else:
+        rest = list(range(len(new)))
+    rest = rest[-MAX_GROUPED:]
+    groups = _group(vectors[rest], settings.findings_match_cosine) if rest else []
+    window_texts = [e.text for e in evidence]
+    with db.transaction(ws.engine) as conn:
+        for index, members in assigned.items():
+            row, centroid = centroids[index]
+            chosen = [new[i] for i in members]
+            mean = _unit(centroid * row.evidence_count + vectors[members].sum(axis=0))
+            values: dict[str, Any] = {
+                "centroid": mean.astype("<f4").tobytes(),
+                "evidence_count": row.evidence_count + len(members),
+                "last_seen": max(row.last_seen, *(e.at for e in chosen)),
+                "skills": sorted({*row.skills, *(e.skill for e in chosen if e.skill)}),
+                "updated_at": now,
+            }
+            if row.status == "closed" and row.closed_at is not None:
+                since_closed = _count_since(conn, row.id, row.closed_at) + sum(
+                    e.at > row.closed_at for e in chosen
+                )
+                if since_closed >= settings.findings_reopen_after:
+                    values |= {"status": "reopened", "reopened_at": now}
+                    report.reopened.append(int(row.id))
+            conn.execute(findings.update().where(findings.c.id == row.id).values(**values))
+            _attach(conn, row.id, pid, chosen, now)
+            report.matched += len(members)
+        for group in groups:
+            if len(group) < settings.findings_min_evidence:
+                report.waiting += len(group)
+                continue
+            chosen = [new[rest[i]] for i in group]
+            terms = _terms([e.text for e in chosen], window_texts)
+            centroid = _unit(vectors[[rest[i] for i in group]].mean(axis=0))
+            result = conn.execute(
+                findings.insert().values(
+                    project_id=pid,
+                    kind="assistant",
+                    title=" · ".join(terms) or chosen[0].text[:80],
+                    terms=terms,
+                    skills=sorted({e.skill for e in chosen if e.skill}),
+                    centroid=centroid.astype("<f4").tobytes(),
+                    evidence_count=len(chosen),
+                    share=0.0,
+                    status="open",
+                    proposal_ids=[],
+                    first_seen=min(e.at for e in chosen),
+                    last_seen=max(e.at for e in chosen),
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+            assert result.inserted_primary_key is not None
+            fid = int(result.inserted_primary_key[0])
+            _attach(conn, fid, pid, chosen, now)
+            report.created.append(fid)
+        _shares(conn, pid, since, max(answers, 1), now)
+    return report
+
+
+def _attach(
+    conn: sa.Connection, fid: int, pid: int, chosen: Sequence[Evidence], now: datetime
+) -> None:
+    conn.execute(
+        finding_evidence.insert(),
+        [
+            {
+                "finding_id": fid,
+                "project_id": pid,
+                "ref": e.ref,
+                "skill": e.skill,
+                "text": e.text,
+                "seen_at": e.at,
+                "added_at": now,
+            }
+            for e in chosen
+        ],
+    )
+
+
+def _count_since(conn: sa.Connection, fid: int, moment: datetime) -> int:
+    return int(
+        conn.scalar(
+            sa.select(sa.func.count())
+            .select_from(finding_evidence)
+            .where(finding_evidence.c.finding_id == fid, finding_evidence.c.seen_at > moment)
+        )
+        or 0
+    )
+
+
+def _shares(conn: sa.Connection, pid: int, since: datetime, answers: int, now: datetime) -> None:
+    """Each finding's evidence in the window, as a share of the window's answers."""
+    counts: dict[int, int] = dict(
+        conn.execute(
+            sa.select(finding_evidence.c.finding_id, sa.func.count())
+            .where(finding_evidence.c.project_id == pid, finding_evidence.c.seen_at >= since)
+            .group_by(finding_evidence.c.finding_id)
+        ).all()
+    )
+    for fid, count in counts.items():
+        conn.execute(
+            findings.update().where(findings.c.id == fid).values(share=min(count / answers, 1.0))
+        )
+
+
+# -- reads and decisions -----------------------------------------------------------------
+
+
+def _finding(row: Any, project: str, evidence: Sequence[Evidence] = ()) -> Finding:
+    return Finding(
+        id=row.id,
+        project=project,
+        kind=row.kind,
+        title=row.title,
+        terms=tuple(row.terms),
+        skills=tuple(row.skills),
+        evidence_count=row.evidence_count,
+        share=row.share,
+        status=row.status,
+        proposal_ids=tuple(row.proposal_ids),
+        first_seen=row.first_seen,
+        last_seen=row.last_seen,
+        closed_at=row.closed_at,
+        closed_by=row.closed_by,
+        close_reason=row.close_reason,
+        reopened_at=row.reopened_at,
+        evidence=tuple(evidence),
+    )
+
+
+def list_findings(
+    ws: Workspace, *, project: str = DEFAULT_PROJECT, status: str | None = None
+) -> list[Finding]:
+    """The project's findings, the largest share first."""
+    if status is not None and status not in STATUSES:
+        raise InvalidInput(
+            f"Unknown finding status {status!r}; use one of: {', '.join(STATUSES)}.",
+            field="status",
+        )
+    with ws.engine.connect() as conn:
+        pid = project_id(conn, project)
+        query = sa.select(findings).where(findings.c.project_id == pid)
+        if status is not None:
+            query = query.where(findings.c.status == status)
+        rows = conn.execute(
+            query.order_by(findings.c.share.desc(), findings.c.evidence_count.desc(), findings.c.id)
+        ).all()
+    return [_finding(r, project) for r in rows]
+
+
+def get_finding(ws: Workspace, finding_id: int, *, project: str = DEFAULT_PROJECT) -> Finding:
+    """One finding with its evidence, newest first."""
+    with ws.engine.connect() as conn:
+        pid = project_id(conn, project)
+        row = conn.execute(
+            sa.select(findings).where(findings.c.id == finding_id, findings.c.project_id == pid)
+        ).first()
+        if row is None:
+            raise NotFound(
+                f"No finding {finding_id} in project {project!r}.", finding_id=finding_id
+            )
+        evidence = [
+            Evidence(e.ref, e.skill, e.text, e.seen_at)
+            for e in conn.execute(
+                sa.select(finding_evidence)
+                .where(finding_evidence.c.finding_id == finding_id)
+                .order_by(finding_evidence.c.seen_at.desc(), finding_evidence.c.id.desc())
+            )
+        ]
+    return _finding(row, project, evidence)
+
+
+def close_finding(
+    ws: Workspace,
+    finding_id: int,
+    *,
+    actor: str,
+    project: str = DEFAULT_PROJECT,
+    reason: str | None = None,
+) -> Finding:
+    """Close a finding by hand; it reopens by itself if its problem comes back."""
+    now = utcnow()
+    with db.transaction(ws.engine) as conn:
+        pid = project_id(conn, project)
+        row = conn.execute(
+            sa.select(findings)
+            .where(findings.c.id == finding_id, findings.c.project_id == pid)
+            .with_for_update()
+        ).first()
+        if row is None:
+            raise NotFound(
+                f"No finding {finding_id} in project {project!r}.", finding_id=finding_id
+            )
+        if row.status == "closed":
+            raise Conflict(f"Finding #{finding_id} is already closed.", finding_id=finding_id)
+        conn.execute(
+            findings.update()
+            .where(findings.c.id == finding_id)
+            .values(
+                status="closed",
+                closed_at=now,
+                closed_by=actor[:200],
+                close_reason=reason,
+                updated_at=now,
+            )
+        )
+    return get_finding(ws, finding_id, project=project)

@@ -1,0 +1,122 @@
+"""Findings: failures grouped into problems that keep their id, close and reopen.
+
+The grouping's quality is measured by benchmarks/findings.py on its own fixture;
+these tests use a few comments of their own."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from amelio import skills
+from amelio.assistant.quality import give_answer_feedback
+from amelio.assistant.respond import respond
+from amelio.cli import main
+from amelio.db.schema import utcnow
+from amelio.embeddings import SemanticUnavailable
+from amelio.errors import Conflict
+from amelio.improve import findings
+from amelio.llm.fake import ScriptedProvider
+from amelio.workspace.folder import Workspace, open_workspace
+
+FORCE = [
+    "Never suggest a plain force push",
+    "Do not tell people to force push",
+    "Force pushing is dangerous, use --force-with-lease",
+    "No git push --force please, it rewrites history",
+]
+LONG = [
+    "The answer is way too long",
+    "Answer is too long, be brief",
+    "Far too long, the answer should be two lines",
+]
+
+
+@pytest.fixture
+def ws(workspace: Workspace, examples: Path) -> Workspace:
+    skills.import_skills(workspace.engine, examples)
+    return workspace
+
+
+def complain(ws: Workspace, comments: list[str], message: str = "git push rejected") -> None:
+    for comment in comments:
+        reply = respond(ws, message, provider=ScriptedProvider(default="Run git push --force."))
+        give_answer_feedback(ws, reply.interaction_id, "fixit", comment=comment, user="ann")
+
+
+def test_failures_group_into_findings_that_keep_their_id(ws: Workspace) -> None:
+    complain(ws, FORCE)
+    complain(ws, LONG, "explain git rebase")
+    report = findings.update_findings(ws)
+    assert len(report.created) == 2 and report.waiting == 0
+    found = {f.id: f for f in findings.list_findings(ws)}
+    force = next(f for f in found.values() if "force" in f.title)
+    assert force.evidence_count == 4 and force.skills == ("git-help",)
+    assert force.status == "open" and 0 < force.share <= 1
+    shown = findings.get_finding(ws, force.id)
+    assert {e.text for e in shown.evidence} == set(FORCE)
+    # Run again: nothing new, nothing moves; a new failure of the same kind joins.
+    assert findings.update_findings(ws).created == []
+    complain(ws, ["Please stop recommending git push --force"])
+    again = findings.update_findings(ws)
+    assert (again.matched, again.created) == (1, [])
+    assert findings.get_finding(ws, force.id).evidence_count == 5
+
+
+def test_a_closed_finding_reopens_when_its_problem_comes_back(ws: Workspace) -> None:
+    complain(ws, FORCE)
+    [made] = findings.update_findings(ws).created
+    closed = findings.close_finding(ws, made, actor="ana", reason="fixed in v2")
+    assert (closed.status, closed.closed_by, closed.close_reason) == (
+        "closed",
+        "ana",
+        "fixed in v2",
+    )
+    with pytest.raises(Conflict):
+        findings.close_finding(ws, made, actor="ana")
+    complain(ws, FORCE[:2])
+    assert findings.update_findings(ws).reopened == []  # two are not enough
+    complain(ws, FORCE[2:3])
+    assert findings.update_findings(ws).reopened == [made]
+    assert findings.get_finding(ws, made).status == "reopened"
+
+
+def test_without_an_embedder_nothing_is_written(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    complain(ws, FORCE)
+    monkeypatch.setenv("AMELIO_SEARCH_EMBEDDING_MODEL", "")
+    bare = open_workspace(ws.root)
+    try:
+        with pytest.raises(SemanticUnavailable, match="grouping failures into findings"):
+            findings.update_findings(bare)
+    finally:
+        bare.dispose()
+    assert findings.list_findings(ws) == []
+
+
+def test_old_failures_are_outside_the_window(ws: Workspace) -> None:
+    complain(ws, FORCE)
+    later = utcnow() + timedelta(days=ws.settings.findings_window_days + 1)
+    report = findings.update_findings(ws, now=later)
+    assert (report.evidence, report.created) == (0, [])
+
+
+def test_the_cli_updates_lists_shows_and_closes(ws: Workspace) -> None:
+    complain(ws, FORCE)
+
+    def cli(*args: str) -> str:
+        result = CliRunner().invoke(main, ["-w", str(ws.root), "findings", *args])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    assert "1 new finding(s)" in cli("update")
+    listed = cli("list")
+    assert "open" in listed and "git-help" in listed
+    [made] = findings.list_findings(ws)
+    assert "feedback:" in cli("show", str(made.id))
+    assert "closed" in cli("close", str(made.id), "--reason", "fixed")
+    assert cli("list", "--status", "open").strip() == "No findings."
