@@ -120,3 +120,41 @@ def test_the_cli_updates_lists_shows_and_closes(ws: Workspace) -> None:
     assert "feedback:" in cli("show", str(made.id))
     assert "closed" in cli("close", str(made.id), "--reason", "fixed")
     assert cli("list", "--status", "open").strip() == "No findings."
+
+
+def test_over_http_a_bot_reads_and_an_admin_closes(ws: Workspace) -> None:
+    from fastapi.testclient import TestClient
+
+    from amelio.server import create_app
+    from amelio.workspace import keys, projects
+
+    complain(ws, FORCE)
+    [made] = findings.update_findings(ws).created
+    projects.create_project(ws.engine, "other")
+    _, bot = keys.create_key(ws.engine, name="bot", role="bot")
+    _, admin = keys.create_key(ws.engine, name="ana", role="admin")
+    _, elsewhere = keys.create_key(ws.engine, name="o", role="bot", projects=["other"])
+    as_bot, as_admin = {"Authorization": f"Bearer {bot}"}, {"Authorization": f"Bearer {admin}"}
+    with TestClient(create_app(ws)) as client:
+        listed = client.get("/v1/findings", headers=as_bot).json()
+        assert [f["id"] for f in listed["findings"]] == [made]
+        one = client.get(f"/v1/findings/{made}", headers=as_bot).json()
+        assert len(one["evidence"]) == 4 and one["status"] == "open"
+        other = {"Authorization": f"Bearer {elsewhere}"}
+        assert client.get("/v1/findings", headers=other).status_code == 403
+        assert client.get(f"/v1/findings/{made}?project=other", headers=other).status_code == 404
+        assert client.post(f"/v1/findings/{made}/close", headers=as_bot).status_code == 403
+        r = client.post(f"/v1/findings/{made}/close", json={"reason": "fixed"}, headers=as_admin)
+        assert (r.json()["status"], r.json()["closedBy"]) == ("closed", "key:ana")
+        assert client.post(f"/v1/findings/{made}/close", headers=as_admin).status_code == 409
+        assert client.get("/v1/findings?status=open", headers=as_bot).json()["findings"] == []
+
+
+def test_the_nightly_report_carries_the_findings(ws: Workspace) -> None:
+    from amelio.improve.nightly import run_improve
+
+    complain(ws, FORCE)
+    report = run_improve(ws, notify=False)
+    card = report.projects[0]["findings"]
+    assert len(card["created"]) == 1 and card["top"][0]["skills"] == ["git-help"]
+    assert "finding #" in report.markdown()

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from amelio import db
 from amelio.assistant.quality import Finding, find_underperformers
 from amelio.db.schema import improve_runs, projects, proposals, utcnow
-from amelio.errors import AmelioError
+from amelio.errors import AmelioError, ConfigError
 from amelio.improve.budget import describe_spending
 from amelio.improve.notifiers import Notification, NotificationAction, notify_all
 from amelio.improve.proposals import (
@@ -137,6 +137,14 @@ class ImproveReport:
                 lines.append(f"  - skipped {s['skill']}: {s['reason']}")
             for r in project.get("learningRetirements", ()):
                 lines.append(f"- learning #{r['id']} proposed for retirement ({r['reason']})")
+            card = project.get("findings") or {}
+            for f in card.get("top", ()):
+                lines.append(
+                    f"- finding #{f['id']} ({f['status']}, {f['share']:.1%} of answers, "
+                    f"{', '.join(f['skills']) or 'no skill'}): {f['title']}"
+                )
+            for fid in card.get("reopened", ()):
+                lines.append(f"- finding #{fid} reopened: its problem came back")
             if project.get("learningsWaiting"):
                 lines.append(
                     f"- {project['learningsWaiting']} learning(s) wait for review: "
@@ -238,7 +246,36 @@ def _improve_project(
             for i in retire
         ]
     out["learningsWaiting"] = len(review_queue(ws, project=project))
+    if not dry_run:
+        out["findings"] = _findings_card(ws, project)
     return out
+
+
+def _findings_card(ws: Workspace, project: str) -> dict[str, Any]:
+    """Group the project's recent failures into findings (amelio.improve.findings) and
+    sum them up for the report: the largest open ones, and those that reopened. A
+    workspace without an embedder or scikit-learn gets the reason instead."""
+    from amelio.improve.findings import list_findings, update_findings
+
+    try:
+        update = update_findings(ws, project=project)
+    except ConfigError as exc:  # no embedding model, or amelio[findings] not installed
+        return {"skipped": exc.message}
+    active = [f for f in list_findings(ws, project=project) if f.status != "closed"]
+    return {
+        **update.to_dict(),
+        "top": [
+            {
+                "id": f.id,
+                "title": f.title,
+                "status": f.status,
+                "share": round(f.share, 4),
+                "evidenceCount": f.evidence_count,
+                "skills": list(f.skills),
+            }
+            for f in active[:5]
+        ],
+    }
 
 
 def run_improve(

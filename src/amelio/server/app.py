@@ -25,6 +25,7 @@ from amelio.server.routes import (
     contributions,
     evals,
     feedback,
+    findings,
     health,
     improve,
     knowledge,
@@ -92,6 +93,7 @@ def create_app(workspace: Workspace) -> FastAPI:
         (assistant.router, (*keyed, 404, 409, 502, 503)),
         (improve.router, (*keyed, 404, 409)),
         (cases.router, (*keyed, 404)),
+        (findings.router, (*keyed, 404, 409)),
         (sage.router, (*keyed, 404, 409, 502, 503)),
         (feedback.router, (*keyed, 429)),
         (knowledge.router, (*keyed, 404, 409, 502, 503)),  # its lifespan runs the sync worker
