@@ -158,3 +158,20 @@ def test_the_nightly_report_carries_the_findings(ws: Workspace) -> None:
     card = report.projects[0]["findings"]
     assert len(card["created"]) == 1 and card["top"][0]["skills"] == ["git-help"]
     assert "finding #" in report.markdown()
+
+
+def test_a_reopened_finding_is_news_in_the_report_and_the_admin_chat(ws: Workspace) -> None:
+    from amelio.improve.nightly import improve_notification, run_improve
+    from amelio.telegram.notifier import summary_for
+
+    complain(ws, FORCE)
+    [made] = findings.update_findings(ws).created
+    findings.close_finding(ws, made, actor="ana")
+    complain(ws, ["Stop saying git push --force", *FORCE[:2]])
+    report = run_improve(ws, notify=False)
+    card = report.projects[0]["findings"]
+    assert card["reopened"] == [made] and card["top"][0]["id"] == made
+    assert "Stop saying git push --force" in card["reopenedEvidence"][str(made)]
+    assert f"finding #{made} reopened" in report.markdown()
+    said = summary_for(improve_notification(ws, report), "default")
+    assert said is not None and "REOPENED" in said and "Stop saying git push --force" in said

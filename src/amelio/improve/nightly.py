@@ -145,6 +145,7 @@ class ImproveReport:
                 )
             for fid in card.get("reopened", ()):
                 lines.append(f"- finding #{fid} reopened: its problem came back")
+                lines += [f"  - {text}" for text in card["reopenedEvidence"].get(str(fid), ())]
             if project.get("learningsWaiting"):
                 lines.append(
                     f"- {project['learningsWaiting']} learning(s) wait for review: "
@@ -255,15 +256,23 @@ def _findings_card(ws: Workspace, project: str) -> dict[str, Any]:
     """Group the project's recent failures into findings (amelio.improve.findings) and
     sum them up for the report: the largest open ones, and those that reopened. A
     workspace without an embedder or scikit-learn gets the reason instead."""
-    from amelio.improve.findings import list_findings, update_findings
+    from amelio.improve.findings import get_finding, list_findings, update_findings
 
     try:
         update = update_findings(ws, project=project)
     except ConfigError as exc:  # no embedding model, or amelio[findings] not installed
         return {"skipped": exc.message}
-    active = [f for f in list_findings(ws, project=project) if f.status != "closed"]
+    # Reopened first (a problem that came back is news), then the largest.
+    active = sorted(
+        (f for f in list_findings(ws, project=project) if f.status != "closed"),
+        key=lambda f: f.id not in update.reopened,
+    )
     return {
         **update.to_dict(),
+        "reopenedEvidence": {
+            str(fid): [e.text for e in get_finding(ws, fid, project=project).evidence[:3]]
+            for fid in update.reopened
+        },
         "top": [
             {
                 "id": f.id,

@@ -51,6 +51,20 @@ def summary_for(notification: Notification, project: str) -> str | None:
             for f in part.get("underperformers", ())
         ]
         lines += [f"• skipped {s['skill']}: {s['reason']}" for s in part.get("skipped", ())]
+        card = part.get("findings") or {}
+        reopened = set(card.get("reopened", ()))
+        for f in card.get("top", ()):
+            again = " REOPENED: its problem came back" if f["id"] in reopened else ""
+            lines.append(
+                f"• finding #{f['id']} ({f['status']}, {f['share']:.1%} of answers){again}: "
+                f"{f['title']}"
+            )
+            lines += [
+                f"    “{text[:200]}”"
+                for text in card.get("reopenedEvidence", {}).get(str(f["id"]), ())
+            ]
+        if part.get("learningsWaiting"):
+            lines.append(f"• {part['learningsWaiting']} learning(s) wait for review: /review")
         return "\n".join(lines)
     if payload.get("project") not in (None, project):
         return None
