@@ -175,3 +175,29 @@ def test_a_reopened_finding_is_news_in_the_report_and_the_admin_chat(ws: Workspa
     assert f"finding #{made} reopened" in report.markdown()
     said = summary_for(improve_notification(ws, report), "default")
     assert said is not None and "REOPENED" in said and "Stop saying git push --force" in said
+
+
+def test_the_dashboard_lists_findings_and_an_admin_closes_one(ws: Workspace) -> None:
+    import re
+
+    from fastapi.testclient import TestClient
+
+    from amelio.server import create_app
+    from amelio.workspace import keys
+
+    complain(ws, FORCE)
+    [made] = findings.update_findings(ws).created
+    _, admin = keys.create_key(ws.engine, name="ana", role="admin")
+    with TestClient(create_app(ws)) as client:
+        client.post("/login", data={"api_key": admin, "next": "/findings"})
+        page = client.get("/findings").text
+        assert f"#{made} " in page and "feedback:" in page and "git-help" in page
+        csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+        assert csrf is not None
+        r = client.post(
+            f"/findings/{made}/close",
+            data={"csrf": csrf.group(1), "reason": "fixed"},
+            follow_redirects=False,
+        )
+        assert r.status_code == 303 and "finding_closed" in r.headers["location"]
+    assert findings.get_finding(ws, made).status == "closed"

@@ -659,6 +659,45 @@ def add_learning(
     return _back(f"/learnings?project={quote(project)}", f"learning_{outcome}", id=item.id)
 
 
+@router.get("/findings")
+def findings_page(request: Request, project: str = "") -> HTMLResponse:
+    from amelio.improve import findings
+
+    session = _require(request)
+    project = _project(request, project)
+    ws = _ws(request)
+    items = [
+        findings.get_finding(ws, f.id, project=project)
+        for f in findings.list_findings(ws, project=project)
+    ]
+    return _render(request, "findings.html", session, items=items, project=project)
+
+
+@router.post("/findings/{finding_id}/close")
+def close_finding(
+    request: Request,
+    finding_id: Id,
+    csrf: Annotated[str, Form()] = "",
+    project: Annotated[str, Form()] = DEFAULT_PROJECT,
+    reason: Annotated[str, Form()] = "",
+) -> Response:
+    from amelio.improve import findings
+
+    session = _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
+    back = f"/findings?project={quote(project)}"
+    try:
+        findings.close_finding(
+            _ws(request),
+            finding_id,
+            actor=f"key:{session.name}",
+            project=project,
+            reason=reason.strip() or None,
+        )
+    except AmelioError as exc:
+        return _back(back, _failed(exc))
+    return _back(back, "finding_closed", id=finding_id)
+
+
 @router.get("/interactions")
 def interactions_page(request: Request, project: str = "") -> HTMLResponse:
     session = _require(request)
