@@ -201,3 +201,32 @@ def test_the_dashboard_lists_findings_and_an_admin_closes_one(ws: Workspace) -> 
         )
         assert r.status_code == 303 and "finding_closed" in r.headers["location"]
     assert findings.get_finding(ws, made).status == "closed"
+
+
+def test_a_proposal_for_its_skill_makes_it_fixing_and_its_approval_closes_it(
+    ws: Workspace,
+) -> None:
+    from amelio.improve import proposals as props
+
+    complain(ws, FORCE)
+    [made] = findings.update_findings(ws).created
+    first = props.create_proposal(
+        ws,
+        "git-help",
+        proposed_content="# Git\n\nUse --force-with-lease.",
+        rationale="r",
+        author="x",
+    )
+    findings.sync_with_proposals(ws)
+    fixing = findings.get_finding(ws, made)
+    assert (fixing.status, fixing.proposal_ids) == ("fixing", (first.id,))
+    props.reject_proposal(ws, first.id, actor="ana", reason="not yet")
+    assert findings.get_finding(ws, made).status == "open"  # at once, not next run
+    second = props.create_proposal(
+        ws, "git-help", proposed_content="# Git\n\nNever force push.", rationale="r", author="x"
+    )
+    findings.update_findings(ws)
+    props.approve_proposal(ws, second.id, actor="ana")
+    done = findings.get_finding(ws, made)
+    assert (done.status, done.closed_by) == ("closed", f"proposal #{second.id}")
+    assert done.proposal_ids == (first.id, second.id)

@@ -46,7 +46,14 @@ import sqlalchemy as sa
 
 from amelio import db, evals
 from amelio.db.schema import interactions, projects, proposals, skills, utcnow
-from amelio.errors import Conflict, Forbidden, InvalidInput, NotFound, SkillFileError
+from amelio.errors import (
+    AmelioError,
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    SkillFileError,
+)
 from amelio.improve import rotation
 from amelio.skills import files
 from amelio.skills.model import SkillSpec
@@ -773,7 +780,21 @@ def approve_proposal(
         raise
     for pending in staged:
         pending.apply()
-    return get_proposal(ws, proposal_id)
+    done = get_proposal(ws, proposal_id)
+    _findings_follow(ws, done)
+    return done
+
+
+def _findings_follow(ws: Workspace, proposal: Proposal) -> None:
+    """A finding that this proposal fixes closes (approved) or opens again (rejected)
+    now rather than at the next ``amelio findings update``. Best effort: a decision
+    is never undone because its findings could not be updated."""
+    from amelio.improve.findings import sync_with_proposals
+
+    try:
+        sync_with_proposals(ws, project=proposal.project)
+    except AmelioError as exc:
+        log.warning("findings not updated after proposal #%s: %s", proposal.id, exc.message)
 
 
 def _approve(
@@ -945,7 +966,9 @@ def reject_proposal(
                 reason=f"rejected proposal #{proposal_id}" + (f": {reason}" if reason else ""),
                 proposal_id=proposal_id,
             )
-    return get_proposal(ws, proposal_id)
+    done = get_proposal(ws, proposal_id)
+    _findings_follow(ws, done)
+    return done
 
 
 def supersede_stale(ws: Workspace) -> list[int]:
