@@ -230,3 +230,19 @@ def test_a_proposal_for_its_skill_makes_it_fixing_and_its_approval_closes_it(
     done = findings.get_finding(ws, made)
     assert (done.status, done.closed_by) == ("closed", f"proposal #{second.id}")
     assert done.proposal_ids == (first.id, second.id)
+
+
+def test_a_finding_comes_with_a_rule_that_catches_it(ws: Workspace) -> None:
+    """The failing answers say "git push --force"; the clean ones of the skill do
+    not (one says --force-with-lease): the mined rule fires on all of the first
+    and none of the second."""
+    clean = ScriptedProvider(default="Run git pull --rebase, then git push --force-with-lease.")
+    for _ in range(4):
+        respond(ws, "git push rejected", provider=clean)
+    complain(ws, FORCE)
+    [made] = findings.update_findings(ws).created
+    fix = findings.get_finding(ws, made).fix
+    assert fix is not None and fix["rule"]["type"] == "regex_not_match"
+    assert "--force" in fix["rule"]["name"] and "lease" not in fix["rule"]["name"]
+    assert (fix["firesOnEvidence"], fix["firesOnClean"]) == (1.0, 0.0)
+    assert (fix["evidence"], fix["clean"]) == (4, 4)

@@ -104,6 +104,14 @@ def show(ctx: click.Context, finding_id: int, project: str, as_json: bool) -> No
     )
     if found.closed_at:
         click.echo(f"  closed by {found.closed_by}: {found.close_reason or '-'}")
+    if found.proposal_ids:
+        click.echo(f"  proposals: {', '.join(f'#{p}' for p in found.proposal_ids)}")
+    if found.fix:
+        click.echo(
+            f"  a rule that catches it: {found.fix['rule']['name']} (fires on "
+            f"{found.fix['firesOnEvidence']:.0%} of its {found.fix['evidence']} failing answers, "
+            f"{found.fix['firesOnClean']:.0%} of {found.fix['clean']} clean ones)"
+        )
     for e in found.evidence[:20]:
         click.echo(f"  - {e.ref} ({e.skill or '-'}): {short(e.text, 80)}")
     if len(found.evidence) > 20:

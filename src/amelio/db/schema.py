@@ -986,6 +986,8 @@ findings = sa.Table(
     sa.Column("share", sa.Float, nullable=False),
     sa.Column("status", sa.String(10), nullable=False),
     sa.Column("proposal_ids", sa.JSON, nullable=False),
+    # The proposed fix: a mined rule that catches it, with its rates (amelio.improve.mining).
+    sa.Column("fix", sa.JSON(none_as_null=True), nullable=True),
     sa.Column("first_seen", Timestamp, nullable=False),
     sa.Column("last_seen", Timestamp, nullable=False),
     sa.Column("closed_at", Timestamp, nullable=True),

@@ -99,6 +99,7 @@ class Finding:
     close_reason: str | None
     reopened_at: datetime | None
     evidence: tuple[Evidence, ...] = ()
+    fix: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         def iso(x: datetime | None) -> str | None:
@@ -121,6 +122,7 @@ class Finding:
             "closedBy": self.closed_by,
             "closeReason": self.close_reason,
             "reopenedAt": iso(self.reopened_at),
+            "fix": self.fix,
             "evidence": [
                 {"ref": e.ref, "skill": e.skill, "text": e.text, "at": e.at.isoformat()}
                 for e in self.evidence
@@ -381,8 +383,80 @@ def update_findings(
             _attach(conn, fid, pid, chosen, now)
             report.created.append(fid)
         _shares(conn, pid, since, max(answers, 1), now)
+    touched = [int(centroids[i][0].id) for i in assigned] + report.created
+    _mine_fixes(ws, pid, touched, since)
     sync_with_proposals(ws, project=project)
     return report
+
+
+def _answers_of(conn: sa.Connection, refs: Sequence[str]) -> list[str]:
+    """The answers behind evidence refs (``feedback:ID`` or ``interaction:ID``)."""
+    by_feedback = [int(r.split(":")[1]) for r in refs if r.startswith("feedback:")]
+    direct = {int(r.split(":")[1]) for r in refs if r.startswith("interaction:")}
+    if by_feedback:
+        direct |= {
+            row.interaction_id
+            for row in conn.execute(
+                sa.select(feedback.c.interaction_id).where(feedback.c.id.in_(by_feedback))
+            )
+        }
+    if not direct:
+        return []
+    return [
+        row.answer
+        for row in conn.execute(
+            sa.select(interactions.c.answer).where(interactions.c.id.in_(sorted(direct)))
+        )
+    ]
+
+
+def _clean_answers(
+    conn: sa.Connection, pid: int, skills: Sequence[str], since: datetime, limit: int = 500
+) -> list[str]:
+    """The newest answers of ``skills`` in the window that passed their rules and
+    that no one marked 👎 or Fix It."""
+    complained = sa.select(feedback.c.interaction_id).where(feedback.c.kind.in_(("down", "fixit")))
+    return [
+        row.answer
+        for row in conn.execute(
+            sa.select(interactions.c.answer)
+            .where(
+                interactions.c.project_id == pid,
+                interactions.c.applied_skill.in_(list(skills)),
+                interactions.c.created_at >= since,
+                interactions.c.success.is_(True),
+                interactions.c.id.not_in(complained),
+            )
+            .order_by(interactions.c.created_at.desc(), interactions.c.id.desc())
+            .limit(limit)
+        )
+    ]
+
+
+def _mine_fixes(ws: Workspace, pid: int, ids: Sequence[int], since: datetime) -> None:
+    """Mine, for each finding touched by this run, a rule that catches its failing
+    answers and spares its skills' clean ones (:func:`amelio.improve.mining.mine_rule`),
+    and keep it on the finding with its rates; None when no phrase sets them apart."""
+    from amelio.improve.mining import mine_rule
+
+    for fid in sorted(set(ids)):
+        with ws.engine.connect() as conn:
+            row = conn.execute(sa.select(findings).where(findings.c.id == fid)).one()
+            refs = [
+                r.ref
+                for r in conn.execute(
+                    sa.select(finding_evidence.c.ref).where(finding_evidence.c.finding_id == fid)
+                )
+            ]
+            bad = _answers_of(conn, refs)
+            clean = _clean_answers(conn, pid, list(row.skills), since) if row.skills else []
+        mined = mine_rule(bad, clean, rule_id=f"finding-{fid}", name_hint=f"finding #{fid}")
+        with db.transaction(ws.engine) as conn:
+            conn.execute(
+                findings.update()
+                .where(findings.c.id == fid)
+                .values(fix=None if mined is None else {"kind": "rule", **mined.to_dict()})
+            )
 
 
 def _attach(
@@ -515,6 +589,7 @@ def _finding(row: Any, project: str, evidence: Sequence[Evidence] = ()) -> Findi
         close_reason=row.close_reason,
         reopened_at=row.reopened_at,
         evidence=tuple(evidence),
+        fix=None if row.fix is None else dict(row.fix),
     )
 
 

@@ -38,6 +38,7 @@ def upgrade() -> None:
         sa.Column("share", sa.Float, nullable=False),
         sa.Column("status", sa.String(10), nullable=False),
         sa.Column("proposal_ids", sa.JSON, nullable=False),
+        sa.Column("fix", sa.JSON, nullable=True),
         sa.Column("first_seen", Timestamp, nullable=False),
         sa.Column("last_seen", Timestamp, nullable=False),
         sa.Column("closed_at", Timestamp, nullable=True),
