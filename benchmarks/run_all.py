@@ -26,6 +26,7 @@ BENCHMARKS = (
     "router_accuracy",
     "respond_overhead",
     "learnings",
+    "findings",
     "telegram_overhead",
     "proxy_overhead",
     "feedback_ingest",
