@@ -246,3 +246,24 @@ def test_a_finding_comes_with_a_rule_that_catches_it(ws: Workspace) -> None:
     assert "--force" in fix["rule"]["name"] and "lease" not in fix["rule"]["name"]
     assert (fix["firesOnEvidence"], fix["firesOnClean"]) == (1.0, 0.0)
     assert (fix["evidence"], fix["clean"]) == (4, 4)
+
+
+def test_with_an_llm_a_new_finding_gets_its_one_line_title(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from amelio.testing import FakeLLMServer
+
+    complain(ws, FORCE)
+    with FakeLLMServer() as server:
+        monkeypatch.setenv("AMELIO_LLM_PROVIDER", "openai")
+        monkeypatch.setenv("AMELIO_LLM_BASE_URL", server.openai_base_url)
+        monkeypatch.setenv("AMELIO_LLM_MODEL", "fake-model")
+        monkeypatch.setenv("AMELIO_LLM_MAX_RETRIES", "0")
+        named = open_workspace(ws.root)
+        try:
+            server.reply("Suggests a plain force push.")
+            [made] = findings.update_findings(named).created
+            assert findings.get_finding(named, made).title == "Suggests a plain force push"
+            assert FORCE[0] in server.requests[-1].prompt
+        finally:
+            named.dispose()

@@ -19,8 +19,9 @@ the recent failure evidence of a project:
    more evidence. Agglomerative clustering was chosen over HDBSCAN because its one
    parameter is the same similarity the matching uses, so a group is a set of
    pieces that would each have matched its centroid.
-4. **Titles** are the group's most telling terms (frequent in it, rare in the
-   window's other evidence).
+4. **Titles** are the configured LLM's one line, or, without one (or when it
+   fails), the group's most telling terms (frequent in it, rare in the window's
+   other evidence).
 
 Not here yet: the search side (queries with no results, abandoned sessions,
 reformulations, hidden results), a proposed fix with every finding, and the
@@ -240,6 +241,30 @@ def _terms(group: Sequence[str], window: Sequence[str], limit: int = 4) -> list[
     return [t for t, _ in sorted(scored.items(), key=lambda x: (-x[1], x[0]))[:limit]]
 
 
+_TITLE_SYSTEM = (
+    "You name the problem behind a group of complaints about an assistant's answers. "
+    "Reply with one short line (at most 12 words), no quotes, no final period."
+)
+
+
+def _llm_title(ws: Workspace, chosen: Sequence[Evidence]) -> str | None:
+    """The configured LLM's one-line name for a new finding, or None (no LLM, an
+    error, an empty or overlong reply): the terms name it then."""
+    if ws.settings.llm_provider == "none":
+        return None
+    from amelio.errors import AmelioError
+    from amelio.llm import LLMRequest, get_provider
+
+    shown = "\n".join(f"- {e.text[:300]}" for e in chosen[:8])
+    try:
+        provider = get_provider(ws.settings, purpose="Naming findings")
+        reply = provider.complete(LLMRequest.single(_TITLE_SYSTEM, shown, max_tokens=30)).text
+    except AmelioError:
+        return None
+    line = " ".join(reply.strip().strip('"').split())
+    return line.rstrip(".") if 0 < len(line) <= 120 else None
+
+
 def _words(text: str) -> list[str]:
     return [t for t in tokens(text) if len(t) > 2 and t not in ENGLISH_STOPWORDS]
 
@@ -359,12 +384,13 @@ def update_findings(
                 continue
             chosen = [new[rest[i]] for i in group]
             terms = _terms([e.text for e in chosen], window_texts)
+            title = _llm_title(ws, chosen) or " · ".join(terms) or chosen[0].text[:80]
             centroid = _unit(vectors[[rest[i] for i in group]].mean(axis=0))
             result = conn.execute(
                 findings.insert().values(
                     project_id=pid,
                     kind="assistant",
-                    title=" · ".join(terms) or chosen[0].text[:80],
+                    title=title,
                     terms=terms,
                     skills=sorted({e.skill for e in chosen if e.skill}),
                     centroid=centroid.astype("<f4").tobytes(),
