@@ -525,6 +525,12 @@ def _shares(conn: sa.Connection, pid: int, since: datetime, answers: int, now: d
             .group_by(finding_evidence.c.finding_id)
         ).all()
     )
+    # A finding with no evidence left in the window is 0 % of it, not what it was.
+    conn.execute(
+        findings.update()
+        .where(findings.c.project_id == pid, findings.c.id.not_in(list(counts) or [-1]))
+        .values(share=0.0)
+    )
     for fid, count in counts.items():
         conn.execute(
             findings.update().where(findings.c.id == fid).values(share=min(count / answers, 1.0))
