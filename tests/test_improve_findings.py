@@ -100,9 +100,12 @@ def test_without_an_embedder_nothing_is_written(
 
 def test_old_failures_are_outside_the_window(ws: Workspace) -> None:
     complain(ws, FORCE)
+    [made] = findings.update_findings(ws).created
+    assert findings.get_finding(ws, made).share > 0
     later = utcnow() + timedelta(days=ws.settings.findings_window_days + 1)
     report = findings.update_findings(ws, now=later)
     assert (report.evidence, report.created) == (0, [])
+    assert findings.get_finding(ws, made).share == 0  # none of it in the window now
 
 
 def test_the_cli_updates_lists_shows_and_closes(ws: Workspace) -> None:

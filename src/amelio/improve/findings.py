@@ -331,6 +331,8 @@ def update_findings(
     report.evidence = len(evidence)
     new = [e for e in evidence if e.ref not in known]
     if not new:
+        with db.transaction(ws.engine) as conn:
+            _shares(conn, pid, since, max(answers, 1), now)
         sync_with_proposals(ws, project=project)
         return report
     vectors = embed_matrix(embedder, [e.text for e in new])
