@@ -270,3 +270,16 @@ def test_with_an_llm_a_new_finding_gets_its_one_line_title(
             assert FORCE[0] in server.requests[-1].prompt
         finally:
             named.dispose()
+
+
+def test_more_failures_than_one_batch_are_all_grouped(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Grouping works on at most MAX_GROUPED pieces at once; the older ones are
+    matched to the groups just made, then grouped in turn, never dropped."""
+    monkeypatch.setattr(findings, "MAX_GROUPED", 4)
+    complain(ws, FORCE)
+    complain(ws, LONG, "explain git rebase")
+    report = findings.update_findings(ws)
+    assert len(report.created) == 2 and report.waiting == 0
+    assert sorted(f.evidence_count for f in findings.list_findings(ws)) == [3, 4]

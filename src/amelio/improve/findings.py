@@ -68,8 +68,8 @@ __all__ = [
 ]
 
 STATUSES = ("open", "fixing", "closed", "reopened")
-#: Unassigned evidence grouped in one run at most (the newest): agglomerative
-#: clustering holds a square distance matrix.
+#: Unmatched evidence grouped at once (agglomerative clustering holds a square
+#: distance matrix: 4,000 pieces take 128 MB); more is grouped batch after batch.
 MAX_GROUPED = 4000
 
 
@@ -300,6 +300,49 @@ def _group(vectors: Any, threshold: float) -> list[list[int]]:
     return sorted(groups.values(), key=lambda g: (-len(g), g[0]))
 
 
+def _group_all(vectors: Any, rest: list[int], settings: Any) -> tuple[list[list[int]], int]:
+    """Group the unmatched evidence ``rest`` (indices into ``vectors``): the newest
+    :data:`MAX_GROUPED` at a time, then what is left is first matched to the groups
+    just made, and the remainder grouped in turn. Returns the groups big enough to
+    be findings, and how many pieces wait in smaller ones."""
+    import numpy as np
+
+    threshold, least = settings.findings_match_cosine, settings.findings_min_evidence
+
+    def match(indices: list[int], groups: list[list[int]]) -> list[int]:
+        """Add each index to the group whose centre is closest enough; the rest."""
+        if not indices or not groups:
+            return indices
+        centres = np.vstack([_unit(vectors[g].mean(axis=0)) for g in groups])
+        scores = vectors[indices] @ centres.T
+        still = []
+        for index, row in zip(indices, scores, strict=True):
+            best = int(np.argmax(row))
+            if row[best] >= threshold:
+                groups[best].append(index)
+            else:
+                still.append(index)
+        return still
+
+    made: list[list[int]] = []
+    leftover: list[int] = []
+    pending = list(rest)
+    while pending:
+        batch, pending = pending[-MAX_GROUPED:], pending[:-MAX_GROUPED]
+        fresh: list[list[int]] = []
+        for group in _group(vectors[batch], threshold):
+            members = [batch[i] for i in group]
+            if len(members) >= least:
+                fresh.append(members)
+            else:
+                leftover += members
+        pending = match(pending, fresh)
+        made += fresh
+    # A piece left alone in an early batch may belong to a group a later one made.
+    leftover = match(leftover, made)
+    return made, len(leftover)
+
+
 def update_findings(
     ws: Workspace, *, project: str = DEFAULT_PROJECT, now: datetime | None = None
 ) -> UpdateReport:
@@ -355,8 +398,7 @@ def update_findings(
                 rest.append(i)
     else:
         rest = list(range(len(new)))
-    rest = rest[-MAX_GROUPED:]
-    groups = _group(vectors[rest], settings.findings_match_cosine) if rest else []
+    groups, report.waiting = _group_all(vectors, rest, settings)
     window_texts = [e.text for e in evidence]
     with db.transaction(ws.engine) as conn:
         for index, members in assigned.items():
@@ -381,13 +423,10 @@ def update_findings(
             _attach(conn, row.id, pid, chosen, now)
             report.matched += len(members)
         for group in groups:
-            if len(group) < settings.findings_min_evidence:
-                report.waiting += len(group)
-                continue
-            chosen = [new[rest[i]] for i in group]
+            chosen = [new[i] for i in group]
             terms = _terms([e.text for e in chosen], window_texts)
             title = _llm_title(ws, chosen) or " · ".join(terms) or chosen[0].text[:80]
-            centroid = _unit(vectors[[rest[i] for i in group]].mean(axis=0))
+            centroid = _unit(vectors[group].mean(axis=0))
             result = conn.execute(
                 findings.insert().values(
                     project_id=pid,
