@@ -68,7 +68,6 @@ def audit(
     ws: Workspace, *, project: str = DEFAULT_PROJECT, now: datetime | None = None
 ) -> list[Finding]:
     """Every finding, in :data:`KINDS` order, then by learning id."""
-    import numpy as np
     import sqlalchemy as sa
 
     from amelio.assistant.review import used_since
@@ -86,11 +85,12 @@ def audit(
         active = [i for i in items if i.status == "active"]
         stale_after = timedelta(days=ws.settings.learnings_stale_days)
         recent = used_since(conn, pid, now - stale_after)
-    vectors = {
-        r.id: np.frombuffer(r.embedding, dtype=np.float32)
-        for r in rows
-        if r.embedding is not None and r.status == "active"
-    }
+    embedded = [r for r in rows if r.embedding is not None and r.status == "active"]
+    vectors: dict[int, Any] = {}
+    if embedded:  # numpy comes with amelio[semantic], as embeddings do
+        import numpy as np
+
+        vectors = {r.id: np.frombuffer(r.embedding, dtype=np.float32) for r in embedded}
     dims = {v.shape[0] for v in vectors.values()}
     if len(dims) > 1:  # written under two embedding models: compare words only
         vectors = {}

@@ -35,6 +35,7 @@ names and parsers here cost nothing to import (``amelio learnings --help``).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import tempfile
@@ -75,6 +76,8 @@ __all__ = [
     "render_learnings_md",
     "sync_file",
 ]
+
+log = logging.getLogger(__name__)
 
 Source = Literal["fixit", "negative", "manual", "sage"]
 SOURCES: tuple[str, ...] = get_args(Source)
@@ -299,12 +302,26 @@ class _Decision:
 _SCOPE_STATES = ("active", "candidate", "retired")
 
 
-def _vector(ws: Workspace, rule: str) -> Any:
-    """The rule's unit vector under the search embedding model, or None."""
-    from amelio.embeddings import embed_matrix, optional_embedder
+#: Embedding models this process found it cannot load: learnings go by words alone,
+#: said once in the log rather than on every prompt.
+_UNAVAILABLE: set[str] = set()
 
-    embedder = optional_embedder(ws.settings)
-    return None if embedder is None else embed_matrix(embedder, [rule])[0]
+
+def _vector(ws: Workspace, rule: str) -> Any:
+    """The rule's (or message's) unit vector under the search embedding model, or
+    None when none is set or it cannot be loaded here (``amelio[semantic]``)."""
+    from amelio.embeddings import EmbedderUnavailable, embed_matrix, load_embedder
+
+    name = ws.settings.search_embedding_model
+    if not name or name in _UNAVAILABLE:
+        return None
+    try:
+        embedder = load_embedder(name, setting="AMELIO_SEARCH_EMBEDDING_MODEL")
+    except EmbedderUnavailable as exc:
+        _UNAVAILABLE.add(name)
+        log.info("learnings are compared by their words only: %s", exc.message)
+        return None
+    return embed_matrix(embedder, [rule])[0]
 
 
 def _scope(conn: sa.Connection, pid: int, skill: str | None, after_id: int = 0) -> list[Any]:

@@ -350,12 +350,14 @@ def update_findings(
     rest into new ones, and reopen closed findings that keep getting evidence.
 
     Needs the search embedding model; without it, nothing is written."""
-    import numpy as np
-
     from amelio.embeddings import embed_matrix, search_embedder
 
     settings = ws.settings
+    # First: without the model (and numpy, which comes with amelio[semantic]) this says
+    # what to install, before anything else is imported or read.
     embedder = search_embedder(settings, what="grouping failures into findings")
+    import numpy as np
+
     now = now or utcnow()
     since = now - timedelta(days=settings.findings_window_days)
     report = UpdateReport(project)
