@@ -16,7 +16,7 @@ from amelio.assistant.quality import give_answer_feedback
 from amelio.assistant.respond import respond
 from amelio.cli import main
 from amelio.db.schema import utcnow
-from amelio.embeddings import SemanticUnavailable
+from amelio.embeddings import EmbedderUnavailable
 from amelio.errors import Conflict
 from amelio.improve import findings
 from amelio.llm.fake import ScriptedProvider
@@ -91,7 +91,7 @@ def test_without_an_embedder_nothing_is_written(
     monkeypatch.setenv("AMELIO_SEARCH_EMBEDDING_MODEL", "")
     bare = open_workspace(ws.root)
     try:
-        with pytest.raises(SemanticUnavailable, match="grouping failures into findings"):
+        with pytest.raises(EmbedderUnavailable, match="search_embedding_model is empty"):
             findings.update_findings(bare)
     finally:
         bare.dispose()

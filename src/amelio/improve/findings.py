@@ -350,12 +350,26 @@ def update_findings(
     rest into new ones, and reopen closed findings that keep getting evidence.
 
     Needs the search embedding model; without it, nothing is written."""
-    from amelio.embeddings import embed_matrix, search_embedder
+    from amelio.embeddings import EmbedderUnavailable, embed_matrix, load_embedder
 
     settings = ws.settings
     # First: without the model (and numpy, which comes with amelio[semantic]) this says
     # what to install, before anything else is imported or read.
-    embedder = search_embedder(settings, what="grouping failures into findings")
+    if not settings.search_embedding_model:
+        raise EmbedderUnavailable(
+            "Findings group failures by their embeddings, and search_embedding_model is "
+            "empty: set AMELIO_SEARCH_EMBEDDING_MODEL=wordllama and pip install "
+            "'amelio[findings]'."
+        )
+    try:
+        embedder = load_embedder(
+            settings.search_embedding_model, setting="AMELIO_SEARCH_EMBEDDING_MODEL"
+        )
+    except EmbedderUnavailable as exc:
+        raise EmbedderUnavailable(
+            f"Findings group failures by their embeddings: {exc.message} "
+            "(pip install 'amelio[findings]' brings the model and scikit-learn)."
+        ) from exc
     import numpy as np
 
     now = now or utcnow()
