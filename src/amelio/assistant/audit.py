@@ -46,17 +46,37 @@ class Finding:
 
 
 def _pairs(items: list[L.Learning], vectors: dict[int, Any]) -> list[Finding]:
-    """Duplicate and conflicting pairs among active learnings of one scope."""
+    """Duplicate and conflicting pairs among active learnings of one scope.
+
+    With embeddings, one matrix product per learning picks the others close enough
+    in meaning to be worth the word-level tests (``likeness.FAR``, as on write), so
+    a project of thousands is not compared pair by pair in Python."""
     from amelio.assistant import likeness
 
     found: list[Finding] = []
+    index = {item.id: n for n, item in enumerate(items)}
+    embedded = [item for item in items if item.id in vectors]
+    matrix = None
+    if embedded:
+        import numpy as np
+
+        matrix = np.vstack([vectors[item.id] for item in embedded])
     for i, a in enumerate(items):
-        for b in items[i + 1 :]:
+        if a.id in vectors and matrix is not None:
+            scores = matrix @ vectors[a.id]
+            close = {
+                b.id: float(score)
+                for b, score in zip(embedded, scores, strict=True)
+                if index[b.id] > i and score >= likeness.FAR
+            }
+            others = [items[index[b]] for b in close]
+            others += [b for b in items[i + 1 :] if b.id not in vectors]
+        else:
+            close, others = {}, items[i + 1 :]
+        for b in others:
             if a.skill is not None and b.skill is not None and a.skill != b.skill:
                 continue
-            va, vb = vectors.get(a.id), vectors.get(b.id)
-            cos = None if va is None or vb is None else float(va @ vb)
-            relation = likeness.relate(b.rule, a.rule, cos)
+            relation = likeness.relate(b.rule, a.rule, close.get(b.id))
             if relation == "same":
                 found.append(Finding("duplicate", (a.id, b.id), f"{a.rule!r} ~ {b.rule!r}"))
             elif relation == "contradicts":

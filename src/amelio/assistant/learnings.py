@@ -1065,8 +1065,7 @@ def _write_file(ws: Workspace, project: str, unreadable: Sequence[str] = ()) -> 
     """Rewrite learnings.md from the database, atomically, and remember its hash."""
     import sqlalchemy as sa
 
-    from amelio import db
-    from amelio.db.schema import learning_files, learnings, utcnow
+    from amelio.db.schema import learnings
     from amelio.privacy.pii import scrub_for_storage
 
     with ws.engine.connect() as conn:  # only what the file shows: this runs per new rule
@@ -1089,7 +1088,16 @@ def _write_file(ws: Workspace, project: str, unreadable: Sequence[str] = ()) -> 
         if _UNREADABLE_HEADING in old:
             unreadable = [e.text for e in parse_learnings_md(old)[1]]
     unreadable = [scrub_for_storage(ws.settings, line, "learnings") for line in unreadable]
-    text = render_learnings_md(items, unreadable)
+    _publish(ws, project, path, render_learnings_md(items, unreadable))
+
+
+def _publish(ws: Workspace, project: str, path: Path, text: str) -> None:
+    """Write learnings.md atomically and remember it as Amelio's own (its hash in
+    the database, for every process; its signature here), so that only a person's
+    edit is read back."""
+    from amelio import db
+    from amelio.db.schema import learning_files, utcnow
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".learnings-", suffix=".md")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -1116,8 +1124,6 @@ def _insert_line(ws: Workspace, project: str, item: Learning) -> bool:
     active learning (80 ms at 10,000; benchmarks/learnings.py). The result is the
     same text :func:`render_learnings_md` gives (tests/test_assistant_learnings.py
     compares them)."""
-    from amelio import db
-    from amelio.db.schema import learning_files, utcnow
 
     path = learnings_path(ws, project)
     seen = _in_sync.get(path)
@@ -1162,20 +1168,7 @@ def _insert_line(ws: Workspace, project: str, item: Learning) -> bool:
         if end == start + 2 and lines[start + 1 : start + 2] != [""]:
             return False
         lines.insert(end, line)
-    new = "\n".join(lines)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".learnings-", suffix=".md")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(new)
-    os.replace(tmp, path)
-    with db.transaction(ws.engine) as conn:
-        pid = project_id(conn, project)
-        conn.execute(learning_files.delete().where(learning_files.c.project_id == pid))
-        conn.execute(
-            learning_files.insert().values(
-                project_id=pid, content_hash=_hash(new), written_at=utcnow()
-            )
-        )
-    _in_sync[path] = (_signature(path.stat()), _hash(new))
+    _publish(ws, project, path, "\n".join(lines))
     return True
 
 

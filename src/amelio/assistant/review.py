@@ -35,11 +35,13 @@ if TYPE_CHECKING:
 __all__ = [
     "Usefulness",
     "approve_learning",
+    "context",
     "edit_learning",
     "get_learning",
     "propose_retirements",
     "reject_learning",
     "review_queue",
+    "show",
     "used_since",
     "usefulness",
 ]
@@ -60,8 +62,36 @@ def _locked(conn: sa.Connection, pid: int, learning_id: int) -> Any:
     return row
 
 
-def _edit_entry(actor: str, now: datetime) -> dict[str, Any]:
-    return {"source": "edit", "author": actor, "at": now.isoformat()}
+def _reworded(
+    conn: sa.Connection,
+    pid: int,
+    row: Any,
+    text: str,
+    vector: Any,
+    actor: str,
+    now: datetime,
+) -> dict[str, Any]:
+    """The columns that give learning ``row`` the wording ``text`` (an edit on its
+    record), or Conflict when another learning of the project says exactly that."""
+    import sqlalchemy as sa
+
+    from amelio.db.schema import learnings
+
+    clash = conn.execute(
+        sa.select(learnings.c.id).where(
+            learnings.c.project_id == pid,
+            learnings.c.rule_key == L._key(text),
+            learnings.c.id != row.id,
+        )
+    ).first()
+    if clash is not None:
+        raise Conflict(f"Learning #{clash.id} already says exactly this.", learning_id=clash.id)
+    return {
+        "rule": text,
+        "rule_key": L._key(text),
+        "embedding": None if vector is None else vector.astype("<f4").tobytes(),
+        "sources": [*row.sources, {"source": "edit", "author": actor, "at": now.isoformat()}],
+    }
 
 
 def _pending_retire(row: Any) -> bool:
@@ -87,6 +117,36 @@ def get_learning(ws: Workspace, learning_id: int, *, project: str = DEFAULT_PROJ
             f"No learning {learning_id} in project {project!r}.", learning_id=learning_id
         )
     return L._row(row, project)
+
+
+def context(ws: Workspace, item: L.Learning) -> tuple[L.Learning | None, dict[str, Any] | None]:
+    """What a reviewer needs beside a waiting learning: the active learning it would
+    supersede, and the interaction whose correction taught it (the newest source
+    that names one), either None when there is none or it is gone."""
+    from amelio.assistant.respond import get_interaction
+
+    old = None
+    if item.supersedes_id is not None:
+        try:
+            old = get_learning(ws, item.supersedes_id, project=item.project)
+        except NotFound:
+            old = None
+    for source in reversed(item.sources):
+        if source.get("interactionId"):
+            try:
+                return old, get_interaction(ws, int(source["interactionId"]))
+            except NotFound:
+                continue
+    return old, None
+
+
+def show(
+    ws: Workspace, learning_id: int, *, project: str = DEFAULT_PROJECT
+) -> tuple[L.Learning, Usefulness]:
+    """A learning and how its skill's answers fared with it and without it."""
+    item = get_learning(ws, learning_id, project=project)
+    with ws.engine.connect() as conn:
+        return item, usefulness(conn, project_id(conn, project), item)
 
 
 def review_queue(ws: Workspace, *, project: str = DEFAULT_PROJECT) -> list[L.Learning]:
@@ -131,13 +191,13 @@ def approve_learning(
     a secret or an injection may be approved too: the card said why it waited, and
     the person who approves it is the review the pattern asked for.
     """
-    import sqlalchemy as sa
 
     from amelio import db
     from amelio.db.schema import learnings, utcnow
 
     text = None if rule is None else L._clean_rule(rule)
     L.sync_file(ws, project)
+    vector = None if text is None else L._vector(ws, text)  # not under the write lock
     now = utcnow()
     with db.transaction(ws.engine) as conn:
         pid = project_id(conn, project)
@@ -166,27 +226,7 @@ def approve_learning(
                 "updated_at": now,
             }
             if text is not None and text != row.rule:
-                clash = conn.execute(
-                    sa.select(learnings.c.id).where(
-                        learnings.c.project_id == pid,
-                        learnings.c.rule_key == L._key(text),
-                        learnings.c.id != learning_id,
-                    )
-                ).first()
-                if clash is not None:
-                    raise Conflict(
-                        f"Learning #{clash.id} already says exactly this.", learning_id=clash.id
-                    )
-                vector = L._vector(ws, text)
-                values |= {
-                    "rule": text,
-                    "rule_key": L._key(text),
-                    "embedding": None if vector is None else vector.astype("<f4").tobytes(),
-                    "sources": [
-                        *row.sources,
-                        {"source": "edit", "author": actor, "at": now.isoformat()},
-                    ],
-                }
+                values |= _reworded(conn, pid, row, text, vector, actor, now)
             if row.supersedes_id is not None:
                 done = conn.execute(
                     learnings.update()
@@ -263,8 +303,6 @@ def edit_learning(
 ) -> L.Learning:
     """Change a candidate's or an active learning's text; a candidate stays one
     (approve it next), an edit never activates anything by itself."""
-    import sqlalchemy as sa
-
     from amelio import db
     from amelio.assistant.vetting import blocking, vet
     from amelio.db.schema import learnings, utcnow
@@ -284,22 +322,7 @@ def edit_learning(
                 learning_id=learning_id,
                 status=row.status,
             )
-        clash = conn.execute(
-            sa.select(learnings.c.id).where(
-                learnings.c.project_id == pid,
-                learnings.c.rule_key == L._key(text),
-                learnings.c.id != learning_id,
-            )
-        ).first()
-        if clash is not None:
-            raise Conflict(f"Learning #{clash.id} already says exactly this.", learning_id=clash.id)
-        values: dict[str, Any] = {
-            "rule": text,
-            "rule_key": L._key(text),
-            "embedding": None if vector is None else vector.astype("<f4").tobytes(),
-            "sources": [*row.sources, _edit_entry(actor, now)],
-            "updated_at": now,
-        }
+        values = _reworded(conn, pid, row, text, vector, actor, now) | {"updated_at": now}
         if flags:  # an edit cannot smuggle a secret into prompts
             values |= {
                 "status": "candidate",

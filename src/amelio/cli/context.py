@@ -239,13 +239,9 @@ def learnings_edit(ctx: click.Context, learning_id: int, rule: str, project: str
 def learnings_show(ctx: click.Context, learning_id: int, project: str, as_json: bool) -> None:
     """Show a learning: where it came from, who reviewed it, and how its skill's answers
     fared with it in the prompt and without it."""
-    from amelio.assistant.review import get_learning, usefulness
-    from amelio.workspace.projects import project_id
+    from amelio.assistant.review import show
 
-    ws = workspace(ctx)
-    item = get_learning(ws, learning_id, project=project)
-    with ws.engine.connect() as conn:
-        figures = usefulness(conn, project_id(conn, project), item)
+    item, figures = show(workspace(ctx), learning_id, project=project)
     if as_json:
         print_json(item.to_dict() | {"usage": figures.to_dict()})
         return

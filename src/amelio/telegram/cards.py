@@ -60,6 +60,7 @@ __all__ = [
     "badge",
     "card_buttons",
     "card_text",
+    "edit_pressed",
     "on_proposal_button",
     "reject",
     "send_card",
@@ -168,21 +169,24 @@ async def send_card(
     )
 
 
-async def _refresh(update: Update, proposal: Proposal, verdict: dict[str, Any] | None) -> None:
-    """Show the decision on the card that was pressed (if it is still there)."""
+async def edit_pressed(update: Update, text: str, buttons: InlineKeyboardMarkup | None) -> None:
+    """Show a decision on the card whose button was pressed (if it is still there):
+    ``text`` in MarkdownV2, and the buttons left."""
     query = update.callback_query
     if query is None or query.message is None:
         return
     try:
         await call(
             lambda: query.edit_message_text(
-                card_text(proposal, verdict),
-                parse_mode=ParseMode.MARKDOWN_V2,
-                reply_markup=card_buttons(proposal),
+                text, parse_mode=ParseMode.MARKDOWN_V2, reply_markup=buttons
             )
         )
     except TelegramError as exc:  # cosmetic: "not modified", a deleted message
         log.debug("telegram: card not refreshed: %s", exc)
+
+
+async def _refresh(update: Update, proposal: Proposal, verdict: dict[str, Any] | None) -> None:
+    await edit_pressed(update, card_text(proposal, verdict), card_buttons(proposal))
 
 
 async def on_proposal_button(

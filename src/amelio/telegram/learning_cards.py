@@ -10,7 +10,6 @@ as the reviewer; Edit asks for the new wording and approves it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 from typing import TYPE_CHECKING, Any
@@ -21,8 +20,9 @@ from telegram.error import TelegramError
 
 from amelio.assistant import learnings as L
 from amelio.assistant import review
-from amelio.errors import AmelioError, NotFound
+from amelio.errors import AmelioError
 from amelio.telegram import links
+from amelio.telegram.cards import edit_pressed
 from amelio.telegram.client import author, call
 from amelio.telegram.render import escape
 
@@ -45,22 +45,10 @@ def _short(text: str, limit: int) -> str:
 
 
 def _context(ws: Workspace, item: L.Learning) -> dict[str, Any]:
-    """What the card shows beside the rule: the learning it would supersede, and the
-    interaction whose correction taught it (the newest source that names one)."""
-    from amelio.assistant.respond import get_interaction
-
-    found: dict[str, Any] = {}
-    if item.supersedes_id is not None:
-        with contextlib.suppress(NotFound):
-            found["old"] = review.get_learning(ws, item.supersedes_id, project=item.project)
-    for source in reversed(item.sources):
-        if source.get("interactionId"):
-            try:
-                found["interaction"] = get_interaction(ws, int(source["interactionId"]))
-            except NotFound:
-                continue
-            break
-    return found
+    """The learning it would supersede and the interaction that taught it, by name
+    for :func:`card_text`."""
+    old, interaction = review.context(ws, item)
+    return {"old": old, "interaction": interaction}
 
 
 def card_text(item: L.Learning, context: dict[str, Any]) -> str:
@@ -149,20 +137,8 @@ async def tell_admins(bot: Bot, ws: Workspace, item: L.Learning) -> None:
 
 
 async def _refresh(update: Update, ws: Workspace, item: L.Learning) -> None:
-    query = update.callback_query
-    if query is None or query.message is None:
-        return
     context = await asyncio.to_thread(_context, ws, item)
-    try:
-        await call(
-            lambda: query.edit_message_text(
-                card_text(item, context),
-                parse_mode=ParseMode.MARKDOWN_V2,
-                reply_markup=card_buttons(item),
-            )
-        )
-    except TelegramError as exc:  # cosmetic: "not modified", a deleted message
-        log.debug("telegram: learning card not refreshed: %s", exc)
+    await edit_pressed(update, card_text(item, context), card_buttons(item))
 
 
 async def on_button(

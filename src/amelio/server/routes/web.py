@@ -561,25 +561,11 @@ def quality_page(request: Request, project: str = "") -> HTMLResponse:
 def _review_rows(ws: Workspace, project: str) -> list[dict[str, Any]]:
     """Each learning that waits for a person, with the one it would supersede and the
     answer whose correction taught it, so the reviewer sees why it exists."""
-    from amelio.assistant.respond import get_interaction
-    from amelio.assistant.review import get_learning, review_queue
+    from amelio.assistant.review import context, review_queue
 
     rows = []
     for item in review_queue(ws, project=project):
-        old = None
-        if item.supersedes_id is not None:
-            try:
-                old = get_learning(ws, item.supersedes_id, project=project)
-            except NotFound:
-                old = None
-        interaction = None
-        for source in reversed(item.sources):
-            if source.get("interactionId"):
-                try:
-                    interaction = get_interaction(ws, int(source["interactionId"]))
-                except NotFound:
-                    continue
-                break
+        old, interaction = context(ws, item)
         rows.append({"item": item, "old": old, "interaction": interaction})
     return rows
 
