@@ -160,14 +160,11 @@ def learnings_audit(
 def show_learning(
     request: Request, learning_id: Id, key: Reader, project: ProjectQuery = DEFAULT_PROJECT
 ) -> dict[str, Any]:
-    from amelio.assistant.review import get_learning, usefulness
-    from amelio.workspace.projects import project_id
+    from amelio.assistant.review import show
 
     ws = request.app.state.workspace
     authorize_project(ws.engine, key, project)
-    item = get_learning(ws, learning_id, project=project)
-    with ws.engine.connect() as conn:
-        figures = usefulness(conn, project_id(conn, project), item)
+    item, figures = show(ws, learning_id, project=project)
     return item.to_dict() | {"usage": figures.to_dict()}
 
 
