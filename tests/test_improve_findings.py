@@ -50,7 +50,7 @@ def complain(ws: Workspace, comments: list[str], message: str = "git push reject
 def test_failures_group_into_findings_that_keep_their_id(ws: Workspace) -> None:
     complain(ws, FORCE)
     complain(ws, LONG, "explain git rebase")
-    report = findings.update_findings(ws)
+    report = findings.update_findings(ws, file_fixes=False)
     assert len(report.created) == 2 and report.waiting == 0
     found = {f.id: f for f in findings.list_findings(ws)}
     force = next(f for f in found.values() if "force" in f.title)
@@ -59,16 +59,16 @@ def test_failures_group_into_findings_that_keep_their_id(ws: Workspace) -> None:
     shown = findings.get_finding(ws, force.id)
     assert {e.text for e in shown.evidence} == set(FORCE)
     # Run again: nothing new, nothing moves; a new failure of the same kind joins.
-    assert findings.update_findings(ws).created == []
+    assert findings.update_findings(ws, file_fixes=False).created == []
     complain(ws, ["Please stop recommending git push --force"])
-    again = findings.update_findings(ws)
+    again = findings.update_findings(ws, file_fixes=False)
     assert (again.matched, again.created) == (1, [])
     assert findings.get_finding(ws, force.id).evidence_count == 5
 
 
 def test_a_closed_finding_reopens_when_its_problem_comes_back(ws: Workspace) -> None:
     complain(ws, FORCE)
-    [made] = findings.update_findings(ws).created
+    [made] = findings.update_findings(ws, file_fixes=False).created
     closed = findings.close_finding(ws, made, actor="ana", reason="fixed in v2")
     assert (closed.status, closed.closed_by, closed.close_reason) == (
         "closed",
@@ -78,9 +78,9 @@ def test_a_closed_finding_reopens_when_its_problem_comes_back(ws: Workspace) -> 
     with pytest.raises(Conflict):
         findings.close_finding(ws, made, actor="ana")
     complain(ws, FORCE[:2])
-    assert findings.update_findings(ws).reopened == []  # two are not enough
+    assert findings.update_findings(ws, file_fixes=False).reopened == []  # two are not enough
     complain(ws, FORCE[2:3])
-    assert findings.update_findings(ws).reopened == [made]
+    assert findings.update_findings(ws, file_fixes=False).reopened == [made]
     assert findings.get_finding(ws, made).status == "reopened"
 
 
@@ -116,13 +116,14 @@ def test_the_cli_updates_lists_shows_and_closes(ws: Workspace) -> None:
         assert result.exit_code == 0, result.output
         return result.output
 
-    assert "1 new finding(s)" in cli("update")
+    updated = cli("update")
+    assert "1 new finding(s)" in updated and "Proposal #" in updated
     listed = cli("list")
-    assert "open" in listed and "git-help" in listed
+    assert "fixing" in listed and "git-help" in listed
     [made] = findings.list_findings(ws)
     assert "feedback:" in cli("show", str(made.id))
     assert "closed" in cli("close", str(made.id), "--reason", "fixed")
-    assert cli("list", "--status", "open").strip() == "No findings."
+    assert cli("list", "--status", "fixing").strip() == "No findings."
 
 
 def test_over_http_a_bot_reads_and_an_admin_closes(ws: Workspace) -> None:
@@ -132,7 +133,7 @@ def test_over_http_a_bot_reads_and_an_admin_closes(ws: Workspace) -> None:
     from amelio.workspace import keys, projects
 
     complain(ws, FORCE)
-    [made] = findings.update_findings(ws).created
+    [made] = findings.update_findings(ws, file_fixes=False).created
     projects.create_project(ws.engine, "other")
     _, bot = keys.create_key(ws.engine, name="bot", role="bot")
     _, admin = keys.create_key(ws.engine, name="ana", role="admin")
@@ -212,7 +213,7 @@ def test_a_proposal_for_its_skill_makes_it_fixing_and_its_approval_closes_it(
     from amelio.improve import proposals as props
 
     complain(ws, FORCE)
-    [made] = findings.update_findings(ws).created
+    [made] = findings.update_findings(ws, file_fixes=False).created
     first = props.create_proposal(
         ws,
         "git-help",
@@ -228,7 +229,7 @@ def test_a_proposal_for_its_skill_makes_it_fixing_and_its_approval_closes_it(
     second = props.create_proposal(
         ws, "git-help", proposed_content="# Git\n\nNever force push.", rationale="r", author="x"
     )
-    findings.update_findings(ws)
+    findings.update_findings(ws, file_fixes=False)
     props.approve_proposal(ws, second.id, actor="ana")
     done = findings.get_finding(ws, made)
     assert (done.status, done.closed_by) == ("closed", f"proposal #{second.id}")
@@ -283,3 +284,195 @@ def test_more_failures_than_one_batch_are_all_grouped(
     report = findings.update_findings(ws)
     assert len(report.created) == 2 and report.waiting == 0
     assert sorted(f.evidence_count for f in findings.list_findings(ws)) == [3, 4]
+
+
+def thumbs_down(ws: Workspace, comments: list[str], answer: str = "Run git push --force.") -> None:
+    """👎 with a comment: unlike a Fix It, it pins nothing by itself."""
+    for comment in comments:
+        reply = respond(ws, "git push rejected", provider=ScriptedProvider(default=answer))
+        give_answer_feedback(ws, reply.interaction_id, "down", comment=comment, user="ann")
+
+
+def test_a_findings_fix_is_one_proposal_whose_approval_adds_the_rule_and_pins_its_cases(
+    ws: Workspace,
+) -> None:
+    from amelio.assistant.cases import list_cases
+    from amelio.improve import proposals as props
+    from amelio.improve.templates import FINDINGS_START
+    from amelio.skills.store import get_skill
+
+    clean = ScriptedProvider(default="Run git pull --rebase, then git push --force-with-lease.")
+    for _ in range(4):
+        respond(ws, "git push rejected", provider=clean)
+    thumbs_down(ws, FORCE)
+    report = findings.update_findings(ws)
+    [made], [filed] = report.created, report.proposals
+    proposal = props.get_proposal(ws, filed)
+    rule = next(r for r in proposal.evals or () if r["id"] == f"finding-{made}")
+    assert rule["type"] == "regex_not_match" and proposal.proposed_by == "template"
+    # The card says both rates; the new line names the problem without teaching the
+    # very words the rule forbids.
+    assert "fires on 100% of the finding's evidence and 0% of git-help's clean" in (
+        proposal.rationale
+    )
+    added = proposal.proposed_content[proposal.proposed_content.index(FINDINGS_START) :]
+    assert f"(finding #{made})" in added and "4 times" in added
+    assert "push --force " not in added and "push --force." not in added
+    assert f"+ rule finding-{made}" in proposal.diff()
+    golden = proposal.evidence["goldenCases"]
+    assert len(golden) == 4 and proposal.evidence["finding"] == made
+    assert findings.get_finding(ws, made).status == "fixing"
+    # Filed once: the next run files nothing more for it.
+    assert findings.update_findings(ws).proposals == []
+    props.approve_proposal(ws, filed, actor="ana")
+    skill = get_skill(ws.engine, "git-help")
+    assert f"finding-{made}" in {r["id"] for r in skill.spec.evals or ()}
+    pinned = {c.interaction_id: c for c in list_cases(ws, skill="git-help")}
+    assert {g["interactionId"] for g in golden} <= set(pinned)
+    assert {pinned[g["interactionId"]].source for g in golden} == {"finding"}
+    assert findings.get_finding(ws, made).status == "closed"
+
+
+def test_a_rejected_fix_is_not_filed_again_until_the_finding_reopens(ws: Workspace) -> None:
+    from amelio.improve import proposals as props
+
+    thumbs_down(ws, FORCE)
+    report = findings.update_findings(ws)
+    [made], [first] = report.created, report.proposals
+    props.reject_proposal(ws, first, actor="ana", reason="not like this")
+    assert findings.get_finding(ws, made).status == "open"
+    assert findings.update_findings(ws).proposals == []  # a person said no to it
+    findings.close_finding(ws, made, actor="ana")
+    thumbs_down(ws, ["Still suggesting git push --force", *FORCE[:2]])
+    again = findings.update_findings(ws)
+    assert again.reopened == [made]
+    # Reopening forgets the filing, but nearly the change a person rejected is still
+    # not filed a second time, and the report says why.
+    assert again.proposals == []
+    assert "which ana rejected: not like this" in again.skipped[0]["reason"]
+
+
+def test_a_finding_whose_skill_has_a_pending_proposal_waits_for_it(ws: Workspace) -> None:
+    from amelio.improve import proposals as props
+
+    pending = props.create_proposal(
+        ws, "git-help", proposed_content="# Git\n\nBe careful.", rationale="r", author="x"
+    )
+    thumbs_down(ws, FORCE)
+    report = findings.update_findings(ws)
+    assert report.proposals == []
+    assert f"proposal #{pending.id}" in report.skipped[0]["reason"]
+    [made] = report.created
+    assert findings.get_finding(ws, made).proposal_ids == (pending.id,)
+
+
+def test_a_proposal_can_set_the_skills_rules_and_bad_rules_are_refused(ws: Workspace) -> None:
+    from amelio.errors import InvalidInput
+    from amelio.improve import proposals as props
+
+    with pytest.raises(InvalidInput, match="pattern"):
+        props.create_proposal(
+            ws,
+            "git-help",
+            rules=[{"id": "x", "type": "regex_match", "pattern": "(unclosed"}],
+            rationale="r",
+            author="x",
+        )
+    rules = [{"id": "lease", "name": "Says lease", "type": "icontains", "value": "lease"}]
+    made = props.create_proposal(ws, "git-help", rules=rules, rationale="r", author="x")
+    assert "+ rule lease" in made.diff() and made.evals is not None
+    props.approve_proposal(ws, made.id, actor="ana")
+    from amelio.skills.store import get_skill
+
+    assert [r["id"] for r in get_skill(ws.engine, "git-help").spec.evals or ()] == ["lease"]
+
+
+# -- the search side -------------------------------------------------------------------
+
+SEARCH_DOCS = [
+    {"_id": "unsubscribe", "title": "Unsubscribe from the newsletter", "text": "Use the link."},
+    {"_id": "invoice", "title": "Download an invoice", "text": "Invoices are under billing."},
+    {"_id": "old-invoice", "title": "Invoices before 2019", "text": "Ask support for those."},
+]
+
+
+def _search_event(response: object, kind: str, session: str, doc: str, **extra: object) -> dict:
+    import time
+
+    from amelio.feedback import new_event_id
+
+    r = response  # a SearchResponse
+    rank = next(i for i, d in enumerate(r.results, start=1) if d.doc_id == doc)  # type: ignore[attr-defined]
+    return {
+        "eventVersion": "v1",
+        "eventId": new_event_id(),
+        "eventTimeMs": int(time.time() * 1000),
+        "eventType": kind,
+        "session": {"sessionId": session},
+        "consent": {"telemetry": "granted"},
+        "request": {
+            "queryId": r.query_id,  # type: ignore[attr-defined]
+            "requestId": r.request_id,  # type: ignore[attr-defined]
+            "feedbackToken": r.token,  # type: ignore[attr-defined]
+        },
+        "result": {"docId": doc, "rankShown": rank},
+        **extra,
+    }
+
+
+def test_searches_that_fail_people_become_search_findings_with_their_fix(
+    ws: Workspace, tmp_path: Path
+) -> None:
+    """Three people find nothing for "warranty claim", three reformulate "stop
+    newsletter" into "unsubscribe newsletter" and click, three hide an old invoice:
+    three search findings, each with its fix."""
+    import json
+    import random
+
+    from amelio.feedback import Collector
+    from amelio.search import Searcher
+    from amelio.search.engines.registry import workspace_corpus
+
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps(d) + "\n" for d in SEARCH_DOCS), encoding="utf-8")
+    corpus = workspace_corpus(ws.settings)
+    corpus.import_file(docs)
+    searcher = Searcher(ws, engine=corpus, background_aggregation=False, rng=random.Random(0))
+    searcher.settings = ws.settings.model_copy(
+        update={"search_thompson": 0.0, "search_exploration": 0.0}
+    )
+    events: list[dict] = []
+    for person in ("ann", "bob", "cy"):
+        assert (
+            searcher.search("warranty claim", profile="bm25", session=f"w-{person}").results == ()
+        )
+        searcher.search("stop newsletter", profile="bm25", session=f"n-{person}")
+        found = searcher.search("unsubscribe newsletter", profile="bm25", session=f"n-{person}")
+        events.append(_search_event(found, "result_clicked", f"n-{person}", "unsubscribe"))
+        old = searcher.search("invoices", profile="bm25", session=f"i-{person}")
+        events.append(
+            _search_event(
+                old, "result_hidden", f"i-{person}", "old-invoice", hide={"reason": "outdated"}
+            )
+        )
+    assert Collector(ws).ingest(events, rate_limit=False).count("accepted") == len(events)
+    report = findings.update_findings(ws)
+    assert report.search_evidence >= 9 and report.proposals == []
+    made = [findings.get_finding(ws, i) for i in report.created]
+    assert {f.kind for f in made} == {"search"} and len(made) == 3
+    by_kind = {f.evidence[0].ref.split(":")[1]: f for f in made}
+    empty = by_kind["empty"].fix
+    assert empty is not None and empty["corpusLacks"]
+    assert empty["unanswered"] == [{"query": "warranty claim", "times": 3}]
+    chain = by_kind["chain"].fix
+    assert chain is not None and chain["synonyms"] == [
+        {"from": "stop", "to": "unsubscribe", "chains": 3}
+    ]
+    assert chain["pins"] == [{"query": "stop newsletter", "doc": "unsubscribe", "chains": 3}]
+    assert not chain["corpusLacks"]
+    hidden = next(f for f in made if f.fix and f.fix["hidden"]).fix
+    assert hidden is not None and hidden["hidden"][0]["doc"] == "old-invoice"
+    shown = "\n".join(findings.describe_fix(chain))
+    assert "“stop” → “unsubscribe”" in shown and "Pin unsubscribe" in shown
+    # Shares are of the window's searches (twelve), not of its answers (none).
+    assert by_kind["empty"].share == 0.25 and by_kind["chain"].share == 0.25

@@ -8,14 +8,17 @@ old and the new version and checks both answers against the skill's eval rules;
 a rule the old version's answer passes and the new one's fails is a regression,
 and a proposal with a regression cannot be PASSED (:mod:`amelio.improve.bench`).
 
-Cases come from three places:
+Cases come from four places:
 
 * a 👍 pins the answer for its skill (``source`` ``thumbs_up``), unless someone
   objected to it; a later 👎, or a Fix It without a comment, takes an automatic
   pin back, because people disagree about that answer;
 * a Fix It with a comment pins the message with the correction
   (``source`` ``fixit``): the answer was wrong, and the correction says how;
-* a person pins an interaction by hand (``amelio cases pin``, ``POST /v1/cases``).
+* a person pins an interaction by hand (``amelio cases pin``, ``POST /v1/cases``);
+* approving the proposal filed for a finding pins the messages it drew as golden
+  cases (``source`` ``finding``, :func:`pin_golden_cases`): the problem it fixed
+  must stay fixed.
 
 The first two follow ``pin_on_thumbs_up`` (on by default).
 
@@ -25,6 +28,7 @@ not pin it again; pinning it by hand does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -47,11 +51,13 @@ __all__ = [
     "list_cases",
     "on_answer_feedback",
     "pin_case",
+    "pin_golden_cases",
     "unpin_case",
 ]
 
-#: Where a case came from: a person's hand, a 👍, or a Fix It with its correction.
-CASE_SOURCES = ("manual", "thumbs_up", "fixit")
+#: Where a case came from: a person's hand, a 👍, a Fix It with its correction, or a
+#: finding whose fix was approved.
+CASE_SOURCES = ("manual", "thumbs_up", "fixit", "finding")
 MAX_NOTE_CHARS = 1000
 
 
@@ -270,6 +276,59 @@ def _insert(
             created_at=utcnow(),
         )
     )
+
+
+def pin_golden_cases(
+    conn: sa.Connection,
+    interaction_ids: Sequence[int],
+    *,
+    project_id: int,
+    skill: str,
+    note: str,
+    author: str,
+) -> int:
+    """Pin, in the caller's transaction, the messages of a finding that an approved
+    proposal fixed (``source`` ``finding``): every later proposal for ``skill`` must
+    keep answering them within its rules. A message already pinned keeps its pin,
+    and one a person unpinned stays unpinned. Returns how many were pinned."""
+    if not interaction_ids:
+        return 0
+    taken = {
+        r.interaction_id
+        for r in conn.execute(
+            sa.select(pinned_cases.c.interaction_id).where(
+                pinned_cases.c.interaction_id.in_(list(interaction_ids))
+            )
+        )
+    }
+    alive = {
+        r.id
+        for r in conn.execute(
+            sa.select(interactions.c.id).where(
+                interactions.c.id.in_(list(interaction_ids)),
+                interactions.c.project_id == project_id,
+            )
+        )
+    }
+    fresh = [i for i in dict.fromkeys(interaction_ids) if i in alive and i not in taken]
+    if fresh:
+        now = utcnow()
+        conn.execute(
+            pinned_cases.insert(),
+            [
+                {
+                    "project_id": project_id,
+                    "skill": skill,
+                    "interaction_id": i,
+                    "source": "finding",
+                    "note": note,
+                    "author": author[:200],
+                    "created_at": now,
+                }
+                for i in fresh
+            ],
+        )
+    return len(fresh)
 
 
 def on_answer_feedback(

@@ -28,8 +28,9 @@ def findings_group() -> None:
 @click.pass_context
 @handle_errors
 def update(ctx: click.Context, project: str, as_json: bool) -> None:
-    """Match the window's new failures to the findings, group the rest into new ones,
-    and reopen closed findings whose problem came back."""
+    """Match the window's new failures (answers and searches) to the findings, group
+    the rest into new ones, reopen closed findings whose problem came back, and file
+    each assistant finding's fix as a proposal."""
     from amelio.improve.findings import update_findings
 
     report = update_findings(workspace(ctx), project=project)
@@ -37,11 +38,16 @@ def update(ctx: click.Context, project: str, as_json: bool) -> None:
         print_json(report.to_dict())
         return
     click.echo(
-        f"{report.evidence} failures in the window: {report.matched} joined a finding, "
-        f"{len(report.created)} new finding(s), {report.waiting} wait for more like them."
+        f"{report.evidence} failures in the window ({report.search_evidence} from search): "
+        f"{report.matched} new ones joined a finding, {len(report.created)} new finding(s), "
+        f"{report.waiting} wait for more like them."
     )
     for fid in report.reopened:
         click.echo(f"Finding {fid} reopened: its problem came back.")
+    for pid in report.proposals:
+        click.echo(f"Proposal #{pid} filed with a finding's fix: amelio proposals show {pid}")
+    for skipped in report.skipped:
+        click.echo(f"Finding {skipped['finding']}: no proposal filed ({skipped['reason']}).")
 
 
 @findings_group.command("list")
@@ -56,7 +62,7 @@ def update(ctx: click.Context, project: str, as_json: bool) -> None:
 @click.pass_context
 @handle_errors
 def list_(ctx: click.Context, project: str, status: str | None, as_json: bool) -> None:
-    """The project's findings, the largest share of answers first."""
+    """The project's findings, the largest share of their traffic first."""
     from amelio.improve.findings import list_findings
 
     found = list_findings(workspace(ctx), project=project, status=status)
@@ -90,28 +96,25 @@ def list_(ctx: click.Context, project: str, status: str | None, as_json: bool) -
 @handle_errors
 def show(ctx: click.Context, finding_id: int, project: str, as_json: bool) -> None:
     """A finding and its evidence, newest first."""
-    from amelio.improve.findings import get_finding
+    from amelio.improve.findings import describe_fix, get_finding
 
     found = get_finding(workspace(ctx), finding_id, project=project)
     if as_json:
         print_json(found.to_dict())
         return
     click.echo(f"Finding {found.id} ({found.status}, {found.kind}): {found.title}")
+    traffic = "searches" if found.kind == "search" else "answers"
     click.echo(
         f"  skills: {', '.join(found.skills) or '-'}; {found.evidence_count} pieces of evidence, "
-        f"{found.share:.1%} of the window's answers; seen {found.first_seen:%Y-%m-%d} to "
+        f"{found.share:.1%} of the window's {traffic}; seen {found.first_seen:%Y-%m-%d} to "
         f"{found.last_seen:%Y-%m-%d}"
     )
     if found.closed_at:
         click.echo(f"  closed by {found.closed_by}: {found.close_reason or '-'}")
     if found.proposal_ids:
         click.echo(f"  proposals: {', '.join(f'#{p}' for p in found.proposal_ids)}")
-    if found.fix:
-        click.echo(
-            f"  a rule that catches it: {found.fix['rule']['name']} (fires on "
-            f"{found.fix['firesOnEvidence']:.0%} of its {found.fix['evidence']} failing answers, "
-            f"{found.fix['firesOnClean']:.0%} of {found.fix['clean']} clean ones)"
-        )
+    for line in describe_fix(found.fix):
+        click.echo(f"  {line}")
     for e in found.evidence[:20]:
         click.echo(f"  - {e.ref} ({e.skill or '-'}): {short(e.text, 80)}")
     if len(found.evidence) > 20:

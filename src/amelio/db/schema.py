@@ -407,6 +407,9 @@ proposals = sa.Table(
     # For a routing proposal (amelio skills suggest-triggers): the triggers and keywords
     # approval gives the skill, its content unchanged.
     sa.Column("routing", sa.JSON(none_as_null=True), nullable=True),
+    # The skill's eval rules as approval sets them (a finding's mined rule added), or
+    # NULL when the proposal leaves the rules alone.
+    sa.Column("evals", sa.JSON(none_as_null=True), nullable=True),
     sa.CheckConstraint(
         "status IN ('pending', 'approved', 'rejected', 'superseded')", name="status"
     ),
@@ -480,7 +483,7 @@ pinned_cases = sa.Table(
     sa.Column("unpinned_at", Timestamp, nullable=True),
     sa.Column("unpinned_by", sa.String(200), nullable=True),
     sa.Index("ix_pinned_cases_project_skill", "project_id", "skill"),
-    sa.CheckConstraint("source IN ('manual', 'thumbs_up', 'fixit')", name="source"),
+    sa.CheckConstraint("source IN ('manual', 'thumbs_up', 'fixit', 'finding')", name="source"),
 )
 
 

@@ -1,17 +1,20 @@
 """Findings: the failures of a project grouped into named problems that keep their id.
 
 Amelio sees each failure one at a time (a 👎, a Fix It, an answer that failed a
-rule); a reviewer wants the problems behind them. :func:`update_findings` groups
-the recent failure evidence of a project:
+rule, a search that found nothing); a reviewer wants the problems behind them.
+:func:`update_findings` groups the recent failure evidence of a project:
 
-1. **Evidence.** Within ``findings_window_days``: each 👎 or Fix It
-   (``feedback:ID``; its text is the comment, or the message and the rules the
+1. **Evidence.** Within ``findings_window_days``. The assistant's: each 👎 or Fix
+   It (``feedback:ID``; its text is the comment, or the message and the rules the
    answer failed) and each answer that failed a rule without such feedback
-   (``interaction:ID``; the rules it failed and the message).
+   (``interaction:ID``). The search's (:mod:`amelio.improve.search_findings`):
+   queries with no results, reformulation chains, abandoned sessions, hidden
+   results. The two kinds are grouped apart: a finding is ``assistant`` or
+   ``search``.
 2. **Matching first.** Evidence is embedded with the search embedding model and
-   joins the finding whose centroid is closest, when the cosine is at least
-   ``findings_match_cosine``: a finding keeps its id as evidence arrives, and a
-   closed finding that keeps getting evidence reopens (``findings_reopen_after``
+   joins the finding of its kind whose centroid is closest, when the cosine is at
+   least ``findings_match_cosine``: a finding keeps its id as evidence arrives, and
+   a closed finding that keeps getting evidence reopens (``findings_reopen_after``
    new pieces since it closed).
 3. **Grouping the rest** with scikit-learn's agglomerative clustering (average
    linkage, cosine distance, cut at ``1 - findings_match_cosine``): each group of
@@ -22,10 +25,10 @@ the recent failure evidence of a project:
 4. **Titles** are the configured LLM's one line, or, without one (or when it
    fails), the group's most telling terms (frequent in it, rare in the window's
    other evidence).
-
-Not here yet: the search side (queries with no results, abandoned sessions,
-reformulations, hidden results), a proposed fix with every finding, and the
-service's faces (docs/improve.md#findings says what exists).
+5. **A fix with every finding.** An assistant finding gets a rule mined from its
+   failing answers (:mod:`amelio.improve.mining`), filed with a skill change and
+   golden cases as one proposal (:func:`file_fix`); a search finding gets
+   synonyms, documents to pin, or a note that the corpus lacks the answer.
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from amelio.text import ENGLISH_STOPWORDS, tokens
 from amelio.workspace.projects import DEFAULT_PROJECT, project_id
 
 if TYPE_CHECKING:
+    from amelio.improve.nightly import Proposer
     from amelio.workspace.folder import Workspace
 
 __all__ = [
@@ -61,6 +65,8 @@ __all__ = [
     "Finding",
     "UpdateReport",
     "close_finding",
+    "describe_fix",
+    "file_fix",
     "get_finding",
     "list_findings",
     "sync_with_proposals",
@@ -79,6 +85,9 @@ class Evidence:
     skill: str | None
     text: str
     at: datetime
+    #: What a search fix is drawn from (queries, clicks, the hidden document), read
+    #: fresh from the window each run and never stored.
+    detail: dict[str, Any] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -139,15 +148,23 @@ class UpdateReport:
     created: list[int] = field(default_factory=list)
     reopened: list[int] = field(default_factory=list)
     waiting: int = 0
+    #: Of ``evidence``, how much came from search.
+    search_evidence: int = 0
+    #: The proposals filed for findings' fixes, and the findings that filed none, why.
+    proposals: list[int] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "project": self.project,
             "evidence": self.evidence,
+            "searchEvidence": self.search_evidence,
             "matched": self.matched,
             "created": self.created,
             "reopened": self.reopened,
             "waiting": self.waiting,
+            "proposals": self.proposals,
+            "skipped": self.skipped,
         }
 
 
@@ -241,13 +258,16 @@ def _terms(group: Sequence[str], window: Sequence[str], limit: int = 4) -> list[
     return [t for t, _ in sorted(scored.items(), key=lambda x: (-x[1], x[0]))[:limit]]
 
 
-_TITLE_SYSTEM = (
-    "You name the problem behind a group of complaints about an assistant's answers. "
-    "Reply with one short line (at most 12 words), no quotes, no final period."
-)
+_TITLE_SYSTEM = {
+    "assistant": "You name the problem behind a group of complaints about an assistant's "
+    "answers. Reply with one short line (at most 12 words), no quotes, no final period.",
+    "search": "You name the problem behind a group of searches that failed people (no "
+    "results, reformulated, abandoned, results hidden). Reply with one short line (at most "
+    "12 words), no quotes, no final period.",
+}
 
 
-def _llm_title(ws: Workspace, chosen: Sequence[Evidence]) -> str | None:
+def _llm_title(ws: Workspace, chosen: Sequence[Evidence], kind: str) -> str | None:
     """The configured LLM's one-line name for a new finding, or None (no LLM, an
     error, an empty or overlong reply): the terms name it then."""
     if ws.settings.llm_provider == "none":
@@ -258,7 +278,7 @@ def _llm_title(ws: Workspace, chosen: Sequence[Evidence]) -> str | None:
     shown = "\n".join(f"- {e.text[:300]}" for e in chosen[:8])
     try:
         provider = get_provider(ws.settings, purpose="Naming findings")
-        reply = provider.complete(LLMRequest.single(_TITLE_SYSTEM, shown, max_tokens=30)).text
+        reply = provider.complete(LLMRequest.single(_TITLE_SYSTEM[kind], shown, max_tokens=30)).text
     except AmelioError:
         return None
     line = " ".join(reply.strip().strip('"').split())
@@ -343,16 +363,10 @@ def _group_all(vectors: Any, rest: list[int], settings: Any) -> tuple[list[list[
     return made, len(leftover)
 
 
-def update_findings(
-    ws: Workspace, *, project: str = DEFAULT_PROJECT, now: datetime | None = None
-) -> UpdateReport:
-    """Match the window's new failure evidence to the project's findings, group the
-    rest into new ones, and reopen closed findings that keep getting evidence.
+def _load_embedder(settings: Any) -> Any:
+    """The search embedding model, or a ConfigError that says what to install."""
+    from amelio.embeddings import EmbedderUnavailable, load_embedder
 
-    Needs the search embedding model; without it, nothing is written."""
-    from amelio.embeddings import EmbedderUnavailable, embed_matrix, load_embedder
-
-    settings = ws.settings
     # First: without the model (and numpy, which comes with amelio[semantic]) this says
     # what to install, before anything else is imported or read.
     if not settings.search_embedding_model:
@@ -362,7 +376,7 @@ def update_findings(
             "'amelio[findings]'."
         )
     try:
-        embedder = load_embedder(
+        return load_embedder(
             settings.search_embedding_model, setting="AMELIO_SEARCH_EMBEDDING_MODEL"
         )
     except EmbedderUnavailable as exc:
@@ -370,31 +384,93 @@ def update_findings(
             f"Findings group failures by their embeddings: {exc.message} "
             "(pip install 'amelio[findings]' brings the model and scikit-learn)."
         ) from exc
-    import numpy as np
 
+
+def update_findings(
+    ws: Workspace,
+    *,
+    project: str = DEFAULT_PROJECT,
+    now: datetime | None = None,
+    proposer: Proposer | None = None,
+    file_fixes: bool = True,
+) -> UpdateReport:
+    """Match the window's new failure evidence (the assistant's and the search's) to
+    the project's findings, group the rest into new ones, reopen closed findings that
+    keep getting evidence, and draw each touched finding's fix.
+
+    With ``file_fixes``, each assistant finding's fix is filed as a proposal
+    (:func:`file_fix`), drafted by ``proposer`` (Sage's, in ``amelio improve
+    --sage``) or else by template. Needs the search embedding model; without it,
+    nothing is written."""
+    from amelio.embeddings import embed_matrix
+    from amelio.improve.search_findings import gather_search_evidence
+
+    settings = ws.settings
+    embedder = _load_embedder(settings)
     now = now or utcnow()
     since = now - timedelta(days=settings.findings_window_days)
     report = UpdateReport(project)
     with ws.engine.connect() as conn:
         pid = project_id(conn, project)
-        evidence, answers = gather_evidence(conn, pid, since)
+        said, answers = gather_evidence(conn, pid, since)
+        searched, searches = gather_search_evidence(conn, project, since)
         known = {
             r.ref
             for r in conn.execute(
                 sa.select(finding_evidence.c.ref).where(finding_evidence.c.project_id == pid)
             )
         }
-        existing = conn.execute(
-            sa.select(findings).where(findings.c.project_id == pid, findings.c.kind == "assistant")
-        ).all()
-    report.evidence = len(evidence)
-    new = [e for e in evidence if e.ref not in known]
-    if not new:
-        with db.transaction(ws.engine) as conn:
-            _shares(conn, pid, since, max(answers, 1), now)
-        sync_with_proposals(ws, project=project)
-        return report
-    vectors = embed_matrix(embedder, [e.text for e in new])
+        existing = conn.execute(sa.select(findings).where(findings.c.project_id == pid)).all()
+    report.evidence = len(said) + len(searched)
+    report.search_evidence = len(searched)
+    touched: dict[str, list[int]] = {}
+    for kind, evidence in (("assistant", said), ("search", searched)):
+        new = [e for e in evidence if e.ref not in known]
+        if not new:
+            continue
+        vectors = embed_matrix(embedder, [e.text for e in new])
+        touched[kind] = _update_kind(
+            ws,
+            pid,
+            kind,
+            new,
+            vectors,
+            [r for r in existing if r.kind == kind],
+            [e.text for e in evidence],
+            report,
+            now,
+        )
+    with db.transaction(ws.engine) as conn:
+        _shares(conn, pid, since, {"assistant": answers, "search": searches})
+    _mine_fixes(ws, pid, touched.get("assistant", []), since)
+    _search_fixes(ws, touched.get("search", []), searched)
+    if file_fixes:
+        for fid in touched.get("assistant", []):
+            outcome = file_fix(ws, fid, project=project, proposer=proposer, now=now)
+            if isinstance(outcome, int):
+                report.proposals.append(outcome)
+            elif outcome is not None:
+                report.skipped.append({"finding": fid, "reason": outcome})
+    sync_with_proposals(ws, project=project)
+    return report
+
+
+def _update_kind(
+    ws: Workspace,
+    pid: int,
+    kind: str,
+    new: Sequence[Evidence],
+    vectors: Any,
+    existing: Sequence[Any],
+    window_texts: Sequence[str],
+    report: UpdateReport,
+    now: datetime,
+) -> list[int]:
+    """Match ``new`` evidence of one kind to that kind's findings, group the rest into
+    new findings; returns the ids of the findings it touched."""
+    import numpy as np
+
+    settings = ws.settings
     dim = vectors.shape[1]
     centroids = [
         (row, np.frombuffer(row.centroid, dtype=np.float32))
@@ -414,8 +490,9 @@ def update_findings(
                 rest.append(i)
     else:
         rest = list(range(len(new)))
-    groups, report.waiting = _group_all(vectors, rest, settings)
-    window_texts = [e.text for e in evidence]
+    groups, waiting = _group_all(vectors, rest, settings)
+    report.waiting += waiting
+    created: list[int] = []
     with db.transaction(ws.engine) as conn:
         for index, members in assigned.items():
             row, centroid = centroids[index]
@@ -433,7 +510,9 @@ def update_findings(
                     e.at > row.closed_at for e in chosen
                 )
                 if since_closed >= settings.findings_reopen_after:
-                    values |= {"status": "reopened", "reopened_at": now}
+                    # Its fix did not hold: the next run may file a new one.
+                    fix = {k: v for k, v in dict(row.fix or {}).items() if k != "proposalId"}
+                    values |= {"status": "reopened", "reopened_at": now, "fix": fix or None}
                     report.reopened.append(int(row.id))
             conn.execute(findings.update().where(findings.c.id == row.id).values(**values))
             _attach(conn, row.id, pid, chosen, now)
@@ -441,12 +520,12 @@ def update_findings(
         for group in groups:
             chosen = [new[i] for i in group]
             terms = _terms([e.text for e in chosen], window_texts)
-            title = _llm_title(ws, chosen) or " · ".join(terms) or chosen[0].text[:80]
+            title = _llm_title(ws, chosen, kind) or " · ".join(terms) or chosen[0].text[:80]
             centroid = _unit(vectors[group].mean(axis=0))
             result = conn.execute(
                 findings.insert().values(
                     project_id=pid,
-                    kind="assistant",
+                    kind=kind,
                     title=title,
                     terms=terms,
                     skills=sorted({e.skill for e in chosen if e.skill}),
@@ -464,12 +543,9 @@ def update_findings(
             assert result.inserted_primary_key is not None
             fid = int(result.inserted_primary_key[0])
             _attach(conn, fid, pid, chosen, now)
-            report.created.append(fid)
-        _shares(conn, pid, since, max(answers, 1), now)
-    touched = [int(centroids[i][0].id) for i in assigned] + report.created
-    _mine_fixes(ws, pid, touched, since)
-    sync_with_proposals(ws, project=project)
-    return report
+            created.append(fid)
+    report.created += created
+    return [int(centroids[i][0].id) for i in assigned] + created
 
 
 def _answers_of(conn: sa.Connection, refs: Sequence[str]) -> list[str]:
@@ -534,12 +610,202 @@ def _mine_fixes(ws: Workspace, pid: int, ids: Sequence[int], since: datetime) ->
             bad = _answers_of(conn, refs)
             clean = _clean_answers(conn, pid, list(row.skills), since) if row.skills else []
         mined = mine_rule(bad, clean, rule_id=f"finding-{fid}", name_hint=f"finding #{fid}")
+        filed = {k: v for k, v in dict(row.fix or {}).items() if k in ("proposalId", "filedAt")}
+        fix = filed if mined is None else {"kind": "rule", **mined.to_dict(), **filed}
+        with db.transaction(ws.engine) as conn:
+            conn.execute(findings.update().where(findings.c.id == fid).values(fix=fix or None))
+
+
+def _search_fixes(ws: Workspace, ids: Sequence[int], window: Sequence[Evidence]) -> None:
+    """Draw each touched search finding's fix from its evidence in the window
+    (:func:`amelio.improve.search_findings.search_fix`)."""
+    from amelio.improve.search_findings import search_fix
+
+    by_ref = {e.ref: e for e in window}
+    for fid in sorted(set(ids)):
+        with ws.engine.connect() as conn:
+            refs = conn.execute(
+                sa.select(finding_evidence.c.ref).where(finding_evidence.c.finding_id == fid)
+            ).scalars()
+            evidence = [by_ref[r] for r in refs if r in by_ref]
         with db.transaction(ws.engine) as conn:
             conn.execute(
-                findings.update()
-                .where(findings.c.id == fid)
-                .values(fix=None if mined is None else {"kind": "rule", **mined.to_dict()})
+                findings.update().where(findings.c.id == fid).values(fix=search_fix(evidence))
             )
+
+
+#: Golden cases a finding's proposal draws from its evidence, the newest first.
+MAX_GOLDEN = 5
+
+
+def _interactions_of(conn: sa.Connection, refs: Sequence[str]) -> list[Any]:
+    """The interactions behind evidence refs, newest first, each once."""
+    by_feedback = [int(r.split(":")[1]) for r in refs if r.startswith("feedback:")]
+    ids = {int(r.split(":")[1]) for r in refs if r.startswith("interaction:")}
+    if by_feedback:
+        ids |= set(
+            conn.execute(
+                sa.select(feedback.c.interaction_id).where(feedback.c.id.in_(by_feedback))
+            ).scalars()
+        )
+    if not ids:
+        return []
+    return list(
+        conn.execute(
+            sa.select(interactions.c.id, interactions.c.message, interactions.c.applied_skill)
+            .where(interactions.c.id.in_(sorted(ids)))
+            .order_by(interactions.c.created_at.desc(), interactions.c.id.desc())
+        )
+    )
+
+
+def _sage_finding(
+    ws: Workspace, row: Any, project: str, skill: str, texts: Sequence[str], sources: Sequence[int]
+) -> Any:
+    """A finding as Sage's prompt reads an underperforming skill: its metrics, the
+    finding's name as the reason it was flagged, its evidence as the failures."""
+    from amelio.assistant.quality import Finding as Flagged
+    from amelio.assistant.quality import SkillMetrics, quality_metrics
+
+    metrics = next(
+        (m for m in quality_metrics(ws, project) if m.skill == skill),
+        SkillMetrics(project, skill, 0, 0, 0, 0, None),
+    )
+    return Flagged(
+        metrics=metrics,
+        reasons=(f"finding #{row.id}: {row.title} ({row.evidence_count} failures)",),
+        success_bounds=(0.0, 1.0),
+        failed_answers=tuple((f"finding-{row.id}", t[:400]) for t in texts[:8]),
+        sources=tuple(sources),
+    )
+
+
+def file_fix(
+    ws: Workspace,
+    finding_id: int,
+    *,
+    project: str = DEFAULT_PROJECT,
+    proposer: Proposer | None = None,
+    now: datetime | None = None,
+) -> int | str | None:
+    """File an assistant finding's fix as one proposal for the skill most of its
+    evidence is about: the rule mined for it (with its rates), a line or Sage's
+    rewrite of the skill, and golden cases from its evidence, pinned once approved.
+
+    Returns the proposal's id; or why none was filed (a pending proposal for the
+    skill, nothing to propose, a change a person rejected before); or None when
+    its fix is filed already (until it reopens). One proposal per skill holds:
+    a finding whose skill has one pending is linked to it instead."""
+    from amelio.improve.nightly import WRITTEN_FROM
+    from amelio.improve.proposals import (
+        GOLDEN_CASES,
+        create_proposal,
+        pending_for,
+    )
+    from amelio.improve.templates import finding_content
+    from amelio.skills.store import get_skill
+
+    with ws.engine.connect() as conn:
+        row = conn.execute(sa.select(findings).where(findings.c.id == finding_id)).one()
+        fix = dict(row.fix or {})
+        # A finding's fix is filed once; reopening it forgets that (see _update_kind).
+        if row.kind != "assistant" or row.status == "closed" or fix.get("proposalId"):
+            return None
+        evidence = conn.execute(
+            sa.select(finding_evidence.c.ref, finding_evidence.c.skill, finding_evidence.c.text)
+            .where(finding_evidence.c.finding_id == finding_id)
+            .order_by(finding_evidence.c.seen_at.desc(), finding_evidence.c.id.desc())
+        ).all()
+        skills = Counter(e.skill for e in evidence if e.skill)
+        if not skills:
+            return "its evidence names no skill"
+        skill_name = skills.most_common(1)[0][0]
+        skill = get_skill(conn, skill_name, project)
+        pending = pending_for(conn, skill.id)
+        cases = [
+            i
+            for i in _interactions_of(conn, [e.ref for e in evidence])
+            if i.applied_skill == skill_name
+        ][:MAX_GOLDEN]
+    if pending is not None:  # linked: the finding is fixing while it waits
+        with db.transaction(ws.engine) as conn:
+            linked = conn.execute(
+                sa.select(findings.c.proposal_ids).where(findings.c.id == finding_id)
+            ).scalar_one()
+            conn.execute(
+                findings.update()
+                .where(findings.c.id == finding_id)
+                .values(proposal_ids=sorted({*linked, pending}))
+            )
+        return f"proposal #{pending} for {skill_name} is pending"
+    mined = fix.get("rule") if fix.get("kind") == "rule" else None
+    current_rules = [dict(r) for r in skill.spec.evals or ()]
+    rules = (
+        [*current_rules, mined]
+        if mined and all(r.get("id") != mined.get("id") for r in current_rules)
+        else None
+    )
+    texts = [e.text for e in evidence if e.skill == skill_name]
+    sources = [c.id for c in cases]
+    if proposer is not None:
+        drafted = proposer(ws, _sage_finding(ws, row, project, skill_name, texts, sources))
+        content, how = (None, "") if drafted is None else (drafted.content, drafted.rationale)
+        by, extra = "sage", ({} if drafted is None else dict(drafted.evidence))
+    else:
+        content = finding_content(
+            skill.spec,
+            finding_id=finding_id,
+            title=row.title,
+            count=row.evidence_count,
+            examples=texts,
+            rules=[mined] if mined else [],
+        )
+        how, by, extra = "It adds a line naming the problem to the skill.", "template", {}
+    if content is None and rules is None:
+        return "nothing to propose from the evidence"
+    rates = (
+        f" It adds rule {mined['id']} “{mined['name']}”, which fires on "
+        f"{fix['firesOnEvidence']:.0%} of the finding's evidence and "
+        f"{fix['firesOnClean']:.0%} of {skill_name}'s clean answers."
+        if rules is not None and mined
+        else ""
+    )
+    rationale = (
+        f"Finding #{finding_id} “{row.title}”: {row.evidence_count} failures of "
+        f"{skill_name}.{rates} {how}".strip()
+    )
+    try:
+        proposal = create_proposal(
+            ws,
+            skill_name,
+            project=project,
+            proposed_content=content,
+            rules=rules,
+            rationale=rationale,
+            proposed_by=by,
+            author="amelio findings",
+            evidence={
+                **extra,
+                "finding": finding_id,
+                **({"rule": fix} if rules is not None else {}),
+                GOLDEN_CASES: [{"interactionId": c.id, "message": c.message[:500]} for c in cases],
+                WRITTEN_FROM: sources,
+            },
+        )
+    except (InvalidInput, Conflict) as exc:  # ResemblesRejected is a Conflict
+        return exc.message
+    when = (now or utcnow()).isoformat()
+    with db.transaction(ws.engine) as conn:
+        current = conn.execute(sa.select(findings).where(findings.c.id == finding_id)).one()
+        conn.execute(
+            findings.update()
+            .where(findings.c.id == finding_id)
+            .values(
+                fix={**dict(current.fix or {}), "proposalId": proposal.id, "filedAt": when},
+                proposal_ids=sorted({*current.proposal_ids, proposal.id}),
+            )
+        )
+    return proposal.id
 
 
 def _attach(
@@ -573,15 +839,18 @@ def _count_since(conn: sa.Connection, fid: int, moment: datetime) -> int:
     )
 
 
-def _shares(conn: sa.Connection, pid: int, since: datetime, answers: int, now: datetime) -> None:
-    """Each finding's evidence in the window, as a share of the window's answers."""
-    counts: dict[int, int] = dict(
-        conn.execute(
-            sa.select(finding_evidence.c.finding_id, sa.func.count())
-            .where(finding_evidence.c.project_id == pid, finding_evidence.c.seen_at >= since)
-            .group_by(finding_evidence.c.finding_id)
-        ).all()
-    )
+def _shares(conn: sa.Connection, pid: int, since: datetime, totals: dict[str, int]) -> None:
+    """Each finding's evidence in the window, as a share of the window's traffic of
+    its kind (``totals``: answers for the assistant, searches for search)."""
+    counts: dict[int, int] = {}
+    kinds: dict[int, str] = {}
+    for fid, kind, count in conn.execute(
+        sa.select(finding_evidence.c.finding_id, findings.c.kind, sa.func.count())
+        .join(findings, findings.c.id == finding_evidence.c.finding_id)
+        .where(finding_evidence.c.project_id == pid, finding_evidence.c.seen_at >= since)
+        .group_by(finding_evidence.c.finding_id, findings.c.kind)
+    ):
+        counts[fid], kinds[fid] = count, kind
     # A finding with no evidence left in the window is 0 % of it, not what it was.
     conn.execute(
         findings.update()
@@ -589,9 +858,8 @@ def _shares(conn: sa.Connection, pid: int, since: datetime, answers: int, now: d
         .values(share=0.0)
     )
     for fid, count in counts.items():
-        conn.execute(
-            findings.update().where(findings.c.id == fid).values(share=min(count / answers, 1.0))
-        )
+        share = min(count / max(totals.get(kinds[fid], 0), 1), 1.0)
+        conn.execute(findings.update().where(findings.c.id == fid).values(share=share))
 
 
 # -- proposals: fixing and fixed -----------------------------------------------------------
@@ -654,6 +922,40 @@ def sync_with_proposals(ws: Workspace, *, project: str = DEFAULT_PROJECT) -> lis
                     .values(**values, updated_at=now)
                 )
     return closed
+
+
+def describe_fix(fix: dict[str, Any] | None) -> list[str]:
+    """A finding's fix in plain lines, as the CLI, the dashboard and Telegram show it."""
+    if not fix:
+        return []
+    lines: list[str] = []
+    if fix.get("kind") == "rule":
+        lines.append(
+            f"A rule that catches it: {fix['rule']['name']} (fires on "
+            f"{fix['firesOnEvidence']:.0%} of its {fix['evidence']} failing answers, "
+            f"{fix['firesOnClean']:.0%} of {fix['clean']} clean ones)"
+        )
+    if fix.get("kind") == "search":
+        lines += [
+            f"Synonym: “{s['from']}” → “{s['to']}” ({s['chains']} reformulations ended in a click)"
+            for s in fix.get("synonyms", ())
+        ]
+        lines += [
+            f"Pin {p['doc']} for “{p['query']}” (clicked after {p['chains']} reformulations)"
+            for p in fix.get("pins", ())
+        ]
+        lines += [
+            f"People hid {h['doc']} for “{h['query']}” ({h['times']} times)"
+            for h in fix.get("hidden", ())
+        ]
+        asked = ", ".join(f"“{u['query']}” ({u['times']})" for u in fix.get("unanswered", ()))
+        if fix.get("corpusLacks") and asked:
+            lines.append(f"The corpus seems to lack the answer; most asked: {asked}")
+        elif asked:
+            lines.append(f"Unanswered: {asked}")
+    if fix.get("proposalId"):
+        lines.append(f"Filed as proposal #{fix['proposalId']}")
+    return lines
 
 
 # -- reads and decisions -----------------------------------------------------------------

@@ -139,10 +139,13 @@ class ImproveReport:
                 lines.append(f"- learning #{r['id']} proposed for retirement ({r['reason']})")
             card = project.get("findings") or {}
             for f in card.get("top", ()):
+                traffic = "searches" if f.get("kind") == "search" else "answers"
                 lines.append(
-                    f"- finding #{f['id']} ({f['status']}, {f['share']:.1%} of answers, "
-                    f"{', '.join(f['skills']) or 'no skill'}): {f['title']}"
+                    f"- finding #{f['id']} ({f['status']}, {f['share']:.1%} of {traffic}, "
+                    f"{', '.join(f['skills']) or f.get('kind', 'no skill')}): {f['title']}"
                 )
+            for pid in card.get("proposals", ()):
+                lines.append(f"- proposal #{pid} filed with a finding's fix")
             for fid in card.get("reopened", ()):
                 lines.append(f"- finding #{fid} reopened: its problem came back")
                 lines += [f"  - {text}" for text in card["reopenedEvidence"].get(str(fid), ())]
@@ -248,18 +251,20 @@ def _improve_project(
         ]
     out["learningsWaiting"] = len(review_queue(ws, project=project))
     if not dry_run:
-        out["findings"] = _findings_card(ws, project)
+        # Template mode files findings' fixes by their own template (a line naming the
+        # problem, the mined rule); Sage's mode asks Sage for those too.
+        out["findings"] = _findings_card(ws, project, proposer if mode == "sage" else None)
     return out
 
 
-def _findings_card(ws: Workspace, project: str) -> dict[str, Any]:
+def _findings_card(ws: Workspace, project: str, proposer: Proposer | None) -> dict[str, Any]:
     """Group the project's recent failures into findings (amelio.improve.findings) and
     sum them up for the report: the largest open ones, and those that reopened. A
     workspace without an embedder or scikit-learn gets the reason instead."""
     from amelio.improve.findings import get_finding, list_findings, update_findings
 
     try:
-        update = update_findings(ws, project=project)
+        update = update_findings(ws, project=project, proposer=proposer)
     except ConfigError as exc:  # no embedding model, or amelio[findings] not installed
         return {"skipped": exc.message}
     # Reopened first (a problem that came back is news), then the largest.
@@ -276,6 +281,7 @@ def _findings_card(ws: Workspace, project: str) -> dict[str, Any]:
         "top": [
             {
                 "id": f.id,
+                "kind": f.kind,
                 "title": f.title,
                 "status": f.status,
                 "share": round(f.share, 4),

@@ -113,6 +113,12 @@ REVIEW = "review"
 #: written from is flagged: a skill that memorises its evidence does not generalise.
 LEAK_WORDS = 8
 
+#: Where a proposal that sets the skill's rules keeps those it was written against.
+RULES_BEFORE = "rulesBefore"
+#: Where a proposal filed for a finding keeps the messages it pins once approved:
+#: ``[{"interactionId": ..., "message": ...}]`` (:mod:`amelio.improve.findings`).
+GOLDEN_CASES = "goldenCases"
+
 STATUSES = ("pending", "approved", "rejected", "superseded")
 PROPOSERS = ("template", "sage", "generator", "human")
 #: Which row approval changes: the global skill, a project's fork, or none yet.
@@ -144,6 +150,9 @@ class Proposal:
     #: For a routing proposal: ``{"triggers": [...], "keywords": [...]}`` as approval
     #: sets them, with ``"before"`` holding the lists it was written against.
     routing: dict[str, Any] | None = None
+    #: The skill's eval rules as approval sets them (a finding's mined rule added), or
+    #: None when the proposal leaves them alone.
+    evals: list[dict[str, Any]] | None = None
 
     @property
     def review(self) -> dict[str, Any]:
@@ -183,7 +192,7 @@ class Proposal:
                     tofile=after,
                 )
             )
-        return "".join(
+        text = "".join(
             difflib.unified_diff(
                 self.current_content.splitlines(keepends=True),
                 self.proposed_content.splitlines(keepends=True),
@@ -191,6 +200,22 @@ class Proposal:
                 tofile=after,
             )
         )
+        return text + self.rules_diff()
+
+    def rules_diff(self) -> str:
+        """The rules approval adds and removes, one ``+``/``-`` line each (empty when
+        the proposal leaves the rules alone)."""
+        if self.evals is None:
+            return ""
+        before = {str(r.get("id")): r for r in self.evidence.get(RULES_BEFORE, ())}
+        after = {str(r.get("id")): r for r in self.evals}
+        lines = [f"- rule {k}: {before[k].get('name', k)}\n" for k in before if k not in after]
+        lines += [
+            f"+ rule {k}: {r.get('name', k)} ({r.get('type')})\n"
+            for k, r in after.items()
+            if before.get(k) != r
+        ]
+        return "".join(["eval rules:\n", *lines]) if lines else ""
 
     def to_dict(self, *, with_content: bool = False) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -211,6 +236,7 @@ class Proposal:
             "resultVersion": self.result_version,
             "newSkill": self.new_skill,
             "routing": self.routing,
+            "evals": self.evals,
         }
         if with_content:
             data |= {
@@ -263,6 +289,7 @@ def _from_row(row: sa.Row[Any]) -> Proposal:
         result_version=m["result_version"],
         new_skill=None if new_skill is None else dict(new_skill),
         routing=None if m["routing"] is None else dict(m["routing"]),
+        evals=None if m["evals"] is None else [dict(r) for r in m["evals"]],
     )
 
 
@@ -371,17 +398,25 @@ def create_proposal(
     evidence: dict[str, Any] | None = None,
     run_id: int | None = None,
     routing: dict[str, Sequence[str]] | None = None,
+    rules: Sequence[dict[str, Any]] | None = None,
 ) -> Proposal:
     """Propose new content for the skill ``project`` sees (one pending proposal per skill).
 
     ``routing`` (``{"triggers": [...], "keywords": [...]}``) proposes new routing
-    metadata instead; the content then stays as it is unless also given."""
+    metadata instead; the content then stays as it is unless also given. ``rules``
+    proposes the skill's whole list of eval rules (validated here, as an evals file
+    would be), for instance with a rule mined from a finding added."""
     if proposed_by not in PROPOSERS:
         raise InvalidInput(
             f"Unknown proposer {proposed_by!r}: use {', '.join(PROPOSERS)}.", field="proposedBy"
         )
-    if proposed_content is None and routing is None:
-        raise InvalidInput("A proposal needs content or routing.", field="proposedContent")
+    if proposed_content is None and routing is None and rules is None:
+        raise InvalidInput("A proposal needs content, routing or rules.", field="proposedContent")
+    checked = (
+        None
+        if rules is None
+        else [r.to_dict() for r in evals.parse_rules(list(rules), source="the proposed rules")]
+    )
     if proposed_content is not None and (
         not proposed_content.strip() or "\x00" in proposed_content
     ):
@@ -399,7 +434,14 @@ def create_proposal(
             if routing is None
             else {k: [str(t) for t in routing.get(k, ())] for k in ("triggers", "keywords")}
         )
-        if content == current.spec.content and lists == before:
+        rules_before = [
+            r.to_dict() for r in evals.parse_rules(list(current.spec.evals or ()), source=skill)
+        ]
+        if (
+            content == current.spec.content
+            and lists == before
+            and (checked is None or checked == rules_before)
+        ):
             raise InvalidInput(
                 f"The proposal is identical to {skill} v{current.version}.",
                 field="proposedContent" if routing is None else "routing",
@@ -434,7 +476,12 @@ def create_proposal(
                 rationale=rationale,
                 evidence=json.loads(
                     json.dumps(
-                        {**(evidence or {}), **({REVIEW: review} if review else {})}, default=str
+                        {
+                            **(evidence or {}),
+                            **({REVIEW: review} if review else {}),
+                            **({RULES_BEFORE: rules_before} if checked is not None else {}),
+                        },
+                        default=str,
                     )
                 ),
                 status="pending",
@@ -443,6 +490,7 @@ def create_proposal(
                 run_id=run_id,
                 created_at=utcnow(),
                 routing=stored_routing,
+                evals=checked,
             )
         )
         assert result.inserted_primary_key is not None
@@ -836,6 +884,8 @@ def _approve(
                 triggers=tuple(row.routing["triggers"]),
                 keywords=tuple(row.routing["keywords"]),
             )
+        if row.evals is not None:
+            spec = replace(spec, evals=tuple(dict(r) for r in row.evals))
         why = f"approved proposal #{proposal_id}" + (f": {reason}" if reason else "")
         version = write_version(
             conn,
@@ -861,6 +911,18 @@ def _approve(
         if updated.rowcount != 1:
             raise Conflict(
                 f"Proposal #{proposal_id} was decided meanwhile.", proposal_id=proposal_id
+            )
+        golden = (row.evidence or {}).get(GOLDEN_CASES) or ()
+        if golden:
+            from amelio.assistant.cases import pin_golden_cases
+
+            pin_golden_cases(
+                conn,
+                [int(c["interactionId"]) for c in golden],
+                project_id=row.project_id,
+                skill=row.skill_name,
+                note=f"golden case of proposal #{proposal_id}",
+                author=actor,
             )
         folder = _skill_folder(ws, skill_row)
         if folder is not None:

@@ -19,7 +19,7 @@ the section says so; a line that no such cut can save is dropped.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from amelio import evals
@@ -27,7 +27,15 @@ from amelio.assistant.quality import Finding
 from amelio.improve.proposals import forbidding_rules
 from amelio.skills.model import SkillSpec
 
-__all__ = ["SECTION_END", "SECTION_START", "TemplateProposal", "template_proposal"]
+__all__ = [
+    "FINDINGS_END",
+    "FINDINGS_START",
+    "SECTION_END",
+    "SECTION_START",
+    "TemplateProposal",
+    "finding_content",
+    "template_proposal",
+]
 
 SECTION_START = "<!-- amelio:improvements (generated from use; edit freely) -->"
 SECTION_END = "<!-- /amelio:improvements -->"
@@ -35,6 +43,11 @@ HEADING = "## Corrections from recent use"
 MAX_LEARNINGS = 10
 #: What stands for words a line leaves out because the skill forbids them.
 LEFT_OUT = "…"
+#: The section where each finding filed against the skill keeps one line; a finding's
+#: next proposal replaces its own line and keeps the others.
+FINDINGS_START = "<!-- amelio:findings (one line per known problem; edit freely) -->"
+FINDINGS_END = "<!-- /amelio:findings -->"
+FINDINGS_HEADING = "## Known problems from recent use"
 
 
 @dataclass(frozen=True)
@@ -164,3 +177,44 @@ def template_proposal(spec: SkillSpec, finding: Finding) -> TemplateProposal | N
         "linesCut": left_out,
     }
     return TemplateProposal(content, rationale, evidence)
+
+
+def finding_content(
+    spec: SkillSpec,
+    *,
+    finding_id: int,
+    title: str,
+    count: int,
+    examples: Sequence[str],
+    rules: Sequence[Mapping[str, Any]] = (),
+) -> str | None:
+    """``spec``'s content with one line for finding ``finding_id`` in its findings
+    section: the problem's name, how often people met it and what one of them said.
+    The line is held to the skill's forbidding rules and to ``rules`` (the rule mined
+    for the finding): what they forbid is left out, and an example that cannot be
+    saved is dropped. None when the line says nothing new."""
+    forbidden = forbidding_rules(replace(spec, evals=(*(spec.evals or ()), *rules)))
+    tag = f"(finding #{finding_id})"
+    head = f"- Avoid this problem people met {count} times: {title}."
+    line = None
+    for example in [*examples[:3], None]:
+        said = "" if example is None else f" One of them said: “{' '.join(example.split())[:240]}”."
+        line = _leave_out(f"{head}{said} {tag}", forbidden)
+        if line is not None:
+            break
+    if line is None:
+        return None
+    content = spec.content
+    start, end = content.find(FINDINGS_START), content.find(FINDINGS_END)
+    if start != -1 and end > start:
+        kept = [
+            old
+            for old in content[start + len(FINDINGS_START) : end].strip("\n").splitlines()
+            if old.startswith("- ") and not old.endswith(tag)
+        ]
+        before, after = content[:start].rstrip("\n"), content[end + len(FINDINGS_END) :]
+    else:
+        kept, before, after = [], content.rstrip("\n"), "\n"
+    section = "\n".join([FINDINGS_START, FINDINGS_HEADING, "", *kept, line, FINDINGS_END])
+    new = f"{before}\n\n{section}{after if after.strip() else chr(10)}"
+    return None if new == content else new

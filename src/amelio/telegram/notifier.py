@@ -55,14 +55,16 @@ def summary_for(notification: Notification, project: str) -> str | None:
         reopened = set(card.get("reopened", ()))
         for f in card.get("top", ()):
             again = " REOPENED: its problem came back" if f["id"] in reopened else ""
+            traffic = "searches" if f.get("kind") == "search" else "answers"
             lines.append(
-                f"• finding #{f['id']} ({f['status']}, {f['share']:.1%} of answers){again}: "
+                f"• finding #{f['id']} ({f['status']}, {f['share']:.1%} of {traffic}){again}: "
                 f"{f['title']}"
             )
             lines += [
                 f"    “{text[:200]}”"
                 for text in card.get("reopenedEvidence", {}).get(str(f["id"]), ())
             ]
+        lines += [f"• proposal #{p} filed with a finding's fix" for p in card.get("proposals", ())]
         if part.get("learningsWaiting"):
             lines.append(f"• {part['learningsWaiting']} learning(s) wait for review: /review")
         return "\n".join(lines)

@@ -656,7 +656,14 @@ def findings_page(request: Request, project: str = "") -> HTMLResponse:
         findings.get_finding(ws, f.id, project=project)
         for f in findings.list_findings(ws, project=project)
     ]
-    return _render(request, "findings.html", session, items=items, project=project)
+    return _render(
+        request,
+        "findings.html",
+        session,
+        items=items,
+        project=project,
+        describe_fix=findings.describe_fix,
+    )
 
 
 @router.post("/findings/{finding_id}/close")
