@@ -255,7 +255,9 @@ def test_a_draft_that_breaks_its_own_skill_rules_is_not_filed(ws: Workspace) -> 
         assert skipped["rules"] == ["gh-001"]
         assert skipped["reason"].startswith("not filed: the text it adds breaks the skill's own")
     assert "skipped git-help: not filed:" in Path(report.files[1]).read_text()
-    assert props.list_proposals(ws) == []
+    # Only the findings' own proposal was filed (its line leaves the flag out).
+    assert [p.author for p in props.list_proposals(ws)] == ["amelio findings"]
+    assert all("push --force\n" not in p.proposed_content for p in props.list_proposals(ws))
     # The skill's own rulebook quotes the flag it forbids; a draft that keeps those
     # lines and adds nothing forbidden is filed.
     spec = skills.get_skill(ws.engine, "git-help").spec

@@ -758,3 +758,25 @@ def test_without_llm_both_commands_explain(workspace: Workspace, examples: Path)
         result = runner.invoke(main, ["-w", str(workspace.root), *args])
         assert result.exit_code == 1
         assert "AMELIO_LLM_PROVIDER" in result.output
+
+
+def test_sage_drafts_a_findings_fix_from_its_evidence(
+    ws: Workspace, brain_server: tuple[FakeLLMServer, Brain]
+) -> None:
+    """With Sage as the proposer (``amelio improve --sage``), a finding's fix is
+    Sage's rewrite, written from a prompt that names the finding."""
+    from amelio.improve import findings
+    from amelio.improve.sage import sage_proposer
+    from amelio.llm import get_provider
+
+    server, brain = brain_server
+    brain.sage = better_git(ws)
+    [made] = findings.update_findings(ws, file_fixes=False).created
+    filed = findings.file_fix(ws, made, proposer=sage_proposer(get_provider(ws.settings)))
+    assert isinstance(filed, int)
+    proposal = props.get_proposal(ws, filed)
+    assert proposal.proposed_by == "sage" and MARKER in proposal.proposed_content
+    assert proposal.evidence["finding"] == made and len(proposal.evidence["goldenCases"]) == 3
+    asked = [r.prompt for r in server.requests if r.system.startswith("You are Sage")]
+    assert f"finding #{made}" in asked[-1]
+    assert findings.file_fix(ws, made) is None  # filed once

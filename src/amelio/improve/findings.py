@@ -720,7 +720,10 @@ def file_fix(
         if not skills:
             return "its evidence names no skill"
         skill_name = skills.most_common(1)[0][0]
-        skill = get_skill(conn, skill_name, project)
+        try:
+            skill = get_skill(conn, skill_name, project)
+        except NotFound:  # deleted since it answered
+            return f"its skill {skill_name!r} no longer exists"
         pending = pending_for(conn, skill.id)
         cases = [
             i

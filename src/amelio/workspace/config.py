@@ -704,15 +704,16 @@ class Settings(BaseSettings):
         default=14,
         ge=1,
         le=365,
-        description="Days of failure evidence (👎, Fix It, answers failing a rule) that "
-        "amelio findings update groups into findings.",
+        description="Days of failure evidence (👎, Fix It, answers failing a rule, "
+        "searches that failed people) that amelio findings update groups into findings.",
     )
     findings_match_cosine: float = Field(
         default=0.35,
         gt=0,
         lt=1,
         description="Embedding cosine at or above which a failure joins a finding (its "
-        "centroid), and at which new failures are grouped together.",
+        "centroid), and at which new failures are grouped together (chosen by "
+        "benchmarks/findings.py --sweep).",
     )
     findings_min_evidence: int = Field(
         default=3,
