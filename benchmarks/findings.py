@@ -259,26 +259,6 @@ RENAMED = [
 ]
 
 
-def _event(response: Any, kind: str, session: str, doc: str) -> dict[str, Any]:
-    from amelio.feedback import new_event_id
-
-    rank = next(i for i, d in enumerate(response.results, start=1) if d.doc_id == doc)
-    return {
-        "eventVersion": "v1",
-        "eventId": new_event_id(),
-        "eventTimeMs": int(time.time() * 1000),
-        "eventType": kind,
-        "session": {"sessionId": session},
-        "consent": {"telemetry": "granted"},
-        "request": {
-            "queryId": response.query_id,
-            "requestId": response.request_id,
-            "feedbackToken": response.token,
-        },
-        "result": {"docId": doc, "rankShown": rank},
-    }
-
-
 def plant_search(
     ws: Workspace, seed: int, *, per_mode: int = 20, found: int = 200
 ) -> dict[str, str]:
@@ -289,6 +269,10 @@ def plant_search(
     from amelio.feedback import Collector
     from amelio.search import Searcher
     from amelio.search.engines.registry import workspace_corpus
+    from amelio.search.simulate import result_event
+
+    def now_ms() -> int:
+        return int(time.time() * 1000)
 
     rng = random.Random(seed)
     corpus = workspace_corpus(ws.settings)
@@ -315,7 +299,7 @@ def plant_search(
 
         if mode == "found":
             query, doc = rng.choice(FOUND)
-            events.append(_event(search(query), "result_clicked", session, doc))
+            events.append(result_event(search(query), doc, "result_clicked", session, now_ms()))
         elif mode == "lacking":
             truth[search(rng.choice(LACKING)).query_id] = mode
         else:
@@ -323,7 +307,7 @@ def plant_search(
             truth[search(first).query_id] = mode
             then = search(second)
             truth[then.query_id] = mode
-            events.append(_event(then, "result_clicked", session, "unsubscribe"))
+            events.append(result_event(then, "unsubscribe", "result_clicked", session, now_ms()))
     ingested = Collector(ws).ingest(events, rate_limit=False)
     assert ingested.count("accepted") == len(events), ingested
     return truth

@@ -5,6 +5,7 @@ these tests use a few comments of their own."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -396,30 +397,6 @@ SEARCH_DOCS = [
 ]
 
 
-def _search_event(response: object, kind: str, session: str, doc: str, **extra: object) -> dict:
-    import time
-
-    from amelio.feedback import new_event_id
-
-    r = response  # a SearchResponse
-    rank = next(i for i, d in enumerate(r.results, start=1) if d.doc_id == doc)  # type: ignore[attr-defined]
-    return {
-        "eventVersion": "v1",
-        "eventId": new_event_id(),
-        "eventTimeMs": int(time.time() * 1000),
-        "eventType": kind,
-        "session": {"sessionId": session},
-        "consent": {"telemetry": "granted"},
-        "request": {
-            "queryId": r.query_id,  # type: ignore[attr-defined]
-            "requestId": r.request_id,  # type: ignore[attr-defined]
-            "feedbackToken": r.token,  # type: ignore[attr-defined]
-        },
-        "result": {"docId": doc, "rankShown": rank},
-        **extra,
-    }
-
-
 def test_searches_that_fail_people_become_search_findings_with_their_fix(
     ws: Workspace, tmp_path: Path
 ) -> None:
@@ -432,7 +409,9 @@ def test_searches_that_fail_people_become_search_findings_with_their_fix(
     from amelio.feedback import Collector
     from amelio.search import Searcher
     from amelio.search.engines.registry import workspace_corpus
+    from amelio.search.simulate import result_event
 
+    now = int(time.time() * 1000)
     docs = tmp_path / "docs.jsonl"
     docs.write_text("".join(json.dumps(d) + "\n" for d in SEARCH_DOCS), encoding="utf-8")
     corpus = workspace_corpus(ws.settings)
@@ -448,11 +427,11 @@ def test_searches_that_fail_people_become_search_findings_with_their_fix(
         )
         searcher.search("stop newsletter", profile="bm25", session=f"n-{person}")
         found = searcher.search("unsubscribe newsletter", profile="bm25", session=f"n-{person}")
-        events.append(_search_event(found, "result_clicked", f"n-{person}", "unsubscribe"))
+        events.append(result_event(found, "unsubscribe", "result_clicked", f"n-{person}", now))
         old = searcher.search("invoices", profile="bm25", session=f"i-{person}")
         events.append(
-            _search_event(
-                old, "result_hidden", f"i-{person}", "old-invoice", hide={"reason": "outdated"}
+            result_event(
+                old, "old-invoice", "result_hidden", f"i-{person}", now, hide={"reason": "outdated"}
             )
         )
     assert Collector(ws).ingest(events, rate_limit=False).count("accepted") == len(events)

@@ -292,35 +292,48 @@ def _evaluate(
     return ndcg / len(data.queries), ctr / len(data.queries)
 
 
+def result_event(
+    response: SearchResponse, doc_id: str, kind: str, session: str, now_ms: int, **extra: Any
+) -> dict[str, Any]:
+    """One event a client sends about result ``doc_id`` of ``response`` (a click, a
+    pin, a hide with ``hide={"reason": ...}``), at the rank it was shown."""
+    rank = next(i for i, d in enumerate(response.results, start=1) if d.doc_id == doc_id)
+    return {
+        "eventVersion": "v1",
+        "eventId": new_event_id(),
+        "eventTimeMs": now_ms,
+        "eventType": kind,
+        "session": {"sessionId": session},
+        "consent": {"telemetry": "granted"},
+        "request": {
+            "queryId": response.query_id,
+            "requestId": response.request_id,
+            "feedbackToken": response.token,
+            "rankProfile": response.profile,
+            "alpha": response.alpha,
+        },
+        "result": {"docId": doc_id, "rankShown": rank},
+        **extra,
+    }
+
+
 def click_events(
     response: SearchResponse, rank: int, session: str, dwell_ms: int | None, now_ms: int
 ) -> list[dict[str, Any]]:
     """The events a client sends when a person clicks the result at ``rank`` (1-based)
     of ``response`` and reads it ``dwell_ms`` (None: the client reports no dwell)."""
-    request = {
-        "queryId": response.query_id,
-        "requestId": response.request_id,
-        "feedbackToken": response.token,
-        "rankProfile": response.profile,
-        "alpha": response.alpha,
-    }
-    common = {
-        "eventVersion": "v1",
-        "eventTimeMs": now_ms,
-        "session": {"sessionId": session},
-        "consent": {"telemetry": "granted"},
-        "request": request,
-        "result": {"docId": response.results[rank - 1].doc_id, "rankShown": rank},
-    }
-    events = [{**common, "eventId": new_event_id(), "eventType": "result_clicked"}]
+    doc_id = response.results[rank - 1].doc_id
+    events = [result_event(response, doc_id, "result_clicked", session, now_ms)]
     if dwell_ms is not None:
         events.append(
-            {
-                **common,
-                "eventId": new_event_id(),
-                "eventType": "result_dwell_time",
-                "outcome": {"dwellMs": dwell_ms},
-            }
+            result_event(
+                response,
+                doc_id,
+                "result_dwell_time",
+                session,
+                now_ms,
+                outcome={"dwellMs": dwell_ms},
+            )
         )
     return events
 
