@@ -31,7 +31,8 @@ from amelio.cli import main
 from amelio.demo.app import load_recorded_interactions
 from amelio.errors import Conflict, Forbidden, InvalidInput, NotFound
 from amelio.improve import proposals as props
-from amelio.improve.nightly import Drafted, last_report, run_improve
+from amelio.improve.drafts import Drafted
+from amelio.improve.nightly import last_report, run_improve
 from amelio.improve.templates import SECTION_START, template_proposal
 from amelio.llm.fake import ScriptedProvider
 from amelio.server import create_app

@@ -110,12 +110,14 @@ def test_old_failures_are_outside_the_window(ws: Workspace) -> None:
 
 
 def test_the_cli_updates_lists_shows_and_closes(ws: Workspace) -> None:
-    complain(ws, FORCE)
-
     def cli(*args: str) -> str:
         result = CliRunner().invoke(main, ["-w", str(ws.root), "findings", *args])
         assert result.exit_code == 0, result.output
         return result.output
+
+    assert "No failures in project 'default' in the last 14 days" in cli("update")
+    assert findings.list_findings(ws) == []
+    complain(ws, FORCE)
 
     updated = cli("update")
     assert "1 new finding(s)" in updated and "Proposal #" in updated

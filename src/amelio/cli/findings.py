@@ -37,6 +37,12 @@ def update(ctx: click.Context, project: str, as_json: bool) -> None:
     if as_json:
         print_json(report.to_dict())
         return
+    if report.evidence == 0:
+        click.echo(
+            f"No failures in project {project!r} in the last "
+            f"{workspace(ctx).settings.findings_window_days} days: nothing to group."
+        )
+        return
     click.echo(
         f"{report.evidence} failures in the window ({report.search_evidence} from search): "
         f"{report.matched} new ones joined a finding, {len(report.created)} new finding(s), "

@@ -58,7 +58,8 @@ from amelio.db.schema import benchmark_runs, benchmark_scenarios, interactions, 
 from amelio.errors import AmelioError, InvalidInput, LLMError
 from amelio.evals import EvalReport
 from amelio.improve.agreement import Agreement, json_objects, judge_agreement, judge_score
-from amelio.improve.nightly import WRITTEN_FROM, proposal_actions
+from amelio.improve.drafts import WRITTEN_FROM
+from amelio.improve.nightly import proposal_actions
 from amelio.improve.notifiers import Notification, notify_all
 from amelio.improve.proposals import get_proposal
 from amelio.improve.stats import bootstrap_mean_ci, min_scenarios, wilcoxon_signed_rank

@@ -52,11 +52,13 @@ from amelio.db.schema import (
     utcnow,
 )
 from amelio.errors import ConfigError, Conflict, InvalidInput, NotFound
+from amelio.improve.evidence import Evidence
+from amelio.improve.finding_status import sync_with_proposals
 from amelio.text import ENGLISH_STOPWORDS, tokens
 from amelio.workspace.projects import DEFAULT_PROJECT, project_id
 
 if TYPE_CHECKING:
-    from amelio.improve.nightly import Proposer
+    from amelio.improve.drafts import Proposer
     from amelio.workspace.folder import Workspace
 
 __all__ = [
@@ -77,17 +79,6 @@ STATUSES = ("open", "fixing", "closed", "reopened")
 #: Unmatched evidence grouped at once (agglomerative clustering holds a square
 #: distance matrix: 4,000 pieces take 128 MB); more is grouped batch after batch.
 MAX_GROUPED = 4000
-
-
-@dataclass(frozen=True)
-class Evidence:
-    ref: str
-    skill: str | None
-    text: str
-    at: datetime
-    #: What a search fix is drawn from (queries, clicks, the hidden document), read
-    #: fresh from the window each run and never stored.
-    detail: dict[str, Any] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -696,7 +687,7 @@ def file_fix(
     skill, nothing to propose, a change a person rejected before); or None when
     its fix is filed already (until it reopens). One proposal per skill holds:
     a finding whose skill has one pending is linked to it instead."""
-    from amelio.improve.nightly import WRITTEN_FROM
+    from amelio.improve.drafts import WRITTEN_FROM
     from amelio.improve.proposals import (
         GOLDEN_CASES,
         create_proposal,
@@ -863,68 +854,6 @@ def _shares(conn: sa.Connection, pid: int, since: datetime, totals: dict[str, in
     for fid, count in counts.items():
         share = min(count / max(totals.get(kinds[fid], 0), 1), 1.0)
         conn.execute(findings.update().where(findings.c.id == fid).values(share=share))
-
-
-# -- proposals: fixing and fixed -----------------------------------------------------------
-
-
-def sync_with_proposals(ws: Workspace, *, project: str = DEFAULT_PROJECT) -> list[int]:
-    """Link each finding that is not closed to the proposals for its skills filed
-    since it was first seen, and set its status from them: ``fixing`` while one
-    waits, ``closed`` once one is approved (after the finding last reopened), back
-    to ``open`` when every linked one was rejected. Returns the findings closed."""
-    from amelio.db.schema import proposals
-
-    closed: list[int] = []
-    now = utcnow()
-    with db.transaction(ws.engine) as conn:
-        pid = project_id(conn, project)
-        rows = conn.execute(
-            sa.select(findings).where(findings.c.project_id == pid, findings.c.status != "closed")
-        ).all()
-        for row in rows:
-            if not row.skills:
-                continue
-            linked = conn.execute(
-                sa.select(
-                    proposals.c.id,
-                    proposals.c.status,
-                    proposals.c.decided_at,
-                    proposals.c.decided_by,
-                )
-                .where(
-                    proposals.c.project_id == pid,
-                    proposals.c.skill_name.in_(list(row.skills)),
-                    sa.or_(
-                        proposals.c.created_at >= row.first_seen,
-                        proposals.c.id.in_(list(row.proposal_ids) or [-1]),
-                    ),
-                )
-                .order_by(proposals.c.id)
-            ).all()
-            ids = sorted({*row.proposal_ids, *(p.id for p in linked)})
-            since = row.reopened_at or row.first_seen
-            fixed = [p for p in linked if p.status == "approved" and (p.decided_at or now) >= since]
-            values: dict[str, Any] = {"proposal_ids": ids}
-            if fixed:
-                values |= {
-                    "status": "closed",
-                    "closed_at": now,
-                    "closed_by": f"proposal #{fixed[-1].id}",
-                    "close_reason": f"the fix was approved by {fixed[-1].decided_by}",
-                }
-                closed.append(int(row.id))
-            elif any(p.status == "pending" for p in linked):
-                values["status"] = "fixing"
-            elif row.status == "fixing":
-                values["status"] = "open"
-            if values != {"proposal_ids": list(row.proposal_ids)}:
-                conn.execute(
-                    findings.update()
-                    .where(findings.c.id == row.id)
-                    .values(**values, updated_at=now)
-                )
-    return closed
 
 
 def describe_fix(fix: dict[str, Any] | None) -> list[str]:

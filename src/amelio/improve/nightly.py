@@ -28,6 +28,7 @@ from amelio.assistant.quality import Finding, find_underperformers
 from amelio.db.schema import improve_runs, projects, proposals, utcnow
 from amelio.errors import AmelioError, ConfigError
 from amelio.improve.budget import describe_spending
+from amelio.improve.drafts import WRITTEN_FROM, Drafted, Proposer
 from amelio.improve.notifiers import Notification, NotificationAction, notify_all
 from amelio.improve.proposals import (
     ResemblesRejected,
@@ -53,23 +54,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 REPORT_VERSION = 1
-
-
-@dataclass(frozen=True)
-class Drafted:
-    """What a proposer returns: the new content and why."""
-
-    content: str
-    rationale: str
-    evidence: dict[str, Any] = field(default_factory=dict)
-
-
-#: The evidence key that lists the interactions a proposal was written from (a
-#: benchmark replays none of them): a proposer that saw interactions records them.
-WRITTEN_FROM = "writtenFrom"
-
-#: A proposer turns a finding into a draft, or None with nothing to propose.
-Proposer = Callable[[Workspace, Finding], Drafted | None]
 
 
 def template_proposer(ws: Workspace, finding: Finding) -> Drafted | None:

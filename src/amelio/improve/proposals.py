@@ -837,7 +837,7 @@ def _findings_follow(ws: Workspace, proposal: Proposal) -> None:
     """A finding that this proposal fixes closes (approved) or opens again (rejected)
     now rather than at the next ``amelio findings update``. Best effort: a decision
     is never undone because its findings could not be updated."""
-    from amelio.improve.findings import sync_with_proposals
+    from amelio.improve.finding_status import sync_with_proposals
 
     try:
         sync_with_proposals(ws, project=proposal.project)

@@ -37,10 +37,8 @@ from amelio.db.schema import benchmark_runs, benchmark_scenarios, proposals
 from amelio.errors import AmelioError, InvalidInput
 from amelio.improve.bench import PINNED, judge_provider, run_benchmark
 from amelio.improve.budget import Budget, BudgetExceeded, Estimate, sage_estimate
+from amelio.improve.drafts import WRITTEN_FROM, Drafted, Proposer
 from amelio.improve.nightly import (
-    WRITTEN_FROM,
-    Drafted,
-    Proposer,
     improve_notification,
     proposal_actions,
     run_improve,

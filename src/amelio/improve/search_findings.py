@@ -37,6 +37,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from amelio.db.schema import feedback_events, search_impressions
+from amelio.improve.evidence import Evidence
 from amelio.search.aggregation import REFORMULATION_SIMILARITY, REFORMULATION_WINDOW_MS
 from amelio.text import ENGLISH_STOPWORDS, tokens
 
@@ -94,12 +95,9 @@ def _events(conn: sa.Connection, query_ids: Sequence[str]) -> dict[str, list[Any
 
 def gather_search_evidence(
     conn: sa.Connection, project: str, since: datetime
-) -> tuple[list[Any], int]:
-    """The window's search failure evidence of ``project`` (as
-    :class:`~amelio.improve.findings.Evidence`, oldest first) and how many searches
+) -> tuple[list[Evidence], int]:
+    """The window's search failure evidence of ``project``, oldest first, and how many searches
     the window holds (the share's denominator)."""
-    from amelio.improve.findings import Evidence
-
     shown = conn.execute(
         sa.select(
             search_impressions.c.id,
@@ -222,7 +220,7 @@ def _words(text: str) -> list[str]:
     return [t for t in tokens(text) if t not in ENGLISH_STOPWORDS]
 
 
-def search_fix(evidence: Sequence[Any]) -> dict[str, Any]:
+def search_fix(evidence: Sequence[Evidence]) -> dict[str, Any]:
     """What would mend a search finding, from its evidence's details (see the module
     docstring): ``synonyms``, ``pins``, ``hidden``, and ``unanswered`` with a
     ``corpusLacks`` flag when most of it never found anything."""

@@ -36,7 +36,8 @@ from amelio.db.schema import interactions
 from amelio.errors import AmelioError, InvalidInput
 from amelio.improve import proposals as props
 from amelio.improve.bench import run_benchmark
-from amelio.improve.nightly import WRITTEN_FROM, run_improve
+from amelio.improve.drafts import WRITTEN_FROM
+from amelio.improve.nightly import run_improve
 from amelio.skills.store import get_skill, import_skills
 from amelio.study.llm import StudyLLM, StudyStopped
 from amelio.study.planting import PLANT_KINDS, harmful_content
