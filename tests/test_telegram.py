@@ -318,6 +318,7 @@ def test_an_admin_card_approves_a_new_version_and_rotates_skill_md(
         assert f"Proposal #{made['id']}" in card.text and "Benchmark: not run" in card.text
         assert card.callback_data == [
             f"p:approve:{made['id']}",
+            f"p:canary:{made['id']}",
             f"p:reject:{made['id']}",
             f"p:diff:{made['id']}",
             f"p:bench:{made['id']}",
@@ -334,6 +335,25 @@ def test_an_admin_card_approves_a_new_version_and_rotates_skill_md(
     skill = skills.get_skill(ws.engine, "git-help", "default")
     assert skill.version == before + 1 == proposal.result_version
     assert not any(m.text.startswith("Amelio improve") for m in server.messages_to(USER_CHAT))
+
+
+def test_the_canary_button_approves_for_a_share_of_conversations(
+    ws: Workspace, server: FakeTelegramServer
+) -> None:
+    from amelio.improve.rollouts import list_rollouts
+
+    with BotThread(ws, provider=ScriptedProvider(default=SAFE)):
+        _admin_setup(ws, server, ADMIN_CHAT)
+        [made] = run_improve(ws).proposals
+        card = _card(server, ADMIN_CHAT)
+        server.press_button(ADMIN_CHAT, card.message_id, f"p:canary:{made['id']}")
+        server.wait_for(
+            lambda: any(m.edited and "Approved" in m.text for m in server.messages_to(ADMIN_CHAT)),
+            what="the card showing the approval",
+        )
+    [rollout] = list_rollouts(ws)
+    assert (rollout.proposal_id, rollout.percent, rollout.status) == (made["id"], 10, "running")
+    assert rollout.started_by.startswith(f"telegram:{ADMIN_CHAT}")
 
 
 def test_two_admins_approving_at_once_get_one_winner(

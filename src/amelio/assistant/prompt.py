@@ -35,8 +35,13 @@ class Prompt:
     message: str
     route: Route | None = None
     learnings: LearningsBlock | None = None
-    #: The skill whose rulebook is in the prompt and whose rules check the answer.
+    #: The skill whose rulebook is in the prompt and whose rules check the answer (at
+    #: the version a canary rollout gave this conversation).
     applied: Skill | None = None
+    #: The canary rollout that chose the applied version, and the arm: ``canary`` (the
+    #: new version) or ``control`` (the old one); None without a rollout.
+    rollout_id: int | None = None
+    arm: str | None = None
 
     @property
     def text(self) -> str:
@@ -76,13 +81,19 @@ def build_prompt(
     scorer: str | None = None,
     skill: str | None = None,
     content: str | None = None,
+    unit: str | None = None,
 ) -> Prompt:
     """Route the message, pick the learnings for the hinted skills, add the applied
     skill's rulebook, assemble.
 
     ``skill`` forces the applied skill (benchmarks run one skill on any message);
     ``content`` replaces its rulebook (the old and new versions of a proposal).
+    ``unit`` (the user, else the conversation: :func:`amelio.improve.rollouts.unit_of`)
+    is what a canary rollout of the applied skill sticks to; a forced ``skill`` is
+    never rolled out (a benchmark compares the versions it is given).
     """
+    from amelio.improve.rollouts import serving
+
     settings = ws.settings
     with db.reading(ws.engine) as conn:
         with span("amelio.route", {"amelio.project": project}) as routed:
@@ -99,6 +110,10 @@ def build_prompt(
                 hinted.append(skill)
             elif settings.apply_skill == "top" and route.top is not None:
                 applied = route.top.skill or get_skill(conn, route.top.name, project)
+            rollout_id = arm = None
+            if applied is not None and skill is None:
+                served = serving(conn, applied, unit)
+                applied, rollout_id, arm = served.skill, served.rollout_id, served.arm
             block = prompt_block(ws, project=project, skills=hinted, conn=conn, message=message)
             if prompting is not None:
                 prompting.set_attributes(
@@ -113,4 +128,4 @@ def build_prompt(
     if applied is not None and settings.prompt_skill_body == "top":
         body = skill_block(applied.name, applied.spec.content)
     system = assemble(settings.system_prompt, route.hint_block(), block.text, body)
-    return Prompt(system, message, route, block, applied)
+    return Prompt(system, message, route, block, applied, rollout_id, arm)

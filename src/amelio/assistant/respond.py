@@ -33,6 +33,7 @@ from amelio import db, evals
 from amelio.assistant.prompt import Prompt, build_prompt
 from amelio.db.schema import eval_results, interactions, projects, utcnow
 from amelio.errors import Conflict, InputTooLarge, InvalidInput, LLMError, NotFound
+from amelio.improve.rollouts import unit_of
 from amelio.llm import Completion, LLMRequest, Provider, TextDelta, get_provider
 from amelio.ops.tracing import span
 from amelio.privacy.identity import user_ref
@@ -121,9 +122,9 @@ def _rules(skill: Skill) -> tuple[evals.EvalRule, ...]:
 
 
 def _prepare(
-    ws: Workspace, message: str, project: str, scorer: str | None
+    ws: Workspace, message: str, project: str, scorer: str | None, unit: str | None
 ) -> tuple[Prompt, Skill | None, LLMRequest]:
-    prompt = build_prompt(ws, message, project=project, scorer=scorer)
+    prompt = build_prompt(ws, message, project=project, scorer=scorer, unit=unit)
     request = LLMRequest.single(prompt.system, message, max_tokens=ws.settings.llm_max_tokens)
     return prompt, prompt.applied, request
 
@@ -359,11 +360,15 @@ def respond(
     user: str | None = None,
     provider: Provider | None = None,
     scorer: str | None = None,
+    conversation: str | None = None,
 ) -> Reply:
-    """Answer ``message`` with the configured LLM and record the interaction."""
+    """Answer ``message`` with the configured LLM and record the interaction.
+
+    A canary rollout of the applied skill sticks to ``user``, else to
+    ``conversation`` (an id the caller keeps for one thread of messages)."""
     started = time.perf_counter()
     provider = provider or get_provider(ws.settings, purpose="Chat")
-    prompt, applied, request = _prepare(ws, message, project, scorer)
+    prompt, applied, request = _prepare(ws, message, project, scorer, unit_of(user, conversation))
     completion = provider.complete(request)
     return _finish(
         ws,
@@ -384,6 +389,7 @@ def respond_stream(
     user: str | None = None,
     provider: Provider | None = None,
     scorer: str | None = None,
+    conversation: str | None = None,
 ) -> Iterator[TextDelta | Reply]:
     """Like :func:`respond`, yielding text deltas as the model writes, then the Reply.
 
@@ -392,7 +398,7 @@ def respond_stream(
     """
     started = time.perf_counter()
     provider = provider or get_provider(ws.settings, purpose="Chat")
-    prompt, applied, request = _prepare(ws, message, project, scorer)
+    prompt, applied, request = _prepare(ws, message, project, scorer, unit_of(user, conversation))
 
     def events() -> Iterator[TextDelta | Reply]:
         completion: Completion | None = None
@@ -472,7 +478,7 @@ def answer_unrecorded(
     with nothing stored, and the skill that applied: how a study measures answers to
     held-out messages, which must never become evidence the loop learns from (a
     benchmark would replay them, quality would count them)."""
-    _, applied, request = _prepare(ws, message, project, None)
+    _, applied, request = _prepare(ws, message, project, None, None)
     return provider.complete(request), applied
 
 

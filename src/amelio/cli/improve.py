@@ -172,12 +172,30 @@ def proposals_diff(ctx: click.Context, proposal_id: int) -> None:
 @proposals_group.command("approve")
 @click.argument("proposal_id", type=int)
 @click.option("--reason", "-m", default=None)
+@click.option(
+    "--canary",
+    type=int,
+    default=None,
+    metavar="PCT",
+    help="Live for PCT % of conversations first (1-99); amelio rollouts follows it.",
+)
 @click.pass_context
 @handle_errors
-def proposals_approve(ctx: click.Context, proposal_id: int, reason: str | None) -> None:
-    """Make a proposal the skill's new version."""
-    p = props.approve_proposal(workspace(ctx), proposal_id, actor=cli_user(), reason=reason)
-    click.echo(f"Approved #{p.id}: {p.skill} is now v{p.result_version}.")
+def proposals_approve(
+    ctx: click.Context, proposal_id: int, reason: str | None, canary: int | None
+) -> None:
+    """Make a proposal the skill's new version (for a share of conversations first,
+    with --canary)."""
+    p = props.approve_proposal(
+        workspace(ctx), proposal_id, actor=cli_user(), reason=reason, canary=canary
+    )
+    if canary is None:
+        click.echo(f"Approved #{p.id}: {p.skill} is now v{p.result_version}.")
+        return
+    click.echo(
+        f"Approved #{p.id}: {p.skill} v{p.result_version} is live for {canary} % of "
+        f"conversations, v{p.base_version} for the rest: amelio rollouts list"
+    )
 
 
 @proposals_group.command("reject")

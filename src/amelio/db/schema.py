@@ -43,6 +43,7 @@ __all__ = [
     "pinned_cases",
     "projects",
     "proposals",
+    "rollouts",
     "routing_state",
     "search_impressions",
     "search_session_marks",
@@ -416,6 +417,42 @@ proposals = sa.Table(
     sa.CheckConstraint(
         "proposed_by IN ('template', 'sage', 'generator', 'human')", name="proposed_by"
     ),
+)
+
+# A canary rollout of an approved version (amelio.improve.rollouts): ``percent`` of
+# conversations get ``to_version``, the rest ``from_version``, until a check pauses it
+# on a regression or promotes it (percent → 50 → 100, then ``done``). One running or
+# paused rollout per skill; ``history`` lists every change of stage or status.
+rollouts = sa.Table(
+    "rollouts",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column(
+        "project_id",
+        sa.Integer,
+        sa.ForeignKey("projects.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column(
+        "skill_id", sa.Integer, sa.ForeignKey("skills.id", ondelete="CASCADE"), nullable=False
+    ),
+    sa.Column("skill_name", sa.String(100), nullable=False),
+    sa.Column("proposal_id", sa.Integer, nullable=True),
+    sa.Column("from_version", sa.Integer, nullable=False),
+    sa.Column("to_version", sa.Integer, nullable=False),
+    sa.Column("percent", sa.Integer, nullable=False),
+    sa.Column("status", sa.String(10), nullable=False),
+    sa.Column("started_by", sa.String(200), nullable=False),
+    sa.Column("started_at", Timestamp, nullable=False),
+    sa.Column("stage_started_at", Timestamp, nullable=False),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    sa.Column("ended_at", Timestamp, nullable=True),
+    sa.Column("reason", sa.Text, nullable=True),
+    sa.Column("last_check", sa.JSON(none_as_null=True), nullable=True),
+    sa.Column("history", sa.JSON, nullable=False),
+    sa.Index("ix_rollouts_skill_status", "skill_id", "status"),
+    sa.CheckConstraint("percent BETWEEN 1 AND 100", name="percent"),
+    sa.CheckConstraint("status IN ('running', 'paused', 'aborted', 'done')", name="status"),
 )
 
 # The evolution log: every change to a skill, and every decision about one,

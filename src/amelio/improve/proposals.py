@@ -808,12 +808,25 @@ def recover_files(ws: Workspace, skill: str) -> str | None:
 
 
 def approve_proposal(
-    ws: Workspace, proposal_id: int, *, actor: str, reason: str | None = None
+    ws: Workspace,
+    proposal_id: int,
+    *,
+    actor: str,
+    reason: str | None = None,
+    canary: int | None = None,
 ) -> Proposal:
-    """Make the proposal the skill's new version, atomically; rotate its files."""
+    """Make the proposal the skill's new version, atomically; rotate its files.
+
+    With ``canary`` (1–99), the new version goes live for that share of
+    conversations only, and a rollout (:mod:`amelio.improve.rollouts`) started in the
+    same transaction decides whether it goes on to everyone."""
+    if canary is not None:
+        from amelio.improve.rollouts import check_percent
+
+        check_percent(canary)
     staged: list[rotation.Rotation] = []
     try:
-        _approve(ws, proposal_id, actor, reason, staged)
+        _approve(ws, proposal_id, actor, reason, staged, canary)
     except sa.exc.IntegrityError as exc:  # a new skill's name was taken meanwhile
         for pending in staged:
             pending.abort()
@@ -846,8 +859,15 @@ def _findings_follow(ws: Workspace, proposal: Proposal) -> None:
 
 
 def _approve(
-    ws: Workspace, proposal_id: int, actor: str, reason: str | None, staged: list[rotation.Rotation]
+    ws: Workspace,
+    proposal_id: int,
+    actor: str,
+    reason: str | None,
+    staged: list[rotation.Rotation],
+    canary: int | None = None,
 ) -> None:
+    from amelio.improve.rollouts import active_for, start_rollout
+
     with db.transaction(ws.engine) as conn:
         row = conn.execute(
             sa.select(proposals).where(proposals.c.id == proposal_id).with_for_update()
@@ -861,11 +881,26 @@ def _approve(
                 status=row.status,
             )
         if row.new_skill is not None:
+            if canary is not None:
+                raise InvalidInput(
+                    f"Proposal #{proposal_id} creates a skill: a canary compares a new version "
+                    "with the one it replaces, and there is none.",
+                    field="canary",
+                )
             _approve_new(conn, row, actor, reason)
             return
         skill_row = conn.execute(
             sa.select(skills).where(skills.c.id == row.skill_id).with_for_update()
         ).one()
+        rolling = active_for(conn, skill_row.id, lock=True)
+        if rolling is not None:
+            raise Conflict(
+                f"{row.skill_name} already has a canary rollout (#{rolling.id}, "
+                f"{rolling.status}): promote it to the end or abort it before approving "
+                f"proposal #{proposal_id}.",
+                proposal_id=proposal_id,
+                rollout_id=rolling.id,
+            )
         if skill_row.version != row.base_version:
             raise Conflict(
                 f"Proposal #{proposal_id} is stale: it was written for {row.skill_name} "
@@ -911,6 +946,18 @@ def _approve(
         if updated.rowcount != 1:
             raise Conflict(
                 f"Proposal #{proposal_id} was decided meanwhile.", proposal_id=proposal_id
+            )
+        if canary is not None:
+            start_rollout(
+                conn,
+                project_id=row.project_id,
+                skill_id=skill_row.id,
+                skill_name=row.skill_name,
+                proposal_id=proposal_id,
+                from_version=row.base_version,
+                to_version=version,
+                percent=canary,
+                actor=actor,
             )
         golden = (row.evidence or {}).get(GOLDEN_CASES) or ()
         if golden:

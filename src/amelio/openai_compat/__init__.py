@@ -36,6 +36,7 @@ import httpx
 import openai
 
 from amelio.assistant.prompt import build_prompt
+from amelio.improve.rollouts import unit_of
 from amelio.openai_compat.forward import (
     PendingStream,
     aclose_clients,
@@ -82,7 +83,7 @@ def start_chat(
     :func:`from_amelio_error` converts) before anything is streamed.
     """
     started = time.perf_counter()
-    prompt = build_prompt(ws, call.message, project=project)
+    prompt = build_prompt(ws, call.message, project=project, unit=unit_of(call.user, None))
     if ws.settings.llm_provider == "openai":
         return forwarded(ws, call, prompt, project, started)
     return through_provider(ws, call, prompt, project, started)

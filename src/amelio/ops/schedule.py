@@ -1,6 +1,6 @@
-"""The jobs `amelio serve` runs on its own: the nightly improve loop, and optionally the
-search signals' aggregation, at the times cron expressions give in the workspace's
-time zone.
+"""The jobs `amelio serve` runs on its own: the nightly improve loop, the checks of
+running canary rollouts, and optionally the search signals' aggregation, at the times
+cron expressions give in the workspace's time zone.
 
 Several replicas may serve one PostgreSQL database, and each runs this schedule:
 a scheduled time must still run once. Each job has one row in ``scheduled_jobs``;
@@ -72,6 +72,16 @@ def _signals(ws: Workspace) -> str:
     return f"{report.impressions} impression(s), {report.events} event(s) aggregated"
 
 
+def _rollouts(ws: Workspace) -> str:
+    from amelio.improve.rollouts import check_rollouts
+
+    checked = check_rollouts(ws)
+    moved = [c for c in checked if c.action != "none"]
+    return f"{len(checked)} rollout(s) checked" + (
+        ": " + ", ".join(f"#{c.rollout_id} {c.action}" for c in moved) if moved else ""
+    )
+
+
 @dataclass(frozen=True)
 class Job:
     """A job of the schedule: its name, the setting that holds its cron expression,
@@ -90,6 +100,7 @@ class Job:
 JOBS: tuple[Job, ...] = (
     Job("improve", "improve_schedule", _improve),
     Job("signals", "signals_schedule", _signals),
+    Job("rollouts", "rollouts_schedule", _rollouts),
 )
 
 

@@ -388,7 +388,14 @@ class TelegramBot:
         link = links.get_link(self.ws, chat_id)
         if link is None:
             return None
-        return respond(self.ws, text, project=link.project, user=user, provider=self.provider)
+        return respond(
+            self.ws,
+            text,
+            project=link.project,
+            user=user,
+            conversation=f"telegram:{chat_id}",
+            provider=self.provider,
+        )
 
     async def _answer(self, update: Update, chat_id: int, text: str) -> None:
         bot = update.get_bot()

@@ -149,6 +149,8 @@ def card_buttons(proposal: Proposal) -> InlineKeyboardMarkup | None:
         InlineKeyboardButton("✅ Approve", callback_data=f"p:approve:{proposal.id}"),
         InlineKeyboardButton("✖️ Reject", callback_data=f"p:reject:{proposal.id}"),
     ]
+    if proposal.scope != "new":  # a canary needs an old version to fall back on
+        decide.insert(1, InlineKeyboardButton("🐤 Canary", callback_data=f"p:canary:{proposal.id}"))
     return InlineKeyboardMarkup([decide, tools])
 
 
@@ -208,23 +210,29 @@ async def on_proposal_button(
         return
     bot = update.get_bot()
     chat_id = link.chat_id
-    if action in ("approve", "reject"):
+    if action in ("approve", "canary", "reject"):
         try:
             authorize_decision(proposal, role=link.role, projects=(link.project,))
         except AmelioError as exc:
             refused = exc.message[:200]
             await call(lambda: query.answer(refused, show_alert=True))
             return
-    if action == "approve":
+    if action in ("approve", "canary"):
+        canary = ws.settings.rollout_canary_percent if action == "canary" else None
         try:
-            done = await asyncio.to_thread(approve_proposal, ws, proposal_id, actor=author(query))
+            done = await asyncio.to_thread(
+                approve_proposal, ws, proposal_id, actor=author(query), canary=canary
+            )
         except Conflict as exc:
             said = f"#{proposal_id}: {exc.message}"
             await call(lambda: query.answer("Not approved: see the chat."))
             await call(lambda: bot.send_message(chat_id, said))
             await _refresh(update, *await asyncio.to_thread(_card, ws, proposal_id))
             return
-        await call(lambda: query.answer(f"Approved: {done.skill} v{done.result_version}"))
+        said = f"Approved: {done.skill} v{done.result_version}" + (
+            f" for {canary} % of conversations (amelio rollouts)" if canary else ""
+        )
+        await call(lambda: query.answer(said))
         await _refresh(update, done, await asyncio.to_thread(latest_verdict, ws, proposal_id))
     elif action == "reject":
         if proposal.status != "pending":

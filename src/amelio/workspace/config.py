@@ -401,6 +401,11 @@ class Settings(BaseSettings):
         description="When `amelio serve` aggregates search signals (cron, "
         "or off: the search service aggregates as impressions arrive).",
     )
+    rollouts_schedule: str = Field(
+        default="* * * * *",
+        description="When amelio serve checks running canary rollouts (cron, in timezone), "
+        "or off (then run amelio rollouts check yourself).",
+    )
     timezone: str = Field(
         default="UTC",
         description="The workspace's time zone (IANA name, e.g. Europe/Paris), for the schedules.",
@@ -724,6 +729,31 @@ class Settings(BaseSettings):
         default=3,
         ge=1,
         description="New failures matching a closed finding that reopen it.",
+    )
+    rollout_promote: Literal["auto", "manual"] = Field(
+        default="auto",
+        description="auto: a canary rollout whose stage succeeded moves on (its share, then "
+        "50 %, then 100 %) at the next check; manual: it waits for amelio rollouts promote.",
+    )
+    rollout_canary_percent: int = Field(
+        default=10,
+        ge=1,
+        le=99,
+        description="The share of conversations a canary starts at when the Telegram card's "
+        "or the dashboard's Canary button approves a proposal.",
+    )
+    rollout_stage_exposures: int = Field(
+        default=500,
+        ge=10,
+        description="Answers of the new version a canary stage needs, with no regression "
+        "found, before it succeeds.",
+    )
+    rollout_alpha: float = Field(
+        default=0.05,
+        gt=0,
+        lt=0.5,
+        description="False-alarm rate of a canary rollout's sequential test (mSPRT), shared "
+        "by its three metrics (👎, Fix It, rule failures) and kept under continuous checks.",
     )
     learnings_review: Literal["auto", "queue"] = Field(
         default="auto",

@@ -64,6 +64,11 @@ class ChatRequest(BaseModel):
     user: str | None = Field(
         default=None, max_length=200, description="Who asks; stored only as a keyed hash."
     )
+    conversation: str | None = Field(
+        default=None,
+        max_length=200,
+        description="The thread's id: a canary rollout sticks to it when no user is named.",
+    )
 
 
 class AnswerFeedbackRequest(BaseModel):
@@ -133,7 +138,11 @@ def log_interaction(
 def chat(request: Request, body: ChatRequest, key: Bot) -> dict[str, Any]:
     authorize_project(request.app.state.workspace.engine, key, body.project)
     return respond(
-        request.app.state.workspace, body.message, project=body.project, user=body.user
+        request.app.state.workspace,
+        body.message,
+        project=body.project,
+        user=body.user,
+        conversation=body.conversation,
     ).to_dict()
 
 
@@ -156,7 +165,11 @@ def chat_stream(request: Request, body: ChatRequest, key: Bot) -> StreamingRespo
     authorize_project(request.app.state.workspace.engine, key, body.project)
     # Set up before streaming: a configuration error is an ordinary HTTP error.
     events = respond_stream(
-        request.app.state.workspace, body.message, project=body.project, user=body.user
+        request.app.state.workspace,
+        body.message,
+        project=body.project,
+        user=body.user,
+        conversation=body.conversation,
     )
 
     def stream() -> Iterator[bytes]:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from amelio.assistant import learnings
 from amelio.assistant.prompt import build_prompt
+from amelio.improve.rollouts import unit_of
 from amelio.routing.router import route_message
 from amelio.server.auth import authorize_project, require
 from amelio.server.params import Id, ProjectField, ProjectQuery
@@ -38,6 +39,14 @@ class PromptRequest(BaseModel):
     message: str = Field(min_length=1, max_length=100_000)
     project: ProjectField = DEFAULT_PROJECT
     scorer: str | None = Field(default=None, max_length=100)
+    user: str | None = Field(
+        default=None, max_length=200, description="Who asks: a canary rollout sticks to it."
+    )
+    conversation: str | None = Field(
+        default=None,
+        max_length=200,
+        description="The thread's id: a canary rollout sticks to it when no user is named.",
+    )
 
 
 class LearningRequest(BaseModel):
@@ -70,7 +79,11 @@ def route(request: Request, body: RouteRequest, key: Reader) -> dict[str, Any]:
 def prompt(request: Request, body: PromptRequest, key: Reader) -> dict[str, Any]:
     authorize_project(request.app.state.workspace.engine, key, body.project)
     return build_prompt(
-        request.app.state.workspace, body.message, project=body.project, scorer=body.scorer
+        request.app.state.workspace,
+        body.message,
+        project=body.project,
+        scorer=body.scorer,
+        unit=unit_of(body.user, body.conversation),
     ).to_dict()
 
 

@@ -47,6 +47,16 @@ class Decision(BaseModel):
     reason: str | None = Field(default=None, max_length=2000)
 
 
+class Approval(Decision):
+    canary: int | None = Field(
+        default=None,
+        ge=1,
+        le=99,
+        description="Make the new version live for this share of conversations first "
+        "(a canary rollout: /v1/rollouts).",
+    )
+
+
 class NewProposal(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -117,12 +127,16 @@ def _decider(ws: Workspace, proposal_id: int, key: ApiKey) -> None:
 
 @router.post("/v1/proposals/{proposal_id}/approve", summary="Approve: a new skill version")
 def approve(
-    request: Request, proposal_id: Id, key: Admin, body: Decision | None = None
+    request: Request, proposal_id: Id, key: Admin, body: Approval | None = None
 ) -> dict[str, Any]:
     ws = request.app.state.workspace
     _decider(ws, proposal_id, key)
     return props.approve_proposal(
-        ws, proposal_id, actor=f"key:{key.name}", reason=body.reason if body else None
+        ws,
+        proposal_id,
+        actor=f"key:{key.name}",
+        reason=body.reason if body else None,
+        canary=body.canary if body else None,
     ).to_dict()
 
 
