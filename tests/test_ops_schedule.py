@@ -220,7 +220,8 @@ def test_cli_schedule_shows_next_runs_and_the_last_outcome(
     assert "ok: run 7: 2 new proposal(s)" in done.output and "Times in UTC." in done.output
     monkeypatch.setenv("AMELIO_SIGNALS_SCHEDULE", "*/10 * * * *")
     done = runner.invoke(main, ["-w", str(workspace.root), "schedule", "--json", "--next", "2"])
-    [improve, signals] = __import__("json").loads(done.output)
+    [improve, signals, rollouts] = __import__("json").loads(done.output)
     assert improve["runs"] == 1 and improve["lastDetail"].startswith("run 7")
     assert signals["schedule"] == "*/10 * * * *" and len(signals["nextRuns"]) == 2
-    assert [s.name for s in job_status(workspace)] == ["improve", "signals"]
+    assert rollouts["schedule"] == "* * * * *"  # canary checks, every minute by default
+    assert [s.name for s in job_status(workspace)] == ["improve", "signals", "rollouts"]

@@ -77,6 +77,8 @@ class Reply:
     completion: Completion
     prompt_hash: str
     learning_ids: tuple[int, ...] = field(default=())
+    #: The applied skill's version that answered (a canary rollout's old or new one).
+    skill_version: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -86,6 +88,7 @@ class Reply:
             "footnotes": list(self.footnotes),
             "skills": [h.to_dict() for h in self.skills],
             "appliedSkill": self.applied_skill,
+            "skillVersion": self.skill_version,
             "evals": self.evals.to_dict(),
             "promptHash": self.prompt_hash,
             "learningsUsed": list(self.learning_ids),
@@ -303,6 +306,7 @@ def _store(
         completion=completion,
         prompt_hash=prompt_hash,
         learning_ids=learning_ids,
+        skill_version=applied.version if applied else None,
     )
 
 
@@ -594,6 +598,7 @@ def _stored_reply(ws: Workspace, interaction_id: int, message: str, answer: str)
         completion=completion,
         prompt_hash=stored["promptHash"],
         learning_ids=tuple(stored["learningsUsed"]),
+        skill_version=stored["skillVersion"],
     )
 
 

@@ -92,6 +92,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "ops",
         "Restore the backup FILE into the workspace; `-w DIR` may name a new folder.",
     ),
+    "rollouts": (
+        "rollouts",
+        "Canary rollouts of approved versions (amelio proposals approve ID --canary PCT).",
+    ),
     "route": ("route", "Rank the skills that fit MESSAGE, with scores and the terms that matched."),
     "sage": ("sage", "Sage: LLM-written skill updates from the evidence."),
     "schedule": ("ops", "The jobs `amelio serve` runs on its own: next runs and the last outcome."),

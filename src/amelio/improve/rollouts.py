@@ -91,6 +91,7 @@ __all__ = [
     "msprt",
     "pause_rollout",
     "promote_rollout",
+    "rollout_curves",
     "serving",
     "start_rollout",
 ]
@@ -460,6 +461,15 @@ def curves(
     return series
 
 
+def rollout_curves(ws: Workspace, rollout_id: int) -> dict[str, list[list[float]]]:
+    """Each arm's cumulative 👎 rate against its answers so far (:func:`curves`)."""
+    with ws.engine.connect() as conn:
+        row = conn.execute(sa.select(rollouts).where(rollouts.c.id == rollout_id)).first()
+        if row is None:
+            raise NotFound(f"No rollout {rollout_id}.", rollout_id=rollout_id)
+        return curves(arm_outcomes(conn, row), row.to_version)
+
+
 # -- decisions ---------------------------------------------------------------------------
 
 
@@ -545,7 +555,8 @@ def _move(
             values |= {"percent": percent, "stage_started_at": now}
         if check is not None:
             values["last_check"] = check
-        values["history"] = [*row.history, _event(now, new_percent, new_status, actor, why)]
+        if (new_status, new_percent) != (row.status, row.percent):
+            values["history"] = [*row.history, _event(now, new_percent, new_status, actor, why)]
         conn.execute(rollouts.update().where(rollouts.c.id == rollout_id).values(**values))
     return get_rollout(ws, rollout_id)
 

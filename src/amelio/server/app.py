@@ -30,6 +30,7 @@ from amelio.server.routes import (
     improve,
     knowledge,
     openai,
+    rollouts,
     sage,
     search,
     skills,
@@ -94,6 +95,7 @@ def create_app(workspace: Workspace) -> FastAPI:
         (improve.router, (*keyed, 404, 409)),
         (cases.router, (*keyed, 404)),
         (findings.router, (*keyed, 404, 409)),
+        (rollouts.router, (*keyed, 404, 409)),
         (sage.router, (*keyed, 404, 409, 502, 503)),
         (feedback.router, (*keyed, 429)),
         (knowledge.router, (*keyed, 404, 409, 502, 503)),  # its lifespan runs the sync worker
