@@ -275,3 +275,36 @@ def test_the_cli_approves_with_a_canary_and_follows_it(ws: Workspace) -> None:
     assert "v1 → v2" in shown and "answers" in shown
     assert "aborted" in cli("rollouts", "abort", str(r.id), "-m", "changed my mind")
     assert "Error:" in cli("rollouts", "promote", str(r.id), code=1)
+
+
+def test_the_dashboard_draws_both_arms_and_an_admin_pauses(ws: Workspace) -> None:
+    import re
+
+    from fastapi.testclient import TestClient
+
+    from amelio.server import create_app
+    from amelio.workspace import keys
+
+    r = canary(ws, 50)
+    for i in range(60):
+        ask(ws, f"u{i}")
+    ro.check_rollouts(ws)
+    _, admin = keys.create_key(ws.engine, name="ops", role="admin")
+    with TestClient(create_app(ws)) as client:
+        client.post("/login", data={"api_key": admin, "next": "/rollouts"})
+        page = client.get("/rollouts").text
+        assert f"#{r.id} git-help" in page and "v1 → v2" in page
+        assert page.count("<polyline") == 2 and 'class="canary" points="' in page
+        csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+        assert csrf is not None
+        done = client.post(
+            f"/rollouts/{r.id}",
+            data={"csrf": csrf.group(1), "action": "pause"},
+            follow_redirects=False,
+        )
+        assert done.status_code == 303 and "rollout_paused" in done.headers["location"]
+        forged = client.post(
+            f"/rollouts/{r.id}", data={"csrf": "0" * 32, "action": "abort"}, follow_redirects=False
+        )
+        assert forged.status_code in (303, 403)
+    assert ro.get_rollout(ws, r.id).status == "paused"

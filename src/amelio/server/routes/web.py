@@ -691,6 +691,73 @@ def close_finding(
     return _back(back, "finding_closed", id=finding_id)
 
 
+def _chart(curves: dict[str, list[list[float]]]) -> dict[str, Any] | None:
+    """Both arms' cumulative 👎 rates as SVG polyline points on one scale."""
+    if not curves["control"] and not curves["canary"]:
+        return None
+    width, height = 320, 120
+    most = max((n for arm in curves.values() for n, _ in arm), default=1)
+    top = max((rate for arm in curves.values() for _, rate in arm), default=0.0) or 0.01
+
+    def points(arm: list[list[float]]) -> str:
+        return " ".join(
+            f"{n / most * width:.1f},{height - rate / top * (height - 4):.1f}" for n, rate in arm
+        )
+
+    return {
+        "width": width,
+        "height": height,
+        "top": round(top * 100, 1),
+        "control": points(curves["control"]),
+        "canary": points(curves["canary"]),
+    }
+
+
+@router.get("/rollouts")
+def rollouts_page(request: Request, project: str = "") -> HTMLResponse:
+    from amelio.improve import rollouts
+
+    session = _require(request)
+    project = _project(request, project)
+    ws = _ws(request)
+    items = [
+        (r, _chart(rollouts.rollout_curves(ws, r.id)))
+        for r in rollouts.list_rollouts(ws, project=project)
+    ]
+    return _render(request, "rollouts.html", session, items=items, project=project)
+
+
+@router.post("/rollouts/{rollout_id}")
+def decide_rollout(
+    request: Request,
+    rollout_id: Id,
+    csrf: Annotated[str, Form()] = "",
+    project: Annotated[str, Form()] = DEFAULT_PROJECT,
+    action: Annotated[str, Form()] = "",
+) -> Response:
+    from amelio.improve import rollouts
+
+    session = _require(request, admin=True, csrf=csrf, check_csrf=True, project=project)
+    back = f"/rollouts?project={quote(project)}"
+    actor = f"key:{session.name}"
+    ws = _ws(request)
+    try:
+        if rollouts.get_rollout(ws, rollout_id).project != project:
+            raise NotFound(f"No rollout {rollout_id} in project {project!r}.")
+        if action == "pause":
+            rollouts.pause_rollout(ws, rollout_id, actor=actor)
+        elif action == "promote":
+            rollouts.promote_rollout(ws, rollout_id, actor=actor)
+        elif action == "abort":
+            rollouts.abort_rollout(ws, rollout_id, actor=actor)
+        else:
+            raise InvalidInput(f"Unknown rollout action {action!r}.", field="action")
+    except AmelioError as exc:
+        return _back(back, _failed(exc))
+    done = {"pause": "rollout_paused", "promote": "rollout_promoted", "abort": "rollout_aborted"}
+    return _back(back, done[action], id=rollout_id)
+
+
 @router.get("/interactions")
 def interactions_page(request: Request, project: str = "") -> HTMLResponse:
     session = _require(request)
