@@ -86,6 +86,8 @@ __all__ = [
     "arm_for",
     "check_rollout",
     "check_rollouts",
+    "count_arms",
+    "decide",
     "get_rollout",
     "list_rollouts",
     "msprt",
@@ -418,13 +420,10 @@ def arm_outcomes(conn: sa.Connection, row: Any) -> list[tuple[int, bool, bool, b
     ]
 
 
-def figures(
-    outcomes: list[tuple[int, bool, bool, bool]],
-    from_version: int,
-    to_version: int,
-    alpha: float,
-) -> dict[str, Any]:
-    """Each arm's answers and rates, and each metric's mSPRT (α split three ways)."""
+def count_arms(
+    outcomes: list[tuple[int, bool, bool, bool]], to_version: int
+) -> dict[str, dict[str, int]]:
+    """Each arm's answers and how many had a 👎, a Fix It, a failed rule."""
     arms: dict[str, dict[str, int]] = {
         "control": dict.fromkeys(("answers", *METRICS), 0),
         "canary": dict.fromkeys(("answers", *METRICS), 0),
@@ -434,6 +433,12 @@ def figures(
         arm["answers"] += 1
         for name, flag in zip(METRICS, bad, strict=True):
             arm[name] += flag
+    return arms
+
+
+def decide(arms: dict[str, dict[str, int]], alpha: float) -> dict[str, Any]:
+    """Each metric's mSPRT (α split three ways) and the metrics that regressed: the
+    new version's rate credibly higher."""
     new, old = arms["canary"], arms["control"]
     tests = {
         m: msprt(new[m], new["answers"], old[m], old["answers"], alpha / len(METRICS))
@@ -441,6 +446,16 @@ def figures(
     }
     regressions = [m for m, t in tests.items() if t["crossed"] and (t["diff"] or 0) > 0]
     return {"arms": arms, "tests": tests, "regressions": regressions}
+
+
+def figures(
+    outcomes: list[tuple[int, bool, bool, bool]],
+    from_version: int,
+    to_version: int,
+    alpha: float,
+) -> dict[str, Any]:
+    """:func:`decide` on the rollout's answers so far."""
+    return decide(count_arms(outcomes, to_version), alpha)
 
 
 def curves(
