@@ -34,6 +34,7 @@ from amelio.assistant.prompt import Prompt, build_prompt
 from amelio.db.schema import eval_results, interactions, projects, utcnow
 from amelio.errors import Conflict, InputTooLarge, InvalidInput, LLMError, NotFound
 from amelio.improve.rollouts import unit_of
+from amelio.improve.shadow import maybe_shadow
 from amelio.llm import Completion, LLMRequest, Provider, TextDelta, get_provider
 from amelio.ops.tracing import span
 from amelio.privacy.identity import user_ref
@@ -110,7 +111,8 @@ _rules_cache: dict[str, tuple[evals.EvalRule, ...]] = {}
 _rules_lock = threading.Lock()
 
 
-def _rules(skill: Skill) -> tuple[evals.EvalRule, ...]:
+def rules_of(skill: Skill) -> tuple[evals.EvalRule, ...]:
+    """The skill's rules, compiled once per distinct rule list."""
     raw = list(skill.spec.evals or ())
     key = json.dumps(raw, sort_keys=True, default=str)
     with _rules_lock:
@@ -141,11 +143,14 @@ def _finish(
     project: str,
     user: str | None,
     started: float,
+    request: LLMRequest | None = None,
 ) -> Reply:
-    """Check the answer, store the interaction and its eval results in one transaction."""
+    """Check the answer, store the interaction and its eval results in one transaction;
+    then, at ``shadow_rate``, hand ``request`` to the shadow model in the background
+    (:mod:`amelio.improve.shadow`)."""
     hits = prompt.route.hits if prompt.route else ()
     learning_ids = prompt.learnings.ids if prompt.learnings else ()
-    return _store(
+    reply = _store(
         ws,
         project=project,
         user=user,
@@ -157,6 +162,9 @@ def _finish(
         completion=completion,
         started=started,
     )
+    if request is not None:
+        maybe_shadow(ws, request, applied, reply.interaction_id)
+    return reply
 
 
 _INSERT_INTERACTION = interactions.insert()
@@ -233,7 +241,7 @@ def _store(
 ) -> Reply:
     """Evaluate ``completion.text`` with the applied skill's rules and store it all: the
     one write path of every interaction, whoever made the answer."""
-    rules = _rules(applied) if applied is not None else ()
+    rules = rules_of(applied) if applied is not None else ()
     with span("amelio.evals", {"amelio.evals.rules": len(rules)}) as checking:
         report = evals.evaluate(completion.text, rules, max_chars=ws.settings.max_text_chars)
         if checking is not None:
@@ -326,7 +334,7 @@ def warm_up(ws: Workspace, *, projects_limit: int = 50) -> float:
     for name in names:
         build_prompt(ws, "warm up", project=name)
         for skill in visible_skills(ws.engine, name):
-            _rules(skill)
+            rules_of(skill)
     return time.perf_counter() - started
 
 
@@ -382,6 +390,7 @@ def respond(
         project=project,
         user=user,
         started=started,
+        request=request,
     )
 
 
@@ -421,6 +430,7 @@ def respond_stream(
             project=project,
             user=user,
             started=started,
+            request=request,
         )
 
     return events()
@@ -506,7 +516,7 @@ def answer_with(
     completion = provider.complete(request)
     assert prompt.applied is not None
     report = evals.evaluate(
-        completion.text, _rules(prompt.applied), max_chars=ws.settings.max_text_chars
+        completion.text, rules_of(prompt.applied), max_chars=ws.settings.max_text_chars
     )
     return completion, report
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -115,33 +116,126 @@ def print_report(report: BenchmarkReport) -> None:
 
 
 @main.command("bench")
-@click.argument("proposal_id", type=int)
+@click.argument("proposal_id", type=int, required=False)
 @click.option(
     "--scenarios", default=None, help="N, generated:N, replay:N or both:N (default: settings)."
 )
 @click.option("--no-swap", is_flag=True, help="The seed's single random A/B order.")
 @click.option("--seed", type=int, default=None, help="Seed of the A/B order (reproducible).")
+@click.option(
+    "--model",
+    default=None,
+    metavar="NAME",
+    help="Instead of a proposal: every skill's cases on model NAME against the current one.",
+)
+@click.option("--provider", "provider_name", default=None, help="With --model: NAME's provider.")
+@click.option("--base-url", default=None, help="With --model: where NAME is served.")
+@click.option(
+    "--project", default=DEFAULT_PROJECT, show_default=True, help="With --model: the project."
+)
+@click.option("--skill", "skills", multiple=True, help="With --model: only these skills.")
+@click.option(
+    "--cases",
+    type=click.IntRange(1, 500),
+    default=20,
+    show_default=True,
+    help="With --model: pinned and 👍 cases per skill, at most.",
+)
+@click.option(
+    "--generate",
+    type=click.IntRange(0, 100),
+    default=0,
+    show_default=True,
+    help="With --model: generated scenarios per skill too.",
+)
+@click.option(
+    "--shadow", is_flag=True, help="With --model: compare NAME's stored shadow answers instead."
+)
+@click.option(
+    "--propose/--no-propose",
+    default=True,
+    help="With --model: Sage rewrites each regressed skill for NAME (needs an LLM).",
+)
+@click.option(
+    "--markdown",
+    "markdown_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="With --model: also write the report as Markdown to this file.",
+)
 @json_option
 @click.pass_context
 @handle_errors
 def bench(
     ctx: click.Context,
-    proposal_id: int,
+    proposal_id: int | None,
     scenarios: str | None,
     no_swap: bool,
     seed: int | None,
+    model: str | None,
+    provider_name: str | None,
+    base_url: str | None,
+    project: str,
+    skills: tuple[str, ...],
+    cases: int,
+    generate: int,
+    shadow: bool,
+    propose: bool,
+    markdown_out: Path | None,
     as_json: bool,
 ) -> None:
-    """A/B benchmark of a proposal: old vs new skill, eval rules and an LLM judge."""
-    from amelio.improve.bench import run_benchmark
+    """A/B benchmark of a proposal: old vs new skill, eval rules and an LLM judge.
 
-    report = run_benchmark(
-        workspace(ctx), proposal_id, scenarios=scenarios, swap=False if no_swap else None, seed=seed
-    )
-    if as_json:
-        print_json(report.to_dict())
+    With --model NAME instead: every skill's pinned and 👍 cases answered by the
+    current model and by NAME, the change per skill with its interval, most
+    regressed first, and a Sage proposal for each that regresses, benchmarked on
+    NAME. Exits 1 when a skill regresses, so it can gate a deployment."""
+    if model is None:
+        if proposal_id is None:
+            raise click.UsageError("Give a PROPOSAL_ID, or --model NAME to check a model.")
+        from amelio.improve.bench import run_benchmark
+
+        report = run_benchmark(
+            workspace(ctx),
+            proposal_id,
+            scenarios=scenarios,
+            swap=False if no_swap else None,
+            seed=seed,
+        )
+        if as_json:
+            print_json(report.to_dict())
+        else:
+            print_report(report)
+        return
+    if proposal_id is not None:
+        raise click.UsageError("--model checks every skill: give no PROPOSAL_ID with it.")
+    from amelio.improve import model_check
+
+    ws = workspace(ctx)
+    if shadow:
+        checked = model_check.compare_shadow(ws, model, project=project)
     else:
-        print_report(report)
+        candidate = model_check.candidate_provider(
+            ws.settings, model, provider=provider_name, base_url=base_url
+        )
+        checked = model_check.compare_models(
+            ws,
+            candidate,
+            candidate_name=model,
+            project=project,
+            skills=skills or None,
+            limit=cases,
+            generated=generate,
+            propose=propose,
+        )
+    if markdown_out is not None:
+        markdown_out.write_text(checked.markdown(), encoding="utf-8")
+    if as_json:
+        print_json(checked.to_dict())
+    else:
+        click.echo(checked.markdown().rstrip())
+    if checked.regressed:
+        ctx.exit(1)
 
 
 @main.group("sage")

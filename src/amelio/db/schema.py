@@ -49,6 +49,7 @@ __all__ = [
     "search_session_marks",
     "search_signals",
     "search_state",
+    "shadow_answers",
     "skill_events",
     "skill_versions",
     "skills",
@@ -276,6 +277,37 @@ interactions = sa.Table(
     sa.Column("idempotency_key", sa.String(200), nullable=True),
     sa.Index("ix_interactions_project_skill", "project_id", "applied_skill"),
     sa.Index("uq_interactions_project_idempotency", "project_id", "idempotency_key", unique=True),
+)
+
+# A candidate model's answer to a live request (amelio.improve.shadow): never shown,
+# checked by the applied skill's rules, compared by ``amelio bench --model --shadow``.
+shadow_answers = sa.Table(
+    "shadow_answers",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column(
+        "interaction_id",
+        sa.Integer,
+        sa.ForeignKey("interactions.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+    ),
+    sa.Column(
+        "project_id",
+        sa.Integer,
+        sa.ForeignKey("projects.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("skill", sa.String(100), nullable=True),
+    sa.Column("model", sa.String(200), nullable=False),
+    sa.Column("answer", sa.Text, nullable=False),
+    sa.Column("success", sa.Boolean, nullable=False),
+    sa.Column("passed_share", sa.Float, nullable=False),
+    sa.Column("failed_rules", sa.JSON, nullable=False),
+    sa.Column("latency_ms", sa.Float, nullable=False),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Index("ix_shadow_answers_model", "model", "project_id"),
 )
 
 eval_results = sa.Table(

@@ -15,7 +15,8 @@ module is imported whenever the plugin manager is built.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from amelio.errors import InvalidInput, LLMError, LLMNotConfigured, LLMUnavailable
 from amelio.llm.base import (
@@ -46,6 +47,7 @@ __all__ = [
     "TextDelta",
     "get_provider",
     "provider_types",
+    "settings_for_model",
 ]
 
 
@@ -81,3 +83,20 @@ def get_provider(
     if not settings.llm_model:
         models |= {inner.model}  # the provider's own default, not a caller's choice
     return InstrumentedProvider(inner, models)  # type: ignore[return-value]
+
+
+def settings_for_model(
+    settings: Settings, model: str, *, provider: str | None = None, base_url: str | None = None
+) -> Settings:
+    """``settings`` answering with ``model``: its name on a served provider, or, for the
+    ``local`` provider, the path of its GGUF file."""
+    if not model.strip():
+        raise InvalidInput("Name the model: it is empty.", field="model")
+    update: dict[str, Any] = {"llm_model": model}
+    if provider:
+        update["llm_provider"] = provider
+    if base_url:
+        update["llm_base_url"] = base_url
+    if (provider or settings.llm_provider) == "local":
+        update |= {"llm_model_path": model, "llm_model": Path(model).stem}
+    return settings.model_copy(update=update)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -201,6 +201,18 @@ class Settings(BaseSettings):
         default=5, ge=1, le=50, description="Most skills one Sage analysis rewrites."
     )
     sage_timeout: float = Field(default=30.0, gt=0, description="Seconds Sage waits for the LLM.")
+    shadow_model: str = Field(
+        default="",
+        description="A candidate model (same provider) that also answers shadow_rate of "
+        "live requests, after the user has their answer; never shown, checked by the rules, "
+        "compared by amelio bench --model NAME --shadow.",
+    )
+    shadow_rate: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="Share of live requests shadow_model answers too (0: none).",
+    )
     judge_model: str = Field(
         default="", description="Model the benchmark judge uses (empty: llm_model)."
     )
@@ -770,6 +782,15 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(
         default=2_000_000, ge=1024, description="Largest HTTP request body the service accepts."
     )
+
+    @model_validator(mode="after")
+    def _shadow_needs_a_model(self) -> Settings:
+        if self.shadow_rate > 0 and not self.shadow_model.strip():
+            raise ValueError(
+                f"shadow_rate is {self.shadow_rate} but shadow_model is empty: name the "
+                "model to shadow, or set shadow_rate to 0"
+            )
+        return self
 
     @classmethod
     def settings_customise_sources(
