@@ -151,6 +151,7 @@ def print_report(report: BenchmarkReport) -> None:
 @click.option(
     "--shadow", is_flag=True, help="With --model: compare NAME's stored shadow answers instead."
 )
+@click.option("--no-judge", is_flag=True, help="With --model: score by the skills' rules alone.")
 @click.option(
     "--propose/--no-propose",
     default=True,
@@ -180,6 +181,7 @@ def bench(
     cases: int,
     generate: int,
     shadow: bool,
+    no_judge: bool,
     propose: bool,
     markdown_out: Path | None,
     as_json: bool,
@@ -226,6 +228,7 @@ def bench(
             skills=skills or None,
             limit=cases,
             generated=generate,
+            use_judge=not no_judge,
             propose=propose,
         )
     if markdown_out is not None:

@@ -263,10 +263,13 @@ def compare_models(
     generated: int = 0,
     current: Provider | None = None,
     judge: Provider | None = None,
+    use_judge: bool = True,
     propose: bool = False,
+    bench: bool = True,
 ) -> ModelReport:
     """Each skill's cases on the current model and on ``candidate`` (see the module
-    docstring); the most regressed skill first."""
+    docstring); the most regressed skill first. ``use_judge`` False scores by the
+    rules alone; ``bench`` False files Sage's proposals without benchmarking them."""
     from amelio.assistant.respond import answer_with
     from amelio.improve.bench import _judge_pair, judge_provider
     from amelio.llm import get_provider
@@ -277,9 +280,11 @@ def compare_models(
     base = current or get_provider(settings, purpose="Model check")
     now_runner = CachedProvider(base, ws.engine)
     new_runner = CachedProvider(candidate, ws.engine)
-    judging = None if judge is None and settings.llm_provider == "none" else (
-        CachedProvider(judge or judge_provider(ws, base), ws.engine)
-    )  # fmt: skip
+    judging = (
+        None
+        if not use_judge or (judge is None and settings.llm_provider == "none")
+        else CachedProvider(judge or judge_provider(ws, base), ws.engine)
+    )
     report = ModelReport(project, settings.llm_model or base.name, candidate_name, "replay")
     chosen = [s for s in visible_skills(ws.engine, project) if not skills or s.name in skills]
     unknown = set(skills or ()) - {s.name for s in chosen}
@@ -344,12 +349,18 @@ def compare_models(
     report.skills.sort(key=lambda s: (not s.regressed, s.worst, s.skill))
     if propose:
         for delta in report.regressed:
-            _propose(ws, delta, project, candidate, candidate_name)
+            _propose(ws, delta, project, candidate, candidate_name, bench=bench)
     return report
 
 
 def _propose(
-    ws: Workspace, delta: SkillDelta, project: str, candidate: Provider, model: str
+    ws: Workspace,
+    delta: SkillDelta,
+    project: str,
+    candidate: Provider,
+    model: str,
+    *,
+    bench: bool = True,
 ) -> None:
     """Sage rewrites a regressed skill for ``model`` from its failing answers; the
     proposal is benchmarked on ``model``. Recorded on ``delta``; an error is a note."""
@@ -398,9 +409,10 @@ def _propose(
             evidence={**drafted.evidence, "model": model, "modelCheck": delta.to_dict()},
         )
         delta.proposal_id = proposal.id
-        bench = run_benchmark(ws, proposal.id, provider=candidate, notify=False)
-        delta.proposal_verdict = bench.verdict
-        delta.proposal_improvement = bench.improvement_pct
+        if bench:
+            ran = run_benchmark(ws, proposal.id, provider=candidate, notify=False)
+            delta.proposal_verdict = ran.verdict
+            delta.proposal_improvement = ran.improvement_pct
     except AmelioError as exc:
         delta.note = f"proposal not written: {exc.message}"
 
