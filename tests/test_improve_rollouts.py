@@ -308,3 +308,12 @@ def test_the_dashboard_draws_both_arms_and_an_admin_pauses(ws: Workspace) -> Non
         )
         assert forged.status_code in (303, 403)
     assert ro.get_rollout(ws, r.id).status == "paused"
+
+
+def test_a_skill_edited_by_hand_ends_its_rollout(ws: Workspace) -> None:
+    r = canary(ws, 50)
+    skills.update_skill(ws.engine, "git-help", author="ana", reason="hotfix", content=NEW + "Hi.\n")
+    [check] = ro.check_rollouts(ws)
+    assert check.action == "aborted" and "moved on to v3" in (check.reason or "")
+    assert ro.get_rollout(ws, r.id).status == "aborted"
+    assert skills.get_skill(ws.engine, "git-help").version == 3  # no rollback over the edit

@@ -491,7 +491,7 @@ def rollout_curves(ws: Workspace, rollout_id: int) -> dict[str, list[list[float]
 @dataclass(frozen=True)
 class Check:
     rollout_id: int
-    action: str  # none, paused, promoted, done, ready (manual promotion waits)
+    action: str  # none, paused, promoted, done, ready (manual promotion waits), aborted
     figures: dict[str, Any]
     reason: str | None = None
 
@@ -606,6 +606,16 @@ def check_rollout(ws: Workspace, rollout_id: int) -> Check:
     figs["checkedAt"] = utcnow().isoformat()
     if row.status != "running":
         return Check(rollout_id, "none", figs)
+    with ws.engine.connect() as conn:
+        version = conn.scalar(sa.select(skills.c.version).where(skills.c.id == row.skill_id))
+    if version != row.to_version:  # edited or rolled back by hand since
+        why = (
+            f"{row.skill_name} moved on to v{version} during the rollout: it no longer "
+            "decides which version anyone gets"
+        )
+        _move(ws, rollout_id, actor="amelio rollouts", why=why, allowed=("running",),
+              status="aborted", check=figs)  # fmt: skip
+        return Check(rollout_id, "aborted", figs, why)
     if figs["regressions"]:
         why = "; ".join(_describe(figs, m) for m in figs["regressions"])
         done = _move(
