@@ -367,7 +367,7 @@ def _propose(
     from amelio.assistant.quality import Finding, SkillMetrics, quality_metrics
     from amelio.improve.bench import run_benchmark
     from amelio.improve.proposals import create_proposal, pending_for
-    from amelio.improve.sage import _draft, _sage_provider
+    from amelio.improve.sage import _sage_provider, sage_proposer
     from amelio.skills.store import get_skill
 
     if ws.settings.llm_provider == "none":
@@ -394,7 +394,8 @@ def _propose(
         failed_answers=tuple((", ".join(w["rules"]), w["answer"]) for w in delta.worse),
     )
     try:
-        drafted = _draft(ws, _sage_provider(ws), skill, project, finding)
+        # Sage's proposer: an answer that is not a whole skill becomes an InvalidInput.
+        drafted = sage_proposer(_sage_provider(ws))(ws, finding)
         if drafted is None:
             delta.note = "Sage found nothing to change"
             return
