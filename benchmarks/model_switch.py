@@ -8,7 +8,8 @@ skill's train tasks pinned as cases (logged and pinned by hand: pinning a messag
 needs no answer). Then :func:`amelio.improve.model_check.compare_models`, what
 ``amelio bench --model`` runs, scores each skill by its rules on both models (no
 judge: a 0.5B judge says little), at most ``--cases`` cases a skill, and Sage (the
-current model) rewrites each regressed skill for the candidate.
+current model) rewrites each regressed skill for the candidate; when Sage's answer
+is not a whole skill (a 0.5B model's often is not), a template proposal stands in.
 
 Whether a rewrite wins back part of the loss is measured here, not by a
 benchmark run (its judge would be the same 0.5B model): the candidate answers the
@@ -46,6 +47,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--cases", type=int, default=5, help="pinned cases per skill, at most")
     parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument(
+        "--out", type=Path, default=None, help="keep the workspace here (its llm_cache)"
+    )
     args = parser.parse_args()
     current, candidate_file = model_path("qwen"), model_path("gemma")
     for path, name in ((current, "qwen"), (candidate_file, "gemma")):
@@ -71,7 +75,7 @@ def main() -> int:
 
     suite = load_suite(SUITE)
     with tempfile.TemporaryDirectory() as tmp:
-        ws, _ = init_workspace(Path(tmp) / "ws")
+        ws, _ = init_workspace(args.out or Path(tmp) / "ws")
         try:
             skills.import_skills(ws.engine, suite.skills_dir)
             for name in suite.skills:

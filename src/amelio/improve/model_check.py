@@ -81,8 +81,10 @@ class SkillDelta:
     judge_candidate: float | None = None
     judge_change: float | None = None
     judge_interval: tuple[float, float] | None = None
-    #: The candidate's answers that failed a rule the current model's passed.
+    #: The candidate's answers that failed a rule the current model's passed (8 at
+    #: most), and how many answers newly failed each rule.
     worse: list[dict[str, Any]] = field(default_factory=list)
+    lost_rules: dict[str, int] = field(default_factory=dict)
     proposal_id: int | None = None
     proposal_verdict: str | None = None
     proposal_improvement: float | None = None
@@ -121,6 +123,7 @@ class SkillDelta:
             "judgeInterval": pair(self.judge_interval),
             "regressed": self.regressed,
             "worse": self.worse,
+            "lostRules": self.lost_rules,
             "proposalId": self.proposal_id,
             "proposalVerdict": self.proposal_verdict,
             "proposalImprovement": rounded(self.proposal_improvement),
@@ -285,7 +288,8 @@ def compare_models(
         if not use_judge or (judge is None and settings.llm_provider == "none")
         else CachedProvider(judge or judge_provider(ws, base), ws.engine)
     )
-    report = ModelReport(project, settings.llm_model or base.name, candidate_name, "replay")
+    current_name = settings.llm_model or str(getattr(base, "model", "") or base.name)
+    report = ModelReport(project, current_name, candidate_name, "replay")
     chosen = [s for s in visible_skills(ws.engine, project) if not skills or s.name in skills]
     unknown = set(skills or ()) - {s.name for s in chosen}
     if unknown:
@@ -300,6 +304,7 @@ def compare_models(
         passes: list[tuple[float, float]] = []
         judged: list[tuple[float, float]] = []
         worse: list[dict[str, Any]] = []
+        lost_rules: dict[str, int] = {}
         spent: list[Any] = []
         for _source, message in cases:
             # The candidate first: a model the provider refuses fails before any spend.
@@ -321,6 +326,8 @@ def compare_models(
             lost = sorted(
                 {r.rule_id for r in new_report.failed} - {r.rule_id for r in old_report.failed}
             )
+            for rule_id in lost:
+                lost_rules[rule_id] = lost_rules.get(rule_id, 0) + 1
             if lost and len(worse) < 8:
                 worse.append({"message": message[:300], "answer": new.text[:600], "rules": lost})
             if judging is not None:
@@ -340,6 +347,7 @@ def compare_models(
             pass_change=change,
             pass_interval=interval,
             worse=worse,
+            lost_rules=lost_rules,
         )
         if judged:
             delta.judge_current = statistics.fmean(o for o, _ in judged)
@@ -362,29 +370,36 @@ def _propose(
     *,
     bench: bool = True,
 ) -> None:
-    """Sage rewrites a regressed skill for ``model`` from its failing answers; the
-    proposal is benchmarked on ``model``. Recorded on ``delta``; an error is a note."""
-    from amelio.assistant.quality import Finding, SkillMetrics, quality_metrics
+    """A proposal that rewrites a regressed skill for ``model``: Sage's, from the
+    candidate's failing answers, when an LLM is configured and Sage writes a whole
+    skill; else a template proposal (one instruction per rule the candidate newly
+    fails). Benchmarked on ``model`` unless ``bench`` is False. Recorded on
+    ``delta``; what went wrong is its note."""
+    from amelio.assistant.quality import Finding, SkillMetrics
     from amelio.improve.bench import run_benchmark
     from amelio.improve.proposals import create_proposal, pending_for
     from amelio.improve.sage import _sage_provider, sage_proposer
+    from amelio.improve.templates import template_proposal
     from amelio.skills.store import get_skill
 
-    if ws.settings.llm_provider == "none":
-        delta.note = "no LLM configured: no proposal written"
-        return
     skill = get_skill(ws.engine, delta.skill, project)
     with ws.engine.connect() as conn:
         pending = pending_for(conn, skill.id)
     if pending is not None:
         delta.note = f"proposal #{pending} is pending: no new one written"
         return
-    metrics = next(
-        (m for m in quality_metrics(ws, project) if m.skill == delta.skill),
-        SkillMetrics(project, delta.skill, 0, 0, 0, 0, None),
-    )
+    answered = sum(delta.cases.values())
     finding = Finding(
-        metrics=metrics,
+        metrics=SkillMetrics(
+            project,
+            delta.skill,
+            answered,
+            round(answered * delta.pass_candidate),
+            0,
+            0,
+            None,
+            rule_failures=dict(delta.lost_rules),
+        ),
         reasons=(
             f"on model {model} its answers pass {delta.pass_change:+.0%} of its rules "
             f"({delta.pass_current:.0%} → {delta.pass_candidate:.0%}); rewrite it so that "
@@ -393,21 +408,38 @@ def _propose(
         success_bounds=(0.0, 1.0),
         failed_answers=tuple((", ".join(w["rules"]), w["answer"]) for w in delta.worse),
     )
-    try:
-        # Sage's proposer: an answer that is not a whole skill becomes an InvalidInput.
-        drafted = sage_proposer(_sage_provider(ws))(ws, finding)
-        if drafted is None:
-            delta.note = "Sage found nothing to change"
+    notes: list[str] = []
+    content = rationale = None
+    by, extra = "template", {}
+    if ws.settings.llm_provider != "none":
+        try:
+            # Sage's proposer: an answer that is not a whole skill is an InvalidInput.
+            drafted = sage_proposer(_sage_provider(ws))(ws, finding)
+        except AmelioError as exc:
+            notes.append(f"Sage's rewrite not used ({exc.message})")
+        else:
+            if drafted is None:
+                notes.append("Sage found nothing to change")
+            else:
+                content, rationale, by = drafted.content, drafted.rationale, "sage"
+                extra = dict(drafted.evidence)
+    if content is None:
+        template = template_proposal(skill.spec, finding)
+        if template is None:
+            delta.note = "; ".join([*notes, "no rule the candidate fails to write a line for"])
             return
+        content, rationale = template.content, template.rationale
+        notes.append("a template proposal instead" if notes else "a template proposal")
+    try:
         proposal = create_proposal(
             ws,
             delta.skill,
             project=project,
-            proposed_content=drafted.content,
-            rationale=f"For model {model}: {drafted.rationale}",
-            proposed_by="sage",
+            proposed_content=content,
+            rationale=f"For model {model}: {rationale}",
+            proposed_by=by,
             author=f"amelio bench --model {model}",
-            evidence={**drafted.evidence, "model": model, "modelCheck": delta.to_dict()},
+            evidence={**extra, "model": model, "modelCheck": delta.to_dict()},
         )
         delta.proposal_id = proposal.id
         if bench:
@@ -415,7 +447,8 @@ def _propose(
             delta.proposal_verdict = ran.verdict
             delta.proposal_improvement = ran.improvement_pct
     except AmelioError as exc:
-        delta.note = f"proposal not written: {exc.message}"
+        notes.append(f"proposal not written: {exc.message}")
+    delta.note = "; ".join(notes) or None
 
 
 def compare_shadow(ws: Workspace, model: str, *, project: str) -> ModelReport:
