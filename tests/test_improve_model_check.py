@@ -169,3 +169,38 @@ def test_a_shadow_rate_without_a_shadow_model_is_refused(
     monkeypatch.setenv("AMELIO_SHADOW_RATE", "0.1")
     with pytest.raises(ConfigError, match="shadow_model"):
         open_workspace(workspace.root)
+
+
+def test_without_sage_a_template_proposal_names_the_rules_the_candidate_breaks(
+    workspace: Workspace, examples: Path, server: FakeLLMServer
+) -> None:
+    """No LLM configured for Sage: the regressed skill gets a template proposal, one
+    instruction per rule the candidate newly fails, filed without a benchmark run."""
+    from amelio.assistant.cases import pin_case
+    from amelio.assistant.respond import log_exchange
+    from amelio.llm.fake import ScriptedProvider
+
+    skills.import_skills(workspace.engine, examples)
+    for i in range(3):
+        logged = log_exchange(
+            workspace, f"git push rejected ({i})", GOOD, project="default", skills=["git-help"]
+        )
+        pin_case(workspace, logged.interaction_id)
+    weak = model_check.candidate_provider(
+        workspace.settings, "weak-model", provider="openai", base_url=server.openai_base_url
+    )
+    report = model_check.compare_models(
+        workspace,
+        weak,
+        candidate_name="weak-model",
+        project="default",
+        skills=["git-help"],
+        current=ScriptedProvider(default=GOOD),
+        propose=True,
+        bench=False,
+    )
+    [git] = report.skills
+    assert git.regressed and git.lost_rules == {"gh-001": 3}
+    assert git.note == "a template proposal" and git.proposal_verdict is None
+    proposal = props.get_proposal(workspace, git.proposal_id or 0)
+    assert proposal.proposed_by == "template" and "gh-001" in proposal.proposed_content
