@@ -14,7 +14,8 @@ is not a whole skill (a 0.5B model's often is not), a template proposal stands i
 Whether a rewrite wins back part of the loss is measured here, not by a
 benchmark run (its judge would be the same 0.5B model): the candidate answers the
 same cases with the proposed rulebook, and the report gives the share of the
-skill's rules it passes with the old rulebook and with Sage's, per skill.
+skill's rules it passes with the old rulebook and with the proposal's, per skill
+(on the same cases the loss was measured on).
 
 It needs the models and the runtime, which nothing fetches at test time:
 
@@ -109,13 +110,13 @@ def main() -> int:
             runner = CachedProvider(candidate, ws.engine)
             print(
                 f"\n{'regressed skill':<16} {'current':>8} {'candidate':>10} "
-                f"{'with Sage':>10} {'loss won back':>14}  note"
+                f"{'with proposal':>14} {'loss won back':>14}  note"
             )
             for delta in report.regressed:
                 if delta.proposal_id is None:
                     print(
                         f"{delta.skill:<16} {delta.pass_current:>8.0%} "
-                        f"{delta.pass_candidate:>10.0%} {'-':>10} {'-':>14}  {delta.note}"
+                        f"{delta.pass_candidate:>10.0%} {'-':>14} {'-':>14}  {delta.note}"
                     )
                     continue
                 proposal = get_proposal(ws, delta.proposal_id)
@@ -136,7 +137,7 @@ def main() -> int:
                 back = (rewritten - delta.pass_candidate) / lost if lost > 0 else 0.0
                 print(
                     f"{delta.skill:<16} {delta.pass_current:>8.0%} {delta.pass_candidate:>10.0%} "
-                    f"{rewritten:>10.0%} {back:>14.0%}  proposal #{proposal.id}"
+                    f"{rewritten:>14.0%} {back:>14.0%}  #{proposal.id} ({proposal.proposed_by})"
                 )
             print(f"\ntotal: {clock}")
         finally:
