@@ -204,3 +204,28 @@ def test_without_sage_a_template_proposal_names_the_rules_the_candidate_breaks(
     assert git.note == "a template proposal" and git.proposal_verdict is None
     proposal = props.get_proposal(workspace, git.proposal_id or 0)
     assert proposal.proposed_by == "template" and "gh-001" in proposal.proposed_content
+
+
+def test_a_full_shadow_queue_drops_the_draw_instead_of_waiting(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With every slot taken, a draw is dropped and counted: the live path never
+    waits for a shadow answer."""
+    import threading
+
+    from amelio.llm import LLMRequest
+
+    monkeypatch.setenv("AMELIO_SHADOW_MODEL", "weak-model")
+    monkeypatch.setenv("AMELIO_SHADOW_RATE", "1")
+    shadowed = open_workspace(ws.root)
+    slots = threading.BoundedSemaphore(1)
+    monkeypatch.setattr(shadow, "_SLOTS", slots)
+    try:
+        assert slots.acquire(blocking=False)  # the one slot is busy
+        before = shadow.dropped()
+        request = LLMRequest.single("system", "git push rejected")
+        assert shadow.maybe_shadow(shadowed, request, None, 1) is False
+        assert shadow.dropped() == before + 1
+        slots.release()
+    finally:
+        shadowed.dispose()
