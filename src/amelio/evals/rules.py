@@ -196,6 +196,11 @@ class EvalReport:
     def passed_count(self) -> int:
         return sum(1 for r in self.results if r.passed)
 
+    @property
+    def passed_share(self) -> float | None:
+        """The share of the rules the answer passes; None with no rule to pass."""
+        return self.passed_count / len(self.results) if self.results else None
+
     def to_dict(self) -> dict[str, Any]:
         return {"success": self.success, "results": [r.to_dict() for r in self.results]}
 

@@ -329,8 +329,8 @@ def _written_from(proposal: Any) -> list[int] | None:
 
 
 def _eval_score(report: Any) -> float | None:
-    results = report.results
-    return None if not results else 10 * sum(r.passed for r in results) / len(results)
+    share = report.passed_share
+    return None if share is None else 10 * share
 
 
 @dataclass(frozen=True)

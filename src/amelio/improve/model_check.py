@@ -14,12 +14,14 @@ Models are retired (OpenAI retires gpt-5 and o3 on 11 December 2026, GPT-4o and
 * **Measures.** The share of the skill's rules each answer passes, and, with a
   judge, the judge's score of each answer (both orders, as a benchmark judges).
   Per skill: the mean paired change (candidate − current) with a 95 % interval
-  over its cases (normal approximation). A skill **regresses** when an interval
-  lies wholly below zero: its loss is larger than the noise of its cases.
-* **Proposals.** With ``propose`` and an LLM configured, Sage rewrites each
-  regressed skill for the candidate model from the candidate's failing answers,
-  and the proposal is benchmarked *on the candidate model*, so its card says
-  whether it wins back part of the loss.
+  over its cases (percentile bootstrap, as a benchmark's). A skill **regresses**
+  when an interval lies wholly below zero: its loss is larger than the noise of
+  its cases.
+* **Proposals.** With ``propose``, each regressed skill gets a proposal written
+  for the candidate: Sage's rewrite from the candidate's failing answers when an
+  LLM is configured and Sage writes a whole skill, else a template proposal; it
+  is benchmarked *on the candidate model*, so its card says whether it wins back
+  part of the loss.
 
 :func:`compare_shadow` reads what shadow traffic stored instead
 (:mod:`amelio.improve.shadow`): the live answers' rule results against the
@@ -28,8 +30,8 @@ candidate's, on the same messages, with no new LLM call.
 
 from __future__ import annotations
 
-import math
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -38,6 +40,7 @@ import sqlalchemy as sa
 
 from amelio.db.schema import feedback, interactions, projects, shadow_answers
 from amelio.errors import AmelioError, ConfigError, InvalidInput, LLMError
+from amelio.improve.stats import bootstrap_mean_ci
 
 if TYPE_CHECKING:
     from amelio.llm import Provider
@@ -52,19 +55,14 @@ __all__ = [
     "compare_shadow",
 ]
 
-#: 95 % two-sided, normal approximation.
-Z95 = 1.96
-
 
 def _interval(deltas: Sequence[float]) -> tuple[float, tuple[float, float] | None]:
-    """The mean of paired changes and its 95 % interval (None with fewer than two)."""
+    """The mean of paired changes and its 95 % percentile-bootstrap interval, as
+    benchmarks give theirs (None with fewer than two: one case is no interval)."""
     if not deltas:
         return 0.0, None
     mean = statistics.fmean(deltas)
-    if len(deltas) < 2:
-        return mean, None
-    half = Z95 * statistics.stdev(deltas) / math.sqrt(len(deltas))
-    return mean, (mean - half, mean + half)
+    return mean, (bootstrap_mean_ci(deltas) if len(deltas) > 1 else None)
 
 
 @dataclass
@@ -246,9 +244,9 @@ def _cases(
 
 
 def _share(report: Any) -> float:
-    """The share of the rules an answer passes (1.0 for a skill without rules)."""
-    results = report.results
-    return 1.0 if not results else sum(r.passed for r in results) / len(results)
+    """The share of its rules an answer passes; all of none for a skill without rules."""
+    share = report.passed_share
+    return 1.0 if share is None else float(share)
 
 
 def _refused(model: str, exc: LLMError) -> ConfigError:
@@ -341,7 +339,7 @@ def compare_models(
         change, interval = _interval([n - o for o, n in passes])
         delta = SkillDelta(
             skill=skill.name,
-            cases=dict(sorted({s: sum(1 for c, _ in cases if c == s) for s, _ in cases}.items())),
+            cases=dict(sorted(Counter(source for source, _ in cases).items())),
             pass_current=statistics.fmean(o for o, _ in passes),
             pass_candidate=statistics.fmean(n for _, n in passes),
             pass_change=change,
@@ -464,19 +462,32 @@ def compare_shadow(ws: Workspace, model: str, *, project: str) -> ModelReport:
             f"The shadow model is {settings.shadow_model!r}, not {model!r}: shadow answers "
             f"of {model!r} are what --shadow compares."
         )
+    from amelio.db.schema import eval_results
+
+    # The share of its rules each live answer passed, from its eval results.
+    live = (
+        sa.select(
+            eval_results.c.interaction_id,
+            sa.func.avg(sa.case((eval_results.c.passed, 1.0), else_=0.0)).label("share"),
+        )
+        .group_by(eval_results.c.interaction_id)
+        .subquery()
+    )
     with ws.engine.connect() as conn:
         rows = conn.execute(
             sa.select(
                 shadow_answers.c.skill,
                 shadow_answers.c.success,
                 shadow_answers.c.passed_share,
+                shadow_answers.c.failed_rules,
                 shadow_answers.c.answer,
                 interactions.c.message,
                 interactions.c.success.label("live_success"),
-                interactions.c.id.label("interaction_id"),
+                sa.func.coalesce(live.c.share, 1.0).label("live_share"),
             )
             .join(interactions, interactions.c.id == shadow_answers.c.interaction_id)
             .join(projects, projects.c.id == interactions.c.project_id)
+            .outerjoin(live, live.c.interaction_id == interactions.c.id)
             .where(
                 shadow_answers.c.model == model,
                 shadow_answers.c.error.is_(None),
@@ -485,7 +496,6 @@ def compare_shadow(ws: Workspace, model: str, *, project: str) -> ModelReport:
             )
             .order_by(shadow_answers.c.id)
         ).all()
-        live_shares = _live_shares(conn, [r.interaction_id for r in rows])
     if not rows:
         raise InvalidInput(
             f"No shadow answers of {model!r} in project {project!r} yet: they come with "
@@ -497,13 +507,13 @@ def compare_shadow(ws: Workspace, model: str, *, project: str) -> ModelReport:
     for r in rows:
         by_skill.setdefault(r.skill, []).append(r)
     for skill, items in by_skill.items():
-        pairs = [(live_shares.get(r.interaction_id, 1.0), r.passed_share) for r in items]
+        pairs = [(float(r.live_share), r.passed_share) for r in items]
         change, interval = _interval([n - o for o, n in pairs])
+        lost = [r for r in items if r.live_success and not r.success]
         worse = [
-            {"message": r.message[:300], "answer": r.answer[:600], "rules": []}
-            for r in items
-            if r.live_success and not r.success
-        ][:8]
+            {"message": r.message[:300], "answer": r.answer[:600], "rules": list(r.failed_rules)}
+            for r in lost[:8]
+        ]
         report.skills.append(
             SkillDelta(
                 skill=skill,
@@ -513,25 +523,8 @@ def compare_shadow(ws: Workspace, model: str, *, project: str) -> ModelReport:
                 pass_change=change,
                 pass_interval=interval,
                 worse=worse,
+                lost_rules=dict(Counter(rule for r in lost for rule in r.failed_rules)),
             )
         )
     report.skills.sort(key=lambda s: (not s.regressed, s.worst, s.skill))
     return report
-
-
-def _live_shares(conn: sa.Connection, ids: Sequence[int]) -> dict[int, float]:
-    """The share of its rules each live answer passed (from its eval results)."""
-    from amelio.db.schema import eval_results
-
-    counts: dict[int, list[int]] = {}
-    for start in range(0, len(ids), 500):
-        chunk = list(ids[start : start + 500])
-        for row in conn.execute(
-            sa.select(eval_results.c.interaction_id, eval_results.c.passed).where(
-                eval_results.c.interaction_id.in_(chunk)
-            )
-        ):
-            tally = counts.setdefault(row.interaction_id, [0, 0])
-            tally[0] += bool(row.passed)
-            tally[1] += 1
-    return {i: passed / total for i, (passed, total) in counts.items() if total}

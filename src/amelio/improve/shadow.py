@@ -27,7 +27,7 @@ from amelio import db
 from amelio.db.schema import interactions, shadow_answers, utcnow
 
 if TYPE_CHECKING:
-    from amelio.llm import LLMRequest, Provider
+    from amelio.llm import LLMRequest
     from amelio.skills.model import Skill
     from amelio.workspace.folder import Workspace
 
@@ -42,7 +42,6 @@ _SLOTS = threading.BoundedSemaphore(MAX_PENDING)
 _STATE = {"dropped": 0, "pending": 0}
 _LOCK = threading.Lock()
 _IDLE = threading.Condition(_LOCK)
-_PROVIDERS: dict[tuple[str, str, str], Provider] = {}
 
 
 def dropped() -> int:
@@ -60,20 +59,6 @@ def wait_idle(timeout: float = 30.0) -> bool:
                 return False
             _IDLE.wait(left)
     return True
-
-
-def _provider(ws: Workspace) -> Provider:
-    from amelio.llm import get_provider, settings_for_model
-
-    settings = ws.settings
-    key = (settings.llm_provider, settings.llm_base_url or "", settings.shadow_model)
-    with _LOCK:
-        found = _PROVIDERS.get(key)
-    if found is None:
-        found = get_provider(settings_for_model(settings, settings.shadow_model), purpose="Shadow")
-        with _LOCK:
-            _PROVIDERS[key] = found
-    return found
 
 
 def maybe_shadow(
@@ -121,6 +106,7 @@ def _run(
 
     from amelio import evals
     from amelio.errors import AmelioError
+    from amelio.llm import get_provider, settings_for_model
 
     started = time.perf_counter()
     row: dict[str, Any] = {
@@ -134,14 +120,19 @@ def _run(
         "error": None,
     }
     try:
-        completion = _provider(ws).complete(request)
+        # As respond() does, a provider per answer: a local model is loaded once per
+        # process by its provider, a served one costs a client.
+        provider = get_provider(
+            settings_for_model(ws.settings, ws.settings.shadow_model), purpose="Shadow"
+        )
+        completion = provider.complete(request)
         rules = evals.parse_rules(list(applied.spec.evals or ())) if applied else ()
         report = evals.evaluate(completion.text, rules)
-        results = report.results
+        share = report.passed_share
         row |= {
             "answer": completion.text,
             "success": report.success,
-            "passed_share": 1.0 if not results else sum(r.passed for r in results) / len(results),
+            "passed_share": 1.0 if share is None else share,
             "failed_rules": [r.rule_id for r in report.failed],
         }
     except AmelioError as exc:
