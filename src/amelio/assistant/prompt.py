@@ -13,6 +13,7 @@ from typing import Any
 
 from amelio import db
 from amelio.assistant.learnings import LearningsBlock, prompt_block
+from amelio.improve.rollouts import serving
 from amelio.ops.tracing import span
 from amelio.routing.router import Route, route_message
 from amelio.skills.model import Skill
@@ -92,7 +93,6 @@ def build_prompt(
     is what a canary rollout of the applied skill sticks to; a forced ``skill`` is
     never rolled out (a benchmark compares the versions it is given).
     """
-    from amelio.improve.rollouts import serving
 
     settings = ws.settings
     with db.reading(ws.engine) as conn:

@@ -437,7 +437,7 @@ def update_findings(
     _search_fixes(ws, touched.get("search", []), searched)
     if file_fixes:
         for fid in touched.get("assistant", []):
-            outcome = file_fix(ws, fid, project=project, proposer=proposer, now=now)
+            outcome = file_fix(ws, fid, project=project, proposer=proposer)
             if isinstance(outcome, int):
                 report.proposals.append(outcome)
             elif outcome is not None:
@@ -539,27 +539,6 @@ def _update_kind(
     return [int(centroids[i][0].id) for i in assigned] + created
 
 
-def _answers_of(conn: sa.Connection, refs: Sequence[str]) -> list[str]:
-    """The answers behind evidence refs (``feedback:ID`` or ``interaction:ID``)."""
-    by_feedback = [int(r.split(":")[1]) for r in refs if r.startswith("feedback:")]
-    direct = {int(r.split(":")[1]) for r in refs if r.startswith("interaction:")}
-    if by_feedback:
-        direct |= {
-            row.interaction_id
-            for row in conn.execute(
-                sa.select(feedback.c.interaction_id).where(feedback.c.id.in_(by_feedback))
-            )
-        }
-    if not direct:
-        return []
-    return [
-        row.answer
-        for row in conn.execute(
-            sa.select(interactions.c.answer).where(interactions.c.id.in_(sorted(direct)))
-        )
-    ]
-
-
 def _clean_answers(
     conn: sa.Connection, pid: int, skills: Sequence[str], since: datetime, limit: int = 500
 ) -> list[str]:
@@ -598,10 +577,10 @@ def _mine_fixes(ws: Workspace, pid: int, ids: Sequence[int], since: datetime) ->
                     sa.select(finding_evidence.c.ref).where(finding_evidence.c.finding_id == fid)
                 )
             ]
-            bad = _answers_of(conn, refs)
+            bad = [i.answer for i in _interactions_of(conn, refs)]
             clean = _clean_answers(conn, pid, list(row.skills), since) if row.skills else []
         mined = mine_rule(bad, clean, rule_id=f"finding-{fid}", name_hint=f"finding #{fid}")
-        filed = {k: v for k, v in dict(row.fix or {}).items() if k in ("proposalId", "filedAt")}
+        filed = {k: v for k, v in dict(row.fix or {}).items() if k == "proposalId"}
         fix = filed if mined is None else {"kind": "rule", **mined.to_dict(), **filed}
         with db.transaction(ws.engine) as conn:
             conn.execute(findings.update().where(findings.c.id == fid).values(fix=fix or None))
@@ -643,7 +622,12 @@ def _interactions_of(conn: sa.Connection, refs: Sequence[str]) -> list[Any]:
         return []
     return list(
         conn.execute(
-            sa.select(interactions.c.id, interactions.c.message, interactions.c.applied_skill)
+            sa.select(
+                interactions.c.id,
+                interactions.c.message,
+                interactions.c.answer,
+                interactions.c.applied_skill,
+            )
             .where(interactions.c.id.in_(sorted(ids)))
             .order_by(interactions.c.created_at.desc(), interactions.c.id.desc())
         )
@@ -677,7 +661,6 @@ def file_fix(
     *,
     project: str = DEFAULT_PROJECT,
     proposer: Proposer | None = None,
-    now: datetime | None = None,
 ) -> int | str | None:
     """File an assistant finding's fix as one proposal for the skill most of its
     evidence is about: the rule mined for it (with its rates), a line or Sage's
@@ -788,14 +771,13 @@ def file_fix(
         )
     except (InvalidInput, Conflict) as exc:  # ResemblesRejected is a Conflict
         return exc.message
-    when = (now or utcnow()).isoformat()
     with db.transaction(ws.engine) as conn:
         current = conn.execute(sa.select(findings).where(findings.c.id == finding_id)).one()
         conn.execute(
             findings.update()
             .where(findings.c.id == finding_id)
             .values(
-                fix={**dict(current.fix or {}), "proposalId": proposal.id, "filedAt": when},
+                fix={**dict(current.fix or {}), "proposalId": proposal.id},
                 proposal_ids=sorted({*current.proposal_ids, proposal.id}),
             )
         )

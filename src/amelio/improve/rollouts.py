@@ -53,7 +53,6 @@ import hashlib
 import logging
 import math
 import random
-import threading
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -83,10 +82,10 @@ __all__ = [
     "Check",
     "Rollout",
     "abort_rollout",
+    "arm_counts",
     "arm_for",
     "check_rollout",
     "check_rollouts",
-    "count_arms",
     "decide",
     "get_rollout",
     "list_rollouts",
@@ -133,31 +132,6 @@ def arm_for(
     return "canary" if place < percent else "control"
 
 
-_OLD_SPECS: dict[tuple[int, int], Any] = {}
-_OLD_LOCK = threading.Lock()
-
-
-def _old_spec(conn: sa.Connection, skill_id: int, version: int) -> Any:
-    """The spec of one past version (immutable: cached for the process's life)."""
-    from amelio.skills.store import spec_from_row
-
-    key = (skill_id, version)
-    with _OLD_LOCK:
-        if key in _OLD_SPECS:
-            return _OLD_SPECS[key]
-    row = conn.execute(
-        sa.select(skill_versions, skills.c.name)
-        .join(skills, skills.c.id == skill_versions.c.skill_id)
-        .where(skill_versions.c.skill_id == skill_id, skill_versions.c.version == version)
-    ).one()
-    spec = spec_from_row(row._mapping, row.name)
-    with _OLD_LOCK:
-        if len(_OLD_SPECS) > 1000:
-            _OLD_SPECS.clear()
-        _OLD_SPECS[key] = spec
-    return spec
-
-
 @dataclass(frozen=True)
 class Serving:
     """Which version of a skill one request gets, and from which rollout."""
@@ -169,25 +143,37 @@ class Serving:
 
 def serving(conn: sa.Connection, skill: Skill, unit: str | None) -> Serving:
     """The version of ``skill`` this request gets: the current one, unless a rollout
-    of it is paused or puts this unit in its control arm (then the old one)."""
+    of it is paused or puts this unit in its control arm (then the old one). One
+    query, the old version's row with it, read afresh on every request."""
+    from amelio.skills.store import spec_from_row
+
     row = conn.execute(
         sa.select(
-            rollouts.c.id,
+            rollouts.c.id.label("rollout_id"),
             rollouts.c.percent,
             rollouts.c.status,
             rollouts.c.from_version,
             rollouts.c.to_version,
-        ).where(rollouts.c.skill_id == skill.id, rollouts.c.status.in_(ACTIVE))
+            skill_versions,
+        )
+        .join(
+            skill_versions,
+            sa.and_(
+                skill_versions.c.skill_id == rollouts.c.skill_id,
+                skill_versions.c.version == rollouts.c.from_version,
+            ),
+        )
+        .where(rollouts.c.skill_id == skill.id, rollouts.c.status.in_(ACTIVE))
     ).first()
     if row is None or skill.version != row.to_version:
         return Serving(skill)
-    arm = "control" if row.status == "paused" else arm_for(row.id, row.percent, unit)
+    arm = "control" if row.status == "paused" else arm_for(row.rollout_id, row.percent, unit)
     if arm == "canary":
-        return Serving(skill, row.id, arm)
+        return Serving(skill, row.rollout_id, arm)
     # The old rulebook, held to the new version's rules: both arms are measured with
     # one yardstick, so a rollout that adds a rule is not taken for a regression.
-    spec = replace(_old_spec(conn, skill.id, row.from_version), evals=skill.spec.evals)
-    return Serving(replace(skill, spec=spec, version=row.from_version), row.id, arm)
+    spec = replace(spec_from_row(row._mapping, skill.name), evals=skill.spec.evals)
+    return Serving(replace(skill, spec=spec, version=row.from_version), row.rollout_id, arm)
 
 
 # -- the sequential test -----------------------------------------------------------------
@@ -320,15 +306,9 @@ def start_rollout(
     percent: int,
     actor: str,
 ) -> int:
-    """Start a rollout in the caller's transaction (which holds the skill's row lock)."""
-    check_percent(percent)
-    existing = active_for(conn, skill_id, lock=True)
-    if existing is not None:
-        raise Conflict(
-            f"{skill_name} already has a canary rollout (#{existing.id}, {existing.status}): "
-            "promote or abort it first.",
-            rollout_id=existing.id,
-        )
+    """Start a rollout in the caller's transaction: the caller holds the skill's row
+    lock, checked that no rollout of it is active (:func:`active_for`) and the share
+    (:func:`check_percent`)."""
     now = utcnow()
     result = conn.execute(
         rollouts.insert().values(
@@ -396,6 +376,17 @@ def _scope(conn: sa.Connection, row: Any) -> sa.ColumnElement[bool]:
     return interactions.c.project_id.not_in(forks)
 
 
+def _answers_of(conn: sa.Connection, row: Any) -> tuple[sa.ColumnElement[bool], ...]:
+    """The rollout's answers: its skill at either version, since it started, where it
+    serves."""
+    return (
+        interactions.c.applied_skill == row.skill_name,
+        interactions.c.skill_version.in_((row.from_version, row.to_version)),
+        interactions.c.created_at >= row.started_at,
+        _scope(conn, row),
+    )
+
+
 def arm_outcomes(conn: sa.Connection, row: Any) -> list[tuple[int, bool, bool, bool]]:
     """Every answer of the rollout so far, oldest first: (version, 👎, Fix It, failed)."""
     down = sa.select(feedback.c.interaction_id).where(feedback.c.kind == "down").scalar_subquery()
@@ -407,12 +398,7 @@ def arm_outcomes(conn: sa.Connection, row: Any) -> list[tuple[int, bool, bool, b
             interactions.c.id.in_(fixit).label("fixit"),
             sa.not_(interactions.c.success).label("failed"),
         )
-        .where(
-            interactions.c.applied_skill == row.skill_name,
-            interactions.c.skill_version.in_((row.from_version, row.to_version)),
-            interactions.c.created_at >= row.started_at,
-            _scope(conn, row),
-        )
+        .where(*_answers_of(conn, row))
         .order_by(interactions.c.created_at, interactions.c.id)
     )
     return [
@@ -420,19 +406,32 @@ def arm_outcomes(conn: sa.Connection, row: Any) -> list[tuple[int, bool, bool, b
     ]
 
 
-def count_arms(
-    outcomes: list[tuple[int, bool, bool, bool]], to_version: int
-) -> dict[str, dict[str, int]]:
-    """Each arm's answers and how many had a 👎, a Fix It, a failed rule."""
+def arm_counts(conn: sa.Connection, row: Any) -> dict[str, dict[str, int]]:
+    """Each arm's answers so far and how many had a 👎, a Fix It, a failed rule,
+    counted by the database."""
+    down = sa.select(feedback.c.interaction_id).where(feedback.c.kind == "down")
+    fixit = sa.select(feedback.c.interaction_id).where(feedback.c.kind == "fixit")
+
+    def tally(flag: sa.ColumnElement[bool]) -> Any:
+        return sa.func.sum(sa.case((flag, 1), else_=0))
+
     arms: dict[str, dict[str, int]] = {
-        "control": dict.fromkeys(("answers", *METRICS), 0),
-        "canary": dict.fromkeys(("answers", *METRICS), 0),
+        arm: dict.fromkeys(("answers", *METRICS), 0) for arm in ("control", "canary")
     }
-    for version, *bad in outcomes:
-        arm = arms["canary" if version == to_version else "control"]
-        arm["answers"] += 1
-        for name, flag in zip(METRICS, bad, strict=True):
-            arm[name] += flag
+    for r in conn.execute(
+        sa.select(
+            interactions.c.skill_version,
+            sa.func.count().label("answers"),
+            tally(interactions.c.id.in_(down)).label("down"),
+            tally(interactions.c.id.in_(fixit)).label("fixit"),
+            tally(sa.not_(interactions.c.success)).label("failed"),
+        )
+        .where(*_answers_of(conn, row))
+        .group_by(interactions.c.skill_version)
+    ):
+        arm = arms["canary" if r.skill_version == row.to_version else "control"]
+        for name in ("answers", *METRICS):
+            arm[name] += int(getattr(r, name) or 0)
     return arms
 
 
@@ -446,16 +445,6 @@ def decide(arms: dict[str, dict[str, int]], alpha: float) -> dict[str, Any]:
     }
     regressions = [m for m, t in tests.items() if t["crossed"] and (t["diff"] or 0) > 0]
     return {"arms": arms, "tests": tests, "regressions": regressions}
-
-
-def figures(
-    outcomes: list[tuple[int, bool, bool, bool]],
-    from_version: int,
-    to_version: int,
-    alpha: float,
-) -> dict[str, Any]:
-    """:func:`decide` on the rollout's answers so far."""
-    return decide(count_arms(outcomes, to_version), alpha)
 
 
 def curves(
@@ -581,23 +570,22 @@ def check_rollout(ws: Workspace, rollout_id: int) -> Check:
     successful stage (or mark it ready, under manual promotion)."""
     settings = ws.settings
     with ws.engine.connect() as conn:
-        row = conn.execute(sa.select(rollouts).where(rollouts.c.id == rollout_id)).first()
+        row = conn.execute(
+            sa.select(rollouts, skills.c.version.label("skill_version"))
+            .join(skills, skills.c.id == rollouts.c.skill_id)
+            .where(rollouts.c.id == rollout_id)
+        ).first()
         if row is None:
             raise NotFound(f"No rollout {rollout_id}.", rollout_id=rollout_id)
-        outcomes = arm_outcomes(conn, row)
-    figs = figures(outcomes, row.from_version, row.to_version, settings.rollout_alpha)
-    stage_new = 0
-    stage_start = row.stage_started_at
-    with ws.engine.connect() as conn:
+        figs = decide(arm_counts(conn, row), settings.rollout_alpha)
         stage_new = int(
             conn.scalar(
                 sa.select(sa.func.count())
                 .select_from(interactions)
                 .where(
-                    interactions.c.applied_skill == row.skill_name,
+                    *_answers_of(conn, row),
                     interactions.c.skill_version == row.to_version,
-                    interactions.c.created_at >= stage_start,
-                    _scope(conn, row),
+                    interactions.c.created_at >= row.stage_started_at,
                 )
             )
             or 0
@@ -606,8 +594,7 @@ def check_rollout(ws: Workspace, rollout_id: int) -> Check:
     figs["checkedAt"] = utcnow().isoformat()
     if row.status != "running":
         return Check(rollout_id, "none", figs)
-    with ws.engine.connect() as conn:
-        version = conn.scalar(sa.select(skills.c.version).where(skills.c.id == row.skill_id))
+    version = row.skill_version
     if version != row.to_version:  # edited or rolled back by hand since
         why = (
             f"{row.skill_name} moved on to v{version} during the rollout: it no longer "

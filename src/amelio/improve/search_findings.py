@@ -27,7 +27,6 @@ corpus lacks the answer with the most common unanswered queries.
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -38,7 +37,7 @@ import sqlalchemy as sa
 
 from amelio.db.schema import feedback_events, search_impressions
 from amelio.improve.evidence import Evidence
-from amelio.search.aggregation import REFORMULATION_SIMILARITY, REFORMULATION_WINDOW_MS
+from amelio.search.aggregation import REFORMULATION_WINDOW_MS, reworded
 from amelio.text import ENGLISH_STOPWORDS, tokens
 
 __all__ = ["SEARCH_KINDS", "gather_search_evidence", "search_fix"]
@@ -58,13 +57,6 @@ def _ms(moment: datetime) -> int:
 
 def _at(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, tz=UTC)
-
-
-def _similar(first: str, second: str) -> bool:
-    return (
-        first != second
-        and difflib.SequenceMatcher(None, first, second).ratio() >= REFORMULATION_SIMILARITY
-    )
 
 
 def _events(conn: sa.Connection, query_ids: Sequence[str]) -> dict[str, list[Any]]:
@@ -162,7 +154,7 @@ def gather_search_evidence(
                 and chain
                 and s.created_ms - chain[-1].created_ms <= REFORMULATION_WINDOW_MS
                 and (
-                    _similar(chain[-1].query_norm, s.query_norm)
+                    reworded(chain[-1].query_norm, s.query_norm)
                     or said(chain[-1].query_id, "query_reformulated")
                 )
             )

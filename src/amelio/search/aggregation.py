@@ -85,6 +85,7 @@ __all__ = [
     "SignalRow",
     "aggregate",
     "rebuild",
+    "reworded",
 ]
 
 DWELL_POSITIVE_MS = 8000
@@ -131,6 +132,16 @@ _INTERACTIONS = frozenset({"click", "dwell", "bounce", "pin", "hide", "up", "dow
 _ACTOR = "actor"
 #: Marks held before they are written out, mid-run.
 _MARKS_IN_MEMORY = 200_000
+
+
+def reworded(before: str, after: str) -> bool:
+    """Whether ``after`` reads as a reformulation of ``before`` (two normalized
+    queries): similar (``difflib`` ratio at least :data:`REFORMULATION_SIMILARITY`)
+    but not equal."""
+    return (
+        before != after
+        and difflib.SequenceMatcher(None, before, after).ratio() >= REFORMULATION_SIMILARITY
+    )
 
 
 # -- the aggregator ----------------------------------------------------------------------
@@ -385,10 +396,8 @@ class _Run:
             last_ms, last_id, last_norm, last_ranks = last
             if (
                 shown.served_ms - last_ms <= REFORMULATION_WINDOW_MS
-                and last_norm != shown.query_norm
                 and last_id not in self.said_reformulated
-                and difflib.SequenceMatcher(None, last_norm, shown.query_norm).ratio()
-                >= REFORMULATION_SIMILARITY
+                and reworded(last_norm, shown.query_norm)
             ):
                 self.said_reformulated.add(last_id)
                 counts = _charge_top(last_norm, last_ranks, "reform", who)
