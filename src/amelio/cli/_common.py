@@ -55,6 +55,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("admin", "Create (or reuse) a demo workspace with the example skills and serve it."),
     "eval": ("evals", "Check the text in FILE (default: stdin) against eval rules."),
     "evals": ("evals", "Manage eval rules."),
+    "experiments": (
+        "experiments",
+        "Interleaving experiments: two rankers compared on a share of live sessions.",
+    ),
     "export": ("ops", "Write every table to DIRECTORY as versioned JSONL, with a manifest."),
     "findings": (
         "findings",

@@ -188,7 +188,7 @@ def _ping_when_idle(engine: sa.Engine) -> None:
 #: The newest migration this code ships. Opening a workspace compares the database
 #: with it, so that a command need not import alembic and read every migration
 #: script to learn it (~0.2 s); tests/test_db.py checks it is alembic's head.
-HEAD_REVISION = "0028_shadow_answers"
+HEAD_REVISION = "0029_search_evaluation"
 _CURRENT = sa.text("SELECT version_num FROM alembic_version")
 
 

@@ -32,6 +32,8 @@ __all__ = [
     "findings",
     "improve_runs",
     "interactions",
+    "judgment_lists",
+    "judgments",
     "knowledge_chunks",
     "knowledge_notebooks",
     "knowledge_queue",
@@ -45,6 +47,7 @@ __all__ = [
     "proposals",
     "rollouts",
     "routing_state",
+    "search_experiments",
     "search_impressions",
     "search_session_marks",
     "search_signals",
@@ -787,6 +790,67 @@ search_impressions = sa.Table(
     # what one session or user adds to a query's examinations.
     sa.Column("session_hash", sa.String(8), nullable=True),
     sa.Column("user_hash", sa.String(8), nullable=True),
+    # The interleaving experiment that served the response (NULL: none), and what
+    # each ranker contributed ({"method", "teams": "abba…", "a": [rank in A of each
+    # shown result, or null], "b": [...]}), so a click is credited to A or B.
+    sa.Column("experiment", sa.String(100), nullable=True, index=True),
+    sa.Column("interleaving", sa.JSON(none_as_null=True), nullable=True),
+)
+
+search_experiments = sa.Table(
+    "search_experiments",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("name", sa.String(100), nullable=False, unique=True),
+    sa.Column("project", sa.String(100), nullable=False),
+    # Each side's profile: {"profile", "alpha", "beta", "exploration"}.
+    sa.Column("a", sa.JSON, nullable=False),
+    sa.Column("b", sa.JSON, nullable=False),
+    sa.Column("share", sa.Float, nullable=False),
+    sa.Column("method", sa.String(16), nullable=False),
+    sa.Column("status", sa.String(10), nullable=False),
+    sa.Column("created_by", sa.String(200), nullable=False),
+    sa.Column("created_ms", sa.BigInteger, nullable=False),
+    sa.Column("stopped_ms", sa.BigInteger, nullable=True),
+    sa.Index("ix_search_experiments_project_status", "project", "status"),
+    sa.CheckConstraint("status IN ('running', 'stopped')", name="status"),
+    sa.CheckConstraint("method IN ('team-draft', 'balanced')", name="method"),
+    sa.CheckConstraint("share > 0 AND share <= 1", name="share"),
+)
+
+judgment_lists = sa.Table(
+    "judgment_lists",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("name", sa.String(100), nullable=False, unique=True),
+    sa.Column("source", sa.String(10), nullable=False),
+    sa.Column("created_by", sa.String(200), nullable=False),
+    sa.Column("created_ms", sa.BigInteger, nullable=False),
+    # How the list was built: the model and rubric, the click thresholds, the queries.
+    sa.Column("meta", sa.JSON, nullable=False),
+    sa.CheckConstraint("source IN ('clicks', 'llm', 'human')", name="source"),
+)
+
+judgments = sa.Table(
+    "judgments",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column(
+        "list_id",
+        sa.Integer,
+        sa.ForeignKey("judgment_lists.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("query", sa.String(1000), nullable=False),
+    sa.Column("doc_id", sa.String(256), nullable=False),
+    # 0 (not relevant) to 3 (perfect); NULL: a human list's pair not graded yet.
+    sa.Column("grade", sa.Integer, nullable=True),
+    # What the grade rests on: click counts, the LLM's reply, the person.
+    sa.Column("evidence", sa.JSON, nullable=False),
+    sa.Column("graded_by", sa.String(200), nullable=True),
+    sa.Column("graded_ms", sa.BigInteger, nullable=True),
+    sa.UniqueConstraint("list_id", "query", "doc_id"),
+    sa.CheckConstraint("grade IS NULL OR grade BETWEEN 0 AND 3", name="grade"),
 )
 
 search_signals = sa.Table(

@@ -292,6 +292,7 @@ def _query_impression(
                 "are the same document: a ranking shows each document once",
             )
         first_rank[doc] = rank
+    experiment, interleaving = _interleaving(record, hits)
     created_ms = _time_ms(record["timestamp"]) if "timestamp" in record else now_ms
     client = record.get("client_id")
     session_hash = hasher.hash(client, day_from_index(created_ms // 86_400_000)) if client else None
@@ -309,7 +310,35 @@ def _query_impression(
         "created_ms": created_ms,
         "session_hash": session_hash,
         "user_hash": None,
+        "experiment": experiment,
+        "interleaving": interleaving,
     }
+
+
+def _interleaving(
+    record: Mapping[str, Any], hits: Sequence[str]
+) -> tuple[str | None, dict[str, Any] | None]:
+    """The interleaving experiment a query's ``query_attributes`` name (as Amelio's
+    export writes them), checked against the hits it was shown with; (None, None)
+    when it names none."""
+    from amelio.search.interleave import Interleaving
+
+    attributes = record.get("query_attributes") or {}
+    name, raw = attributes.get("experiment"), attributes.get("interleaving")
+    if name is None and raw is None:
+        return None, None
+    if not isinstance(name, str) or not 1 <= len(name) <= 100:
+        raise _Refused("query_attributes.experiment", "an experiment's name, 1 to 100 characters")
+    if not isinstance(raw, dict):
+        raise _Refused(
+            "query_attributes.interleaving",
+            "an object {method, teams, a, b} saying which ranker showed each hit",
+        )
+    try:
+        shown = Interleaving.from_dict(raw, hits)
+    except ValueError as exc:
+        raise _Refused("query_attributes.interleaving", str(exc)) from None
+    return name, shown.to_dict()
 
 
 def _marty_event(record: Mapping[str, Any], event_type: str, consent: str) -> dict[str, Any]:
@@ -545,6 +574,11 @@ def _query_record(row: Any) -> dict[str, Any]:
         "query_attributes": {"project": row.project, "profile": row.profile},
         "object_id_field": "_id",
     }
+    if row.experiment is not None:  # which ranker showed each hit: the experiment's credit
+        record["query_attributes"] |= {
+            "experiment": row.experiment,
+            "interleaving": row.interleaving,
+        }
     if row.session_hash:  # a pseudonym, the only client identity Amelio keeps
         record["client_id"] = row.session_hash
     return record
@@ -664,6 +698,8 @@ def export_ubi(
                 i.results,
                 i.created_ms,
                 i.session_hash,
+                i.experiment,
+                i.interleaving,
             )
             .order_by(i.id)
             .execution_options(yield_per=_READ_BATCH)

@@ -36,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from ulid import ULID
@@ -55,7 +55,11 @@ from amelio.search.cache import LRUCache
 from amelio.search.clickmodel import Propensities, load_propensities
 from amelio.search.counts import signals_for
 from amelio.search.engines.registry import RankingEngine, SearchEngine, open_engine
-from amelio.search.fusion import first_phase
+from amelio.search.experiments import Experiment, running_experiment
+from amelio.search.explain import explain_ranking
+from amelio.search.fusion import FirstPhase, first_phase
+from amelio.search.interleave import Interleaving, interleave
+from amelio.search.profiles import PROFILE_NAMES
 from amelio.search.scoring import FeedbackScorer, RankedDoc, hold_back
 from amelio.search.store import DocumentStore
 from amelio.text import normalize
@@ -75,12 +79,12 @@ __all__ = [
 
 log = logging.getLogger("amelio.search")
 
-RankProfile = Literal["bm25", "semantic", "hybrid", "hybrid_with_feedback"]
-PROFILES: tuple[str, ...] = get_args(RankProfile)
+PROFILES: tuple[str, ...] = PROFILE_NAMES
 MAX_LIMIT = 100
 V = TypeVar("V")
-#: The candidates' first-phase scores, in engine order: what a ranking is built on.
-Candidates = tuple[dict[str, float], tuple[str, ...]]
+#: How long a searcher trusts what it read of a project's running experiment: a new
+#: or stopped experiment takes effect within this many seconds in every process.
+EXPERIMENT_REFRESH_S = 1.0
 #: How often a searcher folds new events into the signals in the background.
 AGGREGATE_EVERY_S = 5.0
 #: The longest session or user id a search accepts: the bound feedback events have.
@@ -99,6 +103,9 @@ class _Ranking(NamedTuple):
     key: str
     cached: bool = False
     sampled: bool = False
+    #: What the first phase depends on (the candidate cache's key); None for a
+    #: ranking engine (Vespa), which keeps its candidates to itself.
+    source: tuple[Any, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -114,9 +121,13 @@ class SearchResponse:
     token: str
     cached: bool
     explored: bool
+    #: The interleaving experiment that served this response (None: none did).
+    experiment: str | None = None
+    #: Each result's score parts, by document id, when the request asked.
+    explanations: dict[str, dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        body: dict[str, Any] = {
             "queryId": self.query_id,
             "requestId": self.request_id,
             "rankProfile": self.profile,
@@ -134,6 +145,12 @@ class SearchResponse:
             ],
             "feedbackToken": self.token,
         }
+        if self.experiment is not None:
+            body["experiment"] = self.experiment
+        if self.explanations is not None:
+            for result in body["results"]:
+                result["explain"] = self.explanations.get(result["docId"])
+        return body
 
 
 def check_request(query: str, profile: str, alpha: float, limit: int) -> str:
@@ -211,7 +228,7 @@ class Searcher:
         #: First-phase candidates outlive a signals version: a new aggregation (every
         #: few seconds under traffic) re-scores feedback, it does not search again,
         #: and exploring responses sample from them without touching the index.
-        self.candidates: LRUCache[Candidates] = LRUCache(
+        self.candidates: LRUCache[FirstPhase] = LRUCache(
             max(self.settings.search_cache_size // 4, 1) if self.settings.search_cache_size else 0
         )
         self._rng = rng or random.Random()  # noqa: S311 (exploration, not secrets)
@@ -219,6 +236,8 @@ class Searcher:
         self._background = background_aggregation
         self._aggregating = threading.Lock()
         self._last_aggregate = 0.0
+        #: project → (until when it is trusted, the running experiment or None)
+        self._experiments: dict[str, tuple[float, Experiment | None]] = {}
 
     # -- the one entry point -----------------------------------------------------------
 
@@ -233,6 +252,7 @@ class Searcher:
         beta: float | None = None,
         session: str | None = None,
         user: str | None = None,
+        explain: bool = False,
     ) -> SearchResponse:
         """Rank the corpus for ``query``, log the impression, sign the token.
 
@@ -240,23 +260,49 @@ class Searcher:
         ``session.sessionId`` (or ``sessionIdHash``) and ``session.userId``: only their
         daily-salted hashes are stored, and they let the aggregator cap what one
         session or user adds to this query's signals, repeated searches included.
-        Without a session the response counts as a session of its own."""
+        Without a session the response counts as a session of its own.
+
+        When an interleaving experiment runs on ``project`` and the session falls in
+        its share (:mod:`amelio.search.experiments`), the response interleaves its two
+        rankers instead, never swapped (a swap would move results between teams).
+        ``explain`` adds each result's parts (:mod:`amelio.search.explain`)."""
         validate_name(project)
         _check_id(session, "sessionId")
         _check_id(user, "userId")
-        r = self._ranking(query, profile, alpha, limit, beta, explore=True)
-        ranking, swapped = self._swap(r.docs)
-        explored = r.sampled or swapped is not None
         query_id, request_id = str(ULID()), str(ULID())
+        experiment = self._experiment(project)
+        shown: Interleaving | None = None
+        parts: tuple[_Ranking, ...]
+        if experiment is not None and experiment.assigned(query_id if session is None else session):
+            r = self._resolved(query, profile, alpha, limit, beta)  # the request is checked
+            ranking, shown, parts = self._interleaved(query, experiment, limit)
+            swapped, explored = None, any(p.sampled for p in parts)
+        else:
+            r = self._ranking(query, profile, alpha, limit, beta, explore=True)
+            ranking, swapped = self._swap(r.docs)
+            explored = r.sampled or swapped is not None
+            parts = (r,)
         created_ms = int(self._clock() * 1000)
         day = day_from_index(created_ms // _DAY_MS)  # the salt of the collector's day
         who = (
             None if session is None else self.hasher.hash(session, day),
             None if user is None else self.hasher.hash(user, day),
         )
-        self._log(query_id, request_id, project, r, ranking, explored, swapped, who, created_ms)
+        self._log(
+            query_id,
+            request_id,
+            project,
+            r,
+            ranking,
+            explored,
+            swapped,
+            who,
+            created_ms,
+            (experiment.name, shown) if shown is not None and experiment is not None else None,
+        )
         documents = self.engine.documents([d.doc_id for d in ranking])
         titles = {doc_id: doc.title for doc_id, doc in documents.items()}
+        explanations = self._explain(ranking, parts, shown, swapped) if explain else None
         self._maybe_aggregate()
         return SearchResponse(
             query_id,
@@ -268,7 +314,118 @@ class Searcher:
             self.signer.issue(query_id, request_id),
             r.cached,
             explored,
+            experiment=experiment.name if shown is not None and experiment is not None else None,
+            explanations=explanations,
         )
+
+    def forget_experiments(self) -> None:
+        """Read the running experiments again at the next search (after creating or
+        stopping one in this process; other processes see it within
+        :data:`EXPERIMENT_REFRESH_S`)."""
+        self._experiments.clear()
+
+    def _experiment(self, project: str) -> Experiment | None:
+        now = time.monotonic()
+        known = self._experiments.get(project)
+        if known is not None and known[0] > now:
+            return known[1]
+        with self.workspace.engine.connect() as conn:
+            found = running_experiment(conn, project)
+        self._experiments[project] = (now + EXPERIMENT_REFRESH_S, found)
+        return found
+
+    def _interleaved(
+        self, query: str, experiment: Experiment, limit: int
+    ) -> tuple[tuple[RankedDoc, ...], Interleaving, tuple[_Ranking, _Ranking]]:
+        """The experiment's two rankings interleaved; each shown result keeps the
+        scores of the ranker that contributed it."""
+        a, b = experiment.a, experiment.b
+        ra = self._ranking(
+            query, a.profile, a.alpha, limit, a.beta, explore=True, thompson=a.exploration
+        )
+        rb = self._ranking(
+            query, b.profile, b.alpha, limit, b.beta, explore=True, thompson=b.exploration
+        )
+        shown = interleave(
+            [d.doc_id for d in ra.docs],
+            [d.doc_id for d in rb.docs],
+            limit,
+            self._rng,
+            experiment.method,
+        )
+        of = {"a": {d.doc_id: d for d in ra.docs}, "b": {d.doc_id: d for d in rb.docs}}
+        ranking = tuple(of[t][doc] for doc, t in zip(shown.docs, shown.teams, strict=True))
+        return ranking, shown, (ra, rb)
+
+    def _explain(
+        self,
+        ranking: Sequence[RankedDoc],
+        parts: Sequence[_Ranking],
+        shown: Interleaving | None,
+        swapped: int | None,
+    ) -> dict[str, dict[str, Any]]:
+        """Each shown result's parts, read from the candidates and signals the
+        ranking used (:func:`~amelio.search.explain.explain_ranking`); in an
+        interleaved response, from the ranker that contributed it."""
+        out: dict[str, dict[str, Any]] = {}
+        with self.workspace.engine.connect() as conn:
+            propensities = load_propensities(conn)
+            rows = signals_for(conn, parts[0].key)
+        for i, part in enumerate(parts):
+            team = "ab"[i] if shown is not None else None
+            docs = [d for j, d in enumerate(ranking) if shown is None or shown.teams[j] == team]
+            scorer = (
+                FeedbackScorer(
+                    propensities,
+                    self.settings.search_prior_weight,
+                    self.settings.search_min_actors,
+                )
+                if part.beta > 0
+                else None
+            )
+            first = self._candidates_of(part) if part.profile != "bm25" else None
+            found = explain_ranking(
+                docs,
+                first=first,
+                rows=rows,
+                scorer=scorer,
+                beta=part.beta,
+                sampled=part.sampled,
+                swapped_rank=swapped,
+                lexical_only=part.profile == "bm25",
+            )
+            if shown is not None:
+                for j, doc_id in enumerate(shown.docs):
+                    if doc_id in found:
+                        found[doc_id]["interleaving"] = {
+                            "team": shown.teams[j],
+                            "rankA": shown.a[j],
+                            "rankB": shown.b[j],
+                        }
+            out.update(found)
+        # ``moved`` compares a result's first-phase rank with the rank it had in its
+        # own ranker's list; shown ranks of an interleaved list are not that list's.
+        if shown is None:
+            return out
+        for j, doc_id in enumerate(shown.docs):
+            part_of = out.get(doc_id)
+            own = (shown.a if shown.teams[j] == "a" else shown.b)[j]
+            if part_of is not None and part_of["firstPhase"]["rank"] and own:
+                part_of["moved"] = part_of["firstPhase"]["rank"] - own
+        return out
+
+    def _candidates_of(self, part: _Ranking) -> FirstPhase | None:
+        """The first phase a ranking was built on: from the candidate cache, else
+        computed again (evicted since); None for a ranking engine."""
+        if part.source is None:
+            return None
+        found = self.candidates.get(part.source)
+        if found is None:
+            query_norm, profile, alpha = part.source[:3]
+            embedder = self._embedder(profile, alpha) if alpha > 0 else None
+            found = self._first_phase(query_norm, profile, alpha, embedder)
+            self.candidates.put(part.source, found)
+        return found
 
     def rank(
         self,
@@ -283,24 +440,16 @@ class Searcher:
         explored (for evaluation: a ranking nobody saw must not count as shown)."""
         return self._ranking(query, profile, alpha, limit, beta, explore=False).docs
 
-    def _ranking(
+    def _resolved(
         self,
         query: str,
         profile: str | None,
         alpha: float | None,
         limit: int,
         beta: float | None,
-        *,
-        explore: bool,
     ) -> _Ranking:
-        """The best ``limit`` documents and the request's resolved profile, alpha,
-        beta and normalized query; cached unless this response explores.
-
-        Exploration is Thompson sampling (``search_thompson``): in a share of
-        ``hybrid_with_feedback`` responses each candidate's feedback score is drawn
-        from its posterior instead of taken at its mean, so documents with little
-        evidence — the unseen ones from deep in the candidates above all — get
-        shown now and then, while those known to be good or bad barely move."""
+        """The request checked and resolved (defaults, the profile's rules), with no
+        documents: what an impression records of the request."""
         profile = profile or self.settings.search_profile
         alpha = self.settings.search_alpha if alpha is None else alpha
         beta = self.settings.search_beta if beta is None else beta
@@ -314,22 +463,37 @@ class Searcher:
             alpha, beta = 1.0, 0.0
         elif profile == "hybrid":
             beta = 0.0
+        return _Ranking((), profile, alpha, beta, query_norm, key)
+
+    def _ranking(
+        self,
+        query: str,
+        profile: str | None,
+        alpha: float | None,
+        limit: int,
+        beta: float | None,
+        *,
+        explore: bool,
+        thompson: float | None = None,
+    ) -> _Ranking:
+        """The best ``limit`` documents and the request's resolved profile, alpha,
+        beta and normalized query; cached unless this response explores.
+
+        Exploration is Thompson sampling (``search_thompson``, or ``thompson`` for
+        an experiment's ranker): in a share of ``hybrid_with_feedback`` responses
+        each candidate's feedback score is drawn from its posterior instead of
+        taken at its mean, so documents with little evidence — the unseen ones
+        from deep in the candidates above all — get shown now and then, while
+        those known to be good or bad barely move."""
+        r = self._resolved(query, profile, alpha, limit, beta)
+        profile, alpha, beta, query_norm, key = r.profile, r.alpha, r.beta, r.query_norm, r.key
         if isinstance(self.engine, RankingEngine):  # Vespa: it ranks, and keeps no cache
-            return _Ranking(
-                self.engine.rank(query_norm, profile, alpha, beta, limit, key=key),
-                profile,
-                alpha,
-                beta,
-                query_norm,
-                key,
+            return r._replace(
+                docs=self.engine.rank(query_norm, profile, alpha, beta, limit, key=key)
             )
         embedder = self._embedder(profile, alpha) if alpha > 0 else None
-        sample = (
-            explore
-            and beta > 0
-            and self.settings.search_thompson > 0
-            and self._rng.random() < self.settings.search_thompson
-        )
+        share = self.settings.search_thompson if thompson is None else thompson
+        sample = explore and beta > 0 and share > 0 and self._rng.random() < share
         # What the first phase depends on: also the candidate cache's key.
         source = (
             query_norm,
@@ -341,16 +505,12 @@ class Searcher:
         with self.workspace.engine.connect() as conn:
             propensities = load_propensities(conn) if beta > 0 else None
             if sample:
-                return _Ranking(
-                    self._rank(
+                return r._replace(
+                    docs=self._rank(
                         conn, source, key, beta, limit, propensities, embedder, rng=self._rng
                     ),
-                    profile,
-                    alpha,
-                    beta,
-                    query_norm,
-                    key,
                     sampled=True,
+                    source=source,
                 )
             version = propensities.version if propensities else 0
             cache_key = (*source, key, beta, limit, version)
@@ -360,7 +520,7 @@ class Searcher:
             if ranking is None:
                 ranking = self._rank(conn, source, key, beta, limit, propensities, embedder)
                 self.cache.put(cache_key, ranking)
-        return _Ranking(ranking, profile, alpha, beta, query_norm, key, cached=cached)
+        return r._replace(docs=ranking, cached=cached, source=source)
 
     def _corpus_stamp(self, embedder: Embedder | None) -> int | tuple[int, int]:
         """The corpus generation; with an embedder on a document store, also the
@@ -381,18 +541,18 @@ class Searcher:
 
     def _first_phase(
         self, query_norm: str, profile: str, alpha: float, embedder: Embedder | None
-    ) -> tuple[dict[str, float], list[str]]:
-        """Each candidate's first-phase score and the candidates in engine order
-        (:func:`~amelio.search.fusion.first_phase`): ``semantic`` keeps the raw
-        cosine, ``hybrid`` mixes both sides normalized with ``alpha``."""
-        found = first_phase(
+    ) -> FirstPhase:
+        """Each candidate's first-phase score, the candidates in engine order and the
+        raw scores behind them (:func:`~amelio.search.fusion.first_phase`):
+        ``semantic`` keeps the raw cosine, ``hybrid`` mixes both sides normalized
+        with ``alpha``."""
+        return first_phase(
             self.engine,
             query_norm,
             self.settings.search_candidates,
             alpha=1.0 if profile == "semantic" else alpha,
             embedder=embedder,
         )
-        return found.scores, found.order
 
     def _rank(
         self,
@@ -415,10 +575,9 @@ class Searcher:
             return tuple(RankedDoc(h.doc_id, h.score, h.score, 0.0) for h in hits)
         found = self.candidates.get(source)
         if found is None:
-            scores, engine_order = self._first_phase(query_norm, profile, alpha, embedder)
-            found = (scores, tuple(engine_order))
+            found = self._first_phase(query_norm, profile, alpha, embedder)
             self.candidates.put(source, found)
-        first, candidates = found
+        first, candidates = found.scores, found.order
         if not first:
             return ()
         order = {doc_id: i for i, doc_id in enumerate(candidates)}
@@ -483,9 +642,11 @@ class Searcher:
         swapped_rank: int | None,
         who: tuple[str | None, str | None],
         created_ms: int,
+        interleaved: tuple[str, Interleaving] | None = None,
     ) -> None:
         """Store the impression: the ranking as shown, under the query's key, with
-        the hashed session and user (``who``) when the client named them."""
+        the hashed session and user (``who``) when the client named them, and the
+        experiment and its interleaving when one served it."""
         with transaction(self.workspace.engine) as conn:
             conn.execute(
                 search_impressions.insert(),
@@ -506,6 +667,8 @@ class Searcher:
                     "session_hash": who[0],
                     "user_hash": who[1],
                     "created_ms": created_ms,
+                    "experiment": None if interleaved is None else interleaved[0],
+                    "interleaving": None if interleaved is None else interleaved[1].to_dict(),
                 },
             )
 

@@ -24,6 +24,7 @@ from amelio.server.routes import (
     contribution_models,
     contributions,
     evals,
+    experiments,
     feedback,
     findings,
     health,
@@ -100,6 +101,7 @@ def create_app(workspace: Workspace) -> FastAPI:
         (feedback.router, (*keyed, 429)),
         (knowledge.router, (*keyed, 404, 409, 502, 503)),  # its lifespan runs the sync worker
         (search.router, (*keyed, 404, 503)),
+        (experiments.router, (*keyed, 404, 409)),
         (contributions.router, (*keyed, 404, 409, 429, 503)),
         (contribution_models.router, (404, 413, 422, 503)),
     )

@@ -57,6 +57,12 @@ class SearchBody(BaseModel):
         description="The user id your feedback events send as session.userId; stored "
         "only as its daily-salted hash, and capped like a session across its sessions.",
     )
+    explain: bool = Field(
+        default=False,
+        description="Give each result an `explain` object: BM25 and its rank, the "
+        "semantic score, the feedback score with the debiased examinations and clicks "
+        "behind it, exploration, pins and hides, and how far feedback moved it.",
+    )
 
 
 def searcher(request: Request) -> Searcher:
@@ -89,6 +95,7 @@ async def search(body: SearchBody, request: Request, key: Bot) -> dict[str, Any]
         limit=body.limit,
         session=body.sessionId,
         user=body.userId,
+        explain=body.explain,
     )
     return response.to_dict()
 
