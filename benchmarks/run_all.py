@@ -31,6 +31,7 @@ BENCHMARKS = (
     "proxy_overhead",
     "feedback_ingest",
     "search_latency",
+    "interleaving",
     "client_compute",
     "compute_attack",
     "evals_vs_promptfoo",

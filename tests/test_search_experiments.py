@@ -211,7 +211,9 @@ def _teach_expire_first(workspace: Workspace, searcher: Searcher) -> None:
         collector.ingest(_click(response, "expire", f"teacher-{i}", 30_000), rate_limit=False)
     aggregate(workspace)
     a = [d.doc_id for d in searcher.rank("password", profile="bm25")]
-    b = [d.doc_id for d in searcher.rank("password", profile="hybrid_with_feedback", alpha=0, beta=5)]
+    b = [
+        d.doc_id for d in searcher.rank("password", profile="hybrid_with_feedback", alpha=0, beta=5)
+    ]
     assert a[0] != "expire"
     assert b[0] == "expire"
 
@@ -263,7 +265,11 @@ def test_a_session_stays_in_its_arm_and_the_share_holds(
 ) -> None:
     searcher = _searcher(workspace, corpus)
     made = ex.create_experiment(
-        workspace, "quarter", "bm25", "hybrid_with_feedback:alpha=0,beta=3", share=0.25,
+        workspace,
+        "quarter",
+        "bm25",
+        "hybrid_with_feedback:alpha=0,beta=3",
+        share=0.25,
         engine=corpus,
     )
     inside = [made.assigned(f"session-{i}") for i in range(4000)]
@@ -340,7 +346,8 @@ def test_ubi_export_carries_the_attribution_and_ingest_keeps_it(
     # A forged attribution that does not fit its hits is a rejected line, not stored.
     forged = dict(carried[0], query_id="forged-1")
     forged["query_attributes"] = dict(
-        forged["query_attributes"], interleaving={**forged["query_attributes"]["interleaving"], "teams": "a"}
+        forged["query_attributes"],
+        interleaving={**forged["query_attributes"]["interleaving"], "teams": "a"},
     )
     (tmp_path / "forged.jsonl").write_text(json.dumps(forged) + "\n")
     refused = ingest_ubi(fresh, tmp_path / "forged.jsonl", consent="granted")
@@ -381,28 +388,34 @@ def test_explain_gives_each_part_of_the_score(workspace: Workspace, corpus: Docu
 
 
 def test_explain_in_words() -> None:
-    from amelio.search.explain import describe
+    from amelio.web.data import why
+    from amelio.web.i18n import strings
 
-    words = describe(
-        {
-            "moved": 3,
-            "bm25": {"score": 1.2, "rank": 4},
-            "feedback": {
-                "examinations": 120.0,
-                "satisfiedClicks": 41.0,
-                "rate": 0.34,
-                "interval": [0.26, 0.43],
-                "averageRate": 0.2,
-                "held": False,
-                "actors": 12,
-            },
-            "exploration": {"thompson": False, "swapped": False},
-            "pins": 0,
-            "hides": 0,
-        }
-    )
+    part = {
+        "moved": 3,
+        "bm25": {"score": 1.2, "rank": 4},
+        "feedback": {
+            "examinations": 120.0,
+            "satisfiedClicks": 41.0,
+            "rate": 0.34,
+            "interval": [0.26, 0.43],
+            "averageRate": 0.2,
+            "held": False,
+            "actors": 12,
+        },
+        "exploration": {"thompson": False, "swapped": False},
+        "pins": 0,
+        "hides": 0,
+    }
+    words = why(part, strings("en"))
     assert words.startswith("moved up 3 places: 41 debiased clicks of 120 examinations")
     assert "BM25 rank 4" in words
+    assert why(part, strings("fr")).startswith("monté de 3 places : 41 clics débiaisés") or (
+        why(part, strings("fr")).startswith("monté de 3 places: 41 clics débiaisés")
+    )
+    held = {**part, "moved": -1, "feedback": {**part["feedback"], "held": True}}
+    assert why(held, strings("en")).startswith("moved down 1 place:")
+    assert "held: 12 person(s)" in why(held, strings("en"))
 
 
 # -- the faces ---------------------------------------------------------------------------
@@ -425,9 +438,7 @@ def test_the_routes_are_for_admins_and_say_the_verdict(
         assert made.json()["b"] == B
         same = client.post("/v1/experiments", json={**body, "name": "again"}, headers=auth)
         assert same.status_code == 409
-        bad = client.post(
-            "/v1/experiments", json={**body, "name": "x", "b": "bm25"}, headers=auth
-        )
+        bad = client.post("/v1/experiments", json={**body, "name": "x", "b": "bm25"}, headers=auth)
         assert bad.status_code == 422
         searched = client.post(
             "/v1/search",
@@ -472,3 +483,81 @@ def test_the_cli_creates_shows_and_stops(workspace: Workspace, corpus: DocumentS
     bad = runner.invoke(main, [*ws, "experiments", "create", "x", "--a", "bm25", "--b", "bm25"])
     assert bad.exit_code == 1
     assert "rank alike" in bad.output
+
+
+# -- the simulation ----------------------------------------------------------------------
+
+
+def test_the_ab_moments_are_exact_under_the_click_model() -> None:
+    """The A/B side of the comparison rests on :func:`_satisfaction`'s exact mean and
+    variance: they must match what simulated people actually do."""
+    from statistics import fmean, pvariance
+
+    from amelio.search.interleaving_simulation import _satisfaction
+    from amelio.search.simulate import _User
+
+    ranking = [f"d{i}" for i in range(10)]
+    judged = {"d0": 1, "d2": 3, "d5": 2}
+    for model in ("pbm", "cascade"):
+        user = _User(model, 3, random.Random(3))  # type: ignore[arg-type]
+        draws = []
+        for _ in range(20_000):
+            clicks = user.clicks(ranking, judged)
+            draws.append(
+                sum(user.dwell_ms(judged.get(ranking[r - 1], 0)) >= 8000 for r in clicks)
+            )
+        mean, variance = _satisfaction(ranking, judged, user)
+        error = (variance / len(draws)) ** 0.5
+        assert abs(fmean(draws) - mean) < 4 * error, model
+        assert pvariance(draws) == pytest.approx(variance, rel=0.05), model
+
+
+def test_simulate_interleave_says_how_many_sessions_each_design_needs(tmp_path: Path) -> None:
+    from test_search import _small_dataset
+
+    data = _small_dataset(tmp_path)
+    runner = CliRunner()
+    found = runner.invoke(
+        main,
+        [
+            "simulate",
+            "--dataset",
+            str(data),
+            "--interleave",
+            "hybrid_with_feedback:alpha=0,beta=3,exploration=0,bm25",
+            "--train-sessions",
+            "30",
+            "--sessions-per-query",
+            "300",
+            "--json",
+        ],
+    )
+    assert found.exit_code == 0, found.output
+    result = json.loads(found.output)
+    assert result["settings"]["a"] == "hybrid_with_feedback:alpha=0,beta=3,exploration=0"
+    assert result["ndcg10"]["a"] > result["ndcg10"]["b"]  # trained feedback beats bm25
+    il = result["interleaving"]
+    assert il["prefers"] == "A"
+    assert il["agreesWithNdcg"]
+    assert il["powerThere"] >= 0.8
+    assert il["sessionsNeeded"] < result["ab"]["sessionsNeeded"]
+    words = runner.invoke(
+        main,
+        ["simulate", "--dataset", str(data), "--interleave", "bm25", "--sessions-per-query", "2"],
+    )
+    assert words.exit_code == 1
+    assert "two rankers" in words.output
+    alike = runner.invoke(
+        main,
+        [
+            "simulate",
+            "--dataset",
+            str(data),
+            "--interleave",
+            "bm25,bm25:beta=1",
+            "--sessions-per-query",
+            "2",
+        ],
+    )
+    assert alike.exit_code == 1
+    assert "rank alike" in alike.output

@@ -128,6 +128,9 @@ def test_search_page_shows_scores_and_signals_without_logging(
         assert "Bounces" in text and "Most clicked queries" in text
         row = re.search(r"<code>expire</code>.*?</tr>", text, re.S)
         assert row and re.search(r'class="up">\+0\.\d+', row.group(0))
+        # Why it is here, in words: one satisfied click, from one person so far.
+        assert "1 debiased clicks of" in row.group(0)
+        assert "held: 1 person(s) behind it" in row.group(0)
         assert _impressions(ws) == before  # looking taught nothing
         bad = client.get("/search", params={"q": "password", "alpha": "2", "profile": "hybrid"})
         assert bad.status_code == 200 and "alpha is the semantic weight" in bad.text

@@ -19,6 +19,7 @@ from amelio.cli._common import (
 )
 from amelio.contributions.policy import browsers_embed, import_embedder
 from amelio.embeddings import search_embedder
+from amelio.errors import InvalidInput
 from amelio.search import PROFILES, Searcher, aggregate, rebuild
 from amelio.search.counts import signals_for
 from amelio.search.engines.registry import workspace_corpus
@@ -280,6 +281,29 @@ def show_command(ctx: click.Context, query: str, as_json: bool) -> None:
     show_default=True,
     help="Folder for simulation.csv, .json and .png.",
 )
+@click.option(
+    "--interleave",
+    default=None,
+    metavar="A,B",
+    help="Compare two rankers instead (PROFILE[:key=value...] each, e.g. "
+    "bm25,hybrid_with_feedback:beta=0.5): the sessions interleaving and an A/B test "
+    "each need to detect the difference.",
+)
+@click.option(
+    "--method",
+    type=click.Choice(("team-draft", "balanced")),
+    default="team-draft",
+    show_default=True,
+    help="With --interleave: how the two lists are merged.",
+)
+@click.option(
+    "--train-sessions",
+    type=int,
+    default=0,
+    show_default=True,
+    help="With --interleave: sessions per query of feedback learning first (for a "
+    "ranker that uses feedback).",
+)
 @json_option
 @handle_errors
 def simulate_command(
@@ -293,9 +317,25 @@ def simulate_command(
     explore: float | None,
     engine: str | None,
     out: Path,
+    interleave: str | None,
+    method: str,
+    train_sessions: int,
     as_json: bool,
 ) -> None:
     """Simulated users click on search results; report NDCG@10 and CTR@3 per profile."""
+    if interleave is not None:
+        _simulate_interleaving(
+            dataset,
+            interleave,
+            method=method,
+            sessions_per_query=sessions_per_query,
+            train_sessions=train_sessions,
+            click_model=click_model,
+            seed=seed,
+            engine=engine,
+            as_json=as_json,
+        )
+        return
     result = simulate(
         dataset,
         sessions_per_query=sessions_per_query,
@@ -334,3 +374,66 @@ def simulate_command(
             "No plot: matplotlib is not installed (pip install matplotlib, then run "
             "again, or plot simulation.csv: NDCG@10 by sessions per profile)."
         )
+
+
+def _simulate_interleaving(
+    dataset: Path,
+    pair: str,
+    *,
+    method: str,
+    sessions_per_query: int,
+    train_sessions: int,
+    click_model: str,
+    seed: int,
+    engine: str | None,
+    as_json: bool,
+) -> None:
+    from amelio.search.interleaving_simulation import simulate_interleaving
+    from amelio.search.profiles import parse_profile
+
+    sides: list[str] = []
+    # A spec holds commas of its own (beta=1,exploration=0): split where B's name starts.
+    for i, char in enumerate(pair):
+        if char == "," and pair[i + 1 :].split(":", 1)[0].strip() in PROFILES:
+            sides = [pair[:i].strip(), pair[i + 1 :].strip()]
+            break
+    if len(sides) != 2:
+        raise InvalidInput(
+            f"--interleave takes two rankers, A,B (bm25,hybrid:alpha=0.3), not {pair!r}.",
+            field="interleave",
+        )
+    found = simulate_interleaving(
+        dataset,
+        parse_profile(sides[0], field="a"),
+        parse_profile(sides[1], field="b"),
+        sessions_per_query=sessions_per_query,
+        method=method,
+        user_model=click_model,
+        seed=seed,
+        train_sessions=train_sessions,
+        engine=engine,
+        progress=None if as_json else click.echo,
+    )
+    if as_json:
+        print_json(found.to_dict())
+        return
+    il, ab = found.interleaving, found.ab
+    table(
+        ["method", "sessions needed (80 % power)", "measured power there"],
+        [
+            (
+                f"interleaving ({method})",
+                il["sessionsNeeded"] or "over 8× simulated",
+                il["powerThere"],
+            ),
+            ("A/B test", ab["sessionsNeeded"] or "no difference", ab["powerThere"]),
+        ],
+    )
+    p = il["preference"]
+    click.echo(
+        f"Interleaving prefers {il['prefers']} (margin {p['margin']:+.3f} over "
+        f"{p['sessions']} sessions with a credited click; "
+        f"{'agrees' if il['agreesWithNdcg'] else 'disagrees'} with NDCG@10)."
+    )
+    if found.ratio != float("inf"):
+        click.echo(f"Interleaving needs {found.ratio:.1%} of the A/B test's sessions.")

@@ -1,7 +1,8 @@
 """Why is this result here: each part of a result's score, and the same in words.
 
 ``POST /v1/search`` with ``"explain": true`` gives every result an ``explain``
-object, and the dashboard's search page says it in a sentence. The parts are the
+object, and the dashboard's search page says it in a sentence
+(:func:`amelio.web.data.why`). The parts are the
 ones the ranking was built from, read from the same places, so what is shown is
 what happened, not a reconstruction:
 
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from amelio.search.fusion import FirstPhase
     from amelio.search.scoring import FeedbackScorer, RankedDoc
 
-__all__ = ["describe", "explain_ranking"]
+__all__ = ["explain_ranking"]
 
 _Z95 = 1.959964
 
@@ -131,40 +132,3 @@ def explain_ranking(
             }
         out[d.doc_id] = part
     return out
-
-
-def describe(part: Mapping[str, Any]) -> str:
-    """One result's explanation in a sentence, for people: "moved up 3 places:
-    41 debiased clicks of 120 examinations (34 %, 95 % 26–43 %, average 20 %)"."""
-    moved = part.get("moved")
-    if moved:
-        head = f"moved {'up' if moved > 0 else 'down'} {abs(moved)} place{'s' * (abs(moved) > 1)}"
-    elif part.get("feedback"):
-        head = "kept its place"
-    else:
-        head = "ranked by the engine alone"
-    bits: list[str] = []
-    fb = part.get("feedback")
-    if fb:
-        if fb["examinations"] > 0 or fb["satisfiedClicks"] > 0:
-            low, high = fb["interval"]
-            bits.append(
-                f"{fb['satisfiedClicks']:g} debiased clicks of {fb['examinations']:g} "
-                f"examinations ({fb['rate']:.0%}, 95 % {low:.0%}–{high:.0%}, "
-                f"average {fb['averageRate']:.0%})"
-            )
-        else:
-            bits.append("no clicks or examinations yet")
-        if fb["held"]:
-            bits.append(f"held: {fb['actors']} person(s) behind it, too few to move it far")
-    if part.get("pins") or part.get("hides"):
-        bits.append(f"pinned {part['pins']}×, hidden {part['hides']}×")
-    exploration = part.get("exploration") or {}
-    if exploration.get("swapped"):
-        bits.append("swapped with a neighbour to measure position bias")
-    elif exploration.get("thompson"):
-        bits.append("explored (feedback scores sampled)")
-    bm25 = part.get("bm25") or {}
-    if bm25.get("rank"):
-        bits.append(f"BM25 rank {bm25['rank']}")
-    return head + (": " + "; ".join(bits) if bits else "")

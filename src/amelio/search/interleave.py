@@ -41,7 +41,7 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from statistics import NormalDist, fmean, pstdev
+from statistics import NormalDist
 from typing import Any, Literal
 
 __all__ = [
@@ -49,11 +49,9 @@ __all__ = [
     "MIN_SESSIONS",
     "Interleaving",
     "Preference",
-    "ab_sessions_needed",
     "credit",
     "interleave",
     "preference",
-    "sessions_needed",
 ]
 
 Method = Literal["team-draft", "balanced"]
@@ -259,34 +257,3 @@ def preference(outcomes: Sequence[int], confidence: float = 0.95) -> Preference:
     elif n >= MIN_SESSIONS and high < 0:
         verdict = "B"
     return Preference(wins_a, wins_b, n - wins_a - wins_b, margin, (low, high), verdict)
-
-
-def sessions_needed(values: Sequence[float], *, power: float = 0.8, alpha: float = 0.05) -> float:
-    """Sessions a two-sided test at ``alpha`` needs to detect the mean of ``values``
-    with ``power``: ``((z₁₋α/₂ + z_power) · σ / μ)²`` for paired outcomes (one
-    value per interleaved session, 0 when nothing was credited). Infinite when the
-    mean is 0. For an A/B test use :func:`ab_sessions_needed`."""
-    mean = fmean(values) if values else 0.0
-    if mean == 0:
-        return math.inf
-    z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
-    return float((z * pstdev(values) / mean) ** 2)
-
-
-def ab_sessions_needed(
-    group_a: Sequence[float],
-    group_b: Sequence[float],
-    *,
-    power: float = 0.8,
-    alpha: float = 0.05,
-) -> float:
-    """Sessions in all (both groups together, split evenly) a two-sample test at
-    ``alpha`` needs to detect the difference between the groups' means with
-    ``power``: ``2 · 2 · ((z₁₋α/₂ + z_power) · σ / δ)²``, σ the pooled standard
-    deviation. Infinite when the means are equal."""
-    delta = fmean(group_a) - fmean(group_b)
-    if delta == 0:
-        return math.inf
-    pooled = math.sqrt((pstdev(group_a) ** 2 + pstdev(group_b) ** 2) / 2)
-    z = NormalDist().inv_cdf(1 - alpha / 2) + NormalDist().inv_cdf(power)
-    return float(4 * (z * pooled / delta) ** 2)

@@ -465,6 +465,20 @@ class Searcher:
             beta = 0.0
         return _Ranking((), profile, alpha, beta, query_norm, key)
 
+    def explained(
+        self,
+        query: str,
+        *,
+        profile: str | None = None,
+        alpha: float | None = None,
+        limit: int = 10,
+        beta: float | None = None,
+    ) -> tuple[tuple[RankedDoc, ...], dict[str, dict[str, Any]]]:
+        """:meth:`rank` with each result's parts (the dashboard's search page: looking
+        logs nothing)."""
+        r = self._ranking(query, profile, alpha, limit, beta, explore=False)
+        return r.docs, self._explain(r.docs, (r,), None, None)
+
     def _ranking(
         self,
         query: str,

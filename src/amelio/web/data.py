@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -194,7 +195,7 @@ def search_view(
     }
     if not query:
         return view
-    ranking = searcher.rank(query, profile=profile, alpha=alpha)  # checks the request
+    ranking, parts = searcher.explained(query, profile=profile, alpha=alpha)  # checks it
     view["query_norm"] = query_key(ws.settings, query)  # what signals are kept under
     titles = searcher.engine.documents([d.doc_id for d in ranking])
     signals = signals_for(ws.engine, view["query_norm"], [d.doc_id for d in ranking])
@@ -207,10 +208,59 @@ def search_view(
             "first_phase": d.first_phase,
             "feedback": d.feedback,
             "signals": signals.get(d.doc_id),
+            "explain": parts.get(d.doc_id),
         }
         for rank, d in enumerate(ranking, start=1)
     ]
     return view
+
+
+def why(part: Mapping[str, Any] | None, t: Mapping[str, str]) -> str:
+    """One result's explanation (:mod:`amelio.search.explain`) in a sentence of the
+    page's language: "moved up 3 places: 41 debiased clicks of 120 examinations
+    (34 %, 95 % 26–43 %, average 20 %); BM25 rank 4"."""
+    if not part:
+        return ""
+    moved = part.get("moved") or 0
+    if moved:
+        way = "up" if moved > 0 else "down"
+        head = (
+            t[f"why_moved_{way}_one"]
+            if abs(moved) == 1
+            else t[f"why_moved_{way}"].format(n=abs(moved))
+        )
+    else:
+        head = t["why_kept"] if part.get("feedback") else t["why_engine"]
+    bits: list[str] = []
+    fb = part.get("feedback")
+    if fb:
+        if fb["examinations"] > 0 or fb["satisfiedClicks"] > 0:
+            low, high = fb["interval"]
+            bits.append(
+                t["why_clicks"].format(
+                    clicks=f"{fb['satisfiedClicks']:g}",
+                    examinations=f"{fb['examinations']:g}",
+                    rate=f"{fb['rate']:.0%}",
+                    low=f"{low:.0%}",
+                    high=f"{high:.0%}",
+                    average=f"{fb['averageRate']:.0%}",
+                )
+            )
+        else:
+            bits.append(t["why_no_evidence"])
+        if fb["held"]:
+            bits.append(t["why_held"].format(actors=fb["actors"]))
+    if part.get("pins") or part.get("hides"):
+        bits.append(t["why_pins"].format(pins=part["pins"], hides=part["hides"]))
+    exploration = part.get("exploration") or {}
+    if exploration.get("swapped"):
+        bits.append(t["why_swapped"])
+    elif exploration.get("thompson"):
+        bits.append(t["why_explored"])
+    rank = (part.get("bm25") or {}).get("rank")
+    if rank:
+        bits.append(t["why_bm25"].format(rank=rank))
+    return head + (": " + "; ".join(bits) if bits else "")
 
 
 #: Links a citation or source may carry (``Source.parse`` admits no others).

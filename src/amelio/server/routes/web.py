@@ -797,6 +797,10 @@ def search_page(
         view = data.search_view(engine, "", chosen, None)
     if not _key(request).is_global:  # signals have no project: the queries are everyone's
         view["busiest"] = []
+    settings = _ws(request).settings
+    words = strings(pick_language(settings.ui_language, request.headers.get("accept-language")))
+    for result in view.get("results", []):
+        result["why"] = data.why(result["explain"], words)
     return _render(
         request,
         "search.html",

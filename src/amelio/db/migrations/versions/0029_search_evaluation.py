@@ -43,9 +43,7 @@ def upgrade() -> None:
         sa.Column("stopped_ms", sa.BigInteger, nullable=True),
         sa.PrimaryKeyConstraint("id", name="pk_search_experiments"),
         sa.UniqueConstraint("name", name="uq_search_experiments_name"),
-        sa.CheckConstraint(
-            "status IN ('running', 'stopped')", name="ck_search_experiments_status"
-        ),
+        sa.CheckConstraint("status IN ('running', 'stopped')", name="ck_search_experiments_status"),
         sa.CheckConstraint(
             "method IN ('team-draft', 'balanced')", name="ck_search_experiments_method"
         ),
