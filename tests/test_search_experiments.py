@@ -93,6 +93,9 @@ def test_balanced_keeps_each_rankers_top_in_the_top() -> None:
 def test_credit_by_team_and_by_the_balanced_rule() -> None:
     drafted = Interleaving("team-draft", ("x", "y", "z"), "abb", (1, None, 2), (2, 1, None))
     assert credit(drafted, {1: 1.0, 3: 0.5}) == (1.0, 0.5)
+    # "x" is first in both lists: the coin gave it to A, so its click counts for no one.
+    agreed = Interleaving("team-draft", ("x", "y", "z"), "abb", (1, 2, None), (1, None, 2))
+    assert credit(agreed, {1: 1.0, 2: 1.0}) == (0.0, 1.0)
     # Balanced: the lowest click is "z" (rank 3), A's rank 2 and B's none → k = 2.
     # Clicks on y and z: A's top 2 holds z, B's top 2 holds y: a tie.
     walked = Interleaving("balanced", ("x", "y", "z"), "aba", (1, None, 2), (3, 1, None))
@@ -503,9 +506,7 @@ def test_the_ab_moments_are_exact_under_the_click_model() -> None:
         draws = []
         for _ in range(20_000):
             clicks = user.clicks(ranking, judged)
-            draws.append(
-                sum(user.dwell_ms(judged.get(ranking[r - 1], 0)) >= 8000 for r in clicks)
-            )
+            draws.append(sum(user.dwell_ms(judged.get(ranking[r - 1], 0)) >= 8000 for r in clicks))
         mean, variance = _satisfaction(ranking, judged, user)
         error = (variance / len(draws)) ** 0.5
         assert abs(fmean(draws) - mean) < 4 * error, model

@@ -31,19 +31,11 @@ from amelio.search.clickmodel import utility
 
 if TYPE_CHECKING:
     from amelio.search.counts import SignalRow
-    from amelio.search.fusion import FirstPhase
     from amelio.search.scoring import FeedbackScorer, RankedDoc
 
 __all__ = ["explain_ranking"]
 
 _Z95 = 1.959964
-
-
-def _ranks(scores: Mapping[str, float], order: Sequence[str]) -> dict[str, int]:
-    """1-based ranks by score, ties kept in engine order (as rankings break them)."""
-    position = {d: i for i, d in enumerate(order)}
-    ranked = sorted(scores, key=lambda d: (-scores[d], position.get(d, len(position))))
-    return {d: i for i, d in enumerate(ranked, start=1)}
 
 
 def _evidence(row: SignalRow | None, scorer: FeedbackScorer) -> dict[str, Any]:
@@ -79,37 +71,25 @@ def _empty_row() -> SignalRow:
 def explain_ranking(
     shown: Sequence[RankedDoc],
     *,
-    first: FirstPhase | None,
     rows: Mapping[str, SignalRow],
     scorer: FeedbackScorer | None,
     beta: float,
     sampled: bool,
     swapped_rank: int | None,
-    lexical_only: bool = False,
 ) -> dict[str, dict[str, Any]]:
-    """Each shown result's parts, by document id. ``first`` is the candidates'
-    first phase (None: a ``bm25`` ranking, or an engine that ranks by itself),
-    ``scorer`` the feedback scorer (None: no feedback in this profile);
-    ``lexical_only`` says the first phase *is* BM25 (the ``bm25`` profile)."""
-    if first is not None:
-        first_rank = _ranks(first.scores, first.order)
-        bm25_rank = _ranks(first.lexical, first.order) if first.lexical else {}
-    else:  # bm25 (or a ranking engine): the first phase is the ranking itself
-        by_first = {d.doc_id: d.first_phase for d in shown}
-        first_rank = _ranks(by_first, [d.doc_id for d in shown])
-        bm25_rank = {}
+    """Each shown result's parts, by document id, from the provenance the ranking
+    carries (:class:`~amelio.search.scoring.RankedDoc`) and the query's signal rows;
+    ``scorer`` is the feedback scorer (None: no feedback in this profile)."""
     out: dict[str, dict[str, Any]] = {}
     for rank, d in enumerate(shown, start=1):
-        lexical = first.lexical.get(d.doc_id) if first is not None else None
-        semantic = first.semantic.get(d.doc_id) if first is not None else None
         row = rows.get(d.doc_id)
         part: dict[str, Any] = {
             "bm25": {
-                "score": None if lexical is None else round(lexical, 6),
-                "rank": bm25_rank.get(d.doc_id),
+                "score": None if d.lexical is None else round(d.lexical, 6),
+                "rank": d.lexical_rank,
             },
-            "semantic": None if semantic is None else {"score": round(semantic, 6)},
-            "firstPhase": {"score": round(d.first_phase, 6), "rank": first_rank.get(d.doc_id)},
+            "semantic": None if d.semantic is None else {"score": round(d.semantic, 6)},
+            "firstPhase": {"score": round(d.first_phase, 6), "rank": d.first_rank},
             "feedback": None,
             "exploration": {
                 "thompson": sampled,
@@ -119,10 +99,8 @@ def explain_ranking(
             "hides": row.hides if row else 0,
             "votesUp": row.votes_up if row else 0,
             "votesDown": row.votes_down if row else 0,
-            "moved": (first_rank[d.doc_id] - rank) if d.doc_id in first_rank else None,
+            "moved": None if d.first_rank is None else d.first_rank - rank,
         }
-        if lexical_only:
-            part["bm25"] = {"score": round(d.first_phase, 6), "rank": first_rank.get(d.doc_id)}
         if scorer is not None and beta > 0:
             part["feedback"] = {
                 "score": round(d.feedback, 6),

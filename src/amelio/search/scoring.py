@@ -44,12 +44,22 @@ FEW_ACTORS_RANKS = 2
 
 class RankedDoc(NamedTuple):
     """One ranked result: ``score`` is ``first_phase + beta · feedback``, the three
-    kept apart so a response can show what the engine and the feedback each gave."""
+    kept apart so a response can show what the engine and the feedback each gave.
+
+    The provenance fields say where the result came from, for ``explain``: its raw
+    BM25 score and rank among the candidates, its cosine, and the rank the first
+    phase alone gave it. They ride along in the ranking cache, so explaining a
+    cached ranking reads no candidates again (None: unknown, as for a ranking
+    engine that keeps its candidates to itself)."""
 
     doc_id: str
     score: float
     first_phase: float
     feedback: float
+    lexical: float | None = None
+    lexical_rank: int | None = None
+    semantic: float | None = None
+    first_rank: int | None = None
 
 
 class FeedbackScorer:

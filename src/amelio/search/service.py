@@ -103,9 +103,8 @@ class _Ranking(NamedTuple):
     key: str
     cached: bool = False
     sampled: bool = False
-    #: What the first phase depends on (the candidate cache's key); None for a
-    #: ranking engine (Vespa), which keeps its candidates to itself.
-    source: tuple[Any, ...] | None = None
+    #: The fitted click model the feedback scores used (None without feedback).
+    propensities: Propensities | None = None
 
 
 @dataclass(frozen=True)
@@ -368,31 +367,30 @@ class Searcher:
         ranking used (:func:`~amelio.search.explain.explain_ranking`); in an
         interleaved response, from the ranker that contributed it."""
         out: dict[str, dict[str, Any]] = {}
-        with self.workspace.engine.connect() as conn:
-            propensities = load_propensities(conn)
-            rows = signals_for(conn, parts[0].key)
+        rows = signals_for(self.workspace.engine, parts[0].key, [d.doc_id for d in ranking])
         for i, part in enumerate(parts):
             team = "ab"[i] if shown is not None else None
             docs = [d for j, d in enumerate(ranking) if shown is None or shown.teams[j] == team]
+            # A ranking engine (Vespa) scored feedback by itself: read the model once.
+            propensities = part.propensities or (
+                load_propensities(self.workspace.engine) if part.beta > 0 else None
+            )
             scorer = (
                 FeedbackScorer(
                     propensities,
                     self.settings.search_prior_weight,
                     self.settings.search_min_actors,
                 )
-                if part.beta > 0
+                if propensities is not None
                 else None
             )
-            first = self._candidates_of(part) if part.profile != "bm25" else None
             found = explain_ranking(
                 docs,
-                first=first,
                 rows=rows,
                 scorer=scorer,
                 beta=part.beta,
                 sampled=part.sampled,
                 swapped_rank=swapped,
-                lexical_only=part.profile == "bm25",
             )
             if shown is not None:
                 for j, doc_id in enumerate(shown.docs):
@@ -413,19 +411,6 @@ class Searcher:
             if part_of is not None and part_of["firstPhase"]["rank"] and own:
                 part_of["moved"] = part_of["firstPhase"]["rank"] - own
         return out
-
-    def _candidates_of(self, part: _Ranking) -> FirstPhase | None:
-        """The first phase a ranking was built on: from the candidate cache, else
-        computed again (evicted since); None for a ranking engine."""
-        if part.source is None:
-            return None
-        found = self.candidates.get(part.source)
-        if found is None:
-            query_norm, profile, alpha = part.source[:3]
-            embedder = self._embedder(profile, alpha) if alpha > 0 else None
-            found = self._first_phase(query_norm, profile, alpha, embedder)
-            self.candidates.put(part.source, found)
-        return found
 
     def rank(
         self,
@@ -524,7 +509,7 @@ class Searcher:
                         conn, source, key, beta, limit, propensities, embedder, rng=self._rng
                     ),
                     sampled=True,
-                    source=source,
+                    propensities=propensities,
                 )
             version = propensities.version if propensities else 0
             cache_key = (*source, key, beta, limit, version)
@@ -534,7 +519,7 @@ class Searcher:
             if ranking is None:
                 ranking = self._rank(conn, source, key, beta, limit, propensities, embedder)
                 self.cache.put(cache_key, ranking)
-        return r._replace(docs=ranking, cached=cached, source=source)
+        return r._replace(docs=ranking, cached=cached, propensities=propensities)
 
     def _corpus_stamp(self, embedder: Embedder | None) -> int | tuple[int, int]:
         """The corpus generation; with an embedder on a document store, also the
@@ -586,7 +571,10 @@ class Searcher:
         query_norm, profile, alpha = source[:3]
         if profile == "bm25":
             hits = self.engine.lexical(query_norm, limit)
-            return tuple(RankedDoc(h.doc_id, h.score, h.score, 0.0) for h in hits)
+            return tuple(
+                RankedDoc(h.doc_id, h.score, h.score, 0.0, h.score, i, None, i)
+                for i, h in enumerate(hits, start=1)
+            )
         found = self.candidates.get(source)
         if found is None:
             found = self._first_phase(query_norm, profile, alpha, embedder)
@@ -623,8 +611,8 @@ class Searcher:
                 first,
                 key=lambda doc_id: (-(first[doc_id] + settled.get(doc_id, 0.0)), order[doc_id]),
             )
-            return tuple(hold_back(ranked, held, unmoved, limit))
-        return tuple(ranked[:limit])
+            return _provenance(hold_back(ranked, held, unmoved, limit), found)
+        return _provenance(ranked[:limit], found)
 
     def _swap(self, ranking: tuple[RankedDoc, ...]) -> tuple[tuple[RankedDoc, ...], int | None]:
         """Swap two adjacent results in a share of responses (``search_exploration``)
@@ -705,3 +693,25 @@ class Searcher:
                 self._aggregating.release()
 
         threading.Thread(target=run, name="amelio-signals", daemon=True).start()
+
+
+def _provenance(shown: Sequence[RankedDoc], found: FirstPhase) -> tuple[RankedDoc, ...]:
+    """``shown`` with where each result came from (:class:`RankedDoc`'s provenance
+    fields): its raw BM25 and cosine, its BM25 rank among the candidates and the rank
+    the first phase alone gave it. Computed once per ranking, on a cache miss."""
+    position = {d: i for i, d in enumerate(found.order)}
+
+    def ranks(scores: dict[str, float]) -> dict[str, int]:
+        ordered = sorted(scores, key=lambda d: (-scores[d], position.get(d, len(position))))
+        return {d: i for i, d in enumerate(ordered, start=1)}
+
+    first, lexical = ranks(found.scores), ranks(found.lexical)
+    return tuple(
+        d._replace(
+            lexical=found.lexical.get(d.doc_id),
+            lexical_rank=lexical.get(d.doc_id),
+            semantic=found.semantic.get(d.doc_id),
+            first_rank=first.get(d.doc_id),
+        )
+        for d in shown
+    )
