@@ -74,6 +74,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Find underperforming skills and propose improvements (run it nightly).",
     ),
     "init": ("admin", "Create a workspace in DIRECTORY (amelio.toml, skills/, migrated database)."),
+    "judgments": (
+        "judgments",
+        "Judgment lists: graded (query, document) pairs from clicks, an LLM or people.",
+    ),
     "keys": ("admin", "API keys for the service."),
     "knowledge": ("knowledge", "Notebooks: sync sources, ask with citations, dead letters."),
     "learnings": ("context", "Rules learned from corrections, injected into prompts."),
@@ -91,6 +95,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "quality": (
         "assistant",
         "Quality metrics per skill: use, success rate, feedback, failing rules.",
+    ),
+    "relevance": (
+        "judgments",
+        "Measure rank profiles offline against a judgment list (NDCG@10, MRR, P@5).",
     ),
     "restore": (
         "ops",

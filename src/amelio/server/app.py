@@ -29,6 +29,7 @@ from amelio.server.routes import (
     findings,
     health,
     improve,
+    judgments,
     knowledge,
     openai,
     rollouts,
@@ -101,6 +102,7 @@ def create_app(workspace: Workspace) -> FastAPI:
         (feedback.router, (*keyed, 429)),
         (knowledge.router, (*keyed, 404, 409, 502, 503)),  # its lifespan runs the sync worker
         (search.router, (*keyed, 404, 503)),
+        (judgments.router, (*keyed, 404)),
         (experiments.router, (*keyed, 404, 409)),
         (contributions.router, (*keyed, 404, 409, 429, 503)),
         (contribution_models.router, (404, 413, 422, 503)),
@@ -140,6 +142,7 @@ def _add_dashboard(app: FastAPI) -> None:
     """The web dashboard at /, its static files, and its login redirect."""
     app.mount("/static", _StaticFiles(directory=web.STATIC_DIR), name="static")
     app.include_router(web.router)
+    app.include_router(judgments.pages)  # /judgments: grading pairs by hand
 
     @app.exception_handler(web.LoginRequired)
     async def login_required(request: Request, _: Exception) -> RedirectResponse:

@@ -303,6 +303,30 @@ _EN = {
     "documents_embedded": "Documents embedded",
     "leases_total": "Leases (all time)",
     "no_clients": "No browser has contributed yet.",
+    "judgments": "Judgments",
+    "judgments_help": "Graded (query, document) pairs that rank profiles are measured "
+    "against (amelio relevance eval). amelio judgments build NAME --from human makes a "
+    "list to grade here; clicks and llm lists are graded already.",
+    "judgments_none": "No judgment lists: amelio judgments build NAME --from human makes one.",
+    "judgments_global_only": "Judgment lists are the whole workspace's: log in with a key "
+    "bound to no project to see them.",
+    "judgment_list": "List",
+    "judgment_source": "Source",
+    "judgment_queries": "Queries",
+    "judgment_progress_head": "Progress",
+    "judgment_progress": "{graded} of {pairs} graded",
+    "judgment_query": "Query",
+    "judgment_document": "Document",
+    "judgment_missing": "This document is no longer in the search corpus.",
+    "judgment_grade_help": "How well does this document answer the query? Keys 0 to 3 "
+    "grade it, s skips it.",
+    "judgment_grade_0": "0 · irrelevant",
+    "judgment_grade_1": "1 · related",
+    "judgment_grade_2": "2 · relevant",
+    "judgment_grade_3": "3 · perfect",
+    "judgment_skip": "Skip",
+    "judgment_done": "Every pair of this list is graded.",
+    "judgment_admin_only": "Only an admin can grade.",
 }
 _FR = {
     "skills": "Compétences",
@@ -604,6 +628,31 @@ _FR = {
     "documents_embedded": "Documents vectorisés",
     "leases_total": "Prêts (au total)",
     "no_clients": "Aucun navigateur n'a encore contribué.",
+    "judgments": "Jugements",
+    "judgments_help": "Des paires (requête, document) notées, contre lesquelles on mesure "
+    "les profils de classement (amelio relevance eval). amelio judgments build NOM --from "
+    "human crée une liste à noter ici ; les listes clicks et llm sont déjà notées.",
+    "judgments_none": "Aucune liste de jugements : amelio judgments build NOM --from human "
+    "en crée une.",
+    "judgments_global_only": "Les listes de jugements sont à tout l'espace de travail : "
+    "connectez-vous avec une clé liée à aucun projet pour les voir.",
+    "judgment_list": "Liste",
+    "judgment_source": "Source",
+    "judgment_queries": "Requêtes",
+    "judgment_progress_head": "Avancement",
+    "judgment_progress": "{graded} sur {pairs} notées",
+    "judgment_query": "Requête",
+    "judgment_document": "Document",
+    "judgment_missing": "Ce document n'est plus dans le corpus de recherche.",
+    "judgment_grade_help": "Ce document répond-il à la requête ? Les touches 0 à 3 le "
+    "notent, s le passe.",
+    "judgment_grade_0": "0 · hors sujet",
+    "judgment_grade_1": "1 · connexe",
+    "judgment_grade_2": "2 · pertinent",
+    "judgment_grade_3": "3 · parfait",
+    "judgment_skip": "Passer",
+    "judgment_done": "Toutes les paires de cette liste sont notées.",
+    "judgment_admin_only": "Seul un administrateur peut noter.",
 }
 
 
