@@ -39,6 +39,7 @@ from typing import Any
 from amelio.errors import InvalidInput
 from amelio.llm import get_provider, settings_for_model
 from amelio.search import Searcher
+from amelio.search import judgment_lists as store
 from amelio.search import judgments as jl
 from amelio.search.engines.registry import open_engine
 from amelio.search.relevance import load_dataset
@@ -78,8 +79,8 @@ def llm_settings(args: argparse.Namespace) -> Settings:
     return base
 
 
-def summary(item: jl.JudgmentList) -> str:
-    grades = " ".join(f"{g}:{item.histogram.get(g, 0)}" for g in jl.GRADES)
+def summary(item: store.JudgmentList) -> str:
+    grades = " ".join(f"{g}:{item.histogram.get(g, 0)}" for g in store.GRADES)
     return f"{item.pairs} pairs over {item.queries} queries, {item.graded} graded ({grades})"
 
 
@@ -122,8 +123,8 @@ def main() -> None:
     record: dict[str, Any] = {"dataset": args.dataset.name, "simulationSeconds": round(simulated)}
     try:
         for name in ("clicks", "llm", "qrels"):
-            if any(item.name == name for item in jl.list_lists(ws)):
-                jl.delete_list(ws, name)
+            if any(item.name == name for item in store.list_lists(ws)):
+                store.delete_list(ws, name)
         clicks = jl.build(ws, "clicks", "clicks", created_by="benchmark")
         print(f"clicks: {summary(clicks.list)}; {clicks.too_little} pairs with too little evidence")
 

@@ -18,10 +18,10 @@ from amelio.errors import InvalidInput
 from amelio.improve import proposals as props
 from amelio.improve.bench import list_benchmarks, parse_judge, parse_scenarios_option, run_benchmark
 from amelio.improve.sage import SageRejected, analyze, improve_with_sage, parse_sage_answer
-from amelio.improve.stats import bootstrap_mean_ci, min_scenarios, wilcoxon_signed_rank
 from amelio.llm import Completion, LLMRequest
 from amelio.llm.fake import ScriptedProvider
 from amelio.server import create_app
+from amelio.stats import bootstrap_mean, min_scenarios, wilcoxon_signed_rank
 from amelio.testing import FakeLLMServer, FakeRequest
 from amelio.workspace import keys
 from amelio.workspace.folder import Workspace, open_workspace
@@ -45,7 +45,7 @@ def test_wilcoxon_exact_values() -> None:
     assert wilcoxon_signed_rank([1, 2, 3, 4, 5, 6, 7, -0.5]) == pytest.approx(0.015625)
     assert wilcoxon_signed_rank([1, -1, 2, -2]) == 1.0
     assert wilcoxon_signed_rank([0, 0]) == 1.0
-    low, high = bootstrap_mean_ci([1.0, 2.0, 3.0], seed=1)
+    _, low, high = bootstrap_mean([1.0, 2.0, 3.0], seed=1)
     assert 1.0 <= low <= 2.0 <= high <= 3.0
 
 

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -16,9 +14,9 @@ from fastapi.testclient import TestClient
 from amelio.cli import main
 from amelio.db.schema import search_impressions
 from amelio.errors import Conflict, InvalidInput, NotFound
-from amelio.feedback import Collector, new_event_id
+from amelio.feedback import Collector
 from amelio.feedback.ubi import export_ubi, ingest_ubi
-from amelio.search import Searcher, SearchResponse, aggregate
+from amelio.search import Searcher, aggregate
 from amelio.search import experiments as ex
 from amelio.search.engines.registry import workspace_corpus
 from amelio.search.interleave import (
@@ -34,6 +32,7 @@ from amelio.server import create_app
 from amelio.workspace import keys
 from amelio.workspace.folder import Workspace, init_workspace
 from amelio.workspace.projects import create_project
+from test_search import click_events
 
 DOCS = [
     {"_id": "reset", "title": "Reset your password", "text": "Reset the password in settings."},
@@ -179,39 +178,15 @@ def _searcher(workspace: Workspace, corpus: DocumentStore, seed: int = 0) -> Sea
     return searcher
 
 
-def _click(response: SearchResponse, doc_id: str, session: str, dwell_ms: int) -> list[dict]:
-    rank = next(i for i, d in enumerate(response.results, start=1) if d.doc_id == doc_id)
-    common: dict[str, Any] = {
-        "eventVersion": "v1",
-        "session": {"sessionId": session},
-        "consent": {"telemetry": "granted"},
-        "request": {
-            "queryId": response.query_id,
-            "requestId": response.request_id,
-            "feedbackToken": response.token,
-        },
-        "result": {"docId": doc_id, "rankShown": rank},
-    }
-    now = int(time.time() * 1000)
-    return [
-        {**common, "eventId": new_event_id(), "eventTimeMs": now, "eventType": "result_clicked"},
-        {
-            **common,
-            "eventId": new_event_id(),
-            "eventTimeMs": now,
-            "eventType": "result_dwell_time",
-            "outcome": {"dwellMs": dwell_ms},
-        },
-    ]
-
-
 def _teach_expire_first(workspace: Workspace, searcher: Searcher) -> None:
     """Five people search "password" and read "expire" long: the feedback profile
     (B) puts it first, BM25 (A) does not."""
     collector = Collector(workspace)
     for i in range(5):
         response = searcher.search("password", session=f"teacher-{i}", profile=B.split(":")[0])
-        collector.ingest(_click(response, "expire", f"teacher-{i}", 30_000), rate_limit=False)
+        collector.ingest(
+            click_events(response, "expire", f"teacher-{i}", dwell_ms=30_000), rate_limit=False
+        )
     aggregate(workspace)
     a = [d.doc_id for d in searcher.rank("password", profile="bm25")]
     b = [
@@ -235,7 +210,9 @@ def test_an_experiment_serves_interleaved_lists_and_people_decide(
         response = searcher.search("password", session=session)
         assert response.experiment == "feedback-vs-bm25"
         assert response.to_dict()["experiment"] == "feedback-vs-bm25"
-        collector.ingest(_click(response, "expire", session, 20_000), rate_limit=False)
+        collector.ingest(
+            click_events(response, "expire", session, dwell_ms=20_000), rate_limit=False
+        )
     other = searcher.search("password", project="other", session="s0")
     assert other.experiment is None
     assert "experiment" not in other.to_dict()
@@ -320,7 +297,9 @@ def test_ubi_export_carries_the_attribution_and_ingest_keeps_it(
     collector = Collector(workspace)
     for i in range(3):
         response = searcher.search("password", session=f"u{i}")
-        collector.ingest(_click(response, "expire", f"u{i}", 20_000), rate_limit=False)
+        collector.ingest(
+            click_events(response, "expire", f"u{i}", dwell_ms=20_000), rate_limit=False
+        )
     export_ubi(workspace, tmp_path / "ubi")
     queries = [
         json.loads(line)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,20 +16,22 @@ from fastapi.testclient import TestClient
 
 from amelio.cli import main
 from amelio.errors import Conflict, InvalidInput, LLMNotConfigured, NotFound
-from amelio.feedback import Collector, new_event_id
-from amelio.search import Searcher, SearchResponse, aggregate
+from amelio.feedback import Collector
+from amelio.search import Searcher, aggregate
+from amelio.search import judgment_lists as store
 from amelio.search import judgments as jl
 from amelio.search.clickmodel import Propensities, load_propensities
 from amelio.search.counts import SignalRow, signals_for
 from amelio.search.engines.registry import workspace_corpus
 from amelio.search.evaluation import evaluate, query_metrics
 from amelio.search.scoring import RankedDoc
-from amelio.search.stats import average_ranks, bootstrap_mean, spearman, weighted_kappa
 from amelio.server import create_app
+from amelio.stats import average_ranks, bootstrap_mean, spearman, weighted_kappa
 from amelio.testing import FakeLLMServer, FakeRequest, ThreadedServer
 from amelio.workspace import keys
 from amelio.workspace.folder import Workspace, open_workspace
 from browser_support import launch_chromium
+from test_search import click_events
 
 DOCS = [
     {
@@ -85,34 +86,6 @@ def ws(workspace: Workspace, tmp_path: Path) -> Workspace:
 def searcher(ws: Workspace) -> Searcher:
     """Exploration is off in tests (conftest): every response shows the ranking."""
     return Searcher(ws, background_aggregation=False)
-
-
-def click(
-    response: SearchResponse, doc_id: str, session: str, dwell_ms: int
-) -> list[dict[str, Any]]:
-    rank = next(i for i, d in enumerate(response.results, start=1) if d.doc_id == doc_id)
-    common = {
-        "eventVersion": "v1",
-        "session": {"sessionId": session},
-        "consent": {"telemetry": "granted"},
-        "request": {
-            "queryId": response.query_id,
-            "requestId": response.request_id,
-            "feedbackToken": response.token,
-        },
-        "result": {"docId": doc_id, "rankShown": rank},
-    }
-    now = int(time.time() * 1000)
-    return [
-        {**common, "eventId": new_event_id(), "eventTimeMs": now, "eventType": "result_clicked"},
-        {
-            **common,
-            "eventId": new_event_id(),
-            "eventTimeMs": now,
-            "eventType": "result_dwell_time",
-            "outcome": {"dwellMs": dwell_ms},
-        },
-    ]
 
 
 # -- the statistics, by hand ---------------------------------------------------------------
@@ -184,15 +157,15 @@ def test_a_clicks_list_grades_pairs_from_real_events_with_their_counts(
     events: list[dict[str, Any]] = []
     for i in range(12):
         response = searcher.search("Password", profile="bm25", session=f"reader{i}")
-        events += click(response, "expire", f"reader{i}", dwell_ms=30_000)
-        events += click(response, "sso", f"reader{i}", dwell_ms=1_500)
+        events += click_events(response, "expire", f"reader{i}", dwell_ms=30_000)
+        events += click_events(response, "sso", f"reader{i}", dwell_ms=1_500)
     for i in range(40):
         searcher.search("invoice refund", profile="bm25", session=f"idle{i}")
     assert Collector(ws).ingest(events, rate_limit=False).count("accepted") == len(events)
     aggregate(ws)
 
     report = jl.build(ws, "from-clicks", "clicks", created_by="ana")
-    grades = {(p.query, p.doc_id): p for p in jl.pairs_of(ws, "from-clicks")}
+    grades = {(p.query, p.doc_id): p for p in store.pairs_of(ws, "from-clicks")}
     expire = grades[("password", "expire")]
     assert expire.grade is not None and expire.grade >= 2
     assert grades[("password", "sso")].grade == 0  # clicked, but every click bounced
@@ -232,7 +205,7 @@ def test_bad_builds_say_what_is_missing_and_leave_nothing_behind(ws: Workspace) 
     with pytest.raises(InvalidInput, match="Unknown rank profile"):
         jl.build(ws, "empty", "human", queries=["password"], profile="bm99")
     with pytest.raises(NotFound):
-        jl.get_list(ws, "empty")  # nothing half-made stays behind
+        store.get_list(ws, "empty")  # nothing half-made stays behind
     capped = jl.build(ws, "capped", "human", queries=["password", "refund"], max_queries=1)
     assert capped.list.queries == 1 and capped.list.meta["queries"] == 1
 
@@ -285,7 +258,7 @@ def test_the_llm_grades_the_pool_with_the_rubric_and_keeps_unparsed_replies(
         tmp_path / "q.jsonl", [json.dumps({"query": "password"}), json.dumps({"text": "refund"})]
     )
     report = jl.build(ws, "by-llm", "llm", queries=jl.read_queries(queries), depth=3)
-    grades = {(p.query, p.doc_id): p for p in jl.pairs_of(ws, "by-llm")}
+    grades = {(p.query, p.doc_id): p for p in store.pairs_of(ws, "by-llm")}
     assert {k: p.grade for k, p in grades.items()} == {
         ("password", "expire"): 3,
         ("password", "reset"): 2,
@@ -319,7 +292,7 @@ def test_an_unreachable_llm_stops_the_build(
     with pytest.raises(LLMError):
         jl.build(ws, "down", "llm", queries=["password"], depth=3)
     with pytest.raises(NotFound):
-        jl.get_list(ws, "down")
+        store.get_list(ws, "down")
 
 
 # -- people: the API and the dashboard -------------------------------------------------------
@@ -390,7 +363,7 @@ def shown_pair(page: str) -> int:
 
 def test_a_person_grades_pairs_one_at_a_time_on_the_dashboard(ws: Workspace) -> None:
     jl.build(ws, "people", "human", queries=["password"], depth=3)
-    pool = jl.pairs_of(ws, "people")
+    pool = store.pairs_of(ws, "people")
     titles = {d["_id"]: d["title"] for d in DOCS}
     _, admin = keys.create_key(ws.engine, name="ana", role="admin")
     _, bot = keys.create_key(ws.engine, name="bot", role="bot")
@@ -430,23 +403,23 @@ def test_a_person_grades_pairs_one_at_a_time_on_the_dashboard(ws: Workspace) -> 
             "text/javascript"
         )
         assert "keydown" in script.text
-    assert {p.doc_id: p.grade for p in jl.pairs_of(ws, "people")} == {
+    assert {p.doc_id: p.grade for p in store.pairs_of(ws, "people")} == {
         pool[0].doc_id: 2,
         pool[1].doc_id: 0,
         pool[2].doc_id: 0,
     }
-    assert jl.pairs_of(ws, "people")[0].graded_by == "key:ana"
+    assert store.pairs_of(ws, "people")[0].graded_by == "key:ana"
     jl.build(ws, "more", "human", queries=["refund"], depth=1)
     with TestClient(create_app(ws)) as client:
         csrf = login(client, bot)
         page = client.get("/judgments/more").text
         assert "Only an admin can grade." in page and 'name="pair"' not in page
-        pair = jl.pairs_of(ws, "more")[0].id
+        pair = store.pairs_of(ws, "more")[0].id
         refused = client.post(
             "/judgments/more/grade", data={"csrf": csrf, "pair": pair, "grade": 3}
         )
         assert refused.status_code == 403
-    assert jl.pairs_of(ws, "more")[0].grade is None
+    assert store.pairs_of(ws, "more")[0].grade is None
 
 
 @pytest.mark.slow
@@ -459,7 +432,7 @@ def test_the_keyboard_grades_and_skips_in_a_browser(
         write_lines(tmp_path / "docs.jsonl", [json.dumps(d) for d in DOCS])
     )
     jl.build(ws, "people", "human", queries=["password"], depth=3)
-    pool = jl.pairs_of(ws, "people")
+    pool = store.pairs_of(ws, "people")
     _, admin = keys.create_key(ws.engine, name="ana", role="admin")
     with ThreadedServer(create_app(ws)) as server, launch_chromium(chromium) as browser:
         page = browser.new_page()
@@ -482,7 +455,7 @@ def test_the_keyboard_grades_and_skips_in_a_browser(
         page.wait_for_url(re.compile(rf".*after={pool[2].id}$"))
         # the skipped pair comes back once the others are done
         assert page.locator("input[name=pair]").get_attribute("value") == str(pool[1].id)
-    graded = {p.doc_id: p.grade for p in jl.pairs_of(ws, "people")}
+    graded = {p.doc_id: p.grade for p in store.pairs_of(ws, "people")}
     assert graded == {pool[0].doc_id: 2, pool[1].doc_id: None, pool[2].doc_id: 0}
 
 
@@ -519,10 +492,10 @@ def test_qrels_import_clips_grades_and_lists_agree_as_computed_by_hand(
         tmp_path / "queries.jsonl",
     )
     assert (a.list.source, a.list.pairs, a.list.queries) == ("human", 5, 2)
-    silver = {(p.query, p.doc_id): p for p in jl.pairs_of(ws, "silver")}
+    silver = {(p.query, p.doc_id): p for p in store.pairs_of(ws, "silver")}
     assert silver[("refund", "refund")].grade == 3  # 4 is clipped to 3
     assert silver[("refund", "refund")].evidence == {"qrels": 4, "queryId": "q2"}
-    assert {(p.query, p.doc_id): p.grade for p in jl.pairs_of(ws, "gold")}[
+    assert {(p.query, p.doc_id): p.grade for p in store.pairs_of(ws, "gold")}[
         ("password", "reset")
     ] == 0  # -1 is clipped to 0
     assert b.list.histogram == {0: 1, 2: 2, 3: 1}
@@ -535,7 +508,7 @@ def test_qrels_import_clips_grades_and_lists_agree_as_computed_by_hand(
     assert found.confusion[1][2] == 1 and sum(map(sum, found.confusion)) == 4
 
     jl.build(ws, "people", "human", queries=["refund"], depth=1)
-    jl.grade(ws, "people", "refund", "refund", 3, by="ana")
+    store.grade(ws, "people", "refund", "refund", 3, by="ana")
     with pytest.raises(InvalidInput, match="share 1 graded pair"):
         jl.compare(ws, "gold", "people")  # its only pair in common; nothing to correlate
     with pytest.raises(NotFound, match="nope"):
@@ -551,7 +524,7 @@ def test_an_import_naming_unknown_documents_is_refused_with_their_ids(
     assert "2 document(s)" in caught.value.message
     assert "ghost-1, ghost-2" in caught.value.message
     with pytest.raises(NotFound):
-        jl.get_list(ws, "bad")
+        store.get_list(ws, "bad")
     unknown_query = qrels(tmp_path, "q.tsv", [("q9", "reset", 1)])
     with pytest.raises(InvalidInput, match="q9"):
         jl.import_qrels(ws, "bad", unknown_query, tmp_path / "queries.jsonl")
@@ -656,8 +629,8 @@ def test_the_cli_builds_shows_compares_evaluates_and_deletes(ws: Workspace, tmp_
         "judgments", "build", "people", "--from", "human", "--queries", str(qfile), "--depth", "2"
     )
     assert "3 pair(s) over 2 queries, 0 graded" in out and "/judgments/people" in out
-    jl.grade(ws, "people", "password", "expire", 3, by="ana")
-    jl.grade(ws, "people", "refund", "refund", 2, by="ana")
+    store.grade(ws, "people", "password", "expire", 3, by="ana")
+    store.grade(ws, "people", "refund", "refund", 2, by="ana")
     path = qrels(tmp_path, "g.tsv", [("q1", "expire", 3), ("q2", "refund", 1)])
     out = run(
         "judgments", "import", "gold", str(path), "--queries", str(tmp_path / "queries.jsonl")

@@ -18,9 +18,10 @@ from amelio.cli._common import (
     table,
     workspace,
 )
+from amelio.search import judgment_lists as store
 from amelio.search import judgments as jl
 from amelio.search.evaluation import METRICS, evaluate
-from amelio.search.stats import Interval
+from amelio.stats import Interval
 
 if TYPE_CHECKING:
     from amelio.search.service import Searcher
@@ -47,8 +48,8 @@ def _queries(n: int) -> str:
     return f"{n} query" if n == 1 else f"{n} queries"
 
 
-def _grades(item: jl.JudgmentList) -> str:
-    return " ".join(f"{g}:{item.histogram.get(g, 0)}" for g in jl.GRADES)
+def _grades(item: store.JudgmentList) -> str:
+    return " ".join(f"{g}:{item.histogram.get(g, 0)}" for g in store.GRADES)
 
 
 @judgments_group.command("build")
@@ -56,7 +57,7 @@ def _grades(item: jl.JudgmentList) -> str:
 @click.option(
     "--from",
     "source",
-    type=click.Choice(jl.SOURCES),
+    type=click.Choice(store.SOURCES),
     required=True,
     help="clicks: grades from the click model; llm: the configured LLM grades the pool; "
     "human: the pool ungraded, for people to grade on the dashboard.",
@@ -175,7 +176,7 @@ def import_command(
 @handle_errors
 def list_command(ctx: click.Context, as_json: bool) -> None:
     """Judgment lists, newest first, with their counts."""
-    found = jl.list_lists(workspace(ctx))
+    found = store.list_lists(workspace(ctx))
     if as_json:
         print_json([item.to_dict() for item in found])
         return
@@ -199,8 +200,8 @@ def list_command(ctx: click.Context, as_json: bool) -> None:
 def show_command(ctx: click.Context, name: str, shown: int, as_json: bool) -> None:
     """A judgment list: how it was built, its pairs, how many are graded, per grade."""
     ws = workspace(ctx)
-    item = jl.get_list(ws, name)
-    pairs = jl.pairs_of(ws, name, limit=shown) if shown else []
+    item = store.get_list(ws, name)
+    pairs = store.pairs_of(ws, name, limit=shown) if shown else []
     if as_json:
         print_json(item.to_dict() | ({"judgments": [p.to_dict() for p in pairs]} if shown else {}))
         return
@@ -209,7 +210,7 @@ def show_command(ctx: click.Context, name: str, shown: int, as_json: bool) -> No
         f"pair(s) over {_queries(item.queries)}; {item.graded} graded, "
         f"{item.pairs - item.graded} not yet."
     )
-    for g in jl.GRADES:
+    for g in store.GRADES:
         click.echo(f"  grade {g}: {item.histogram.get(g, 0)}")
     for key, value in item.meta.items():
         if key != "rubric":  # long, and the same for every list of one rubric version
@@ -247,8 +248,8 @@ def compare_command(ctx: click.Context, a: str, b: str, as_json: bool) -> None:
         f"Spearman's ρ {fmt(found.rho)}."
     )
     table(
-        [f"{short(a, 20)} \\ {short(b, 20)}", *map(str, jl.GRADES)],
-        [(g, *row) for g, row in zip(jl.GRADES, found.confusion, strict=True)],
+        [f"{short(a, 20)} \\ {short(b, 20)}", *map(str, store.GRADES)],
+        [(g, *row) for g, row in zip(store.GRADES, found.confusion, strict=True)],
     )
 
 
@@ -258,7 +259,7 @@ def compare_command(ctx: click.Context, a: str, b: str, as_json: bool) -> None:
 @handle_errors
 def delete_command(ctx: click.Context, name: str) -> None:
     """Delete judgment list NAME and its pairs."""
-    jl.delete_list(workspace(ctx), name)
+    store.delete_list(workspace(ctx), name)
     click.echo(f"Deleted judgment list {name}.")
 
 

@@ -29,6 +29,7 @@ import sqlalchemy as sa
 
 from amelio.db.schema import benchmark_runs, feedback, interactions, projects, proposals
 from amelio.llm import Completion, LLMRequest, Provider
+from amelio.stats import weighted_kappa
 from amelio.workspace.folder import Workspace
 
 __all__ = [
@@ -53,18 +54,11 @@ _ONE_SYSTEM = (
 
 
 def cohen_kappa(pairs: Sequence[tuple[bool, bool]]) -> float | None:
-    """Cohen's κ of two raters' yes/no labels; None when it is undefined (no pairs,
-    or both raters gave one label throughout, so chance explains everything)."""
-    if not pairs:
-        return None
-    n = len(pairs)
-    observed = sum(a == b for a, b in pairs) / n
-    first = sum(a for a, _ in pairs) / n
-    second = sum(b for _, b in pairs) / n
-    chance = first * second + (1 - first) * (1 - second)
-    if chance == 1:
-        return None
-    return (observed - chance) / (1 - chance)
+    """Cohen's κ of two raters' yes/no labels (with two grades the quadratic
+    weights are plain disagreement, so this is the unweighted κ); None when it is
+    undefined (no pairs, or both raters gave one label throughout, so chance
+    explains everything)."""
+    return weighted_kappa([(int(a), int(b)) for a, b in pairs], categories=2)
 
 
 def json_objects(text: str) -> Iterator[dict[str, Any]]:

@@ -62,10 +62,10 @@ from amelio.improve.drafts import WRITTEN_FROM
 from amelio.improve.nightly import proposal_actions
 from amelio.improve.notifiers import Notification, notify_all
 from amelio.improve.proposals import get_proposal
-from amelio.improve.stats import bootstrap_mean_ci, min_scenarios, wilcoxon_signed_rank
 from amelio.llm import Completion, LLMRequest, Provider, get_provider
 from amelio.llm.cache import CachedProvider
 from amelio.skills.store import get_skill
+from amelio.stats import bootstrap_mean, min_scenarios, wilcoxon_signed_rank
 from amelio.workspace.config import Settings
 from amelio.workspace.folder import Workspace
 
@@ -918,7 +918,7 @@ def _summarize(
     old_avg = statistics.fmean(r["oldScore"] for r in scored) if scored else None
     new_avg = statistics.fmean(r["newScore"] for r in scored) if scored else None
     p_value = wilcoxon_signed_rank(diffs)
-    low, high = bootstrap_mean_ci(diffs, confidence=confidence, seed=seed)
+    _, low, high = bootstrap_mean(diffs, confidence=confidence, seed=seed)
     mean = statistics.fmean(diffs) if diffs else 0.0
     verdict = "TIE"
     if weighing.decides and diffs and p_value < 1 - confidence:
@@ -1010,7 +1010,7 @@ def _noise_floor(rows: Sequence[dict[str, Any]], confidence: float, seed: int) -
     diffs = [d for r in rows if (d := (r.get("aa") or {}).get("diff")) is not None]
     if not diffs:
         return {"floor": None, "scenarios": 0, "meanDiff": None, "ci": None}
-    low, high = bootstrap_mean_ci(diffs, confidence=confidence, seed=seed)
+    _, low, high = bootstrap_mean(diffs, confidence=confidence, seed=seed)
     return {
         "floor": round(max(0.0, high), 3),
         "scenarios": len(diffs),

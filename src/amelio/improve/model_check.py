@@ -40,7 +40,7 @@ import sqlalchemy as sa
 
 from amelio.db.schema import feedback, interactions, projects, shadow_answers
 from amelio.errors import AmelioError, ConfigError, InvalidInput, LLMError
-from amelio.improve.stats import bootstrap_mean_ci
+from amelio.stats import bootstrap_mean
 
 if TYPE_CHECKING:
     from amelio.llm import Provider
@@ -62,7 +62,7 @@ def _interval(deltas: Sequence[float]) -> tuple[float, tuple[float, float] | Non
     if not deltas:
         return 0.0, None
     mean = statistics.fmean(deltas)
-    return mean, (bootstrap_mean_ci(deltas) if len(deltas) > 1 else None)
+    return mean, (bootstrap_mean(deltas)[1:] if len(deltas) > 1 else None)
 
 
 @dataclass

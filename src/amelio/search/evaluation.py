@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from amelio.errors import InvalidInput
-from amelio.search.judgments import GRADES, graded_pairs
+from amelio.search.judgment_lists import GRADES, graded_pairs
 from amelio.search.profiles import ProfileSpec, parse_profile
 from amelio.search.relevance import TOP, ndcg_at
-from amelio.search.stats import RESAMPLES, Interval, bootstrap_mean
+from amelio.stats import RESAMPLES, Interval, bootstrap_mean
 
 if TYPE_CHECKING:
     from amelio.search.service import Searcher

@@ -32,7 +32,7 @@ from amelio.db.engine import transaction
 from amelio.db.schema import feedback_events, search_experiments, search_impressions
 from amelio.errors import Conflict, InvalidInput, NotFound
 from amelio.search.aggregation import DWELL_POSITIVE_MS
-from amelio.search.clickmodel import UNKNOWN_DWELL_WEIGHT
+from amelio.search.clickmodel import utility
 from amelio.search.interleave import METHODS, Interleaving, Preference, credit, preference
 from amelio.search.profiles import ProfileSpec, parse_profile
 from amelio.workspace.projects import require_project, validate_name
@@ -276,9 +276,9 @@ class ExperimentResults:
 
 
 def _utilities(conn: sa.Connection, name: str) -> dict[str, dict[str, float]]:
-    """Per impression of the experiment, each clicked document's utility: a dwell of
-    :data:`DWELL_POSITIVE_MS` or more makes it 1, a shorter one 0 (a bounce), a
-    click without a dwell event :data:`UNKNOWN_DWELL_WEIGHT`. Repeated clicks on
+    """Per impression of the experiment, each clicked document's
+    :func:`~amelio.search.clickmodel.utility`, its longest dwell deciding between a
+    satisfied click and a bounce (:data:`DWELL_POSITIVE_MS`). Repeated clicks on
     one result of one response count once."""
     fe, si = feedback_events, search_impressions
     rows = conn.execute(
@@ -304,9 +304,8 @@ def _utilities(conn: sa.Connection, name: str) -> dict[str, dict[str, float]]:
         values: dict[str, float] = {}
         for doc_id in clicked.get(query_id, set()) | dwell.get(query_id, {}).keys():
             longest = dwell.get(query_id, {}).get(doc_id)
-            values[doc_id] = (
-                UNKNOWN_DWELL_WEIGHT if longest is None else float(longest >= DWELL_POSITIVE_MS)
-            )
+            satisfied = longest is not None and longest >= DWELL_POSITIVE_MS
+            values[doc_id] = utility(1, int(satisfied), int(longest is not None and not satisfied))
         out[query_id] = values
     return out
 
@@ -315,7 +314,7 @@ def experiment_results(workspace: Workspace, name: str) -> ExperimentResults:
     """Read the experiment's impressions and their clicks, credit them, and decide."""
     experiment = get_experiment(workspace, name)
     si = search_impressions
-    per_session: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    per_session: dict[str, list[float]] = {}
     competitive_sessions: set[str] = set()
     impressions = competitive = 0
     total_a = total_b = 0.0
@@ -329,7 +328,7 @@ def experiment_results(workspace: Workspace, name: str) -> ExperimentResults:
         for r in rows:
             impressions += 1
             unit = r.session_hash or r.query_id
-            per_session.setdefault(unit, [0.0, 0.0])
+            totals = per_session.setdefault(unit, [0.0, 0.0])  # credited or not
             docs = [doc for doc, _, _ in sorted(r.results, key=lambda x: x[1])]
             shown = Interleaving.from_dict(r.interleaving, docs)
             if not shown.competitive:
@@ -339,8 +338,8 @@ def experiment_results(workspace: Workspace, name: str) -> ExperimentResults:
             values = utilities.get(r.query_id, {})
             clicks = {i: values[d] for i, d in enumerate(docs, start=1) if d in values}
             got_a, got_b = credit(shown, clicks)
-            per_session[unit][0] += got_a
-            per_session[unit][1] += got_b
+            totals[0] += got_a
+            totals[1] += got_b
             total_a += got_a
             total_b += got_b
     outcomes = [

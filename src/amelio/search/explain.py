@@ -28,9 +28,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from amelio.search.clickmodel import utility
+from amelio.search.counts import SignalRow
 
 if TYPE_CHECKING:
-    from amelio.search.counts import SignalRow
     from amelio.search.scoring import FeedbackScorer, RankedDoc
 
 __all__ = ["explain_ranking"]
@@ -39,7 +39,7 @@ _Z95 = 1.959964
 
 
 def _evidence(row: SignalRow | None, scorer: FeedbackScorer) -> dict[str, Any]:
-    row = row or _empty_row()
+    row = row or SignalRow()
     p = scorer.p
     examined = sum(n * p.at(int(k)) for k, n in row.impressions_by_rank.items())
     satisfied = utility(row.clicks, row.dwell_clicks, row.bounces)
@@ -62,14 +62,9 @@ def _evidence(row: SignalRow | None, scorer: FeedbackScorer) -> dict[str, Any]:
     }
 
 
-def _empty_row() -> SignalRow:
-    from amelio.search.counts import SignalRow
-
-    return SignalRow()
-
-
 def explain_ranking(
     shown: Sequence[RankedDoc],
+    ranks: Sequence[int],
     *,
     rows: Mapping[str, SignalRow],
     scorer: FeedbackScorer | None,
@@ -78,10 +73,12 @@ def explain_ranking(
     swapped_rank: int | None,
 ) -> dict[str, dict[str, Any]]:
     """Each shown result's parts, by document id, from the provenance the ranking
-    carries (:class:`~amelio.search.scoring.RankedDoc`) and the query's signal rows;
-    ``scorer`` is the feedback scorer (None: no feedback in this profile)."""
+    carries (:class:`~amelio.search.scoring.RankedDoc`) and the query's signal rows.
+    ``ranks`` are the results' ranks in the ranking they came from (what ``moved``
+    and a swap are measured at); ``scorer`` is the feedback scorer (None: no
+    feedback in this profile)."""
     out: dict[str, dict[str, Any]] = {}
-    for rank, d in enumerate(shown, start=1):
+    for rank, d in zip(ranks, shown, strict=True):
         row = rows.get(d.doc_id)
         part: dict[str, Any] = {
             "bm25": {

@@ -41,6 +41,7 @@ from typing import Any, cast
 from amelio.embeddings import search_embedder
 from amelio.errors import InvalidInput
 from amelio.feedback import Collector
+from amelio.search.aggregation import DWELL_POSITIVE_MS
 from amelio.search.interleave import METHODS, credit, interleave, preference
 from amelio.search.profiles import ProfileSpec
 from amelio.search.relevance import TOP, load_dataset, ndcg_at
@@ -149,7 +150,10 @@ def _satisfaction(
     attraction, and is satisfied when the dwell (normal, mean 4 + 5·grade s, sd 2)
     reaches 8 s. Under ``pbm`` ranks are independent; under ``cascade`` the first
     click ends the session, so it holds one click at most."""
-    p_dwell = [1 - NormalDist(4.0 + 5.0 * judged.get(d, 0), 2.0).cdf(8.0) for d in ranking[:TOP]]
+    threshold_s = DWELL_POSITIVE_MS / 1000
+    p_dwell = [
+        1 - NormalDist(4.0 + 5.0 * judged.get(d, 0), 2.0).cdf(threshold_s) for d in ranking[:TOP]
+    ]
     attraction = [user.attraction(judged.get(d, 0)) for d in ranking[:TOP]]
     if user.model == "pbm":
         chances = [
@@ -300,7 +304,10 @@ def simulate_interleaving(
         def satisfied(
             ranks: list[int], docs: Sequence[str], judged: dict[str, int]
         ) -> dict[int, float]:
-            return {r: float(user.dwell_ms(judged.get(docs[r - 1], 0)) >= 8000) for r in ranks}
+            return {
+                r: float(user.dwell_ms(judged.get(docs[r - 1], 0)) >= DWELL_POSITIVE_MS)
+                for r in ranks
+            }
 
         for _ in range(total):
             qid = queries[rng.randrange(len(queries))]

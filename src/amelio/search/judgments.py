@@ -54,23 +54,15 @@ from amelio.search.counts import SignalRow, signals_for
 from amelio.search.judgment_lists import (
     GRADES,
     SOURCES,
-    Judgment,
     JudgmentList,
     Pair,
     check_name,
-    delete_list,
-    get_list,
-    get_pair,
-    grade,
     graded_pairs,
-    list_lists,
-    next_ungraded,
-    pairs_of,
     refuse_taken,
     store_list,
 )
 from amelio.search.profiles import ProfileSpec, parse_profile
-from amelio.search.stats import confusion, spearman, weighted_kappa
+from amelio.stats import confusion, spearman, weighted_kappa
 from amelio.text import json_lines
 
 if TYPE_CHECKING:
@@ -81,26 +73,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLICK_THRESHOLDS",
-    "GRADES",
     "MIN_EXAMINATIONS",
     "RUBRIC",
-    "SOURCES",
     "Agreement",
     "BuildReport",
-    "Judgment",
-    "JudgmentList",
     "build",
     "click_grade",
     "compare",
-    "delete_list",
-    "get_list",
-    "get_pair",
-    "grade",
-    "graded_pairs",
     "import_qrels",
-    "list_lists",
-    "next_ungraded",
-    "pairs_of",
     "parse_grade",
     "read_queries",
 ]

@@ -363,14 +363,19 @@ class Searcher:
         shown: Interleaving | None,
         swapped: int | None,
     ) -> dict[str, dict[str, Any]]:
-        """Each shown result's parts, read from the candidates and signals the
-        ranking used (:func:`~amelio.search.explain.explain_ranking`); in an
-        interleaved response, from the ranker that contributed it."""
+        """Each shown result's parts, from the provenance its ranking carries and
+        the query's signal rows (:func:`~amelio.search.explain.explain_ranking`); in
+        an interleaved response, from the ranker that contributed it, ``moved``
+        measured at its rank in that ranker's own list."""
         out: dict[str, dict[str, Any]] = {}
         rows = signals_for(self.workspace.engine, parts[0].key, [d.doc_id for d in ranking])
         for i, part in enumerate(parts):
-            team = "ab"[i] if shown is not None else None
-            docs = [d for j, d in enumerate(ranking) if shown is None or shown.teams[j] == team]
+            if shown is None:
+                docs, ranks = list(ranking), list(range(1, len(ranking) + 1))
+            else:
+                team, own = "ab"[i], (shown.a, shown.b)[i]
+                mine = [j for j, t in enumerate(shown.teams) if t == team]
+                docs, ranks = [ranking[j] for j in mine], [own[j] or j + 1 for j in mine]
             # A ranking engine (Vespa) scored feedback by itself: read the model once.
             propensities = part.propensities or (
                 load_propensities(self.workspace.engine) if part.beta > 0 else None
@@ -386,6 +391,7 @@ class Searcher:
             )
             found = explain_ranking(
                 docs,
+                ranks,
                 rows=rows,
                 scorer=scorer,
                 beta=part.beta,
@@ -401,15 +407,6 @@ class Searcher:
                             "rankB": shown.b[j],
                         }
             out.update(found)
-        # ``moved`` compares a result's first-phase rank with the rank it had in its
-        # own ranker's list; shown ranks of an interleaved list are not that list's.
-        if shown is None:
-            return out
-        for j, doc_id in enumerate(shown.docs):
-            part_of = out.get(doc_id)
-            own = (shown.a if shown.teams[j] == "a" else shown.b)[j]
-            if part_of is not None and part_of["firstPhase"]["rank"] and own:
-                part_of["moved"] = part_of["firstPhase"]["rank"] - own
         return out
 
     def rank(

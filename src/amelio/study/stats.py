@@ -9,25 +9,19 @@ cancels out, which is why it is narrower than the two intervals side by side.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 
-from amelio.improve.stats import bootstrap_mean_ci
+from amelio.stats import bootstrap_mean
 
 __all__ = ["Estimate", "estimate", "paired"]
-
-CONFIDENCE = 0.95
-RESAMPLES = 2_000
 
 Estimate = tuple[float, tuple[float, float]]
 
 
 def estimate(values: Sequence[float], seed: int) -> Estimate:
-    """The mean of ``values`` and its 95 % interval."""
-    if not values:
-        return 0.0, (0.0, 0.0)
-    low, high = bootstrap_mean_ci(values, confidence=CONFIDENCE, resamples=RESAMPLES, seed=seed)
-    return statistics.fmean(values), (low, high)
+    """The mean of ``values`` and its 95 % interval (zeros without values)."""
+    mean, low, high = bootstrap_mean(values, seed=seed)
+    return mean, (low, high)
 
 
 def paired(a: Mapping[str, float], b: Mapping[str, float], seed: int) -> Estimate:

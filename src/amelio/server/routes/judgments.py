@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from amelio.errors import AmelioError, Forbidden
-from amelio.search import judgments as jl
+from amelio.search import judgment_lists as store
 from amelio.server.auth import require
 from amelio.server.params import MAX_ID, PROJECT_PATTERN
 from amelio.server.routes.search import searcher
@@ -59,7 +59,7 @@ class GradeBody(BaseModel):
 
 @router.get("", summary="Every judgment list, newest first, with its counts")
 def list_judgments(request: Request, _: Admin) -> dict[str, Any]:
-    found = jl.list_lists(request.app.state.workspace)
+    found = store.list_lists(request.app.state.workspace)
     return {"lists": [item.to_dict() for item in found]}
 
 
@@ -72,8 +72,8 @@ def get_judgments(
     limit: Annotated[int, Query(ge=0, le=10_000, description="At most this many pairs.")] = 100,
 ) -> dict[str, Any]:
     ws = request.app.state.workspace
-    item = jl.get_list(ws, name)
-    pairs = jl.pairs_of(ws, name, ungraded=ungraded, limit=limit) if limit else []
+    item = store.get_list(ws, name)
+    pairs = store.pairs_of(ws, name, ungraded=ungraded, limit=limit) if limit else []
     return item.to_dict() | {"judgments": [p.to_dict() for p in pairs]}
 
 
@@ -82,7 +82,7 @@ async def grade_pair(
     request: Request, name: ListName, body: GradeBody, key: Admin
 ) -> dict[str, Any]:
     graded = await run_in_threadpool(
-        jl.grade,
+        store.grade,
         request.app.state.workspace,
         name,
         body.query,
@@ -109,7 +109,7 @@ def lists_page(request: Request, project: str = "") -> HTMLResponse:
     session = _require(request)
     project = _project(request, project)
     scoped = not _key(request).is_global
-    items = [] if scoped else jl.list_lists(_ws(request))
+    items = [] if scoped else store.list_lists(_ws(request))
     return _render(request, "judgments.html", session, items=items, scoped=scoped, project=project)
 
 
@@ -126,8 +126,8 @@ def grading_page(
     project = _project(request, project)
     _global_only(request)
     ws = _ws(request)
-    item = jl.get_list(ws, name)
-    pair = jl.next_ungraded(ws, name, after=after)
+    item = store.get_list(ws, name)
+    pair = store.next_ungraded(ws, name, after=after)
     document = None
     if pair is not None:
         document = searcher(request).engine.documents([pair.doc_id]).get(pair.doc_id)
@@ -141,7 +141,7 @@ def grading_page(
         title=document.title if document else "",
         excerpt=body[:EXCERPT_CHARS] + ("…" if len(body) > EXCERPT_CHARS else ""),
         missing=pair is not None and document is None,
-        grades=jl.GRADES,
+        grades=store.GRADES,
         project=project,
     )
 
@@ -160,8 +160,8 @@ def grade_form(
     ws = _ws(request)
     path = f"/judgments/{quote(name)}"
     try:
-        shown = jl.get_pair(ws, name, pair)
-        jl.grade(ws, name, shown.query, shown.doc_id, grade, by=f"key:{session.name}")
+        shown = store.get_pair(ws, name, pair)
+        store.grade(ws, name, shown.query, shown.doc_id, grade, by=f"key:{session.name}")
     except AmelioError as exc:
         return _back(path, _failed(exc))
     return RedirectResponse(f"{path}?after={pair}", status_code=303)
