@@ -345,3 +345,40 @@ def test_harmful_content_of_each_kind() -> None:
     assert copied is not None and "- When asked “push failed”, answer: run git pull" in copied
     assert harmful_content("delete_rule", "no rules here", [], rng) is None
     assert harmful_content("copy_evidence", rulebook, [], rng) is None
+
+
+def test_an_answer_store_spares_a_rerun_every_request_it_already_made(
+    fake: FakeLLMServer, llm_env: FakeLLMServer, tmp_path: Path
+) -> None:
+    """An ablation re-runs an hour-long study with one setting changed: with
+    --llm-cache the second run sends only what changed (here: nothing), measures
+    the same, and says its seconds are not a cold run's."""
+    suite = write_suite(tmp_path / "suite")
+    store = tmp_path / "answers.sqlite"
+    args = ["--rounds", "1", "--arms", "skills,learnings", "--fixit-rate", "1"]
+    first = study(str(suite), "--out", str(tmp_path / "a"), "--llm-cache", str(store), *args)
+    assert first.exit_code == 0, first.output
+    sent = len(fake.requests)
+    assert sent > 0
+    second = study(str(suite), "--out", str(tmp_path / "b"), "--llm-cache", str(store), *args)
+    assert second.exit_code == 0, second.output
+    assert len(fake.requests) == sent  # not one request reached the model
+    a, b = (json.loads((tmp_path / d / "study.json").read_text("utf-8")) for d in "ab")
+    assert [r["passRate"] for r in b["rounds"]] == [r["passRate"] for r in a["rounds"]]
+    assert b["llm"]["calls"] == 0 and b["llm"]["stored"] == a["llm"]["calls"]
+    assert "not what a cold run costs" in (tmp_path / "b" / "study.md").read_text("utf-8")
+    assert a["llm"]["stored"] == 0
+
+
+def test_an_answer_store_that_is_not_one_is_refused_before_anything_is_written(
+    llm_env: FakeLLMServer, tmp_path: Path
+) -> None:
+    suite = write_suite(tmp_path / "suite")
+    bad = tmp_path / "notes.txt"
+    bad.write_text("these are my notes, not a database\n" * 200, encoding="utf-8")
+    out = tmp_path / "out"
+    result = study(str(suite), "--out", str(out), "--llm-cache", str(bad))
+    assert result.exit_code == 1
+    assert f"--llm-cache {bad} is not an answer store" in result.output
+    assert not out.exists()
+    assert bad.read_text(encoding="utf-8").startswith("these are my notes")

@@ -60,6 +60,14 @@ from amelio.cli._common import handle_errors, json_option, main, print_json
     help="Order of the learnings block in every arm (default: the setting "
     "learnings_ordering): compare relevance-ranked with newest-first.",
 )
+@click.option(
+    "--llm-cache",
+    "llm_cache",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="SQLite file that keeps the LLM's answers between studies: a re-run with one "
+    "setting changed sends only the requests that changed.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "--out",
@@ -82,6 +90,7 @@ def study_command(
     up_rate: float,
     plant_harmful: float,
     learnings_ordering: str | None,
+    llm_cache: Path | None,
     seed: int,
     out: Path,
     as_json: bool,
@@ -95,6 +104,7 @@ def study_command(
     from amelio.errors import WorkspaceNotFound
     from amelio.llm import get_provider
     from amelio.study import StudyLLM, StudyOptions, load_suite, run_study, total_steps
+    from amelio.study.llm import AnswerStore
     from amelio.study.report import to_dict, to_markdown, write_report
     from amelio.workspace.config import Settings, load_settings
 
@@ -114,19 +124,24 @@ def study_command(
         settings = load_settings(ctx.obj.get("workspace"))
     except WorkspaceNotFound:
         settings = Settings(workspace=out.resolve())
-    llm = StudyLLM(get_provider(settings, purpose="The study"))
-    with click.progressbar(
-        length=total_steps(loaded, options), label="answers", file=sys.stderr
-    ) as bar:
-        result = run_study(
-            loaded,
-            options,
-            settings=settings,
-            llm=llm,
-            out=out,
-            progress=lambda n, label: bar.update(n),
-            recorded=lambda so_far: write_report(so_far, out),
-        )
+    store = AnswerStore(llm_cache) if llm_cache is not None else None
+    llm = StudyLLM(get_provider(settings, purpose="The study"), store)
+    try:
+        with click.progressbar(
+            length=total_steps(loaded, options), label="answers", file=sys.stderr
+        ) as bar:
+            result = run_study(
+                loaded,
+                options,
+                settings=settings,
+                llm=llm,
+                out=out,
+                progress=lambda n, label: bar.update(n),
+                recorded=lambda so_far: write_report(so_far, out),
+            )
+    finally:
+        if store is not None:
+            store.close()
     files = write_report(result, out)
     if as_json:
         print_json(to_dict(result))

@@ -19,7 +19,7 @@ from amelio import db
 from amelio.db.schema import llm_cache, utcnow
 from amelio.llm.base import Completion, LLMRequest, Provider, StreamEvent, whole_stream
 
-__all__ = ["CachedProvider", "cache_key"]
+__all__ = ["CachedProvider", "cache_key", "from_record", "to_record"]
 
 
 def cache_key(provider: Provider, request: LLMRequest) -> str:
@@ -35,6 +35,32 @@ def cache_key(provider: Provider, request: LLMRequest) -> str:
         key["sample"] = request.sample
     blob = json.dumps(key, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def to_record(completion: Completion) -> dict[str, Any]:
+    """What a cache keeps of a completion: its text and what it cost."""
+    return {
+        "text": completion.text,
+        "model": completion.model,
+        "provider": completion.provider,
+        "input_tokens": completion.input_tokens,
+        "output_tokens": completion.output_tokens,
+        "cost_usd": completion.cost_usd,
+    }
+
+
+def from_record(data: dict[str, Any], **raw: Any) -> Completion:
+    """A kept completion answered again: no latency and no cost (it was paid once)."""
+    return Completion(
+        data["text"],
+        data["model"],
+        data["provider"],
+        data.get("input_tokens"),
+        data.get("output_tokens"),
+        0.0,
+        None,
+        raw=raw,
+    )
 
 
 class CachedProvider:
@@ -58,27 +84,10 @@ class CachedProvider:
             cached = conn.scalar(sa.select(llm_cache.c.response).where(llm_cache.c.key == key))
         if cached is not None:
             self.hits += 1
-            data: dict[str, Any] = dict(cached)
-            return Completion(
-                data["text"],
-                data["model"],
-                data["provider"],
-                data.get("input_tokens"),
-                data.get("output_tokens"),
-                0.0,
-                None,
-                raw={"cached": True},
-            )
+            return from_record(dict(cached), cached=True)
         completion = self.inner.complete(request)
         self.misses += 1
-        response = {
-            "text": completion.text,
-            "model": completion.model,
-            "provider": completion.provider,
-            "input_tokens": completion.input_tokens,
-            "output_tokens": completion.output_tokens,
-            "cost_usd": completion.cost_usd,
-        }
+        response = to_record(completion)
         with db.transaction(self.engine) as conn:
             db.insert_ignore(
                 conn, llm_cache, {"key": key, "response": response, "created_at": utcnow()}, ["key"]

@@ -186,6 +186,7 @@ def to_dict(result: StudyResult) -> dict[str, Any]:
         "llm": {
             "calls": result.llm_calls,
             "reused": result.reused,
+            "stored": result.stored,
             "seconds": result.llm_seconds,
             "inputTokens": result.input_tokens,
             "outputTokens": result.output_tokens,
@@ -230,6 +231,11 @@ def to_markdown(data: dict[str, Any]) -> str:
         f"written; {data['llm']['reused']} identical requests answered once; "
         f"the study took {data['seconds']:.0f} s.",
     ]
+    if data["llm"].get("stored"):
+        lines.append(
+            f"{data['llm']['stored']} answers came from the answer store (an earlier "
+            "study's): the seconds above are not what a cold run costs."
+        )
     gate = data["gate"]
     own, planted = gate["own"], gate["planted"]
     if own["total"] or planted["total"]:

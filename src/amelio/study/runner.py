@@ -197,6 +197,8 @@ class StudyResult:
     error: str | None = None
     llm_calls: int = 0
     reused: int = 0
+    #: Of ``reused``, answers an earlier study left in the answer store.
+    stored: int = 0
     llm_seconds: float = 0.0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -511,7 +513,7 @@ def run_study(
     started = time.perf_counter()
 
     def tally() -> None:
-        result.llm_calls, result.reused = llm.calls, llm.reused
+        result.llm_calls, result.reused, result.stored = llm.calls, llm.reused, llm.stored
         result.llm_seconds = round(llm.seconds, 2)
         result.input_tokens, result.output_tokens = llm.input_tokens, llm.output_tokens
         result.seconds = round(time.perf_counter() - started, 2)
