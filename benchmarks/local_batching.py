@@ -1,0 +1,156 @@
+"""Would answering several requests at once make a CPU study faster? Measured.
+
+``amelio study`` on the development suite needs about 540 distinct answers of ~200
+tokens; at the ~25–33 tokens a second that one 0.5B model writes on 2 cores that is
+most of an hour. GPU servers answer many requests in one batch because decoding one
+sequence leaves the GPU waiting on memory; whether a CPU has the same slack decides
+whether a batching local provider (and a study that asks in parallel) is worth
+building. This script answers that: the same 8 chat prompts, greedy, up to
+``--max-tokens`` tokens each,
+
+* one after the other through llama-cpp-python's ``create_completion`` (what the
+  ``local`` provider does), and
+* all at once, one llama.cpp sequence each, decoded step by step in one batch
+  (``llama_decode`` with ``n_seq_max`` sequences): continuous batching at its best,
+  every sequence in every step.
+
+It prints tokens written per second for both, and the ratio. Nothing is cached
+between the two: each prompt is read once by each way. Needs the model
+(``python benchmarks/local_model.py fetch qwen``) and llama-cpp-python; without
+them it says so and exits 0.
+
+    python benchmarks/local_batching.py [--sequences 8] [--max-tokens 128] [--model PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from benchlib import Clock
+from local_model import target as model_target
+
+QUESTIONS = (
+    "How do I undo my last git commit but keep the changes?",
+    "Write a Python function that counts the words in a file.",
+    "Explain what an SQL index is and when to add one.",
+    "Give a bash one-liner to find the 10 largest files under /var.",
+    "Write release notes for version 2.4.0 with three new features.",
+    "Turn 'Invoice 42 due March 3 2025 for ACME' into JSON.",
+    "How do I rename a git branch locally and on the remote?",
+    "Refactor a Python loop that sums squares into a comprehension.",
+)
+
+
+def _chat(question: str) -> str:
+    """Qwen's chat template, as the model's GGUF metadata gives it."""
+    return (
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+        f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
+    )
+
+
+def one_by_one(llm: Any, prompts: list[str], max_tokens: int) -> tuple[int, float]:
+    with Clock() as clock:
+        written = sum(
+            llm.create_completion(p, max_tokens=max_tokens, temperature=0.0)["usage"][
+                "completion_tokens"
+            ]
+            for p in prompts
+        )
+    return written, clock.wall
+
+
+def batched(llm: Any, prompts: list[str], max_tokens: int, threads: int) -> tuple[int, float]:
+    import llama_cpp  # type: ignore[import-not-found,unused-ignore]
+    import numpy as np
+
+    n = len(prompts)
+    model = llm._model.model  # the weights already loaded: no second copy
+    vocab = llama_cpp.llama_model_get_vocab(model)
+    n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx, params.n_batch, params.n_ubatch = 1024 * n, 512, 512
+    params.n_seq_max, params.n_threads, params.n_threads_batch = n, threads, threads
+    ctx = llama_cpp.llama_init_from_model(model, params)
+    batch = llama_cpp.llama_batch_init(512, 0, n)
+    tokens = [llm.tokenize(p.encode(), add_bos=False, special=True) for p in prompts]
+
+    def add(token: int, pos: int, seq: int, logits: bool) -> None:
+        i = batch.n_tokens
+        batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, pos, 1, logits
+        batch.seq_id[i][0] = seq
+        batch.n_tokens += 1
+
+    def best(i: int) -> int:
+        row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, i), shape=(n_vocab,))
+        return int(row.argmax())
+
+    try:
+        with Clock() as clock:
+            out: list[list[int]] = []
+            for seq, prompt in enumerate(tokens):  # each prompt read in one batch
+                batch.n_tokens = 0
+                for pos, token in enumerate(prompt):
+                    add(token, pos, seq, pos == len(prompt) - 1)
+                if llama_cpp.llama_decode(ctx, batch) != 0:
+                    raise RuntimeError("llama_decode failed on a prompt")
+                out.append([best(-1)])
+            active = [s for s in range(n) if not llama_cpp.llama_vocab_is_eog(vocab, out[s][0])]
+            while active:  # every unfinished sequence advances one token per decode
+                batch.n_tokens = 0
+                for seq in active:
+                    add(out[seq][-1], len(tokens[seq]) + len(out[seq]) - 1, seq, True)
+                if llama_cpp.llama_decode(ctx, batch) != 0:
+                    raise RuntimeError("llama_decode failed on a step")
+                still = []
+                for i, seq in enumerate(active):
+                    token = best(i)
+                    if llama_cpp.llama_vocab_is_eog(vocab, token):
+                        continue
+                    out[seq].append(token)
+                    if len(out[seq]) < max_tokens:
+                        still.append(seq)
+                active = still
+    finally:
+        llama_cpp.llama_batch_free(batch)
+        llama_cpp.llama_free(ctx)
+    return sum(len(o) for o in out), clock.wall
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--sequences", type=int, default=8, choices=range(1, len(QUESTIONS) + 1))
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--model", type=Path, default=None, help="a GGUF file (default: qwen)")
+    args = parser.parse_args()
+    model = args.model or model_target("qwen")
+    if not model.is_file():
+        print(f"No model at {model}: python benchmarks/local_model.py fetch qwen (skipped).")
+        return 0
+    if importlib.util.find_spec("llama_cpp") is None:
+        print("llama-cpp-python is not installed: pip install 'amelio[local]' (skipped).")
+        return 0
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=str(model), n_ctx=2048, n_threads=args.threads, verbose=False)
+    prompts = [_chat(q) for q in QUESTIONS[: args.sequences]]
+    rows = [
+        ("one after the other", *one_by_one(llm, prompts, args.max_tokens)),
+        (f"{len(prompts)} in one batch", *batched(llm, prompts, args.max_tokens, args.threads)),
+    ]
+    base = rows[0][1] / rows[0][2]
+    print(f"{len(prompts)} prompts, greedy, up to {args.max_tokens} tokens, {args.threads} threads")
+    print("| way | tokens written | seconds | tokens/s | × one after the other |")
+    print("|---|---|---|---|---|")
+    for name, written, seconds in rows:
+        rate = written / seconds
+        print(f"| {name} | {written} | {seconds:.1f} | {rate:.1f} | {rate / base:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
