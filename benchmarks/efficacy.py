@@ -30,7 +30,6 @@ targets:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 import tempfile
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from benchlib import target
+from local_model import runnable
 from local_model import target as model_target
 
 from amelio.llm import get_provider
@@ -91,11 +91,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     model = args.model or model_target("qwen")
-    if not model.is_file():
-        print(f"No model at {model}: python benchmarks/local_model.py fetch qwen (skipped).")
-        return 0
-    if importlib.util.find_spec("llama_cpp") is None:
-        print("llama-cpp-python is not installed: pip install 'amelio[local]' (skipped).")
+    if not runnable({"qwen": model}):
         return 0
     out = args.out or Path(tempfile.mkdtemp(prefix="amelio-efficacy-"))
     settings = Settings(

@@ -25,11 +25,11 @@ them it says so and exits 0.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 from benchlib import Clock
+from local_model import runnable
 from local_model import target as model_target
 
 QUESTIONS = (
@@ -128,11 +128,7 @@ def main() -> int:
     parser.add_argument("--model", type=Path, default=None, help="a GGUF file (default: qwen)")
     args = parser.parse_args()
     model = args.model or model_target("qwen")
-    if not model.is_file():
-        print(f"No model at {model}: python benchmarks/local_model.py fetch qwen (skipped).")
-        return 0
-    if importlib.util.find_spec("llama_cpp") is None:
-        print("llama-cpp-python is not installed: pip install 'amelio[local]' (skipped).")
+    if not runnable({"qwen": model}):
         return 0
     from llama_cpp import Llama
 

