@@ -50,12 +50,18 @@ class AnswerStore:
         self.path = path
         try:
             self._db = sqlite3.connect(path, check_same_thread=False)
+        except sqlite3.DatabaseError as exc:  # a folder, a folder that does not exist
+            raise InvalidInput(
+                f"--llm-cache {path} cannot be opened: {exc}", field="llm_cache"
+            ) from exc
+        try:
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS answers"
                 " (key TEXT PRIMARY KEY, completion TEXT NOT NULL)"
             )
             self._db.commit()
-        except sqlite3.DatabaseError as exc:  # a file that is not SQLite, a folder
+        except sqlite3.DatabaseError as exc:  # a file that is not SQLite
+            self._db.close()
             raise InvalidInput(
                 f"--llm-cache {path} is not an answer store: {exc}", field="llm_cache"
             ) from exc
