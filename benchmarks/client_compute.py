@@ -248,11 +248,20 @@ def main() -> int:
         ws, store = workspace_without_vectors(Path(tmp), docs)
         root = ws.root
         store_path = store.path
-        texts = dict(store.missing_vectors(MODEL))  # exactly what the server would embed
         _, client_key = keys.create_key(ws.engine, name="bench page", role="client")
         ws.dispose()
+        del store
         pristine = Path(tmp) / "pristine"
-        shutil.copytree(root, pristine)  # for the server's own embedding, after the run
+        # For the server's own embedding, after the run. Copied before this process
+        # reads the live store: closing a file drops every POSIX lock the process holds
+        # on it, SQLite's too, so a copy made while a connection of ours was open let
+        # the server reset the WAL under it, and every later connection of ours to the
+        # live store saw no vectors at all (0 of 1,000 "embedded" while all were).
+        shutil.copytree(root, pristine)
+        # Exactly what the server would embed, read from the copy.
+        texts = dict(
+            workspace_corpus(load_settings(pristine, contributions=False)).missing_vectors(MODEL)
+        )
 
         cfg = {
             "amelio": "",
