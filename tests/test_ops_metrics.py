@@ -98,11 +98,12 @@ def test_metrics_move_with_real_traffic(ws: Workspace, llm: FakeLLMServer) -> No
                 ).status_code
                 == 200
             )
-        events = [example_event("vote_up"), example_event("result_clicked")]  # no token
+        # Two of each outcome in one batch (the clicks carry no token): each counts.
+        events = [example_event(kind) for kind in ("vote_up", "result_clicked") * 2]
         r = client.post(
             "/v1/feedback/events", json=events, headers={"Authorization": f"Bearer {client_key}"}
         )
-        assert r.status_code == 202 and r.json()["rejected"] == 1
+        assert r.status_code == 202 and r.json()["rejected"] == 2
         assert (
             client.post("/v1/chat", headers=auth, json={"message": "git push rejected"}).status_code
             == 200
@@ -132,10 +133,10 @@ def test_metrics_move_with_real_traffic(ws: Workspace, llm: FakeLLMServer) -> No
     )  # the template, not the path
     assert delta("amelio_search_cache_requests_total", result="miss") == 1
     assert delta("amelio_search_cache_requests_total", result="hit") == 1
-    assert delta("amelio_feedback_events_total", outcome="accepted", field="") == 1
+    assert delta("amelio_feedback_events_total", outcome="accepted", field="") == 2
     assert (
         delta("amelio_feedback_events_total", outcome="rejected", field="request.feedbackToken")
-        == 1
+        == 2
     )
     ok = {"provider": "anthropic", "model": "claude-test"}
     assert delta("amelio_llm_calls_total", **ok, outcome="ok") == 1

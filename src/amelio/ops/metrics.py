@@ -20,6 +20,7 @@ model names (any other model is ``other``).
 
 from __future__ import annotations
 
+import collections
 import os
 import re
 import time
@@ -116,9 +117,11 @@ def observe_request(method: str, route: str, status: int, seconds: float) -> Non
 
 def record_feedback(outcomes: Iterable[tuple[str, str | None]]) -> None:
     """Count a batch's outcomes: (status, field) per event; list positions in a field's
-    path become ``*``, so that the label's values stay the schema's fields."""
-    for outcome, field in outcomes:
-        FEEDBACK_EVENTS.labels(outcome, _POSITION.sub(".*", field or "")).inc()
+    path become ``*``, so that the label's values stay the schema's fields. A batch
+    holds few distinct outcomes: each is looked up and incremented once, by its count
+    (a lookup and a locked increment per event took about a tenth of ingestion)."""
+    for (outcome, field), count in collections.Counter(outcomes).items():
+        FEEDBACK_EVENTS.labels(outcome, _POSITION.sub(".*", field or "")).inc(count)
 
 
 def record_search_cache(hit: bool) -> None:
