@@ -141,30 +141,35 @@ class Serving:
     arm: str | None = None
 
 
+# Every answer runs this query: built once, as building it cost more than running it
+# (about half a millisecond a request).
+_SERVING = (
+    sa.select(
+        rollouts.c.id.label("rollout_id"),
+        rollouts.c.percent,
+        rollouts.c.status,
+        rollouts.c.from_version,
+        rollouts.c.to_version,
+        skill_versions,
+    )
+    .join(
+        skill_versions,
+        sa.and_(
+            skill_versions.c.skill_id == rollouts.c.skill_id,
+            skill_versions.c.version == rollouts.c.from_version,
+        ),
+    )
+    .where(rollouts.c.skill_id == sa.bindparam("skill_id"), rollouts.c.status.in_(ACTIVE))
+)
+
+
 def serving(conn: sa.Connection, skill: Skill, unit: str | None) -> Serving:
     """The version of ``skill`` this request gets: the current one, unless a rollout
     of it is paused or puts this unit in its control arm (then the old one). One
     query, the old version's row with it, read afresh on every request."""
     from amelio.skills.store import spec_from_row
 
-    row = conn.execute(
-        sa.select(
-            rollouts.c.id.label("rollout_id"),
-            rollouts.c.percent,
-            rollouts.c.status,
-            rollouts.c.from_version,
-            rollouts.c.to_version,
-            skill_versions,
-        )
-        .join(
-            skill_versions,
-            sa.and_(
-                skill_versions.c.skill_id == rollouts.c.skill_id,
-                skill_versions.c.version == rollouts.c.from_version,
-            ),
-        )
-        .where(rollouts.c.skill_id == skill.id, rollouts.c.status.in_(ACTIVE))
-    ).first()
+    row = conn.execute(_SERVING, {"skill_id": skill.id}).first()
     if row is None or skill.version != row.to_version:
         return Serving(skill)
     arm = "control" if row.status == "paused" else arm_for(row.rollout_id, row.percent, unit)
