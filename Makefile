@@ -4,6 +4,9 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
+# The suite on every core (pytest-xdist); each test file stays on one worker, so its
+# fixtures are built once.
+PYTEST := $(BIN)/python -m pytest -n auto --dist loadfile
 
 .PHONY: demo test test-fast install dev lint format typecheck docs bench clean
 
@@ -22,17 +25,16 @@ demo: install
 	$(BIN)/amelio demo --dir demo-workspace --host $(HOST) --port $(PORT)
 
 ## test: install the dev extras, lint, check the layout and the imports, run the whole test suite
-## on every core (pytest-xdist; each test file stays on one worker, so its fixtures are built once)
 test: dev
 	$(BIN)/ruff check src tests benchmarks .ci
 	$(BIN)/ruff format --check src tests benchmarks .ci
 	$(BIN)/lint-imports
 	$(BIN)/cog --check --diff --check-fail-msg 'run `make docs`' docs/configuration.md docs/cli.md
-	$(BIN)/python -m pytest -n auto --dist loadfile
+	$(PYTEST)
 
 ## test-fast: the test suite without the tests marked slow (CI and `make test` run them all)
 test-fast: dev
-	$(BIN)/python -m pytest -n auto --dist loadfile -m "not slow"
+	$(PYTEST) -m "not slow"
 
 ## lint: ruff's rules and ruff's layout (`make format` applies the layout)
 lint: dev

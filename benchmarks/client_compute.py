@@ -82,6 +82,7 @@ from starlette.routing import Route
 
 from amelio.embeddings import load_embedder
 from amelio.search.engines.registry import workspace_corpus
+from amelio.search.store import DocumentStore
 from amelio.testing import ThreadedServer
 from amelio.workspace import keys
 from amelio.workspace.config import Settings, load_settings
@@ -155,6 +156,12 @@ def stored(store_path: Path) -> dict[str, np.ndarray]:
     return {doc_id: np.frombuffer(vec, dtype=np.float32) for doc_id, vec in rows}
 
 
+def corpus_of(root: Path) -> DocumentStore:
+    """The search store of the workspace at ``root``, as the server without browsers
+    opens it (``contributions`` off: a semantic search embeds what is missing)."""
+    return workspace_corpus(load_settings(root, contributions=False))
+
+
 def own_embedding(copy_of: Path, runs: int = 3) -> tuple[float, float, int]:
     """The server's own CPU seconds to embed and store every document of a copy of the
     workspace (median of ``runs`` fresh copies), the bare embed() of the same texts,
@@ -166,7 +173,7 @@ def own_embedding(copy_of: Path, runs: int = 3) -> tuple[float, float, int]:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp) / "ws"
             shutil.copytree(copy_of, root)
-            store = workspace_corpus(load_settings(root, contributions=False))
+            store = corpus_of(root)
             texts = [text for _, text in store.missing_vectors(MODEL)]
             count = len(texts)
             started = time.process_time()
@@ -250,7 +257,6 @@ def main() -> int:
         store_path = store.path
         _, client_key = keys.create_key(ws.engine, name="bench page", role="client")
         ws.dispose()
-        del store
         pristine = Path(tmp) / "pristine"
         # For the server's own embedding, after the run. Copied before this process
         # reads the live store: closing a file drops every POSIX lock the process holds
@@ -259,9 +265,7 @@ def main() -> int:
         # live store saw no vectors at all (0 of 1,000 "embedded" while all were).
         shutil.copytree(root, pristine)
         # Exactly what the server would embed, read from the copy.
-        texts = dict(
-            workspace_corpus(load_settings(pristine, contributions=False)).missing_vectors(MODEL)
-        )
+        texts = dict(corpus_of(pristine).missing_vectors(MODEL))
 
         cfg = {
             "amelio": "",

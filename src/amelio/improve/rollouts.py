@@ -141,8 +141,8 @@ class Serving:
     arm: str | None = None
 
 
-# Every answer runs this query: built once, as building it cost more than running it
-# (about half a millisecond a request).
+# Every answer runs this query: built once, as the skills' stamp query is, instead of
+# building the join on every answer (about 0.1 ms an answer).
 _SERVING = (
     sa.select(
         rollouts.c.id.label("rollout_id"),
