@@ -8,11 +8,12 @@ whether a batching local provider (and a study that asks in parallel) is worth
 building. This script answers that: the same 8 chat prompts, greedy, up to
 ``--max-tokens`` tokens each,
 
-* one after the other through llama-cpp-python's ``create_completion`` (what the
-  ``local`` provider does), and
+* one after the other through Amelio's ``local`` provider itself, and
 * all at once, one llama.cpp sequence each, decoded step by step in one batch
   (``llama_decode`` with ``n_seq_max`` sequences): continuous batching at its best,
-  every sequence in every step.
+  every sequence in every step. Its prompts are the provider's, token for token:
+  the chat template in the model's own GGUF metadata, applied as llama-cpp-python's
+  ``create_chat_completion`` applies it.
 
 It prints tokens written per second for both, and the ratio. Nothing is cached
 between the two: each prompt is read once by each way. Needs the model
@@ -32,6 +33,10 @@ from benchlib import Clock
 from local_model import runnable
 from local_model import target as model_target
 
+from amelio.llm.base import LLMRequest
+from amelio.llm.local import LocalProvider
+from amelio.workspace.config import Settings
+
 QUESTIONS = (
     "How do I undo my last git commit but keep the changes?",
     "Write a Python function that counts the words in a file.",
@@ -44,31 +49,49 @@ QUESTIONS = (
 )
 
 
-def _chat(question: str) -> str:
-    """Qwen's chat template, as the model's GGUF metadata gives it."""
-    return (
-        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
-        f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n"
-    )
+SYSTEM = "You are a helpful assistant."
 
 
-def one_by_one(llm: Any, prompts: list[str], max_tokens: int) -> tuple[int, float]:
+def one_by_one(provider: LocalProvider, questions: list[str], max_tokens: int) -> tuple[int, float]:
     with Clock() as clock:
-        written = sum(
-            llm.create_completion(p, max_tokens=max_tokens, temperature=0.0)["usage"][
-                "completion_tokens"
-            ]
-            for p in prompts
-        )
+        written = 0
+        for question in questions:
+            request = LLMRequest.single(SYSTEM, question, max_tokens=max_tokens, temperature=0.0)
+            written += provider.complete(request).output_tokens or 0
     return written, clock.wall
 
 
-def batched(llm: Any, prompts: list[str], max_tokens: int, threads: int) -> tuple[int, float]:
+def chat_tokens(llm: Any, question: str) -> list[int]:
+    """The tokens ``create_chat_completion`` sends for ``question`` (what the provider
+    calls): the model's own chat template, with its own end and start tokens."""
+    from llama_cpp import llama_chat_format  # type: ignore[import-not-found,unused-ignore]
+
+    template = llm.metadata.get("tokenizer.chat_template")
+    if llm.chat_format != "chat_template.default" or template is None:
+        raise SystemExit(
+            f"The model's chat format is {llm.chat_format!r}: this benchmark reads the "
+            "chat template in the model's GGUF metadata, and this model has none."
+        )
+
+    def text(token: int) -> str:
+        return str(llm._model.token_get_text(token)) if token != -1 else ""
+
+    formatted = llama_chat_format.Jinja2ChatFormatter(
+        template=template, eos_token=text(llm.token_eos()), bos_token=text(llm.token_bos())
+    )(messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}])
+    return list(
+        llm.tokenize(
+            formatted.prompt.encode("utf-8"), add_bos=not formatted.added_special, special=True
+        )
+    )
+
+
+def batched(llm: Any, questions: list[str], max_tokens: int, threads: int) -> tuple[int, float]:
     import llama_cpp  # type: ignore[import-not-found,unused-ignore]
     import numpy as np
 
-    n = len(prompts)
-    model = llm._model.model  # the weights already loaded: no second copy
+    n = len(questions)
+    model = llm._model.model  # the provider's weights: no second copy
     vocab = llama_cpp.llama_model_get_vocab(model)
     n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
     params = llama_cpp.llama_context_default_params()
@@ -76,7 +99,7 @@ def batched(llm: Any, prompts: list[str], max_tokens: int, threads: int) -> tupl
     params.n_seq_max, params.n_threads, params.n_threads_batch = n, threads, threads
     ctx = llama_cpp.llama_init_from_model(model, params)
     batch = llama_cpp.llama_batch_init(512, 0, n)
-    tokens = [llm.tokenize(p.encode(), add_bos=False, special=True) for p in prompts]
+    tokens = [chat_tokens(llm, q) for q in questions]
 
     def add(token: int, pos: int, seq: int, logits: bool) -> None:
         i = batch.n_tokens
@@ -130,16 +153,24 @@ def main() -> int:
     model = args.model or model_target("qwen")
     if not runnable({"qwen": model}):
         return 0
-    from llama_cpp import Llama
-
-    llm = Llama(model_path=str(model), n_ctx=2048, n_threads=args.threads, verbose=False)
-    prompts = [_chat(q) for q in QUESTIONS[: args.sequences]]
+    provider = LocalProvider(
+        Settings(
+            llm_provider="local",
+            llm_model_path=str(model),
+            llm_threads=args.threads,
+            llm_context_tokens=2048,
+        )
+    )
+    questions = list(QUESTIONS[: args.sequences])
+    llm = provider._llama  # the weights the provider loaded: no second copy
     rows = [
-        ("one after the other", *one_by_one(llm, prompts, args.max_tokens)),
-        (f"{len(prompts)} in one batch", *batched(llm, prompts, args.max_tokens, args.threads)),
+        ("one after the other", *one_by_one(provider, questions, args.max_tokens)),
+        (f"{len(questions)} in one batch", *batched(llm, questions, args.max_tokens, args.threads)),
     ]
     base = rows[0][1] / rows[0][2]
-    print(f"{len(prompts)} prompts, greedy, up to {args.max_tokens} tokens, {args.threads} threads")
+    print(
+        f"{len(questions)} prompts, greedy, up to {args.max_tokens} tokens, {args.threads} threads"
+    )
     print("| way | tokens written | seconds | tokens/s | × one after the other |")
     print("|---|---|---|---|---|")
     for name, written, seconds in rows:
